@@ -1,0 +1,125 @@
+//! `sonde check`: run one probe once.
+
+use super::{CliError, Output, load_plugin};
+use crate::engine::{Call, Engine, EngineConfig, Limits, limits};
+use crate::host::{Grants, NetPattern};
+use crate::verdict::RunResult;
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Arguments of `sonde check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// A built-in plugin name (`tcp`) or the path to a `.wasm` component.
+    pub plugin: String,
+
+    /// What to probe: HOST:PORT or a URL. The plugin may connect to it and to nothing else not granted.
+    #[arg(long, short, default_value = "")]
+    pub target: String,
+
+    /// The plugin config, as JSON.
+    #[arg(long, short, default_value = "{}", value_name = "JSON")]
+    pub config: String,
+
+    /// The call's deadline, such as 500ms or 2s; past it the run is a failure with reason `timeout`.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+
+    /// Fuel budget (about one unit per wasm instruction); spending it is an error with reason `fuel`.
+    #[arg(long, default_value_t = limits::DEFAULT_FUEL, value_name = "N")]
+    pub fuel: u64,
+
+    /// Memory cap, such as 64MiB (at most 1GiB); growing past it is an error with reason `memory`.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size, value_name = "SIZE")]
+    pub memory: u64,
+
+    /// Also allow connections to HOST:PORT (a name, `*.domain`, an IP, a CIDR or `*`; PORT a number or `*`). Repeatable.
+    #[arg(long = "allow-net", value_name = "HOST:PORT")]
+    pub allow_net: Vec<String>,
+
+    /// Allow reading this host path (mounted read-only at the same path). Repeatable.
+    #[arg(long = "allow-file", value_name = "PATH")]
+    pub allow_file: Vec<PathBuf>,
+
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration such as 500ms or 2s: {e}"))?;
+    if d.is_zero() {
+        return Err("the timeout must be more than zero".into());
+    }
+    Ok(d)
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let size: bytesize::ByteSize = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a size such as 64MiB: {e}"))?;
+    if size.as_u64() > limits::MAX_MEMORY {
+        return Err(format!("{s} is more than the 1GiB ceiling"));
+    }
+    Ok(size.as_u64())
+}
+
+pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, CliError> {
+    serde_json::from_str::<serde_json::Value>(&args.config)
+        .map_err(|e| CliError(format!("--config is not valid JSON: {e}")))?;
+    if !args.target.is_empty() {
+        NetPattern::for_target(&args.target)?;
+    }
+    let grants = Grants {
+        net: args.allow_net.iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
+        files: args.allow_file.clone(),
+    };
+    for f in &grants.files {
+        if !f.is_absolute() || !f.is_dir() {
+            return Err(CliError(format!(
+                "--allow-file {}: must be an absolute path to a directory",
+                f.display()
+            )));
+        }
+    }
+    let engine = Engine::new(config)?;
+    let plugin = load_plugin(&engine, &args.plugin).await?;
+    let call = Call {
+        probe: &args.plugin,
+        target: &args.target,
+        config: &args.config,
+        limits: Limits {
+            timeout: args.timeout,
+            fuel: args.fuel,
+            memory: args.memory,
+        },
+        grants: &grants,
+        attempt: 1,
+    };
+    let result = engine.run(&plugin, &call).await;
+    print(&result, args.output);
+    Ok(result.status.exit_code())
+}
+
+fn print(result: &RunResult, output: Output) {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string(result).unwrap_or_default()),
+        Output::Text => {
+            let reason = result.reason.map(|r| format!(" ({r})")).unwrap_or_default();
+            println!(
+                "{}{reason}: {} [{:.1}ms, fuel {}]",
+                result.status.as_str().to_uppercase(),
+                result.message,
+                result.duration.as_secs_f64() * 1000.0,
+                result.fuel_consumed
+            );
+            for m in &result.metrics {
+                println!("  {} = {} {}", m.name, m.value, m.unit);
+            }
+            if let Some(d) = &result.detail {
+                println!("  detail: {d}");
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The on-disk cache of compiled components, keyed by (wasm digest, engine
+//! configuration), so a second start does not recompile.
+//!
+//! Loading a compiled artifact runs native code from the file, so the cache
+//! directory must be private: it is created mode 0700, and a directory that
+//! another user owns or can write is not used.
+
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use wasmtime::component::Component;
+
+/// Whether a load found its component in the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Loaded from the cache.
+    Hit,
+    /// Compiled (and stored, if the cache is on).
+    Miss,
+}
+
+pub(crate) struct CompileCache {
+    dir: Option<PathBuf>,
+    engine_key: u64,
+    pub(crate) hits: AtomicU64,
+    pub(crate) misses: AtomicU64,
+}
+
+/// The default cache directory: `$SONDE_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/sonde`, else `$HOME/.cache/sonde`.
+pub fn default_dir() -> Option<PathBuf> {
+    let env = |k| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    env("SONDE_CACHE_DIR")
+        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("sonde")))
+        .or_else(|| env("HOME").map(|d| d.join(".cache").join("sonde")))
+}
+
+fn private_dir(dir: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    // std has no geteuid: a file we create carries our uid, so compare the
+    // directory's owner with that.
+    let probe = dir.join(format!(".owner-{}", std::process::id()));
+    let uid = std::fs::File::create(&probe)
+        .and_then(|f| f.metadata())
+        .map(|m| m.uid())
+        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    if meta.uid() != uid {
+        return Err(format!("{} belongs to another user", dir.display()));
+    }
+    if meta.permissions().mode() & 0o022 != 0 {
+        return Err(format!("{} is writable by others", dir.display()));
+    }
+    Ok(())
+}
+
+impl CompileCache {
+    pub(crate) fn new(engine: &wasmtime::Engine, dir: Option<PathBuf>) -> Self {
+        let dir = dir.and_then(|d| match private_dir(&d) {
+            Ok(()) => Some(d),
+            Err(why) => {
+                tracing::warn!(%why, "compile cache disabled");
+                None
+            }
+        });
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        env!("CARGO_PKG_VERSION").hash(&mut hasher);
+        Self {
+            dir,
+            engine_key: hasher.finish(),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    fn path(&self, digest_hex: &str) -> Option<PathBuf> {
+        let dir = self.dir.as_ref()?;
+        Some(dir.join(format!("{digest_hex}-{:016x}.cwasm", self.engine_key)))
+    }
+
+    /// Loads the component for `wasm` from the cache, or compiles and stores it.
+    pub(crate) fn load(
+        &self,
+        engine: &wasmtime::Engine,
+        wasm: &[u8],
+        digest_hex: &str,
+    ) -> wasmtime::Result<(Component, CacheOutcome)> {
+        let path = self.path(digest_hex);
+        if let Some(path) = path.as_deref().filter(|p| p.exists()) {
+            // SAFETY: the file was written by `store` below into a directory
+            // only this user can write (checked by `private_dir`), under a
+            // name that binds it to the wasm digest and engine config.
+            #[allow(unsafe_code)]
+            match unsafe { Component::deserialize_file(engine, path) } {
+                Ok(component) => {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok((component, CacheOutcome::Hit));
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "unusable compile cache entry; recompiling")
+                }
+            }
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let component = Component::new(engine, wasm)?;
+        if let Some(path) = path {
+            if let Err(e) = store(&component, &path) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write compile cache entry");
+            }
+        }
+        Ok((component, CacheOutcome::Miss))
+    }
+}
+
+/// Writes atomically: a reader sees the old file, no file, or the whole new one.
+fn store(component: &Component, path: &Path) -> Result<(), String> {
+    let bytes = component.serialize().map_err(|e| e.to_string())?;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let result = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(|e| e.to_string())
+}

@@ -1,0 +1,649 @@
+//! The executor: runs one plugin call in a fresh sandbox under a deadline, a
+//! fuel budget and a memory cap, and turns whatever happened into a
+//! [`RunResult`].
+//!
+//! Lifecycle, as the types encode it:
+//! - [`Engine::new`] — once per process: the wasmtime engine (pooling
+//!   allocator, fuel, epoch interruption driven by a ticker thread), the
+//!   linker with every host capability, and the compile cache.
+//! - [`Engine::load`] — once per plugin digest: compile (or load from the
+//!   cache), check the plugin's world and imports, pre-instantiate, and call
+//!   `describe`.
+//! - [`Engine::run`] — once per call: a new `Store` with its limits, a fresh
+//!   instance, `check`, and the store dropped.
+
+pub(crate) mod bindings;
+pub mod cache;
+pub mod limits;
+
+pub use cache::CacheOutcome;
+pub use limits::Limits;
+
+use crate::host::grants::CallGrants;
+use crate::host::{self, Grants, HostState, NetPattern};
+use crate::verdict::{Metric, Reason, RunResult, Status, truncate};
+use bindings::sonde::probe::types as wit;
+use limits::{MAX_DETAIL_BYTES, MAX_MESSAGE_BYTES, MAX_METRIC_NAME_BYTES, MAX_METRICS};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+/// How often the epoch ticks. A running plugin yields to the async executor
+/// at every tick, so a spinning plugin holds a worker thread for at most
+/// this long at a time.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// Process-wide executor settings.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Where compiled components are cached; `None` disables the cache.
+    pub cache_dir: Option<PathBuf>,
+    /// How many calls may run at once; the pooling allocator reserves this
+    /// many instance slots. Further calls wait for a slot.
+    pub max_concurrent_calls: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: cache::default_dir(),
+            max_concurrent_calls: 256,
+        }
+    }
+}
+
+/// Why a plugin could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The bytes are not WebAssembly at all.
+    #[error("{plugin}: not a WebAssembly file")]
+    NotWasm {
+        /// The plugin's file or built-in name.
+        plugin: String,
+    },
+    /// A core module, not a component.
+    #[error(
+        "{plugin}: a core WebAssembly module, not a component: build the plugin for wasm32-wasip2 (`cargo build --target wasm32-wasip2`)"
+    )]
+    CoreModule {
+        /// The plugin's file or built-in name.
+        plugin: String,
+    },
+    /// The component does not compile.
+    #[error("{plugin}: cannot compile: {source:#}")]
+    Compile {
+        /// The plugin's file or built-in name.
+        plugin: String,
+        /// What wasmtime said.
+        source: wasmtime::Error,
+    },
+    /// The component does not export `sonde:probe/plugin@0.1.0`.
+    #[error(
+        "{plugin}: not a sonde plugin: it must export `describe` and `check` of world sonde:probe/plugin@0.1.0 ({detail})"
+    )]
+    WrongWorld {
+        /// The plugin's file or built-in name.
+        plugin: String,
+        /// What did not match.
+        detail: String,
+    },
+    /// The component imports something the host does not provide.
+    #[error("{plugin}: imports something sonde does not provide: {detail}")]
+    UnknownImport {
+        /// The plugin's file or built-in name.
+        plugin: String,
+        /// What wasmtime said.
+        detail: String,
+    },
+    /// `describe` failed.
+    #[error("{plugin}: describe() failed: {detail}")]
+    Describe {
+        /// The plugin's file or built-in name.
+        plugin: String,
+        /// The run's message.
+        detail: String,
+    },
+    /// The file could not be read.
+    #[error("{plugin}: {source}")]
+    Read {
+        /// The plugin's file.
+        plugin: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// What the engine could not set up.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot set up the wasm engine: {0:#}")]
+pub struct EngineError(wasmtime::Error);
+
+/// The kinds of capability a plugin may ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CapabilityKind {
+    /// Connections beyond the target.
+    Net,
+    /// Programs the host runs for the plugin.
+    Exec,
+    /// Read-only paths.
+    Files,
+}
+
+/// A capability a plugin asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Capability {
+    /// Its kind.
+    pub kind: CapabilityKind,
+    /// The pattern it needs.
+    pub value: String,
+    /// Why.
+    pub why: String,
+}
+
+/// What a plugin's `describe` said.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PluginInfo {
+    /// Its name.
+    pub name: String,
+    /// Its version.
+    pub version: String,
+    /// Who ships it.
+    pub vendor: String,
+    /// What it checks.
+    pub description: String,
+    /// JSON Schema for its config.
+    pub config_schema: Option<String>,
+    /// What it asks to be granted.
+    pub capabilities: Vec<Capability>,
+}
+
+impl From<wit::PluginInfo> for PluginInfo {
+    fn from(i: wit::PluginInfo) -> Self {
+        Self {
+            name: truncate(i.name, 128),
+            version: truncate(i.version, 64),
+            vendor: truncate(i.vendor, 128),
+            description: truncate(i.description, 4096),
+            config_schema: i.config_schema.map(|s| truncate(s, 64 * 1024)),
+            capabilities: i
+                .capabilities
+                .into_iter()
+                .take(64)
+                .map(|c| Capability {
+                    kind: match c.kind {
+                        wit::CapabilityKind::Net => CapabilityKind::Net,
+                        wit::CapabilityKind::Exec => CapabilityKind::Exec,
+                        wit::CapabilityKind::Files => CapabilityKind::Files,
+                    },
+                    value: truncate(c.value, 256),
+                    why: truncate(c.why, 1024),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A loaded plugin: compiled, checked and pre-instantiated. Cheap to share.
+pub struct Plugin {
+    label: String,
+    digest: String,
+    info: PluginInfo,
+    imports: Vec<String>,
+    /// Pre-instantiated against the linker for calls without a `files` grant.
+    pre_closed: bindings::PluginPre<HostState>,
+    /// Pre-instantiated against the linker for calls with a `files` grant.
+    pre_files: bindings::PluginPre<HostState>,
+    cache: CacheOutcome,
+}
+
+impl Plugin {
+    /// The file path or built-in name it was loaded from.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The SHA-256 of its bytes, in hex.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// What its `describe` said.
+    pub fn info(&self) -> &PluginInfo {
+        &self.info
+    }
+
+    /// The names of the interfaces and functions it imports.
+    pub fn imports(&self) -> &[String] {
+        &self.imports
+    }
+
+    /// Whether it came from the compile cache.
+    pub fn cache_outcome(&self) -> CacheOutcome {
+        self.cache
+    }
+}
+
+/// One call of a plugin's `check`.
+#[derive(Clone, Debug)]
+pub struct Call<'a> {
+    /// The probe's name (for logs, and passed to the plugin).
+    pub probe: &'a str,
+    /// The target passed to the plugin and granted to it; empty for none.
+    pub target: &'a str,
+    /// The plugin config as JSON text.
+    pub config: &'a str,
+    /// Deadline, fuel and memory.
+    pub limits: Limits,
+    /// What the plugin may reach besides its target.
+    pub grants: &'a Grants,
+    /// 1 for the first attempt in a period.
+    pub attempt: u32,
+}
+
+struct Inner {
+    engine: wasmtime::Engine,
+    /// For calls without a `files` grant: path operations are denials.
+    linker_closed: Linker<HostState>,
+    /// For calls with a `files` grant: the granted paths, read-only.
+    linker_files: Linker<HostState>,
+    /// The empty directory a plugin without `files` grant sees at `/`.
+    empty_dir: tempfile::TempDir,
+    cache: cache::CompileCache,
+    plugins: Mutex<HashMap<String, Arc<Plugin>>>,
+    slots: Semaphore,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The sandboxed executor. One per process; clones share it.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+fn wasmtime_config(max_calls: u32) -> wasmtime::Config {
+    let mut pool = wasmtime::PoolingAllocationConfig::new();
+    // A Rust wasip2 component has a few core instances (the program and
+    // wit-component's shims), one memory and a few tables.
+    pool.total_component_instances(max_calls)
+        .total_core_instances(max_calls * 8)
+        .max_core_instances_per_component(16)
+        .total_memories(max_calls * 2)
+        .max_memories_per_component(2)
+        .total_tables(max_calls * 8)
+        .max_tables_per_component(8)
+        .total_stacks(max_calls)
+        .max_memory_size(limits::MAX_MEMORY as usize);
+    let mut config = wasmtime::Config::new();
+    config
+        .wasm_component_model(true)
+        .consume_fuel(true)
+        .epoch_interruption(true)
+        .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+impl Engine {
+    /// Sets up the engine (the once-per-process phase) and starts the epoch
+    /// ticker thread, which stops when the last clone is dropped.
+    pub fn new(config: EngineConfig) -> Result<Self, EngineError> {
+        let max_calls = config.max_concurrent_calls.max(1);
+        let engine = wasmtime::Engine::new(&wasmtime_config(max_calls)).map_err(EngineError)?;
+        let mut linker_closed = Linker::new(&engine);
+        host::add_to_linker(&mut linker_closed, false).map_err(EngineError)?;
+        let mut linker_files = Linker::new(&engine);
+        host::add_to_linker(&mut linker_files, true).map_err(EngineError)?;
+        let empty_dir = tempfile::Builder::new()
+            .prefix("sonde-empty-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o500))
+            .tempdir()
+            .map_err(|e| EngineError(e.into()))?;
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        {
+            let engine = engine.clone();
+            let stop = ticker_stop.clone();
+            std::thread::Builder::new()
+                .name("sonde-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(EPOCH_TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| EngineError(e.into()))?;
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                cache: cache::CompileCache::new(&engine, config.cache_dir),
+                engine,
+                linker_closed,
+                linker_files,
+                empty_dir,
+                plugins: Mutex::new(HashMap::new()),
+                slots: Semaphore::new(max_calls as usize),
+                ticker_stop,
+            }),
+        })
+    }
+
+    /// Compile cache hits and misses since start.
+    pub fn cache_stats(&self) -> (u64, u64) {
+        let c = &self.inner.cache;
+        (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed))
+    }
+
+    /// Loads a plugin from a file (the once-per-digest phase).
+    pub async fn load_file(&self, path: &std::path::Path) -> Result<Arc<Plugin>, LoadError> {
+        let label = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            plugin: label.clone(),
+            source,
+        })?;
+        self.load(&label, &bytes).await
+    }
+
+    /// Loads a plugin from its bytes (the once-per-digest phase): a plugin
+    /// already loaded with the same digest is shared.
+    pub async fn load(&self, label: &str, wasm: &[u8]) -> Result<Arc<Plugin>, LoadError> {
+        let plugin = label.to_string();
+        match wasm.get(..8) {
+            Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => return Err(LoadError::CoreModule { plugin }),
+            Some([0, b'a', b's', b'm', _, _, 1, 0]) => {}
+            _ => return Err(LoadError::NotWasm { plugin }),
+        }
+        let digest = hex(&Sha256::digest(wasm));
+        if let Some(p) = self
+            .inner
+            .plugins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&digest)
+        {
+            return Ok(p.clone());
+        }
+        let engine = &self.inner.engine;
+        let (component, cache) = self
+            .inner
+            .cache
+            .load(engine, wasm, &digest)
+            .map_err(|source| LoadError::Compile {
+                plugin: plugin.clone(),
+                source,
+            })?;
+        let imports = component_imports(engine, &component);
+        let prepare = |linker: &Linker<HostState>| {
+            let instance_pre = linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::UnknownImport {
+                    plugin: plugin.clone(),
+                    detail: format!("{e:#}"),
+                })?;
+            bindings::PluginPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
+                plugin: plugin.clone(),
+                detail: format!("{e:#}"),
+            })
+        };
+        let pre_closed = prepare(&self.inner.linker_closed)?;
+        let pre_files = prepare(&self.inner.linker_files)?;
+        let info = self.describe(&pre_closed).await.map_err(|detail| LoadError::Describe {
+            plugin: plugin.clone(),
+            detail,
+        })?;
+        let loaded = Arc::new(Plugin {
+            label: plugin,
+            digest: digest.clone(),
+            info,
+            imports,
+            pre_closed,
+            pre_files,
+            cache,
+        });
+        self.inner
+            .plugins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(digest, loaded.clone());
+        Ok(loaded)
+    }
+
+    fn new_store(&self, state: HostState, limits: &Limits) -> Store<HostState> {
+        let mut store = Store::new(&self.inner.engine, state);
+        store.limiter(|s| &mut s.memory);
+        // Fuel is on for every store of this engine, so setting it cannot fail.
+        let _ = store.set_fuel(limits.fuel);
+        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        store.set_epoch_deadline(1);
+        store
+    }
+
+    async fn describe(&self, pre: &bindings::PluginPre<HostState>) -> Result<PluginInfo, String> {
+        let limits = Limits::default();
+        let grants = Arc::new(CallGrants::new(None, &Grants::default()));
+        let state = HostState::new(
+            "describe".into(),
+            grants.clone(),
+            &[],
+            self.inner.empty_dir.path(),
+            limits.memory,
+        )?;
+        let mut store = self.new_store(state, &limits);
+        let _slot = self.inner.slots.acquire().await.map_err(|e| e.to_string())?;
+        let call = async {
+            let instance = pre.instantiate_async(&mut store).await?;
+            instance.call_describe(&mut store).await
+        };
+        match tokio::time::timeout(limits.timeout, call).await {
+            Err(_) => Err(format!(
+                "no answer within {}",
+                humantime::format_duration(limits.timeout)
+            )),
+            Ok(Err(e)) => Err(trap_message(&e, &store)),
+            Ok(Ok(_)) if grants.denial_message().is_some() => Err(grants.denial_message().unwrap_or_default()),
+            Ok(Ok(info)) => Ok(info.into()),
+        }
+    }
+
+    /// Runs one call of `plugin`'s `check` in a fresh sandbox (the per-call
+    /// phase). Never fails and never panics: whatever the plugin does ends
+    /// up in the [`RunResult`].
+    pub async fn run(&self, plugin: &Plugin, call: &Call<'_>) -> RunResult {
+        let target = match call.target {
+            "" => None,
+            t => match NetPattern::for_target(t) {
+                Ok(p) => Some(p),
+                Err(e) => return RunResult::error(Reason::InvalidConfig, e.to_string()),
+            },
+        };
+        let grants = Arc::new(CallGrants::new(target, call.grants));
+        let state = match HostState::new(
+            call.probe.into(),
+            grants.clone(),
+            &call.grants.files,
+            self.inner.empty_dir.path(),
+            call.limits.memory,
+        ) {
+            Ok(s) => s,
+            Err(e) => return RunResult::error(Reason::Internal, e),
+        };
+        let Ok(_slot) = self.inner.slots.acquire().await else {
+            return RunResult::error(Reason::Internal, "the engine is shutting down");
+        };
+        let mut store = self.new_store(state, &call.limits);
+        let req = wit::Request {
+            probe: call.probe.to_string(),
+            target: call.target.to_string(),
+            config: call.config.to_string(),
+            timeout_ms: u64::try_from(call.limits.timeout.as_millis()).unwrap_or(u64::MAX),
+            attempt: call.attempt,
+        };
+        let start = Instant::now();
+        let pre = if call.grants.files.is_empty() {
+            &plugin.pre_closed
+        } else {
+            &plugin.pre_files
+        };
+        let outcome = tokio::time::timeout(call.limits.timeout, async {
+            let instance = pre.instantiate_async(&mut store).await?;
+            instance.call_check(&mut store, &req).await
+        })
+        .await;
+        let duration = start.elapsed();
+        let mut result = match outcome {
+            Err(_) => RunResult::error(
+                Reason::Timeout,
+                format!(
+                    "no answer within the {} timeout",
+                    humantime::format_duration(call.limits.timeout)
+                ),
+            ),
+            Ok(Err(e)) => classify_trap(&e, &store, &call.limits),
+            Ok(Ok(Err(e))) => probe_error(e),
+            Ok(Ok(Ok(o))) => from_outcome(o),
+        };
+        // A denial is surfaced whatever the plugin made of it.
+        if let Some(message) = grants.denial_message() {
+            result = RunResult::error(Reason::Denied, message);
+        }
+        result.duration = duration;
+        result.fuel_consumed = call.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        result
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn component_imports(engine: &wasmtime::Engine, component: &Component) -> Vec<String> {
+    component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect()
+}
+
+fn first_line(e: &wasmtime::Error) -> String {
+    let text = format!("{e:#}");
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+fn trap_message(e: &wasmtime::Error, store: &Store<HostState>) -> String {
+    let mut msg = first_line(e);
+    if let Some(tail) = store.data().stderr_tail() {
+        msg = format!("{msg}: {tail}");
+    }
+    msg
+}
+
+fn classify_trap(e: &wasmtime::Error, store: &Store<HostState>, limits: &Limits) -> RunResult {
+    let (reason, message) = if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
+        (Reason::Fuel, format!("fuel budget of {} exhausted", limits.fuel))
+    } else if store.data().memory.exceeded {
+        (
+            Reason::Memory,
+            format!("memory cap of {} exceeded", bytesize::ByteSize(limits.memory)),
+        )
+    } else {
+        (Reason::Trap, format!("plugin trapped: {}", trap_message(e, store)))
+    };
+    RunResult::error(reason, truncate(message, MAX_MESSAGE_BYTES))
+}
+
+fn probe_error(e: wit::ProbeError) -> RunResult {
+    let (reason, message) = match e {
+        wit::ProbeError::InvalidConfig(m) => (Reason::InvalidConfig, m),
+        wit::ProbeError::Denied(m) => (Reason::Denied, m),
+        wit::ProbeError::Io(m) => (Reason::Io, m),
+        wit::ProbeError::Internal(m) => (Reason::Internal, m),
+    };
+    RunResult::error(reason, truncate(message, MAX_MESSAGE_BYTES))
+}
+
+/// A metric name the host accepts: `[a-zA-Z_][a-zA-Z0-9_]*`.
+fn valid_metric_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+fn from_outcome(o: wit::Outcome) -> RunResult {
+    let status = match o.status {
+        wit::Status::Success => Status::Success,
+        wit::Status::Warning => Status::Warning,
+        wit::Status::Failure => Status::Failure,
+        wit::Status::Unknown => Status::Unknown,
+    };
+    let metrics = o
+        .metrics
+        .into_iter()
+        .filter(|m| m.name.len() <= MAX_METRIC_NAME_BYTES && valid_metric_name(&m.name) && m.value.is_finite())
+        .take(MAX_METRICS)
+        .map(|m| Metric {
+            name: m.name,
+            value: m.value,
+            unit: truncate(m.unit, MAX_METRIC_NAME_BYTES),
+        })
+        .collect();
+    RunResult {
+        status,
+        reason: None,
+        message: truncate(o.message, MAX_MESSAGE_BYTES),
+        metrics,
+        detail: o.detail.map(|d| truncate(d, MAX_DETAIL_BYTES)),
+        duration: Duration::ZERO,
+        fuel_consumed: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_is_capped() {
+        let o = wit::Outcome {
+            status: wit::Status::Warning,
+            message: "x".repeat(100_000),
+            metrics: (0..1000)
+                .map(|i| wit::Metric {
+                    name: format!("m{i}"),
+                    value: i as f64,
+                    unit: String::new(),
+                })
+                .chain([wit::Metric {
+                    name: "bad name".into(),
+                    value: 1.0,
+                    unit: String::new(),
+                }])
+                .collect(),
+            detail: Some("d".repeat(100_000)),
+        };
+        let r = from_outcome(o);
+        assert_eq!(r.status, Status::Warning);
+        assert!(r.message.len() <= MAX_MESSAGE_BYTES);
+        assert!(r.detail.unwrap().len() <= MAX_DETAIL_BYTES);
+        assert_eq!(r.metrics.len(), MAX_METRICS);
+    }
+
+    #[test]
+    fn metric_names() {
+        assert!(valid_metric_name("connect_seconds"));
+        assert!(valid_metric_name("_x1"));
+        assert!(!valid_metric_name("1x"));
+        assert!(!valid_metric_name("a-b"));
+        assert!(!valid_metric_name(""));
+    }
+}

@@ -1,0 +1,50 @@
+//! sonde's `log` interface: a plugin's records go to the host's log, tagged
+//! with the probe's name, at most [`MAX_LOG_RECORDS`] records of
+//! [`MAX_LOG_RECORD_BYTES`] each per call.
+
+use super::HostState;
+use crate::engine::bindings::sonde::probe::log::{self, Level};
+use crate::engine::limits::{MAX_LOG_RECORD_BYTES, MAX_LOG_RECORDS};
+use crate::verdict::truncate;
+use std::sync::Arc;
+use wasmtime::component::{HasSelf, Linker};
+
+/// The log state of one call.
+pub(crate) struct CallLog {
+    probe: Arc<str>,
+    records: usize,
+}
+
+impl CallLog {
+    pub(crate) fn new(probe: Arc<str>) -> Self {
+        Self { probe, records: 0 }
+    }
+}
+
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    log::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+}
+
+impl log::Host for HostState {
+    fn log(&mut self, level: Level, message: String) {
+        let log = &mut self.log;
+        log.records += 1;
+        if log.records > MAX_LOG_RECORDS {
+            if log.records == MAX_LOG_RECORDS + 1 {
+                tracing::warn!(probe = %log.probe, max = MAX_LOG_RECORDS, "plugin log cap reached; dropping the rest of this call's records");
+            }
+            return;
+        }
+        let message = truncate(message, MAX_LOG_RECORD_BYTES);
+        let probe = &*log.probe;
+        match level {
+            Level::Trace => tracing::trace!(target: "sonde::plugin", probe, "{message}"),
+            Level::Debug => tracing::debug!(target: "sonde::plugin", probe, "{message}"),
+            Level::Info => tracing::info!(target: "sonde::plugin", probe, "{message}"),
+            Level::Warn => tracing::warn!(target: "sonde::plugin", probe, "{message}"),
+            Level::Error => tracing::error!(target: "sonde::plugin", probe, "{message}"),
+        }
+    }
+}
+
+impl crate::engine::bindings::sonde::probe::types::Host for HostState {}

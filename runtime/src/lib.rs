@@ -1,0 +1,42 @@
+//! sonde's host runtime: it runs health-probe plugins — WebAssembly
+//! components implementing the `sonde:probe` WIT contract — each call in a
+//! fresh sandbox under a deadline, a fuel budget and a memory cap, with
+//! nothing reachable but the probe's target and what the operator granted.
+//!
+//! The modules follow the data path of one probe run (DESIGN.md): the
+//! [`engine`] loads plugins and runs calls, the [`host`] capabilities check
+//! every use of the network, files and logs against the probe's grants, and
+//! [`verdict`] says what a run produced. [`cli`] is the `sonde` command.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use sonde_runtime::engine::{Call, Engine, EngineConfig, Limits};
+//! use sonde_runtime::host::Grants;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let engine = Engine::new(EngineConfig::default())?;
+//! let tcp = engine.load("tcp", sonde_runtime::builtins::get("tcp").unwrap()).await?;
+//! let grants = Grants::default();
+//! let result = engine
+//!     .run(&tcp, &Call {
+//!         probe: "db-port",
+//!         target: "127.0.0.1:5432",
+//!         config: "{}",
+//!         limits: Limits::default(),
+//!         grants: &grants,
+//!         attempt: 1,
+//!     })
+//!     .await;
+//! println!("{}: {}", result.status, result.message);
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod builtins;
+pub mod cli;
+pub mod engine;
+pub mod host;
+pub mod verdict;

@@ -1,0 +1,135 @@
+//! Build sonde plugins for `wasm32-wasip2` from a build script.
+//!
+//! sonde never commits a `.wasm`: its built-in plugins and its test guests are
+//! compiled from source by build scripts that call [`build`]. A plugin
+//! author's tests can do the same.
+//!
+//! ```no_run
+//! // build.rs
+//! let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+//! let built = sonde_build::build(&root, &["sonde-plugin-tcp"]);
+//! for guest in &built {
+//!     println!("{} -> {}", guest.package, guest.wasm.display());
+//! }
+//! ```
+
+#![deny(missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The wasm target plugins are built for.
+pub const TARGET: &str = "wasm32-wasip2";
+
+/// One built plugin.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The Cargo package name.
+    pub package: String,
+    /// The component's path.
+    pub wasm: PathBuf,
+}
+
+/// Fails the build with instructions when the wasm target is missing.
+pub fn require_target() {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let installed = sysroot.is_some_and(|s| s.join("lib/rustlib").join(TARGET).exists());
+    if !installed {
+        panic!(
+            "\n\nsonde builds its plugins for the `{TARGET}` target, which is not installed.\n\
+             Install it with:\n\n    rustup target add {TARGET}\n\n"
+        );
+    }
+}
+
+/// The directory guests are built in: `<target-dir>/guests`, shared by every
+/// build script and profile so each guest compiles once.
+fn guest_target_dir() -> PathBuf {
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("sonde_build::build runs from a build script"));
+    // OUT_DIR is <target-dir>/<profile>/build/<package>-<hash>/out.
+    out.ancestors()
+        .nth(4)
+        .map(|t| t.join("guests"))
+        .unwrap_or_else(|| out.join("guests"))
+}
+
+/// Builds `packages` (members of the workspace at `workspace`) for
+/// `wasm32-wasip2` in release mode and returns their components. Tells
+/// Cargo to rerun the calling build script when their sources or the SDK
+/// change.
+///
+/// # Panics
+///
+/// When the target is missing or the build fails: a build script has no
+/// better way to report either.
+pub fn build(workspace: &Path, packages: &[&str]) -> Vec<Built> {
+    require_target();
+    let target_dir = guest_target_dir();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace)
+        .args(["build", "--release", "--target", TARGET, "--target-dir"])
+        .arg(&target_dir);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    // The outer build's flags are for the host, not for wasm.
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTC_WORKSPACE_WRAPPER",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd.status().expect("cannot run cargo to build the wasm plugins");
+    assert!(status.success(), "building {packages:?} for {TARGET} failed");
+
+    println!("cargo:rerun-if-changed={}", workspace.join("sdk/src").display());
+    println!("cargo:rerun-if-changed={}", workspace.join("sdk/wit").display());
+    println!("cargo:rerun-if-changed={}", workspace.join("Cargo.lock").display());
+    packages
+        .iter()
+        .map(|p| Built {
+            package: p.to_string(),
+            wasm: target_dir
+                .join(TARGET)
+                .join("release")
+                .join(format!("{}.wasm", p.replace('-', "_"))),
+        })
+        .collect()
+}
+
+/// Lists the packages under `dir` (each subdirectory with a `Cargo.toml`),
+/// with their directories, and tells Cargo to rerun when any of them changes.
+pub fn packages_in(dir: &Path) -> Vec<(String, PathBuf)> {
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let manifest = entry.path().join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
+        let name = text.lines().skip_while(|l| l.trim() != "[package]").find_map(|l| {
+            l.trim()
+                .strip_prefix("name")
+                .map(|r| r.trim_start_matches([' ', '=']).trim().trim_matches('"').to_string())
+        });
+        if let Some(name) = name {
+            println!("cargo:rerun-if-changed={}", entry.path().display());
+            found.push((name, entry.path()));
+        }
+    }
+    found.sort();
+    found
+}

@@ -1,0 +1,84 @@
+//! TCP within the call's deadline.
+//!
+//! These are thin wrappers over `std::net`, which on `wasm32-wasip2` goes
+//! through the host's `wasi:sockets`: a connection to anything but the
+//! probe's target and its `net` grants fails with
+//! [`std::io::ErrorKind::PermissionDenied`], and the host records the run as
+//! `denied` whatever the plugin returns afterwards.
+
+use crate::Request;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// Connects to `addr` (`host:port`), trying each resolved address in turn
+/// until `timeout` has passed. The stream's read and write timeouts are set
+/// to what is left of `timeout`.
+///
+/// The connect itself blocks: `std`'s `connect_timeout` on wasip2 reports
+/// success for connections that were refused, so it is not used. A connect
+/// that hangs is ended by the host's deadline, which records `timeout`.
+pub fn connect(addr: &str, timeout: Duration) -> io::Result<TcpStream> {
+    let start = Instant::now();
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+    let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{addr}: no address"));
+    for sa in addrs {
+        let left = timeout.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{addr}: connect timed out"),
+            ));
+        }
+        match TcpStream::connect(sa) {
+            Ok(stream) => {
+                let left = timeout.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
+                stream.set_read_timeout(Some(left))?;
+                stream.set_write_timeout(Some(left))?;
+                return Ok(stream);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Connects to the request's target within the time the call has left.
+pub fn connect_target(req: &Request) -> io::Result<TcpStream> {
+    connect(req.target(), req.remaining())
+}
+
+/// Writes all of `data` to `stream`.
+pub fn send(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
+    stream.write_all(data)?;
+    stream.flush()
+}
+
+/// Reads from `stream` until `done` accepts what was read so far, the peer
+/// closes, `max` bytes have arrived, or the read timeout passes. Returns what
+/// was read.
+pub fn read_until(stream: &mut TcpStream, max: usize, mut done: impl FnMut(&[u8]) -> bool) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while buf.len() < max && !done(&buf) {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n.min(max - buf.len())]);
+    }
+    Ok(buf)
+}
+
+/// A short, person-readable reason for a connection error, such as
+/// `connection refused` or `timed out`.
+pub fn describe_error(err: &io::Error) -> String {
+    match err.kind() {
+        io::ErrorKind::ConnectionRefused => "connection refused".into(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => "timed out".into(),
+        io::ErrorKind::PermissionDenied => "denied by the host: not granted".into(),
+        io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => "unreachable".into(),
+        io::ErrorKind::ConnectionReset => "connection reset".into(),
+        _ => err.to_string(),
+    }
+}
