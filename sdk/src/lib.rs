@@ -34,6 +34,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 #[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "wit",

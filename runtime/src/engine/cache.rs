@@ -111,10 +111,10 @@ impl CompileCache {
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         let component = Component::new(engine, wasm)?;
-        if let Some(path) = path {
-            if let Err(e) = store(&component, &path) {
-                tracing::warn!(path = %path.display(), error = %e, "cannot write compile cache entry");
-            }
+        if let Some(path) = path
+            && let Err(e) = store(&component, &path)
+        {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write compile cache entry");
         }
         Ok((component, CacheOutcome::Miss))
     }

@@ -535,13 +535,18 @@ fn component_imports(engine: &wasmtime::Engine, component: &Component) -> Vec<St
         .collect()
 }
 
-fn first_line(e: &wasmtime::Error) -> String {
-    let text = format!("{e:#}");
-    text.lines().next().unwrap_or_default().to_string()
+/// What went wrong, without wasmtime's backtrace: the trap's description
+/// (`wasm \`unreachable\` instruction executed`) or the root cause.
+fn describe_error(e: &wasmtime::Error) -> String {
+    if let Some(trap) = e.downcast_ref::<Trap>() {
+        return trap.to_string();
+    }
+    let root = e.root_cause().to_string();
+    root.lines().next().unwrap_or_default().to_string()
 }
 
 fn trap_message(e: &wasmtime::Error, store: &Store<HostState>) -> String {
-    let mut msg = first_line(e);
+    let mut msg = describe_error(e);
     if let Some(tail) = store.data().stderr_tail() {
         msg = format!("{msg}: {tail}");
     }

@@ -369,7 +369,7 @@ mod tests {
     fn patterns() {
         let g = call(
             "10.0.0.1:80",
-            &["*.acme.internal:443", "192.168.0.0/16:*", "[::1]:9000", "*:53"],
+            &["*.acme.internal:443", "192.168.0.0/16:*", "[::1]:9000"],
         );
         assert!(g.allows_lookup("db.acme.internal"));
         assert!(!g.allows_lookup("acme.internal"));
@@ -377,7 +377,11 @@ mod tests {
         assert!(g.allows_addr("192.168.4.5:1".parse().unwrap()));
         assert!(!g.allows_addr("192.169.0.1:1".parse().unwrap()));
         assert!(g.allows_addr("[::1]:9000".parse().unwrap()));
-        assert!(g.allows_addr("8.8.8.8:53".parse().unwrap()));
+        assert!(!g.allows_addr("8.8.8.8:53".parse().unwrap()));
+        let any_host = call("10.0.0.1:80", &["*:53"]);
+        assert!(any_host.allows_addr("8.8.8.8:53".parse().unwrap()));
+        assert!(!any_host.allows_addr("8.8.8.8:54".parse().unwrap()));
+        assert!(any_host.allows_lookup("anything.example"));
         assert!(g.allows_authority("db.acme.internal", 443));
         assert!(!g.allows_authority("db.acme.internal", 80));
         assert!(g.allows_authority("10.0.0.1", 80));

@@ -1,0 +1,164 @@
+//! The `sonde` binary, as a user runs it: exit codes, output, bad input.
+
+use crate::support::cache_dir;
+use sonde_tests::{CountingListener, closed_port, guests};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn sonde(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .arg("--cache-dir")
+        .arg(cache_dir())
+        .args(args)
+        .output()
+        .expect("run sonde")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Runs a blocking `sonde` process while the test's own listener keeps
+/// accepting on the async runtime.
+async fn sonde_async(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || sonde(&args.iter().map(String::as_str).collect::<Vec<_>>()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_open_port_exits_0_closed_port_exits_2() {
+    let listener = CountingListener::start().await;
+    let out = sonde_async(vec![
+        "check".into(),
+        "tcp".into(),
+        "--target".into(),
+        listener.addr.to_string(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("SUCCESS"), "{out:?}");
+
+    let closed = closed_port().to_string();
+    let out = sonde(&["check", "tcp", "--target", &closed, "--output", "json"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let v = json(&out);
+    assert_eq!(v["status"], "failure");
+    assert!(v["reason"].is_null());
+    assert!(v["message"].as_str().unwrap().contains("connection refused"));
+    assert!(v["duration_ms"].as_f64().unwrap() > 0.0);
+    assert!(v["fuel_consumed"].as_u64().unwrap() > 0);
+    assert!(v["metrics"].is_array());
+}
+
+#[test]
+fn a_spinning_plugin_times_out_promptly() {
+    let started = Instant::now();
+    let out = sonde(&["check", guests::SPIN_FOREVER, "--timeout", "200ms", "-o", "json"]);
+    let wall = started.elapsed();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let v = json(&out);
+    assert_eq!(v["reason"], "timeout");
+    assert!(v["duration_ms"].as_f64().unwrap() < 1000.0, "{v}");
+    // Generous: the process also starts an engine and loads the plugin.
+    assert!(wall < Duration::from_secs(10), "{wall:?}");
+}
+
+#[test]
+fn burning_fuel_exits_3_with_reason_fuel() {
+    let out = sonde(&[
+        "check",
+        guests::BURN_FUEL,
+        "--fuel",
+        "1000000",
+        "--timeout",
+        "30s",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(json(&out)["reason"], "fuel");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn std_net_to_another_port_is_denied_and_unseen() {
+    let target = CountingListener::start().await;
+    let other = CountingListener::start().await;
+    let out = sonde_async(vec![
+        "check".into(),
+        guests::CONNECT_ELSEWHERE.into(),
+        "--target".into(),
+        target.addr.to_string(),
+        "--config".into(),
+        format!(r#"{{"addr":"{}"}}"#, other.addr),
+        "-o".into(),
+        "json".into(),
+    ])
+    .await;
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(json(&out)["reason"], "denied");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(other.accepted(), 0);
+}
+
+#[test]
+fn allow_net_grants_another_address() {
+    let out = sonde(&["check", "tcp", "--allow-net", "not a pattern"]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("net grant \"not a pattern\""), "{err}");
+}
+
+#[test]
+fn bad_input_gets_one_line_and_exit_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.wasm");
+    std::fs::write(&text, "not wasm").unwrap();
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let cases: [(&str, &str); 5] = [
+        ("/nonexistent/x.wasm", "No such file"),
+        (text.to_str().unwrap(), "not a WebAssembly file"),
+        (core.to_str().unwrap(), "core WebAssembly module, not a component"),
+        (guests::NOT_A_PLUGIN, "not a sonde plugin"),
+        ("nosuchbuiltin", "unknown built-in plugin \"nosuchbuiltin\""),
+    ];
+    for (plugin, expected) in cases {
+        let out = sonde(&["check", plugin]);
+        assert_eq!(out.status.code(), Some(3), "{plugin}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{plugin}: {err}");
+        assert!(err.contains(expected), "{plugin}: {err}");
+    }
+    let out = sonde(&["check", "tcp", "--config", "{oops"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--config is not valid JSON"));
+}
+
+#[test]
+fn inspect_shows_describe_imports_and_digest() {
+    let out = sonde(&["plugin", "inspect", "tcp", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = json(&out);
+    assert_eq!(v["info"]["name"], "sonde-plugin-tcp");
+    assert!(v["digest"].as_str().unwrap().starts_with("sha256:"));
+    assert!(
+        v["imports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i.as_str().unwrap().starts_with("wasi:sockets/"))
+    );
+    let schema: serde_json::Value = serde_json::from_str(v["info"]["config_schema"].as_str().unwrap()).unwrap();
+    assert_eq!(schema["type"], "object");
+
+    let out = sonde(&["plugin", "inspect", guests::ALWAYS_UP]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("name:         always_up"));
+}

@@ -1,0 +1,289 @@
+//! Hostile guests against the executor: every limit and every grant.
+
+use crate::support::{engine, guest, run};
+use sonde_runtime::engine::{CacheOutcome, Call, Engine, EngineConfig, Limits, LoadError};
+use sonde_runtime::host::Grants;
+use sonde_runtime::verdict::{Reason, Status};
+use sonde_tests::{CountingListener, closed_port, guests, peak_rss};
+use std::time::{Duration, Instant};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spinning_plugin_is_stopped_at_its_deadline_without_holding_up_others() {
+    let spin = guest(guests::SPIN_FOREVER).await;
+    let up = guest(guests::ALWAYS_UP).await;
+    let started = Instant::now();
+    let spinner = tokio::spawn(async move {
+        let call = Call {
+            probe: "spin",
+            target: "",
+            config: "{}",
+            // Fuel enough that only the deadline can stop it.
+            limits: Limits {
+                timeout: 2 * SECOND,
+                fuel: u64::MAX,
+                ..Limits::default()
+            },
+            grants: &Grants::default(),
+            attempt: 1,
+        };
+        engine().run(&spin, &call).await
+    });
+    // While the spinner holds a worker, other runs on the same runtime go on.
+    let mut quick = 0;
+    while !spinner.is_finished() && quick < 50 {
+        let r = run(&up, "", "{}", &Grants::default(), SECOND).await;
+        assert_eq!(r.status, Status::Success, "{r:?}");
+        quick += 1;
+    }
+    assert!(
+        !spinner.is_finished(),
+        "50 quick runs should finish well inside the spinner's 2s deadline"
+    );
+    let r = spinner.await.unwrap();
+    assert_eq!((r.status, r.reason), (Status::Failure, Some(Reason::Timeout)), "{r:?}");
+    assert!(r.duration >= 2 * SECOND, "stopped early: {:?}", r.duration);
+    assert!(started.elapsed() < 10 * SECOND, "stopped late: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleeping_in_a_host_call_is_stopped_at_the_deadline() {
+    let r = run(
+        &guest(guests::SLEEP_IN_HOST).await,
+        "",
+        "{}",
+        &Grants::default(),
+        Duration::from_millis(200),
+    )
+    .await;
+    assert_eq!((r.status, r.reason), (Status::Failure, Some(Reason::Timeout)), "{r:?}");
+    assert!(r.duration < 5 * SECOND, "{:?}", r.duration);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burning_fuel_is_a_fuel_error() {
+    let plugin = guest(guests::BURN_FUEL).await;
+    let call = Call {
+        probe: "burn",
+        target: "",
+        config: "{}",
+        limits: Limits {
+            fuel: 1_000_000,
+            timeout: 30 * SECOND,
+            ..Limits::default()
+        },
+        grants: &Grants::default(),
+        attempt: 1,
+    };
+    let r = engine().run(&plugin, &call).await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Fuel)), "{r:?}");
+    assert_eq!(r.fuel_consumed, 1_000_000);
+    assert!(r.is_error());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn growing_memory_forever_is_a_memory_error_and_host_memory_stays_bounded() {
+    let plugin = guest(guests::ALLOC_FOREVER).await;
+    let before = peak_rss();
+    for _ in 0..3 {
+        let call = Call {
+            probe: "alloc",
+            target: "",
+            config: "{}",
+            limits: Limits {
+                memory: 32 * 1024 * 1024,
+                timeout: 30 * SECOND,
+                ..Limits::default()
+            },
+            grants: &Grants::default(),
+            attempt: 1,
+        };
+        let r = engine().run(&plugin, &call).await;
+        assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Memory)), "{r:?}");
+    }
+    let grown = peak_rss().saturating_sub(before);
+    assert!(
+        grown < 256 * 1024 * 1024,
+        "host peak RSS grew by {grown} bytes for a 32 MiB cap"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_is_a_trap_with_the_panic_message() {
+    let r = run(
+        &guest(guests::PANIC_IN_CHECK).await,
+        "",
+        "{}",
+        &Grants::default(),
+        SECOND,
+    )
+    .await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Trap)), "{r:?}");
+    assert!(r.message.contains("the plugin has a bug"), "{}", r.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_elsewhere_is_denied_and_never_reaches_the_listener() {
+    let target = CountingListener::start().await;
+    let elsewhere = CountingListener::start().await;
+    let config = format!(r#"{{"addr": "{}"}}"#, elsewhere.addr);
+    let plugin = guest(guests::CONNECT_ELSEWHERE).await;
+    let r = run(&plugin, &target.addr.to_string(), &config, &Grants::default(), SECOND).await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
+    assert!(r.message.contains(&elsewhere.addr.to_string()), "{}", r.message);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(elsewhere.accepted(), 0);
+
+    // The same address, granted, is reached.
+    let grants = Grants {
+        net: vec![elsewhere.addr.to_string().parse().unwrap()],
+        ..Grants::default()
+    };
+    let r = run(&plugin, &target.addr.to_string(), &config, &grants, SECOND).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(elsewhere.accepted(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn looking_up_an_ungranted_name_is_denied() {
+    let r = run(
+        &guest(guests::LOOKUP_ELSEWHERE).await,
+        "127.0.0.1:9",
+        "{}",
+        &Grants::default(),
+        SECOND,
+    )
+    .await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
+    assert!(r.message.contains("sonde-exfiltration.invalid"), "{}", r.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_to_an_ungranted_host_is_denied_and_sends_nothing() {
+    let elsewhere = CountingListener::start().await;
+    let config = format!(r#"{{"url": "http://{}/"}}"#, elsewhere.addr);
+    let r = run(
+        &guest(guests::HTTP_ELSEWHERE).await,
+        &closed_port().to_string(),
+        &config,
+        &Grants::default(),
+        SECOND,
+    )
+    .await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
+    assert!(r.message.contains("HTTP request"), "{}", r.message);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(elsewhere.accepted(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_a_file_without_a_grant_is_denied() {
+    let r = run(&guest(guests::OPEN_FILE).await, "", "{}", &Grants::default(), SECOND).await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
+    assert!(r.message.contains("/etc/passwd"), "{}", r.message);
+
+    // With a grant of /etc, the same plugin reads the file.
+    let grants = Grants {
+        files: vec!["/etc".into()],
+        ..Grants::default()
+    };
+    let r = run(&guest(guests::OPEN_FILE).await, "", "{}", &grants, SECOND).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.message.contains("Ok("), "{}", r.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_outputs_are_cut_to_the_caps() {
+    use sonde_runtime::engine::limits::{MAX_DETAIL_BYTES, MAX_MESSAGE_BYTES, MAX_METRICS};
+    let r = run(
+        &guest(guests::HUGE_MESSAGE).await,
+        "",
+        "{}",
+        &Grants::default(),
+        5 * SECOND,
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{:?}", r.reason);
+    assert!(r.message.len() <= MAX_MESSAGE_BYTES && r.message.ends_with("[cut]"));
+    assert!(r.detail.as_ref().unwrap().len() <= MAX_DETAIL_BYTES);
+    assert_eq!(r.metrics.len(), MAX_METRICS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_flood_is_capped_and_the_outcome_still_counts() {
+    let r = run(
+        &guest(guests::LOG_FLOOD).await,
+        "",
+        "{}",
+        &Grants::default(),
+        10 * SECOND,
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_defaults_to_the_crate_name_and_version() {
+    let p = guest(guests::ALWAYS_UP).await;
+    assert_eq!(p.info().name, "always_up");
+    assert_eq!(p.info().version, "0.0.0");
+    assert!(
+        p.imports().iter().any(|i| i.starts_with("sonde:probe/types")),
+        "{:?}",
+        p.imports()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_components_are_refused_with_the_reason() {
+    let e = engine();
+    let err = e.load("text", b"hello world").await.err().unwrap();
+    assert!(matches!(err, LoadError::NotWasm { .. }), "{err}");
+    // The smallest valid core module: magic and version 1.
+    let err = e.load("core", b"\0asm\x01\0\0\0").await.err().unwrap();
+    assert!(matches!(err, LoadError::CoreModule { .. }), "{err}");
+    assert!(err.to_string().contains("wasm32-wasip2"), "{err}");
+    let err = e.load_file(guests::NOT_A_PLUGIN.as_ref()).await.err().unwrap();
+    assert!(matches!(err, LoadError::WrongWorld { .. }), "{err}");
+    let err = e.load_file("/nonexistent/plugin.wasm".as_ref()).await.err().unwrap();
+    assert!(matches!(err, LoadError::Read { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_engine_loads_compiled_components_from_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        cache_dir: Some(dir.path().join("cache")),
+        ..EngineConfig::default()
+    };
+    let wasm = std::fs::read(guests::ALWAYS_UP).unwrap();
+    let first = Engine::new(config.clone()).unwrap().load("up", &wasm).await.unwrap();
+    assert_eq!(first.cache_outcome(), CacheOutcome::Miss);
+    let second_engine = Engine::new(config).unwrap();
+    let second = second_engine.load("up", &wasm).await.unwrap();
+    assert_eq!(second.cache_outcome(), CacheOutcome::Hit);
+    assert_eq!(second_engine.cache_stats(), (1, 0));
+    let r = run(&guest(guests::ALWAYS_UP).await, "", "{}", &Grants::default(), SECOND).await;
+    assert_eq!(r.status, Status::Success);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_cache_entry_is_recompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        cache_dir: Some(dir.path().to_path_buf()),
+        ..EngineConfig::default()
+    };
+    let wasm = std::fs::read(guests::ALWAYS_UP).unwrap();
+    Engine::new(config.clone()).unwrap().load("up", &wasm).await.unwrap();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cwasm") {
+            std::fs::write(&path, b"garbage").unwrap();
+        }
+    }
+    let again = Engine::new(config).unwrap().load("up", &wasm).await.unwrap();
+    assert_eq!(again.cache_outcome(), CacheOutcome::Miss);
+}

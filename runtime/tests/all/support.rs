@@ -1,0 +1,53 @@
+//! Shared test setup: one engine per test binary, with its compile cache in
+//! Cargo's scratch directory so reruns do not recompile.
+
+use sonde_runtime::engine::{Call, Engine, EngineConfig, Limits, Plugin};
+use sonde_runtime::host::Grants;
+use sonde_runtime::verdict::RunResult;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+pub fn cache_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache")
+}
+
+pub fn engine() -> Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            Engine::new(EngineConfig {
+                cache_dir: Some(cache_dir()),
+                ..EngineConfig::default()
+            })
+            .expect("engine")
+        })
+        .clone()
+}
+
+pub async fn guest(path: &str) -> Arc<Plugin> {
+    engine().load_file(path.as_ref()).await.expect("load guest")
+}
+
+pub async fn builtin(name: &str) -> Arc<Plugin> {
+    engine()
+        .load(name, sonde_runtime::builtins::get(name).expect("built-in"))
+        .await
+        .expect("load built-in")
+}
+
+/// Runs `plugin` once with the given target, config, grants and timeout.
+pub async fn run(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Grants, timeout: Duration) -> RunResult {
+    let call = Call {
+        probe: "test",
+        target,
+        config,
+        limits: Limits {
+            timeout,
+            ..Limits::default()
+        },
+        grants,
+        attempt: 1,
+    };
+    engine().run(plugin, &call).await
+}
