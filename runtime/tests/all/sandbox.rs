@@ -1,7 +1,7 @@
 //! Hostile guests against the executor: every limit and every grant.
 
-use crate::support::{engine, guest, run};
-use sonde_runtime::engine::{CacheOutcome, Call, Engine, EngineConfig, Limits, LoadError};
+use crate::support::{engine, guest, run, run_with_limits};
+use sonde_runtime::engine::{CacheOutcome, Engine, EngineConfig, Limits, LoadError};
 use sonde_runtime::host::Grants;
 use sonde_runtime::verdict::{Reason, Status};
 use sonde_tests::{CountingListener, closed_port, guests, peak_rss};
@@ -14,22 +14,13 @@ async fn spinning_plugin_is_stopped_at_its_deadline_without_holding_up_others() 
     let spin = guest(guests::SPIN_FOREVER).await;
     let up = guest(guests::ALWAYS_UP).await;
     let started = Instant::now();
-    let spinner = tokio::spawn(async move {
-        let call = Call {
-            probe: "spin",
-            target: "",
-            config: "{}",
-            // Fuel enough that only the deadline can stop it.
-            limits: Limits {
-                timeout: 2 * SECOND,
-                fuel: u64::MAX,
-                ..Limits::default()
-            },
-            grants: &Grants::default(),
-            attempt: 1,
-        };
-        engine().run(&spin, &call).await
-    });
+    // Fuel enough that only the deadline can stop it.
+    let limits = Limits {
+        timeout: 2 * SECOND,
+        fuel: u64::MAX,
+        ..Limits::default()
+    };
+    let spinner = tokio::spawn(async move { run_with_limits(&spin, limits).await });
     // While the spinner holds a worker, other runs on the same runtime go on.
     let mut quick = 0;
     while !spinner.is_finished() && quick < 50 {
@@ -63,20 +54,12 @@ async fn sleeping_in_a_host_call_is_stopped_at_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn burning_fuel_is_a_fuel_error() {
-    let plugin = guest(guests::BURN_FUEL).await;
-    let call = Call {
-        probe: "burn",
-        target: "",
-        config: "{}",
-        limits: Limits {
-            fuel: 1_000_000,
-            timeout: 30 * SECOND,
-            ..Limits::default()
-        },
-        grants: &Grants::default(),
-        attempt: 1,
+    let limits = Limits {
+        fuel: 1_000_000,
+        timeout: 30 * SECOND,
+        ..Limits::default()
     };
-    let r = engine().run(&plugin, &call).await;
+    let r = run_with_limits(&guest(guests::BURN_FUEL).await, limits).await;
     assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Fuel)), "{r:?}");
     assert_eq!(r.fuel_consumed, 1_000_000);
     assert!(r.is_error());
@@ -86,20 +69,13 @@ async fn burning_fuel_is_a_fuel_error() {
 async fn growing_memory_forever_is_a_memory_error_and_host_memory_stays_bounded() {
     let plugin = guest(guests::ALLOC_FOREVER).await;
     let before = peak_rss();
+    let limits = Limits {
+        memory: 32 * 1024 * 1024,
+        timeout: 30 * SECOND,
+        ..Limits::default()
+    };
     for _ in 0..3 {
-        let call = Call {
-            probe: "alloc",
-            target: "",
-            config: "{}",
-            limits: Limits {
-                memory: 32 * 1024 * 1024,
-                timeout: 30 * SECOND,
-                ..Limits::default()
-            },
-            grants: &Grants::default(),
-            attempt: 1,
-        };
-        let r = engine().run(&plugin, &call).await;
+        let r = run_with_limits(&plugin, limits).await;
         assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Memory)), "{r:?}");
     }
     let grown = peak_rss().saturating_sub(before);

@@ -38,14 +38,24 @@ pub async fn builtin(name: &str) -> Arc<Plugin> {
 
 /// Runs `plugin` once with the given target, config, grants and timeout.
 pub async fn run(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Grants, timeout: Duration) -> RunResult {
+    let limits = Limits {
+        timeout,
+        ..Limits::default()
+    };
+    run_call(plugin, target, config, grants, limits).await
+}
+
+/// Runs `plugin` once with no target, config or grants, under `limits`.
+pub async fn run_with_limits(plugin: &Arc<Plugin>, limits: Limits) -> RunResult {
+    run_call(plugin, "", "{}", &Grants::default(), limits).await
+}
+
+async fn run_call(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Grants, limits: Limits) -> RunResult {
     let call = Call {
         probe: "test",
         target,
         config,
-        limits: Limits {
-            timeout,
-            ..Limits::default()
-        },
+        limits,
         grants,
         attempt: 1,
     };
