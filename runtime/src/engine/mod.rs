@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime_wasi::filesystem::Dir;
 
 /// How often the epoch ticks. A running plugin yields to the async executor
 /// at every tick, so a spinning plugin holds a worker thread for at most
@@ -255,7 +256,7 @@ struct Inner {
     /// For calls with a `files` grant: the granted paths, read-only.
     linker_files: Linker<HostState>,
     /// The empty directory a plugin without `files` grant sees at `/`.
-    empty_dir: tempfile::TempDir,
+    empty_dir: Dir,
     cache: cache::CompileCache,
     plugins: Mutex<HashMap<String, Arc<Plugin>>>,
     slots: Semaphore,
@@ -332,10 +333,16 @@ impl Engine {
         host::add_to_linker(&mut linker_closed, false).map_err(EngineError)?;
         let mut linker_files = Linker::new(&engine);
         host::add_to_linker(&mut linker_files, true).map_err(EngineError)?;
+        // Opened, then removed: the handle stays valid and can never gain
+        // an entry, and nothing is left behind.
         let empty_dir = tempfile::Builder::new()
             .prefix("sonde-empty-")
-            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o500))
             .tempdir()
+            .and_then(|tmp| {
+                let dir = host::files::open_empty_dir(tmp.path());
+                tmp.close()?;
+                dir
+            })
             .map_err(|e| EngineError(e.into()))?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
         {
@@ -462,7 +469,7 @@ impl Engine {
             "describe".into(),
             grants.clone(),
             &[],
-            self.inner.empty_dir.path(),
+            &self.inner.empty_dir,
             limits.memory,
         )?;
         let mut store = self.new_store(state, &limits);
@@ -498,7 +505,7 @@ impl Engine {
             call.probe.into(),
             grants.clone(),
             &call.grants.files,
-            self.inner.empty_dir.path(),
+            &self.inner.empty_dir,
             call.limits.memory,
         ) {
             Ok(s) => s,

@@ -9,8 +9,10 @@
 
 use super::HostState;
 use std::path::{Path, PathBuf};
-use wasmtime::component::{Linker, Val};
-use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+use wasmtime::component::{HasData, Linker, Resource, ResourceTable, Val};
+use wasmtime_wasi::filesystem::{Descriptor, Dir};
+use wasmtime_wasi::p2::bindings::filesystem::preopens;
+use wasmtime_wasi::{FsPerms, OpenMode, WasiCtxBuilder};
 
 /// The `wasi:filesystem/types` instance the host provides; guests built
 /// against any earlier 0.2 release link to it too.
@@ -32,14 +34,15 @@ const PATH_METHODS: &[&str] = &[
     "read-directory",
 ];
 
-/// Mounts each granted path read-only at the same path, or, with no grant,
-/// the empty directory `empty` at `/`.
-pub(crate) fn configure(builder: &mut WasiCtxBuilder, files: &[PathBuf], empty: &Path) -> Result<(), String> {
-    if files.is_empty() {
-        builder
-            .preopened_dir(empty, "/", FsPerms::ReadOnly)
-            .map_err(|e| format!("cannot mount the empty directory {}: {e}", empty.display()))?;
-    }
+/// Opens the empty directory shown at `/` to plugins without a `files`
+/// grant (once per process; each call shares the handle).
+pub(crate) fn open_empty_dir(path: &Path) -> std::io::Result<Dir> {
+    let file = std::fs::File::open(path)?;
+    Ok(Dir::new(file, FsPerms::ReadOnly, OpenMode::READ, false))
+}
+
+/// Mounts each granted path read-only at the same path.
+pub(crate) fn configure(builder: &mut WasiCtxBuilder, files: &[PathBuf]) -> Result<(), String> {
     for path in files {
         let guest = path
             .to_str()
@@ -51,10 +54,33 @@ pub(crate) fn configure(builder: &mut WasiCtxBuilder, files: &[PathBuf], empty: 
     Ok(())
 }
 
+/// The preopens of a call without a `files` grant: the shared empty directory.
+struct EmptyPreopen<'a> {
+    table: &'a mut ResourceTable,
+    empty: &'a Dir,
+}
+
+struct EmptyPreopenData;
+
+impl HasData for EmptyPreopenData {
+    type Data<'a> = EmptyPreopen<'a>;
+}
+
+impl preopens::Host for EmptyPreopen<'_> {
+    fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
+        let fd = self.table.push(Descriptor::Dir(self.empty.clone()))?;
+        Ok(vec![(fd, "/".to_string())])
+    }
+}
+
 /// Replaces every path operation with a denial, for the linker used by
 /// calls without a `files` grant.
 pub(crate) fn deny_all_in_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
+    preopens::add_to_linker::<HostState, EmptyPreopenData>(linker, |s| EmptyPreopen {
+        table: &mut s.sandbox.table,
+        empty: &s.empty_dir,
+    })?;
     let mut types = linker.instance(FILESYSTEM_TYPES)?;
     for method in PATH_METHODS {
         types.func_new(

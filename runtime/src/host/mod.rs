@@ -24,9 +24,10 @@ pub use grants::{GrantError, Grants, NetPattern};
 
 use crate::engine::limits::MemoryCap;
 use grants::CallGrants;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use wasmtime::component::{Linker, ResourceTable};
+use wasmtime_wasi::filesystem::Dir;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
@@ -60,6 +61,7 @@ pub struct HostState {
     pub(crate) log: log::CallLog,
     pub(crate) lookups: net::Lookups,
     pub(crate) stderr: MemoryOutputPipe,
+    pub(crate) empty_dir: Dir,
 }
 
 impl HostState {
@@ -69,12 +71,12 @@ impl HostState {
         probe: Arc<str>,
         grants: Arc<CallGrants>,
         files: &[PathBuf],
-        empty_dir: &Path,
+        empty_dir: &Dir,
         memory: u64,
     ) -> Result<Self, String> {
         let mut builder = WasiCtx::builder();
         net::configure(&mut builder, grants.clone());
-        files::configure(&mut builder, files, empty_dir)?;
+        files::configure(&mut builder, files)?;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         builder.stderr(stderr.clone());
         Ok(Self {
@@ -89,6 +91,7 @@ impl HostState {
             lookups: net::Lookups::default(),
             grants,
             stderr,
+            empty_dir: empty_dir.clone(),
         })
     }
 
