@@ -25,6 +25,7 @@
 
 #![deny(missing_docs)]
 
+pub mod exec;
 pub mod http;
 pub mod log;
 pub mod net;

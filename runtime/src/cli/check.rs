@@ -42,9 +42,24 @@ pub struct CheckArgs {
     #[arg(long = "allow-file", value_name = "PATH")]
     pub allow_file: Vec<PathBuf>,
 
+    /// Allow the plugin to run this program (an absolute path; no shell unless you name one). Repeatable.
+    #[arg(long = "allow-exec", value_name = "PATH")]
+    pub allow_exec: Vec<PathBuf>,
+
+    /// Set NAME=VALUE in the environment of programs the plugin runs (empty by default). Repeatable.
+    #[arg(long = "exec-env", value_name = "NAME=VALUE", value_parser = parse_env)]
+    pub exec_env: Vec<(String, String)>,
+
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("{s:?} is not NAME=VALUE")),
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -74,7 +89,17 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
     let grants = Grants {
         net: args.allow_net.iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
         files: args.allow_file.clone(),
+        exec: args.allow_exec.clone(),
+        env: args.exec_env.clone(),
     };
+    for p in &grants.exec {
+        if !p.is_absolute() || !p.is_file() {
+            return Err(CliError(format!(
+                "--allow-exec {}: must be an absolute path to a program",
+                p.display()
+            )));
+        }
+    }
     for f in &grants.files {
         if !f.is_absolute() || !f.is_dir() {
             return Err(CliError(format!(

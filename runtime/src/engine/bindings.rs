@@ -3,5 +3,6 @@
 wasmtime::component::bindgen!({
     path: "../sdk/wit",
     world: "plugin",
+    imports: { "sonde:probe/exec.run": async },
     exports: { default: async },
 });

@@ -468,9 +468,10 @@ impl Engine {
         let state = HostState::new(
             "describe".into(),
             grants.clone(),
-            &[],
+            &Grants::default(),
             &self.inner.empty_dir,
             limits.memory,
+            Instant::now() + limits.timeout,
         )?;
         let mut store = self.new_store(state, &limits);
         let _slot = self.inner.slots.acquire().await.map_err(|e| e.to_string())?;
@@ -504,9 +505,10 @@ impl Engine {
         let state = match HostState::new(
             call.probe.into(),
             grants.clone(),
-            &call.grants.files,
+            call.grants,
             &self.inner.empty_dir,
             call.limits.memory,
+            Instant::now() + call.limits.timeout,
         ) {
             Ok(s) => s,
             Err(e) => return RunResult::error(Reason::Internal, e),

@@ -250,6 +250,11 @@ pub struct Grants {
     /// Host paths the plugin may read, mounted read-only at the same path
     /// (`grants.files`).
     pub files: Vec<PathBuf>,
+    /// Programs (absolute paths) the host may run for the plugin
+    /// (`grants.exec`).
+    pub exec: Vec<PathBuf>,
+    /// The environment of those programs (`grants.env`); empty by default.
+    pub env: Vec<(String, String)>,
 }
 
 /// The most denials one call keeps; the rest are counted.
@@ -340,7 +345,7 @@ mod tests {
     fn call(target: &str, net: &[&str]) -> CallGrants {
         let grants = Grants {
             net: net.iter().map(|s| s.parse().unwrap()).collect(),
-            files: vec![],
+            ..Grants::default()
         };
         CallGrants::new(Some(NetPattern::for_target(target).unwrap()), &grants)
     }

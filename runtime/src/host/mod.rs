@@ -8,12 +8,14 @@
 //!   including name lookups;
 //! - [`http`]: `wasi:http/outgoing-handler`, likewise;
 //! - [`files`]: `wasi:filesystem`, showing only the read-only `files` grants;
+//! - [`exec`]: sonde's `exec` interface, for granted programs only;
 //! - [`log`]: sonde's `log` interface, capped per call.
 //!
 //! Everything else WASI offers is present but empty: no environment, no
 //! arguments, stdin closed, stdout discarded, stderr kept (bounded) so a
 //! plugin's panic message can be reported.
 
+pub mod exec;
 pub mod files;
 pub mod grants;
 pub mod http;
@@ -24,8 +26,8 @@ pub use grants::{GrantError, Grants, NetPattern};
 
 use crate::engine::limits::MemoryCap;
 use grants::CallGrants;
-use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime_wasi::filesystem::Dir;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -62,6 +64,7 @@ pub struct HostState {
     pub(crate) lookups: net::Lookups,
     pub(crate) stderr: MemoryOutputPipe,
     pub(crate) empty_dir: Dir,
+    pub(crate) exec: exec::CallExec,
 }
 
 impl HostState {
@@ -70,13 +73,14 @@ impl HostState {
     pub(crate) fn new(
         probe: Arc<str>,
         grants: Arc<CallGrants>,
-        files: &[PathBuf],
+        config: &Grants,
         empty_dir: &Dir,
         memory: u64,
+        deadline: Instant,
     ) -> Result<Self, String> {
         let mut builder = WasiCtx::builder();
         net::configure(&mut builder, grants.clone());
-        files::configure(&mut builder, files)?;
+        files::configure(&mut builder, &config.files)?;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         builder.stderr(stderr.clone());
         Ok(Self {
@@ -92,6 +96,7 @@ impl HostState {
             grants,
             stderr,
             empty_dir: empty_dir.clone(),
+            exec: exec::CallExec::new(&config.exec, &config.env, deadline),
         })
     }
 
@@ -138,5 +143,6 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>, files_granted: bool)
         files::deny_all_in_linker(linker)?;
     }
     log::add_to_linker(linker)?;
+    exec::add_to_linker(linker)?;
     Ok(())
 }

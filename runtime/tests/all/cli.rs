@@ -162,3 +162,23 @@ fn inspect_shows_describe_imports_and_digest() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("name:         always_up"));
 }
+
+#[test]
+fn exec_check_dummy_in_nagios_mode_exits_1_and_ungranted_exits_3() {
+    let config = r#"{"command": ["/usr/lib/nagios/plugins/check_dummy", "1", "hi"], "mode": "nagios"}"#;
+    let out = sonde(&[
+        "check",
+        "exec",
+        "--config",
+        config,
+        "--allow-exec",
+        "/usr/lib/nagios/plugins/check_dummy",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let out = sonde(&["check", "exec", "--config", config, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(json(&out)["reason"], "denied");
+    let out = sonde(&["check", "exec", "--config", config, "--allow-exec", "bin/sh"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-exec bin/sh: must be an absolute path"));
+}

@@ -1,6 +1,7 @@
 //! sonde's integration tests: one binary, a module per area.
 
 mod cli;
+mod exec;
 mod sandbox;
 mod support;
 mod tcp;

@@ -1,0 +1,117 @@
+//! sonde's `exec` interface: the host runs a program for the plugin.
+//!
+//! Only programs named in the probe's `exec` grant run, compared as exact
+//! absolute paths; anything else is a recorded denial and is never started.
+//! The program runs in its own process group with no stdin and only the
+//! granted environment; its stdout and stderr are kept up to
+//! [`MAX_OUTPUT_BYTES`] each (the rest is read and dropped so it never
+//! blocks on a full pipe). When its timeout or the call's deadline passes,
+//! or the call is dropped, the whole group is killed — a hung check's
+//! children do not outlive it. The group is also killed when the program
+//! exits, so nothing it left in the background survives the check.
+
+use super::HostState;
+use crate::engine::bindings::sonde::probe::exec::{self, Command, ExecError, Output};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use wasmtime::component::{HasSelf, Linker};
+
+/// How much of each output stream the plugin gets.
+pub const MAX_OUTPUT_BYTES: usize = 4 * 1024;
+
+/// The exec grants of one call.
+pub(crate) struct CallExec {
+    programs: Arc<[PathBuf]>,
+    env: Arc<[(String, String)]>,
+    deadline: Instant,
+}
+
+impl CallExec {
+    pub(crate) fn new(programs: &[PathBuf], env: &[(String, String)], deadline: Instant) -> Self {
+        Self {
+            programs: programs.into(),
+            env: env.into(),
+            deadline,
+        }
+    }
+}
+
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    exec::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+}
+
+/// Kills the whole process group when dropped: on timeout, on exit, and when
+/// the call itself is cancelled at its deadline.
+struct GroupGuard(Option<rustix::process::Pid>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            // ESRCH (the group is already gone) is the common case.
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// Reads up to `MAX_OUTPUT_BYTES` and drains the rest.
+async fn capture(mut stream: impl AsyncRead + Unpin) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return kept,
+            Ok(n) => {
+                let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+}
+
+impl exec::Host for HostState {
+    async fn run(&mut self, cmd: Command) -> Result<Output, ExecError> {
+        let Some(program) = cmd.argv.first() else {
+            return Err(ExecError::Spawn("empty argv".into()));
+        };
+        let path = PathBuf::from(program);
+        if !path.is_absolute() || !self.exec.programs.contains(&path) {
+            self.grants.deny(format!("exec {program}: not granted"));
+            return Err(ExecError::Denied(format!("{program} is not in the probe's exec grant")));
+        }
+        let left = self.exec.deadline.saturating_duration_since(Instant::now());
+        let timeout = Duration::from_millis(cmd.timeout_ms).min(left);
+        let mut child = tokio::process::Command::new(&path)
+            .args(&cmd.argv[1..])
+            .env_clear()
+            .envs(self.exec.env.iter().map(|(k, v)| (k, v)))
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| ExecError::Spawn(format!("{program}: {e}")))?;
+        let group = GroupGuard(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)));
+        let stdout = tokio::spawn(capture(child.stdout.take().expect("stdout is piped")));
+        let stderr = tokio::spawn(capture(child.stderr.take().expect("stderr is piped")));
+        let (exit_code, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
+            Ok(Ok(status)) => (status.code(), false),
+            Ok(Err(e)) => return Err(ExecError::Spawn(format!("{program}: waiting: {e}"))),
+            Err(_) => (None, true),
+        };
+        // Killing the group closes every writer of the pipes, so the
+        // readers finish.
+        drop(group);
+        let _ = child.wait().await;
+        Ok(Output {
+            exit_code,
+            timed_out,
+            stdout: stdout.await.unwrap_or_default(),
+            stderr: stderr.await.unwrap_or_default(),
+        })
+    }
+}
