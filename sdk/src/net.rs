@@ -55,19 +55,24 @@ pub fn send(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
 }
 
 /// Reads from `stream` until `done` accepts what was read so far, the peer
-/// closes, `max` bytes have arrived, or the read timeout passes. Returns what
-/// was read.
-pub fn read_until(stream: &mut TcpStream, max: usize, mut done: impl FnMut(&[u8]) -> bool) -> io::Result<Vec<u8>> {
+/// closes, `max` bytes have arrived, or a read fails (such as at the read
+/// timeout). Returns what was read, and the error that ended it, if any.
+pub fn read_until(
+    stream: &mut TcpStream,
+    max: usize,
+    mut done: impl FnMut(&[u8]) -> bool,
+) -> (Vec<u8>, Option<io::Error>) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
     while buf.len() < max && !done(&buf) {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            break;
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n.min(max - buf.len())]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (buf, Some(e)),
         }
-        buf.extend_from_slice(&chunk[..n.min(max - buf.len())]);
     }
-    Ok(buf)
+    (buf, None)
 }
 
 /// A short, person-readable reason for a connection error, such as

@@ -106,3 +106,54 @@ pub fn live_processes_in_group(pgid: i32) -> Vec<i32> {
     }
     live
 }
+
+/// A real `redis-server` (Debian's package) on a free loopback port, with
+/// persistence off; killed when dropped.
+pub struct RedisServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    child: std::process::Child,
+}
+
+impl RedisServer {
+    /// Starts `redis-server` and waits until it accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` is not installed (`.ci/run` installs it) or does
+    /// not come up within ten seconds.
+    pub fn start() -> Self {
+        let addr = closed_port();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &addr.port().to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is not installed: apt-get install redis-server");
+        let server = Self { addr, child };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start on {addr}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        server
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -182,3 +182,18 @@ fn exec_check_dummy_in_nagios_mode_exits_1_and_ungranted_exits_3() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-exec bin/sh: must be an absolute path"));
 }
+
+#[test]
+fn tcp_send_expect_against_redis_exits_0() {
+    let redis = sonde_tests::RedisServer::start();
+    let target = redis.addr.to_string();
+    let out = sonde(&[
+        "check",
+        "tcp",
+        "--target",
+        &target,
+        "--config",
+        r#"{"send": "PING\r\n", "expect": "\\+PONG"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}

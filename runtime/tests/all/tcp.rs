@@ -74,3 +74,53 @@ async fn a_target_that_does_not_parse_is_invalid_config() {
         "{r:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_expect_against_a_real_redis() {
+    let redis = sonde_tests::RedisServer::start();
+    let tcp = builtin("tcp").await;
+    let target = redis.addr.to_string();
+    let r = run(
+        &tcp,
+        &target,
+        r#"{"send": "PING\r\n", "expect": "\\+PONG"}"#,
+        &Grants::default(),
+        SECOND,
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.message.contains("completed 2 step(s)"), "{}", r.message);
+
+    // Several steps: set a key, read it back.
+    let steps = r#"{"steps": [{"send": "SET sonde up\r\n"}, {"expect": "^\\+OK"}, {"send": "GET sonde\r\n"}, {"expect": "up"}]}"#;
+    let r = run(&tcp, &target, steps, &Grants::default(), SECOND).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+
+    // A reply that does not match is a failure, with what arrived as detail.
+    let r = run(
+        &tcp,
+        &target,
+        r#"{"send": "PING\r\n", "expect": "^\\+PANG"}"#,
+        &Grants::default(),
+        SECOND,
+    )
+    .await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(r.message.contains("expected /^\\+PANG/"), "{}", r.message);
+    assert_eq!(r.detail.as_deref(), Some("+PONG\\r\\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expect_that_never_matches_stops_at_the_deadline() {
+    let listener = CountingListener::start().await;
+    let r = run(
+        &builtin("tcp").await,
+        &listener.addr.to_string(),
+        r#"{"expect": "^220"}"#,
+        &Grants::default(),
+        Duration::from_millis(300),
+    )
+    .await;
+    // The listener closes at once: the plugin sees end of stream, no match.
+    assert_eq!(r.status, Status::Failure, "{r:?}");
+}
