@@ -258,7 +258,9 @@ struct Inner {
     /// The empty directory a plugin without `files` grant sees at `/`.
     empty_dir: Dir,
     cache: cache::CompileCache,
-    plugins: Mutex<HashMap<String, Arc<Plugin>>>,
+    /// Loaded plugins by digest; a cell is filled once even when several
+    /// loads of one digest race.
+    plugins: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<Plugin>>>>>,
     slots: Semaphore,
     ticker_stop: Arc<AtomicBool>,
 }
@@ -389,7 +391,8 @@ impl Engine {
     }
 
     /// Loads a plugin from its bytes (the once-per-digest phase): a plugin
-    /// already loaded with the same digest is shared.
+    /// already loaded with the same digest is shared, label included, and
+    /// concurrent loads of one digest compile it once.
     pub async fn load(&self, label: &str, wasm: &[u8]) -> Result<Arc<Plugin>, LoadError> {
         let plugin = label.to_string();
         match wasm.get(..8) {
@@ -398,24 +401,38 @@ impl Engine {
             _ => return Err(LoadError::NotWasm { plugin }),
         }
         let digest = hex(&Sha256::digest(wasm));
-        if let Some(p) = self
+        let cell = self
             .inner
             .plugins
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&digest)
-        {
-            return Ok(p.clone());
-        }
+            .entry(digest.clone())
+            .or_default()
+            .clone();
+        cell.get_or_try_init(|| self.load_new(plugin, wasm, digest))
+            .await
+            .cloned()
+    }
+
+    /// Compiles (or loads from the cache), checks, pre-instantiates and
+    /// describes a plugin not loaded before.
+    async fn load_new(&self, plugin: String, wasm: &[u8], digest: String) -> Result<Arc<Plugin>, LoadError> {
+        // Compiling takes long enough that it must not hold an async worker.
+        let (component, cache) = {
+            let inner = self.inner.clone();
+            let (wasm, digest) = (wasm.to_vec(), digest.clone());
+            tokio::task::spawn_blocking(move || inner.cache.load(&inner.engine, &wasm, &digest))
+                .await
+                .map_err(|e| LoadError::Compile {
+                    plugin: plugin.clone(),
+                    source: wasmtime::Error::msg(e.to_string()),
+                })?
+                .map_err(|source| LoadError::Compile {
+                    plugin: plugin.clone(),
+                    source,
+                })?
+        };
         let engine = &self.inner.engine;
-        let (component, cache) = self
-            .inner
-            .cache
-            .load(engine, wasm, &digest)
-            .map_err(|source| LoadError::Compile {
-                plugin: plugin.clone(),
-                source,
-            })?;
         let imports = component_imports(engine, &component);
         let prepare = |linker: &Linker<HostState>| {
             let instance_pre = linker
@@ -435,21 +452,15 @@ impl Engine {
             plugin: plugin.clone(),
             detail,
         })?;
-        let loaded = Arc::new(Plugin {
+        Ok(Arc::new(Plugin {
             label: plugin,
-            digest: digest.clone(),
+            digest,
             info,
             imports,
             pre_closed,
             pre_files,
             cache,
-        });
-        self.inner
-            .plugins
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(digest, loaded.clone());
-        Ok(loaded)
+        }))
     }
 
     fn new_store(&self, state: HostState, limits: &Limits) -> Store<HostState> {

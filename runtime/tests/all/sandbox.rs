@@ -263,3 +263,26 @@ async fn a_corrupt_cache_entry_is_recompiled() {
     let again = Engine::new(config).unwrap().load("up", &wasm).await.unwrap();
     assert_eq!(again.cache_outcome(), CacheOutcome::Miss);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_loads_of_one_plugin_compile_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::new(EngineConfig {
+        cache_dir: Some(dir.path().to_path_buf()),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let wasm = std::fs::read(guests::ALWAYS_UP).unwrap();
+    let loads: Vec<_> = (0..8)
+        .map(|i| {
+            let (engine, wasm) = (engine.clone(), wasm.clone());
+            tokio::spawn(async move { engine.load(&format!("copy {i}"), &wasm).await.unwrap() })
+        })
+        .collect();
+    let mut plugins = Vec::new();
+    for load in loads {
+        plugins.push(load.await.unwrap());
+    }
+    assert!(plugins.iter().all(|p| std::sync::Arc::ptr_eq(p, &plugins[0])));
+    assert_eq!(engine.cache_stats(), (0, 1));
+}
