@@ -17,7 +17,7 @@ fn bench(c: &mut Criterion) {
         ..EngineConfig::default()
     })
     .unwrap();
-    let grants = Grants::default();
+    let grants = std::sync::Arc::new(Grants::default());
 
     let up = rt
         .block_on(engine.load_file(sonde_tests::guests::ALWAYS_UP.as_ref()))

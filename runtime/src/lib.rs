@@ -17,7 +17,7 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let engine = Engine::new(EngineConfig::default())?;
 //! let tcp = engine.load("tcp", sonde_runtime::builtins::get("tcp").unwrap()).await?;
-//! let grants = Grants::default();
+//! let grants = std::sync::Arc::new(Grants::default());
 //! let result = engine
 //!     .run(&tcp, &Call {
 //!         probe: "db-port",

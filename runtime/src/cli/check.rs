@@ -6,6 +6,7 @@ use crate::host::{Grants, NetPattern};
 use crate::verdict::RunResult;
 use clap::Args;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Arguments of `sonde check`.
@@ -86,12 +87,12 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
     if !args.target.is_empty() {
         NetPattern::for_target(&args.target)?;
     }
-    let grants = Grants {
+    let grants = Arc::new(Grants {
         net: args.allow_net.iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
         files: args.allow_file.clone(),
         exec: args.allow_exec.clone(),
         env: args.exec_env.clone(),
-    };
+    });
     for p in &grants.exec {
         if !p.is_absolute() || !p.is_file() {
             return Err(CliError(format!(

@@ -243,8 +243,9 @@ pub struct Call<'a> {
     pub config: &'a str,
     /// Deadline, fuel and memory.
     pub limits: Limits,
-    /// What the plugin may reach besides its target.
-    pub grants: &'a Grants,
+    /// What the plugin may reach besides its target; shared, not copied,
+    /// by each call.
+    pub grants: &'a Arc<Grants>,
     /// 1 for the first attempt in a period.
     pub attempt: u32,
 }
@@ -475,11 +476,10 @@ impl Engine {
 
     async fn describe(&self, pre: &bindings::PluginPre<HostState>) -> Result<PluginInfo, String> {
         let limits = Limits::default();
-        let grants = Arc::new(CallGrants::new(None, &Grants::default()));
+        let grants = Arc::new(CallGrants::new(None, Arc::default()));
         let state = HostState::new(
             "describe".into(),
             grants.clone(),
-            &Grants::default(),
             &self.inner.empty_dir,
             limits.memory,
             Instant::now() + limits.timeout,
@@ -512,11 +512,10 @@ impl Engine {
                 Err(e) => return RunResult::error(Reason::InvalidConfig, e.to_string()),
             },
         };
-        let grants = Arc::new(CallGrants::new(target, call.grants));
+        let grants = Arc::new(CallGrants::new(target, call.grants.clone()));
         let state = match HostState::new(
             call.probe.into(),
             grants.clone(),
-            call.grants,
             &self.inner.empty_dir,
             call.limits.memory,
             Instant::now() + call.limits.timeout,

@@ -14,7 +14,6 @@ use super::HostState;
 use crate::engine::bindings::sonde::probe::exec::{self, Command, ExecError, Output};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use wasmtime::component::{HasSelf, Linker};
@@ -22,20 +21,14 @@ use wasmtime::component::{HasSelf, Linker};
 /// How much of each output stream the plugin gets.
 pub const MAX_OUTPUT_BYTES: usize = 4 * 1024;
 
-/// The exec grants of one call.
+/// The exec state of one call: its deadline (the grants are the call's).
 pub(crate) struct CallExec {
-    programs: Arc<[PathBuf]>,
-    env: Arc<[(String, String)]>,
     deadline: Instant,
 }
 
 impl CallExec {
-    pub(crate) fn new(programs: &[PathBuf], env: &[(String, String)], deadline: Instant) -> Self {
-        Self {
-            programs: programs.into(),
-            env: env.into(),
-            deadline,
-        }
+    pub(crate) fn new(deadline: Instant) -> Self {
+        Self { deadline }
     }
 }
 
@@ -77,7 +70,8 @@ impl exec::Host for HostState {
             return Err(ExecError::Spawn("empty argv".into()));
         };
         let path = PathBuf::from(program);
-        if !path.is_absolute() || !self.exec.programs.contains(&path) {
+        let config = self.grants.config();
+        if !path.is_absolute() || !config.exec.contains(&path) {
             self.grants.deny(format!("exec {program}: not granted"));
             return Err(ExecError::Denied(format!("{program} is not in the probe's exec grant")));
         }
@@ -86,7 +80,7 @@ impl exec::Host for HostState {
         let mut child = tokio::process::Command::new(&path)
             .args(&cmd.argv[1..])
             .env_clear()
-            .envs(self.exec.env.iter().map(|(k, v)| (k, v)))
+            .envs(config.env.iter().map(|(k, v)| (k, v)))
             .current_dir("/")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

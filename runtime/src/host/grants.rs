@@ -7,7 +7,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A bad grant or target.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -265,24 +265,35 @@ const MAX_DENIALS: usize = 8;
 /// so a name grant covers the addresses the name resolved to in this call.
 #[derive(Debug)]
 pub(crate) struct CallGrants {
-    patterns: Vec<NetPattern>,
+    target: Option<NetPattern>,
+    config: Arc<Grants>,
     resolved: Mutex<Vec<(IpAddr, PortPattern)>>,
     denials: Mutex<(Vec<String>, usize)>,
 }
 
 impl CallGrants {
-    pub(crate) fn new(target: Option<NetPattern>, grants: &Grants) -> Self {
+    pub(crate) fn new(target: Option<NetPattern>, config: Arc<Grants>) -> Self {
         Self {
-            patterns: target.into_iter().chain(grants.net.iter().cloned()).collect(),
+            target,
+            config,
             resolved: Mutex::new(Vec::new()),
             denials: Mutex::new((Vec::new(), 0)),
         }
     }
 
+    /// The probe's grants as configured.
+    pub(crate) fn config(&self) -> &Grants {
+        &self.config
+    }
+
+    fn patterns(&self) -> impl Iterator<Item = &NetPattern> {
+        self.target.iter().chain(&self.config.net)
+    }
+
     /// Whether the plugin may look up `name`.
     pub(crate) fn allows_lookup(&self, name: &str) -> bool {
         let name = normalize_name(name);
-        self.patterns.iter().any(|p| p.matches_name(&name))
+        self.patterns().any(|p| p.matches_name(&name))
     }
 
     /// Records that `name` resolved to `ip`: the ports granted for `name`
@@ -290,7 +301,7 @@ impl CallGrants {
     pub(crate) fn note_resolved(&self, name: &str, ip: IpAddr) {
         let name = normalize_name(name);
         let mut resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
-        for p in self.patterns.iter().filter(|p| p.matches_name(&name)) {
+        for p in self.patterns().filter(|p| p.matches_name(&name)) {
             if resolved.len() < 256 && !resolved.contains(&(ip, p.port)) {
                 resolved.push((ip, p.port));
             }
@@ -300,7 +311,7 @@ impl CallGrants {
     /// Whether the plugin may connect to `addr`.
     pub(crate) fn allows_addr(&self, addr: SocketAddr) -> bool {
         let (ip, port) = (addr.ip().to_canonical(), addr.port());
-        if self.patterns.iter().any(|p| p.port.matches(port) && p.matches_ip(ip)) {
+        if self.patterns().any(|p| p.port.matches(port) && p.matches_ip(ip)) {
             return true;
         }
         let resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
@@ -311,9 +322,7 @@ impl CallGrants {
     /// plugin.
     pub(crate) fn allows_authority(&self, host: &str, port: u16) -> bool {
         let host = normalize_name(host.trim_start_matches('[').trim_end_matches(']'));
-        self.patterns
-            .iter()
-            .any(|p| p.port.matches(port) && p.matches_name(&host))
+        self.patterns().any(|p| p.port.matches(port) && p.matches_name(&host))
     }
 
     /// Records a denied use of a capability.
@@ -347,7 +356,7 @@ mod tests {
             net: net.iter().map(|s| s.parse().unwrap()).collect(),
             ..Grants::default()
         };
-        CallGrants::new(Some(NetPattern::for_target(target).unwrap()), &grants)
+        CallGrants::new(Some(NetPattern::for_target(target).unwrap()), Arc::new(grants))
     }
 
     #[test]

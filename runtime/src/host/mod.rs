@@ -73,14 +73,13 @@ impl HostState {
     pub(crate) fn new(
         probe: Arc<str>,
         grants: Arc<CallGrants>,
-        config: &Grants,
         empty_dir: &Dir,
         memory: u64,
         deadline: Instant,
     ) -> Result<Self, String> {
         let mut builder = WasiCtx::builder();
         net::configure(&mut builder, grants.clone());
-        files::configure(&mut builder, &config.files)?;
+        files::configure(&mut builder, &grants.config().files)?;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         builder.stderr(stderr.clone());
         Ok(Self {
@@ -96,7 +95,7 @@ impl HostState {
             grants,
             stderr,
             empty_dir: empty_dir.clone(),
-            exec: exec::CallExec::new(&config.exec, &config.env, deadline),
+            exec: exec::CallExec::new(deadline),
         })
     }
 

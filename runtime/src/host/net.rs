@@ -142,7 +142,7 @@ mod tests {
     fn binds_only_ephemeral_and_never_listens() {
         let g = CallGrants::new(
             Some(NetPattern::for_target("127.0.0.1:80").unwrap()),
-            &Grants::default(),
+            Arc::new(Grants::default()),
         );
         assert!(allows(&g, "0.0.0.0:0".parse().unwrap(), SocketAddrUse::TcpBind));
         assert!(!allows(&g, "0.0.0.0:8080".parse().unwrap(), SocketAddrUse::TcpBind));

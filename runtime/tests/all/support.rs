@@ -56,7 +56,7 @@ async fn run_call(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Gra
         target,
         config,
         limits,
-        grants,
+        grants: &Arc::new(grants.clone()),
         attempt: 1,
     };
     engine().run(plugin, &call).await
