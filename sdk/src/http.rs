@@ -1,8 +1,9 @@
-//! HTTP over the host's `wasi:http/outgoing-handler`.
+//! HTTP through the host's probe transport (`sonde:probe/http`).
 //!
-//! The host owns the connection: the request reaches only the probe's target
-//! and its `net` grants; anything else fails with [`ProbeError::Denied`] and
-//! the run is recorded as `denied`.
+//! The host owns the connection: a new one per request, closed with a reset,
+//! with each phase timed. The request reaches only the probe's target and
+//! its `net` grants; anything else fails with [`ProbeError::Denied`] and the
+//! run is recorded as `denied`. Redirects are returned, not followed.
 
 use crate::ProbeError;
 use std::time::Duration;
@@ -38,6 +39,21 @@ impl HttpRequest {
     }
 }
 
+/// Seconds spent in each phase of an exchange.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Timings {
+    /// Resolving the name.
+    pub dns: f64,
+    /// Opening the connection.
+    pub connect: f64,
+    /// The TLS handshake (0 for plain HTTP).
+    pub tls: f64,
+    /// From sending the request to the response head.
+    pub first_byte: f64,
+    /// The whole exchange.
+    pub total: f64,
+}
+
 /// What came back.
 #[derive(Clone, Debug)]
 pub struct HttpResponse {
@@ -47,6 +63,8 @@ pub struct HttpResponse {
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body, cut at the request's `max_body`.
     pub body: Vec<u8>,
+    /// Time spent in each phase.
+    pub timings: Timings,
 }
 
 impl HttpResponse {
@@ -74,121 +92,39 @@ fn split_url(url: &str) -> Result<(&str, &str, &str), ProbeError> {
     Ok((scheme, authority, if path.starts_with('?') { "/" } else { path }))
 }
 
-/// Sends `req` and reads the response, within `req.timeout`.
-#[cfg(target_arch = "wasm32")]
+/// Sends `req` through the host's probe transport and reads the response,
+/// within `req.timeout`.
 pub fn send(req: &HttpRequest) -> Result<HttpResponse, ProbeError> {
-    use wasi::http::outgoing_handler;
-    use wasi::http::types::{ErrorCode, Fields, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme};
-    use wasi::io::streams::StreamError;
-
-    let (scheme, authority, path) = split_url(&req.url)?;
-    let path = if path.starts_with('?') {
-        format!("/{path}")
-    } else {
-        path.to_string()
-    };
-    let scheme = match scheme {
-        "http" => Scheme::Http,
-        "https" => Scheme::Https,
-        other => return Err(ProbeError::invalid_config(format!("unsupported URL scheme {other:?}"))),
-    };
-    let method = match req.method.as_str() {
-        "GET" => Method::Get,
-        "HEAD" => Method::Head,
-        "POST" => Method::Post,
-        "PUT" => Method::Put,
-        "DELETE" => Method::Delete,
-        "OPTIONS" => Method::Options,
-        "PATCH" => Method::Patch,
-        other => Method::Other(other.to_string()),
-    };
-    let entries: Vec<(String, Vec<u8>)> = req
-        .headers
-        .iter()
-        .map(|(n, v)| (n.to_ascii_lowercase(), v.clone().into_bytes()))
-        .collect();
-    let headers = Fields::from_list(&entries).map_err(|e| ProbeError::invalid_config(format!("bad header: {e:?}")))?;
-    let outgoing = OutgoingRequest::new(headers);
-    let bad = |what: &str| ProbeError::invalid_config(format!("invalid {what} in {:?}", req.url));
-    outgoing.set_method(&method).map_err(|_| bad("method"))?;
-    outgoing.set_scheme(Some(&scheme)).map_err(|_| bad("scheme"))?;
-    outgoing.set_authority(Some(authority)).map_err(|_| bad("authority"))?;
-    outgoing.set_path_with_query(Some(&path)).map_err(|_| bad("path"))?;
-    let body = outgoing
-        .body()
-        .map_err(|_| ProbeError::internal("request body taken twice"))?;
-
-    let options = RequestOptions::new();
-    let nanos = req.timeout.as_nanos().min(u64::MAX as u128) as u64;
-    // Hosts may refuse some options; the deadline still holds without them.
-    let _ = options.set_connect_timeout(Some(nanos));
-    let _ = options.set_first_byte_timeout(Some(nanos));
-    let _ = options.set_between_bytes_timeout(Some(nanos));
-
-    let future = outgoing_handler::handle(outgoing, Some(options)).map_err(http_error)?;
-    if !req.body.is_empty() {
-        let stream = body
-            .write()
-            .map_err(|_| ProbeError::internal("request body stream taken twice"))?;
-        for chunk in req.body.chunks(4096) {
-            stream
-                .blocking_write_and_flush(chunk)
-                .map_err(|e| ProbeError::io(format!("sending request body: {e:?}")))?;
-        }
-        drop(stream);
-    }
-    OutgoingBody::finish(body, None).map_err(http_error)?;
-
-    future.subscribe().block();
-    let response = match future.get() {
-        Some(Ok(Ok(response))) => response,
-        Some(Ok(Err(code))) => return Err(http_error(code)),
-        Some(Err(())) | None => return Err(ProbeError::internal("response future polled twice")),
-    };
-    let status = response.status();
-    let headers = response.headers().entries();
-    let incoming = response
-        .consume()
-        .map_err(|_| ProbeError::internal("response body taken twice"))?;
-    let stream = incoming
-        .stream()
-        .map_err(|_| ProbeError::internal("response stream taken twice"))?;
-    let mut body = Vec::new();
-    while body.len() < req.max_body {
-        match stream.blocking_read((req.max_body - body.len()).min(16 * 1024) as u64) {
-            Ok(chunk) => body.extend_from_slice(&chunk),
-            Err(StreamError::Closed) => break,
-            Err(StreamError::LastOperationFailed(e)) => {
-                return Err(ProbeError::io(format!(
-                    "reading response body: {}",
-                    e.to_debug_string()
-                )));
-            }
-        }
-    }
-    drop(stream);
-    drop(incoming);
-
-    fn http_error(code: ErrorCode) -> ProbeError {
-        match code {
-            ErrorCode::HttpRequestDenied => ProbeError::denied("the host refused the request: target not granted"),
-            other => ProbeError::io(format!("{other:?}")),
-        }
-    }
-
-    Ok(HttpResponse { status, headers, body })
-}
-
-/// Sends `req` and reads the response, within `req.timeout`.
-///
-/// Only plugins built for `wasm32-wasip2` can send requests; elsewhere this
-/// returns [`ProbeError::Internal`].
-#[cfg(not(target_arch = "wasm32"))]
-pub fn send(req: &HttpRequest) -> Result<HttpResponse, ProbeError> {
+    use crate::bindings::sonde::probe::http::{self as host, HttpError};
     split_url(&req.url)?;
-    Err(ProbeError::internal(
-        "sonde_sdk::http works only inside a wasm32-wasip2 plugin",
-    ))
+    let request = host::Request {
+        method: req.method.clone(),
+        url: req.url.clone(),
+        headers: req.headers.clone(),
+        body: req.body.clone(),
+        timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
+        max_body: u32::try_from(req.max_body).unwrap_or(u32::MAX),
+    };
+    match host::send(&request) {
+        Ok(r) => Ok(HttpResponse {
+            status: r.status,
+            headers: r.headers.into_iter().map(|(n, v)| (n, v.into_bytes())).collect(),
+            body: r.body,
+            timings: Timings {
+                dns: r.timings.dns,
+                connect: r.timings.connect,
+                tls: r.timings.tls,
+                first_byte: r.timings.first_byte,
+                total: r.timings.total,
+            },
+        }),
+        Err(HttpError::Denied(m)) => Err(ProbeError::Denied(m)),
+        Err(HttpError::Invalid(m)) => Err(ProbeError::InvalidConfig(m)),
+        Err(HttpError::Dns(m)) => Err(ProbeError::Io(format!("dns: {m}"))),
+        Err(HttpError::Connect(m)) => Err(ProbeError::Io(format!("connect: {m}"))),
+        Err(HttpError::Timeout(m)) => Err(ProbeError::Io(format!("timeout: {m}"))),
+        Err(HttpError::Protocol(m)) => Err(ProbeError::Io(format!("protocol: {m}"))),
+    }
 }
 
 #[cfg(test)]

@@ -157,3 +157,115 @@ impl Drop for RedisServer {
         let _ = self.child.wait();
     }
 }
+
+/// A real HTTP/1.1 server (hyper) on a free loopback port with fixed routes,
+/// recording every request path it serves:
+///
+/// | path | answer |
+/// | --- | --- |
+/// | `/ok` | 200 `ok` |
+/// | `/fail` | 500 `internal secret` |
+/// | `/redirect` | 302 to `/ok` |
+/// | `/away?to=HOST:PORT` | 302 to `http://HOST:PORT/ok` |
+/// | `/hang` | 200 after 60 s |
+/// | `/slow` | 200 after 200 ms |
+/// | `/json` | 200 `{"status": {"db": "ok"}, "version": 3}` |
+/// | `/echo` | 200 with the request's method, `user-agent` and body |
+/// | anything else | 404 |
+pub struct HttpServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    requests: Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HttpServer {
+    /// Starts the server on the current tokio runtime.
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = requests.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| answer(req, log.clone()));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self { addr, requests, task }
+    }
+
+    /// The paths (with query) served so far, in order.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+type Body = http_body_util::Full<bytes::Bytes>;
+
+async fn answer(
+    req: hyper::Request<hyper::body::Incoming>,
+    log: Arc<std::sync::Mutex<Vec<String>>>,
+) -> Result<hyper::Response<Body>, std::convert::Infallible> {
+    use http_body_util::BodyExt;
+    let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+    log.lock().unwrap_or_else(|e| e.into_inner()).push(path.clone());
+    let reply = |status: u16, body: String| {
+        hyper::Response::builder()
+            .status(status)
+            .body(Body::new(bytes::Bytes::from(body)))
+            .expect("response")
+    };
+    let redirect = |location: String| {
+        hyper::Response::builder()
+            .status(302)
+            .header("location", location)
+            .body(Body::default())
+            .expect("response")
+    };
+    Ok(match path.split('?').next().unwrap_or("") {
+        "/ok" => reply(200, "ok".into()),
+        "/fail" => reply(500, "internal secret".into()),
+        "/redirect" => redirect("/ok".into()),
+        "/away" => redirect(format!("http://{}/ok", path.split_once("to=").map_or("", |(_, t)| t))),
+        "/hang" => {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            reply(200, "late".into())
+        }
+        "/slow" => {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            reply(200, "slow".into())
+        }
+        "/json" => reply(200, r#"{"status": {"db": "ok"}, "version": 3}"#.into()),
+        "/echo" => {
+            let method = req.method().to_string();
+            let agent = req
+                .headers()
+                .get("user-agent")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            reply(200, format!("{method} {agent} {}", String::from_utf8_lossy(&body)))
+        }
+        _ => reply(404, "not found".into()),
+    })
+}

@@ -3,6 +3,6 @@
 wasmtime::component::bindgen!({
     path: "../sdk/wit",
     world: "plugin",
-    imports: { "sonde:probe/exec.run": async },
+    imports: { "sonde:probe/exec.run": async, "sonde:probe/http.send": async },
     exports: { default: async },
 });

@@ -30,6 +30,11 @@ impl CallExec {
     pub(crate) fn new(deadline: Instant) -> Self {
         Self { deadline }
     }
+
+    /// When the call ends.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
 }
 
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {

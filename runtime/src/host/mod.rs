@@ -143,5 +143,6 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>, files_granted: bool)
     }
     log::add_to_linker(linker)?;
     exec::add_to_linker(linker)?;
+    http::add_to_linker(linker)?;
     Ok(())
 }

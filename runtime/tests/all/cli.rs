@@ -197,3 +197,48 @@ fn tcp_send_expect_against_redis_exits_0() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_exit_codes_follow_the_server() {
+    let server = sonde_tests::HttpServer::start().await;
+    let other = sonde_tests::HttpServer::start().await;
+    let target = server.addr.to_string();
+    let cases = [
+        ("/ok".to_string(), 0),
+        ("/redirect".to_string(), 0),
+        (format!("/away?to={}", other.addr), 1),
+        ("/fail".to_string(), 2),
+    ];
+    for (path, code) in cases {
+        let config = serde_json::json!({ "path": path }).to_string();
+        let args = vec![
+            "check".into(),
+            "http".into(),
+            "--target".into(),
+            target.clone(),
+            "--config".into(),
+            config,
+        ];
+        let out = sonde_async(args).await;
+        assert_eq!(out.status.code(), Some(code), "{path}: {out:?}");
+    }
+    assert!(other.requests().is_empty(), "the other host was reached");
+    let config = serde_json::json!({ "path": "/hang" }).to_string();
+    let args = [
+        "check",
+        "http",
+        "--target",
+        &target,
+        "--config",
+        &config,
+        "--timeout",
+        "300ms",
+        "-o",
+        "json",
+    ];
+    let out = sonde_async(args.iter().map(|s| s.to_string()).collect()).await;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let v = json(&out);
+    assert_eq!(v["reason"], "timeout");
+    assert!(v["duration_ms"].as_f64().unwrap() < 1000.0, "{v}");
+}

@@ -2,6 +2,7 @@
 
 mod cli;
 mod exec;
+mod http;
 mod sandbox;
 mod support;
 mod tcp;

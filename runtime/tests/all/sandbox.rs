@@ -155,6 +155,24 @@ async fn http_to_an_ungranted_host_is_denied_and_sends_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasi_http_to_an_ungranted_host_is_denied_and_sends_nothing() {
+    let elsewhere = CountingListener::start().await;
+    let config = format!(r#"{{"authority": "{}"}}"#, elsewhere.addr);
+    let r = run(
+        &guest(guests::WASI_HTTP_ELSEWHERE).await,
+        &closed_port().to_string(),
+        &config,
+        &Grants::default(),
+        SECOND,
+    )
+    .await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
+    assert!(r.message.contains("HTTP request"), "{}", r.message);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(elsewhere.accepted(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opening_a_file_without_a_grant_is_denied() {
     let r = run(&guest(guests::OPEN_FILE).await, "", "{}", &Grants::default(), SECOND).await;
     assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");

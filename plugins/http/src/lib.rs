@@ -1,0 +1,366 @@
+//! The built-in `http` probe, through the host's probe transport.
+//!
+//! By default it behaves as the kubelet's `httpGet`: GET, success when
+//! 200 ≤ status < 400, redirects to the same host followed (at most 10), a
+//! redirect to another host not followed and reported as `warning`,
+//! `User-Agent: sonde/<version>`, at most 10 KiB of body read, and the body
+//! never shown unless `show_body` is set. On request it checks like
+//! blackbox_exporter: method and body, expected statuses, body and header
+//! regexes, JSON fields, and a response-time warning threshold.
+
+use regex::Regex;
+use serde::Deserialize;
+use sonde_sdk::http::{HttpRequest, HttpResponse, send};
+use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"));
+const MAX_REDIRECTS: usize = 10;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default = "default_path")]
+    path: String,
+    #[serde(default = "default_method")]
+    method: String,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default)]
+    body: String,
+    /// Codes (`200`) and ranges (`"200-299"`); default 200–399.
+    #[serde(default)]
+    expected_status: Vec<StatusSpec>,
+    body_regex: Option<String>,
+    body_not_regex: Option<String>,
+    #[serde(default)]
+    header_regex: BTreeMap<String, String>,
+    /// `{"status.db": "ok"}`: dotted paths into a JSON body and the values they must equal.
+    #[serde(default)]
+    json: BTreeMap<String, serde_json::Value>,
+    /// A response slower than this is a warning (`"500ms"`).
+    warn_after: Option<String>,
+    #[serde(default)]
+    show_body: bool,
+    #[serde(default = "default_max_body")]
+    max_body: usize,
+}
+
+fn default_path() -> String {
+    "/".into()
+}
+fn default_method() -> String {
+    "GET".into()
+}
+fn default_max_body() -> usize {
+    10 * 1024
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StatusSpec {
+    Code(u16),
+    Range(String),
+}
+
+impl StatusSpec {
+    fn range(&self) -> Result<(u16, u16), ProbeError> {
+        match self {
+            Self::Code(c) => Ok((*c, *c)),
+            Self::Range(r) => {
+                let bad = || ProbeError::invalid_config(format!("expected_status {r:?}: expected CODE or LOW-HIGH"));
+                let (lo, hi) = r.split_once('-').ok_or_else(bad)?;
+                let (lo, hi) = (
+                    lo.trim().parse().map_err(|_| bad())?,
+                    hi.trim().parse().map_err(|_| bad())?,
+                );
+                if lo > hi {
+                    return Err(bad());
+                }
+                Ok((lo, hi))
+            }
+        }
+    }
+}
+
+const SCHEMA: &str = include_str!("schema.json");
+
+fn regex(field: &str, pattern: &str) -> Result<Regex, ProbeError> {
+    Regex::new(pattern).map_err(|e| ProbeError::invalid_config(format!("{field} {pattern:?}: {e}")))
+}
+
+/// The URL to request: the target as a URL, or `http://TARGET` plus `path`.
+fn url_for(target: &str, path: &str) -> String {
+    if target.contains("://") {
+        let after = target.split_once("://").map_or("", |(_, r)| r);
+        if after.contains('/') || path == "/" {
+            target.to_string()
+        } else {
+            format!("{target}{path}")
+        }
+    } else {
+        format!("http://{target}{path}")
+    }
+}
+
+/// `scheme://authority` of an absolute URL.
+fn origin(url: &str) -> &str {
+    let after = url.find("://").map_or(0, |i| i + 3);
+    let end = url[after..].find(['/', '?']).map_or(url.len(), |i| after + i);
+    &url[..end]
+}
+
+/// Resolves a `Location` against the URL it came from.
+fn resolve(base: &str, location: &str) -> String {
+    if location.contains("://") {
+        location.to_string()
+    } else if location.starts_with("//") {
+        let scheme = base.split_once("://").map_or("http", |(s, _)| s);
+        format!("{scheme}:{location}")
+    } else if location.starts_with('/') {
+        format!("{}{location}", origin(base))
+    } else {
+        let dir = base
+            .rfind('/')
+            .filter(|&i| i >= origin(base).len())
+            .map_or(origin(base).to_string() + "/", |i| base[..=i].to_string());
+        format!("{dir}{location}")
+    }
+}
+
+fn json_at<'a>(value: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    path.split('.').try_fold(value, |v, key| match v {
+        serde_json::Value::Array(items) => key.parse::<usize>().ok().and_then(|i| items.get(i)),
+        _ => v.get(key),
+    })
+}
+
+struct Http;
+
+impl Probe for Http {
+    fn describe() -> PluginInfo {
+        PluginInfo {
+            vendor: "sonde".into(),
+            description: "HTTP check with the kubelet's semantics by default and blackbox_exporter-grade validations."
+                .into(),
+            config_schema: Some(SCHEMA.into()),
+            ..PluginInfo::default()
+        }
+    }
+
+    fn check(req: Request) -> Result<Outcome, ProbeError> {
+        let config: Config = req.config()?;
+        let expected = if config.expected_status.is_empty() {
+            vec![(200, 399)]
+        } else {
+            config
+                .expected_status
+                .iter()
+                .map(StatusSpec::range)
+                .collect::<Result<_, _>>()?
+        };
+        let body_regex = config
+            .body_regex
+            .as_deref()
+            .map(|p| regex("body_regex", p))
+            .transpose()?;
+        let body_not_regex = config
+            .body_not_regex
+            .as_deref()
+            .map(|p| regex("body_not_regex", p))
+            .transpose()?;
+        let header_regex: Vec<(String, Regex)> = config
+            .header_regex
+            .iter()
+            .map(|(h, p)| Ok((h.to_ascii_lowercase(), regex(&format!("header_regex.{h}"), p)?)))
+            .collect::<Result<_, ProbeError>>()?;
+        let warn_after = config
+            .warn_after
+            .as_deref()
+            .map(|d| {
+                humantime::parse_duration(d).map_err(|e| ProbeError::invalid_config(format!("warn_after {d:?}: {e}")))
+            })
+            .transpose()?;
+
+        let mut headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("user-agent")) {
+            headers.push(("User-Agent".into(), USER_AGENT.into()));
+        }
+        let mut url = url_for(req.target(), &config.path);
+        let mut method = config.method.to_ascii_uppercase();
+        let mut body = config.body.clone().into_bytes();
+        let mut total = Duration::ZERO;
+        let mut hops = 0;
+        let response = loop {
+            let request = HttpRequest {
+                method: method.clone(),
+                url: url.clone(),
+                headers: headers.clone(),
+                body: body.clone(),
+                // The call's deadline bounds the exchange, so a slow server
+                // is recorded by the host as reason `timeout`.
+                timeout: req.timeout(),
+                max_body: config.max_body,
+            };
+            let response = match send(&request) {
+                Ok(r) => r,
+                Err(ProbeError::Io(m)) => return Ok(Outcome::failure(format!("{method} {url}: {m}"))),
+                Err(e) => return Err(e),
+            };
+            total += Duration::from_secs_f64(response.timings.total);
+            let location = response.header("location").map(str::to_string);
+            match (response.status, location) {
+                (301 | 302 | 303 | 307 | 308, Some(location)) if hops < MAX_REDIRECTS => {
+                    let next = resolve(&url, &location);
+                    if origin(&next) != origin(&url) {
+                        // As the kubelet: another host is not followed, and says so.
+                        return Ok(with_metrics(
+                            Outcome::warning(format!(
+                                "{} redirect to another host not followed: {next}",
+                                response.status
+                            )),
+                            &response,
+                            total,
+                        ));
+                    }
+                    if matches!(response.status, 301..=303) {
+                        method = "GET".into();
+                        body.clear();
+                    }
+                    url = next;
+                    hops += 1;
+                }
+                _ => break response,
+            }
+        };
+
+        let status = response.status;
+        let mut outcome = verdict(
+            &config,
+            &expected,
+            &response,
+            body_regex.as_ref(),
+            body_not_regex.as_ref(),
+            &header_regex,
+        )
+        .unwrap_or_else(|| Outcome::success(format!("{method} {url}: {status}")));
+        if outcome.status == sonde_sdk::Status::Success
+            && let Some(limit) = warn_after
+            && total > limit
+        {
+            outcome = Outcome::warning(format!(
+                "{method} {url}: {status} in {}ms, slower than {}ms",
+                total.as_millis(),
+                limit.as_millis()
+            ));
+        }
+        if config.show_body {
+            outcome = outcome.with_detail(String::from_utf8_lossy(&response.body));
+        }
+        Ok(with_metrics(outcome, &response, total))
+    }
+}
+
+/// The first check that fails, as a failure; `None` when all pass.
+fn verdict(
+    config: &Config,
+    expected: &[(u16, u16)],
+    response: &HttpResponse,
+    body_regex: Option<&Regex>,
+    body_not_regex: Option<&Regex>,
+    header_regex: &[(String, Regex)],
+) -> Option<Outcome> {
+    let status = response.status;
+    if !expected.iter().any(|(lo, hi)| (*lo..=*hi).contains(&status)) {
+        return Some(Outcome::failure(format!("status {status} not expected")));
+    }
+    let body = String::from_utf8_lossy(&response.body);
+    if let Some(re) = body_regex
+        && !re.is_match(&body)
+    {
+        return Some(Outcome::failure(format!(
+            "status {status}, but the body does not match /{}/",
+            re.as_str()
+        )));
+    }
+    if let Some(re) = body_not_regex
+        && re.is_match(&body)
+    {
+        return Some(Outcome::failure(format!(
+            "status {status}, but the body matches /{}/",
+            re.as_str()
+        )));
+    }
+    for (name, re) in header_regex {
+        match response.header(name) {
+            Some(v) if re.is_match(v) => {}
+            Some(_) => {
+                return Some(Outcome::failure(format!(
+                    "header {name} does not match /{}/",
+                    re.as_str()
+                )));
+            }
+            None => return Some(Outcome::failure(format!("header {name} is missing"))),
+        }
+    }
+    if !config.json.is_empty() {
+        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&response.body) else {
+            return Some(Outcome::failure(format!("status {status}, but the body is not JSON")));
+        };
+        for (path, want) in &config.json {
+            match json_at(&doc, path) {
+                Some(got) if got == want => {}
+                Some(got) => return Some(Outcome::failure(format!("JSON {path} is {got}, expected {want}"))),
+                None => return Some(Outcome::failure(format!("JSON {path} is missing"))),
+            }
+        }
+    }
+    None
+}
+
+fn with_metrics(outcome: Outcome, response: &HttpResponse, total: Duration) -> Outcome {
+    let t = response.timings;
+    outcome
+        .with_metric("status_code", f64::from(response.status), "")
+        .with_metric("dns_seconds", t.dns, "seconds")
+        .with_metric("connect_seconds", t.connect, "seconds")
+        .with_metric("tls_seconds", t.tls, "seconds")
+        .with_metric("first_byte_seconds", t.first_byte, "seconds")
+        .with_metric("total_seconds", total.as_secs_f64(), "seconds")
+}
+
+sonde_sdk::export!(Http);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(url_for("127.0.0.1:80", "/healthz"), "http://127.0.0.1:80/healthz");
+        assert_eq!(url_for("http://a:1/x", "/"), "http://a:1/x");
+        assert_eq!(url_for("http://a:1", "/y"), "http://a:1/y");
+        assert_eq!(origin("http://a:1/x?y"), "http://a:1");
+        assert_eq!(resolve("http://a:1/x/y", "/z"), "http://a:1/z");
+        assert_eq!(resolve("http://a:1/x/y", "z"), "http://a:1/x/z");
+        assert_eq!(resolve("http://a:1/x", "http://b/"), "http://b/");
+        assert_eq!(resolve("http://a:1/x", "//b/c"), "http://b/c");
+    }
+
+    #[test]
+    fn status_specs() {
+        assert_eq!(StatusSpec::Code(204).range().unwrap(), (204, 204));
+        assert_eq!(StatusSpec::Range("200-299".into()).range().unwrap(), (200, 299));
+        assert!(StatusSpec::Range("299-200".into()).range().is_err());
+        assert!(StatusSpec::Range("2xx".into()).range().is_err());
+    }
+
+    #[test]
+    fn json_paths() {
+        let doc: serde_json::Value = serde_json::from_str(r#"{"status": {"db": "ok", "replicas": [1, 2]}}"#).unwrap();
+        assert_eq!(json_at(&doc, "status.db"), Some(&serde_json::json!("ok")));
+        assert_eq!(json_at(&doc, "status.replicas.1"), Some(&serde_json::json!(2)));
+        assert_eq!(json_at(&doc, "status.nope"), None);
+    }
+}
