@@ -1,6 +1,6 @@
 //! Hostile guests against the executor: every limit and every grant.
 
-use crate::support::{engine, guest, run, run_with_limits};
+use crate::support::{engine, guest, run, run_alone, run_with_limits};
 use sonde_runtime::engine::{CacheOutcome, Engine, EngineConfig, Limits, LoadError};
 use sonde_runtime::host::Grants;
 use sonde_runtime::verdict::{Reason, Status};
@@ -87,14 +87,7 @@ async fn growing_memory_forever_is_a_memory_error_and_host_memory_stays_bounded(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_is_a_trap_with_the_panic_message() {
-    let r = run(
-        &guest(guests::PANIC_IN_CHECK).await,
-        "",
-        "{}",
-        &Grants::default(),
-        SECOND,
-    )
-    .await;
+    let r = run_alone(guests::PANIC_IN_CHECK).await;
     assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Trap)), "{r:?}");
     assert!(r.message.contains("the plugin has a bug"), "{}", r.message);
 }
@@ -138,38 +131,24 @@ async fn looking_up_an_ungranted_name_is_denied() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_to_an_ungranted_host_is_denied_and_sends_nothing() {
-    let elsewhere = CountingListener::start().await;
-    let config = format!(r#"{{"url": "http://{}/"}}"#, elsewhere.addr);
-    let r = run(
-        &guest(guests::HTTP_ELSEWHERE).await,
-        &closed_port().to_string(),
-        &config,
-        &Grants::default(),
-        SECOND,
-    )
-    .await;
-    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
-    assert!(r.message.contains("HTTP request"), "{}", r.message);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(elsewhere.accepted(), 0);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wasi_http_to_an_ungranted_host_is_denied_and_sends_nothing() {
-    let elsewhere = CountingListener::start().await;
-    let config = format!(r#"{{"authority": "{}"}}"#, elsewhere.addr);
-    let r = run(
-        &guest(guests::WASI_HTTP_ELSEWHERE).await,
-        &closed_port().to_string(),
-        &config,
-        &Grants::default(),
-        SECOND,
-    )
-    .await;
-    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
-    assert!(r.message.contains("HTTP request"), "{}", r.message);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(elsewhere.accepted(), 0);
+    // Through sonde's probe transport and through standard wasi:http.
+    for (plugin, key, value) in [
+        (guests::HTTP_ELSEWHERE, "url", "http://{}/"),
+        (guests::WASI_HTTP_ELSEWHERE, "authority", "{}"),
+    ] {
+        let elsewhere = CountingListener::start().await;
+        let config = serde_json::json!({ key: value.replace("{}", &elsewhere.addr.to_string()) }).to_string();
+        let target = closed_port().to_string();
+        let r = run(&guest(plugin).await, &target, &config, &Grants::default(), SECOND).await;
+        assert_eq!(
+            (r.status, r.reason),
+            (Status::Unknown, Some(Reason::Denied)),
+            "{plugin}: {r:?}"
+        );
+        assert!(r.message.contains("HTTP request"), "{}", r.message);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(elsewhere.accepted(), 0, "{plugin}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,6 +45,11 @@ pub async fn run(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Gran
     run_call(plugin, target, config, grants, limits).await
 }
 
+/// Runs the guest at `path` once with no target, config or grants, for 1s.
+pub async fn run_alone(path: &str) -> RunResult {
+    run(&guest(path).await, "", "{}", &Grants::default(), Duration::from_secs(1)).await
+}
+
 /// Runs `plugin` once with no target, config or grants, under `limits`.
 pub async fn run_with_limits(plugin: &Arc<Plugin>, limits: Limits) -> RunResult {
     run_call(plugin, "", "{}", &Grants::default(), limits).await
