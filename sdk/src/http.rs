@@ -77,26 +77,10 @@ impl HttpResponse {
     }
 }
 
-/// Splits an absolute URL into scheme, authority and path-with-query.
-fn split_url(url: &str) -> Result<(&str, &str, &str), ProbeError> {
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| ProbeError::invalid_config(format!("{url:?} is not an absolute URL")))?;
-    let (authority, path) = match rest.find(['/', '?']) {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    if authority.is_empty() {
-        return Err(ProbeError::invalid_config(format!("{url:?} has no host")));
-    }
-    Ok((scheme, authority, if path.starts_with('?') { "/" } else { path }))
-}
-
 /// Sends `req` through the host's probe transport and reads the response,
 /// within `req.timeout`.
 pub fn send(req: &HttpRequest) -> Result<HttpResponse, ProbeError> {
     use crate::bindings::sonde::probe::http::{self as host, HttpError};
-    split_url(&req.url)?;
     let request = host::Request {
         method: req.method.clone(),
         url: req.url.clone(),
@@ -124,18 +108,5 @@ pub fn send(req: &HttpRequest) -> Result<HttpResponse, ProbeError> {
         Err(HttpError::Connect(m)) => Err(ProbeError::Io(format!("connect: {m}"))),
         Err(HttpError::Timeout(m)) => Err(ProbeError::Io(format!("timeout: {m}"))),
         Err(HttpError::Protocol(m)) => Err(ProbeError::Io(format!("protocol: {m}"))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn splits_urls() {
-        assert_eq!(split_url("http://a:80/x?y").unwrap(), ("http", "a:80", "/x?y"));
-        assert_eq!(split_url("https://a").unwrap(), ("https", "a", "/"));
-        assert!(split_url("a:80").is_err());
-        assert!(split_url("http:///x").is_err());
     }
 }

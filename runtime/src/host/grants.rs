@@ -320,9 +320,19 @@ impl CallGrants {
 
     /// Whether the host may open an HTTP connection to `host:port` for the
     /// plugin.
-    pub(crate) fn allows_authority(&self, host: &str, port: u16) -> bool {
+    fn allows_authority(&self, host: &str, port: u16) -> bool {
         let host = normalize_name(host.trim_start_matches('[').trim_end_matches(']'));
         self.patterns().any(|p| p.port.matches(port) && p.matches_name(&host))
+    }
+
+    /// Checks an HTTP request to `host:port` (either transport) and records
+    /// the denial when it is not allowed; the error is the plugin's message.
+    pub(crate) fn authorize_http(&self, host: &str, port: u16) -> Result<(), String> {
+        if self.allows_authority(host, port) {
+            return Ok(());
+        }
+        self.deny(format!("HTTP request to {host}:{port}: not the target and not granted"));
+        Err(format!("{host}:{port} is not the target and not granted"))
     }
 
     /// Records a denied use of a capability.

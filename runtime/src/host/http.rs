@@ -33,9 +33,7 @@ impl WasiHttpHooks for Hooks {
         let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
         let host = uri.host().unwrap_or_default().to_string();
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-        if !self.grants.allows_authority(&host, port) {
-            self.grants
-                .deny(format!("HTTP request to {host}:{port}: not the target and not granted"));
+        if self.grants.authorize_http(&host, port).is_err() {
             return Box::new(async { Err(Error::HttpRequestDenied) });
         }
         Box::new(async move {
@@ -170,15 +168,11 @@ impl probe_http::Host for HostState {
             }
             _ => return Err(HttpError::Invalid(format!("URL {:?}: expected http://", req.url))),
         }
-        let host = uri.host().unwrap_or_default().to_string();
+        let Some(host) = uri.host().filter(|h| !h.is_empty()).map(str::to_string) else {
+            return Err(HttpError::Invalid(format!("URL {:?} has no host", req.url)));
+        };
         let port = uri.port_u16().unwrap_or(80);
-        if !self.grants.allows_authority(&host, port) {
-            self.grants
-                .deny(format!("HTTP request to {host}:{port}: not the target and not granted"));
-            return Err(HttpError::Denied(format!(
-                "{host}:{port} is not the target and not granted"
-            )));
-        }
+        self.grants.authorize_http(&host, port).map_err(HttpError::Denied)?;
         let left = self.exec.deadline().saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(req.timeout_ms);
         if timeout >= left {
