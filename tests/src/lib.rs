@@ -169,6 +169,7 @@ impl Drop for RedisServer {
 /// | `/away?to=HOST:PORT` | 302 to `http://HOST:PORT/ok` |
 /// | `/hang` | 200 after 60 s |
 /// | `/slow` | 200 after 200 ms |
+/// | `/big` | 200, 20,000 `a` then `END` |
 /// | `/json` | 200 `{"status": {"db": "ok"}, "version": 3}` |
 /// | `/echo` | 200 with the request's method, `user-agent` and body |
 /// | anything else | 404 |
@@ -249,6 +250,7 @@ async fn answer(
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             reply(200, "slow".into())
         }
+        "/big" => reply(200, format!("{}END", "a".repeat(20_000))),
         "/json" => reply(200, r#"{"status": {"db": "ok"}, "version": 3}"#.into()),
         "/echo" => {
             let method = req.method().to_string();

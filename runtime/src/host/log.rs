@@ -19,6 +19,19 @@ impl CallLog {
     pub(crate) fn new(probe: Arc<str>) -> Self {
         Self { probe, records: 0 }
     }
+
+    /// Counts a record and returns it cut to size, or `None` once the call
+    /// has used its quota (warning once when it does).
+    fn admit(&mut self, message: String) -> Option<String> {
+        self.records = self.records.saturating_add(1);
+        if self.records > MAX_LOG_RECORDS {
+            if self.records == MAX_LOG_RECORDS + 1 {
+                tracing::warn!(probe = %self.probe, max = MAX_LOG_RECORDS, "plugin log cap reached; dropping the rest of this call's records");
+            }
+            return None;
+        }
+        Some(truncate(message, MAX_LOG_RECORD_BYTES))
+    }
 }
 
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
@@ -27,16 +40,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
 
 impl log::Host for HostState {
     fn log(&mut self, level: Level, message: String) {
-        let log = &mut self.log;
-        log.records += 1;
-        if log.records > MAX_LOG_RECORDS {
-            if log.records == MAX_LOG_RECORDS + 1 {
-                tracing::warn!(probe = %log.probe, max = MAX_LOG_RECORDS, "plugin log cap reached; dropping the rest of this call's records");
-            }
+        let Some(message) = self.log.admit(message) else {
             return;
-        }
-        let message = truncate(message, MAX_LOG_RECORD_BYTES);
-        let probe = &*log.probe;
+        };
+        let probe = &*self.log.probe;
         match level {
             Level::Trace => tracing::trace!(target: "sonde::plugin", probe, "{message}"),
             Level::Debug => tracing::debug!(target: "sonde::plugin", probe, "{message}"),
@@ -48,3 +55,16 @@ impl log::Host for HostState {
 }
 
 impl crate::engine::bindings::sonde::probe::types::Host for HostState {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_logs_at_most_its_quota_of_capped_records() {
+        let mut log = CallLog::new("flood".into());
+        let admitted: Vec<String> = (0..1000).filter_map(|_| log.admit("l".repeat(100 * 1024))).collect();
+        assert_eq!(admitted.len(), MAX_LOG_RECORDS);
+        assert!(admitted.iter().all(|m| m.len() <= MAX_LOG_RECORD_BYTES));
+    }
+}

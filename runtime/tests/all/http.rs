@@ -149,6 +149,15 @@ async fn blackbox_checks() {
             .status,
         Status::Failure
     );
+    // Only the first 10 KiB are read, unless max_body says more.
+    assert_eq!(
+        check(serde_json::json!({"path": "/big", "body_regex": "END$"}))
+            .await
+            .status,
+        Status::Failure
+    );
+    let more = serde_json::json!({"path": "/big", "body_regex": "END$", "max_body": 30_000});
+    assert_eq!(check(more).await.status, Status::Success);
     let r = check(serde_json::json!({"path": "/ok", "body_regex": "("})).await;
     assert_eq!(r.reason, Some(Reason::InvalidConfig), "{r:?}");
 }
