@@ -1,7 +1,6 @@
 //! The built-in http plugin against a real hyper server.
 
-use crate::support::{builtin, run};
-use sonde_runtime::host::Grants;
+use crate::support::check;
 use sonde_runtime::verdict::{Reason, RunResult, Status};
 use sonde_tests::{HttpServer, closed_port};
 use std::time::{Duration, Instant};
@@ -9,14 +8,7 @@ use std::time::{Duration, Instant};
 const SECOND: Duration = Duration::from_secs(1);
 
 async fn http(server: &HttpServer, config: serde_json::Value, timeout: Duration) -> RunResult {
-    run(
-        &builtin("http").await,
-        &server.addr.to_string(),
-        &config.to_string(),
-        &Grants::default(),
-        timeout,
-    )
-    .await
+    check("http", &server.addr.to_string(), &config.to_string(), timeout).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,14 +156,7 @@ async fn blackbox_checks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_port_is_a_failure() {
-    let r = run(
-        &builtin("http").await,
-        &closed_port().to_string(),
-        "{}",
-        &Grants::default(),
-        SECOND,
-    )
-    .await;
+    let r = check("http", &closed_port().to_string(), "{}", SECOND).await;
     assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
     assert!(r.message.contains("connect"), "{}", r.message);
 }

@@ -45,6 +45,11 @@ pub async fn run(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Gran
     run_call(plugin, target, config, grants, limits).await
 }
 
+/// Runs the built-in plugin `name` once against `target` with no grants.
+pub async fn check(name: &str, target: &str, config: &str, timeout: Duration) -> RunResult {
+    run(&builtin(name).await, target, config, &Grants::default(), timeout).await
+}
+
 /// Runs the guest at `path` once with no target, config or grants, for 1s.
 pub async fn run_alone(path: &str) -> RunResult {
     run(&guest(path).await, "", "{}", &Grants::default(), Duration::from_secs(1)).await
