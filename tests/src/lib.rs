@@ -172,11 +172,13 @@ impl Drop for RedisServer {
 /// | `/big` | 200, 20,000 `a` then `END` |
 /// | `/json` | 200 `{"status": {"db": "ok"}, "version": 3}` |
 /// | `/echo` | 200 with the request's method, `user-agent` and body |
+/// | `/health` | 200 `healthy`, or 500 `sick` after [`HttpServer::set_healthy`]`(false)` |
 /// | anything else | 404 |
 pub struct HttpServer {
     /// Where it listens.
     pub addr: SocketAddr,
     requests: Arc<std::sync::Mutex<Vec<String>>>,
+    healthy: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -188,19 +190,33 @@ impl HttpServer {
             .expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");
         let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let healthy = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let log = requests.clone();
+        let health = healthy.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let log = log.clone();
+                let health = health.clone();
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| answer(req, log.clone()));
+                    let service =
+                        hyper::service::service_fn(move |req| answer(req, log.clone(), health.load(Ordering::SeqCst)));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                         .await;
                 });
             }
         });
-        Self { addr, requests, task }
+        Self {
+            addr,
+            requests,
+            healthy,
+            task,
+        }
+    }
+
+    /// Makes `/health` answer 200 (`true`) or 500 (`false`).
+    pub fn set_healthy(&self, healthy: bool) {
+        self.healthy.store(healthy, Ordering::SeqCst);
     }
 
     /// The paths (with query) served so far, in order.
@@ -220,6 +236,7 @@ type Body = http_body_util::Full<bytes::Bytes>;
 async fn answer(
     req: hyper::Request<hyper::body::Incoming>,
     log: Arc<std::sync::Mutex<Vec<String>>>,
+    healthy: bool,
 ) -> Result<hyper::Response<Body>, std::convert::Infallible> {
     use http_body_util::BodyExt;
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
@@ -239,6 +256,8 @@ async fn answer(
     };
     Ok(match path.split('?').next().unwrap_or("") {
         "/ok" => reply(200, "ok".into()),
+        "/health" if healthy => reply(200, "healthy".into()),
+        "/health" => reply(500, "sick".into()),
         "/fail" => reply(500, "internal secret".into()),
         "/redirect" => redirect("/ok".into()),
         "/away" => redirect(format!("http://{}/ok", path.split_once("to=").map_or("", |(_, t)| t))),

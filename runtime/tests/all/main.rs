@@ -1,8 +1,10 @@
 //! sonde's integration tests: one binary, a module per area.
 
+mod agent;
 mod cli;
 mod exec;
 mod http;
 mod sandbox;
+mod scheduler;
 mod support;
 mod tcp;
