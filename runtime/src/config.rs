@@ -301,9 +301,22 @@ pub fn place(file: &Path, loc: &serde_saphyr::Location) -> Place {
     }
 }
 
+/// Parser limits: an agent may hold a million probes (about 15 YAML nodes
+/// each), far past serde-saphyr's defaults; the alias and depth limits
+/// that stop YAML bombs stay as they are.
+fn options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_nodes = 32_000_000;
+    budget.max_events = 64_000_000;
+    budget.max_total_scalar_bytes = 512 * 1024 * 1024;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
+}
+
 /// Parses config text that came from `file`.
 pub fn parse(file: &Path, text: &str) -> Result<File, ConfigErrors> {
-    serde_saphyr::from_str::<File>(text).map_err(|e| {
+    serde_saphyr::from_str_with_options::<File>(text, options()).map_err(|e| {
         let place = e.location().map_or_else(
             || Place {
                 file: file.to_path_buf(),
@@ -387,6 +400,19 @@ mod tests {
         let e =
             err("targets:\n  - name: web\n    address: a:1\n    probes:\n      - plugin: tcp\n        timeout: 10x\n");
         assert!(e.contains("\"10x\" is not a duration"), "{e}");
+    }
+
+    #[test]
+    fn the_documented_examples_parse() {
+        for (name, text) in [
+            ("web-behind-nginx.yaml", include_str!("../../docs/examples/web-behind-nginx.yaml")),
+            ("postgres.yaml", include_str!("../../docs/examples/postgres.yaml")),
+            ("calico-node-style.yaml", include_str!("../../docs/examples/calico-node-style.yaml")),
+            ("default.yaml", include_str!("default.yaml")),
+        ] {
+            let f = parse(Path::new(name), text).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!f.targets.is_empty(), "{name}");
+        }
     }
 
     #[test]
