@@ -7,9 +7,16 @@
 //! for one exchange, `{"steps": [{"expect": "^220"}, {"send": "QUIT\r\n"}]}`
 //! for several. An `expect` reads until its regex matches what arrived since
 //! the previous `expect`, the peer closes, or 64 KiB have arrived.
+//!
+//! With `{"tls": true}` the host connects and completes a TLS handshake
+//! instead (the system's roots, or `ca_file` / `ca_pem`, or
+//! `insecure_skip_verify`), and the outcome reports the handshake time and
+//! the seconds until the server certificate expires. Send/expect steps run
+//! over plain TCP only: they cannot be combined with `tls`.
 
 use regex::bytes::Regex;
 use serde::Deserialize;
+use sonde_sdk::tls::{HandshakeError, TlsOptions};
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request, net};
 use std::time::{Duration, Instant};
 
@@ -27,6 +34,43 @@ struct Config {
     expect: Option<String>,
     #[serde(default)]
     steps: Vec<StepConfig>,
+    #[serde(default)]
+    tls: bool,
+    ca_file: Option<String>,
+    ca_pem: Option<String>,
+    #[serde(default)]
+    insecure_skip_verify: bool,
+    server_name: Option<String>,
+}
+
+impl Config {
+    /// The TLS options, when `tls` is on; TLS keys without it are a mistake.
+    fn tls_options(&self) -> Result<Option<TlsOptions>, ProbeError> {
+        if !self.tls {
+            if self.ca_file.is_some()
+                || self.ca_pem.is_some()
+                || self.insecure_skip_verify
+                || self.server_name.is_some()
+            {
+                return Err(ProbeError::invalid_config(
+                    "ca_file, ca_pem, insecure_skip_verify and server_name need \"tls\": true",
+                ));
+            }
+            return Ok(None);
+        }
+        if self.send.is_some() || self.expect.is_some() || !self.steps.is_empty() {
+            return Err(ProbeError::invalid_config(
+                "send/expect steps run over plain TCP only; they cannot be combined with tls",
+            ));
+        }
+        let options = TlsOptions::from_config(
+            self.ca_file.as_deref(),
+            self.ca_pem.as_deref(),
+            self.insecure_skip_verify,
+            self.server_name.as_deref(),
+        )?;
+        Ok(Some(options))
+    }
 }
 
 #[derive(Deserialize)]
@@ -50,6 +94,11 @@ const SCHEMA: &str = r#"{
   "properties": {
     "send": {"type": "string", "description": "Bytes to send after connecting (JSON escapes such as \\r\\n apply)."},
     "expect": {"type": "string", "description": "A regex the reply must match, after `send` if both are given."},
+    "tls": {"type": "boolean", "default": false, "description": "Complete a TLS handshake (by the host) instead of a plain connect; reports tls_seconds and cert_expiry_seconds. Not with send/expect/steps."},
+    "ca_file": {"type": "string", "description": "With tls: PEM file of CAs to trust instead of the system roots (needs a files grant). Not with ca_pem."},
+    "ca_pem": {"type": "string", "description": "With tls: PEM text of CAs to trust instead of the system roots."},
+    "insecure_skip_verify": {"type": "boolean", "default": false, "description": "With tls: accept any certificate (its expiry is still reported)."},
+    "server_name": {"type": "string", "description": "With tls: name sent as SNI and verified, instead of the target's host."},
     "steps": {
       "description": "Several exchanges in order; each step has exactly one of send or expect. Not with top-level send/expect.",
       "type": "array",
@@ -66,6 +115,46 @@ const SCHEMA: &str = r#"{
 
 fn compile(pattern: &str) -> Result<Regex, ProbeError> {
     Regex::new(pattern).map_err(|e| ProbeError::invalid_config(format!("expect {pattern:?}: {e}")))
+}
+
+/// Splits a `host:port` target (`[v6]:port` in brackets) for the host's
+/// TLS handshake.
+fn host_port(target: &str) -> Result<(&str, u16), ProbeError> {
+    let bad = || ProbeError::invalid_config(format!("target {target:?}: expected HOST:PORT"));
+    let (host, port) = target.rsplit_once(':').ok_or_else(bad)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = port.parse().map_err(|_| bad())?;
+    if host.is_empty() {
+        return Err(bad());
+    }
+    Ok((host, port))
+}
+
+/// The handshake check of `{"tls": true}`.
+fn check_tls(req: &Request, options: &TlsOptions) -> Result<Outcome, ProbeError> {
+    let (host, port) = host_port(req.target())?;
+    match sonde_sdk::tls::handshake(host, port, options, req.remaining()) {
+        Ok(h) => {
+            let expires = h.info.expires_in_seconds();
+            Ok(Outcome::success(format!(
+                "{} with {}: certificate of {} expires in {} days",
+                h.info.version,
+                req.target(),
+                h.info.subject,
+                (expires / 86_400.0).floor()
+            ))
+            .with_metric("connect_seconds", h.connect_seconds, "seconds")
+            .with_metric("tls_seconds", h.tls_seconds, "seconds")
+            .with_metric("cert_expiry_seconds", expires, "seconds")
+            .with_metric(
+                "probe_seconds",
+                h.dns_seconds + h.connect_seconds + h.tls_seconds,
+                "seconds",
+            ))
+        }
+        Err(HandshakeError::Failed(m)) => Ok(Outcome::failure(format!("{}: {m}", req.target()))),
+        Err(HandshakeError::Probe(e)) => Err(e),
+    }
 }
 
 /// Turns the config into steps, refusing ambiguous or empty ones.
@@ -120,7 +209,11 @@ impl Probe for Tcp {
     }
 
     fn check(req: Request) -> Result<Outcome, ProbeError> {
-        let steps = steps(req.config()?)?;
+        let config: Config = req.config()?;
+        if let Some(options) = config.tls_options()? {
+            return check_tls(&req, &options);
+        }
+        let steps = steps(config)?;
         let start = Instant::now();
         let mut stream = match net::connect_target(&req) {
             Ok(stream) => stream,
@@ -209,6 +302,23 @@ mod tests {
         assert!(parse(r#"{"steps": [{}]}"#).is_err());
         let err = parse(r#"{"expect": "("}"#).err().unwrap();
         assert!(matches!(err, ProbeError::InvalidConfig(m) if m.contains("expect \"(\"")));
+    }
+
+    #[test]
+    fn tls_config() {
+        let config = |json: &str| serde_json::from_str::<Config>(json).unwrap().tls_options();
+        assert_eq!(config("{}").unwrap(), None);
+        assert!(
+            config(r#"{"tls": true, "insecure_skip_verify": true}"#)
+                .unwrap()
+                .is_some()
+        );
+        assert!(config(r#"{"insecure_skip_verify": true}"#).is_err());
+        assert!(config(r#"{"tls": true, "send": "x"}"#).is_err());
+        assert!(config(r#"{"tls": true, "ca_pem": "x", "insecure_skip_verify": true}"#).is_err());
+        assert_eq!(host_port("[::1]:443").unwrap(), ("::1", 443));
+        assert_eq!(host_port("db:5432").unwrap(), ("db", 5432));
+        assert!(host_port("db").is_err());
     }
 
     #[test]

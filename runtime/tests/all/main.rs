@@ -6,3 +6,4 @@ mod http;
 mod sandbox;
 mod support;
 mod tcp;
+mod tls;
