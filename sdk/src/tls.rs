@@ -4,10 +4,13 @@
 //! The host runs the TLS client: the system's trust roots (or a CA the
 //! plugin passes), certificate checks, and the handshake. [`handshake`]
 //! connects to a host, completes a handshake and reports the session and
-//! the server's certificate; it reaches only the probe's target and its
-//! `net` grants.
+//! the server's certificate; [`connect`] keeps the connection open as a
+//! [`Session`] to send and receive over. Both reach only the probe's target
+//! and its `net` grants.
 
 use crate::ProbeError;
+use crate::bindings::sonde::probe::tls as host_tls;
+use std::io;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How the host verifies a server.
@@ -130,23 +133,102 @@ pub enum HandshakeError {
     Probe(ProbeError),
 }
 
+fn handshake_error(e: host_tls::TlsError) -> HandshakeError {
+    use host_tls::TlsError;
+    match e {
+        TlsError::Denied(m) => HandshakeError::Probe(ProbeError::Denied(m)),
+        TlsError::Invalid(m) => HandshakeError::Probe(ProbeError::InvalidConfig(m)),
+        TlsError::Dns(m) => HandshakeError::Failed(format!("dns: {m}")),
+        TlsError::Connect(m) => HandshakeError::Failed(format!("connect: {m}")),
+        TlsError::Timeout(m) => HandshakeError::Failed(format!("timeout: {m}")),
+        TlsError::Handshake(m) => HandshakeError::Failed(format!("tls: {m}")),
+    }
+}
+
+fn from_wit(r: host_tls::HandshakeResult) -> Handshake {
+    Handshake {
+        info: r.info.into(),
+        dns_seconds: r.timings.dns,
+        connect_seconds: r.timings.connect,
+        tls_seconds: r.timings.tls,
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Connects to `host:port`, completes a TLS handshake with `options` within
 /// `timeout`, and closes the connection.
 pub fn handshake(host: &str, port: u16, options: &TlsOptions, timeout: Duration) -> Result<Handshake, HandshakeError> {
-    use crate::bindings::sonde::probe::tls::{self as host_tls, TlsError};
-    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-    match host_tls::handshake(host, port, &options.to_wit(), timeout_ms) {
-        Ok(r) => Ok(Handshake {
-            info: r.info.into(),
-            dns_seconds: r.timings.dns,
-            connect_seconds: r.timings.connect,
-            tls_seconds: r.timings.tls,
-        }),
-        Err(TlsError::Denied(m)) => Err(HandshakeError::Probe(ProbeError::Denied(m))),
-        Err(TlsError::Invalid(m)) => Err(HandshakeError::Probe(ProbeError::InvalidConfig(m))),
-        Err(TlsError::Dns(m)) => Err(HandshakeError::Failed(format!("dns: {m}"))),
-        Err(TlsError::Connect(m)) => Err(HandshakeError::Failed(format!("connect: {m}"))),
-        Err(TlsError::Timeout(m)) => Err(HandshakeError::Failed(format!("timeout: {m}"))),
-        Err(TlsError::Handshake(m)) => Err(HandshakeError::Failed(format!("tls: {m}"))),
+    host_tls::handshake(host, port, &options.to_wit(), millis(timeout))
+        .map(from_wit)
+        .map_err(handshake_error)
+}
+
+/// Connects to `host:port` and completes a TLS handshake with `options`
+/// within `timeout`, keeping the connection open as a [`Session`].
+pub fn connect(
+    host: &str,
+    port: u16,
+    options: &TlsOptions,
+    timeout: Duration,
+) -> Result<(Session, Handshake), HandshakeError> {
+    let (session, result) =
+        host_tls::connect(host, port, &options.to_wit(), millis(timeout)).map_err(handshake_error)?;
+    Ok((
+        Session {
+            inner: session,
+            read_timeout: timeout,
+        },
+        from_wit(result),
+    ))
+}
+
+/// An open TLS connection the host holds for the plugin: `std::io::Read`
+/// and `Write` over it, so [`crate::net::send`] and
+/// [`crate::net::read_until`] work as on a TCP stream. Dropping it closes
+/// the connection.
+pub struct Session {
+    inner: host_tls::Session,
+    read_timeout: Duration,
+}
+
+impl Session {
+    /// How long a read waits for data before failing with
+    /// [`io::ErrorKind::TimedOut`]; the connect timeout until set.
+    pub fn set_read_timeout(&mut self, timeout: Duration) {
+        self.read_timeout = timeout;
+    }
+}
+
+fn io_error(e: host_tls::TlsError) -> io::Error {
+    use host_tls::TlsError;
+    match e {
+        TlsError::Timeout(m) => io::Error::new(io::ErrorKind::TimedOut, m),
+        TlsError::Denied(m) => io::Error::new(io::ErrorKind::PermissionDenied, m),
+        TlsError::Invalid(m) => io::Error::new(io::ErrorKind::InvalidInput, m),
+        TlsError::Dns(m) | TlsError::Connect(m) | TlsError::Handshake(m) => io::Error::other(m),
+    }
+}
+
+impl io::Read for Session {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let max = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+        let data = self.inner.receive(max, millis(self.read_timeout)).map_err(io_error)?;
+        let n = data.len().min(buf.len());
+        buf[..n].copy_from_slice(&data[..n]);
+        Ok(n)
+    }
+}
+
+impl io::Write for Session {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.send(buf).map_err(io_error)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }

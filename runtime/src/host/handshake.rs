@@ -4,6 +4,10 @@
 //! HTTP (the `tcp` plugin's `tls` option) without running a TLS stack in the
 //! sandbox.
 //!
+//! `connect` keeps the connection open as a `session` the plugin sends and
+//! receives over (send/expect steps over TLS), at most [`MAX_SESSIONS`] per
+//! call; dropping it, or the end of the call, resets the connection.
+//!
 //! The host must be the probe's target or a `net` grant, checked before any
 //! name lookup or connection; a refusal is recorded, so the run is reported
 //! as `denied` whatever the plugin does with the error.
@@ -14,7 +18,20 @@ use super::{HostState, Shared};
 use crate::engine::bindings::sonde::probe::tls as probe_tls;
 use probe_tls::{HandshakeResult, Info, Options, Timings, TlsError as WitError};
 use std::time::{Duration, Instant};
-use wasmtime::component::{HasSelf, Linker};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use wasmtime::component::{HasSelf, Linker, Resource};
+
+/// TLS sessions one call may hold open at once.
+pub const MAX_SESSIONS: usize = 4;
+/// The most one `receive` returns.
+pub const MAX_RECEIVE_BYTES: usize = 64 * 1024;
+
+/// A TLS connection a plugin holds (the `session` resource).
+pub struct Session {
+    stream: TlsStream<TcpStream>,
+}
 
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     probe_tls::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
@@ -57,7 +74,12 @@ fn wit_error(e: TlsError) -> WitError {
     }
 }
 
-async fn handshake(shared: &Shared, host: &str, port: u16, options: &TlsOptions) -> Result<HandshakeResult, WitError> {
+async fn handshake(
+    shared: &Shared,
+    host: &str,
+    port: u16,
+    options: &TlsOptions,
+) -> Result<(TlsStream<TcpStream>, HandshakeResult), WitError> {
     let dialed = dial(host, port).await.map_err(|e| match e {
         DialError::Dns(m) => WitError::Dns(m),
         DialError::Connect(m) => WitError::Connect(m),
@@ -69,26 +91,26 @@ async fn handshake(shared: &Shared, host: &str, port: u16, options: &TlsOptions)
         .await
         .map_err(wit_error)?;
     let tls = start.elapsed();
-    // Closed with a reset, as every probe connection.
-    drop(stream);
-    Ok(HandshakeResult {
+    let result = HandshakeResult {
         info: (&info).into(),
         timings: Timings {
             dns: dialed.dns.as_secs_f64(),
             connect: dialed.connect.as_secs_f64(),
             tls: tls.as_secs_f64(),
         },
-    })
+    };
+    Ok((stream, result))
 }
 
-impl probe_tls::Host for HostState {
-    async fn handshake(
+impl HostState {
+    /// Checks and runs one handshake for the plugin, within `timeout_ms`.
+    async fn tls_handshake(
         &mut self,
         host: String,
         port: u16,
         options: Options,
         timeout_ms: u64,
-    ) -> Result<HandshakeResult, WitError> {
+    ) -> Result<(TlsStream<TcpStream>, HandshakeResult), WitError> {
         if host.is_empty() {
             return Err(WitError::Invalid("no host".into()));
         }
@@ -109,5 +131,87 @@ impl probe_tls::Host for HostState {
                 timeout.as_millis()
             ))),
         }
+    }
+}
+
+impl probe_tls::Host for HostState {
+    async fn handshake(
+        &mut self,
+        host: String,
+        port: u16,
+        options: Options,
+        timeout_ms: u64,
+    ) -> Result<HandshakeResult, WitError> {
+        // Dropping the stream closes the connection with a reset, as every
+        // probe connection.
+        let (_stream, result) = self.tls_handshake(host, port, options, timeout_ms).await?;
+        Ok(result)
+    }
+
+    async fn connect(
+        &mut self,
+        host: String,
+        port: u16,
+        options: Options,
+        timeout_ms: u64,
+    ) -> Result<(Resource<Session>, HandshakeResult), WitError> {
+        if self.tls_sessions >= MAX_SESSIONS {
+            return Err(WitError::Invalid(format!(
+                "at most {MAX_SESSIONS} TLS sessions may be open at once"
+            )));
+        }
+        let (stream, result) = self.tls_handshake(host, port, options, timeout_ms).await?;
+        let session = self
+            .sandbox
+            .table
+            .push(Session { stream })
+            .map_err(|e| WitError::Invalid(e.to_string()))?;
+        self.tls_sessions += 1;
+        Ok((session, result))
+    }
+}
+
+impl probe_tls::HostSession for HostState {
+    async fn send(&mut self, session: Resource<Session>, data: Vec<u8>) -> Result<(), WitError> {
+        let session = self
+            .sandbox
+            .table
+            .get_mut(&session)
+            .map_err(|e| WitError::Invalid(e.to_string()))?;
+        let stream = &mut session.stream;
+        async {
+            stream.write_all(&data).await?;
+            stream.flush().await
+        }
+        .await
+        .map_err(|e| WitError::Connect(format!("send: {e}")))
+    }
+
+    async fn receive(&mut self, session: Resource<Session>, max: u32, timeout_ms: u64) -> Result<Vec<u8>, WitError> {
+        let session = self
+            .sandbox
+            .table
+            .get_mut(&session)
+            .map_err(|e| WitError::Invalid(e.to_string()))?;
+        let mut buf = vec![0; (max as usize).clamp(1, MAX_RECEIVE_BYTES)];
+        let timeout = Duration::from_millis(timeout_ms);
+        // The call's deadline also ends a wait longer than the call.
+        match tokio::time::timeout(timeout, session.stream.read(&mut buf)).await {
+            Ok(Ok(n)) => {
+                buf.truncate(n);
+                Ok(buf)
+            }
+            Ok(Err(e)) => Err(WitError::Connect(format!("receive: {e}"))),
+            Err(_) => Err(WitError::Timeout(format!(
+                "nothing received within {}ms",
+                timeout.as_millis()
+            ))),
+        }
+    }
+
+    fn drop(&mut self, session: Resource<Session>) -> wasmtime::Result<()> {
+        self.sandbox.table.delete(session)?;
+        self.tls_sessions = self.tls_sessions.saturating_sub(1);
+        Ok(())
     }
 }

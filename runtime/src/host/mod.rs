@@ -82,6 +82,8 @@ pub struct HostState {
     pub(crate) empty_dir: Dir,
     pub(crate) exec: exec::CallExec,
     pub(crate) shared: Arc<Shared>,
+    /// TLS sessions the plugin holds open.
+    pub(crate) tls_sessions: usize,
 }
 
 impl HostState {
@@ -115,6 +117,7 @@ impl HostState {
             empty_dir: empty_dir.clone(),
             exec: exec::CallExec::new(deadline),
             shared,
+            tls_sessions: 0,
         })
     }
 

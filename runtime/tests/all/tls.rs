@@ -231,7 +231,7 @@ async fn keepalive_never_bypasses_the_grants() {
     .await;
     assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
     assert!(r.message.contains("TLS handshake with 127.0.0.1"), "{}", r.message);
-    assert!(r.message.contains("(and 1 more)"), "{}", r.message);
+    assert!(r.message.contains("(and 2 more)"), "{}", r.message);
     assert_eq!((server.accepted(), server.requests().len()), (1, 1));
 }
 
@@ -267,6 +267,58 @@ async fn tcp_tls_handshake() {
     assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
     assert!(r.message.contains("connect"), "{}", r.message);
 
-    let r = tcp(&addr, serde_json::json!({"tls": true, "send": "x"})).await;
+    let r = tcp(
+        &addr,
+        serde_json::json!({"tls": true, "insecure_skip_verify": true, "send": "x"}),
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let r = tcp(&addr, serde_json::json!({"insecure_skip_verify": true})).await;
     assert_eq!(r.reason, Some(Reason::InvalidConfig), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_send_expect_over_tls() {
+    let cert = cert();
+    let server = HttpServer::start_tls(&cert).await;
+    let request = "GET /json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let r = tcp(
+        &server.addr.to_string(),
+        serde_json::json!({"tls": true, "ca_pem": cert.ca_pem, "send": request, "expect": "\"db\": \"ok\""}),
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.message.ends_with("and completed 2 step(s)"), "{}", r.message);
+    assert!(metric(&r, "cert_expiry_seconds").unwrap() > 0.0);
+    assert_eq!(server.requests(), ["/json"]);
+
+    let r = tcp(
+        &server.addr.to_string(),
+        serde_json::json!({"tls": true, "ca_pem": cert.ca_pem, "steps": [{"send": request}, {"expect": "^HTTP/1.1 500"}]}),
+    )
+    .await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(
+        r.message.starts_with("step 2: expected /^HTTP/1.1 500/"),
+        "{}",
+        r.message
+    );
+    assert!(r.detail.unwrap().starts_with("HTTP/1.1 200"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_holds_at_most_four_tls_sessions() {
+    let server = HttpServer::start_tls(&cert()).await;
+    let r = run(
+        &guest(guests::HOARD_TLS_SESSIONS).await,
+        &server.addr.to_string(),
+        "{}",
+        &Grants::default(),
+        TIMEOUT,
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.message.starts_with("opened 4; then"), "{}", r.message);
+    assert!(r.message.contains("at most 4 TLS sessions"), "{}", r.message);
+    assert_eq!(server.accepted(), 4);
 }

@@ -1,10 +1,10 @@
-//! Asks the host for a TLS handshake with the `host:port` in its config,
-//! then sends a keep-alive `https://` request to the config's `url`, both
+//! Asks the host for a TLS handshake and a TLS session with the
+//! `host:port` in its config, then sends a keep-alive `https://` request to the config's `url`, both
 //! instead of its target, skipping certificate checks, and claims success.
 
 use serde::Deserialize;
 use sonde_sdk::http::{HttpRequest, send};
-use sonde_sdk::tls::{TlsOptions, handshake};
+use sonde_sdk::tls::{TlsOptions, connect, handshake};
 use sonde_sdk::{Outcome, Probe, ProbeError, Request};
 
 #[derive(Deserialize)]
@@ -24,13 +24,15 @@ impl Probe for TlsElsewhere {
             ..TlsOptions::default()
         };
         let shake = handshake(&config.host, config.port, &options, req.remaining());
+        let session = connect(&config.host, config.port, &options, req.remaining());
         let mut request = HttpRequest::get(config.url.clone(), req.remaining());
         request.tls = options;
         request.keepalive = true;
         let answer = send(&request);
         Ok(Outcome::success(format!(
-            "handshake: {:?}; GET {}: {:?}",
+            "handshake: {:?}; session: {}; GET {}: {:?}",
             shake.map(|h| h.info.version),
+            session.is_ok(),
             config.url,
             answer.map(|r| r.status)
         )))
