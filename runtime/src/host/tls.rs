@@ -257,6 +257,15 @@ fn describe_handshake_error(e: &std::io::Error, name: &str) -> String {
         | Error::InvalidCertificate(CertificateError::NotValidForNameContext { .. }) => {
             format!("certificate not valid for {name:?}: {tls}")
         }
+        // `openssl req -x509` makes such certificates; webpki never accepts
+        // one as a server's own, even when it is the CA passed.
+        Error::InvalidCertificate(CertificateError::Other(other))
+            if format!("{other:?}").contains("CaUsedAsEndEntity") =>
+        {
+            "certificate rejected: the server presents a CA certificate (basicConstraints CA:TRUE) as its own; \
+             use a server certificate signed by the CA, or skip verification"
+                .into()
+        }
         Error::InvalidCertificate(_) => format!("certificate rejected: {tls}"),
         other => format!("handshake: {other}"),
     }
