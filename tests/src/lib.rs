@@ -288,6 +288,26 @@ impl TestCert {
         }
     }
 
+    /// A self-signed certificate for `localhost` and `127.0.0.1` that is
+    /// also a CA (`basicConstraints CA:TRUE`), as `openssl req -x509` makes:
+    /// the server presents it as its own, and `ca_pem` is the same
+    /// certificate.
+    pub fn self_signed_ca() -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let key = KeyPair::generate().expect("key");
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.not_after = rcgen::date_time_ymd(2030, 1, 1);
+        let cert = params.self_signed(&key).expect("certificate");
+        Self {
+            ca_pem: cert.pem(),
+            not_after: params.not_after.unix_timestamp(),
+            chain: vec![cert.der().clone()],
+            key: rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        }
+    }
+
     /// A rustls server configuration presenting this certificate.
     pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());

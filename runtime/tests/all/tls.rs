@@ -94,6 +94,21 @@ async fn insecure_skip_verify_accepts_any_certificate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_certificate_presented_as_the_servers_own_is_refused_and_says_so() {
+    let cert = TestCert::self_signed_ca();
+    let server = HttpServer::start_tls(&cert).await;
+    let r = https(&server, serde_json::json!({"path": "/ok", "ca_pem": cert.ca_pem})).await;
+    assert_eq!(r.status, Status::Failure, "{r:?}");
+    assert!(r.message.contains("presents a CA certificate"), "{}", r.message);
+    let r = https(
+        &server,
+        serde_json::json!({"path": "/ok", "insecure_skip_verify": true}),
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_name_overrides_what_is_verified() {
     let cert = cert();
     let server = HttpServer::start_tls(&cert).await;
