@@ -8,3 +8,4 @@ mod sandbox;
 mod scheduler;
 mod support;
 mod tcp;
+mod tls;
