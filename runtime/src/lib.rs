@@ -39,4 +39,5 @@ pub mod builtins;
 pub mod cli;
 pub mod engine;
 pub mod host;
+pub mod signing;
 pub mod verdict;

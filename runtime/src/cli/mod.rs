@@ -3,6 +3,7 @@
 
 mod check;
 mod plugin;
+mod scaffold;
 
 use crate::engine::{Engine, EngineConfig, Plugin};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -35,7 +36,7 @@ pub struct Cli {
 pub enum Command {
     /// Run one probe once and exit with its status (0 success, 1 warning, 2 failure, 3 unknown).
     Check(check::CheckArgs),
-    /// Inspect and list plugins.
+    /// Inspect, list, sign, verify and create plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
 }

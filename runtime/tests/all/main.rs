@@ -2,7 +2,12 @@
 
 mod cli;
 mod exec;
+mod file_age;
 mod http;
+mod postgres;
+mod redis;
 mod sandbox;
+mod scaffold;
+mod signing;
 mod support;
 mod tcp;
