@@ -113,6 +113,8 @@ pub struct RedisServer {
     /// Where it listens.
     pub addr: SocketAddr,
     child: std::process::Child,
+    /// Its working directory: a replica writes the master's snapshot here.
+    _dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -135,8 +137,11 @@ impl RedisServer {
     /// As [`start`](Self::start).
     pub fn start_with(extra: &[&str]) -> Self {
         let addr = closed_port();
+        let dir = tempfile::tempdir().expect("temp dir");
         let child = std::process::Command::new("redis-server")
             .args([
+                "--dir",
+                &dir.path().display().to_string(),
                 "--port",
                 &addr.port().to_string(),
                 "--bind",
@@ -150,7 +155,7 @@ impl RedisServer {
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server is not installed: apt-get install redis-server");
-        let server = Self { addr, child };
+        let server = Self { addr, child, _dir: dir };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while std::net::TcpStream::connect(addr).is_err() {
             assert!(
