@@ -8,7 +8,8 @@ use sonde_tests::{PgAuth, PostgresServer};
 use std::process::Command;
 use std::time::Duration;
 
-/// Generous: a cold wasm instance does PBKDF2 (4096 rounds) for SCRAM.
+/// Headroom for a loaded CI machine: a SCRAM login and `SELECT 1` take
+/// about 7 ms and 45 million fuel here (PBKDF2 with 4096 rounds in wasm).
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 async fn postgres(server: &PostgresServer, config: serde_json::Value) -> RunResult {
