@@ -108,7 +108,9 @@ pub enum SignatureError {
         key_id: String,
     },
     /// The signature was made with a key that is not trusted.
-    #[error("{plugin}: untrusted: signed by {signer:?} with key {key_id}, which is not among the {trusted} trusted key(s) ({sig})")]
+    #[error(
+        "{plugin}: untrusted: signed by {signer:?} with key {key_id}, which is not among the {trusted} trusted key(s) ({sig})"
+    )]
     Untrusted {
         /// The plugin's file.
         plugin: String,
@@ -498,11 +500,17 @@ pub fn verify(
         )));
     }
     if file.algorithm != "ed25519" {
-        return Err(malformed(format!("algorithm {:?}, expected \"ed25519\"", file.algorithm)));
+        return Err(malformed(format!(
+            "algorithm {:?}, expected \"ed25519\"",
+            file.algorithm
+        )));
     }
     check_signer_name(&file.signer).map_err(|e| malformed(e.to_string()))?;
     if humantime::parse_rfc3339(&file.signed_at).is_err() {
-        return Err(malformed(format!("signed_at {:?} is not an RFC 3339 time", file.signed_at)));
+        return Err(malformed(format!(
+            "signed_at {:?} is not an RFC 3339 time",
+            file.signed_at
+        )));
     }
     let signature: [u8; 64] = BASE64
         .decode(&file.signature)
@@ -663,9 +671,19 @@ mod tests {
                 "signed_at" => forged.signed_at = "2030-01-01T00:00:00Z".into(),
                 _ => forged.key_id = "0000000000000000".into(),
             }
-            let err = verify("p.wasm", wasm, "p.wasm.sig", Some(forged.to_text().as_bytes()), &trusted).unwrap_err();
+            let err = verify(
+                "p.wasm",
+                wasm,
+                "p.wasm.sig",
+                Some(forged.to_text().as_bytes()),
+                &trusted,
+            )
+            .unwrap_err();
             assert!(
-                matches!(err, SignatureError::BadSignature { .. } | SignatureError::Untrusted { .. }),
+                matches!(
+                    err,
+                    SignatureError::BadSignature { .. } | SignatureError::Untrusted { .. }
+                ),
                 "{field}: {err}"
             );
         }

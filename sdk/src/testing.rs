@@ -82,7 +82,11 @@ fn target_dir(manifest_dir: &Path) -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("`cargo metadata` prints JSON");
-    PathBuf::from(meta["target_directory"].as_str().expect("target_directory in cargo metadata"))
+    PathBuf::from(
+        meta["target_directory"]
+            .as_str()
+            .expect("target_directory in cargo metadata"),
+    )
 }
 
 impl Plugin {

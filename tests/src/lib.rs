@@ -265,7 +265,11 @@ impl PostgresServer {
             .arg(format!("--pwfile={}", pwfile.display()))
             .output()
             .expect("run initdb");
-        assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let hba = format!(
             "local all all trust\nhost all all 127.0.0.1/32 {0}\nhost replication all 127.0.0.1/32 {0}\n",
             auth.hba()
@@ -282,7 +286,10 @@ impl PostgresServer {
         std::io::Write::write_all(&mut file, conf.as_bytes()).expect("write postgresql.conf");
         // initdb stored the pwfile password with initdb's default encryption; store it again.
         server.restart();
-        server.psql(&format!("SET password_encryption = '{encryption}'; ALTER USER postgres PASSWORD '{}'", Self::PASSWORD));
+        server.psql(&format!(
+            "SET password_encryption = '{encryption}'; ALTER USER postgres PASSWORD '{}'",
+            Self::PASSWORD
+        ));
         server
     }
 
@@ -353,7 +360,17 @@ impl PostgresServer {
     pub fn psql(&self, sql: &str) -> String {
         let out = self
             .as_postgres("psql")
-            .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-U", "postgres", "-d", "postgres"])
+            .args([
+                "-X",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
             .args(["-p", &self.addr.port().to_string(), "-c", sql])
             .output()
             .expect("run psql");

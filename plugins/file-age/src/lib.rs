@@ -40,7 +40,11 @@ fn limits(config: &Config) -> Result<Limits, ProbeError> {
         )));
     }
     let max_age = duration("max_age", &config.max_age)?;
-    let warn_age = config.warn_age.as_deref().map(|w| duration("warn_age", w)).transpose()?;
+    let warn_age = config
+        .warn_age
+        .as_deref()
+        .map(|w| duration("warn_age", w))
+        .transpose()?;
     if let Some(w) = warn_age
         && w >= max_age
     {
@@ -152,7 +156,10 @@ mod tests {
         for (json, expected) in [
             (r#"{"path": "x", "max_age": "5m"}"#, "must be absolute"),
             (r#"{"path": "/x", "max_age": "soon"}"#, "max_age \"soon\""),
-            (r#"{"path": "/x", "max_age": "1m", "warn_age": "2m"}"#, "warn_age must be less"),
+            (
+                r#"{"path": "/x", "max_age": "1m", "warn_age": "2m"}"#,
+                "warn_age must be less",
+            ),
             (r#"{"path": "/x"}"#, "max_age"),
             (r#"{"path": "/x", "max_age": "1m", "maxage": 1}"#, "maxage"),
         ] {

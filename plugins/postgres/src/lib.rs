@@ -137,20 +137,35 @@ fn authenticate(conn: &mut Conn, user: &str, password: Option<&str>) -> Result<(
     let mut method = Method::Trust;
     let mut scram: Option<(scram::Scram, Option<scram::ClientFinal>)> = None;
     let mut version = String::new();
+    let mut server_verified = false;
     loop {
         let msg = conn.recv().map_err(broken("startup"))?;
         match msg.tag {
             b'E' => {
                 return Err(Stop::Failure(format!(
                     "{} refused: {}",
-                    if matches!(method, Method::Trust) { "login" } else { "authentication" },
+                    if matches!(method, Method::Trust) {
+                        "login"
+                    } else {
+                        "authentication"
+                    },
                     ServerError::parse(&msg.body)
                 )));
             }
             b'R' => {
-                let kind = wire::be_i32(&msg.body, 0).ok_or_else(|| Stop::Error(ProbeError::io("short Authentication message")))?;
+                let kind = wire::be_i32(&msg.body, 0)
+                    .ok_or_else(|| Stop::Error(ProbeError::io("short Authentication message")))?;
                 match kind {
-                    0 => {} // AuthenticationOk
+                    0 => {
+                        // AuthenticationOk. After SCRAM it must follow a verified
+                        // SASLFinal: a server that skips it has not proved it
+                        // knows the password.
+                        if scram.is_some() && !server_verified {
+                            return Err(Stop::Failure(
+                                "SCRAM: the server accepted the login without proving it knows the password".into(),
+                            ));
+                        }
+                    }
                     3 => {
                         method = Method::Password;
                         let pw = password.ok_or_else(|| need_password("password"))?;
@@ -159,7 +174,10 @@ fn authenticate(conn: &mut Conn, user: &str, password: Option<&str>) -> Result<(
                     5 => {
                         method = Method::Md5;
                         let pw = password.ok_or_else(|| need_password("md5"))?;
-                        let salt = msg.body.get(4..8).ok_or_else(|| Stop::Error(ProbeError::io("short md5 salt")))?;
+                        let salt = msg
+                            .body
+                            .get(4..8)
+                            .ok_or_else(|| Stop::Error(ProbeError::io("short md5 salt")))?;
                         conn.send(b'p', &cstring(&md5_password(user, pw, salt)))
                             .map_err(broken("md5 password"))?;
                     }
@@ -203,8 +221,9 @@ fn authenticate(conn: &mut Conn, user: &str, password: Option<&str>) -> Result<(
                         };
                         fin.verify_server(&String::from_utf8_lossy(&msg.body[4..]))
                             .map_err(|e| Stop::Failure(format!("SCRAM: {e}")))?;
+                        server_verified = true;
                     }
-                    7 | 8 | 9 => {
+                    7..=9 => {
                         return Err(Stop::Error(ProbeError::io(
                             "the server asks for GSSAPI or SSPI authentication, which sonde does not speak",
                         )));
@@ -266,7 +285,10 @@ fn replication(conn: &mut Conn) -> Result<Replication, Stop> {
         .first()
         .ok_or_else(|| Stop::Error(ProbeError::io("the replication query returned no row")))?;
     let standby = row.first().and_then(|v| v.as_deref()) == Some("t");
-    let lag = row.get(1).and_then(|v| v.as_deref()).and_then(|v| v.parse::<f64>().ok());
+    let lag = row
+        .get(1)
+        .and_then(|v| v.as_deref())
+        .and_then(|v| v.parse::<f64>().ok());
     Ok(Replication { standby, lag })
 }
 

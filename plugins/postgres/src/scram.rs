@@ -115,7 +115,9 @@ impl ClientFinal {
             .split(',')
             .find_map(|a| a.strip_prefix("v="))
             .ok_or("no server signature in the SCRAM final message")?;
-        let v = BASE64.decode(v).map_err(|_| "the server's SCRAM signature is not base64")?;
+        let v = BASE64
+            .decode(v)
+            .map_err(|_| "the server's SCRAM signature is not base64")?;
         if v != self.server_signature {
             return Err("the server's SCRAM signature is wrong: it does not know the password".into());
         }
@@ -133,8 +135,7 @@ mod tests {
         let mut scram = Scram::with_nonce("pencil", "rOprNGfwEbeRWgbNEkqO");
         // The RFC's client-first names the user; PostgreSQL's does not.
         scram.client_first_bare = "n=user,r=rOprNGfwEbeRWgbNEkqO".into();
-        let server_first =
-            "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
+        let server_first = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
         let fin = scram.client_final(server_first).unwrap();
         assert_eq!(
             fin.message,

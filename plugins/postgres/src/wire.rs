@@ -95,7 +95,10 @@ pub struct Conn {
 
 impl Conn {
     pub fn new(stream: TcpStream) -> Self {
-        Self { stream, buf: Vec::new() }
+        Self {
+            stream,
+            buf: Vec::new(),
+        }
     }
 
     /// Sends the StartupMessage with `params` (name, value pairs).
@@ -230,7 +233,10 @@ mod tests {
     fn error_responses_keep_the_fields_a_person_needs() {
         let body = b"SFATAL\0VFATAL\0C28P01\0Mpassword authentication failed for user \"x\"\0Fauth.c\0\0";
         let e = ServerError::parse(body);
-        assert_eq!(e.to_string(), "FATAL 28P01: password authentication failed for user \"x\"");
+        assert_eq!(
+            e.to_string(),
+            "FATAL 28P01: password authentication failed for user \"x\""
+        );
     }
 
     #[test]

@@ -70,7 +70,10 @@ struct Resp {
 
 impl Resp {
     fn new(stream: TcpStream) -> Self {
-        Self { stream, buf: Vec::new() }
+        Self {
+            stream,
+            buf: Vec::new(),
+        }
     }
 
     /// Sends one command as a RESP array of bulk strings.
@@ -126,7 +129,10 @@ impl Resp {
         match kind {
             b'+' => Ok(Reply::Simple(text)),
             b'-' => Ok(Reply::Error(text)),
-            b':' => text.parse().map(Reply::Integer).map_err(|_| invalid("a bad integer reply")),
+            b':' => text
+                .parse()
+                .map(Reply::Integer)
+                .map_err(|_| invalid("a bad integer reply")),
             b'$' => {
                 let len: i64 = text.parse().map_err(|_| invalid("a bad bulk length"))?;
                 if len < 0 {
@@ -236,8 +242,7 @@ impl Probe for Redis {
             .max_link_age
             .as_deref()
             .map(|s| {
-                humantime::parse_duration(s)
-                    .map_err(|e| ProbeError::invalid_config(format!("max_link_age {s:?}: {e}")))
+                humantime::parse_duration(s).map_err(|e| ProbeError::invalid_config(format!("max_link_age {s:?}: {e}")))
             })
             .transpose()?;
         if config.username.is_some() && config.password.is_none() {
@@ -247,7 +252,11 @@ impl Probe for Redis {
         let stream = match net::connect_target(&req) {
             Ok(s) => s,
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                return Err(ProbeError::denied(format!("connect to {}: {}", req.target(), net::describe_error(&e))));
+                return Err(ProbeError::denied(format!(
+                    "connect to {}: {}",
+                    req.target(),
+                    net::describe_error(&e)
+                )));
             }
             Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
                 return Err(ProbeError::invalid_config(format!("target {:?}: {e}", req.target())));

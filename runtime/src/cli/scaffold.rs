@@ -36,7 +36,9 @@ fn check_name(name: &str) -> Result<(), CliError> {
         )));
     }
     if ["test", "core", "std", "alloc", "proc_macro", "self", "crate", "super"].contains(&name) {
-        return Err(CliError(format!("plugin name {name:?} is reserved by Rust; choose another")));
+        return Err(CliError(format!(
+            "plugin name {name:?} is reserved by Rust; choose another"
+        )));
     }
     Ok(())
 }
@@ -86,7 +88,10 @@ pub(super) fn create(req: NewPlugin) -> Result<PathBuf, CliError> {
     let sdk = sdk_path(req.sdk)?;
     let dir = req.dir.unwrap_or_else(|| PathBuf::from(&req.name));
     if dir.symlink_metadata().is_ok() {
-        return Err(CliError(format!("{}: already exists; not overwriting it", dir.display())));
+        return Err(CliError(format!(
+            "{}: already exists; not overwriting it",
+            dir.display()
+        )));
     }
     let sonde = std::env::current_exe().map_err(|e| CliError(format!("cannot find this sonde binary: {e}")))?;
     let crate_name = req.name.replace('-', "_");

@@ -24,7 +24,10 @@ async fn a_fresh_file_is_a_success_and_an_old_one_a_failure() {
 
     let r = file_age(&file, "5m", granted.clone()).await;
     assert_eq!(r.status, Status::Success, "{r:?}");
-    assert!(r.metrics.iter().any(|m| m.name == "size_bytes" && m.value == 6.0), "{r:?}");
+    assert!(
+        r.metrics.iter().any(|m| m.name == "size_bytes" && m.value == 6.0),
+        "{r:?}"
+    );
 
     let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
     filetime::set_file_mtime(&file, filetime::FileTime::from_system_time(an_hour_ago)).unwrap();
@@ -66,6 +69,10 @@ async fn without_a_grant_the_read_is_denied() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_duration_is_invalid_config_naming_it() {
     let r = file_age(Path::new("/x"), "soon", vec![]).await;
-    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::InvalidConfig)), "{r:?}");
+    assert_eq!(
+        (r.status, r.reason),
+        (Status::Unknown, Some(Reason::InvalidConfig)),
+        "{r:?}"
+    );
     assert!(r.message.contains("max_age \"soon\""), "{}", r.message);
 }

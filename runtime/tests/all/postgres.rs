@@ -40,7 +40,11 @@ async fn scram_right_password_succeeds_wrong_fails_with_the_reason_stopped_fails
 
     // No password configured while the server wants one: the check cannot be made.
     let r = postgres(&server, serde_json::json!({ "user": "postgres" })).await;
-    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::InvalidConfig)), "{r:?}");
+    assert_eq!(
+        (r.status, r.reason),
+        (Status::Unknown, Some(Reason::InvalidConfig)),
+        "{r:?}"
+    );
     assert!(r.message.contains("SCRAM-SHA-256"), "{}", r.message);
 
     server.stop();
@@ -59,11 +63,23 @@ async fn queries_databases_and_roles_are_checked() {
         c
     };
 
-    let r = postgres(&server, with(serde_json::json!({"query": "SELECT current_database()", "database": "app"}))).await;
+    let r = postgres(
+        &server,
+        with(serde_json::json!({"query": "SELECT current_database()", "database": "app"})),
+    )
+    .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
-    assert!(r.message.starts_with("\"SELECT current_database()\" → app;"), "{}", r.message);
+    assert!(
+        r.message.starts_with("\"SELECT current_database()\" → app;"),
+        "{}",
+        r.message
+    );
 
-    let r = postgres(&server, serde_json::json!({"user": "probe", "password": "probe-pw", "database": "app"})).await;
+    let r = postgres(
+        &server,
+        serde_json::json!({"user": "probe", "password": "probe-pw", "database": "app"}),
+    )
+    .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
 
     let r = postgres(&server, with(serde_json::json!({"query": "SELECT * FROM missing"}))).await;
@@ -72,9 +88,17 @@ async fn queries_databases_and_roles_are_checked() {
 
     let r = postgres(&server, with(serde_json::json!({"database": "nope"}))).await;
     assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
-    assert!(r.message.contains("3D000") && r.message.contains("\"nope\""), "{}", r.message);
+    assert!(
+        r.message.contains("3D000") && r.message.contains("\"nope\""),
+        "{}",
+        r.message
+    );
 
-    let r = postgres(&server, with(serde_json::json!({"role": "primary", "max_replica_lag": "10s"}))).await;
+    let r = postgres(
+        &server,
+        with(serde_json::json!({"role": "primary", "max_replica_lag": "10s"})),
+    )
+    .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     assert!(r.message.contains(", primary,"), "{}", r.message);
     let r = postgres(&server, with(serde_json::json!({"role": "standby"}))).await;

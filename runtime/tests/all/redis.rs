@@ -34,7 +34,8 @@ async fn a_replica_whose_master_is_gone_is_a_failure() {
     let r = redis(&replica, r#"{"role": "replica"}"#).await;
     assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
     assert!(
-        r.message.contains(&format!("link to master 127.0.0.1:{} is down", gone.port())),
+        r.message
+            .contains(&format!("link to master 127.0.0.1:{} is down", gone.port())),
         "{}",
         r.message
     );
@@ -81,5 +82,9 @@ async fn a_closed_port_fails_and_a_bad_config_is_invalid_config() {
     assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
     assert!(r.message.contains("connection refused"), "{}", r.message);
     let r = check("redis", &closed_port().to_string(), r#"{"role": "primary"}"#, SECOND).await;
-    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::InvalidConfig)), "{r:?}");
+    assert_eq!(
+        (r.status, r.reason),
+        (Status::Unknown, Some(Reason::InvalidConfig)),
+        "{r:?}"
+    );
 }

@@ -10,11 +10,14 @@ fn cargo(dir: &Path, args: &[&str]) -> Output {
     // A target dir of its own that persists between runs, so a warm run
     // compiles only the demo; offline, with the workspace's lock file, so
     // the versions are those already downloaded.
-    cmd.env("CARGO_TARGET_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target"))
-        .env("CARGO_NET_OFFLINE", "true")
-        .env_remove("SONDE_BIN")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("RUSTC_WORKSPACE_WRAPPER");
+    cmd.env(
+        "CARGO_TARGET_DIR",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target"),
+    )
+    .env("CARGO_NET_OFFLINE", "true")
+    .env_remove("SONDE_BIN")
+    .env_remove("CARGO_ENCODED_RUSTFLAGS")
+    .env_remove("RUSTC_WORKSPACE_WRAPPER");
     cmd.output().expect("run cargo")
 }
 
@@ -37,7 +40,13 @@ fn a_new_plugin_builds_and_passes_its_own_tests() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     let demo = tmp.path().join("demo");
-    for file in ["Cargo.toml", "src/lib.rs", "tests/check.rs", "README.md", "rust-toolchain.toml"] {
+    for file in [
+        "Cargo.toml",
+        "src/lib.rs",
+        "tests/check.rs",
+        "README.md",
+        "rust-toolchain.toml",
+    ] {
         assert!(demo.join(file).is_file(), "{file} missing");
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

@@ -144,7 +144,10 @@ fn keygen_writes_a_private_key_and_refuses_to_overwrite() {
 
     let out = sonde(&["plugin", "keygen", key_arg]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("already exists"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already exists"),
+        "{out:?}"
+    );
     assert_eq!(std::fs::read(&key).unwrap(), before, "the key was overwritten");
 }
 
@@ -169,10 +172,16 @@ fn cli_sign_and_verify_exit_0_valid_2_invalid() {
 
     let out = sonde(&["plugin", "verify", "--key", public_arg, wasm_arg]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(stdout(&out).starts_with("valid:") && stdout(&out).contains("\"acme\""), "{out:?}");
+    assert!(
+        stdout(&out).starts_with("valid:") && stdout(&out).contains("\"acme\""),
+        "{out:?}"
+    );
 
     let other = dir.path().join("other.key");
-    assert_eq!(sonde(&["plugin", "keygen", other.to_str().unwrap()]).status.code(), Some(0));
+    assert_eq!(
+        sonde(&["plugin", "keygen", other.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
     let other_public = signing::public_key_path(&other);
     let out = sonde(&["plugin", "verify", "--key", other_public.to_str().unwrap(), wasm_arg]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -186,7 +195,10 @@ fn cli_sign_and_verify_exit_0_valid_2_invalid() {
     // A secret key given where a public key is expected is a usage error, not a verdict.
     let out = sonde(&["plugin", "verify", "--key", key_arg, wasm_arg]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("this is a secret key file"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("this is a secret key file"),
+        "{out:?}"
+    );
 
     // Only components are signed.
     let text = dir.path().join("notes.wasm");
