@@ -56,7 +56,9 @@ async fn scram_right_password_succeeds_wrong_fails_with_the_reason_stopped_fails
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_databases_and_roles_are_checked() {
     let server = PostgresServer::start(PgAuth::Scram);
-    server.psql("CREATE DATABASE app; CREATE ROLE probe LOGIN PASSWORD 'probe-pw'");
+    // CREATE DATABASE cannot share psql's transaction with anything else.
+    server.psql("CREATE DATABASE app");
+    server.psql("CREATE ROLE probe LOGIN PASSWORD 'probe-pw'");
     let with = |extra: serde_json::Value| {
         let mut c = password();
         c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
