@@ -227,22 +227,7 @@ impl PostgresServer {
     /// When PostgreSQL is not installed (`.ci/run` installs `postgresql`),
     /// or does not come up within thirty seconds.
     pub fn start(auth: PgAuth) -> Self {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .expect("PostgreSQL is not installed: apt-get install postgresql")
-            .flatten()
-            .map(|e| e.path().join("bin"))
-            .filter(|b| b.join("postgres").exists())
-            .max_by_key(|b| {
-                b.parent()
-                    .and_then(|v| v.file_name())
-                    .and_then(|v| v.to_str())
-                    .and_then(|v| v.parse::<u32>().ok())
-                    .unwrap_or(0)
-            })
-            .expect("no /usr/lib/postgresql/*/bin/postgres");
-        let ids = postgres_ids();
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::os::unix::fs::chown(dir.path(), Some(ids.0), Some(ids.1)).expect("chown the data dir to postgres");
+        let (bin, ids, dir) = Self::prepare();
         let pwfile = dir.path().join("pwfile");
         std::fs::write(&pwfile, Self::PASSWORD).expect("write pwfile");
         std::os::unix::fs::chown(&pwfile, Some(ids.0), Some(ids.1)).expect("chown pwfile");
@@ -271,7 +256,7 @@ impl PostgresServer {
             String::from_utf8_lossy(&out.stderr)
         );
         let hba = format!(
-            "local all all trust\nhost all all 127.0.0.1/32 {0}\nhost replication all 127.0.0.1/32 {0}\n",
+            "local all all trust\nlocal replication all trust\nhost all all 127.0.0.1/32 {0}\nhost replication all 127.0.0.1/32 {0}\n",
             auth.hba()
         );
         std::fs::write(data.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
@@ -291,6 +276,70 @@ impl PostgresServer {
             Self::PASSWORD
         ));
         server
+    }
+
+    /// Finds PostgreSQL's programs and makes a temporary directory the
+    /// `postgres` user owns.
+    fn prepare() -> (std::path::PathBuf, (u32, u32), tempfile::TempDir) {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL is not installed: apt-get install postgresql")
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|b| b.join("postgres").exists())
+            .max_by_key(|b| {
+                b.parent()
+                    .and_then(|v| v.file_name())
+                    .and_then(|v| v.to_str())
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .unwrap_or(0)
+            })
+            .expect("no /usr/lib/postgresql/*/bin/postgres");
+        let ids = postgres_ids();
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::os::unix::fs::chown(dir.path(), Some(ids.0), Some(ids.1)).expect("chown the data dir to postgres");
+        (bin, ids, dir)
+    }
+
+    /// Starts a hot standby of `primary`: a base backup taken with
+    /// `pg_basebackup -R`, streaming from the primary over its Unix socket,
+    /// on a port of its own. Waits until it accepts queries.
+    ///
+    /// # Panics
+    ///
+    /// When the backup fails or the standby does not come up.
+    pub fn start_standby(primary: &PostgresServer) -> Self {
+        let (bin, ids, dir) = Self::prepare();
+        let mut standby = Self {
+            addr: closed_port(),
+            bin,
+            dir,
+            auth: primary.auth,
+            ids,
+            child: None,
+        };
+        let data = standby.data_dir();
+        let out = standby
+            .as_postgres("pg_basebackup")
+            .arg("-D")
+            .arg(&data)
+            .args(["-R", "-X", "stream", "--no-sync", "-U", "postgres", "-h"])
+            .arg(primary.dir.path())
+            .args(["-p", &primary.addr.port().to_string()])
+            .output()
+            .expect("run pg_basebackup");
+        assert!(
+            out.status.success(),
+            "pg_basebackup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let conf = format!("unix_socket_directories = '{}'\n", standby.dir.path().display());
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .expect("open postgresql.conf");
+        std::io::Write::write_all(&mut file, conf.as_bytes()).expect("write postgresql.conf");
+        standby.restart();
+        standby
     }
 
     fn data_dir(&self) -> std::path::PathBuf {

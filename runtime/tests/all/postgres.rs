@@ -173,3 +173,69 @@ fn cli_exit_codes_right_password_0_wrong_2_stopped_2() {
     let out = sonde_check(&server, PostgresServer::PASSWORD);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// Polls `done` every 50 ms for up to 20 s (waiting on replication, a
+/// separate process), and fails the test with `what` if it never holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_is_checked_for_role_and_replay_lag() {
+    let primary = PostgresServer::start(PgAuth::Scram);
+    primary.psql("CREATE TABLE beat (at timestamptz)");
+    let standby = PostgresServer::start_standby(&primary);
+    primary.psql("INSERT INTO beat VALUES (now())");
+    wait_until("the standby to replay the insert", || {
+        standby.psql("SELECT count(*) FROM beat") == "1"
+    });
+    let config = |extra: serde_json::Value| {
+        let mut c = password();
+        c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        c
+    };
+
+    let r = postgres(
+        &standby,
+        config(serde_json::json!({"role": "standby", "max_replica_lag": "30s"})),
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.message.contains(", standby,"), "{}", r.message);
+    let lag = r
+        .metrics
+        .iter()
+        .find(|m| m.name == "replica_lag_seconds")
+        .expect("lag metric")
+        .value;
+    assert!((0.0..30.0).contains(&lag), "{lag}");
+
+    let r = postgres(&standby, config(serde_json::json!({"role": "primary"}))).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert_eq!(r.message, "role is standby, expected primary");
+
+    // Pause replay and write on the primary: the standby receives WAL it
+    // does not replay, and its last replayed transaction ages.
+    standby.psql("SELECT pg_wal_replay_pause()");
+    primary.psql("INSERT INTO beat VALUES (now())");
+    wait_until("the standby to receive WAL it has not replayed", || {
+        standby.psql("SELECT pg_last_wal_receive_lsn() > pg_last_wal_replay_lsn()") == "t"
+    });
+    let r = postgres(&standby, config(serde_json::json!({"max_replica_lag": "1ms"}))).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(r.message.starts_with("standby replay lag "), "{}", r.message);
+    assert!(r.message.ends_with("more than 1ms"), "{}", r.message);
+    let r = postgres(&standby, config(serde_json::json!({"max_replica_lag": "1h"}))).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let lag = r
+        .metrics
+        .iter()
+        .find(|m| m.name == "replica_lag_seconds")
+        .expect("lag metric")
+        .value;
+    assert!(lag > 0.0, "{lag}");
+}
