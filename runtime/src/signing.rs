@@ -245,13 +245,27 @@ pub fn digest(wasm: &[u8]) -> String {
 
 /// Parses a key file: its header, then `signer:` and `key:` lines.
 fn parse_key_file(path: &Path, kind: &'static str, header: &str) -> Result<(String, [u8; 32]), SignatureError> {
-    let malformed = |detail: String| SignatureError::MalformedKey {
+    let bytes = read_small(path)?;
+    let text = String::from_utf8(bytes).map_err(|_| SignatureError::MalformedKey {
         path: path.display().to_string(),
+        kind,
+        detail: "not UTF-8 text".into(),
+    })?;
+    parse_key_text(&path.display().to_string(), &text, kind, header)
+}
+
+/// Parses a key file's text; `source` names it in errors.
+fn parse_key_text(
+    source: &str,
+    text: &str,
+    kind: &'static str,
+    header: &str,
+) -> Result<(String, [u8; 32]), SignatureError> {
+    let malformed = |detail: String| SignatureError::MalformedKey {
+        path: source.to_string(),
         kind,
         detail,
     };
-    let bytes = read_small(path)?;
-    let text = String::from_utf8(bytes).map_err(|_| malformed("not UTF-8 text".into()))?;
     let mut lines = text
         .lines()
         .map(str::trim)
@@ -375,8 +389,19 @@ impl PublicKey {
     /// Reads a public key file (`KEYFILE.pub`).
     pub fn read(path: &Path) -> Result<Self, SignatureError> {
         let (signer, bytes) = parse_key_file(path, "public", PUBLIC_KEY_HEADER)?;
-        let key = VerifyingKey::from_bytes(&bytes).map_err(|e| SignatureError::MalformedKey {
-            path: path.display().to_string(),
+        Self::from_parts(&path.display().to_string(), signer, &bytes)
+    }
+
+    /// Parses the text of a public key file given inline (in a config
+    /// file, say); `source` names it in errors (`config.yaml: trust[0]`).
+    pub fn parse(source: &str, text: &str) -> Result<Self, SignatureError> {
+        let (signer, bytes) = parse_key_text(source, text, "public", PUBLIC_KEY_HEADER)?;
+        Self::from_parts(source, signer, &bytes)
+    }
+
+    fn from_parts(source: &str, signer: String, bytes: &[u8; 32]) -> Result<Self, SignatureError> {
+        let key = VerifyingKey::from_bytes(bytes).map_err(|e| SignatureError::MalformedKey {
+            path: source.to_string(),
             kind: "public",
             detail: format!("not an ed25519 public key: {e}"),
         })?;
@@ -730,6 +755,14 @@ mod tests {
         assert!(err.to_string().contains("this is a secret key file"), "{err}");
         let err = SecretKey::read(&public_key_path(&path)).unwrap_err();
         assert!(err.to_string().contains("this is a public key file"), "{err}");
+        let text = std::fs::read_to_string(public_key_path(&path)).unwrap();
+        assert_eq!(PublicKey::parse("inline", &text).unwrap(), public);
+        let err = PublicKey::parse("config.yaml: trust[0]", "nonsense").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("config.yaml: trust[0]: not a valid sonde public key"),
+            "{err}"
+        );
         let err = keygen(&path, "acme").unwrap_err();
         assert!(matches!(err, SignatureError::KeyExists { .. }), "{err}");
     }
