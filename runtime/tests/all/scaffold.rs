@@ -65,6 +65,10 @@ fn a_new_plugin_builds_and_passes_its_own_tests() {
     assert_eq!(info["info"]["name"], "demo");
     assert_eq!(info["info"]["vendor"], "Demo Corp");
 
+    // Formatted as `cargo fmt` would, so a vendor's first commit is clean.
+    let out = cargo(&demo, &["fmt", "--check"]);
+    assert!(out.status.success(), "{}", show(&out));
+
     let out = cargo(&demo, &["test"]);
     assert!(out.status.success(), "{}", show(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
