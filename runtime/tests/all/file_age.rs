@@ -60,10 +60,12 @@ async fn without_a_grant_the_read_is_denied() {
     let r = file_age(&file, "5m", vec![]).await;
     assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
 
-    // A grant of another directory does not reach it either.
+    // A grant of another directory does not reach it either: outside every
+    // preopened directory the file does not exist for the plugin.
     let other = tempfile::tempdir().unwrap();
     let r = file_age(&file, "5m", vec![other.path().to_path_buf()]).await;
-    assert_ne!(r.status, Status::Success, "{r:?}");
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(r.message.ends_with("does not exist"), "{}", r.message);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
