@@ -4,7 +4,9 @@
 use std::path::Path;
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // Read at run time, not baked in with env!: a build script binary
+    // reused from another checkout's target dir must build this checkout.
+    let root = Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo")).join("..");
     let plugins = sonde_build::packages_in(&root.join("plugins"));
     let names: Vec<&str> = plugins.iter().map(|(n, _)| n.as_str()).collect();
     let built = sonde_build::build(&root, &names);

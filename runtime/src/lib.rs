@@ -50,4 +50,5 @@ pub mod registry;
 pub mod results;
 pub mod scheduler;
 pub mod thresholds;
+pub mod signing;
 pub mod verdict;

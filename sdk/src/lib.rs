@@ -22,6 +22,9 @@
 //! one call to the next. Network access reaches the probe's target and what
 //! the operator granted, nothing else; [`net`], [`http`] and [`tls`] are the
 //! helpers, and `std::net` obeys the same grants.
+//!
+//! On the host, [`testing`] builds a plugin and runs it through the `sonde`
+//! binary for the plugin's own tests.
 
 #![deny(missing_docs)]
 
@@ -30,6 +33,8 @@ pub mod http;
 pub mod log;
 pub mod net;
 pub mod tls;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
 
 use serde::de::DeserializeOwned;
 use std::fmt;

@@ -113,6 +113,8 @@ pub struct RedisServer {
     /// Where it listens.
     pub addr: SocketAddr,
     child: std::process::Child,
+    /// Its working directory: a replica writes the master's snapshot here.
+    _dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -123,9 +125,23 @@ impl RedisServer {
     /// When `redis-server` is not installed (`.ci/run` installs it) or does
     /// not come up within ten seconds.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts `redis-server` with extra arguments (`["--requirepass", "pw"]`,
+    /// `["--replicaof", "127.0.0.1", "6379"]`) and waits until it accepts
+    /// connections.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with(extra: &[&str]) -> Self {
         let addr = closed_port();
+        let dir = tempfile::tempdir().expect("temp dir");
         let child = std::process::Command::new("redis-server")
             .args([
+                "--dir",
+                &dir.path().display().to_string(),
                 "--port",
                 &addr.port().to_string(),
                 "--bind",
@@ -135,10 +151,11 @@ impl RedisServer {
                 "--appendonly",
                 "no",
             ])
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server is not installed: apt-get install redis-server");
-        let server = Self { addr, child };
+        let server = Self { addr, child, _dir: dir };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while std::net::TcpStream::connect(addr).is_err() {
             assert!(
@@ -156,6 +173,300 @@ impl Drop for RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// How a [`PostgresServer`] authenticates TCP connections from 127.0.0.1
+/// (its `pg_hba.conf` method; passwords are stored to suit it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PgAuth {
+    /// No password asked.
+    Trust,
+    /// md5 challenge, passwords stored as md5.
+    Md5,
+    /// SCRAM-SHA-256, passwords stored as SCRAM verifiers.
+    Scram,
+}
+
+impl PgAuth {
+    fn hba(self) -> &'static str {
+        match self {
+            Self::Trust => "trust",
+            Self::Md5 => "md5",
+            Self::Scram => "scram-sha-256",
+        }
+    }
+}
+
+/// A real PostgreSQL server (Debian's `postgresql` package) in a temporary
+/// data directory, on a free loopback port; stopped and removed when
+/// dropped.
+///
+/// PostgreSQL refuses to run as root, so `initdb`, `postgres` and `psql` run
+/// as the `postgres` system user (the child process's uid and gid are set
+/// directly, as `runuser -u postgres` would). The superuser `postgres` has
+/// the password [`PostgresServer::PASSWORD`].
+pub struct PostgresServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    bin: std::path::PathBuf,
+    dir: tempfile::TempDir,
+    auth: PgAuth,
+    ids: (u32, u32),
+    child: Option<std::process::Child>,
+}
+
+impl PostgresServer {
+    /// The superuser's password.
+    pub const PASSWORD: &'static str = "sonde-test-secret";
+
+    /// Creates a cluster whose TCP connections use `auth`, starts it and
+    /// waits until it accepts queries.
+    ///
+    /// # Panics
+    ///
+    /// When PostgreSQL is not installed (`.ci/run` installs `postgresql`),
+    /// or does not come up within thirty seconds.
+    pub fn start(auth: PgAuth) -> Self {
+        let (bin, ids, dir) = Self::prepare();
+        let pwfile = dir.path().join("pwfile");
+        std::fs::write(&pwfile, Self::PASSWORD).expect("write pwfile");
+        std::os::unix::fs::chown(&pwfile, Some(ids.0), Some(ids.1)).expect("chown pwfile");
+        let encryption = if auth == PgAuth::Md5 { "md5" } else { "scram-sha-256" };
+        let mut server = Self {
+            addr: closed_port(),
+            bin,
+            dir,
+            auth,
+            ids,
+            child: None,
+        };
+        let data = server.data_dir();
+        let out = server
+            .as_postgres("initdb")
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "-E", "UTF8", "--no-sync", "--auth-local=trust"])
+            .arg(format!("--auth-host={}", auth.hba()))
+            .arg(format!("--pwfile={}", pwfile.display()))
+            .output()
+            .expect("run initdb");
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let hba = format!(
+            "local all all trust\nlocal replication all trust\nhost all all 127.0.0.1/32 {0}\nhost replication all 127.0.0.1/32 {0}\n",
+            auth.hba()
+        );
+        std::fs::write(data.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
+        let conf = format!(
+            "listen_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\npassword_encryption = {encryption}\nfsync = off\nshared_buffers = 16MB\nmax_connections = 20\nlog_min_messages = warning\n",
+            server.dir.path().display()
+        );
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .expect("open postgresql.conf");
+        std::io::Write::write_all(&mut file, conf.as_bytes()).expect("write postgresql.conf");
+        // initdb stored the pwfile password with initdb's default encryption; store it again.
+        server.restart();
+        server.psql(&format!(
+            "SET password_encryption = '{encryption}'; ALTER USER postgres PASSWORD '{}'",
+            Self::PASSWORD
+        ));
+        server
+    }
+
+    /// Finds PostgreSQL's programs and makes a temporary directory the
+    /// `postgres` user owns.
+    fn prepare() -> (std::path::PathBuf, (u32, u32), tempfile::TempDir) {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL is not installed: apt-get install postgresql")
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|b| b.join("postgres").exists())
+            .max_by_key(|b| {
+                b.parent()
+                    .and_then(|v| v.file_name())
+                    .and_then(|v| v.to_str())
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .unwrap_or(0)
+            })
+            .expect("no /usr/lib/postgresql/*/bin/postgres");
+        let ids = postgres_ids();
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::os::unix::fs::chown(dir.path(), Some(ids.0), Some(ids.1)).expect("chown the data dir to postgres");
+        (bin, ids, dir)
+    }
+
+    /// Starts a hot standby of `primary`: a base backup taken with
+    /// `pg_basebackup -R`, streaming from the primary over its Unix socket,
+    /// on a port of its own. Waits until it accepts queries.
+    ///
+    /// # Panics
+    ///
+    /// When the backup fails or the standby does not come up.
+    pub fn start_standby(primary: &PostgresServer) -> Self {
+        let (bin, ids, dir) = Self::prepare();
+        let mut standby = Self {
+            addr: closed_port(),
+            bin,
+            dir,
+            auth: primary.auth,
+            ids,
+            child: None,
+        };
+        let data = standby.data_dir();
+        let out = standby
+            .as_postgres("pg_basebackup")
+            .arg("-D")
+            .arg(&data)
+            .args(["-R", "-X", "stream", "--no-sync", "-U", "postgres", "-h"])
+            .arg(primary.dir.path())
+            .args(["-p", &primary.addr.port().to_string()])
+            .output()
+            .expect("run pg_basebackup");
+        assert!(
+            out.status.success(),
+            "pg_basebackup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let conf = format!("unix_socket_directories = '{}'\n", standby.dir.path().display());
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .expect("open postgresql.conf");
+        std::io::Write::write_all(&mut file, conf.as_bytes()).expect("write postgresql.conf");
+        standby.restart();
+        standby
+    }
+
+    fn data_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// A command for one of PostgreSQL's programs, run as `postgres`.
+    fn as_postgres(&self, program: &str) -> std::process::Command {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new(self.bin.join(program));
+        cmd.uid(self.ids.0).gid(self.ids.1).current_dir(self.dir.path());
+        cmd.env("HOME", self.dir.path()).env("PGHOST", self.dir.path());
+        cmd
+    }
+
+    /// Starts the server again after [`stop`](Self::stop), on the same port,
+    /// and waits until it accepts queries.
+    pub fn restart(&mut self) {
+        self.stop();
+        let child = self
+            .as_postgres("postgres")
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(["-p", &self.addr.port().to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(self.dir.path().join("postgres.log")).expect("create postgres.log"))
+            .spawn()
+            .expect("start postgres");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let ready = self
+                .as_postgres("pg_isready")
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.addr.port().to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "postgres did not start on {}: {}",
+                self.addr,
+                std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the server (fast shutdown) and waits for it to exit; the data
+    /// directory stays for [`restart`](Self::restart).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Runs `sql` as the superuser over the Unix socket and returns psql's
+    /// unaligned output.
+    ///
+    /// # Panics
+    ///
+    /// When the statement fails.
+    pub fn psql(&self, sql: &str) -> String {
+        let out = self
+            .as_postgres("psql")
+            .args([
+                "-X",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
+            .args(["-p", &self.addr.port().to_string(), "-c", sql])
+            .output()
+            .expect("run psql");
+        assert!(
+            out.status.success(),
+            "psql {sql:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// How TCP connections authenticate.
+    pub fn auth(&self) -> PgAuth {
+        self.auth
+    }
+
+    /// The temporary directory (owned by `postgres`) the cluster lives in.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Immediate shutdown: the postmaster ends its backends too.
+            if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::QUIT);
+            }
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The uid and gid of the `postgres` system user.
+fn postgres_ids() -> (u32, u32) {
+    let passwd = std::fs::read_to_string("/etc/passwd").expect("read /etc/passwd");
+    passwd
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            if f.first() != Some(&"postgres") {
+                return None;
+            }
+            Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?))
+        })
+        .expect("no postgres user: apt-get install postgresql")
 }
 
 /// A real HTTP/1.1 server (hyper) on a free loopback port with fixed routes,

@@ -51,6 +51,10 @@ pub struct CheckArgs {
     #[arg(long = "exec-env", value_name = "NAME=VALUE", value_parser = parse_env)]
     pub exec_env: Vec<(String, String)>,
 
+    /// Run a plugin file only if FILE.wasm.sig is a valid signature by this public key (from `sonde plugin keygen`). Repeatable; built-ins need none.
+    #[arg(long = "trust", value_name = "KEYFILE.pub")]
+    pub trust: Vec<PathBuf>,
+
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
@@ -110,7 +114,30 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
         }
     }
     let engine = Engine::new(config)?;
-    let plugin = load_plugin(&engine, &args.plugin).await?;
+    let plugin = if !args.trust.is_empty() && crate::builtins::get(&args.plugin).is_none() {
+        // Verify and load the same bytes, so the file cannot change in between.
+        let trusted = args
+            .trust
+            .iter()
+            .map(|k| crate::signing::PublicKey::read(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        let path = std::path::Path::new(&args.plugin);
+        let wasm = std::fs::read(path).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
+        let sig_path = crate::signing::signature_path(path);
+        let sig = crate::signing::read_signature(path)?;
+        let signer = crate::signing::verify(
+            &args.plugin,
+            &wasm,
+            &sig_path.display().to_string(),
+            sig.as_deref(),
+            &trusted,
+        )
+        .map_err(|e| CliError(format!("refusing to run {e}")))?;
+        tracing::info!(plugin = %args.plugin, signer = %signer.name, key_id = %signer.key_id, "signature verified");
+        engine.load(&args.plugin, &wasm).await?
+    } else {
+        load_plugin(&engine, &args.plugin).await?
+    };
     let call = Call {
         probe: &args.plugin,
         target: &args.target,

@@ -4,6 +4,7 @@
 mod check;
 mod plugin;
 mod run;
+mod scaffold;
 
 use crate::engine::{Engine, EngineConfig, Plugin};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -36,7 +37,7 @@ pub struct Cli {
 pub enum Command {
     /// Run one probe once and exit with its status (0 success, 1 warning, 2 failure, 3 unknown).
     Check(check::CheckArgs),
-    /// Inspect and list plugins.
+    /// Inspect, list, sign, verify and create plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
     /// Run the agent: probe every target of the config on schedule (the embedded default config without --config).

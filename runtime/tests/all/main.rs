@@ -3,9 +3,14 @@
 mod agent;
 mod cli;
 mod exec;
+mod file_age;
 mod http;
+mod postgres;
+mod redis;
 mod sandbox;
 mod scheduler;
+mod scaffold;
+mod signing;
 mod support;
 mod tcp;
 mod tls;
