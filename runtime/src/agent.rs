@@ -107,6 +107,14 @@ pub enum AgentError {
 
 /// Loads the config named by `path`, or the embedded default.
 pub async fn load_registry(engine: &Engine, path: Option<&Path>) -> Result<Registry, ConfigErrors> {
+    let reg = load_registry_quietly(engine, path).await?;
+    for w in &reg.warnings {
+        tracing::warn!("{w}");
+    }
+    Ok(reg)
+}
+
+async fn load_registry_quietly(engine: &Engine, path: Option<&Path>) -> Result<Registry, ConfigErrors> {
     match path {
         Some(p) => Registry::load_file(engine, p).await,
         None => {

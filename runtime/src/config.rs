@@ -177,6 +177,15 @@ pub struct File {
     /// on restart).
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
+    /// `trust: [/etc/sonde/keys/acme.pub]` — public keys (files written by
+    /// `sonde plugin keygen`) whose signatures plugin files may carry.
+    #[serde(default)]
+    pub trust: Vec<Spanned<PathBuf>>,
+    /// `require_signed: true` — refuse every `.wasm` plugin file that is not
+    /// signed by a `trust` key (`FILE.wasm.sig`); built-ins are trusted by
+    /// being embedded. Default: false.
+    #[serde(default)]
+    pub require_signed: Option<Spanned<bool>>,
     /// `targets: [...]` — the services this agent probes.
     #[serde(default)]
     pub targets: Vec<Target>,
@@ -405,9 +414,15 @@ mod tests {
     #[test]
     fn the_documented_examples_parse() {
         for (name, text) in [
-            ("web-behind-nginx.yaml", include_str!("../../docs/examples/web-behind-nginx.yaml")),
+            (
+                "web-behind-nginx.yaml",
+                include_str!("../../docs/examples/web-behind-nginx.yaml"),
+            ),
             ("postgres.yaml", include_str!("../../docs/examples/postgres.yaml")),
-            ("calico-node-style.yaml", include_str!("../../docs/examples/calico-node-style.yaml")),
+            (
+                "calico-node-style.yaml",
+                include_str!("../../docs/examples/calico-node-style.yaml"),
+            ),
             ("default.yaml", include_str!("default.yaml")),
         ] {
             let f = parse(Path::new(name), text).unwrap_or_else(|e| panic!("{e}"));

@@ -49,6 +49,6 @@ pub mod host;
 pub mod registry;
 pub mod results;
 pub mod scheduler;
-pub mod thresholds;
 pub mod signing;
+pub mod thresholds;
 pub mod verdict;

@@ -123,6 +123,16 @@ pub struct Registry {
     pub targets: Vec<Arc<TargetSpec>>,
     /// Probes, in file order.
     pub probes: Vec<Arc<ProbeSpec>>,
+    /// What deserves attention but does not stop the load: a probe whose
+    /// grants do not cover what its plugin says it needs.
+    pub warnings: Vec<ConfigError>,
+}
+
+/// How plugin files must be signed.
+#[derive(Default)]
+struct Trust {
+    keys: Vec<crate::signing::PublicKey>,
+    required: bool,
 }
 
 struct Errors {
@@ -189,6 +199,26 @@ impl Registry {
                     format!("api: {:?} is not an address such as 127.0.0.1:9464", api.value),
                 ),
             }
+        }
+        let mut trust = Trust {
+            keys: Vec::new(),
+            required: file.require_signed.as_ref().is_some_and(|r| r.value),
+        };
+        for k in &file.trust {
+            let path = base.join(&k.value);
+            match crate::signing::PublicKey::read(&path) {
+                Ok(key) => trust.keys.push(key),
+                Err(e) => errs.at(k, format!("trust: {e}")),
+            }
+        }
+        if let Some(r) = &file.require_signed
+            && r.value
+            && file.trust.is_empty()
+        {
+            errs.at(
+                r,
+                "require_signed: no `trust` keys are listed, so no plugin file could be accepted",
+            );
         }
         let mut plugins: HashMap<String, Result<Arc<Plugin>, String>> = HashMap::new();
         let mut schemas: HashMap<String, Option<Arc<jsonschema::Validator>>> = HashMap::new();
@@ -381,7 +411,7 @@ impl Registry {
                 let plugin = match plugins.get(&p.plugin.value) {
                     Some(r) => r.clone(),
                     None => {
-                        let r = resolve_plugin(engine, &base, &p.plugin.value).await;
+                        let r = resolve_plugin(engine, &base, &p.plugin.value, &trust).await;
                         plugins.insert(p.plugin.value.clone(), r.clone());
                         r
                     }
@@ -416,6 +446,15 @@ impl Registry {
                         let loc = p.config.as_ref().map_or(p.plugin.referenced, |c| c.referenced);
                         errs.at_loc(&loc, format!("config{at}: {e} (plugin {})", p.plugin.value));
                     }
+                }
+                for missing in ungranted(plugin.info(), &grants, &address) {
+                    reg.warnings.push(ConfigError {
+                        place: errs.place(&p.plugin),
+                        message: format!(
+                            "probe {pname:?}: plugin {} asks for {missing}, which its grants do not cover",
+                            p.plugin.value
+                        ),
+                    });
                 }
                 reg.probes.push(Arc::new(ProbeSpec {
                     name: pname.into(),
@@ -452,11 +491,50 @@ impl Registry {
     }
 }
 
-/// Loads a built-in by name, or a `.wasm` file by path (relative to `base`).
-async fn resolve_plugin(engine: &Engine, base: &Path, name: &str) -> Result<Arc<Plugin>, String> {
+/// What a plugin's `describe` asks for that `grants` (and the target) do
+/// not give, as `kind value (why)` texts. A `files` value of `*` means "some
+/// path the config names": any `files` grant covers it.
+fn ungranted(info: &crate::engine::PluginInfo, grants: &Grants, address: &str) -> Vec<String> {
+    use crate::engine::CapabilityKind;
+    let target = NetPattern::for_target(address).ok();
+    info.capabilities
+        .iter()
+        .filter(|c| match c.kind {
+            CapabilityKind::Net => {
+                let text = c.value.trim();
+                let covered = |p: &NetPattern| p.to_string() == text;
+                !(grants.net.iter().any(covered) || target.as_ref().is_some_and(covered))
+            }
+            CapabilityKind::Exec => !grants.exec.iter().any(|p| p.as_os_str() == c.value.as_str()),
+            CapabilityKind::Files => {
+                if c.value.trim() == "*" {
+                    grants.files.is_empty()
+                } else {
+                    !grants.files.iter().any(|d| Path::new(&c.value).starts_with(d))
+                }
+            }
+        })
+        .map(|c| format!("{} {} ({})", c.kind.as_str(), c.value, c.why))
+        .collect()
+}
+
+/// Loads a built-in by name, or a `.wasm` file by path (relative to `base`),
+/// checking its signature first when `trust.required`. The bytes checked
+/// are the bytes loaded.
+async fn resolve_plugin(engine: &Engine, base: &Path, name: &str, trust: &Trust) -> Result<Arc<Plugin>, String> {
     if name.contains('/') || name.ends_with(".wasm") {
         let path = base.join(name);
-        return engine.load_file(&path).await.map_err(|e| e.to_string());
+        if !trust.required {
+            return engine.load_file(&path).await.map_err(|e| e.to_string());
+        }
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let sig = crate::signing::read_signature(&path).map_err(|e| e.to_string())?;
+        let label = path.display().to_string();
+        let sig_name = crate::signing::signature_path(&path).display().to_string();
+        let signer = crate::signing::verify(&label, &bytes, &sig_name, sig.as_deref(), &trust.keys)
+            .map_err(|e| format!("refused (require_signed): {e}"))?;
+        tracing::info!(plugin = %label, signer = %signer.name, key = %signer.key_id, "plugin signature verified");
+        return engine.load(&label, &bytes).await.map_err(|e| e.to_string());
     }
     match crate::builtins::get(name) {
         Some(bytes) => engine.load(name, bytes).await.map_err(|e| e.to_string()),

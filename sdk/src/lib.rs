@@ -32,9 +32,9 @@ pub mod exec;
 pub mod http;
 pub mod log;
 pub mod net;
-pub mod tls;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
+pub mod tls;
 
 use serde::de::DeserializeOwned;
 use std::fmt;

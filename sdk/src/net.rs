@@ -88,3 +88,16 @@ pub fn describe_error(err: &io::Error) -> String {
         _ => err.to_string(),
     }
 }
+
+/// Splits a `host:port` target (`[v6]:port` in brackets) into its host and
+/// port; a target of another form is an invalid config.
+pub fn host_port(target: &str) -> Result<(&str, u16), crate::ProbeError> {
+    let bad = || crate::ProbeError::invalid_config(format!("target {target:?}: expected HOST:PORT"));
+    let (host, port) = target.rsplit_once(':').ok_or_else(bad)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = port.parse().map_err(|_| bad())?;
+    if host.is_empty() {
+        return Err(bad());
+    }
+    Ok((host, port))
+}

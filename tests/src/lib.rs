@@ -522,9 +522,8 @@ impl HttpServer {
                 count.fetch_add(1, Ordering::SeqCst);
                 let (log, tls, health) = (log.clone(), tls.clone(), health.clone());
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        answer(req, log.clone(), health.load(Ordering::SeqCst))
-                    });
+                    let service =
+                        hyper::service::service_fn(move |req| answer(req, log.clone(), health.load(Ordering::SeqCst)));
                     let http = hyper::server::conn::http1::Builder::new();
                     match tls {
                         None => {

@@ -114,19 +114,6 @@ fn compile(pattern: &str) -> Result<Regex, ProbeError> {
     Regex::new(pattern).map_err(|e| ProbeError::invalid_config(format!("expect {pattern:?}: {e}")))
 }
 
-/// Splits a `host:port` target (`[v6]:port` in brackets) for the host's
-/// TLS handshake.
-fn host_port(target: &str) -> Result<(&str, u16), ProbeError> {
-    let bad = || ProbeError::invalid_config(format!("target {target:?}: expected HOST:PORT"));
-    let (host, port) = target.rsplit_once(':').ok_or_else(bad)?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let port = port.parse().map_err(|_| bad())?;
-    if host.is_empty() {
-        return Err(bad());
-    }
-    Ok((host, port))
-}
-
 /// A connection the steps run over: plain TCP, or a TLS session.
 trait Conn: Read + Write {
     fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()>;
@@ -193,7 +180,7 @@ fn steps_done(steps: &[Step]) -> String {
 /// The check of `{"tls": true}`: a handshake by the host, then the steps
 /// over the session.
 fn check_tls(req: &Request, options: &TlsOptions, steps: &[Step]) -> Result<Outcome, ProbeError> {
-    let (host, port) = host_port(req.target())?;
+    let (host, port) = sonde_sdk::net::host_port(req.target())?;
     let (mut session, h) = match sonde_sdk::tls::connect(host, port, options, req.remaining()) {
         Ok(connected) => connected,
         Err(HandshakeError::Failed(m)) => return Ok(Outcome::failure(format!("{}: {m}", req.target()))),
@@ -354,9 +341,9 @@ mod tests {
         assert!(config(r#"{"insecure_skip_verify": true}"#).is_err());
         assert!(config(r#"{"tls": true, "send": "x"}"#).unwrap().is_some());
         assert!(config(r#"{"tls": true, "ca_pem": "x", "insecure_skip_verify": true}"#).is_err());
-        assert_eq!(host_port("[::1]:443").unwrap(), ("::1", 443));
-        assert_eq!(host_port("db:5432").unwrap(), ("db", 5432));
-        assert!(host_port("db").is_err());
+        assert_eq!(sonde_sdk::net::host_port("[::1]:443").unwrap(), ("::1", 443));
+        assert_eq!(sonde_sdk::net::host_port("db:5432").unwrap(), ("db", 5432));
+        assert!(sonde_sdk::net::host_port("db").is_err());
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
     let engine = Engine::new(config)?;
     match crate::registry::Registry::load_file(&engine, &args.config).await {
         Ok(reg) => {
+            for w in &reg.warnings {
+                eprintln!("warning: {w}");
+            }
             println!(
                 "{}: ok ({} targets, {} probes)",
                 args.config.display(),

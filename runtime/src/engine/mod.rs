@@ -138,6 +138,17 @@ pub enum CapabilityKind {
     Files,
 }
 
+impl CapabilityKind {
+    /// The lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Net => "net",
+            Self::Exec => "exec",
+            Self::Files => "files",
+        }
+    }
+}
+
 /// A capability a plugin asks for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Capability {

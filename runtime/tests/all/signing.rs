@@ -233,3 +233,89 @@ fn check_with_trust_runs_only_validly_signed_plugins() {
     let out = sonde(&["check", "tcp", "--target", "127.0.0.1:1", "--trust", public]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// A config that runs `plugin.wasm` with `require_signed` and `trust` keys.
+fn config_requiring_signatures(setup: &Setup, trust: &[&Path]) -> PathBuf {
+    let config = setup.dir.path().join("sonde.yaml");
+    let keys: Vec<String> = trust.iter().map(|k| format!("{:?}", k.display().to_string())).collect();
+    std::fs::write(
+        &config,
+        format!(
+            "require_signed: true\ntrust: [{}]\ntargets:\n  - name: t\n    address: 127.0.0.1:1\n    probes:\n      - {{name: p, plugin: ./plugin.wasm}}\n",
+            keys.join(", ")
+        ),
+    )
+    .unwrap();
+    config
+}
+
+#[test]
+fn require_signed_refuses_tampered_unsigned_and_untrusted_plugins_at_load() {
+    let setup = Setup::new();
+    let public = signing::public_key_path(&setup.key);
+    let config = config_requiring_signatures(&setup, &[&public]);
+    let validate = || sonde(&["validate", config.to_str().unwrap()]);
+
+    let out = validate();
+    assert_eq!(out.status.code(), Some(2), "unsigned");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sonde.yaml:7:") && err.contains("require_signed") && err.contains("unsigned"),
+        "{err}"
+    );
+
+    setup.sign();
+    let out = validate();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    flip_one_byte(&setup.wasm);
+    let out = validate();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("tampered"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Signed again, but by a key the config does not trust.
+    let other = setup.dir.path().join("other.key");
+    signing::keygen(&other, "other").unwrap();
+    signing::sign_file(&SecretKey::read(&other).unwrap(), &setup.wasm, SystemTime::now()).unwrap();
+    let out = validate();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("untrusted") || err.contains("not trusted"), "{err}");
+
+    // And the same refusal stops `sonde run` before anything runs.
+    let out = sonde(&["run", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_probe_missing_a_grant_its_plugin_asks_for_gets_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &config,
+        "targets:\n  - name: t\n    address: 127.0.0.1:1\n    probes:\n      - {name: age, plugin: file-age, config: {path: /etc/hostname, max_age: 1h}}\n",
+    )
+    .unwrap();
+    let out = sonde(&["validate", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: ") && err.contains("\"age\"") && err.contains("files"),
+        "{err}"
+    );
+    std::fs::write(
+        &config,
+        "targets:\n  - name: t\n    address: 127.0.0.1:1\n    probes:\n      - {name: age, plugin: file-age, config: {path: /etc/hostname, max_age: 1h}, grants: {files: [/etc]}}\n",
+    )
+    .unwrap();
+    let out = sonde(&["validate", config.to_str().unwrap()]);
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("warning"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
