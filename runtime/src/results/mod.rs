@@ -273,19 +273,25 @@ impl ResultCache {
         r.counter = counter;
         let message = result.message.clone();
         r.last = Some(Observation { result, at: now });
-        if from != counter.state {
-            r.last_transition = Some(now);
-            self.save(name, r);
-            let _ = self.inner.changes.send(StateChange {
-                probe: name.into(),
-                target: r.target.clone(),
-                kind: r.kind,
-                from,
-                to: counter.state,
-                message,
-                at: now,
-            });
+        self.transition(name, r, from, message, now);
+    }
+
+    /// When `r`'s state is no longer `from`: stamps, saves and broadcasts.
+    fn transition(&self, name: &str, r: &mut Record, from: Status, message: String, now: SystemTime) {
+        if from == r.counter.state {
+            return;
         }
+        r.last_transition = Some(now);
+        self.save(name, r);
+        let _ = self.inner.changes.send(StateChange {
+            probe: name.into(),
+            target: r.target.clone(),
+            kind: r.kind,
+            from,
+            to: r.counter.state,
+            message,
+            at: now,
+        });
     }
 
     /// Sets a probe's counter back (a restart after a hold, a reload),
@@ -296,19 +302,7 @@ impl ResultCache {
         let Some(r) = probes.get_mut(name) else { return };
         let from = r.counter.state;
         r.counter = counter;
-        if from != counter.state {
-            r.last_transition = Some(now);
-            self.save(name, r);
-            let _ = self.inner.changes.send(StateChange {
-                probe: name.into(),
-                target: r.target.clone(),
-                kind: r.kind,
-                from,
-                to: counter.state,
-                message: String::new(),
-                at: now,
-            });
-        }
+        self.transition(name, r, from, String::new(), now);
     }
 
     fn save(&self, name: &str, r: &Record) {

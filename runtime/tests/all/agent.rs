@@ -3,7 +3,7 @@
 //! and through the binary (signals, reload, state across restarts, config
 //! errors).
 
-use crate::support::{cache_dir, engine};
+use crate::support::{cache_dir, engine, sonde};
 use sonde_runtime::agent::{Agent, AgentOptions};
 use sonde_runtime::verdict::Status;
 use sonde_tests::{HttpServer, closed_port};
@@ -242,15 +242,6 @@ async fn sighup_reload_keeps_unchanged_counts_and_state_survives_a_restart() {
     })
     .await
     .unwrap();
-}
-
-fn sonde(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sonde"))
-        .arg("--cache-dir")
-        .arg(cache_dir())
-        .args(args)
-        .output()
-        .expect("run sonde")
 }
 
 #[test]

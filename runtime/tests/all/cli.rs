@@ -1,18 +1,9 @@
 //! The `sonde` binary, as a user runs it: exit codes, output, bad input.
 
-use crate::support::cache_dir;
+use crate::support::sonde;
 use sonde_tests::{CountingListener, closed_port, guests};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
-
-fn sonde(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sonde"))
-        .arg("--cache-dir")
-        .arg(cache_dir())
-        .args(args)
-        .output()
-        .expect("run sonde")
-}
 
 fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {

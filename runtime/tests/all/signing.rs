@@ -1,21 +1,12 @@
 //! Plugin signing: the library the config loader calls, and `sonde plugin
 //! keygen | sign | verify` as a user runs them.
 
-use crate::support::cache_dir;
+use crate::support::sonde;
 use sonde_runtime::signing::{self, PublicKey, SecretKey, SignatureError};
 use sonde_tests::guests;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::SystemTime;
-
-fn sonde(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sonde"))
-        .arg("--cache-dir")
-        .arg(cache_dir())
-        .args(args)
-        .output()
-        .expect("run sonde")
-}
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()

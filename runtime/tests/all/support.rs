@@ -8,6 +8,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+/// Runs the `sonde` binary with `args` and this binary's compile cache.
+pub fn sonde(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .arg("--cache-dir")
+        .arg(cache_dir())
+        .args(args)
+        .output()
+        .expect("run sonde")
+}
+
 pub fn cache_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache")
 }
