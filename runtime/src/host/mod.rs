@@ -7,6 +7,8 @@
 //! - [`net`]: `wasi:sockets`, filtered to the target and `net` grants,
 //!   including name lookups;
 //! - [`http`]: `wasi:http/outgoing-handler`, likewise;
+//! - [`grpc`]: sonde's `grpc` interface, one unary call to the target or a
+//!   `net` grant;
 //! - [`files`]: `wasi:filesystem`, showing only the read-only `files` grants;
 //! - [`exec`]: sonde's `exec` interface, for granted programs only;
 //! - [`log`]: sonde's `log` interface, capped per call.
@@ -18,6 +20,7 @@
 pub mod exec;
 pub mod files;
 pub mod grants;
+pub mod grpc;
 pub mod http;
 pub mod log;
 pub mod net;
@@ -144,5 +147,6 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>, files_granted: bool)
     log::add_to_linker(linker)?;
     exec::add_to_linker(linker)?;
     http::add_to_linker(linker)?;
+    grpc::add_to_linker(linker)?;
     Ok(())
 }

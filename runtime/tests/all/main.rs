@@ -2,6 +2,7 @@
 
 mod cli;
 mod exec;
+mod grpc;
 mod http;
 mod sandbox;
 mod support;
