@@ -314,6 +314,9 @@ impl Drop for SilentListener {
 
 pub use tonic_health::ServingStatus;
 
+/// The ASCII metadata (name, value) of each call a server received.
+type CallMetadata = Arc<std::sync::Mutex<Vec<Vec<(String, String)>>>>;
+
 /// A real gRPC server (tonic) on a free loopback port serving tonic-health's
 /// `grpc.health.v1.Health`, with a handle to set each service's status, and
 /// a record of the connections it accepted and the metadata of each call.
@@ -323,7 +326,7 @@ pub struct GrpcHealthServer {
     /// Where it listens.
     pub addr: SocketAddr,
     reporter: tonic_health::server::HealthReporter,
-    metadata: Arc<std::sync::Mutex<Vec<Vec<(String, String)>>>>,
+    metadata: CallMetadata,
     accepted: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }

@@ -59,7 +59,7 @@ impl Config {
 
 /// `grpc.health.v1.HealthCheckResponse.ServingStatus`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Serving {
+enum Health {
     Unknown,
     Serving,
     NotServing,
@@ -67,7 +67,7 @@ enum Serving {
     Other(u64),
 }
 
-impl Serving {
+impl Health {
     fn from_wire(v: u64) -> Self {
         match v {
             0 => Self::Unknown,
@@ -124,7 +124,7 @@ fn encode_request(service: &str) -> Vec<u8> {
 
 /// `HealthCheckResponse { ServingStatus status = 1; }`, skipping fields it
 /// does not know; a missing status is `UNKNOWN`, the enum's zero.
-fn decode_response(bytes: &[u8]) -> Result<Serving, String> {
+fn decode_response(bytes: &[u8]) -> Result<Health, String> {
     let mut at = 0;
     let mut status = 0;
     while at < bytes.len() {
@@ -151,7 +151,7 @@ fn decode_response(bytes: &[u8]) -> Result<Serving, String> {
             return Err(format!("field {field} runs past the end of the message"));
         }
     }
-    Ok(Serving::from_wire(status))
+    Ok(Health::from_wire(status))
 }
 
 fn with_metrics(outcome: Outcome, answer: &GrpcResponse) -> Outcome {
@@ -181,7 +181,7 @@ fn verdict(what: &str, answer: &GrpcResponse) -> Result<Outcome, ProbeError> {
                 .map_err(|e| ProbeError::io(format!("{what}: bad HealthCheckResponse: {e}")))?;
             let text = format!("{what}: {}", serving.name());
             match serving {
-                Serving::Serving => Outcome::success(text),
+                Health::Serving => Outcome::success(text),
                 _ => Outcome::failure(text),
             }
         }
@@ -270,14 +270,14 @@ mod tests {
 
     #[test]
     fn responses_decode_the_serving_status() {
-        assert_eq!(decode_response(b""), Ok(Serving::Unknown));
-        assert_eq!(decode_response(b"\x08\x01"), Ok(Serving::Serving));
-        assert_eq!(decode_response(b"\x08\x02"), Ok(Serving::NotServing));
-        assert_eq!(decode_response(b"\x08\x03"), Ok(Serving::ServiceUnknown));
+        assert_eq!(decode_response(b""), Ok(Health::Unknown));
+        assert_eq!(decode_response(b"\x08\x01"), Ok(Health::Serving));
+        assert_eq!(decode_response(b"\x08\x02"), Ok(Health::NotServing));
+        assert_eq!(decode_response(b"\x08\x03"), Ok(Health::ServiceUnknown));
         // Unknown fields of every wire type are skipped.
         assert_eq!(
             decode_response(b"\x12\x02hi\x19\0\0\0\0\0\0\0\0\x25\0\0\0\0\x08\x01"),
-            Ok(Serving::Serving)
+            Ok(Health::Serving)
         );
         assert!(decode_response(b"\x08").is_err());
         assert!(decode_response(b"\x12\x05hi").is_err());

@@ -130,6 +130,30 @@ async fn a_server_that_never_answers_is_a_timeout_at_the_deadline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_call_leaves_no_connection_open() {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    let run = tokio::spawn(async move { check("grpc", &target, "{}", Duration::from_millis(200)).await });
+    let (mut stream, _) = listener.accept().await.unwrap();
+    let r = run.await.unwrap();
+    assert_eq!(r.reason, Some(Reason::Timeout), "{r:?}");
+    // Past the client's preface and request, the connection ends: closed or
+    // reset by the host, not left to linger with the call gone.
+    let mut buf = [0u8; 4096];
+    let end = tokio::time::timeout(5 * SECOND, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "the host kept the connection open after the call ended");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_to_an_ungranted_authority_is_denied_and_never_connects() {
     let elsewhere = GrpcHealthServer::start().await;
     let plugin = guest(guests::GRPC_ELSEWHERE).await;
