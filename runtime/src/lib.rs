@@ -4,9 +4,13 @@
 //! nothing reachable but the probe's target and what the operator granted.
 //!
 //! The modules follow the data path of one probe run (DESIGN.md): the
-//! [`engine`] loads plugins and runs calls, the [`host`] capabilities check
-//! every use of the network, files and logs against the probe's grants, and
-//! [`verdict`] says what a run produced. [`cli`] is the `sonde` command.
+//! [`config`] file is resolved by the [`registry`] into probe specs; the
+//! [`scheduler`] decides when each runs; the [`engine`] runs each call in a
+//! sandbox whose [`host`] capabilities check every use of the network,
+//! files and programs against the probe's grants; [`verdict`] says what a
+//! run produced, [`thresholds`] whether it changes the probe's state, and
+//! [`results`] keeps it (optionally on disk) for the [`api`]. [`agent`]
+//! wires these into `sonde run`; [`cli`] is the `sonde` command.
 //!
 //! # Examples
 //!
@@ -35,8 +39,15 @@
 
 #![deny(missing_docs)]
 
+pub mod agent;
+pub mod api;
 pub mod builtins;
 pub mod cli;
+pub mod config;
 pub mod engine;
 pub mod host;
+pub mod registry;
+pub mod results;
+pub mod scheduler;
+pub mod thresholds;
 pub mod verdict;

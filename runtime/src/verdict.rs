@@ -7,12 +7,12 @@
 //! fuel, memory, a denied capability) is `unknown` with its reason and never
 //! counts against the target.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
 /// The verdict of one run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// The target is healthy.
@@ -54,7 +54,7 @@ impl fmt::Display for Status {
 }
 
 /// Why a run did not end with the plugin's own verdict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Reason {
     /// The deadline (the probe's `timeout`) passed. Recorded as `failure`.
@@ -104,7 +104,7 @@ impl fmt::Display for Reason {
 }
 
 /// One measurement a plugin reported.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Metric {
     /// A Prometheus-style name.
     pub name: String,
@@ -115,7 +115,7 @@ pub struct Metric {
 }
 
 /// The result of one run, as the executor hands it to thresholds and results.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     /// The verdict.
     pub status: Status,
@@ -126,13 +126,22 @@ pub struct RunResult {
     /// What the plugin measured, cut to the host's caps.
     pub metrics: Vec<Metric>,
     /// An excerpt the plugin attached, cut to the host's cap.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// Wall time from instantiation to the end of the call.
-    #[serde(rename = "duration_ms", serialize_with = "as_millis")]
+    #[serde(
+        rename = "duration_ms",
+        serialize_with = "as_millis",
+        deserialize_with = "from_millis"
+    )]
     pub duration: Duration,
     /// Fuel the call consumed.
     pub fuel_consumed: u64,
+}
+
+fn from_millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let ms = f64::deserialize(d)?;
+    Ok(Duration::try_from_secs_f64(ms / 1000.0).unwrap_or_default())
 }
 
 fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -161,6 +170,12 @@ impl RunResult {
     /// Whether this run is an error that must not flip the probe's state.
     pub fn is_error(&self) -> bool {
         self.reason.is_some_and(Reason::is_error)
+    }
+
+    /// The same result with its reason cleared: the plugin's own verdict.
+    pub fn without_reason(mut self) -> Self {
+        self.reason = None;
+        self
     }
 }
 

@@ -1,11 +1,15 @@
 //! HTTP through the host's probe transport (`sonde:probe/http`).
 //!
 //! The host owns the connection: a new one per request, closed with a reset,
-//! with each phase timed. The request reaches only the probe's target and
-//! its `net` grants; anything else fails with [`ProbeError::Denied`] and the
+//! with each phase timed; or, with [`HttpRequest::keepalive`], one from a
+//! pool the host shares between probes. `https://` uses the host's TLS
+//! client, verified as [`HttpRequest::tls`] says. The request reaches only
+//! the probe's target and its `net` grants (checked before every request,
+//! pooled or not); anything else fails with [`ProbeError::Denied`] and the
 //! run is recorded as `denied`. Redirects are returned, not followed.
 
 use crate::ProbeError;
+use crate::tls::{TlsInfo, TlsOptions};
 use std::time::Duration;
 
 /// A request to send with [`send`].
@@ -23,6 +27,11 @@ pub struct HttpRequest {
     pub timeout: Duration,
     /// How much of the response body to keep; the rest is not read.
     pub max_body: usize,
+    /// How to verify an `https://` server; ignored for `http://`.
+    pub tls: TlsOptions,
+    /// Use a connection from the host's keep-alive pool, and give it back
+    /// when the whole response was read.
+    pub keepalive: bool,
 }
 
 impl HttpRequest {
@@ -35,6 +44,8 @@ impl HttpRequest {
             body: Vec::new(),
             timeout,
             max_body: 10 * 1024,
+            tls: TlsOptions::default(),
+            keepalive: false,
         }
     }
 }
@@ -63,8 +74,12 @@ pub struct HttpResponse {
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body, cut at the request's `max_body`.
     pub body: Vec<u8>,
-    /// Time spent in each phase.
+    /// Time spent in each phase; those a reused connection skipped are 0.
     pub timings: Timings,
+    /// The TLS session of an `https://` exchange.
+    pub tls: Option<TlsInfo>,
+    /// Whether a pooled connection opened earlier carried the request.
+    pub reused: bool,
 }
 
 impl HttpResponse {
@@ -88,6 +103,8 @@ pub fn send(req: &HttpRequest) -> Result<HttpResponse, ProbeError> {
         body: req.body.clone(),
         timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
         max_body: u32::try_from(req.max_body).unwrap_or(u32::MAX),
+        tls: req.tls.to_wit(),
+        keepalive: req.keepalive,
     };
     match host::send(&request) {
         Ok(r) => Ok(HttpResponse {
@@ -101,6 +118,8 @@ pub fn send(req: &HttpRequest) -> Result<HttpResponse, ProbeError> {
                 first_byte: r.timings.first_byte,
                 total: r.timings.total,
             },
+            tls: r.tls.map(Into::into),
+            reused: r.reused,
         }),
         Err(HttpError::Denied(m)) => Err(ProbeError::Denied(m)),
         Err(HttpError::Invalid(m)) => Err(ProbeError::InvalidConfig(m)),
@@ -108,5 +127,6 @@ pub fn send(req: &HttpRequest) -> Result<HttpResponse, ProbeError> {
         Err(HttpError::Connect(m)) => Err(ProbeError::Io(format!("connect: {m}"))),
         Err(HttpError::Timeout(m)) => Err(ProbeError::Io(format!("timeout: {m}"))),
         Err(HttpError::Protocol(m)) => Err(ProbeError::Io(format!("protocol: {m}"))),
+        Err(HttpError::Tls(m)) => Err(ProbeError::Io(format!("tls: {m}"))),
     }
 }

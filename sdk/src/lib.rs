@@ -20,8 +20,8 @@
 //!
 //! The host runs every call in a fresh sandbox: statics do not survive from
 //! one call to the next. Network access reaches the probe's target and what
-//! the operator granted, nothing else; [`net`], [`http`] and [`grpc`] are the
-//! helpers, and `std::net` obeys the same grants.
+//! the operator granted, nothing else; [`net`], [`http`], [`grpc`] and [`tls`]
+//! are the helpers, and `std::net` obeys the same grants.
 
 #![deny(missing_docs)]
 
@@ -30,6 +30,7 @@ pub mod grpc;
 pub mod http;
 pub mod log;
 pub mod net;
+pub mod tls;
 
 use serde::de::DeserializeOwned;
 use std::fmt;

@@ -48,8 +48,9 @@ pub fn connect_target(req: &Request) -> io::Result<TcpStream> {
     connect(req.target(), req.remaining())
 }
 
-/// Writes all of `data` to `stream`.
-pub fn send(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
+/// Writes all of `data` to `stream` (a [`TcpStream`], or a TLS
+/// [`Session`](crate::tls::Session)).
+pub fn send(stream: &mut impl Write, data: &[u8]) -> io::Result<()> {
     stream.write_all(data)?;
     stream.flush()
 }
@@ -58,7 +59,7 @@ pub fn send(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
 /// closes, `max` bytes have arrived, or a read fails (such as at the read
 /// timeout). Returns what was read, and the error that ended it, if any.
 pub fn read_until(
-    stream: &mut TcpStream,
+    stream: &mut impl Read,
     max: usize,
     mut done: impl FnMut(&[u8]) -> bool,
 ) -> (Vec<u8>, Option<io::Error>) {

@@ -167,45 +167,168 @@ impl Drop for RedisServer {
 /// | `/fail` | 500 `internal secret` |
 /// | `/redirect` | 302 to `/ok` |
 /// | `/away?to=HOST:PORT` | 302 to `http://HOST:PORT/ok` |
+/// | `/away_https?to=HOST:PORT` | 302 to `https://HOST:PORT/ok` |
 /// | `/hang` | 200 after 60 s |
 /// | `/slow` | 200 after 200 ms |
 /// | `/big` | 200, 20,000 `a` then `END` |
 /// | `/json` | 200 `{"status": {"db": "ok"}, "version": 3}` |
 /// | `/echo` | 200 with the request's method, `user-agent` and body |
+/// | `/health` | 200 `healthy`, or 500 `sick` after [`HttpServer::set_healthy`]`(false)` |
 /// | anything else | 404 |
+///
+/// [`HttpServer::start_tls`] serves the same routes over TLS.
 pub struct HttpServer {
     /// Where it listens.
     pub addr: SocketAddr,
     requests: Arc<std::sync::Mutex<Vec<String>>>,
+    accepted: Arc<AtomicUsize>,
+    healthy: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl HttpServer {
     /// Starts the server on the current tokio runtime.
     pub async fn start() -> Self {
+        Self::serve(None).await
+    }
+
+    /// Starts the server over TLS, presenting `cert`.
+    pub async fn start_tls(cert: &TestCert) -> Self {
+        Self::serve(Some(tokio_rustls::TlsAcceptor::from(cert.server_config()))).await
+    }
+
+    async fn serve(tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");
         let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let log = requests.clone();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let healthy = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (log, count, health) = (requests.clone(), accepted.clone(), healthy.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let log = log.clone();
+                count.fetch_add(1, Ordering::SeqCst);
+                let (log, tls, health) = (log.clone(), tls.clone(), health.clone());
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| answer(req, log.clone()));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
+                    let service = hyper::service::service_fn(move |req| {
+                        answer(req, log.clone(), health.load(Ordering::SeqCst))
+                    });
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        None => {
+                            let _ = http
+                                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await;
+                        }
+                        Some(acceptor) => {
+                            // A client that rejects the certificate ends here.
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let _ = http
+                                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                    .await;
+                            }
+                        }
+                    }
                 });
             }
         });
-        Self { addr, requests, task }
+        Self {
+            addr,
+            requests,
+            accepted,
+            healthy,
+            task,
+        }
+    }
+
+    /// Makes `/health` answer 200 (`true`) or 500 (`false`).
+    pub fn set_healthy(&self, healthy: bool) {
+        self.healthy.store(healthy, Ordering::SeqCst);
     }
 
     /// The paths (with query) served so far, in order.
     pub fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// How many TCP connections it accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// A server certificate for `localhost` and `127.0.0.1`, signed by a
+/// throwaway CA of its own, both made by rcgen for one test.
+pub struct TestCert {
+    /// The CA's certificate, as PEM: what a client must trust.
+    pub ca_pem: String,
+    /// The server certificate's notAfter, in Unix seconds.
+    pub not_after: i64,
+    chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+}
+
+impl TestCert {
+    /// A new CA and a server certificate valid until the start of the day
+    /// `year-month-day` (UTC); a past date makes an expired certificate.
+    pub fn new(year: i32, month: u8, day: u8) -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // A name of its own, as two real CAs have.
+        static SERIAL: AtomicUsize = AtomicUsize::new(0);
+        let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+        ca.distinguished_name
+            .push(DnType::CommonName, format!("sonde test CA {serial}"));
+        let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().expect("server key");
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).expect("server params");
+        params.distinguished_name.push(DnType::CommonName, "sonde test server");
+        let not_after = rcgen::date_time_ymd(year, month, day);
+        params.not_after = not_after;
+        let cert = params.signed_by(&key, &issuer).expect("server certificate");
+        Self {
+            ca_pem: ca_cert.pem(),
+            not_after: not_after.unix_timestamp(),
+            chain: vec![cert.der().clone(), ca_cert.der().clone()],
+            key: rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        }
+    }
+
+    /// A self-signed certificate for `localhost` and `127.0.0.1` that is
+    /// also a CA (`basicConstraints CA:TRUE`), as `openssl req -x509` makes:
+    /// the server presents it as its own, and `ca_pem` is the same
+    /// certificate.
+    pub fn self_signed_ca() -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let key = KeyPair::generate().expect("key");
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.not_after = rcgen::date_time_ymd(2030, 1, 1);
+        let cert = params.self_signed(&key).expect("certificate");
+        Self {
+            ca_pem: cert.pem(),
+            not_after: params.not_after.unix_timestamp(),
+            chain: vec![cert.der().clone()],
+            key: rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        }
+    }
+
+    /// A rustls server configuration presenting this certificate.
+    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_no_client_auth()
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .expect("server certificate and key");
+        Arc::new(config)
     }
 }
 
@@ -220,6 +343,7 @@ type Body = http_body_util::Full<bytes::Bytes>;
 async fn answer(
     req: hyper::Request<hyper::body::Incoming>,
     log: Arc<std::sync::Mutex<Vec<String>>>,
+    healthy: bool,
 ) -> Result<hyper::Response<Body>, std::convert::Infallible> {
     use http_body_util::BodyExt;
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
@@ -239,9 +363,12 @@ async fn answer(
     };
     Ok(match path.split('?').next().unwrap_or("") {
         "/ok" => reply(200, "ok".into()),
+        "/health" if healthy => reply(200, "healthy".into()),
+        "/health" => reply(500, "sick".into()),
         "/fail" => reply(500, "internal secret".into()),
         "/redirect" => redirect("/ok".into()),
         "/away" => redirect(format!("http://{}/ok", path.split_once("to=").map_or("", |(_, t)| t))),
+        "/away_https" => redirect(format!("https://{}/ok", path.split_once("to=").map_or("", |(_, t)| t))),
         "/hang" => {
             tokio::time::sleep(std::time::Duration::from_secs(60)).await;
             reply(200, "late".into())

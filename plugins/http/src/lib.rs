@@ -7,10 +7,16 @@
 //! never shown unless `show_body` is set. On request it checks like
 //! blackbox_exporter: method and body, expected statuses, body and header
 //! regexes, JSON fields, and a response-time warning threshold.
+//!
+//! `https://` goes through the host's TLS client. Unlike the kubelet, which
+//! skips certificate checks, the server is verified against the system's
+//! roots, or a CA from `ca_file` / `ca_pem`; `insecure_skip_verify` turns
+//! checks off. `keepalive` takes connections from the host's shared pool.
 
 use regex::Regex;
 use serde::Deserialize;
 use sonde_sdk::http::{HttpRequest, HttpResponse, send};
+use sonde_sdk::tls::TlsOptions;
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -45,6 +51,28 @@ struct Config {
     show_body: bool,
     #[serde(default = "default_max_body")]
     max_body: usize,
+    /// `http` or `https`, for a `host:port` target (a URL target names its own).
+    #[serde(default)]
+    scheme: Scheme,
+    /// A PEM file of CAs to trust instead of the system's roots (needs a `files` grant).
+    ca_file: Option<String>,
+    /// PEM text of CAs to trust instead of the system's roots.
+    ca_pem: Option<String>,
+    #[serde(default)]
+    insecure_skip_verify: bool,
+    /// The name to send as SNI and to verify, instead of the URL's host.
+    server_name: Option<String>,
+    /// Reuse connections from the host's keep-alive pool.
+    #[serde(default)]
+    keepalive: bool,
+}
+
+#[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Scheme {
+    #[default]
+    Http,
+    Https,
 }
 
 fn default_path() -> String {
@@ -90,8 +118,8 @@ fn regex(field: &str, pattern: &str) -> Result<Regex, ProbeError> {
     Regex::new(pattern).map_err(|e| ProbeError::invalid_config(format!("{field} {pattern:?}: {e}")))
 }
 
-/// The URL to request: the target as a URL, or `http://TARGET` plus `path`.
-fn url_for(target: &str, path: &str) -> String {
+/// The URL to request: the target as a URL, or `SCHEME://TARGET` plus `path`.
+fn url_for(target: &str, path: &str, scheme: Scheme) -> String {
     if target.contains("://") {
         let after = target.split_once("://").map_or("", |(_, r)| r);
         if after.contains('/') || path == "/" {
@@ -100,7 +128,11 @@ fn url_for(target: &str, path: &str) -> String {
             format!("{target}{path}")
         }
     } else {
-        format!("http://{target}{path}")
+        let scheme = match scheme {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        };
+        format!("{scheme}://{target}{path}")
     }
 }
 
@@ -187,7 +219,13 @@ impl Probe for Http {
         if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("user-agent")) {
             headers.push(("User-Agent".into(), USER_AGENT.into()));
         }
-        let mut url = url_for(req.target(), &config.path);
+        let tls = TlsOptions::from_config(
+            config.ca_file.as_deref(),
+            config.ca_pem.as_deref(),
+            config.insecure_skip_verify,
+            config.server_name.as_deref(),
+        )?;
+        let mut url = url_for(req.target(), &config.path, config.scheme);
         let mut method = config.method.to_ascii_uppercase();
         let mut body = config.body.clone().into_bytes();
         let mut total = Duration::ZERO;
@@ -202,6 +240,8 @@ impl Probe for Http {
                 // is recorded by the host as reason `timeout`.
                 timeout: req.timeout(),
                 max_body: config.max_body,
+                tls: tls.clone(),
+                keepalive: config.keepalive,
             };
             let response = match send(&request) {
                 Ok(r) => r,
@@ -321,6 +361,10 @@ fn verdict(
 
 fn with_metrics(outcome: Outcome, response: &HttpResponse, total: Duration) -> Outcome {
     let t = response.timings;
+    let outcome = match &response.tls {
+        Some(tls) => outcome.with_metric("cert_expiry_seconds", tls.expires_in_seconds(), "seconds"),
+        None => outcome,
+    };
     outcome
         .with_metric("status_code", f64::from(response.status), "")
         .with_metric("dns_seconds", t.dns, "seconds")
@@ -338,9 +382,13 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert_eq!(url_for("127.0.0.1:80", "/healthz"), "http://127.0.0.1:80/healthz");
-        assert_eq!(url_for("http://a:1/x", "/"), "http://a:1/x");
-        assert_eq!(url_for("http://a:1", "/y"), "http://a:1/y");
+        assert_eq!(
+            url_for("127.0.0.1:80", "/healthz", Scheme::Http),
+            "http://127.0.0.1:80/healthz"
+        );
+        assert_eq!(url_for("a:443", "/", Scheme::Https), "https://a:443/");
+        assert_eq!(url_for("http://a:1/x", "/", Scheme::Https), "http://a:1/x");
+        assert_eq!(url_for("http://a:1", "/y", Scheme::Http), "http://a:1/y");
         assert_eq!(origin("http://a:1/x?y"), "http://a:1");
         assert_eq!(resolve("http://a:1/x/y", "/z"), "http://a:1/z");
         assert_eq!(resolve("http://a:1/x/y", "z"), "http://a:1/x/z");

@@ -7,10 +7,19 @@
 //! for one exchange, `{"steps": [{"expect": "^220"}, {"send": "QUIT\r\n"}]}`
 //! for several. An `expect` reads until its regex matches what arrived since
 //! the previous `expect`, the peer closes, or 64 KiB have arrived.
+//!
+//! With `{"tls": true}` the host connects and completes a TLS handshake
+//! instead (the system's roots, or `ca_file` / `ca_pem`, or
+//! `insecure_skip_verify`), and the outcome reports the handshake time and
+//! the seconds until the server certificate expires. Send/expect steps then
+//! run over the TLS session, which the host holds for the plugin.
 
 use regex::bytes::Regex;
 use serde::Deserialize;
+use sonde_sdk::tls::{HandshakeError, Session, TlsOptions};
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request, net};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// How much one `expect` reads at most.
@@ -27,6 +36,38 @@ struct Config {
     expect: Option<String>,
     #[serde(default)]
     steps: Vec<StepConfig>,
+    #[serde(default)]
+    tls: bool,
+    ca_file: Option<String>,
+    ca_pem: Option<String>,
+    #[serde(default)]
+    insecure_skip_verify: bool,
+    server_name: Option<String>,
+}
+
+impl Config {
+    /// The TLS options, when `tls` is on; TLS keys without it are a mistake.
+    fn tls_options(&self) -> Result<Option<TlsOptions>, ProbeError> {
+        if !self.tls {
+            if self.ca_file.is_some()
+                || self.ca_pem.is_some()
+                || self.insecure_skip_verify
+                || self.server_name.is_some()
+            {
+                return Err(ProbeError::invalid_config(
+                    "ca_file, ca_pem, insecure_skip_verify and server_name need \"tls\": true",
+                ));
+            }
+            return Ok(None);
+        }
+        let options = TlsOptions::from_config(
+            self.ca_file.as_deref(),
+            self.ca_pem.as_deref(),
+            self.insecure_skip_verify,
+            self.server_name.as_deref(),
+        )?;
+        Ok(Some(options))
+    }
 }
 
 #[derive(Deserialize)]
@@ -50,6 +91,11 @@ const SCHEMA: &str = r#"{
   "properties": {
     "send": {"type": "string", "description": "Bytes to send after connecting (JSON escapes such as \\r\\n apply)."},
     "expect": {"type": "string", "description": "A regex the reply must match, after `send` if both are given."},
+    "tls": {"type": "boolean", "default": false, "description": "Complete a TLS handshake (by the host) after connecting; reports tls_seconds and cert_expiry_seconds. Send/expect steps then run over TLS."},
+    "ca_file": {"type": "string", "description": "With tls: PEM file of CAs to trust instead of the system roots (needs a files grant). Not with ca_pem."},
+    "ca_pem": {"type": "string", "description": "With tls: PEM text of CAs to trust instead of the system roots."},
+    "insecure_skip_verify": {"type": "boolean", "default": false, "description": "With tls: accept any certificate (its expiry is still reported)."},
+    "server_name": {"type": "string", "description": "With tls: name sent as SNI and verified, instead of the target's host."},
     "steps": {
       "description": "Several exchanges in order; each step has exactly one of send or expect. Not with top-level send/expect.",
       "type": "array",
@@ -66,6 +112,115 @@ const SCHEMA: &str = r#"{
 
 fn compile(pattern: &str) -> Result<Regex, ProbeError> {
     Regex::new(pattern).map_err(|e| ProbeError::invalid_config(format!("expect {pattern:?}: {e}")))
+}
+
+/// Splits a `host:port` target (`[v6]:port` in brackets) for the host's
+/// TLS handshake.
+fn host_port(target: &str) -> Result<(&str, u16), ProbeError> {
+    let bad = || ProbeError::invalid_config(format!("target {target:?}: expected HOST:PORT"));
+    let (host, port) = target.rsplit_once(':').ok_or_else(bad)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = port.parse().map_err(|_| bad())?;
+    if host.is_empty() {
+        return Err(bad());
+    }
+    Ok((host, port))
+}
+
+/// A connection the steps run over: plain TCP, or a TLS session.
+trait Conn: Read + Write {
+    fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()>;
+}
+
+impl Conn for TcpStream {
+    fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
+        self.set_read_timeout(Some(timeout))
+    }
+}
+
+impl Conn for Session {
+    fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
+        self.set_read_timeout(timeout);
+        Ok(())
+    }
+}
+
+fn with_metrics(mut outcome: Outcome, metrics: &[(&str, f64)]) -> Outcome {
+    for (name, value) in metrics {
+        outcome = outcome.with_metric(*name, *value, "seconds");
+    }
+    outcome
+}
+
+/// Runs `steps` over `conn`: the failure of the first that fails (with
+/// `metrics`), or `None` when all passed.
+fn exchange(req: &Request, conn: &mut impl Conn, steps: &[Step], metrics: &[(&str, f64)]) -> Option<Outcome> {
+    for (i, step) in steps.iter().enumerate() {
+        match step {
+            Step::Send(data) => {
+                if let Err(e) = net::send(conn, data.as_bytes()) {
+                    let failure = Outcome::failure(format!("step {}: send: {}", i + 1, net::describe_error(&e)));
+                    return Some(with_metrics(failure, metrics));
+                }
+            }
+            Step::Expect(re) => {
+                let left = req.remaining().saturating_sub(MARGIN).max(Duration::from_millis(1));
+                let (bytes, error) = match conn.set_timeout(left) {
+                    Ok(()) => net::read_until(conn, MAX_READ, |buf| re.is_match(buf)),
+                    Err(e) => (Vec::new(), Some(e)),
+                };
+                if !re.is_match(&bytes) {
+                    let why = match error {
+                        Some(e) => format!("{} after {} bytes", net::describe_error(&e), bytes.len()),
+                        None => format!("no match in {} bytes", bytes.len()),
+                    };
+                    let failure = Outcome::failure(format!("step {}: expected /{}/: {why}", i + 1, re.as_str()));
+                    return Some(with_metrics(failure, metrics).with_detail(excerpt(&bytes)));
+                }
+            }
+        }
+    }
+    None
+}
+
+fn steps_done(steps: &[Step]) -> String {
+    match steps.len() {
+        0 => String::new(),
+        n => format!(" and completed {n} step(s)"),
+    }
+}
+
+/// The check of `{"tls": true}`: a handshake by the host, then the steps
+/// over the session.
+fn check_tls(req: &Request, options: &TlsOptions, steps: &[Step]) -> Result<Outcome, ProbeError> {
+    let (host, port) = host_port(req.target())?;
+    let (mut session, h) = match sonde_sdk::tls::connect(host, port, options, req.remaining()) {
+        Ok(connected) => connected,
+        Err(HandshakeError::Failed(m)) => return Ok(Outcome::failure(format!("{}: {m}", req.target()))),
+        Err(HandshakeError::Probe(e)) => return Err(e),
+    };
+    let expires = h.info.expires_in_seconds();
+    let metrics = [
+        ("connect_seconds", h.connect_seconds),
+        ("tls_seconds", h.tls_seconds),
+        ("cert_expiry_seconds", expires),
+    ];
+    if let Some(failure) = exchange(req, &mut session, steps, &metrics) {
+        return Ok(failure);
+    }
+    let message = format!(
+        "{} with {}: certificate of {} expires in {} days{}",
+        h.info.version,
+        req.target(),
+        h.info.subject,
+        (expires / 86_400.0).floor(),
+        steps_done(steps)
+    );
+    Ok(with_metrics(Outcome::success(message), &metrics).with_metric(
+        "probe_seconds",
+        h.dns_seconds + h.connect_seconds + h.tls_seconds,
+        "seconds",
+    ))
 }
 
 /// Turns the config into steps, refusing ambiguous or empty ones.
@@ -120,7 +275,12 @@ impl Probe for Tcp {
     }
 
     fn check(req: Request) -> Result<Outcome, ProbeError> {
-        let steps = steps(req.config()?)?;
+        let config: Config = req.config()?;
+        let tls = config.tls_options()?;
+        let steps = steps(config)?;
+        if let Some(options) = tls {
+            return check_tls(&req, &options, &steps);
+        }
         let start = Instant::now();
         let mut stream = match net::connect_target(&req) {
             Ok(stream) => stream,
@@ -142,45 +302,16 @@ impl Probe for Tcp {
                 )));
             }
         };
-        let connected = start.elapsed().as_secs_f64();
-        for (i, step) in steps.iter().enumerate() {
-            match step {
-                Step::Send(data) => {
-                    if let Err(e) = net::send(&mut stream, data.as_bytes()) {
-                        return Ok(
-                            Outcome::failure(format!("step {}: send: {}", i + 1, net::describe_error(&e))).with_metric(
-                                "connect_seconds",
-                                connected,
-                                "seconds",
-                            ),
-                        );
-                    }
-                }
-                Step::Expect(re) => {
-                    let left = req.remaining().saturating_sub(MARGIN).max(Duration::from_millis(1));
-                    stream.set_read_timeout(Some(left)).map_err(ProbeError::from)?;
-                    let (bytes, error) = net::read_until(&mut stream, MAX_READ, |buf| re.is_match(buf));
-                    if !re.is_match(&bytes) {
-                        let why = match error {
-                            Some(e) => format!("{} after {} bytes", net::describe_error(&e), bytes.len()),
-                            None => format!("no match in {} bytes", bytes.len()),
-                        };
-                        return Ok(
-                            Outcome::failure(format!("step {}: expected /{}/: {why}", i + 1, re.as_str()))
-                                .with_metric("connect_seconds", connected, "seconds")
-                                .with_detail(excerpt(&bytes)),
-                        );
-                    }
-                }
-            }
+        let metrics = [("connect_seconds", start.elapsed().as_secs_f64())];
+        if let Some(failure) = exchange(&req, &mut stream, &steps, &metrics) {
+            return Ok(failure);
         }
-        let message = match steps.len() {
-            0 => format!("connected to {}", req.target()),
-            n => format!("connected to {} and completed {n} step(s)", req.target()),
-        };
-        Ok(Outcome::success(message)
-            .with_metric("connect_seconds", connected, "seconds")
-            .with_metric("probe_seconds", start.elapsed().as_secs_f64(), "seconds"))
+        let message = format!("connected to {}{}", req.target(), steps_done(&steps));
+        Ok(with_metrics(Outcome::success(message), &metrics).with_metric(
+            "probe_seconds",
+            start.elapsed().as_secs_f64(),
+            "seconds",
+        ))
     }
 }
 
@@ -209,6 +340,23 @@ mod tests {
         assert!(parse(r#"{"steps": [{}]}"#).is_err());
         let err = parse(r#"{"expect": "("}"#).err().unwrap();
         assert!(matches!(err, ProbeError::InvalidConfig(m) if m.contains("expect \"(\"")));
+    }
+
+    #[test]
+    fn tls_config() {
+        let config = |json: &str| serde_json::from_str::<Config>(json).unwrap().tls_options();
+        assert_eq!(config("{}").unwrap(), None);
+        assert!(
+            config(r#"{"tls": true, "insecure_skip_verify": true}"#)
+                .unwrap()
+                .is_some()
+        );
+        assert!(config(r#"{"insecure_skip_verify": true}"#).is_err());
+        assert!(config(r#"{"tls": true, "send": "x"}"#).unwrap().is_some());
+        assert!(config(r#"{"tls": true, "ca_pem": "x", "insecure_skip_verify": true}"#).is_err());
+        assert_eq!(host_port("[::1]:443").unwrap(), ("::1", 443));
+        assert_eq!(host_port("db:5432").unwrap(), ("db", 5432));
+        assert!(host_port("db").is_err());
     }
 
     #[test]

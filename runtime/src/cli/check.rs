@@ -63,7 +63,7 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
     }
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration such as 500ms or 2s: {e}"))?;
     if d.is_zero() {
         return Err("the timeout must be more than zero".into());

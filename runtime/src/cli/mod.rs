@@ -3,6 +3,7 @@
 
 mod check;
 mod plugin;
+mod run;
 
 use crate::engine::{Engine, EngineConfig, Plugin};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -38,6 +39,12 @@ pub enum Command {
     /// Inspect and list plugins.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Run the agent: probe every target of the config on schedule (the embedded default config without --config).
+    Run(run::RunArgs),
+    /// Check a config file without running it (exit 0 valid, 2 invalid).
+    Validate(run::ValidateArgs),
+    /// Show a running agent's probes.
+    Status(run::StatusArgs),
 }
 
 /// How results are printed.
@@ -99,6 +106,9 @@ async fn dispatch(cli: Cli) -> Result<i32, CliError> {
     match cli.command {
         Command::Check(args) => check::run(config, args).await,
         Command::Plugin(cmd) => plugin::run(config, cmd).await,
+        Command::Run(args) => run::run(config, args).await,
+        Command::Validate(args) => run::validate(config, args).await,
+        Command::Status(args) => run::status(args).await,
     }
 }
 

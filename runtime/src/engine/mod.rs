@@ -263,6 +263,8 @@ struct Inner {
     /// loads of one digest race.
     plugins: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<Plugin>>>>>,
     slots: Semaphore,
+    /// The TLS client and keep-alive pool every call shares.
+    host: Arc<host::Shared>,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -370,6 +372,7 @@ impl Engine {
                 empty_dir,
                 plugins: Mutex::new(HashMap::new()),
                 slots: Semaphore::new(max_calls as usize),
+                host: Arc::default(),
                 ticker_stop,
             }),
         })
@@ -480,6 +483,7 @@ impl Engine {
         let state = HostState::new(
             "describe".into(),
             grants.clone(),
+            self.inner.host.clone(),
             &self.inner.empty_dir,
             limits.memory,
             Instant::now() + limits.timeout,
@@ -516,6 +520,7 @@ impl Engine {
         let state = match HostState::new(
             call.probe.into(),
             grants.clone(),
+            self.inner.host.clone(),
             &self.inner.empty_dir,
             call.limits.memory,
             Instant::now() + call.limits.timeout,

@@ -69,6 +69,63 @@ async fn capture(mut stream: impl AsyncRead + Unpin) -> Vec<u8> {
     }
 }
 
+/// How a program run by the host ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramOutput {
+    /// Its exit code; none when a signal or the timeout ended it.
+    pub exit_code: Option<i32>,
+    /// Whether the timeout ended it.
+    pub timed_out: bool,
+    /// The start of its stdout, at most [`MAX_OUTPUT_BYTES`].
+    pub stdout: Vec<u8>,
+    /// The start of its stderr, at most [`MAX_OUTPUT_BYTES`].
+    pub stderr: Vec<u8>,
+}
+
+/// Runs `argv` (an absolute program path, then its arguments) in a process
+/// group of its own, with no stdin, only `env`, and `/` as its directory;
+/// kills the whole group at `timeout`, at exit, or when the future is
+/// dropped. The caller checks that the program is allowed.
+pub async fn run_program(
+    argv: &[String],
+    env: &[(String, String)],
+    timeout: Duration,
+) -> Result<ProgramOutput, String> {
+    let Some(program) = argv.first() else {
+        return Err("empty argv".into());
+    };
+    let mut child = tokio::process::Command::new(program)
+        .args(&argv[1..])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("{program}: {e}"))?;
+    let group = GroupGuard(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)));
+    let stdout = tokio::spawn(capture(child.stdout.take().expect("stdout is piped")));
+    let stderr = tokio::spawn(capture(child.stderr.take().expect("stderr is piped")));
+    let (exit_code, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(Ok(status)) => (status.code(), false),
+        Ok(Err(e)) => return Err(format!("{program}: waiting: {e}")),
+        Err(_) => (None, true),
+    };
+    // Killing the group closes every writer of the pipes, so the readers
+    // finish.
+    drop(group);
+    let _ = child.wait().await;
+    Ok(ProgramOutput {
+        exit_code,
+        timed_out,
+        stdout: stdout.await.unwrap_or_default(),
+        stderr: stderr.await.unwrap_or_default(),
+    })
+}
+
 impl exec::Host for HostState {
     async fn run(&mut self, cmd: Command) -> Result<Output, ExecError> {
         let Some(program) = cmd.argv.first() else {
@@ -82,35 +139,14 @@ impl exec::Host for HostState {
         }
         let left = self.exec.deadline.saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(cmd.timeout_ms).min(left);
-        let mut child = tokio::process::Command::new(&path)
-            .args(&cmd.argv[1..])
-            .env_clear()
-            .envs(config.env.iter().map(|(k, v)| (k, v)))
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| ExecError::Spawn(format!("{program}: {e}")))?;
-        let group = GroupGuard(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)));
-        let stdout = tokio::spawn(capture(child.stdout.take().expect("stdout is piped")));
-        let stderr = tokio::spawn(capture(child.stderr.take().expect("stderr is piped")));
-        let (exit_code, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
-            Ok(Ok(status)) => (status.code(), false),
-            Ok(Err(e)) => return Err(ExecError::Spawn(format!("{program}: waiting: {e}"))),
-            Err(_) => (None, true),
-        };
-        // Killing the group closes every writer of the pipes, so the
-        // readers finish.
-        drop(group);
-        let _ = child.wait().await;
+        let out = run_program(&cmd.argv, &config.env, timeout)
+            .await
+            .map_err(ExecError::Spawn)?;
         Ok(Output {
-            exit_code,
-            timed_out,
-            stdout: stdout.await.unwrap_or_default(),
-            stderr: stderr.await.unwrap_or_default(),
+            exit_code: out.exit_code,
+            timed_out: out.timed_out,
+            stdout: out.stdout,
+            stderr: out.stderr,
         })
     }
 }

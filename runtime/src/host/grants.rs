@@ -335,6 +335,18 @@ impl CallGrants {
         Err(format!("{host}:{port} is not the target and not granted"))
     }
 
+    /// Checks a TLS handshake with `host:port` (the `tls` interface) and
+    /// records the denial when it is not allowed.
+    pub(crate) fn authorize_tls(&self, host: &str, port: u16) -> Result<(), String> {
+        if self.allows_authority(host, port) {
+            return Ok(());
+        }
+        self.deny(format!(
+            "TLS handshake with {host}:{port}: not the target and not granted"
+        ));
+        Err(format!("{host}:{port} is not the target and not granted"))
+    }
+
     /// Records a denied use of a capability.
     pub(crate) fn deny(&self, what: String) {
         tracing::debug!(denied = %what, "capability denied");
@@ -434,6 +446,21 @@ mod tests {
         let e = "10.0.0.0/40:1".parse::<NetPattern>().unwrap_err();
         assert!(e.to_string().contains("prefix length"), "{e}");
         assert!("bad host!:1".parse::<NetPattern>().is_err());
+    }
+
+    #[test]
+    fn tls_handshakes_reach_only_granted_authorities() {
+        let g = call("db.internal:5432", &["*.acme.internal:636"]);
+        assert!(g.authorize_tls("db.internal", 5432).is_ok());
+        assert!(g.authorize_tls("ldap.acme.internal", 636).is_ok());
+        assert!(g.authorize_tls("ldap.acme.internal", 443).is_err());
+        assert!(g.authorize_tls("127.0.0.1", 5432).is_err());
+        let message = g.denial_message().unwrap();
+        assert!(
+            message.starts_with("denied: TLS handshake with ldap.acme.internal:443"),
+            "{message}"
+        );
+        assert!(message.ends_with("(and 1 more)"), "{message}");
     }
 
     #[test]

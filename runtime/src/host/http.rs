@@ -46,21 +46,48 @@ impl WasiHttpHooks for Hooks {
 
 // sonde's own `http` interface: the host-owned transport for probes.
 
-use super::HostState;
+use super::pool::{Conn, PoolKey};
+use super::tls::{TlsError, TlsOptions};
+use super::{HostState, Shared};
 use crate::engine::bindings::sonde::probe::http as probe_http;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Body as _;
 use probe_http::{HttpError, Request as ProbeRequest, Response as ProbeResponse, Timings};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
 use wasmtime::component::{HasSelf, Linker};
 
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     probe_http::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
 }
 
+/// What the transport offers by ALPN: it speaks HTTP/1.1 only.
+const ALPN: &[&[u8]] = &[b"http/1.1"];
+
 /// The most of a response body the host reads for a plugin.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
-async fn exchange(req: ProbeRequest, uri: http::Uri, host: String, port: u16) -> Result<ProbeResponse, HttpError> {
+/// A connection the host opened for a plugin, and the time each phase took.
+pub(crate) struct Dialed {
+    pub(crate) stream: TcpStream,
+    pub(crate) dns: Duration,
+    pub(crate) connect: Duration,
+}
+
+/// Why [`dial`] failed.
+#[derive(Debug)]
+pub(crate) enum DialError {
+    /// The name did not resolve.
+    Dns(String),
+    /// The connection failed.
+    Connect(String),
+}
+
+/// Resolves `host` and connects to `host:port` for a plugin; the caller has
+/// checked the grants. The socket closes with a reset: a probe every few
+/// seconds must not pile up TIME_WAIT sockets on either side.
+pub(crate) async fn dial(host: &str, port: u16) -> Result<Dialed, DialError> {
     let start = Instant::now();
     let addr = match host
         .trim_start_matches('[')
@@ -68,47 +95,149 @@ async fn exchange(req: ProbeRequest, uri: http::Uri, host: String, port: u16) ->
         .parse::<std::net::IpAddr>()
     {
         Ok(ip) => std::net::SocketAddr::new(ip, port),
-        Err(_) => tokio::net::lookup_host((host.as_str(), port))
+        Err(_) => tokio::net::lookup_host((host, port))
             .await
-            .map_err(|e| HttpError::Dns(format!("{host}: {e}")))?
+            .map_err(|e| DialError::Dns(format!("{host}: {e}")))?
             .next()
-            .ok_or_else(|| HttpError::Dns(format!("{host}: no address")))?,
+            .ok_or_else(|| DialError::Dns(format!("{host}: no address")))?,
     };
     let dns = start.elapsed();
-    let stream = tokio::net::TcpStream::connect(addr)
+    let stream = TcpStream::connect(addr)
         .await
-        .map_err(|e| HttpError::Connect(format!("{addr}: {e}")))?;
-    // Close with a reset: a probe every few seconds must not pile up
-    // TIME_WAIT sockets on either side. tokio deprecates SO_LINGER because a
-    // non-zero linger blocks on drop; a zero linger never does.
+        .map_err(|e| DialError::Connect(format!("{addr}: {e}")))?;
+    // tokio deprecates SO_LINGER because a non-zero linger blocks on drop;
+    // a zero linger never does.
     #[allow(deprecated)]
     let _ = stream.set_linger(Some(Duration::ZERO));
     let _ = stream.set_nodelay(true);
-    let connect = start.elapsed();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+    Ok(Dialed {
+        stream,
+        dns,
+        connect: start.elapsed() - dns,
+    })
+}
+
+/// Where one request goes, as checked against the grants.
+struct Target {
+    uri: http::Uri,
+    host: String,
+    port: u16,
+    /// For `https://`: how to verify the server.
+    tls: Option<TlsOptions>,
+}
+
+/// The phases a new connection went through.
+#[derive(Default)]
+struct Phases {
+    dns: Duration,
+    connect: Duration,
+    tls: Duration,
+}
+
+fn tls_error(e: TlsError) -> HttpError {
+    match e {
+        TlsError::ServerName { .. } | TlsError::Ca(_) => HttpError::Invalid(e.to_string()),
+        TlsError::Handshake(_) | TlsError::Certificate(_) => HttpError::Tls(e.to_string()),
+    }
+}
+
+/// Starts HTTP/1.1 over `io`; the connection's task runs until the
+/// returned [`Conn`] is dropped.
+async fn http1<I>(io: I, tls: Option<std::sync::Arc<super::tls::TlsInfo>>) -> Result<Conn, HttpError>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
         .await
         .map_err(|e| HttpError::Protocol(e.to_string()))?;
-    let conn = tokio::spawn(conn);
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(Conn::new(sender, tls, task))
+}
+
+/// Opens a new connection to `target`, with TLS for `https://`.
+async fn open(shared: &Shared, target: &Target) -> Result<(Conn, Phases), HttpError> {
+    let dialed = dial(&target.host, target.port).await.map_err(|e| match e {
+        DialError::Dns(m) => HttpError::Dns(m),
+        DialError::Connect(m) => HttpError::Connect(m),
+    })?;
+    let mut phases = Phases {
+        dns: dialed.dns,
+        connect: dialed.connect,
+        tls: Duration::ZERO,
+    };
+    let conn = match &target.tls {
+        None => http1(dialed.stream, None).await?,
+        Some(options) => {
+            let start = Instant::now();
+            let (stream, info) = shared
+                .tls
+                .connect(dialed.stream, &target.host, options, ALPN)
+                .await
+                .map_err(tls_error)?;
+            phases.tls = start.elapsed();
+            http1(stream, Some(std::sync::Arc::new(info))).await?
+        }
+    };
+    Ok((conn, phases))
+}
+
+fn build_request(req: &ProbeRequest, target: &Target) -> Result<http::Request<Full<bytes::Bytes>>, HttpError> {
     let method = http::Method::from_bytes(req.method.as_bytes())
         .map_err(|e| HttpError::Invalid(format!("method {:?}: {e}", req.method)))?;
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let path = target.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut builder = http::Request::builder().method(method).uri(path);
     if !req.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
         builder = builder.header(
             http::header::HOST,
-            uri.authority().map_or(host.as_str(), |a| a.as_str()),
+            target.uri.authority().map_or(target.host.as_str(), |a| a.as_str()),
         );
     }
     for (name, value) in &req.headers {
         builder = builder.header(name.as_str(), value.as_str());
     }
-    let request = builder
-        .body(Full::new(bytes::Bytes::from(req.body)))
-        .map_err(|e| HttpError::Invalid(e.to_string()))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| HttpError::Protocol(e.to_string()))?;
+    builder
+        .body(Full::new(bytes::Bytes::from(req.body.clone())))
+        .map_err(|e| HttpError::Invalid(e.to_string()))
+}
+
+async fn exchange(shared: &Shared, req: ProbeRequest, target: Target) -> Result<ProbeResponse, HttpError> {
+    let start = Instant::now();
+    let request = build_request(&req, &target)?;
+    let key = req
+        .keepalive
+        .then(|| PoolKey::new(&target.host, target.port, target.tls.as_ref()));
+    let mut pooled = key.as_ref().and_then(|k| shared.pool.checkout(k));
+    if let Some(conn) = &mut pooled
+        && conn.sender.ready().await.is_err()
+    {
+        pooled = None;
+    }
+    let (mut conn, mut phases, mut reused) = match pooled {
+        Some(conn) => (conn, Phases::default(), true),
+        None => {
+            let (conn, phases) = open(shared, &target).await?;
+            (conn, phases, false)
+        }
+    };
+    let response = match conn.sender.try_send_request(request).await {
+        Ok(response) => response,
+        Err(mut e) if reused => {
+            // The server closed the idle connection as the request went out;
+            // a request that was not sent is sent once more, on a new one.
+            let Some(request) = e.take_message() else {
+                return Err(HttpError::Protocol(e.into_error().to_string()));
+            };
+            (conn, phases) = open(shared, &target).await?;
+            reused = false;
+            conn.sender
+                .send_request(request)
+                .await
+                .map_err(|e| HttpError::Protocol(e.to_string()))?
+        }
+        Err(e) => return Err(HttpError::Protocol(e.into_error().to_string())),
+    };
     let first_byte = start.elapsed();
     let status = response.status().as_u16();
     let headers = response
@@ -124,6 +253,7 @@ async fn exchange(req: ProbeRequest, uri: http::Uri, host: String, port: u16) ->
     let max = (req.max_body as usize).min(MAX_BODY_BYTES);
     let mut body = Vec::new();
     let mut incoming = response.into_body();
+    let mut ended = false;
     while body.len() < max {
         match incoming.frame().await {
             Some(Ok(frame)) => {
@@ -132,24 +262,37 @@ async fn exchange(req: ProbeRequest, uri: http::Uri, host: String, port: u16) ->
                 }
             }
             Some(Err(e)) => return Err(HttpError::Protocol(format!("reading the body: {e}"))),
-            None => break,
+            None => {
+                ended = true;
+                break;
+            }
         }
     }
+    // Only a connection whose response was read to its end can serve the
+    // next request; any other is dropped, which resets it.
+    let ended = ended || incoming.is_end_stream();
     drop(incoming);
-    drop(sender);
-    conn.abort();
+    let tls = conn.tls.as_deref().map(Into::into);
+    if let Some(key) = key
+        && ended
+    {
+        shared.pool.checkin(key, conn);
+    }
     let secs = |d: Duration| d.as_secs_f64();
+    let setup = phases.dns + phases.connect + phases.tls;
     Ok(ProbeResponse {
         status,
         headers,
         body,
         timings: Timings {
-            dns: secs(dns),
-            connect: secs(connect - dns),
-            tls: 0.0,
-            first_byte: secs(first_byte - connect),
+            dns: secs(phases.dns),
+            connect: secs(phases.connect),
+            tls: secs(phases.tls),
+            first_byte: secs(first_byte.saturating_sub(setup)),
             total: secs(start.elapsed()),
         },
+        tls,
+        reused,
     })
 }
 
@@ -159,27 +302,38 @@ impl probe_http::Host for HostState {
             .url
             .parse()
             .map_err(|e| HttpError::Invalid(format!("URL {:?}: {e}", req.url)))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(HttpError::Invalid(
-                    "https is not supported by the host transport yet".into(),
-                ));
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => {
+                return Err(HttpError::Invalid(format!(
+                    "URL {:?}: expected http:// or https://",
+                    req.url
+                )));
             }
-            _ => return Err(HttpError::Invalid(format!("URL {:?}: expected http://", req.url))),
-        }
+        };
         let Some(host) = uri.host().filter(|h| !h.is_empty()).map(str::to_string) else {
             return Err(HttpError::Invalid(format!("URL {:?} has no host", req.url)));
         };
-        let port = uri.port_u16().unwrap_or(80);
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        // Before any connection, pooled or new.
         self.grants.authorize_http(&host, port).map_err(HttpError::Denied)?;
+        let tls = if https {
+            let options = super::handshake::options_from_wit(req.tls.clone()).map_err(tls_error)?;
+            self.shared.tls.validate(&host, &options, ALPN).map_err(tls_error)?;
+            Some(options)
+        } else {
+            None
+        };
+        let target = Target { uri, host, port, tls };
+        let shared = self.shared.clone();
         let left = self.exec.deadline().saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(req.timeout_ms);
         if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            return exchange(req, uri, host, port).await;
+            return exchange(&shared, req, target).await;
         }
-        match tokio::time::timeout(timeout, exchange(req, uri, host, port)).await {
+        match tokio::time::timeout(timeout, exchange(&shared, req, target)).await {
             Ok(result) => result,
             Err(_) => Err(HttpError::Timeout(format!(
                 "no response within {}ms",

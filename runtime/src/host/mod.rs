@@ -6,12 +6,17 @@
 //!
 //! - [`net`]: `wasi:sockets`, filtered to the target and `net` grants,
 //!   including name lookups;
-//! - [`http`]: `wasi:http/outgoing-handler`, likewise;
+//! - [`http`]: `wasi:http/outgoing-handler`, likewise, and sonde's own
+//!   `http` probe transport, with its keep-alive [`pool`];
+//! - [`handshake`]: sonde's `tls` interface, a TLS handshake by the host;
 //! - [`grpc`]: sonde's `grpc` interface, one unary call to the target or a
 //!   `net` grant;
 //! - [`files`]: `wasi:filesystem`, showing only the read-only `files` grants;
 //! - [`exec`]: sonde's `exec` interface, for granted programs only;
 //! - [`log`]: sonde's `log` interface, capped per call.
+//!
+//! [`tls`] is the TLS client the transports share. What outlives a call (the
+//! TLS client, the pool) is in [`Shared`], built once per engine.
 //!
 //! Everything else WASI offers is present but empty: no environment, no
 //! arguments, stdin closed, stdout discarded, stderr kept (bounded) so a
@@ -21,9 +26,12 @@ pub mod exec;
 pub mod files;
 pub mod grants;
 pub mod grpc;
+pub mod handshake;
 pub mod http;
 pub mod log;
 pub mod net;
+pub mod pool;
+pub mod tls;
 
 pub use grants::{GrantError, Grants, NetPattern};
 
@@ -56,6 +64,14 @@ impl WasiView for Sandbox {
     }
 }
 
+/// What every call of an engine shares (built once per engine): the TLS
+/// client with its trust roots, and the HTTP keep-alive pool.
+#[derive(Default)]
+pub(crate) struct Shared {
+    pub(crate) tls: tls::TlsClient,
+    pub(crate) pool: pool::Pool,
+}
+
 /// The data of one call's `Store`: built per call, dropped with it.
 pub struct HostState {
     pub(crate) sandbox: Sandbox,
@@ -68,6 +84,9 @@ pub struct HostState {
     pub(crate) stderr: MemoryOutputPipe,
     pub(crate) empty_dir: Dir,
     pub(crate) exec: exec::CallExec,
+    pub(crate) shared: Arc<Shared>,
+    /// TLS sessions the plugin holds open.
+    pub(crate) tls_sessions: usize,
 }
 
 impl HostState {
@@ -76,6 +95,7 @@ impl HostState {
     pub(crate) fn new(
         probe: Arc<str>,
         grants: Arc<CallGrants>,
+        shared: Arc<Shared>,
         empty_dir: &Dir,
         memory: u64,
         deadline: Instant,
@@ -99,6 +119,8 @@ impl HostState {
             stderr,
             empty_dir: empty_dir.clone(),
             exec: exec::CallExec::new(deadline),
+            shared,
+            tls_sessions: 0,
         })
     }
 
@@ -148,5 +170,6 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>, files_granted: bool)
     exec::add_to_linker(linker)?;
     http::add_to_linker(linker)?;
     grpc::add_to_linker(linker)?;
+    handshake::add_to_linker(linker)?;
     Ok(())
 }

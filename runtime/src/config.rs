@@ -1,0 +1,425 @@
+//! The agent's config file: YAML, parsed into typed structs that refuse
+//! unknown keys, with every error naming the file, line, column and key.
+//!
+//! This module only reads and checks the *shape* of the file. Whether a
+//! plugin exists, whether its config fits its schema and whether grants
+//! parse is the [`registry`](crate::registry)'s job; it reports against the
+//! locations kept here ([`Spanned`]).
+//!
+//! ```yaml
+//! api: 127.0.0.1:9464          # where `sonde run` serves /v1 (optional)
+//! state_dir: /var/lib/sonde    # keep probe state across restarts (optional)
+//! targets:
+//!   - name: web
+//!     address: 127.0.0.1:8080
+//!     on_failure: { command: [/usr/bin/systemctl, restart, web], timeout: 30s }
+//!     probes:
+//!       - kind: readiness
+//!         plugin: http
+//!         config: { path: /healthz }
+//! ```
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
+pub use serde_saphyr::Spanned;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where something is in a config file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Place {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line, 0 when unknown.
+    pub line: u64,
+    /// 1-based column, 0 when unknown.
+    pub column: u64,
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}", self.file.display())
+        } else {
+            write!(f, "{}:{}:{}", self.file.display(), self.line, self.column)
+        }
+    }
+}
+
+/// One problem in a config file, with its place.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{place}: {message}")]
+pub struct ConfigError {
+    /// Where.
+    pub place: Place,
+    /// What is wrong, naming the key.
+    pub message: String,
+}
+
+/// Every problem found in a config file (at least one).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl From<ConfigError> for ConfigErrors {
+    fn from(e: ConfigError) -> Self {
+        Self(vec![e])
+    }
+}
+
+/// A duration written with its unit: `500ms`, `10s`, `1m30s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration with its unit, such as 500ms, 10s or 1m")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Dur, E> {
+                humantime::parse_duration(s.trim())
+                    .map(Dur)
+                    .map_err(|e| E::custom(format!("{s:?} is not a duration such as 500ms, 10s or 1m: {e}")))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Dur, E> {
+                Err(E::custom(format!("{n} has no unit: write it as {n}s or {n}ms")))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Dur, E> {
+                self.visit_u64(n.unsigned_abs())
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A size written with its unit: `64MiB`, `512KiB`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Size(pub u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = Size;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size such as 64MiB")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Size, E> {
+                s.trim()
+                    .parse::<bytesize::ByteSize>()
+                    .map(|b| Size(b.as_u64()))
+                    .map_err(|e| E::custom(format!("{s:?} is not a size such as 64MiB: {e}")))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Size, E> {
+                Ok(Size(n))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The kind of a probe, with kubelet's meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, serde::Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Gates the target's other probes until it succeeds once; then stops.
+    /// Starts `unknown`.
+    Startup,
+    /// Whether the target should receive traffic. Starts `failure`.
+    Readiness,
+    /// Whether the target should be restarted. Starts `success`.
+    Liveness,
+}
+
+impl Kind {
+    /// The lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Startup => "startup",
+            Self::Readiness => "readiness",
+            Self::Liveness => "liveness",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    /// `api: 127.0.0.1:9464` — where `sonde run` serves its API; the
+    /// `--api` flag overrides it. Default: no API.
+    #[serde(default)]
+    pub api: Option<Spanned<String>>,
+    /// `state_dir: /var/lib/sonde` — where probe state is kept across
+    /// restarts; `--state-dir` overrides it. Default: none (state is lost
+    /// on restart).
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    /// `targets: [...]` — the services this agent probes.
+    #[serde(default)]
+    pub targets: Vec<Target>,
+}
+
+/// A service on the node and its probes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    /// `name: web` — unique in the file.
+    pub name: Spanned<String>,
+    /// `address: 127.0.0.1:8080` — `host:port` or a URL; what every probe
+    /// of the target receives as its target unless it sets its own.
+    pub address: Spanned<String>,
+    /// `on_failure: {command: [...], timeout: 30s}` — run after a liveness
+    /// or startup probe of this target turns to failure. Default: none.
+    #[serde(default)]
+    pub on_failure: Option<Action>,
+    /// `probes: [...]`.
+    #[serde(default)]
+    pub probes: Vec<Probe>,
+}
+
+/// A command the host runs after a liveness or startup failure.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Action {
+    /// `command: [/usr/bin/systemctl, restart, web]` — an absolute program
+    /// path, then its arguments; no shell unless you name one.
+    pub command: Spanned<Vec<String>>,
+    /// `timeout: 30s` (default 30s) — then its whole process group is killed.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+    /// `env: {NAME: value}` — its environment (empty by default).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// One probe.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Probe {
+    /// `name: web-ready` — unique in the agent. Default: `<target>-<kind>`.
+    #[serde(default)]
+    pub name: Option<Spanned<String>>,
+    /// `kind: readiness` (default) | `liveness` | `startup`.
+    #[serde(default)]
+    pub kind: Option<Spanned<Kind>>,
+    /// `plugin: http` — a built-in name or the path of a `.wasm` component
+    /// (relative to the config file's directory).
+    pub plugin: Spanned<String>,
+    /// `config: {path: /healthz}` — the plugin's config, checked against
+    /// the JSON Schema the plugin publishes. Default: `{}`.
+    #[serde(default)]
+    pub config: Option<Spanned<serde_json::Value>>,
+    /// `target: 127.0.0.1:9000` — probe this instead of the target's address.
+    #[serde(default)]
+    pub target: Option<Spanned<String>>,
+    /// `period: 10s` (default 10s, at least 100ms).
+    #[serde(default)]
+    pub period: Option<Spanned<Dur>>,
+    /// `initial_delay: 0s` (default) — no run before it.
+    #[serde(default)]
+    pub initial_delay: Option<Dur>,
+    /// `timeout: 1s` (default) — the deadline of one run.
+    #[serde(default)]
+    pub timeout: Option<Spanned<Dur>>,
+    /// `success_threshold: 1` (default; must be 1 for liveness and startup).
+    #[serde(default)]
+    pub success_threshold: Option<Spanned<u32>>,
+    /// `failure_threshold: 3` (default).
+    #[serde(default)]
+    pub failure_threshold: Option<Spanned<u32>>,
+    /// `grants: {net: [...], exec: [...], files: [...], env: {...}}` —
+    /// what the plugin may reach besides its target. Default: nothing.
+    #[serde(default)]
+    pub grants: GrantsSpec,
+    /// `limits: {fuel: 1000000000, memory: 64MiB}`.
+    #[serde(default)]
+    pub limits: LimitsSpec,
+    /// `groups: [frontend]` — names for aggregated readiness.
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+/// What a probe's plugin may reach besides its target.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantsSpec {
+    /// `net: ["db.internal:5432", "10.0.0.0/8:*"]`.
+    #[serde(default)]
+    pub net: Vec<Spanned<String>>,
+    /// `exec: [/usr/lib/nagios/plugins/check_disk]` — absolute paths.
+    #[serde(default)]
+    pub exec: Vec<Spanned<PathBuf>>,
+    /// `files: [/etc/app]` — directories, read-only.
+    #[serde(default)]
+    pub files: Vec<Spanned<PathBuf>>,
+    /// `env: {NAME: value}` — environment of granted programs.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Per-run limits.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSpec {
+    /// `fuel: 1000000000` (default) — about one unit per wasm instruction.
+    #[serde(default)]
+    pub fuel: Option<u64>,
+    /// `memory: 64MiB` (default, at most 1GiB).
+    #[serde(default)]
+    pub memory: Option<Spanned<Size>>,
+}
+
+/// Turns a serde-saphyr location into a [`Place`] in `file`.
+pub fn place(file: &Path, loc: &serde_saphyr::Location) -> Place {
+    Place {
+        file: file.to_path_buf(),
+        line: loc.line(),
+        column: loc.column(),
+    }
+}
+
+/// Parser limits: an agent may hold a million probes (about 15 YAML nodes
+/// each), far past serde-saphyr's defaults; the alias and depth limits
+/// that stop YAML bombs stay as they are.
+fn options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_nodes = 32_000_000;
+    budget.max_events = 64_000_000;
+    budget.max_total_scalar_bytes = 512 * 1024 * 1024;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
+}
+
+/// Parses config text that came from `file`.
+pub fn parse(file: &Path, text: &str) -> Result<File, ConfigErrors> {
+    serde_saphyr::from_str_with_options::<File>(text, options()).map_err(|e| {
+        let place = e.location().map_or_else(
+            || Place {
+                file: file.to_path_buf(),
+                line: 0,
+                column: 0,
+            },
+            |l| place(file, &l),
+        );
+        ConfigError {
+            place,
+            message: first_line(&e),
+        }
+        .into()
+    })
+}
+
+/// Reads and parses `file`.
+pub fn read(file: &Path) -> Result<(File, String), ConfigErrors> {
+    let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
+        place: Place {
+            file: file.to_path_buf(),
+            line: 0,
+            column: 0,
+        },
+        message: format!("cannot read: {e}"),
+    })?;
+    Ok((parse(file, &text)?, text))
+}
+
+/// The message of a serde-saphyr error without its rendered snippet.
+fn first_line(e: &serde_saphyr::Error) -> String {
+    let text = e.to_string();
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("invalid YAML");
+    // The rendering may lead with "error: " and end with " at line L column C".
+    let line = line.strip_prefix("error: ").unwrap_or(line);
+    match line.find(" at line ") {
+        Some(i) => line[..i].to_string(),
+        None => line.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        parse(Path::new("sonde.yaml"), text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_minimal_file() {
+        let f = parse(
+            Path::new("x.yaml"),
+            "targets:\n  - name: web\n    address: 127.0.0.1:80\n    probes:\n      - plugin: http\n        config: {path: /healthz}\n        period: 500ms\n",
+        )
+        .unwrap();
+        let p = &f.targets[0].probes[0];
+        assert_eq!(p.plugin.value, "http");
+        assert_eq!(p.period.as_ref().unwrap().value, Dur(Duration::from_millis(500)));
+        assert_eq!(p.config.as_ref().unwrap().value["path"], "/healthz");
+        assert_eq!(p.plugin.referenced.line(), 5);
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_with_its_place() {
+        let e = err("targets:\n  - name: web\n    adress: 127.0.0.1:80\n");
+        assert!(e.starts_with("sonde.yaml:3:5: "), "{e}");
+        assert!(e.contains("adress"), "{e}");
+    }
+
+    #[test]
+    fn a_duration_needs_a_unit() {
+        let e =
+            err("targets:\n  - name: web\n    address: a:1\n    probes:\n      - plugin: tcp\n        period: 10\n");
+        assert!(e.starts_with("sonde.yaml:6:"), "{e}");
+        assert!(e.contains("10s"), "{e}");
+        let e =
+            err("targets:\n  - name: web\n    address: a:1\n    probes:\n      - plugin: tcp\n        timeout: 10x\n");
+        assert!(e.contains("\"10x\" is not a duration"), "{e}");
+    }
+
+    #[test]
+    fn the_documented_examples_parse() {
+        for (name, text) in [
+            ("web-behind-nginx.yaml", include_str!("../../docs/examples/web-behind-nginx.yaml")),
+            ("postgres.yaml", include_str!("../../docs/examples/postgres.yaml")),
+            ("calico-node-style.yaml", include_str!("../../docs/examples/calico-node-style.yaml")),
+            ("default.yaml", include_str!("default.yaml")),
+        ] {
+            let f = parse(Path::new(name), text).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!f.targets.is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_bad_kind_is_named() {
+        let e =
+            err("targets:\n  - name: web\n    address: a:1\n    probes:\n      - plugin: tcp\n        kind: lively\n");
+        assert!(e.starts_with("sonde.yaml:6:"), "{e}");
+        assert!(e.contains("lively"), "{e}");
+    }
+}

@@ -1,0 +1,217 @@
+//! sonde's `tls` interface: the host connects to `host:port`, completes a
+//! TLS handshake with its own client ([`super::tls`]) and reports the
+//! session and the server's certificate. For checks that need TLS but not
+//! HTTP (the `tcp` plugin's `tls` option) without running a TLS stack in the
+//! sandbox.
+//!
+//! `connect` keeps the connection open as a `session` the plugin sends and
+//! receives over (send/expect steps over TLS), at most [`MAX_SESSIONS`] per
+//! call; dropping it, or the end of the call, resets the connection.
+//!
+//! The host must be the probe's target or a `net` grant, checked before any
+//! name lookup or connection; a refusal is recorded, so the run is reported
+//! as `denied` whatever the plugin does with the error.
+
+use super::http::{DialError, dial};
+use super::tls::{MAX_CA_PEM_BYTES, TlsError, TlsInfo, TlsOptions};
+use super::{HostState, Shared};
+use crate::engine::bindings::sonde::probe::tls as probe_tls;
+use probe_tls::{HandshakeResult, Info, Options, Timings, TlsError as WitError};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use wasmtime::component::{HasSelf, Linker, Resource};
+
+/// TLS sessions one call may hold open at once.
+pub const MAX_SESSIONS: usize = 4;
+/// The most one `receive` returns.
+pub const MAX_RECEIVE_BYTES: usize = 64 * 1024;
+
+/// A TLS connection a plugin holds (the `session` resource).
+pub struct Session {
+    stream: TlsStream<TcpStream>,
+}
+
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    probe_tls::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+}
+
+/// The plugin's TLS options, bounded.
+pub(crate) fn options_from_wit(o: Options) -> Result<TlsOptions, TlsError> {
+    if let Some(pem) = &o.ca_pem
+        && pem.len() > MAX_CA_PEM_BYTES
+    {
+        return Err(TlsError::Ca(format!(
+            "{} bytes of PEM, more than the {MAX_CA_PEM_BYTES} allowed",
+            pem.len()
+        )));
+    }
+    Ok(TlsOptions {
+        ca_pem: o.ca_pem,
+        insecure_skip_verify: o.insecure_skip_verify,
+        server_name: o.server_name.filter(|n| !n.is_empty()),
+    })
+}
+
+impl From<&TlsInfo> for Info {
+    fn from(i: &TlsInfo) -> Self {
+        Self {
+            version: i.version.clone(),
+            alpn: i.alpn.clone(),
+            not_before: i.not_before,
+            not_after: i.not_after,
+            subject: i.subject.clone(),
+            issuer: i.issuer.clone(),
+        }
+    }
+}
+
+fn wit_error(e: TlsError) -> WitError {
+    match e {
+        TlsError::ServerName { .. } | TlsError::Ca(_) => WitError::Invalid(e.to_string()),
+        TlsError::Handshake(_) | TlsError::Certificate(_) => WitError::Handshake(e.to_string()),
+    }
+}
+
+async fn handshake(
+    shared: &Shared,
+    host: &str,
+    port: u16,
+    options: &TlsOptions,
+) -> Result<(TlsStream<TcpStream>, HandshakeResult), WitError> {
+    let dialed = dial(host, port).await.map_err(|e| match e {
+        DialError::Dns(m) => WitError::Dns(m),
+        DialError::Connect(m) => WitError::Connect(m),
+    })?;
+    let start = Instant::now();
+    let (stream, info) = shared
+        .tls
+        .connect(dialed.stream, host, options, &[])
+        .await
+        .map_err(wit_error)?;
+    let tls = start.elapsed();
+    let result = HandshakeResult {
+        info: (&info).into(),
+        timings: Timings {
+            dns: dialed.dns.as_secs_f64(),
+            connect: dialed.connect.as_secs_f64(),
+            tls: tls.as_secs_f64(),
+        },
+    };
+    Ok((stream, result))
+}
+
+impl HostState {
+    /// Checks and runs one handshake for the plugin, within `timeout_ms`.
+    async fn tls_handshake(
+        &mut self,
+        host: String,
+        port: u16,
+        options: Options,
+        timeout_ms: u64,
+    ) -> Result<(TlsStream<TcpStream>, HandshakeResult), WitError> {
+        if host.is_empty() {
+            return Err(WitError::Invalid("no host".into()));
+        }
+        self.grants.authorize_tls(&host, port).map_err(WitError::Denied)?;
+        let options = options_from_wit(options).map_err(wit_error)?;
+        self.shared.tls.validate(&host, &options, &[]).map_err(wit_error)?;
+        let shared = self.shared.clone();
+        let left = self.exec.deadline().saturating_duration_since(Instant::now());
+        let timeout = Duration::from_millis(timeout_ms);
+        if timeout >= left {
+            // The call's own deadline ends it first and records `timeout`.
+            return handshake(&shared, &host, port, &options).await;
+        }
+        match tokio::time::timeout(timeout, handshake(&shared, &host, port, &options)).await {
+            Ok(result) => result,
+            Err(_) => Err(WitError::Timeout(format!(
+                "no handshake within {}ms",
+                timeout.as_millis()
+            ))),
+        }
+    }
+}
+
+impl probe_tls::Host for HostState {
+    async fn handshake(
+        &mut self,
+        host: String,
+        port: u16,
+        options: Options,
+        timeout_ms: u64,
+    ) -> Result<HandshakeResult, WitError> {
+        // Dropping the stream closes the connection with a reset, as every
+        // probe connection.
+        let (_stream, result) = self.tls_handshake(host, port, options, timeout_ms).await?;
+        Ok(result)
+    }
+
+    async fn connect(
+        &mut self,
+        host: String,
+        port: u16,
+        options: Options,
+        timeout_ms: u64,
+    ) -> Result<(Resource<Session>, HandshakeResult), WitError> {
+        if self.tls_sessions >= MAX_SESSIONS {
+            return Err(WitError::Invalid(format!(
+                "at most {MAX_SESSIONS} TLS sessions may be open at once"
+            )));
+        }
+        let (stream, result) = self.tls_handshake(host, port, options, timeout_ms).await?;
+        let session = self
+            .sandbox
+            .table
+            .push(Session { stream })
+            .map_err(|e| WitError::Invalid(e.to_string()))?;
+        self.tls_sessions += 1;
+        Ok((session, result))
+    }
+}
+
+impl probe_tls::HostSession for HostState {
+    async fn send(&mut self, session: Resource<Session>, data: Vec<u8>) -> Result<(), WitError> {
+        let session = self
+            .sandbox
+            .table
+            .get_mut(&session)
+            .map_err(|e| WitError::Invalid(e.to_string()))?;
+        let stream = &mut session.stream;
+        async {
+            stream.write_all(&data).await?;
+            stream.flush().await
+        }
+        .await
+        .map_err(|e| WitError::Connect(format!("send: {e}")))
+    }
+
+    async fn receive(&mut self, session: Resource<Session>, max: u32, timeout_ms: u64) -> Result<Vec<u8>, WitError> {
+        let session = self
+            .sandbox
+            .table
+            .get_mut(&session)
+            .map_err(|e| WitError::Invalid(e.to_string()))?;
+        let mut buf = vec![0; (max as usize).clamp(1, MAX_RECEIVE_BYTES)];
+        let timeout = Duration::from_millis(timeout_ms);
+        // The call's deadline also ends a wait longer than the call.
+        match tokio::time::timeout(timeout, session.stream.read(&mut buf)).await {
+            Ok(Ok(n)) => {
+                buf.truncate(n);
+                Ok(buf)
+            }
+            Ok(Err(e)) => Err(WitError::Connect(format!("receive: {e}"))),
+            Err(_) => Err(WitError::Timeout(format!(
+                "nothing received within {}ms",
+                timeout.as_millis()
+            ))),
+        }
+    }
+
+    fn drop(&mut self, session: Resource<Session>) -> wasmtime::Result<()> {
+        self.sandbox.table.delete(session)?;
+        self.tls_sessions = self.tls_sessions.saturating_sub(1);
+        Ok(())
+    }
+}

@@ -1,0 +1,203 @@
+//! The keep-alive pool of the host's HTTP transport, shared by every call of
+//! an engine (opt-in per request: `keepalive`).
+//!
+//! Connections are kept per [`PoolKey`]: scheme, host and port as the
+//! request named them, and the TLS options that verified the server, so a
+//! connection set up with `insecure_skip_verify` never serves a request that
+//! wants verification. The pool never decides who may use a connection: the
+//! grant check runs before every request, and a request that is refused
+//! never reaches [`Pool::checkout`].
+//!
+//! Bounds: [`MAX_IDLE_PER_HOST`] idle connections per key,
+//! [`MAX_HOSTS`] keys, and [`IDLE_TIMEOUT`] after which an idle connection is
+//! closed (checked when the pool is used; a sweep of every key runs at most
+//! once per [`SWEEP_EVERY`]).
+
+use super::tls::{TlsInfo, TlsOptions};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::client::conn::http1::SendRequest;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Idle connections kept per scheme, host, port and TLS options.
+pub const MAX_IDLE_PER_HOST: usize = 4;
+/// Distinct keys with idle connections; beyond it, connections are closed
+/// instead of kept.
+pub const MAX_HOSTS: usize = 1024;
+/// How long a connection may sit idle in the pool.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often at most every key is swept for expired connections.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// What a pooled connection may serve.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct PoolKey {
+    https: bool,
+    host: String,
+    port: u16,
+    /// For https: the CA digest, skip-verify, and the server name.
+    tls: Option<(Option<[u8; 32]>, bool, Option<String>)>,
+}
+
+impl PoolKey {
+    pub(crate) fn new(host: &str, port: u16, tls: Option<&TlsOptions>) -> Self {
+        Self {
+            https: tls.is_some(),
+            host: host.to_ascii_lowercase(),
+            port,
+            tls: tls.map(|o| (o.ca_digest(), o.insecure_skip_verify, o.server_name.clone())),
+        }
+    }
+}
+
+/// An HTTP/1.1 client connection: the request handle, the TLS session it
+/// runs over, and the task driving it, which is ended (and the socket reset)
+/// when the connection is dropped.
+pub(crate) struct Conn {
+    pub(crate) sender: SendRequest<Full<Bytes>>,
+    pub(crate) tls: Option<Arc<TlsInfo>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Conn {
+    pub(crate) fn new(
+        sender: SendRequest<Full<Bytes>>,
+        tls: Option<Arc<TlsInfo>>,
+        task: tokio::task::JoinHandle<()>,
+    ) -> Self {
+        Self { sender, tls, task }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct Idle {
+    conn: Conn,
+    since: Instant,
+}
+
+/// Idle connections by key.
+#[derive(Default)]
+pub(crate) struct Pool {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    idle: HashMap<PoolKey, Vec<Idle>>,
+    last_sweep: Option<Instant>,
+}
+
+impl Pool {
+    /// An idle connection for `key` that is still open, if any. The caller
+    /// has already checked the grants for the request it will send.
+    pub(crate) fn checkout(&self, key: &PoolKey) -> Option<Conn> {
+        self.checkout_at(key, Instant::now())
+    }
+
+    fn checkout_at(&self, key: &PoolKey, now: Instant) -> Option<Conn> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let list = inner.idle.get_mut(key)?;
+        let mut found = None;
+        // Newest first: the least likely to have been closed by the server.
+        while let Some(idle) = list.pop() {
+            if now.saturating_duration_since(idle.since) < IDLE_TIMEOUT && !idle.conn.sender.is_closed() {
+                found = Some(idle.conn);
+                break;
+            }
+        }
+        if list.is_empty() {
+            inner.idle.remove(key);
+        }
+        found
+    }
+
+    /// Keeps `conn` for the next request with `key`, within the bounds.
+    pub(crate) fn checkin(&self, key: PoolKey, conn: Conn) {
+        if conn.sender.is_closed() {
+            return;
+        }
+        let now = Instant::now();
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.last_sweep.is_none_or(|t| now.duration_since(t) >= SWEEP_EVERY) {
+            inner.last_sweep = Some(now);
+            inner.idle.retain(|_, list| {
+                list.retain(|i| now.saturating_duration_since(i.since) < IDLE_TIMEOUT && !i.conn.sender.is_closed());
+                !list.is_empty()
+            });
+        }
+        if !inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS {
+            return;
+        }
+        let list = inner.idle.entry(key).or_default();
+        if list.len() >= MAX_IDLE_PER_HOST {
+            list.remove(0);
+        }
+        list.push(Idle { conn, since: now });
+    }
+
+    /// How many idle connections the pool holds.
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.idle.values().map(Vec::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real connection to a throwaway loopback listener.
+    async fn conn(listener: &tokio::net::TcpListener) -> Conn {
+        let stream = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+        let task = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Conn::new(sender, None, task)
+    }
+
+    #[tokio::test]
+    async fn bounded_per_host_and_keyed_by_tls_options() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = Pool::default();
+        let key = PoolKey::new("Localhost", 80, None);
+        for _ in 0..MAX_IDLE_PER_HOST + 3 {
+            pool.checkin(key.clone(), conn(&listener).await);
+        }
+        assert_eq!(pool.idle_count(), MAX_IDLE_PER_HOST);
+        assert!(pool.checkout(&PoolKey::new("localhost", 80, None)).is_some());
+        assert!(pool.checkout(&PoolKey::new("localhost", 81, None)).is_none());
+
+        let verified = TlsOptions::default();
+        let insecure = TlsOptions {
+            insecure_skip_verify: true,
+            ..TlsOptions::default()
+        };
+        pool.checkin(PoolKey::new("h", 443, Some(&insecure)), conn(&listener).await);
+        assert!(pool.checkout(&PoolKey::new("h", 443, Some(&verified))).is_none());
+        assert!(pool.checkout(&PoolKey::new("h", 443, Some(&insecure))).is_some());
+    }
+
+    #[tokio::test]
+    async fn idle_connections_expire() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = Pool::default();
+        let key = PoolKey::new("h", 80, None);
+        pool.checkin(key.clone(), conn(&listener).await);
+        let later = Instant::now() + IDLE_TIMEOUT + Duration::from_secs(1);
+        assert!(pool.checkout_at(&key, later).is_none());
+        assert_eq!(pool.idle_count(), 0);
+    }
+}

@@ -1,0 +1,526 @@
+//! The result cache: each probe's current state, its last outcome and a
+//! bounded history, each target's `started` / `ready` / `live`, and a
+//! broadcast of state changes that any number of subscribers can follow
+//! (the kubelet results manager's updates channel, widened).
+//!
+//! The scheduler is the only writer; the API and the CLI read. With a
+//! `state_dir`, every state change is also written to disk ([`store`]) and
+//! restored at start, marked `stale` until the probe runs again.
+
+pub mod store;
+
+use crate::config::Kind;
+use crate::thresholds::Counter;
+use crate::verdict::{Reason, RunResult, Status};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+use tokio::sync::broadcast;
+
+/// How many outcomes each probe keeps by default.
+pub const DEFAULT_HISTORY: usize = 32;
+
+/// A state change, as broadcast.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StateChange {
+    /// The probe.
+    pub probe: Arc<str>,
+    /// Its target.
+    pub target: Arc<str>,
+    /// Its kind.
+    pub kind: Kind,
+    /// The state before.
+    pub from: Status,
+    /// The state now.
+    pub to: Status,
+    /// The message of the run that changed it (empty for a reset).
+    pub message: String,
+    /// When.
+    #[serde(serialize_with = "rfc3339")]
+    pub at: SystemTime,
+}
+
+/// One run's outcome and when it ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// What the run produced.
+    #[serde(flatten)]
+    pub result: RunResult,
+    /// When it ended.
+    #[serde(serialize_with = "rfc3339", deserialize_with = "from_rfc3339")]
+    pub at: SystemTime,
+}
+
+/// A compact entry of a probe's history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// The run's status.
+    pub status: Status,
+    /// Its reason, if any.
+    pub reason: Option<Reason>,
+    /// How long it took, in milliseconds.
+    pub duration_ms: f64,
+    /// When it ended.
+    #[serde(serialize_with = "rfc3339", deserialize_with = "from_rfc3339")]
+    pub at: SystemTime,
+}
+
+/// What is kept on disk for a probe.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Persisted {
+    /// State and consecutive count.
+    pub counter: Counter,
+    /// The last outcome.
+    pub last: Option<Observation>,
+    /// When the state last changed.
+    #[serde(default, with = "opt_rfc3339")]
+    pub last_transition: Option<SystemTime>,
+}
+
+/// What the cache knows of one probe.
+#[derive(Clone, Debug)]
+struct Record {
+    target: Arc<str>,
+    kind: Kind,
+    groups: Arc<[String]>,
+    counter: Counter,
+    last: Option<Observation>,
+    last_transition: Option<SystemTime>,
+    history: VecDeque<HistoryEntry>,
+    stale: bool,
+}
+
+/// A probe as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProbeView {
+    /// Its name.
+    pub name: String,
+    /// Its target's name.
+    pub target: String,
+    /// Its kind.
+    pub kind: Kind,
+    /// Its groups.
+    pub groups: Vec<String>,
+    /// Its state.
+    pub state: Status,
+    /// Restored from disk and not run since.
+    pub stale: bool,
+    /// Like results in a row.
+    pub consecutive: u32,
+    /// The last outcome.
+    pub last: Option<Observation>,
+    /// When the state last changed.
+    #[serde(with = "opt_rfc3339")]
+    pub last_transition: Option<SystemTime>,
+    /// Recent outcomes, oldest first (only for a single probe).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<Vec<HistoryEntry>>,
+}
+
+/// A target as the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TargetView {
+    /// Its name.
+    pub name: String,
+    /// Its startup probe succeeded, or it has none.
+    pub started: bool,
+    /// Started, and every readiness probe passes.
+    pub ready: bool,
+    /// No liveness probe is failing.
+    pub live: bool,
+    /// Its probes' names.
+    pub probes: Vec<String>,
+}
+
+/// Identity of a probe in the cache.
+#[derive(Clone, Debug)]
+pub struct ProbeMeta {
+    /// Its name.
+    pub name: Arc<str>,
+    /// Its target's name.
+    pub target: Arc<str>,
+    /// Its kind.
+    pub kind: Kind,
+    /// Its groups.
+    pub groups: Arc<[String]>,
+}
+
+struct Inner {
+    probes: RwLock<BTreeMap<Arc<str>, Record>>,
+    changes: broadcast::Sender<StateChange>,
+    history_len: usize,
+    store: Option<store::Store>,
+    restored: std::sync::Mutex<HashMap<String, Persisted>>,
+}
+
+/// The shared result cache. Clones share it.
+#[derive(Clone)]
+pub struct ResultCache {
+    inner: Arc<Inner>,
+}
+
+impl Default for ResultCache {
+    fn default() -> Self {
+        Self::new(DEFAULT_HISTORY)
+    }
+}
+
+impl ResultCache {
+    /// A cache kept in memory only.
+    pub fn new(history_len: usize) -> Self {
+        Self::build(history_len, None, HashMap::new())
+    }
+
+    fn build(history_len: usize, store: Option<store::Store>, restored: HashMap<String, Persisted>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                probes: RwLock::new(BTreeMap::new()),
+                changes: broadcast::channel(4096).0,
+                history_len,
+                store,
+                restored: std::sync::Mutex::new(restored),
+            }),
+        }
+    }
+
+    /// A cache persisted in `state_dir`, with what it held restored. An
+    /// unreadable file is moved aside (and logged), never fatal.
+    pub fn open(state_dir: &Path, history_len: usize) -> Result<Self, store::StoreError> {
+        let opened = store::open(state_dir)?;
+        if let Some((aside, why)) = &opened.moved_aside {
+            tracing::error!(moved_to = %aside.display(), error = %why, "the state file was unreadable; starting with no saved state");
+        }
+        tracing::info!(restored = opened.restored.len(), dir = %state_dir.display(), "probe state restored");
+        Ok(Self::build(history_len, Some(opened.store), opened.restored))
+    }
+
+    /// Follows every state change from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<StateChange> {
+        self.inner.changes.subscribe()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<Arc<str>, Record>> {
+        self.inner.probes.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<Arc<str>, Record>> {
+        self.inner.probes.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a probe and returns its counter: the one saved on disk, if any
+    /// (then the probe shows as stale), else `initial`.
+    pub fn insert(&self, meta: &ProbeMeta, initial: Counter) -> Counter {
+        let saved = self
+            .inner
+            .restored
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&*meta.name);
+        let record = match saved {
+            Some(p) => Record {
+                target: meta.target.clone(),
+                kind: meta.kind,
+                groups: meta.groups.clone(),
+                counter: p.counter,
+                last: p.last,
+                last_transition: p.last_transition,
+                history: VecDeque::new(),
+                stale: true,
+            },
+            None => Record {
+                target: meta.target.clone(),
+                kind: meta.kind,
+                groups: meta.groups.clone(),
+                counter: initial,
+                last: None,
+                last_transition: None,
+                history: VecDeque::new(),
+                stale: false,
+            },
+        };
+        let counter = record.counter;
+        self.write().insert(meta.name.clone(), record);
+        counter
+    }
+
+    /// Drops a probe (removed from the config).
+    pub fn remove(&self, name: &str) {
+        self.write().remove(name);
+        if let Some(store) = &self.inner.store {
+            let _ = store.tx.send(store::Write::Delete(name.to_string()));
+        }
+    }
+
+    /// Records a run: its outcome, the counter after it, and, when the
+    /// state changed, broadcasts the change and saves it.
+    pub fn record(&self, name: &str, result: RunResult, counter: Counter) {
+        let now = SystemTime::now();
+        let mut probes = self.write();
+        let Some(r) = probes.get_mut(name) else { return };
+        let from = r.counter.state;
+        r.history.push_back(HistoryEntry {
+            status: result.status,
+            reason: result.reason,
+            duration_ms: result.duration.as_secs_f64() * 1000.0,
+            at: now,
+        });
+        while r.history.len() > self.inner.history_len {
+            r.history.pop_front();
+        }
+        r.stale = false;
+        r.counter = counter;
+        let message = result.message.clone();
+        r.last = Some(Observation { result, at: now });
+        if from != counter.state {
+            r.last_transition = Some(now);
+            self.save(name, r);
+            let _ = self.inner.changes.send(StateChange {
+                probe: name.into(),
+                target: r.target.clone(),
+                kind: r.kind,
+                from,
+                to: counter.state,
+                message,
+                at: now,
+            });
+        }
+    }
+
+    /// Sets a probe's counter back (a restart after a hold, a reload),
+    /// broadcasting if its state changes.
+    pub fn reset(&self, name: &str, counter: Counter) {
+        let now = SystemTime::now();
+        let mut probes = self.write();
+        let Some(r) = probes.get_mut(name) else { return };
+        let from = r.counter.state;
+        r.counter = counter;
+        if from != counter.state {
+            r.last_transition = Some(now);
+            self.save(name, r);
+            let _ = self.inner.changes.send(StateChange {
+                probe: name.into(),
+                target: r.target.clone(),
+                kind: r.kind,
+                from,
+                to: counter.state,
+                message: String::new(),
+                at: now,
+            });
+        }
+    }
+
+    fn save(&self, name: &str, r: &Record) {
+        if let Some(store) = &self.inner.store
+            && let Ok(bytes) = serde_json::to_vec(&persisted(r))
+        {
+            let _ = store.tx.send(store::Write::Put(name.to_string(), bytes));
+        }
+    }
+
+    /// Writes every probe's record to disk and waits until it is there
+    /// (at shutdown, so consecutive counts survive too).
+    pub fn flush(&self) {
+        let Some(store) = &self.inner.store else { return };
+        for (name, r) in self.read().iter() {
+            if let Ok(bytes) = serde_json::to_vec(&persisted(r)) {
+                let _ = store.tx.send(store::Write::Put(name.to_string(), bytes));
+            }
+        }
+        let (ack, done) = std::sync::mpsc::channel();
+        if store.tx.send(store::Write::Flush(ack)).is_ok() {
+            let _ = done.recv();
+        }
+    }
+
+    /// Every probe, by name.
+    pub fn list(&self) -> Vec<ProbeView> {
+        self.read().iter().map(|(n, r)| view(n, r, false)).collect()
+    }
+
+    /// One probe, with its history.
+    pub fn get(&self, name: &str) -> Option<ProbeView> {
+        self.read().get_key_value(name).map(|(n, r)| view(n, r, true))
+    }
+
+    /// A probe's state.
+    pub fn state(&self, name: &str) -> Option<Status> {
+        self.read().get(name).map(|r| r.counter.state)
+    }
+
+    /// Every target, by name.
+    pub fn targets(&self) -> Vec<TargetView> {
+        let mut targets: BTreeMap<&str, TargetView> = BTreeMap::new();
+        let probes = self.read();
+        for (name, r) in probes.iter() {
+            let t = targets.entry(&r.target).or_insert_with(|| TargetView {
+                name: r.target.to_string(),
+                started: true,
+                ready: true,
+                live: true,
+                probes: Vec::new(),
+            });
+            t.probes.push(name.to_string());
+            let pass = matches!(r.counter.state, Status::Success | Status::Warning);
+            match r.kind {
+                Kind::Startup => t.started &= pass,
+                Kind::Readiness => t.ready &= pass,
+                Kind::Liveness => t.live &= r.counter.state != Status::Failure,
+            }
+        }
+        targets
+            .into_values()
+            .map(|mut t| {
+                t.ready &= t.started;
+                t
+            })
+            .collect()
+    }
+}
+
+fn persisted(r: &Record) -> Persisted {
+    Persisted {
+        counter: r.counter,
+        last: r.last.clone(),
+        last_transition: r.last_transition,
+    }
+}
+
+fn view(name: &str, r: &Record, with_history: bool) -> ProbeView {
+    ProbeView {
+        name: name.to_string(),
+        target: r.target.to_string(),
+        kind: r.kind,
+        groups: r.groups.to_vec(),
+        state: r.counter.state,
+        stale: r.stale,
+        consecutive: r.counter.consecutive,
+        last: r.last.clone(),
+        last_transition: r.last_transition,
+        history: with_history.then(|| r.history.iter().cloned().collect()),
+    }
+}
+
+fn rfc3339<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&humantime::format_rfc3339_millis(*t))
+}
+
+fn from_rfc3339<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_rfc3339(&s).map_err(serde::de::Error::custom)
+}
+
+mod opt_rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::SystemTime;
+
+    pub fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.collect_str(&humantime::format_rfc3339_millis(*t)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|s| humantime::parse_rfc3339(&s).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(name: &str, target: &str, kind: Kind) -> ProbeMeta {
+        ProbeMeta {
+            name: name.into(),
+            target: target.into(),
+            kind,
+            groups: Arc::from(vec![]),
+        }
+    }
+
+    fn ok() -> RunResult {
+        RunResult {
+            status: Status::Success,
+            ..RunResult::error(Reason::Io, "fine")
+        }
+        .without_reason()
+    }
+
+    #[test]
+    fn changes_are_broadcast_once_and_history_is_bounded() {
+        let cache = ResultCache::new(4);
+        let mut rx = cache.subscribe();
+        let c = cache.insert(&meta("a", "t", Kind::Readiness), Counter::initial(Kind::Readiness));
+        let mut next = c;
+        for _ in 0..10 {
+            next.observe(&ok(), 1, 3);
+            cache.record("a", ok(), next);
+        }
+        let change = rx.try_recv().unwrap();
+        assert_eq!((change.from, change.to), (Status::Failure, Status::Success));
+        assert!(rx.try_recv().is_err(), "one change, one event");
+        let v = cache.get("a").unwrap();
+        assert_eq!(v.history.unwrap().len(), 4);
+        assert_eq!(v.consecutive, 10);
+    }
+
+    #[test]
+    fn target_readiness_needs_startup() {
+        let cache = ResultCache::default();
+        let mut s = cache.insert(&meta("s", "t", Kind::Startup), Counter::initial(Kind::Startup));
+        let mut r = cache.insert(&meta("r", "t", Kind::Readiness), Counter::initial(Kind::Readiness));
+        r.observe(&ok(), 1, 3);
+        cache.record("r", ok(), r);
+        let t = &cache.targets()[0];
+        assert!(!t.started && !t.ready && t.live);
+        s.observe(&ok(), 1, 3);
+        cache.record("s", ok(), s);
+        let t = &cache.targets()[0];
+        assert!(t.started && t.ready && t.live);
+    }
+
+    #[test]
+    fn state_survives_a_restart_marked_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let cache = ResultCache::open(dir.path(), 8).unwrap();
+            let mut c = cache.insert(&meta("a", "t", Kind::Readiness), Counter::initial(Kind::Readiness));
+            c.observe(&ok(), 1, 3);
+            cache.record("a", ok(), c);
+            cache.flush();
+        }
+        let cache = ResultCache::open(dir.path(), 8).unwrap();
+        let c = cache.insert(&meta("a", "t", Kind::Readiness), Counter::initial(Kind::Readiness));
+        assert_eq!(c.state, Status::Success);
+        let v = cache.get("a").unwrap();
+        assert!(v.stale);
+        assert_eq!(v.last.unwrap().result.message, "fine");
+    }
+
+    #[test]
+    fn a_state_file_in_use_is_refused_not_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = ResultCache::open(dir.path(), 8).unwrap();
+        let second = ResultCache::open(dir.path(), 8);
+        assert!(matches!(second, Err(store::StoreError::InUse { .. })));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "nothing moved aside");
+    }
+
+    #[test]
+    fn a_corrupt_state_file_is_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(store::FILE_NAME), b"this is not a database").unwrap();
+        let cache = ResultCache::open(dir.path(), 8).unwrap();
+        assert!(cache.list().is_empty());
+        let aside: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".corrupt-"))
+            .collect();
+        assert_eq!(aside.len(), 1);
+    }
+}

@@ -1,0 +1,603 @@
+//! The scheduler: when each probe runs, with the kubelet prober's semantics
+//! (DESIGN.md, "Scheduling semantics").
+//!
+//! One task owns every probe's timing: a heap of due times, so a probe that
+//! is waiting costs a heap entry and a small record — no task, no thread.
+//! Each due run becomes a short-lived task that calls the [`Runner`]
+//! (retrying errors up to [`MAX_ATTEMPTS`] times, as the kubelet's
+//! `maxProbeRetries`) and reports back; the scheduler then applies the
+//! [`thresholds`](crate::thresholds), records the outcome in the
+//! [`ResultCache`], and plans the next run from the planned time, not the
+//! finish, so the schedule does not drift. A run never overlaps the next
+//! one of the same probe: a run longer than the period delays the next.
+//!
+//! Per target: readiness and liveness probes wait until its startup probe
+//! succeeded, which then stops; after a liveness or startup failure the
+//! target's `on_failure` action runs and its probes hold until it is done,
+//! then start again from their initial state and initial delay.
+
+use crate::config::Kind;
+use crate::registry::{ProbeSpec, Registry, TargetSpec};
+use crate::results::{ProbeMeta, ResultCache};
+use crate::thresholds::Counter;
+use crate::verdict::{RunResult, Status};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+/// Attempts per period when a run ends in an error (kubelet's maxProbeRetries).
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// How the outcome of an `on_failure` action is reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActionOutcome {
+    /// Whether it exited 0.
+    pub ok: bool,
+    /// What happened, for the log.
+    pub message: String,
+}
+
+/// What runs probes and actions: the engine in production.
+pub trait Runner: Send + Sync + 'static {
+    /// One attempt of a probe.
+    fn probe(&self, spec: &ProbeSpec, attempt: u32) -> impl Future<Output = RunResult> + Send;
+    /// A target's `on_failure` action.
+    fn act(&self, target: &TargetSpec) -> impl Future<Output = ActionOutcome> + Send;
+}
+
+/// Scheduler settings.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Start each probe at a random offset within its first period, so a
+    /// restart does not run every probe at once. Off in tests.
+    pub jitter: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { jitter: true }
+    }
+}
+
+/// Why a manual run was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TriggerError {
+    /// No such probe.
+    #[error("no probe named {0:?}")]
+    NotFound(String),
+    /// Its target is held while its `on_failure` action runs.
+    #[error("probe {0:?} is held while its target's on_failure action runs")]
+    Held(String),
+    /// The agent is shutting down.
+    #[error("the agent is shutting down")]
+    ShuttingDown,
+}
+
+/// What a reload changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadSummary {
+    /// Probes new in the config.
+    pub added: Vec<String>,
+    /// Probes whose spec changed: restarted from their initial state.
+    pub changed: Vec<String>,
+    /// Probes gone from the config.
+    pub removed: Vec<String>,
+    /// Probes left as they were, state and schedule kept.
+    pub kept: usize,
+}
+
+enum Msg {
+    Trigger(String, oneshot::Sender<Result<RunResult, TriggerError>>),
+    Reload(Box<Registry>, oneshot::Sender<ReloadSummary>),
+    Shutdown(Duration, oneshot::Sender<()>),
+    RunDone {
+        name: Arc<str>,
+        epoch: u64,
+        planned: Option<Instant>,
+        result: RunResult,
+    },
+    ActionDone {
+        target: Arc<str>,
+        hold: u64,
+        outcome: ActionOutcome,
+    },
+}
+
+/// A handle on a running scheduler. Clones share it.
+#[derive(Clone)]
+pub struct Handle {
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
+impl Handle {
+    /// Runs `probe` now, outside its schedule (or waits for the run in
+    /// flight), and returns the outcome. The outcome counts as any other.
+    pub async fn trigger(&self, probe: &str) -> Result<RunResult, TriggerError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Trigger(probe.to_string(), reply))
+            .map_err(|_| TriggerError::ShuttingDown)?;
+        rx.await.map_err(|_| TriggerError::ShuttingDown)?
+    }
+
+    /// Replaces the config: unchanged probes keep their state and schedule,
+    /// changed ones restart, removed ones go.
+    pub async fn reload(&self, registry: Registry) -> ReloadSummary {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Msg::Reload(Box::new(registry), reply)).is_err() {
+            return ReloadSummary::default();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    /// Stops scheduling, lets runs in flight finish for up to `grace`, and
+    /// returns when they have (or the grace is over).
+    pub async fn shutdown(&self, grace: Duration) {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Msg::Shutdown(grace, reply)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+struct Entry {
+    spec: Arc<ProbeSpec>,
+    counter: Counter,
+    /// Results of runs started under another epoch are dropped.
+    epoch: u64,
+    /// The next planned run, if any.
+    planned: Option<Instant>,
+    /// Which heap entry is current.
+    heap_gen: u64,
+    running: bool,
+    /// Its planned time came while it was running.
+    due: bool,
+    waiters: Vec<oneshot::Sender<Result<RunResult, TriggerError>>>,
+}
+
+struct TargetState {
+    spec: Arc<TargetSpec>,
+    probes: Vec<Arc<str>>,
+    has_startup: bool,
+    started: bool,
+    held: bool,
+    hold: u64,
+    /// When it (re)started: initial delays count from here.
+    since: Instant,
+}
+
+struct Core<R: Runner> {
+    runner: Arc<R>,
+    results: ResultCache,
+    options: Options,
+    tx: mpsc::UnboundedSender<Msg>,
+    entries: HashMap<Arc<str>, Entry>,
+    targets: HashMap<Arc<str>, TargetState>,
+    heap: BinaryHeap<Reverse<(Instant, u64, Arc<str>)>>,
+    next_epoch: u64,
+    stopping: bool,
+    in_flight: usize,
+}
+
+/// Starts the scheduler task with `registry`'s probes and returns its handle.
+pub fn spawn<R: Runner>(runner: Arc<R>, results: ResultCache, registry: Registry, options: Options) -> Handle {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut core = Core {
+        runner,
+        results,
+        options,
+        tx: tx.clone(),
+        entries: HashMap::new(),
+        targets: HashMap::new(),
+        heap: BinaryHeap::new(),
+        next_epoch: 0,
+        stopping: false,
+        in_flight: 0,
+    };
+    core.reload(registry);
+    tokio::spawn(core.run(rx));
+    Handle { tx }
+}
+
+fn eligible(kind: Kind, t: &TargetState) -> bool {
+    !t.held && (kind == Kind::Startup) != t.started
+}
+
+impl<R: Runner> Core<R> {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        let mut shutdown: Option<(Instant, oneshot::Sender<()>)> = None;
+        loop {
+            if let Some((deadline, _)) = &shutdown
+                && (self.in_flight == 0 || Instant::now() >= *deadline)
+            {
+                if let Some((_, reply)) = shutdown.take() {
+                    let _ = reply.send(());
+                }
+                return;
+            }
+            let next = match (&shutdown, self.heap.peek()) {
+                (Some((deadline, _)), _) => Some(*deadline),
+                (None, Some(Reverse((at, _, _)))) => Some(*at),
+                (None, None) => None,
+            };
+            let msg = match next {
+                Some(at) => tokio::select! {
+                    biased;
+                    m = rx.recv() => m,
+                    () = tokio::time::sleep_until(at) => {
+                        if shutdown.is_none() {
+                            self.start_due();
+                        }
+                        continue;
+                    }
+                },
+                None => rx.recv().await,
+            };
+            let Some(msg) = msg else { return };
+            match msg {
+                Msg::Trigger(name, reply) => self.trigger(&name, reply),
+                Msg::Reload(reg, reply) => {
+                    let summary = self.reload(*reg);
+                    let _ = reply.send(summary);
+                }
+                Msg::Shutdown(grace, reply) => {
+                    self.stopping = true;
+                    self.heap.clear();
+                    shutdown = Some((Instant::now() + grace, reply));
+                }
+                Msg::RunDone {
+                    name,
+                    epoch,
+                    planned,
+                    result,
+                } => self.done(name, epoch, planned, result),
+                Msg::ActionDone { target, hold, outcome } => self.action_done(&target, hold, outcome),
+            }
+        }
+    }
+
+    fn schedule(&mut self, name: &Arc<str>, at: Instant) {
+        let Some(e) = self.entries.get_mut(name) else { return };
+        e.heap_gen += 1;
+        e.planned = Some(at);
+        self.heap.push(Reverse((at, e.heap_gen, name.clone())));
+    }
+
+    fn unschedule(&mut self, name: &str) {
+        if let Some(e) = self.entries.get_mut(name) {
+            e.heap_gen += 1;
+            e.planned = None;
+            e.due = false;
+        }
+    }
+
+    /// The first run of a probe whose target (re)started at `since`.
+    fn schedule_first(&mut self, name: &Arc<str>, since: Instant) {
+        let Some(e) = self.entries.get(name) else { return };
+        let now = Instant::now();
+        let mut at = (since + e.spec.initial_delay).max(now);
+        if self.options.jitter {
+            let period = e.spec.period.as_millis().max(1) as u64;
+            at = at.max(now + Duration::from_millis(fastrand::u64(0..period)));
+        }
+        self.schedule(name, at);
+    }
+
+    fn start_due(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse((at, gen_, _))) = self.heap.peek() {
+            if *at > now {
+                break;
+            }
+            let (at, gen_) = (*at, *gen_);
+            let Some(Reverse((_, _, name))) = self.heap.pop() else {
+                break;
+            };
+            let Some(e) = self.entries.get_mut(&name) else { continue };
+            if e.heap_gen != gen_ || e.planned != Some(at) {
+                continue;
+            }
+            e.planned = None;
+            if e.running {
+                e.due = true;
+            } else {
+                self.start(&name, Some(at));
+            }
+        }
+    }
+
+    fn start(&mut self, name: &Arc<str>, planned: Option<Instant>) {
+        let Some(e) = self.entries.get_mut(name) else { return };
+        e.running = true;
+        self.in_flight += 1;
+        let (spec, epoch) = (e.spec.clone(), e.epoch);
+        let (runner, tx, name) = (self.runner.clone(), self.tx.clone(), name.clone());
+        if let Some(p) = planned {
+            let late = Instant::now().saturating_duration_since(p);
+            tracing::trace!(probe = %name, late_us = late.as_micros() as u64, "run starts");
+        }
+        tokio::spawn(async move {
+            let mut attempt = 1;
+            let result = loop {
+                let r = runner.probe(&spec, attempt).await;
+                if !r.is_error() || attempt >= MAX_ATTEMPTS {
+                    break r;
+                }
+                tracing::debug!(probe = %name, attempt, reason = ?r.reason, message = %r.message, "probe error; retrying");
+                attempt += 1;
+            };
+            let _ = tx.send(Msg::RunDone {
+                name,
+                epoch,
+                planned,
+                result,
+            });
+        });
+    }
+
+    fn done(&mut self, name: Arc<str>, epoch: u64, planned: Option<Instant>, result: RunResult) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let Some(e) = self.entries.get_mut(&name) else { return };
+        // One run per probe at a time, whatever its epoch.
+        e.running = false;
+        let due = std::mem::take(&mut e.due);
+        for w in e.waiters.drain(..) {
+            let _ = w.send(Ok(result.clone()));
+        }
+        let (kind, period, target) = (e.spec.kind, e.spec.period, e.spec.target.clone());
+        // A run from before a reset or a change counts for nothing.
+        let current = e.epoch == epoch;
+        if current {
+            let before = e.counter.state;
+            let changed = e
+                .counter
+                .observe(&result, e.spec.success_threshold, e.spec.failure_threshold);
+            if result.is_error() {
+                tracing::warn!(probe = %name, reason = ?result.reason, message = %result.message, "probe could not run");
+            }
+            self.results.record(&name, result, e.counter);
+            if let Some(new) = changed {
+                tracing::info!(probe = %name, kind = %kind, from = %before, to = %new, "state changed");
+            }
+            if !self.stopping {
+                if kind == Kind::Startup && changed == Some(Status::Success) {
+                    self.target_started(&target);
+                } else if matches!(kind, Kind::Liveness | Kind::Startup)
+                    && changed == Some(Status::Failure)
+                    && self.targets.get(&target).is_some_and(|t| t.spec.on_failure.is_some())
+                {
+                    self.hold(&target);
+                }
+            }
+        }
+        if self.stopping || !self.targets.get(&target).is_some_and(|t| eligible(kind, t)) {
+            return;
+        }
+        let Some(e) = self.entries.get(&name) else { return };
+        if e.planned.is_some() {
+            return; // the next run is planned already (after a manual run or a reset)
+        }
+        let now = Instant::now();
+        let at = match planned {
+            _ if due => now,
+            Some(p) if current => (p + period).max(now),
+            _ => return,
+        };
+        self.schedule(&name, at);
+    }
+
+    fn target_started(&mut self, target: &Arc<str>) {
+        let Some(t) = self.targets.get_mut(target) else { return };
+        t.started = true;
+        tracing::info!(target = %target, "startup probe succeeded; starting the other probes");
+        let (probes, since) = (t.probes.clone(), t.since);
+        for p in &probes {
+            match self.entries.get(p).map(|e| e.spec.kind) {
+                Some(Kind::Startup) => self.unschedule(p),
+                Some(_) => self.schedule_first(p, since),
+                None => {}
+            }
+        }
+    }
+
+    fn hold(&mut self, target: &Arc<str>) {
+        let Some(t) = self.targets.get_mut(target) else { return };
+        t.held = true;
+        t.hold += 1;
+        let hold = t.hold;
+        let spec = t.spec.clone();
+        let probes = t.probes.clone();
+        for p in &probes {
+            self.unschedule(p);
+            self.next_epoch += 1;
+            let epoch = self.next_epoch;
+            if let Some(e) = self.entries.get_mut(p) {
+                e.epoch = epoch;
+            }
+        }
+        tracing::warn!(target = %target, "probe failed; running on_failure and holding the target's probes");
+        let (runner, tx, target) = (self.runner.clone(), self.tx.clone(), target.clone());
+        tokio::spawn(async move {
+            let outcome = runner.act(&spec).await;
+            let _ = tx.send(Msg::ActionDone { target, hold, outcome });
+        });
+    }
+
+    fn action_done(&mut self, target: &Arc<str>, hold: u64, outcome: ActionOutcome) {
+        let Some(t) = self.targets.get_mut(target) else { return };
+        if t.hold != hold || !t.held {
+            return;
+        }
+        if outcome.ok {
+            tracing::info!(target = %target, message = %outcome.message, "on_failure action done; probes start again");
+        } else {
+            tracing::error!(target = %target, message = %outcome.message, "on_failure action failed; probes start again");
+        }
+        t.held = false;
+        t.since = Instant::now();
+        t.started = !t.has_startup;
+        let (probes, since) = (t.probes.clone(), t.since);
+        for p in &probes {
+            self.reset(p);
+            let Some(kind) = self.entries.get(p).map(|e| e.spec.kind) else {
+                continue;
+            };
+            if self.targets.get(target).is_some_and(|t| eligible(kind, t)) {
+                self.schedule_first(p, since);
+            }
+        }
+    }
+
+    /// Back to the initial state; runs in flight no longer count.
+    fn reset(&mut self, name: &Arc<str>) {
+        self.next_epoch += 1;
+        let epoch = self.next_epoch;
+        let Some(e) = self.entries.get_mut(name) else { return };
+        e.epoch = epoch;
+        e.counter = Counter::initial(e.spec.kind);
+        self.results.reset(name, e.counter);
+    }
+
+    fn trigger(&mut self, name: &str, reply: oneshot::Sender<Result<RunResult, TriggerError>>) {
+        if self.stopping {
+            let _ = reply.send(Err(TriggerError::ShuttingDown));
+            return;
+        }
+        let Some((key, e)) = self.entries.get_key_value(name) else {
+            let _ = reply.send(Err(TriggerError::NotFound(name.to_string())));
+            return;
+        };
+        if self.targets.get(&e.spec.target).is_some_and(|t| t.held) {
+            let _ = reply.send(Err(TriggerError::Held(name.to_string())));
+            return;
+        }
+        let key = key.clone();
+        let running = e.running;
+        if !running {
+            self.start(&key, None);
+        }
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.waiters.push(reply);
+        }
+    }
+
+    fn reload(&mut self, reg: Registry) -> ReloadSummary {
+        let mut summary = ReloadSummary::default();
+        let now = Instant::now();
+        let mut new_probes: HashMap<Arc<str>, Arc<ProbeSpec>> = HashMap::new();
+        for p in &reg.probes {
+            new_probes.insert(p.name.clone(), p.clone());
+        }
+        // Probes gone.
+        let gone: Vec<Arc<str>> = self
+            .entries
+            .keys()
+            .filter(|n| !new_probes.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.unschedule(&name);
+            if let Some(e) = self.entries.remove(&name) {
+                for w in e.waiters {
+                    let _ = w.send(Err(TriggerError::NotFound(name.to_string())));
+                }
+            }
+            self.results.remove(&name);
+            summary.removed.push(name.to_string());
+        }
+        // Targets.
+        let mut targets = HashMap::new();
+        for t in &reg.targets {
+            let probes: Vec<Arc<str>> = reg.probes_of(&t.name).map(|p| p.name.clone()).collect();
+            let has_startup = reg.probes_of(&t.name).any(|p| p.kind == Kind::Startup);
+            let state = match self.targets.remove(&t.name) {
+                Some(old) => TargetState {
+                    spec: t.clone(),
+                    probes,
+                    // A target already started stays started.
+                    started: old.started || !has_startup,
+                    has_startup,
+                    held: old.held,
+                    hold: old.hold,
+                    since: old.since,
+                },
+                None => TargetState {
+                    spec: t.clone(),
+                    probes,
+                    has_startup,
+                    started: !has_startup,
+                    held: false,
+                    hold: 0,
+                    since: now,
+                },
+            };
+            targets.insert(t.name.clone(), state);
+        }
+        self.targets = targets;
+        // Probes new or changed.
+        for p in &reg.probes {
+            match self.entries.get(&p.name) {
+                Some(e) if *e.spec == **p => {
+                    summary.kept += 1;
+                    continue;
+                }
+                Some(_) => {
+                    self.unschedule(&p.name);
+                    self.results.remove(&p.name);
+                    summary.changed.push(p.name.to_string());
+                }
+                None => summary.added.push(p.name.to_string()),
+            }
+            let meta = ProbeMeta {
+                name: p.name.clone(),
+                target: p.target.clone(),
+                kind: p.kind,
+                groups: p.groups.clone(),
+            };
+            let counter = self.results.insert(&meta, Counter::initial(p.kind));
+            self.next_epoch += 1;
+            // A run of the old spec may still be in flight: keep its flag so
+            // the new spec's first run waits for it.
+            let (waiters, running) = self
+                .entries
+                .remove(&p.name)
+                .map(|e| (e.waiters, e.running))
+                .unwrap_or_default();
+            self.entries.insert(
+                p.name.clone(),
+                Entry {
+                    spec: p.clone(),
+                    counter,
+                    epoch: self.next_epoch,
+                    planned: None,
+                    heap_gen: 0,
+                    running,
+                    due: false,
+                    waiters,
+                },
+            );
+            if let Some(t) = self.targets.get(&p.target)
+                && eligible(p.kind, t)
+            {
+                let since = t.since;
+                self.schedule_first(&p.name, since);
+            }
+        }
+        // A startup probe restored as succeeded lets its target start.
+        let restored_started: Vec<Arc<str>> = self
+            .entries
+            .values()
+            .filter(|e| e.spec.kind == Kind::Startup && e.counter.state == Status::Success)
+            .map(|e| e.spec.target.clone())
+            .filter(|t| self.targets.get(t).is_some_and(|t| !t.started))
+            .collect();
+        for t in restored_started {
+            self.target_started(&t);
+        }
+        summary
+    }
+}
