@@ -21,20 +21,9 @@
 
 use crate::ProbeError;
 use crate::http::Timings;
+use crate::tls::{TlsInfo, TlsOptions};
 use std::fmt;
 use std::time::Duration;
-
-/// How to secure the connection. The host does not speak TLS for gRPC yet:
-/// a request with TLS options fails with [`ProbeError::InvalidConfig`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TlsOptions {
-    /// The name the certificate must carry; the authority's host when `None`.
-    pub server_name: Option<String>,
-    /// PEM certificates to trust instead of the system roots.
-    pub ca_pem: Option<String>,
-    /// Accept any certificate.
-    pub insecure_skip_verify: bool,
-}
 
 /// A unary call to make with [`call`].
 #[derive(Clone, Debug)]
@@ -50,7 +39,8 @@ pub struct GrpcRequest {
     pub metadata: Vec<(String, String)>,
     /// The time the whole call may take; sent to the server as `grpc-timeout`.
     pub timeout: Duration,
-    /// `None` for plaintext HTTP/2 (h2c with prior knowledge).
+    /// `None` for plaintext HTTP/2 (h2c with prior knowledge); else TLS by
+    /// the host's client, offering `h2` by ALPN.
     pub tls: Option<TlsOptions>,
 }
 
@@ -130,6 +120,8 @@ pub struct GrpcResponse {
     pub metadata: Vec<(String, String)>,
     /// Time spent in each phase.
     pub timings: Timings,
+    /// What the TLS handshake established, for a TLS call.
+    pub tls: Option<TlsInfo>,
 }
 
 /// Makes one unary call through the host and waits for its status, within
@@ -137,7 +129,7 @@ pub struct GrpcResponse {
 /// are what kept the call from getting a status: a denial, a malformed
 /// request ([`ProbeError::InvalidConfig`]), or an I/O failure
 /// ([`ProbeError::Io`], its message starting with `dns:`, `connect:`,
-/// `timeout:` or `protocol:`).
+/// `timeout:`, `tls:` or `protocol:`).
 pub fn call(req: &GrpcRequest) -> Result<GrpcResponse, ProbeError> {
     use crate::bindings::sonde::probe::grpc::{self as host, GrpcError};
     let request = host::Request {
@@ -146,11 +138,7 @@ pub fn call(req: &GrpcRequest) -> Result<GrpcResponse, ProbeError> {
         message: req.message.clone(),
         metadata: req.metadata.clone(),
         timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
-        tls: req.tls.as_ref().map(|t| host::TlsOptions {
-            server_name: t.server_name.clone(),
-            ca_pem: t.ca_pem.clone(),
-            insecure_skip_verify: t.insecure_skip_verify,
-        }),
+        tls: req.tls.as_ref().map(TlsOptions::to_wit),
     };
     match host::call(&request) {
         Ok(r) => Ok(GrpcResponse {
@@ -165,12 +153,14 @@ pub fn call(req: &GrpcRequest) -> Result<GrpcResponse, ProbeError> {
                 first_byte: r.timings.first_byte,
                 total: r.timings.total,
             },
+            tls: r.tls.map(TlsInfo::from),
         }),
         Err(GrpcError::Denied(m)) => Err(ProbeError::Denied(m)),
         Err(GrpcError::Invalid(m)) => Err(ProbeError::InvalidConfig(m)),
         Err(GrpcError::Dns(m)) => Err(ProbeError::Io(format!("dns: {m}"))),
         Err(GrpcError::Connect(m)) => Err(ProbeError::Io(format!("connect: {m}"))),
         Err(GrpcError::Timeout(m)) => Err(ProbeError::Io(format!("timeout: {m}"))),
+        Err(GrpcError::Tls(m)) => Err(ProbeError::Io(format!("tls: {m}"))),
         Err(GrpcError::Protocol(m)) => Err(ProbeError::Io(format!("protocol: {m}"))),
     }
 }

@@ -211,9 +211,8 @@ impl HttpServer {
                 count.fetch_add(1, Ordering::SeqCst);
                 let (log, tls, health) = (log.clone(), tls.clone(), health.clone());
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        answer(req, log.clone(), health.load(Ordering::SeqCst))
-                    });
+                    let service =
+                        hyper::service::service_fn(move |req| answer(req, log.clone(), health.load(Ordering::SeqCst)));
                     let http = hyper::server::conn::http1::Builder::new();
                     match tls {
                         None => {
@@ -461,16 +460,24 @@ pub struct GrpcHealthServer {
 impl GrpcHealthServer {
     /// Starts the server with the health service on the current tokio runtime.
     pub async fn start() -> Self {
-        Self::serve(true).await
+        Self::serve(true, None).await
+    }
+
+    /// Starts the server with the health service over TLS, presenting
+    /// `cert` and accepting only `h2` by ALPN.
+    pub async fn start_tls(cert: &TestCert) -> Self {
+        let mut config = (*cert.server_config()).clone();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Self::serve(true, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
     }
 
     /// Starts a gRPC server that has no service at all: it answers every
     /// call, `Health/Check` included, with `UNIMPLEMENTED`.
     pub async fn without_health() -> Self {
-        Self::serve(false).await
+        Self::serve(false, None).await
     }
 
-    async fn serve(with_health: bool) -> Self {
+    async fn serve(with_health: bool, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         use tokio_stream::StreamExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -480,10 +487,6 @@ impl GrpcHealthServer {
         let metadata = Arc::new(std::sync::Mutex::new(Vec::new()));
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(move |stream| {
-            count.fetch_add(1, Ordering::SeqCst);
-            stream
-        });
         let mut routes = tonic::service::RoutesBuilder::default();
         if with_health {
             let log = metadata.clone();
@@ -507,9 +510,43 @@ impl GrpcHealthServer {
             ));
         }
         let router = tonic::transport::Server::builder().add_routes(routes.routes());
-        let task = tokio::spawn(async move {
-            let _ = router.serve_with_incoming(incoming).await;
-        });
+        let task = match tls {
+            None => {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(move |stream| {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    stream
+                });
+                tokio::spawn(async move {
+                    let _ = router.serve_with_incoming(incoming).await;
+                })
+            }
+            // tonic takes the decrypted side of an in-memory pipe per
+            // connection; the TLS session is pumped into it.
+            Some(acceptor) => tokio::spawn(async move {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let accept = async move {
+                    while let Ok((tcp, _)) = listener.accept().await {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                        tokio::spawn(async move {
+                            // A client that rejects the certificate ends here.
+                            let Ok(mut tls) = acceptor.accept(tcp).await else {
+                                return;
+                            };
+                            let (inner, mut outer) = tokio::io::duplex(64 * 1024);
+                            if tx.send(Ok::<_, std::io::Error>(inner)).is_ok() {
+                                let _ = tokio::io::copy_bidirectional(&mut tls, &mut outer).await;
+                            }
+                        });
+                    }
+                };
+                let serve = router.serve_with_incoming(tokio_stream::wrappers::UnboundedReceiverStream::new(rx));
+                tokio::select! {
+                    _ = accept => {}
+                    _ = serve => {}
+                }
+            }),
+        };
         Self {
             addr,
             reporter,

@@ -10,7 +10,8 @@
 //! plugin carries no protobuf runtime.
 
 use serde::Deserialize;
-use sonde_sdk::grpc::{Code, GrpcRequest, GrpcResponse, TlsOptions, call};
+use sonde_sdk::grpc::{Code, GrpcRequest, GrpcResponse, call};
+use sonde_sdk::tls::TlsOptions;
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
 use std::collections::BTreeMap;
 
@@ -28,6 +29,7 @@ struct Config {
     tls: bool,
     server_name: Option<String>,
     ca_file: Option<String>,
+    ca_pem: Option<String>,
     #[serde(default)]
     insecure_skip_verify: bool,
 }
@@ -35,25 +37,24 @@ struct Config {
 impl Config {
     fn tls(&self) -> Result<Option<TlsOptions>, ProbeError> {
         if !self.tls {
-            if self.server_name.is_some() || self.ca_file.is_some() || self.insecure_skip_verify {
+            if self.server_name.is_some()
+                || self.ca_file.is_some()
+                || self.ca_pem.is_some()
+                || self.insecure_skip_verify
+            {
                 return Err(ProbeError::invalid_config(
-                    "server_name, ca_file and insecure_skip_verify need \"tls\": true",
+                    "server_name, ca_file, ca_pem and insecure_skip_verify need \"tls\": true",
                 ));
             }
             return Ok(None);
         }
-        let ca_pem = match &self.ca_file {
-            Some(path) => Some(std::fs::read_to_string(path).map_err(|e| match e.kind() {
-                std::io::ErrorKind::PermissionDenied => ProbeError::denied(format!("ca_file {path}: {e}")),
-                _ => ProbeError::invalid_config(format!("ca_file {path}: {e}")),
-            })?),
-            None => None,
-        };
-        Ok(Some(TlsOptions {
-            server_name: self.server_name.clone(),
-            ca_pem,
-            insecure_skip_verify: self.insecure_skip_verify,
-        }))
+        TlsOptions::from_config(
+            self.ca_file.as_deref(),
+            self.ca_pem.as_deref(),
+            self.insecure_skip_verify,
+            self.server_name.as_deref(),
+        )
+        .map(Some)
     }
 }
 
@@ -156,6 +157,10 @@ fn decode_response(bytes: &[u8]) -> Result<Health, String> {
 
 fn with_metrics(outcome: Outcome, answer: &GrpcResponse) -> Outcome {
     let t = answer.timings;
+    let outcome = match &answer.tls {
+        Some(tls) => outcome.with_metric("cert_expiry_seconds", tls.expires_in_seconds(), "seconds"),
+        None => outcome,
+    };
     outcome
         .with_metric("grpc_status_code", f64::from(answer.code.0), "")
         .with_metric("dns_seconds", t.dns, "seconds")
@@ -255,6 +260,7 @@ mod tests {
             message: message.map(<[u8]>::to_vec),
             metadata: Vec::new(),
             timings: Timings::default(),
+            tls: None,
         }
     }
 

@@ -1,14 +1,17 @@
 //! sonde's `grpc` interface: one unary gRPC call, made by the host for a
 //! plugin. The plugin brings the serialized request message and decodes the
 //! response message; the host owns the connection (a new one per call, HTTP/2
-//! with prior knowledge, closed with a reset), the gRPC framing, the status
-//! in the trailers and the caps on what it reads.
+//! with prior knowledge in plaintext or over the host's TLS client with ALPN
+//! `h2`, closed with a reset), the gRPC framing, the status in the trailers
+//! and the caps on what it reads.
 //!
 //! The authority is checked against the probe's grants exactly as an HTTP
 //! request is ([`CallGrants::authorize_http`](super::grants::CallGrants)),
 //! before any name lookup or connection.
 
-use super::HostState;
+use super::http::{DialError, dial};
+use super::tls::{TlsError, TlsOptions};
+use super::{HostState, Shared};
 use crate::engine::bindings::sonde::probe::grpc as probe_grpc;
 use crate::engine::bindings::sonde::probe::http::Timings;
 use bytes::{Buf, Bytes, BytesMut};
@@ -18,6 +21,7 @@ use probe_grpc::{GrpcError, Request as GrpcRequest, Response as GrpcResponse};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
 use wasmtime::component::{HasSelf, Linker};
 
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
@@ -35,6 +39,9 @@ const MAX_METADATA_ENTRIES: usize = 64;
 const MAX_METADATA_BYTES: usize = 16 * 1024;
 
 const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"));
+
+/// gRPC runs over HTTP/2 only.
+const ALPN: &[&[u8]] = &[b"h2"];
 
 /// gRPC's length prefix: a compression flag and a big-endian length.
 const PREFIX_BYTES: usize = 5;
@@ -63,6 +70,8 @@ struct Call {
     uri: http::Uri,
     headers: HeaderMap,
     body: Bytes,
+    /// For a TLS call: how to verify the server.
+    tls: Option<TlsOptions>,
 }
 
 fn prepare(req: &GrpcRequest) -> Result<Call, GrpcError> {
@@ -98,7 +107,7 @@ fn prepare(req: &GrpcRequest) -> Result<Call, GrpcError> {
         )));
     }
     let uri = http::Uri::builder()
-        .scheme("http")
+        .scheme(if req.tls.is_some() { "https" } else { "http" })
         .authority(authority)
         .path_and_query(req.path.as_str())
         .build()
@@ -148,12 +157,17 @@ fn prepare(req: &GrpcRequest) -> Result<Call, GrpcError> {
     body.extend_from_slice(&[0]);
     body.extend_from_slice(&len.to_be_bytes());
     body.extend_from_slice(&req.message);
+    let tls = match req.tls.clone() {
+        Some(options) => Some(super::handshake::options_from_wit(options).map_err(tls_error)?),
+        None => None,
+    };
     Ok(Call {
         host,
         port,
         uri,
         headers,
         body: body.freeze(),
+        tls,
     })
 }
 
@@ -195,46 +209,87 @@ impl Drop for AbortOnDrop {
     }
 }
 
+fn tls_error(e: TlsError) -> GrpcError {
+    match e {
+        TlsError::ServerName { .. } | TlsError::Ca(_) => GrpcError::Invalid(e.to_string()),
+        TlsError::Handshake(_) | TlsError::Certificate(_) => GrpcError::Tls(e.to_string()),
+    }
+}
+
 fn protocol(what: &str, e: impl std::fmt::Display) -> GrpcError {
     GrpcError::Protocol(format!("{what}: {e}"))
 }
 
-async fn exchange(call: Call) -> Result<GrpcResponse, GrpcError> {
+/// What the server answered, before timings are added.
+struct Answer {
+    code: u32,
+    status_message: String,
+    message: Option<Vec<u8>>,
+    metadata: Vec<(String, String)>,
+    /// When the response head arrived.
+    first_byte: Instant,
+}
+
+async fn exchange(shared: &Shared, call: Call) -> Result<GrpcResponse, GrpcError> {
     let Call {
         host,
         port,
         uri,
         headers,
         body,
+        tls,
     } = call;
     let start = Instant::now();
-    let addr = match host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<std::net::IpAddr>()
-    {
-        Ok(ip) => std::net::SocketAddr::new(ip, port),
-        Err(_) => tokio::net::lookup_host((host.as_str(), port))
-            .await
-            .map_err(|e| GrpcError::Dns(format!("{host}: {e}")))?
-            .next()
-            .ok_or_else(|| GrpcError::Dns(format!("{host}: no address")))?,
+    let dialed = dial(&host, port).await.map_err(|e| match e {
+        DialError::Dns(m) => GrpcError::Dns(m),
+        DialError::Connect(m) => GrpcError::Connect(m),
+    })?;
+    let connected = Instant::now();
+    let (answer, info) = match &tls {
+        None => (unary(dialed.stream, uri, headers, body).await?, None),
+        Some(options) => {
+            let (stream, info) = shared
+                .tls
+                .connect(dialed.stream, &host, options, ALPN)
+                .await
+                .map_err(tls_error)?;
+            if let Some(alpn) = info.alpn.as_deref().filter(|a| *a != "h2") {
+                return Err(GrpcError::Protocol(format!(
+                    "the server chose {alpn:?} by ALPN, not h2"
+                )));
+            }
+            let handshake = connected.elapsed();
+            (unary(stream, uri, headers, body).await?, Some((info, handshake)))
+        }
     };
-    let dns = start.elapsed();
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| GrpcError::Connect(format!("{addr}: {e}")))?;
-    // Close with a reset, as the http transport does: no TIME_WAIT per probe.
-    #[allow(deprecated)]
-    let _ = stream.set_linger(Some(Duration::ZERO));
-    let _ = stream.set_nodelay(true);
-    let connect = start.elapsed();
+    let secs = |d: Duration| d.as_secs_f64();
+    let tls_time = info.as_ref().map_or(Duration::ZERO, |(_, t)| *t);
+    Ok(GrpcResponse {
+        code: answer.code,
+        status_message: answer.status_message,
+        message: answer.message,
+        metadata: answer.metadata,
+        timings: Timings {
+            dns: secs(dialed.dns),
+            connect: secs(dialed.connect),
+            tls: secs(tls_time),
+            first_byte: secs(answer.first_byte.saturating_duration_since(connected + tls_time)),
+            total: secs(start.elapsed()),
+        },
+        tls: info.map(|(i, _)| (&i).into()),
+    })
+}
 
+/// One unary call over `io`, a fresh connection.
+async fn unary<I>(io: I, uri: http::Uri, headers: HeaderMap, body: Bytes) -> Result<Answer, GrpcError>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let tasks = CallTasks::default();
     let _abort = AbortOnDrop(tasks.clone());
     let (mut sender, conn) = hyper::client::conn::http2::Builder::new(tasks.clone())
         .max_header_list_size(MAX_HEADER_LIST_BYTES)
-        .handshake::<_, Full<Bytes>>(hyper_util::rt::TokioIo::new(stream))
+        .handshake::<_, Full<Bytes>>(hyper_util::rt::TokioIo::new(io))
         .await
         .map_err(|e| protocol("HTTP/2 handshake", e))?;
     hyper::rt::Executor::execute(&tasks, async move {
@@ -249,26 +304,17 @@ async fn exchange(call: Call) -> Result<GrpcResponse, GrpcError> {
         .map_err(|e| GrpcError::Invalid(e.to_string()))?;
     *request.headers_mut() = headers;
     let response = sender.send_request(request).await.map_err(|e| protocol("HTTP/2", e))?;
-    let first_byte = start.elapsed();
+    let first_byte = Instant::now();
     let (parts, mut incoming) = response.into_parts();
     let mut metadata = Vec::new();
     keep_metadata(&parts.headers, &mut metadata);
 
-    let answer = |code: u32, status_message: String, message: Option<Vec<u8>>, metadata| {
-        let secs = |d: Duration| d.as_secs_f64();
-        GrpcResponse {
-            code,
-            status_message,
-            message,
-            metadata,
-            timings: Timings {
-                dns: secs(dns),
-                connect: secs(connect - dns),
-                tls: 0.0,
-                first_byte: secs(first_byte - connect),
-                total: secs(start.elapsed()),
-            },
-        }
+    let answer = |code, status_message, message, metadata| Answer {
+        code,
+        status_message,
+        message,
+        metadata,
+        first_byte,
     };
 
     if parts.status != http::StatusCode::OK {
@@ -429,18 +475,17 @@ impl probe_grpc::Host for HostState {
         self.grants
             .authorize_http(&call.host, call.port)
             .map_err(GrpcError::Denied)?;
-        if req.tls.is_some() {
-            return Err(GrpcError::Invalid(
-                "TLS is not yet supported for gRPC by the host".into(),
-            ));
+        if let Some(options) = &call.tls {
+            self.shared.tls.validate(&call.host, options, ALPN).map_err(tls_error)?;
         }
+        let shared = self.shared.clone();
         let left = self.exec.deadline().saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(req.timeout_ms);
         let result = if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            exchange(call).await
+            exchange(&shared, call).await
         } else {
-            match tokio::time::timeout(timeout, exchange(call)).await {
+            match tokio::time::timeout(timeout, exchange(&shared, call)).await {
                 Ok(result) => result,
                 Err(_) => Err(GrpcError::Timeout(format!(
                     "no answer within {}ms",

@@ -4,7 +4,7 @@
 use crate::support::{check, guest, run};
 use sonde_runtime::host::Grants;
 use sonde_runtime::verdict::{Reason, RunResult, Status};
-use sonde_tests::{GrpcHealthServer, HttpServer, ServingStatus, SilentListener, closed_port, guests};
+use sonde_tests::{GrpcHealthServer, HttpServer, ServingStatus, SilentListener, TestCert, closed_port, guests};
 use std::time::{Duration, Instant};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -192,11 +192,10 @@ async fn bad_config_is_invalid_config() {
             serde_json::json!({"insecure_skip_verify": true}),
             "need \"tls\": true",
         ),
-        // Until the host's TLS lands.
         (
             target.as_str(),
-            serde_json::json!({"tls": true}),
-            "TLS is not yet supported",
+            serde_json::json!({"tls": true, "ca_pem": "junk"}),
+            "CA certificates",
         ),
     ] {
         let r = grpc(target, config).await;
@@ -275,4 +274,39 @@ async fn a_server_breaking_grpc_is_a_failure_and_its_answer_is_capped() {
     let r = grpc(&addr, serde_json::json!({})).await;
     task.abort();
     assert_eq!(r.status, Status::Success, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_certificate_is_verified_and_reported() {
+    let cert = TestCert::new(2031, 1, 1);
+    let server = GrpcHealthServer::start_tls(&cert).await;
+    let target = server.addr.to_string();
+    let r = grpc(&target, serde_json::json!({"tls": true, "ca_pem": cert.ca_pem})).await;
+    assert_eq!((r.status, r.reason), (Status::Success, None), "{r:?}");
+    let expiry = r
+        .metrics
+        .iter()
+        .find(|m| m.name == "cert_expiry_seconds")
+        .expect("cert expiry");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        (expiry.value - (cert.not_after as f64 - now)).abs() < 60.0,
+        "{expiry:?}"
+    );
+    server.set("", ServingStatus::NotServing).await;
+    let r = grpc(&target, serde_json::json!({"tls": true, "insecure_skip_verify": true})).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(r.message.contains("NOT_SERVING"), "{}", r.message);
+
+    // The system roots do not know the test CA: the handshake fails, and so
+    // does plaintext against a TLS server.
+    let r = grpc(&target, serde_json::json!({"tls": true})).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(r.message.contains("tls"), "{}", r.message);
+    let r = grpc(&target, serde_json::json!({})).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert_eq!(server.accepted(), 4);
 }
