@@ -20,8 +20,8 @@
 //!
 //! The host runs every call in a fresh sandbox: statics do not survive from
 //! one call to the next. Network access reaches the probe's target and what
-//! the operator granted, nothing else; [`net`], [`http`] and [`tls`] are the
-//! helpers, and `std::net` obeys the same grants.
+//! the operator granted, nothing else; [`net`], [`http`], [`grpc`] and [`tls`]
+//! are the helpers, and `std::net` obeys the same grants.
 //!
 //! On the host, [`testing`] builds a plugin and runs it through the `sonde`
 //! binary for the plugin's own tests.
@@ -29,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod exec;
+pub mod grpc;
 pub mod http;
 pub mod log;
 pub mod net;

@@ -708,3 +708,184 @@ async fn answer(
         _ => reply(404, "not found".into()),
     })
 }
+
+/// A TCP listener on loopback that accepts connections and never answers
+/// on them, holding them open until it is dropped: a server that hangs.
+pub struct SilentListener {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SilentListener {
+    /// Starts listening on an ephemeral loopback port.
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                held.push(stream);
+            }
+        });
+        Self { addr, accepted, task }
+    }
+
+    /// How many connections it accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for SilentListener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub use tonic_health::ServingStatus;
+
+/// The ASCII metadata (name, value) of each call a server received.
+type CallMetadata = Arc<std::sync::Mutex<Vec<Vec<(String, String)>>>>;
+
+/// A real gRPC server (tonic) on a free loopback port serving tonic-health's
+/// `grpc.health.v1.Health`, with a handle to set each service's status, and
+/// a record of the connections it accepted and the metadata of each call.
+/// The server as a whole (service `""`) starts `SERVING`; other services are
+/// unknown until set.
+pub struct GrpcHealthServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    reporter: tonic_health::server::HealthReporter,
+    metadata: CallMetadata,
+    accepted: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl GrpcHealthServer {
+    /// Starts the server with the health service on the current tokio runtime.
+    pub async fn start() -> Self {
+        Self::serve(true, None).await
+    }
+
+    /// Starts the server with the health service over TLS, presenting
+    /// `cert` and accepting only `h2` by ALPN.
+    pub async fn start_tls(cert: &TestCert) -> Self {
+        let mut config = (*cert.server_config()).clone();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Self::serve(true, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    /// Starts a gRPC server that has no service at all: it answers every
+    /// call, `Health/Check` included, with `UNIMPLEMENTED`.
+    pub async fn without_health() -> Self {
+        Self::serve(false, None).await
+    }
+
+    async fn serve(with_health: bool, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
+        use tokio_stream::StreamExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let reporter = tonic_health::server::HealthReporter::new();
+        let metadata = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        let mut routes = tonic::service::RoutesBuilder::default();
+        if with_health {
+            let log = metadata.clone();
+            let record = move |req: tonic::Request<()>| -> Result<tonic::Request<()>, tonic::Status> {
+                let pairs = req
+                    .metadata()
+                    .iter()
+                    .filter_map(|entry| match entry {
+                        tonic::metadata::KeyAndValueRef::Ascii(k, v) => {
+                            Some((k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+                        }
+                        tonic::metadata::KeyAndValueRef::Binary(..) => None,
+                    })
+                    .collect();
+                log.lock().unwrap_or_else(|e| e.into_inner()).push(pairs);
+                Ok(req)
+            };
+            routes.add_service(tonic_health::pb::health_server::HealthServer::with_interceptor(
+                tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
+                record,
+            ));
+        }
+        let router = tonic::transport::Server::builder().add_routes(routes.routes());
+        let task = match tls {
+            None => {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(move |stream| {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    stream
+                });
+                tokio::spawn(async move {
+                    let _ = router.serve_with_incoming(incoming).await;
+                })
+            }
+            // tonic takes the decrypted side of an in-memory pipe per
+            // connection; the TLS session is pumped into it.
+            Some(acceptor) => tokio::spawn(async move {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let accept = async move {
+                    while let Ok((tcp, _)) = listener.accept().await {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                        tokio::spawn(async move {
+                            // A client that rejects the certificate ends here.
+                            let Ok(mut tls) = acceptor.accept(tcp).await else {
+                                return;
+                            };
+                            let (inner, mut outer) = tokio::io::duplex(64 * 1024);
+                            if tx.send(Ok::<_, std::io::Error>(inner)).is_ok() {
+                                let _ = tokio::io::copy_bidirectional(&mut tls, &mut outer).await;
+                            }
+                        });
+                    }
+                };
+                let serve = router.serve_with_incoming(tokio_stream::wrappers::UnboundedReceiverStream::new(rx));
+                tokio::select! {
+                    _ = accept => {}
+                    _ = serve => {}
+                }
+            }),
+        };
+        Self {
+            addr,
+            reporter,
+            metadata,
+            accepted,
+            task,
+        }
+    }
+
+    /// Sets the status `Health/Check` reports for `service` (`""` for the
+    /// server as a whole).
+    pub async fn set(&self, service: &str, status: ServingStatus) {
+        self.reporter.set_service_status(service, status).await;
+    }
+
+    /// The ASCII metadata of each call served so far, in order.
+    pub fn metadata(&self) -> Vec<Vec<(String, String)>> {
+        self.metadata.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// How many connections it accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for GrpcHealthServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -6,6 +6,7 @@ wasmtime::component::bindgen!({
     imports: {
         "sonde:probe/exec.run": async,
         "sonde:probe/http.send": async,
+        "sonde:probe/grpc.call": async,
         "sonde:probe/tls.handshake": async,
         "sonde:probe/tls.connect": async,
         "sonde:probe/tls.[method]session.send": async,

@@ -9,6 +9,8 @@
 //! - [`http`]: `wasi:http/outgoing-handler`, likewise, and sonde's own
 //!   `http` probe transport, with its keep-alive [`pool`];
 //! - [`handshake`]: sonde's `tls` interface, a TLS handshake by the host;
+//! - [`grpc`]: sonde's `grpc` interface, one unary call to the target or a
+//!   `net` grant;
 //! - [`files`]: `wasi:filesystem`, showing only the read-only `files` grants;
 //! - [`exec`]: sonde's `exec` interface, for granted programs only;
 //! - [`log`]: sonde's `log` interface, capped per call.
@@ -23,6 +25,7 @@
 pub mod exec;
 pub mod files;
 pub mod grants;
+pub mod grpc;
 pub mod handshake;
 pub mod http;
 pub mod log;
@@ -166,6 +169,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>, files_granted: bool)
     log::add_to_linker(linker)?;
     exec::add_to_linker(linker)?;
     http::add_to_linker(linker)?;
+    grpc::add_to_linker(linker)?;
     handshake::add_to_linker(linker)?;
     Ok(())
 }

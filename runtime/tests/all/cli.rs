@@ -233,3 +233,33 @@ async fn http_exit_codes_follow_the_server() {
     assert_eq!(v["reason"], "timeout");
     assert!(v["duration_ms"].as_f64().unwrap() < 1000.0, "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_serving_exits_0_not_serving_exits_2() {
+    let server = sonde_tests::GrpcHealthServer::start().await;
+    let args = |service: &str| {
+        vec![
+            "check".to_string(),
+            "grpc".into(),
+            "--target".into(),
+            server.addr.to_string(),
+            "--config".into(),
+            serde_json::json!({ "service": service }).to_string(),
+        ]
+    };
+    let out = sonde_async(args("")).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("SUCCESS"), "{out:?}");
+
+    server.set("", sonde_tests::ServingStatus::NotServing).await;
+    let out = sonde_async(args("")).await;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NOT_SERVING"), "{out:?}");
+
+    let out = sonde_async(args("nope")).await;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("SERVICE_UNKNOWN"),
+        "{out:?}"
+    );
+}

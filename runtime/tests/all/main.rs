@@ -4,6 +4,7 @@ mod agent;
 mod cli;
 mod exec;
 mod file_age;
+mod grpc;
 mod http;
 mod postgres;
 mod redis;
