@@ -4,8 +4,10 @@
 //!
 //! `SERVING` is success; `NOT_SERVING`, `UNKNOWN` and an unknown service
 //! (`SERVICE_UNKNOWN`, or the `NOT_FOUND` status servers answer with) are
-//! failures; a server without the health service (`UNIMPLEMENTED`) and any
-//! other gRPC status are errors of kind `io`: the check could not be made.
+//! failures, and so is any other gRPC status (`UNAVAILABLE` from a draining
+//! server…), as the kubelet counts a failed Check. Only a server without the
+//! health service (`UNIMPLEMENTED`) is an error of kind `io`: the check
+//! cannot be made there at all.
 //! The two health messages are encoded and decoded here by hand, so the
 //! plugin carries no protobuf runtime.
 
@@ -198,7 +200,8 @@ fn verdict(what: &str, answer: &GrpcResponse) -> Result<Outcome, ProbeError> {
                 status(&answer.status_message)
             )));
         }
-        _ => return Err(ProbeError::io(format!("{what}: {}", status(&answer.status_message)))),
+        // The target answered, but not healthy: count it against it.
+        _ => Outcome::failure(format!("{what}: {}", status(&answer.status_message))),
     };
     Ok(with_metrics(outcome, answer))
 }
@@ -309,10 +312,11 @@ mod tests {
             Err(ProbeError::Io(m)) => assert!(m.contains("UNIMPLEMENTED"), "{m}"),
             other => panic!("{other:?}"),
         }
-        match verdict("t", &answer(14, "draining", None)) {
-            Err(ProbeError::Io(m)) => assert_eq!(m, "t: UNAVAILABLE: draining"),
-            other => panic!("{other:?}"),
-        }
+        let draining = verdict("t", &answer(14, "draining", None)).unwrap();
+        assert_eq!(
+            (draining.status, draining.message.as_str()),
+            (sonde_sdk::Status::Failure, "t: UNAVAILABLE: draining")
+        );
         assert!(matches!(verdict("t", &answer(0, "", None)), Err(ProbeError::Io(_))));
     }
 
