@@ -25,8 +25,20 @@ pub struct CountingListener {
 }
 
 impl CountingListener {
-    /// Starts listening on an ephemeral loopback port.
+    /// Starts listening on an ephemeral loopback port; each connection is
+    /// closed as soon as it is accepted.
     pub async fn start() -> Self {
+        Self::listen(false).await
+    }
+
+    /// Starts listening on an ephemeral loopback port and never answers:
+    /// each connection is held open until the listener is dropped (a
+    /// server that hangs).
+    pub async fn start_silent() -> Self {
+        Self::listen(true).await
+    }
+
+    async fn listen(hold: bool) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
@@ -34,9 +46,12 @@ impl CountingListener {
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
         let task = tokio::spawn(async move {
+            let mut held = Vec::new();
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
-                drop(stream);
+                if hold {
+                    held.push(stream);
+                }
             }
         });
         Self { addr, accepted, task }
@@ -707,46 +722,6 @@ async fn answer(
         }
         _ => reply(404, "not found".into()),
     })
-}
-
-/// A TCP listener on loopback that accepts connections and never answers
-/// on them, holding them open until it is dropped: a server that hangs.
-pub struct SilentListener {
-    /// Where it listens.
-    pub addr: SocketAddr,
-    accepted: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl SilentListener {
-    /// Starts listening on an ephemeral loopback port.
-    pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("local addr");
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
-        let task = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::SeqCst);
-                held.push(stream);
-            }
-        });
-        Self { addr, accepted, task }
-    }
-
-    /// How many connections it accepted so far.
-    pub fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for SilentListener {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 pub use tonic_health::ServingStatus;

@@ -4,7 +4,7 @@
 use crate::support::{check, guest, run};
 use sonde_runtime::host::Grants;
 use sonde_runtime::verdict::{Reason, RunResult, Status};
-use sonde_tests::{GrpcHealthServer, HttpServer, ServingStatus, SilentListener, TestCert, closed_port, guests};
+use sonde_tests::{CountingListener, GrpcHealthServer, HttpServer, ServingStatus, TestCert, closed_port, guests};
 use std::time::{Duration, Instant};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -121,7 +121,7 @@ async fn metadata_reaches_the_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_never_answers_is_a_timeout_at_the_deadline() {
-    let silent = SilentListener::start().await;
+    let silent = CountingListener::start_silent().await;
     let started = Instant::now();
     let r = check("grpc", &silent.addr.to_string(), "{}", Duration::from_millis(300)).await;
     assert_eq!((r.status, r.reason), (Status::Failure, Some(Reason::Timeout)), "{r:?}");
