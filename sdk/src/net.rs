@@ -48,6 +48,35 @@ pub fn connect_target(req: &Request) -> io::Result<TcpStream> {
     connect(req.target(), req.remaining())
 }
 
+/// Why [`open_target`] did not connect.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The target failed: refused, unreachable, timed out. The message
+    /// (`connect to TARGET: why`) is for a failure outcome.
+    Failed(String),
+    /// The check could not be made: the host denied the connection, or the
+    /// target is not an address.
+    Probe(crate::ProbeError),
+}
+
+/// Connects to the request's target within the time the call has left, and
+/// sorts what went wrong: a denial or a malformed target is the check's
+/// error, anything else the target's failure.
+pub fn open_target(req: &Request) -> Result<TcpStream, ConnectError> {
+    connect_target(req).map_err(|e| match e.kind() {
+        io::ErrorKind::PermissionDenied => ConnectError::Probe(crate::ProbeError::denied(format!(
+            "connect to {}: {}",
+            req.target(),
+            describe_error(&e)
+        ))),
+        io::ErrorKind::InvalidInput => ConnectError::Probe(crate::ProbeError::invalid_config(format!(
+            "target {:?}: {e}",
+            req.target()
+        ))),
+        _ => ConnectError::Failed(format!("connect to {}: {}", req.target(), describe_error(&e))),
+    })
+}
+
 /// Writes all of `data` to `stream` (a [`TcpStream`], or a TLS
 /// [`Session`](crate::tls::Session)).
 pub fn send(stream: &mut impl Write, data: &[u8]) -> io::Result<()> {

@@ -333,21 +333,10 @@ impl Probe for Postgres {
 
 fn run(req: &Request, config: &Config, password: Option<&str>, max_lag: Option<Duration>) -> Result<Outcome, Stop> {
     let start = Instant::now();
-    let stream = match net::connect_target(req) {
+    let stream = match net::open_target(req) {
         Ok(s) => s,
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            return Err(ProbeError::denied(format!("connect to {}: {}", req.target(), net::describe_error(&e))).into());
-        }
-        Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
-            return Err(ProbeError::invalid_config(format!("target {:?}: {e}", req.target())).into());
-        }
-        Err(e) => {
-            return Err(Stop::Failure(format!(
-                "connect to {}: {}",
-                req.target(),
-                net::describe_error(&e)
-            )));
-        }
+        Err(net::ConnectError::Failed(m)) => return Err(Stop::Failure(m)),
+        Err(net::ConnectError::Probe(e)) => return Err(e.into()),
     };
     let connected = start.elapsed().as_secs_f64();
     let mut conn = Conn::new(stream);

@@ -249,25 +249,10 @@ impl Probe for Redis {
             return Err(ProbeError::invalid_config("username needs a password"));
         }
         let start = Instant::now();
-        let stream = match net::connect_target(&req) {
+        let stream = match net::open_target(&req) {
             Ok(s) => s,
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                return Err(ProbeError::denied(format!(
-                    "connect to {}: {}",
-                    req.target(),
-                    net::describe_error(&e)
-                )));
-            }
-            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
-                return Err(ProbeError::invalid_config(format!("target {:?}: {e}", req.target())));
-            }
-            Err(e) => {
-                return Ok(Outcome::failure(format!(
-                    "connect to {}: {}",
-                    req.target(),
-                    net::describe_error(&e)
-                )));
-            }
+            Err(net::ConnectError::Failed(m)) => return Ok(Outcome::failure(m)),
+            Err(net::ConnectError::Probe(e)) => return Err(e),
         };
         let mut resp = Resp::new(stream);
         let failed = |what: &str, e: io::Error| Outcome::failure(format!("{what}: {}", net::describe_error(&e)));

@@ -269,25 +269,10 @@ impl Probe for Tcp {
             return check_tls(&req, &options, &steps);
         }
         let start = Instant::now();
-        let mut stream = match net::connect_target(&req) {
+        let mut stream = match net::open_target(&req) {
             Ok(stream) => stream,
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                return Err(ProbeError::denied(format!(
-                    "connect to {}: {}",
-                    req.target(),
-                    net::describe_error(&e)
-                )));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-                return Err(ProbeError::invalid_config(format!("target {:?}: {e}", req.target())));
-            }
-            Err(e) => {
-                return Ok(Outcome::failure(format!(
-                    "connect to {}: {}",
-                    req.target(),
-                    net::describe_error(&e)
-                )));
-            }
+            Err(net::ConnectError::Failed(m)) => return Ok(Outcome::failure(m)),
+            Err(net::ConnectError::Probe(e)) => return Err(e),
         };
         let metrics = [("connect_seconds", start.elapsed().as_secs_f64())];
         if let Some(failure) = exchange(&req, &mut stream, &steps, &metrics) {
