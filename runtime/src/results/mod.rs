@@ -271,7 +271,12 @@ impl ResultCache {
         }
         r.stale = false;
         r.counter = counter;
-        let message = result.message.clone();
+        // The message goes into the change event only when there is one.
+        let message = if from == counter.state {
+            String::new()
+        } else {
+            result.message.clone()
+        };
         r.last = Some(Observation { result, at: now });
         self.transition(name, r, from, message, now);
     }
