@@ -172,7 +172,10 @@ impl Agent {
             runner,
             results.clone(),
             registry,
-            scheduler::Options { jitter: options.jitter },
+            scheduler::Options {
+                jitter: options.jitter,
+                ..Default::default()
+            },
         );
         let mut tasks = Vec::new();
         let mut api = None;

@@ -25,6 +25,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -49,17 +50,98 @@ pub trait Runner: Send + Sync + 'static {
     fn act(&self, target: &TargetSpec) -> impl Future<Output = ActionOutcome> + Send;
 }
 
+/// What the scheduler tells as it works: metrics and benchmarks listen.
+/// Calls come from the scheduler task and from run tasks, so they must be
+/// quick and must not block.
+pub trait Observer: Send + Sync + 'static {
+    /// A run of `spec` starts `late` after its planned time (manual runs,
+    /// which have no planned time, are not reported).
+    fn run_started(&self, spec: &ProbeSpec, late: Duration) {
+        let _ = (spec, late);
+    }
+    /// A run of `spec` finished with `result` (after its retries).
+    fn run_finished(&self, spec: &ProbeSpec, result: &RunResult) {
+        let _ = (spec, result);
+    }
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
+
 /// Scheduler settings.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub struct Options {
     /// Start each probe at a random offset within its first period, so a
     /// restart does not run every probe at once. Off in tests.
     pub jitter: bool,
+    /// Who is told about runs.
+    pub observer: Arc<dyn Observer>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { jitter: true }
+        Self {
+            jitter: true,
+            observer: Arc::new(NoObserver),
+        }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("jitter", &self.jitter)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether the scheduler keeps up, read by `/livez` and `/healthz` with
+/// kube-proxy's rule: it is stalled when a run that is due has waited
+/// longer than a timeout to start. Updated by the scheduler task; read
+/// from anywhere without locks.
+#[derive(Debug)]
+pub struct Progress {
+    base: Instant,
+    /// Milliseconds since `base` of the last pass over due runs.
+    last_pass: AtomicU64,
+    /// Milliseconds since `base` of the earliest planned run, or `u64::MAX`.
+    next_due: AtomicU64,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            base: Instant::now(),
+            last_pass: AtomicU64::new(0),
+            next_due: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    fn millis(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.base).as_millis() as u64
+    }
+
+    fn record(&self, next: Option<Instant>) {
+        self.last_pass.store(self.millis(Instant::now()), Ordering::Relaxed);
+        let next = next.map_or(u64::MAX, |at| self.millis(at));
+        self.next_due.store(next, Ordering::Relaxed);
+    }
+
+    /// When the scheduler last went over its due runs.
+    pub fn last_pass(&self) -> Instant {
+        self.base + Duration::from_millis(self.last_pass.load(Ordering::Relaxed))
+    }
+
+    /// How long the earliest due run has waited past its planned time
+    /// (zero when nothing is overdue).
+    pub fn overdue(&self) -> Duration {
+        match self.next_due.load(Ordering::Relaxed) {
+            u64::MAX => Duration::ZERO,
+            due => Instant::now().saturating_duration_since(self.base + Duration::from_millis(due)),
+        }
     }
 }
 
@@ -105,15 +187,28 @@ enum Msg {
         hold: u64,
         outcome: ActionOutcome,
     },
+    Stall(Duration),
 }
 
 /// A handle on a running scheduler. Clones share it.
 #[derive(Clone)]
 pub struct Handle {
     tx: mpsc::UnboundedSender<Msg>,
+    progress: Arc<Progress>,
 }
 
 impl Handle {
+    /// Whether the scheduler keeps up with its due runs.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    /// Makes the scheduler task stop working for `d`, as if it were stuck:
+    /// due runs wait. For testing what watches it (`/livez`).
+    pub fn stall(&self, d: Duration) {
+        let _ = self.tx.send(Msg::Stall(d));
+    }
+
     /// Runs `probe` now, outside its schedule (or waits for the run in
     /// flight), and returns the outcome. The outcome counts as any other.
     pub async fn trigger(&self, probe: &str) -> Result<RunResult, TriggerError> {
@@ -181,6 +276,7 @@ struct Core<R: Runner> {
     next_epoch: u64,
     stopping: bool,
     in_flight: usize,
+    progress: Arc<Progress>,
 }
 
 /// Starts the scheduler task with `registry`'s probes and returns its handle.
@@ -197,10 +293,12 @@ pub fn spawn<R: Runner>(runner: Arc<R>, results: ResultCache, registry: Registry
         next_epoch: 0,
         stopping: false,
         in_flight: 0,
+        progress: Arc::new(Progress::new()),
     };
     core.reload(registry);
+    let progress = core.progress.clone();
     tokio::spawn(core.run(rx));
-    Handle { tx }
+    Handle { tx, progress }
 }
 
 fn eligible(kind: Kind, t: &TargetState) -> bool {
@@ -224,6 +322,7 @@ impl<R: Runner> Core<R> {
                 (None, Some(Reverse((at, _, _)))) => Some(*at),
                 (None, None) => None,
             };
+            self.progress.record(next.filter(|_| shutdown.is_none()));
             let msg = match next {
                 Some(at) => tokio::select! {
                     biased;
@@ -256,6 +355,10 @@ impl<R: Runner> Core<R> {
                     result,
                 } => self.done(name, epoch, planned, result),
                 Msg::ActionDone { target, hold, outcome } => self.action_done(&target, hold, outcome),
+                Msg::Stall(d) => {
+                    tracing::warn!(for_ = %humantime::format_duration(d), "scheduler stalled on request");
+                    tokio::time::sleep(d).await;
+                }
             }
         }
     }
@@ -319,7 +422,9 @@ impl<R: Runner> Core<R> {
         if let Some(p) = planned {
             let late = Instant::now().saturating_duration_since(p);
             tracing::trace!(probe = %name, late_us = late.as_micros() as u64, "run starts");
+            self.options.observer.run_started(&spec, late);
         }
+        let observer = self.options.observer.clone();
         tokio::spawn(async move {
             let mut attempt = 1;
             let result = loop {
@@ -330,6 +435,7 @@ impl<R: Runner> Core<R> {
                 tracing::debug!(probe = %name, attempt, reason = ?r.reason, message = %r.message, "probe error; retrying");
                 attempt += 1;
             };
+            observer.run_finished(&spec, &result);
             let _ = tx.send(Msg::RunDone {
                 name,
                 epoch,

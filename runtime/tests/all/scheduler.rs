@@ -145,7 +145,15 @@ async fn registry(yaml: &str) -> Registry {
 async fn start(script: &Arc<Script>, yaml: &str) -> (Handle, ResultCache) {
     let reg = registry(yaml).await;
     let results = ResultCache::default();
-    let handle = scheduler::spawn(script.clone(), results.clone(), reg, Options { jitter: false });
+    let handle = scheduler::spawn(
+        script.clone(),
+        results.clone(),
+        reg,
+        Options {
+            jitter: false,
+            ..Default::default()
+        },
+    );
     (handle, results)
 }
 
