@@ -8,12 +8,14 @@
 use crate::api::{self, AgentStatus, ApiState};
 use crate::config::ConfigErrors;
 use crate::engine::{Call, Engine};
+use crate::metrics::{Metrics, RunMetrics};
 use crate::registry::{ProbeSpec, Registry, TargetSpec};
 use crate::results::{DEFAULT_HISTORY, ResultCache};
 use crate::scheduler::{self, ActionOutcome, Runner};
 use crate::verdict::RunResult;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -135,6 +137,8 @@ pub struct Agent {
     pub api: Option<SocketAddr>,
     /// The config status.
     pub status: Arc<Mutex<AgentStatus>>,
+    /// Set once the agent is stopping (`/healthz` answers 503).
+    pub draining: Arc<AtomicBool>,
     engine: Engine,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -167,23 +171,35 @@ impl Agent {
             targets = registry.targets.len(),
             "config loaded"
         );
+        let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
         let runner = Arc::new(EngineRunner::new(engine.clone()));
+        let run_metrics = Arc::new(RunMetrics::default());
         let scheduler = scheduler::spawn(
             runner,
             results.clone(),
             registry,
             scheduler::Options {
                 jitter: options.jitter,
-                ..Default::default()
+                observer: run_metrics.clone(),
             },
         );
+        let draining = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         let mut api = None;
         if let Some(addr) = api_addr {
+            let cache_engine = engine.clone();
             let state = ApiState {
                 results: results.clone(),
                 scheduler: scheduler.clone(),
                 status: status.clone(),
+                metrics: Metrics {
+                    runs: run_metrics,
+                    results: results.clone(),
+                    scheduler: scheduler.clone(),
+                    cache: Arc::new(move || cache_engine.cache_stats()),
+                },
+                draining: draining.clone(),
+                health_timeout,
             };
             let (bound, task) = api::serve(addr, state)
                 .await
@@ -197,6 +213,7 @@ impl Agent {
             results,
             api,
             status,
+            draining,
             engine,
             options,
             tasks,
@@ -235,6 +252,7 @@ impl Agent {
     /// Stops scheduling, waits for runs in flight (up to the grace
     /// period), stops serving and saves state.
     pub async fn stop(self) {
+        self.draining.store(true, Ordering::Relaxed);
         self.scheduler.shutdown(self.options.grace).await;
         for t in &self.tasks {
             t.abort();

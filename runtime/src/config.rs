@@ -186,6 +186,11 @@ pub struct File {
     /// being embedded. Default: false.
     #[serde(default)]
     pub require_signed: Option<Spanned<bool>>,
+    /// `health_timeout: 10s` — `/livez` and `/healthz` answer 503 once a
+    /// due probe run has waited this long to start (the scheduler is
+    /// stalled). Default 10s.
+    #[serde(default)]
+    pub health_timeout: Option<Spanned<Dur>>,
     /// `targets: [...]` — the services this agent probes.
     #[serde(default)]
     pub targets: Vec<Target>,

@@ -46,6 +46,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod host;
+pub mod metrics;
 pub mod registry;
 pub mod results;
 pub mod scheduler;

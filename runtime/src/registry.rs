@@ -119,6 +119,8 @@ pub struct Registry {
     pub api: Option<std::net::SocketAddr>,
     /// `state_dir:` from the file.
     pub state_dir: Option<PathBuf>,
+    /// `health_timeout:` from the file, if set.
+    pub health_timeout: Option<Duration>,
     /// Targets, in file order.
     pub targets: Vec<Arc<TargetSpec>>,
     /// Probes, in file order.
@@ -199,6 +201,12 @@ impl Registry {
                     format!("api: {:?} is not an address such as 127.0.0.1:9464", api.value),
                 ),
             }
+        }
+        if let Some(t) = &file.health_timeout {
+            if t.value.0 < Duration::from_secs(1) {
+                errs.at(t, "health_timeout: must be at least 1s".to_string());
+            }
+            reg.health_timeout = Some(t.value.0);
         }
         let mut trust = Trust {
             keys: Vec::new(),

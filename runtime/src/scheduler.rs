@@ -109,6 +109,7 @@ pub struct Progress {
     last_pass: AtomicU64,
     /// Milliseconds since `base` of the earliest planned run, or `u64::MAX`.
     next_due: AtomicU64,
+    in_flight: AtomicU64,
 }
 
 impl Progress {
@@ -117,6 +118,7 @@ impl Progress {
             base: Instant::now(),
             last_pass: AtomicU64::new(0),
             next_due: AtomicU64::new(u64::MAX),
+            in_flight: AtomicU64::new(0),
         }
     }
 
@@ -124,10 +126,16 @@ impl Progress {
         at.saturating_duration_since(self.base).as_millis() as u64
     }
 
-    fn record(&self, next: Option<Instant>) {
+    fn record(&self, next: Option<Instant>, in_flight: usize) {
+        self.in_flight.store(in_flight as u64, Ordering::Relaxed);
         self.last_pass.store(self.millis(Instant::now()), Ordering::Relaxed);
         let next = next.map_or(u64::MAX, |at| self.millis(at));
         self.next_due.store(next, Ordering::Relaxed);
+    }
+
+    /// Runs in progress (as of the scheduler's last pass).
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
     }
 
     /// When the scheduler last went over its due runs.
@@ -322,7 +330,8 @@ impl<R: Runner> Core<R> {
                 (None, Some(Reverse((at, _, _)))) => Some(*at),
                 (None, None) => None,
             };
-            self.progress.record(next.filter(|_| shutdown.is_none()));
+            self.progress
+                .record(next.filter(|_| shutdown.is_none()), self.in_flight);
             let msg = match next {
                 Some(at) => tokio::select! {
                     biased;

@@ -13,7 +13,20 @@ use std::time::Duration;
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// A built-in plugin name (`tcp`) or the path to a `.wasm` component.
-    pub plugin: String,
+    #[arg(required_unless_present = "group")]
+    pub plugin: Option<String>,
+
+    /// Instead of running a plugin, ask a running agent whether this group is ready (exit 0 ready, 2 not ready, 3 unknown group or agent unreachable) — for a kubelet `exec` probe.
+    #[arg(long, value_name = "GROUP", conflicts_with = "plugin")]
+    pub group: Option<String>,
+
+    /// With --group: ask whether the group is live (its liveness probes) instead of ready.
+    #[arg(long, requires = "group")]
+    pub live: bool,
+
+    /// With --group: the agent's API.
+    #[arg(long, default_value = super::run::DEFAULT_API_URL, value_name = "URL", requires = "group")]
+    pub api: String,
 
     /// What to probe: HOST:PORT or a URL. The plugin may connect to it and to nothing else not granted.
     #[arg(long, short, default_value = "")]
@@ -85,7 +98,66 @@ fn parse_size(s: &str) -> Result<u64, String> {
     Ok(size.as_u64())
 }
 
+/// `sonde check --group G`: asks the agent at `--api` and exits 0 when the
+/// group passes, 2 when it does not, 3 when that cannot be known.
+pub(super) async fn group(args: &CheckArgs, group: &str) -> Result<i32, CliError> {
+    let kind = if args.live { "live" } else { "ready" };
+    let path = format!("/v1/{kind}/{}", percent_encode(group));
+    let (status, body) = super::client::get(&args.api, &path).await?;
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    if args.output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    }
+    match status.as_u16() {
+        200 => {
+            if args.output == Output::Text {
+                println!("group {group}: {kind} ({} probes)", v["probes"].as_u64().unwrap_or(0));
+            }
+            Ok(0)
+        }
+        503 => {
+            if args.output == Output::Text {
+                println!("group {group}: not {kind}");
+                for f in v["failing"].as_array().into_iter().flatten() {
+                    println!(
+                        "  {} ({}{}): {}",
+                        f["probe"].as_str().unwrap_or("?"),
+                        f["state"].as_str().unwrap_or("?"),
+                        if f["stale"].as_bool() == Some(true) {
+                            ", stale"
+                        } else {
+                            ""
+                        },
+                        f["message"].as_str().unwrap_or("")
+                    );
+                }
+            }
+            Ok(2)
+        }
+        _ => {
+            let why = v["error"].as_str().map_or_else(|| status.to_string(), str::to_string);
+            eprintln!("sonde: group {group}: {why}");
+            Ok(3)
+        }
+    }
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, CliError> {
+    if let Some(g) = &args.group {
+        return group(&args, g).await;
+    }
+    let Some(plugin_name) = args.plugin.clone() else {
+        return Err(CliError("give a plugin to run, or --group".into()));
+    };
     serde_json::from_str::<serde_json::Value>(&args.config)
         .map_err(|e| CliError(format!("--config is not valid JSON: {e}")))?;
     if !args.target.is_empty() {
@@ -114,32 +186,32 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
         }
     }
     let engine = Engine::new(config)?;
-    let plugin = if !args.trust.is_empty() && crate::builtins::get(&args.plugin).is_none() {
+    let plugin = if !args.trust.is_empty() && crate::builtins::get(&plugin_name).is_none() {
         // Verify and load the same bytes, so the file cannot change in between.
         let trusted = args
             .trust
             .iter()
             .map(|k| crate::signing::PublicKey::read(k))
             .collect::<Result<Vec<_>, _>>()?;
-        let path = std::path::Path::new(&args.plugin);
+        let path = std::path::Path::new(&plugin_name);
         let wasm = std::fs::read(path).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
         let sig_path = crate::signing::signature_path(path);
         let sig = crate::signing::read_signature(path)?;
         let signer = crate::signing::verify(
-            &args.plugin,
+            &plugin_name,
             &wasm,
             &sig_path.display().to_string(),
             sig.as_deref(),
             &trusted,
         )
         .map_err(|e| CliError(format!("refusing to run {e}")))?;
-        tracing::info!(plugin = %args.plugin, signer = %signer.name, key_id = %signer.key_id, "signature verified");
-        engine.load(&args.plugin, &wasm).await?
+        tracing::info!(plugin = %plugin_name, signer = %signer.name, key_id = %signer.key_id, "signature verified");
+        engine.load(&plugin_name, &wasm).await?
     } else {
-        load_plugin(&engine, &args.plugin).await?
+        load_plugin(&engine, &plugin_name).await?
     };
     let call = Call {
-        probe: &args.plugin,
+        probe: &plugin_name,
         target: &args.target,
         config: &args.config,
         limits: Limits {

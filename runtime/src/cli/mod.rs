@@ -2,6 +2,7 @@
 //! 0 success, 1 warning, 2 failure, 3 unknown or error.
 
 mod check;
+pub mod client;
 mod plugin;
 mod run;
 mod scaffold;

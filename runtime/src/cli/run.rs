@@ -1,6 +1,7 @@
 //! `sonde run`, `sonde validate` and `sonde status`.
 
 use super::CliError;
+use super::client::{self, get_json};
 use crate::agent::{self, AgentError, AgentOptions};
 use crate::engine::{Engine, EngineConfig};
 
@@ -50,6 +51,10 @@ pub struct StatusArgs {
     #[arg(long, default_value = DEFAULT_API_URL, value_name = "URL")]
     pub api: String,
 
+    /// Keep watching: on a terminal, the table redrawn live; otherwise one line per state change.
+    #[arg(long, short)]
+    pub watch: bool,
+
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = super::Output::Text)]
     pub output: super::Output,
@@ -96,47 +101,6 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
     }
 }
 
-/// GETs `path` from the agent at `base` and parses the JSON body.
-pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> Result<T, CliError> {
-    use http_body_util::BodyExt;
-    let url = format!("{}{path}", base.trim_end_matches('/'));
-    let uri: http::Uri = url.parse().map_err(|e| CliError(format!("--api {base}: {e}")))?;
-    let authority = uri
-        .authority()
-        .ok_or_else(|| CliError(format!("--api {base}: expected http://HOST:PORT")))?
-        .clone();
-    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
-    let port = authority.port_u16().unwrap_or(80);
-    let unreachable = |e: &dyn std::fmt::Display| CliError(format!("cannot reach the agent at {base}: {e}"));
-    let stream = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect((host, port)))
-        .await
-        .map_err(|e| unreachable(&e))?
-        .map_err(|e| unreachable(&e))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-        .await
-        .map_err(|e| unreachable(&e))?;
-    tokio::spawn(conn);
-    let req = http::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
-        .header(http::header::HOST, authority.as_str())
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .map_err(|e| CliError(e.to_string()))?;
-    let resp = sender.send_request(req).await.map_err(|e| unreachable(&e))?;
-    let status = resp.status();
-    let body = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| unreachable(&e))?
-        .to_bytes();
-    if !status.is_success() {
-        return Err(CliError(format!(
-            "{url}: {status}: {}",
-            String::from_utf8_lossy(&body).trim()
-        )));
-    }
-    serde_json::from_slice(&body).map_err(|e| CliError(format!("{url}: unexpected answer: {e}")))
-}
-
 fn age(at: Option<&str>) -> String {
     let Some(t) = at.and_then(|s| humantime::parse_rfc3339(s).ok()) else {
         return "-".into();
@@ -149,14 +113,29 @@ fn age(at: Option<&str>) -> String {
     }
 }
 
-pub(super) async fn status(args: StatusArgs) -> Result<i32, CliError> {
-    let probes: serde_json::Value = get_json(&args.api, "/v1/probes").await?;
-    let agent: serde_json::Value = get_json(&args.api, "/v1/status").await?;
-    if args.output == super::Output::Json {
-        println!("{}", serde_json::to_string_pretty(&probes).unwrap_or_default());
-        return Ok(0);
+/// Whether to colour output: a terminal, and `NO_COLOR` unset.
+fn colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn paint(state: &str, text: &str, colour: bool) -> String {
+    let code = match state {
+        "success" => "32",
+        "warning" => "33",
+        "failure" => "31",
+        _ => "90",
+    };
+    if colour {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_string()
     }
-    let probes: Vec<serde_json::Value> = probes.as_array().cloned().unwrap_or_default();
+}
+
+/// The probes as a table.
+fn table(probes: &[serde_json::Value], agent: &serde_json::Value, colour: bool) -> String {
+    use std::fmt::Write;
     let width = probes
         .iter()
         .filter_map(|p| p["name"].as_str())
@@ -164,18 +143,20 @@ pub(super) async fn status(args: StatusArgs) -> Result<i32, CliError> {
         .max()
         .unwrap_or(4)
         .max(5);
-    println!(
-        "{:<width$}  {:<12} {:<9}  {:<8} {:>5}  {:>4}  MESSAGE",
+    let mut out = format!(
+        "{:<width$}  {:<12} {:<9}  {:<8} {:>5}  {:>4}  MESSAGE\n",
         "PROBE", "TARGET", "KIND", "STATE", "CONS", "AGE"
     );
-    for p in &probes {
+    for p in probes {
         let stale = if p["stale"].as_bool() == Some(true) { "*" } else { "" };
-        let state = format!("{}{stale}", p["state"].as_str().unwrap_or("?"));
+        let raw = p["state"].as_str().unwrap_or("?");
+        let state = paint(raw, &format!("{:<8}", format!("{raw}{stale}")), colour);
         let last = &p["last"];
         let message = last["message"].as_str().unwrap_or("").replace('\n', " ");
         let reason = last["reason"].as_str().map(|r| format!("({r}) ")).unwrap_or_default();
-        println!(
-            "{:<width$}  {:<12} {:<9}  {:<8} {:>5}  {:>4}  {reason}{}",
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<12} {:<9}  {} {:>5}  {:>4}  {reason}{}",
             p["name"].as_str().unwrap_or("?"),
             p["target"].as_str().unwrap_or("?"),
             p["kind"].as_str().unwrap_or("?"),
@@ -186,10 +167,107 @@ pub(super) async fn status(args: StatusArgs) -> Result<i32, CliError> {
         );
     }
     if probes.iter().any(|p| p["stale"].as_bool() == Some(true)) {
-        println!("* restored from disk, not run since the agent started");
+        out.push_str("* restored from disk, not run since the agent started\n");
     }
     if let Some(e) = agent["reload_error"].as_str() {
-        println!("\nthe last config reload was refused (the previous config keeps running):\n{e}");
+        let _ = write!(
+            out,
+            "\nthe last config reload was refused (the previous config keeps running):\n{e}\n"
+        );
     }
+    out
+}
+
+async fn fetch(api: &str) -> Result<(Vec<serde_json::Value>, serde_json::Value), CliError> {
+    let probes: serde_json::Value = get_json(api, "/v1/probes").await?;
+    let agent: serde_json::Value = get_json(api, "/v1/status").await?;
+    Ok((probes.as_array().cloned().unwrap_or_default(), agent))
+}
+
+pub(super) async fn status(args: StatusArgs) -> Result<i32, CliError> {
+    if args.watch {
+        return watch(args).await;
+    }
+    let (probes, agent) = fetch(&args.api).await?;
+    if args.output == super::Output::Json {
+        println!("{}", serde_json::to_string_pretty(&probes).unwrap_or_default());
+        return Ok(0);
+    }
+    print!("{}", table(&probes, &agent, colour()));
     Ok(0)
+}
+
+/// `sonde status --watch`: on a terminal, the table redrawn as outcomes
+/// arrive (at most twice a second); otherwise (or with `-o json`) one line
+/// per state change. Reconnects with `Last-Event-ID` when the stream drops.
+async fn watch(args: StatusArgs) -> Result<i32, CliError> {
+    use http_body_util::BodyExt;
+    use std::io::IsTerminal;
+    let live = std::io::stdout().is_terminal() && args.output == super::Output::Text;
+    let colour = colour();
+    let path = if live { "/v1/watch?all=1" } else { "/v1/watch" };
+    let mut last_id = String::new();
+    let mut connected_once = false;
+    loop {
+        let headers: Vec<(&str, &str)> = if last_id.is_empty() {
+            Vec::new()
+        } else {
+            vec![("last-event-id", last_id.as_str())]
+        };
+        let resp = match client::open(&args.api, path, &headers).await {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) => return Err(CliError(format!("{path}: {}", r.status()))),
+            Err(e) if !connected_once => return Err(e.into()),
+            Err(e) => {
+                eprintln!("{e}; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        connected_once = true;
+        let mut body = resp.into_body();
+        let mut parser = client::EventParser::default();
+        let mut dirty = live;
+        let mut redraw = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                frame = body.frame() => {
+                    let Some(Ok(frame)) = frame else { break };
+                    let Ok(data) = frame.into_data() else { continue };
+                    for ev in parser.feed(&data) {
+                        if !ev.id.is_empty() {
+                            last_id = ev.id.clone();
+                        }
+                        if live {
+                            dirty = true;
+                        } else if ev.event == "change" && args.output == super::Output::Json {
+                            println!("{}", ev.data);
+                        } else if ev.event == "change" {
+                            let v: serde_json::Value = serde_json::from_str(&ev.data).unwrap_or_default();
+                            let to = v["to"].as_str().unwrap_or("?");
+                            println!(
+                                "{}  {}  {} -> {}  {}",
+                                v["at"].as_str().unwrap_or(""),
+                                v["probe"].as_str().unwrap_or("?"),
+                                v["from"].as_str().unwrap_or("?"),
+                                paint(to, to, colour),
+                                v["message"].as_str().unwrap_or("").replace('\n', " ")
+                            );
+                        } else if ev.event == "reset" {
+                            eprintln!("(events were missed; the stream starts again from now)");
+                        }
+                    }
+                }
+                _ = redraw.tick(), if live => {
+                    if dirty {
+                        dirty = false;
+                        let (probes, agent) = fetch(&args.api).await?;
+                        print!("\x1b[H\x1b[2J{}\n(watching {}; Ctrl-C to stop)\n", table(&probes, &agent, colour), args.api);
+                    }
+                }
+            }
+        }
+        eprintln!("the watch stream ended; reconnecting");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }

@@ -7,6 +7,7 @@
 //! `state_dir`, every state change is also written to disk ([`store`]) and
 //! restored at start, marked `stale` until the probe runs again.
 
+pub mod events;
 pub mod store;
 
 use crate::config::Kind;
@@ -19,8 +20,64 @@ use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 use tokio::sync::broadcast;
 
+pub use events::{EventLog, Reset};
+
 /// How many outcomes each probe keeps by default.
 pub const DEFAULT_HISTORY: usize = 32;
+/// How many state changes the watch stream keeps for clients that reconnect.
+pub const CHANGE_LOG: usize = 4096;
+/// How many outcomes the `?all=1` watch stream keeps for clients that reconnect.
+pub const RUN_LOG: usize = 8192;
+
+/// One outcome, as the `?all=1` watch stream shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunEvent {
+    /// The probe.
+    pub probe: Arc<str>,
+    /// Its target.
+    pub target: Arc<str>,
+    /// Its kind.
+    pub kind: Kind,
+    /// Its state after this outcome.
+    pub state: Status,
+    /// Like results in a row, after this outcome.
+    pub consecutive: u32,
+    /// The outcome.
+    #[serde(flatten)]
+    pub outcome: Arc<Observation>,
+}
+
+/// How many runs of a probe ended with a status and reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunCount {
+    /// The status.
+    pub status: Status,
+    /// The reason, if any.
+    pub reason: Option<Reason>,
+    /// How many runs.
+    pub runs: u64,
+}
+
+/// What a metrics scrape reads of one probe, without copying it.
+#[derive(Debug)]
+pub struct ProbeSample<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its target.
+    pub target: &'a str,
+    /// Its kind.
+    pub kind: Kind,
+    /// Its groups.
+    pub groups: &'a [String],
+    /// Its state.
+    pub state: Status,
+    /// Restored from disk and not run since.
+    pub stale: bool,
+    /// The last outcome.
+    pub last: Option<&'a Observation>,
+    /// Runs by status and reason since the agent started.
+    pub runs: &'a [RunCount],
+}
 
 /// A state change, as broadcast.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -86,10 +143,11 @@ struct Record {
     kind: Kind,
     groups: Arc<[String]>,
     counter: Counter,
-    last: Option<Observation>,
+    last: Option<Arc<Observation>>,
     last_transition: Option<SystemTime>,
     history: VecDeque<HistoryEntry>,
     stale: bool,
+    runs: Vec<RunCount>,
 }
 
 /// A probe as the API shows it.
@@ -150,6 +208,8 @@ pub struct ProbeMeta {
 struct Inner {
     probes: RwLock<BTreeMap<Arc<str>, Record>>,
     changes: broadcast::Sender<StateChange>,
+    change_log: EventLog<StateChange>,
+    run_log: EventLog<RunEvent>,
     history_len: usize,
     store: Option<store::Store>,
     restored: std::sync::Mutex<HashMap<String, Persisted>>,
@@ -178,6 +238,8 @@ impl ResultCache {
             inner: Arc::new(Inner {
                 probes: RwLock::new(BTreeMap::new()),
                 changes: broadcast::channel(4096).0,
+                change_log: EventLog::new(CHANGE_LOG),
+                run_log: EventLog::new(RUN_LOG),
                 history_len,
                 store,
                 restored: std::sync::Mutex::new(restored),
@@ -199,6 +261,16 @@ impl ResultCache {
     /// Follows every state change from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<StateChange> {
         self.inner.changes.subscribe()
+    }
+
+    /// The recent state changes, with ids, for the watch stream.
+    pub fn change_log(&self) -> &EventLog<StateChange> {
+        &self.inner.change_log
+    }
+
+    /// The recent outcomes, with ids, for the `?all=1` watch stream.
+    pub fn run_log(&self) -> &EventLog<RunEvent> {
+        &self.inner.run_log
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<Arc<str>, Record>> {
@@ -224,10 +296,11 @@ impl ResultCache {
                 kind: meta.kind,
                 groups: meta.groups.clone(),
                 counter: p.counter,
-                last: p.last,
+                last: p.last.map(Arc::new),
                 last_transition: p.last_transition,
                 history: VecDeque::new(),
                 stale: true,
+                runs: Vec::new(),
             },
             None => Record {
                 target: meta.target.clone(),
@@ -238,6 +311,7 @@ impl ResultCache {
                 last_transition: None,
                 history: VecDeque::new(),
                 stale: false,
+                runs: Vec::new(),
             },
         };
         let counter = record.counter;
@@ -271,14 +345,37 @@ impl ResultCache {
         }
         r.stale = false;
         r.counter = counter;
+        match r
+            .runs
+            .iter_mut()
+            .find(|c| c.status == result.status && c.reason == result.reason)
+        {
+            Some(c) => c.runs += 1,
+            None => r.runs.push(RunCount {
+                status: result.status,
+                reason: result.reason,
+                runs: 1,
+            }),
+        }
         // The message goes into the change event only when there is one.
         let message = if from == counter.state {
             String::new()
         } else {
             result.message.clone()
         };
-        r.last = Some(Observation { result, at: now });
+        let outcome = Arc::new(Observation { result, at: now });
+        r.last = Some(outcome.clone());
+        let (target, kind) = (r.target.clone(), r.kind);
         self.transition(name, r, from, message, now);
+        drop(probes);
+        self.inner.run_log.push(RunEvent {
+            probe: name.into(),
+            target,
+            kind,
+            state: counter.state,
+            consecutive: counter.consecutive,
+            outcome,
+        });
     }
 
     /// When `r`'s state is no longer `from`: stamps, saves and broadcasts.
@@ -288,7 +385,7 @@ impl ResultCache {
         }
         r.last_transition = Some(now);
         self.save(name, r);
-        let _ = self.inner.changes.send(StateChange {
+        let change = StateChange {
             probe: name.into(),
             target: r.target.clone(),
             kind: r.kind,
@@ -296,7 +393,9 @@ impl ResultCache {
             to: r.counter.state,
             message,
             at: now,
-        });
+        };
+        self.inner.change_log.push(change.clone());
+        let _ = self.inner.changes.send(change);
     }
 
     /// Sets a probe's counter back (a restart after a hold, a reload),
@@ -338,9 +437,36 @@ impl ResultCache {
         self.read().iter().map(|(n, r)| view(n, r, false)).collect()
     }
 
+    /// Every probe, each with its history.
+    pub fn list_with_history(&self) -> Vec<ProbeView> {
+        self.read().iter().map(|(n, r)| view(n, r, true)).collect()
+    }
+
     /// One probe, with its history.
     pub fn get(&self, name: &str) -> Option<ProbeView> {
         self.read().get_key_value(name).map(|(n, r)| view(n, r, true))
+    }
+
+    /// Calls `f` with every probe, under the read lock: for a metrics
+    /// scrape, which must not copy 100,000 records.
+    pub fn sample(&self, mut f: impl FnMut(ProbeSample<'_>)) {
+        for (name, r) in self.read().iter() {
+            f(ProbeSample {
+                name,
+                target: &r.target,
+                kind: r.kind,
+                groups: &r.groups,
+                state: r.counter.state,
+                stale: r.stale,
+                last: r.last.as_deref(),
+                runs: &r.runs,
+            });
+        }
+    }
+
+    /// A probe's groups.
+    pub fn groups(&self, name: &str) -> Option<Arc<[String]>> {
+        self.read().get(name).map(|r| r.groups.clone())
     }
 
     /// A probe's state.
@@ -381,7 +507,7 @@ impl ResultCache {
 fn persisted(r: &Record) -> Persisted {
     Persisted {
         counter: r.counter,
-        last: r.last.clone(),
+        last: r.last.as_deref().cloned(),
         last_transition: r.last_transition,
     }
 }
@@ -395,7 +521,7 @@ fn view(name: &str, r: &Record, with_history: bool) -> ProbeView {
         state: r.counter.state,
         stale: r.stale,
         consecutive: r.counter.consecutive,
-        last: r.last.clone(),
+        last: r.last.as_deref().cloned(),
         last_transition: r.last_transition,
         history: with_history.then(|| r.history.iter().cloned().collect()),
     }

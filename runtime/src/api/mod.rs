@@ -1,0 +1,356 @@
+//! The agent's HTTP API (`sonde run --api ADDR`), read by `sonde status`,
+//! kubelets, load balancers, Prometheus and people. It reads the
+//! [`ResultCache`] and never waits on a probe run, except
+//! `POST /v1/probes/{name}/run`, which asks for one (bounded by the probe's
+//! deadline and retries).
+//!
+//! | endpoint | what |
+//! | --- | --- |
+//! | `GET /` | the status page (HTML, live from `/v1/watch`) |
+//! | `GET /v1/probes` | every probe: state, stale, consecutive, last outcome |
+//! | `GET /v1/probes/{name}` | one probe, with its history |
+//! | `POST /v1/probes/{name}/run` | run it now; the outcome |
+//! | `GET /v1/targets`, `/v1/targets/{name}` | started, ready, live, and the probes behind them |
+//! | `GET /v1/ready/{group}`, `/v1/live/{group}` | 200 when every readiness (liveness) probe of the group passes, else 503 |
+//! | `GET /v1/watch` | Server-Sent Events: state changes (`?all=1`: every outcome) |
+//! | `GET /v1/status` | the config in force and the last reload error |
+//! | `GET /metrics` | Prometheus exposition ([`crate::metrics`]) |
+//! | `GET /livez`, `/healthz` | sonde's own health (kube-proxy's rule); `/healthz` is also 503 while draining |
+//!
+//! Errors are JSON `{"error": "..."}` with 400, 404 or 405.
+
+mod page;
+mod watch;
+
+use crate::config::Kind;
+use crate::metrics::Metrics;
+use crate::results::{ProbeView, ResultCache};
+use crate::scheduler::{self, TriggerError};
+use crate::verdict::Status;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use serde::Serialize;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// `/livez` and `/healthz` fail once a due run has waited this long to start.
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the agent tells about its config.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AgentStatus {
+    /// The config file, or `<embedded default>`.
+    pub config: String,
+    /// When the config in force was loaded.
+    #[serde(serialize_with = "rfc3339")]
+    pub loaded_at: Option<SystemTime>,
+    /// Why the last reload was refused, if it was (the old config stays).
+    pub reload_error: Option<String>,
+    /// The number of probes.
+    pub probes: usize,
+    /// The agent's version.
+    pub version: &'static str,
+}
+
+fn rfc3339<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.collect_str(&humantime::format_rfc3339_millis(*t)),
+        None => s.serialize_none(),
+    }
+}
+
+/// What the API serves from.
+#[derive(Clone)]
+pub struct ApiState {
+    /// Results to read.
+    pub results: ResultCache,
+    /// The scheduler, for manual runs and its progress.
+    pub scheduler: scheduler::Handle,
+    /// Config status.
+    pub status: Arc<Mutex<AgentStatus>>,
+    /// What `/metrics` reads.
+    pub metrics: Metrics,
+    /// Set when the agent is shutting down: `/healthz` answers 503.
+    pub draining: Arc<AtomicBool>,
+    /// How long a due run may wait to start before sonde calls itself unhealthy.
+    pub health_timeout: Duration,
+}
+
+/// Why the API could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot serve the API on {addr}: {source}")]
+pub struct ApiError {
+    /// The address.
+    pub addr: SocketAddr,
+    /// The I/O error.
+    pub source: std::io::Error,
+}
+
+/// A response body: whole, or a stream (the watch).
+pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// Binds `addr` and serves the API until the task is dropped; returns the
+/// bound address (useful with port 0).
+pub async fn serve(addr: SocketAddr, state: ApiState) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ApiError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ApiError { addr, source })?;
+    let bound = listener.local_addr().map_err(|source| ApiError { addr, source })?;
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let state = state.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let state = state.clone();
+                    async move { Ok::<_, Infallible>(route(&state, req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok((bound, task))
+}
+
+fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(Full::new(body.into()).boxed_unsync())
+        .unwrap_or_default()
+}
+
+fn json(status: StatusCode, body: &impl Serialize) -> Response<Body> {
+    let bytes = serde_json::to_vec_pretty(body).unwrap_or_default();
+    full(status, "application/json", bytes)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
+    json(status, &serde_json::json!({ "error": message.into() }))
+}
+
+/// The value of query parameter `key`, percent-decoded.
+fn query<'a>(req: &'a Request<Incoming>, key: &str) -> Option<std::borrow::Cow<'a, str>> {
+    req.uri().query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == key).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(['%', '+']) {
+        return s.into();
+    }
+    let mut out = Vec::with_capacity(s.len());
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned().into()
+}
+
+/// Whether a probe's state lets its group through.
+fn passes(kind: Kind, state: Status) -> bool {
+    match kind {
+        Kind::Liveness => state != Status::Failure,
+        Kind::Readiness | Kind::Startup => matches!(state, Status::Success | Status::Warning),
+    }
+}
+
+#[derive(Serialize)]
+struct GroupView {
+    group: String,
+    kind: Kind,
+    ok: bool,
+    probes: usize,
+    failing: Vec<Failing>,
+}
+
+#[derive(Serialize)]
+struct Failing {
+    probe: String,
+    target: String,
+    state: Status,
+    stale: bool,
+    reason: Option<String>,
+    message: String,
+}
+
+fn group(state: &ApiState, group: &str, kind: Kind) -> Response<Body> {
+    let probes: Vec<ProbeView> = state
+        .results
+        .list()
+        .into_iter()
+        .filter(|p| p.groups.iter().any(|g| g == group))
+        .collect();
+    if probes.is_empty() {
+        return error(StatusCode::NOT_FOUND, format!("no probe is in group {group:?}"));
+    }
+    let of_kind: Vec<&ProbeView> = probes.iter().filter(|p| p.kind == kind).collect();
+    let failing: Vec<Failing> = of_kind
+        .iter()
+        .filter(|p| !passes(kind, p.state))
+        .map(|p| Failing {
+            probe: p.name.clone(),
+            target: p.target.clone(),
+            state: p.state,
+            stale: p.stale,
+            reason: p.last.as_ref().and_then(|o| o.result.reason).map(|r| r.to_string()),
+            message: match &p.last {
+                Some(o) => o.result.message.clone(),
+                None => "not run yet".into(),
+            },
+        })
+        .collect();
+    let ok = failing.is_empty();
+    let view = GroupView {
+        group: group.to_string(),
+        kind,
+        ok,
+        probes: of_kind.len(),
+        failing,
+    };
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json(status, &view)
+}
+
+/// `/livez` and `/healthz`, with kube-proxy's rule: healthy unless a run
+/// that is due has waited longer than the health timeout to start.
+fn health(state: &ApiState, check_draining: bool) -> Response<Body> {
+    let progress = state.scheduler.progress();
+    let overdue = progress.overdue();
+    let since_pass = tokio::time::Instant::now().saturating_duration_since(progress.last_pass());
+    let now = SystemTime::now();
+    let draining = state.draining.load(Ordering::Relaxed);
+    let stalled = overdue > state.health_timeout;
+    let body = serde_json::json!({
+        "lastUpdated": humantime::format_rfc3339_millis(now - since_pass).to_string(),
+        "currentTime": humantime::format_rfc3339_millis(now).to_string(),
+        "overdueMs": overdue.as_millis() as u64,
+        "draining": draining,
+    });
+    let unhealthy = stalled || (check_draining && draining);
+    let ok = !unhealthy;
+    json(
+        if ok {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        },
+        &body,
+    )
+}
+
+async fn route(state: &ApiState, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path();
+    let path = if path == "/" { path } else { path.trim_end_matches('/') };
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let method = req.method().clone();
+    let get = method == Method::GET || method == Method::HEAD;
+    match segments.as_slice() {
+        [""] if get => match query(&req, "updates").map(|v| v.parse::<u32>()) {
+            None => full(StatusCode::OK, "text/html; charset=utf-8", page::render(state, None)),
+            Some(Ok(n)) => full(StatusCode::OK, "text/html; charset=utf-8", page::render(state, Some(n))),
+            Some(Err(_)) => error(StatusCode::BAD_REQUEST, "updates: expected a number of outcomes"),
+        },
+        ["livez"] if get => health(state, false),
+        ["healthz"] if get => health(state, true),
+        ["metrics"] if get => {
+            let accept = req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let (content_type, text) = state.metrics.render(accept);
+            full(StatusCode::OK, content_type, text)
+        }
+        ["v1", "probes"] if get => json(StatusCode::OK, &state.results.list()),
+        ["v1", "probes", name] if get => match state.results.get(name) {
+            Some(p) => json(StatusCode::OK, &p),
+            None => error(StatusCode::NOT_FOUND, format!("no probe named {name:?}")),
+        },
+        ["v1", "probes", name, "run"] if method == Method::POST => match state.scheduler.trigger(name).await {
+            Ok(r) => json(StatusCode::OK, &r),
+            Err(e @ TriggerError::NotFound(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+            Err(e) => error(StatusCode::CONFLICT, e.to_string()),
+        },
+        ["v1", "targets"] if get => json(StatusCode::OK, &state.results.targets()),
+        ["v1", "targets", name] if get => match state.results.targets().into_iter().find(|t| t.name == *name) {
+            Some(t) => json(StatusCode::OK, &t),
+            None => error(StatusCode::NOT_FOUND, format!("no target named {name:?}")),
+        },
+        ["v1", "ready", g] if get => group(state, g, Kind::Readiness),
+        ["v1", "live", g] if get => group(state, g, Kind::Liveness),
+        ["v1", "watch"] if get => match watch::Params::from_request(&req) {
+            Ok(p) => watch::stream(state.results.clone(), p),
+            Err(e) => error(StatusCode::BAD_REQUEST, e),
+        },
+        ["v1", "status"] if get => {
+            let status = state.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            json(StatusCode::OK, &status)
+        }
+        [""]
+        | ["livez"]
+        | ["healthz"]
+        | ["metrics"]
+        | ["v1", "probes"]
+        | ["v1", "probes", _]
+        | ["v1", "targets"]
+        | ["v1", "targets", _]
+        | ["v1", "ready", _]
+        | ["v1", "live", _]
+        | ["v1", "watch"]
+        | ["v1", "status"]
+        | ["v1", "probes", _, "run"] => error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{method} is not allowed on {path}"),
+        ),
+        _ => error(StatusCode::NOT_FOUND, format!("no such endpoint: {path}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%2Fb+c"), "a/b c");
+        assert_eq!(percent_decode("plain"), "plain");
+        assert_eq!(percent_decode("bad%zz"), "bad%zz");
+        assert_eq!(percent_decode("end%4"), "end%4");
+        assert_eq!(percent_decode("end%41"), "endA");
+    }
+}

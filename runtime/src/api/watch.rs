@@ -1,0 +1,203 @@
+//! `GET /v1/watch`: a Server-Sent Events stream of state changes, or with
+//! `?all=1` of every outcome. Each event has an id; a client that comes
+//! back with `Last-Event-ID` (the header, or `?last_event_id=` for a first
+//! connection) gets every event it missed from the result cache's bounded
+//! log, or a `reset` event when the log has moved past it — then it should
+//! list `/v1/probes` again. `?probe=`, `?target=` and `?group=` narrow the
+//! stream.
+//!
+//! ```text
+//! id: 18f3a0c2b11-42
+//! event: change
+//! data: {"probe":"web-readiness","target":"web","kind":"readiness","from":"failure","to":"success",...}
+//! ```
+
+use super::{Body, query};
+use crate::results::{EventLog, ResultCache, RunEvent, StateChange};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use serde::Serialize;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// A comment line goes out this often, so idle connections stay open
+/// through proxies and a gone client is noticed.
+pub const KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// What a client asked to follow.
+#[derive(Debug, Default)]
+pub struct Params {
+    all: bool,
+    last_event_id: Option<String>,
+    probe: Option<String>,
+    target: Option<String>,
+    group: Option<String>,
+}
+
+impl Params {
+    /// Reads the query and the `Last-Event-ID` header.
+    pub fn from_request(req: &Request<Incoming>) -> Result<Self, String> {
+        let all = match query(req, "all").as_deref() {
+            None | Some("0" | "false") => false,
+            Some("" | "1" | "true") => true,
+            Some(other) => return Err(format!("all: {other:?} is not 1, true, 0 or false")),
+        };
+        let header = req
+            .headers()
+            .get("last-event-id")
+            .map(|v| {
+                v.to_str()
+                    .map(str::to_string)
+                    .map_err(|_| "Last-Event-ID is not text".to_string())
+            })
+            .transpose()?;
+        Ok(Self {
+            all,
+            last_event_id: header.or_else(|| query(req, "last_event_id").map(|v| v.into_owned())),
+            probe: query(req, "probe").map(|v| v.into_owned()),
+            target: query(req, "target").map(|v| v.into_owned()),
+            group: query(req, "group").map(|v| v.into_owned()),
+        })
+    }
+}
+
+/// An event the stream can show.
+trait Watched: Clone + Serialize + Send + Sync + 'static {
+    const NAME: &'static str;
+    fn probe(&self) -> &str;
+    fn target(&self) -> &str;
+}
+
+impl Watched for StateChange {
+    const NAME: &'static str = "change";
+    fn probe(&self) -> &str {
+        &self.probe
+    }
+    fn target(&self) -> &str {
+        &self.target
+    }
+}
+
+impl Watched for RunEvent {
+    const NAME: &'static str = "run";
+    fn probe(&self) -> &str {
+        &self.probe
+    }
+    fn target(&self) -> &str {
+        &self.target
+    }
+}
+
+/// The response: headers now, events as they come.
+pub fn stream(results: ResultCache, params: Params) -> Response<Body> {
+    let (tx, rx) = mpsc::channel(64);
+    if params.all {
+        tokio::spawn(follow::<RunEvent>(results, params, tx, |r| r.run_log()));
+    } else {
+        tokio::spawn(follow::<StateChange>(results, params, tx, |r| r.change_log()));
+    }
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(Channel(rx).boxed_unsync())
+        .unwrap_or_default()
+}
+
+fn frame(event: &str, id: &str, data: &impl Serialize) -> Bytes {
+    let data = serde_json::to_string(data).unwrap_or_default();
+    Bytes::from(format!("id: {id}\nevent: {event}\ndata: {data}\n\n"))
+}
+
+async fn follow<T: Watched>(
+    results: ResultCache,
+    params: Params,
+    tx: mpsc::Sender<Bytes>,
+    log: fn(&ResultCache) -> &EventLog<T>,
+) {
+    let log = log(&results);
+    let mut wake = log.follow();
+    let in_group = |probe: &str| match &params.group {
+        None => true,
+        Some(g) => results.groups(probe).is_some_and(|gs| gs.iter().any(|x| x == g)),
+    };
+    let wanted = |e: &T| {
+        params.probe.as_deref().is_none_or(|p| p == e.probe())
+            && params.target.as_deref().is_none_or(|t| t == e.target())
+            && in_group(e.probe())
+    };
+    let reset = |log: &EventLog<T>, why: &str| -> (u64, Bytes) {
+        let newest = log.newest();
+        let body = serde_json::json!({ "reason": why, "relist": "/v1/probes" });
+        (newest, frame("reset", &log.id(newest), &body))
+    };
+    let mut cursor = match params.last_event_id.as_deref() {
+        None => log.newest(),
+        Some(id) => match log.parse(id) {
+            Some(seq) => seq,
+            None => {
+                let (newest, f) = reset(log, "Last-Event-ID is not from this run of the agent");
+                if tx.send(f).await.is_err() {
+                    return;
+                }
+                newest
+            }
+        },
+    };
+    if tx
+        .send(Bytes::from_static(b"retry: 1000\n: sonde watch\n\n"))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        let frames: Vec<Bytes> = match log.after(cursor) {
+            Ok(events) => {
+                if let Some((last, _)) = events.last() {
+                    cursor = *last;
+                }
+                events
+                    .iter()
+                    .filter(|(_, e)| wanted(e))
+                    .map(|(seq, e)| frame(T::NAME, &log.id(*seq), e))
+                    .collect()
+            }
+            Err(_) => {
+                let (newest, f) = reset(log, "events were missed: the log has moved past Last-Event-ID");
+                cursor = newest;
+                vec![f]
+            }
+        };
+        for f in frames {
+            if tx.send(f).await.is_err() {
+                return;
+            }
+        }
+        tokio::select! {
+            changed = wake.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(KEEPALIVE) => {
+                if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A body fed by a channel; it ends when the sender goes.
+struct Channel(mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for Channel {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}

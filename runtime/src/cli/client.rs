@@ -1,0 +1,176 @@
+//! A small client of the agent's API, for `sonde status` and
+//! `sonde check --group`. Every failure to reach the agent is an
+//! [`Unreachable`](ClientError::Unreachable) error, which the callers turn
+//! into exit code 3.
+
+use super::CliError;
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::BodyExt;
+use std::time::Duration;
+
+/// How long connecting to the agent may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a whole (non-streaming) request may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a request to the agent failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// `--api` is not a usable URL.
+    #[error("--api {0}: expected http://HOST:PORT")]
+    BadUrl(String),
+    /// No answer from the agent.
+    #[error("cannot reach the agent at {base}: {why}")]
+    Unreachable {
+        /// The API URL.
+        base: String,
+        /// What went wrong.
+        why: String,
+    },
+}
+
+/// Sends a GET for `path` to the agent at `base` and returns the response
+/// with its body still streaming.
+pub async fn open(
+    base: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<http::Response<hyper::body::Incoming>, ClientError> {
+    let url = format!("{}{path}", base.trim_end_matches('/'));
+    let uri: http::Uri = url.parse().map_err(|_| ClientError::BadUrl(base.into()))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(ClientError::BadUrl(base.into()));
+    }
+    let authority = uri.authority().ok_or_else(|| ClientError::BadUrl(base.into()))?.clone();
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let port = authority.port_u16().unwrap_or(80);
+    let unreachable = |e: &dyn std::fmt::Display| ClientError::Unreachable {
+        base: base.to_string(),
+        why: e.to_string(),
+    };
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect((host, port)))
+        .await
+        .map_err(|e| unreachable(&e))?
+        .map_err(|e| unreachable(&e))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .map_err(|e| unreachable(&e))?;
+    tokio::spawn(conn);
+    let mut req = http::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
+        .header(http::header::HOST, authority.as_str());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(http_body_util::Empty::<Bytes>::new())
+        .map_err(|_| ClientError::BadUrl(base.into()))?;
+    sender.send_request(req).await.map_err(|e| unreachable(&e))
+}
+
+/// GETs `path` and returns the status and the whole body.
+pub async fn get(base: &str, path: &str) -> Result<(StatusCode, Bytes), ClientError> {
+    let fetch = async {
+        let resp = open(base, path, &[]).await?;
+        let status = resp.status();
+        let body = resp.into_body().collect().await.map_err(|e| ClientError::Unreachable {
+            base: base.to_string(),
+            why: e.to_string(),
+        })?;
+        Ok((status, body.to_bytes()))
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, fetch)
+        .await
+        .map_err(|_| ClientError::Unreachable {
+            base: base.to_string(),
+            why: format!("no answer within {}", humantime::format_duration(REQUEST_TIMEOUT)),
+        })?
+}
+
+/// GETs `path` from the agent at `base` and parses the JSON body; a status
+/// other than 2xx is an error carrying the agent's message.
+pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> Result<T, CliError> {
+    let (status, body) = get(base, path).await?;
+    if !status.is_success() {
+        let message = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_string))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_string());
+        return Err(CliError(format!("{path}: {status}: {message}")));
+    }
+    serde_json::from_slice(&body).map_err(|e| CliError(format!("{path}: unexpected answer: {e}")))
+}
+
+/// One Server-Sent Event.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// `event:` (empty means `message`).
+    pub event: String,
+    /// `id:`.
+    pub id: String,
+    /// `data:` lines, joined with newlines.
+    pub data: String,
+}
+
+/// Splits a Server-Sent Events byte stream into events.
+#[derive(Debug, Default)]
+pub struct EventParser {
+    buf: Vec<u8>,
+    current: Event,
+}
+
+impl EventParser {
+    /// Feeds bytes; returns the events they complete.
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<Event> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                if !self.current.data.is_empty() || !self.current.event.is_empty() {
+                    out.push(std::mem::take(&mut self.current));
+                }
+                continue;
+            }
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "event" => self.current.event = value.to_string(),
+                "id" => self.current.id = value.to_string(),
+                "data" => {
+                    if !self.current.data.is_empty() {
+                        self.current.data.push('\n');
+                    }
+                    self.current.data.push_str(value);
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_events_split_anywhere() {
+        let text = b"retry: 1000\n: comment\n\nid: a-1\nevent: change\ndata: {\"x\":1}\n\nid: a-2\nevent: run\ndata: one\ndata: two\n\n";
+        for cut in 0..text.len() {
+            let mut p = EventParser::default();
+            let mut events = p.feed(&text[..cut]);
+            events.extend(p.feed(&text[cut..]));
+            assert_eq!(events.len(), 2, "cut at {cut}");
+            assert_eq!(events[0].event, "change");
+            assert_eq!(events[0].id, "a-1");
+            assert_eq!(events[0].data, "{\"x\":1}");
+            assert_eq!(events[1].data, "one\ntwo");
+        }
+    }
+}

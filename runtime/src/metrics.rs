@@ -1,0 +1,351 @@
+//! `GET /metrics`: Prometheus text exposition, encoded with
+//! prometheus-client.
+//!
+//! Per-probe series (state, runs by status and reason, the last run's
+//! duration and fuel, and the metrics plugins return) are read from the
+//! [`ResultCache`] at scrape time, so nothing is stored twice and a probe
+//! removed by a reload disappears from the next scrape. Distributions
+//! (run duration and fuel by plugin and kind, scheduler start lateness) are
+//! histograms fed by the scheduler's [`Observer`].
+//!
+//! | series | type | labels |
+//! | --- | --- | --- |
+//! | `sonde_probe_state` | gauge: 0 success, 1 warning, 2 failure, 3 unknown (Nagios codes) | probe, target, kind |
+//! | `sonde_probe_stale` | gauge: 1 while restored state has not been confirmed by a run | probe |
+//! | `sonde_probe_runs_total` | counter | probe, status, reason |
+//! | `sonde_probe_last_duration_seconds`, `sonde_probe_last_fuel` | gauge | probe |
+//! | `sonde_probe_metric` | gauge, at most [`MAX_PLUGIN_SERIES`] per probe | probe, metric, unit |
+//! | `sonde_run_duration_seconds`, `sonde_run_fuel` | histogram | plugin, kind |
+//! | `sonde_scheduler_start_lateness_seconds` | histogram | |
+//! | `sonde_scheduler_runs_in_flight` | gauge | |
+//! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
+
+use crate::config::Kind;
+use crate::registry::ProbeSpec;
+use crate::results::ResultCache;
+use crate::scheduler::{self, Observer};
+use crate::verdict::{RunResult, Status};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// The most plugin-returned metrics exposed per probe.
+pub const MAX_PLUGIN_SERIES: usize = 32;
+
+/// The content type of the OpenMetrics exposition.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of the Prometheus text exposition.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+const LATENESS_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+const DURATION_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+const FUEL_BUCKETS: [f64; 8] = [1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10];
+
+/// What the scheduler's runs feed: the histograms. Give it to the
+/// scheduler as its [`Observer`].
+#[derive(Debug)]
+pub struct RunMetrics {
+    lateness: Histogram,
+    by_plugin: RwLock<HashMap<(Arc<str>, Kind), PluginSeries>>,
+}
+
+#[derive(Debug)]
+struct PluginSeries {
+    duration: Histogram,
+    fuel: Histogram,
+}
+
+impl Default for RunMetrics {
+    fn default() -> Self {
+        Self {
+            lateness: Histogram::new(LATENESS_BUCKETS),
+            by_plugin: RwLock::default(),
+        }
+    }
+}
+
+impl Observer for RunMetrics {
+    fn run_started(&self, _spec: &ProbeSpec, late: Duration) {
+        self.lateness.observe(late.as_secs_f64());
+    }
+
+    fn run_finished(&self, spec: &ProbeSpec, result: &RunResult) {
+        let observe = |s: &PluginSeries| {
+            s.duration.observe(result.duration.as_secs_f64());
+            s.fuel.observe(result.fuel_consumed as f64);
+        };
+        let key = (Arc::from(spec.plugin_ref.as_str()), spec.kind);
+        if let Some(s) = self.by_plugin.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return observe(s);
+        }
+        let mut map = self.by_plugin.write().unwrap_or_else(|e| e.into_inner());
+        observe(map.entry(key).or_insert_with(|| PluginSeries {
+            duration: Histogram::new(DURATION_BUCKETS),
+            fuel: Histogram::new(FUEL_BUCKETS),
+        }));
+    }
+}
+
+/// Everything a scrape reads.
+#[derive(Clone)]
+pub struct Metrics {
+    /// The histograms.
+    pub runs: Arc<RunMetrics>,
+    /// Per-probe state and counts.
+    pub results: ResultCache,
+    /// The scheduler, for runs in flight.
+    pub scheduler: scheduler::Handle,
+    /// The compile cache's hits and misses.
+    pub cache: Arc<dyn Fn() -> (u64, u64) + Send + Sync>,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// The exposition, in OpenMetrics when `accept` asks for it (as
+    /// Prometheus does), else in the Prometheus text format 0.0.4 (curl,
+    /// promtool, older scrapers). Returns the content type and the text.
+    pub fn render(&self, accept: &str) -> (&'static str, String) {
+        let text = self.encode();
+        if accept.contains("application/openmetrics-text") {
+            (OPENMETRICS, text)
+        } else {
+            (PROMETHEUS_TEXT, to_prometheus_text(&text))
+        }
+    }
+
+    /// The OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(Scrape(self.clone())));
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+}
+
+/// Rewrites OpenMetrics text as the Prometheus text format: a counter
+/// family's `HELP` and `TYPE` name its `_total` series, and `UNIT` and `EOF`
+/// lines go.
+fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "].into_iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            counters.contains(name).then(|| format!("{p}{name}_total {tail}"))
+        });
+        match meta {
+            Some(l) => out.push_str(l.trim_end()),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[derive(Debug)]
+struct Scrape(Metrics);
+
+fn status_code(s: Status) -> i64 {
+    match s {
+        Status::Success => 0,
+        Status::Warning => 1,
+        Status::Failure => 2,
+        Status::Unknown => 3,
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let m = &self.0;
+        let mut samples = Vec::new();
+        m.results.sample(|p| {
+            let runs = p.runs.iter().map(|c| (c.status, c.reason, c.runs)).collect::<Vec<_>>();
+            let last = p.last.map(|o| {
+                let metrics = o
+                    .result
+                    .metrics
+                    .iter()
+                    .take(MAX_PLUGIN_SERIES)
+                    .map(|x| (x.name.clone(), x.unit.clone(), x.value))
+                    .collect::<Vec<_>>();
+                (o.result.duration, o.result.fuel_consumed, metrics)
+            });
+            samples.push((
+                p.name.to_string(),
+                p.target.to_string(),
+                p.kind,
+                p.state,
+                p.stale,
+                runs,
+                last,
+            ));
+        });
+
+        let mut e = enc.encode_descriptor(
+            "sonde_probe_state",
+            "Probe state as a Nagios code: 0 success, 1 warning, 2 failure, 3 unknown",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (name, target, kind, state, ..) in &samples {
+            let labels = [
+                ("probe", name.as_str()),
+                ("target", target.as_str()),
+                ("kind", kind.as_str()),
+            ];
+            ConstGauge::new(status_code(*state)).encode(e.encode_family(&labels)?)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "sonde_probe_stale",
+            "1 while a probe's state is restored from disk and not yet confirmed by a run",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (name, _, _, _, stale, ..) in &samples {
+            ConstGauge::new(i64::from(*stale)).encode(e.encode_family(&[("probe", name.as_str())])?)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "sonde_probe_runs",
+            "Probe runs since the agent started, by status and reason",
+            None,
+            MetricType::Counter,
+        )?;
+        for (name, _, _, _, _, runs, _) in &samples {
+            for (status, reason, n) in runs {
+                let labels = [
+                    ("probe", name.as_str()),
+                    ("status", status.as_str()),
+                    ("reason", reason.map_or("", |r| r.as_str())),
+                ];
+                ConstCounter::new(*n).encode(e.encode_family(&labels)?)?;
+            }
+        }
+        let mut e = enc.encode_descriptor(
+            "sonde_probe_last_duration_seconds",
+            "How long the probe's last run took",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (name, .., last) in &samples {
+            if let Some((d, _, _)) = last {
+                ConstGauge::new(d.as_secs_f64()).encode(e.encode_family(&[("probe", name.as_str())])?)?;
+            }
+        }
+        let mut e = enc.encode_descriptor(
+            "sonde_probe_last_fuel",
+            "Fuel the probe's last run consumed",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (name, .., last) in &samples {
+            if let Some((_, fuel, _)) = last {
+                ConstGauge::new(*fuel as f64).encode(e.encode_family(&[("probe", name.as_str())])?)?;
+            }
+        }
+        let mut e = enc.encode_descriptor(
+            "sonde_probe_metric",
+            "A measurement the probe's plugin returned in its last run",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (name, .., last) in &samples {
+            for (metric, unit, value) in last.iter().flat_map(|(_, _, m)| m) {
+                let labels = [
+                    ("probe", name.as_str()),
+                    ("metric", metric.as_str()),
+                    ("unit", unit.as_str()),
+                ];
+                ConstGauge::new(*value).encode(e.encode_family(&labels)?)?;
+            }
+        }
+
+        let plugins = m.runs.by_plugin.read().unwrap_or_else(|e| e.into_inner());
+        let mut e = enc.encode_descriptor(
+            "sonde_run_duration_seconds",
+            "Run durations, by plugin and probe kind",
+            None,
+            MetricType::Histogram,
+        )?;
+        for ((plugin, kind), s) in plugins.iter() {
+            let labels = [("plugin", &**plugin), ("kind", kind.as_str())];
+            s.duration.encode(e.encode_family(&labels)?)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "sonde_run_fuel",
+            "Fuel consumed per run, by plugin and probe kind",
+            None,
+            MetricType::Histogram,
+        )?;
+        for ((plugin, kind), s) in plugins.iter() {
+            let labels = [("plugin", &**plugin), ("kind", kind.as_str())];
+            s.fuel.encode(e.encode_family(&labels)?)?;
+        }
+        drop(plugins);
+
+        let e = enc.encode_descriptor(
+            "sonde_scheduler_start_lateness_seconds",
+            "How long after its planned time each scheduled run started",
+            None,
+            MetricType::Histogram,
+        )?;
+        m.runs.lateness.encode(e)?;
+        let e = enc.encode_descriptor(
+            "sonde_scheduler_runs_in_flight",
+            "Probe runs in progress",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(m.scheduler.progress().in_flight() as i64).encode(e)?;
+        let (hits, misses) = (m.cache)();
+        let e = enc.encode_descriptor(
+            "sonde_plugin_cache_hits",
+            "Plugin loads served from the compiled-component cache",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(hits).encode(e)?;
+        let e = enc.encode_descriptor(
+            "sonde_plugin_cache_misses",
+            "Plugin loads that had to compile",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(misses).encode(e)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_prometheus_text;
+
+    #[test]
+    fn counters_are_renamed_and_openmetrics_only_lines_dropped() {
+        let om = "# HELP runs Runs.\n# TYPE runs counter\nruns_total{a=\"b\"} 3\n# HELP up Up.\n# TYPE up gauge\n# UNIT up seconds\nup 1\n# EOF\n";
+        assert_eq!(
+            to_prometheus_text(om),
+            "# HELP runs_total Runs.\n# TYPE runs_total counter\nruns_total{a=\"b\"} 3\n# HELP up Up.\n# TYPE up gauge\nup 1\n"
+        );
+    }
+}
