@@ -21,6 +21,8 @@ use std::time::{Duration, SystemTime};
 
 /// The config `sonde run` uses without `--config`.
 pub const DEFAULT_CONFIG: &str = include_str!("default.yaml");
+/// Where the embedded default config serves (and probes) the API.
+pub const DEFAULT_API: &str = "127.0.0.1:9464";
 /// How the embedded default config is named in messages.
 pub const DEFAULT_CONFIG_NAME: &str = "<embedded default>";
 /// How often the config file is checked for changes.
@@ -107,20 +109,33 @@ pub enum AgentError {
     Start(String),
 }
 
-/// Loads the config named by `path`, or the embedded default.
-pub async fn load_registry(engine: &Engine, path: Option<&Path>) -> Result<Registry, ConfigErrors> {
-    let reg = load_registry_quietly(engine, path).await?;
+/// Loads the config named by `path`, or the embedded default (which then
+/// probes the API where `api` says it is, if given).
+pub async fn load_registry(
+    engine: &Engine,
+    path: Option<&Path>,
+    api: Option<SocketAddr>,
+) -> Result<Registry, ConfigErrors> {
+    let reg = load_registry_quietly(engine, path, api).await?;
     for w in &reg.warnings {
         tracing::warn!("{w}");
     }
     Ok(reg)
 }
 
-async fn load_registry_quietly(engine: &Engine, path: Option<&Path>) -> Result<Registry, ConfigErrors> {
+async fn load_registry_quietly(
+    engine: &Engine,
+    path: Option<&Path>,
+    api: Option<SocketAddr>,
+) -> Result<Registry, ConfigErrors> {
     match path {
         Some(p) => Registry::load_file(engine, p).await,
         None => {
-            let mut reg = Registry::load_text(engine, Path::new(DEFAULT_CONFIG_NAME), DEFAULT_CONFIG).await?;
+            let text = match api {
+                Some(a) => DEFAULT_CONFIG.replace(DEFAULT_API, &a.to_string()),
+                None => DEFAULT_CONFIG.to_string(),
+            };
+            let mut reg = Registry::load_text(engine, Path::new(DEFAULT_CONFIG_NAME), &text).await?;
             reg.source = None;
             Ok(reg)
         }
@@ -147,7 +162,7 @@ pub struct Agent {
 impl Agent {
     /// Loads everything and starts scheduling and serving.
     pub async fn start(engine: Engine, options: AgentOptions) -> Result<Self, AgentError> {
-        let registry = load_registry(&engine, options.config.as_deref())
+        let registry = load_registry(&engine, options.config.as_deref(), options.api)
             .await
             .map_err(AgentError::Config)?;
         let state_dir = options.state_dir.clone().or_else(|| registry.state_dir.clone());
@@ -224,7 +239,7 @@ impl Agent {
     /// refused (the old config keeps running) and the error kept in the
     /// status.
     pub async fn reload(&self) -> Result<scheduler::ReloadSummary, ConfigErrors> {
-        match load_registry(&self.engine, self.options.config.as_deref()).await {
+        match load_registry(&self.engine, self.options.config.as_deref(), self.options.api).await {
             Ok(reg) => {
                 let probes = reg.probes.len();
                 let summary = self.scheduler.reload(reg).await;

@@ -511,3 +511,17 @@ async fn the_status_page_renders_every_probe_in_headless_chromium() {
     println!("status page screenshot: {}", shot.display());
     agent.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_config_probes_the_api_where_it_is_moved() {
+    let api = sonde_tests::closed_port();
+    let mut options = options(Path::new("unused"));
+    options.config = None;
+    options.api = Some(api);
+    let agent = Agent::start(engine(), options).await.unwrap();
+    assert_eq!(agent.api, Some(api));
+    let body = wait_status(api, "/v1/ready/sonde", 200).await;
+    assert_eq!(body["probes"], 1, "{body}");
+    assert_eq!(get(api, "/v1/live/sonde").await.0, 200);
+    agent.stop().await;
+}
