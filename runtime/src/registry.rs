@@ -355,7 +355,7 @@ impl Registry {
                     errs.list.push(ConfigError {
                         place: pplace.clone(),
                         message: format!(
-                            "tenant {tenant_id:?}: probe {pname:?} is over the tenant's quota of {} probes (quotas.max_probes)",
+                            "quotas.max_probes: tenant {tenant_id:?}: probe {pname:?} is over the tenant's quota of {} probes",
                             quotas.max_probes
                         ),
                     });

@@ -131,25 +131,26 @@ targets:
     .unwrap_err();
     let lines: Vec<&str> = e.lines().collect();
     let expect = [
-        "sonde.yaml:7:9: id: tenant \"acme\" is already defined at ",
-        "sonde.yaml:8:9: id: \"default\" is the operator's tenant",
-        "sonde.yaml:10:16: tenant \"open\": token_file ",
-        "sonde.yaml:14:16: tenant \"blank\": token_file ",
-        "sonde.yaml:16:16: tenant \"lost\": token_file ",
-        "sonde.yaml:12:9: token: tenant \"copy\" has the same token as tenant \"acme\"; each needs its own",
-        "sonde.yaml:25:18: timeout: tenant \"acme\": probe \"shop-ready\": timeout 5s is over the tenant's quota of 2s",
-        "sonde.yaml:27:33: grants.net: tenant \"acme\": probe \"shop-ready\": grants.net \"*:443\" is wider than the tenant's net ceiling",
-        "sonde.yaml:27:42: grants.net: tenant \"acme\": probe \"shop-ready\": grants.net \"10.0.0.0/7:80\" is wider",
-        "sonde.yaml:28:19: grants.files: tenant \"acme\": probe \"shop-ready\": grants.files \"/var\" is not in the tenant's files ceiling",
-        "sonde.yaml:29:17: tenant \"acme\": probe \"shop-live\" is over the tenant's quota of 1 probes (quotas.max_probes)",
-        "sonde.yaml:32:17: target: tenant \"acme\": probe \"shop-live\": target \"192.168.1.1:80\" is outside the tenant's net ceiling",
-        "sonde.yaml:35:13: tenant: no tenant \"nobody\" is defined (tenants: acme, acme, open, copy, blank, lost)",
+        "sonde.yaml:6:9: id: tenant \"acme\" is already defined at ",
+        "sonde.yaml:7:9: id: \"default\" is the operator's tenant",
+        "sonde.yaml:9:17: tenant \"open\": token_file ",
+        "sonde.yaml:13:17: tenant \"blank\": token_file ",
+        "sonde.yaml:15:17: tenant \"lost\": token_file ",
+        "sonde.yaml:10:9: token: tenant \"copy\" has the same token as tenant \"acme\"; each needs its own",
+        "sonde.yaml:23:18: timeout: tenant \"acme\": probe \"shop-ready\": timeout 5s is over the tenant's quota of 2s",
+        "sonde.yaml:25:41: grants.net: tenant \"acme\": probe \"shop-ready\": grants.net \"*:443\" is wider than the tenant's net ceiling",
+        "sonde.yaml:25:50: grants.net: tenant \"acme\": probe \"shop-ready\": grants.net \"10.0.0.0/7:80\" is wider",
+        "sonde.yaml:26:19: grants.files: tenant \"acme\": probe \"shop-ready\": grants.files \"/var\" is not in the tenant's files ceiling",
+        "sonde.yaml:27:15: quotas.max_probes: tenant \"acme\": probe \"shop-live\" is over the tenant's quota of 1 probes",
+        "sonde.yaml:30:17: target: tenant \"acme\": probe \"shop-live\": target \"192.168.1.1:80\" is outside the tenant's net ceiling",
+        "sonde.yaml:32:13: tenant: no tenant \"nobody\" is defined (tenants: acme, open, copy, blank, lost)",
     ];
     for want in expect {
         assert!(lines.iter().any(|l| l.contains(want)), "missing {want:?} in:\n{e}");
     }
     assert!(e.contains("every user (mode 644)"), "{e}");
     assert!(e.contains("the token is empty"), "{e}");
+    assert!(e.contains("missing.token: No such file"), "{e}");
     assert_eq!(lines.len(), expect.len(), "{e}");
 }
 
