@@ -29,8 +29,11 @@ use crate::registry::ProbeSpec;
 use crate::tenants::{self, TenantId, Tenants};
 use crate::verdict::{Reason, RunResult};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -164,6 +167,7 @@ struct Lane {
     running: usize,
     waiters: VecDeque<oneshot::Sender<Permit>>,
     counters: Arc<Counters>,
+    gate: Arc<Gate>,
 }
 
 impl Lane {
@@ -174,6 +178,8 @@ impl Lane {
 
 #[derive(Default)]
 struct State {
+    /// Tenants with calls in sandboxes, shared with the CPU gates.
+    active: Arc<AtomicUsize>,
     lanes: HashMap<TenantId, Lane>,
     /// Tenants with waiters, in turn order.
     turns: VecDeque<TenantId>,
@@ -183,6 +189,8 @@ struct State {
 
 struct Inner {
     global: usize,
+    /// Threads that run sandboxed calls.
+    threads: usize,
     state: Mutex<State>,
     runtime: Option<tokio::runtime::Runtime>,
     handle: Option<tokio::runtime::Handle>,
@@ -239,6 +247,7 @@ impl State {
                 running: 0,
                 waiters: VecDeque::new(),
                 counters: Arc::default(),
+                gate: Arc::default(),
             }
         })
     }
@@ -255,6 +264,9 @@ impl State {
         if let Some(l) = self.lanes.get_mut(tenant) {
             let before = l.committed();
             l.running += 1;
+            if l.running == 1 {
+                self.active.fetch_add(1, Ordering::Relaxed);
+            }
             self.committed = self.committed - before + l.committed();
         }
     }
@@ -262,6 +274,9 @@ impl State {
     fn release(&mut self, tenant: &str) {
         if let Some(l) = self.lanes.get_mut(tenant) {
             let before = l.committed();
+            if l.running == 1 {
+                self.active.fetch_sub(1, Ordering::Relaxed);
+            }
             l.running = l.running.saturating_sub(1);
             self.committed = self.committed - before + l.committed();
         }
@@ -323,6 +338,107 @@ impl Inner {
     }
 }
 
+/// How many of one tenant's calls are being polled (running wasm or host
+/// code) at once, and the calls waiting for their turn to be.
+#[derive(Default)]
+struct Gate {
+    in_poll: AtomicUsize,
+    next_id: AtomicU64,
+    parked: Mutex<VecDeque<(u64, Waker)>>,
+}
+
+impl Gate {
+    fn try_enter(&self, limit: usize) -> bool {
+        self.in_poll
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
+            .is_ok()
+    }
+
+    fn parked(&self) -> MutexGuard<'_, VecDeque<(u64, Waker)>> {
+        self.parked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn unpark(&self, id: u64) {
+        self.parked().retain(|(i, _)| *i != id);
+    }
+
+    fn wake_next(&self) {
+        let next = self.parked().pop_front();
+        if let Some((_, w)) = next {
+            w.wake();
+        }
+    }
+}
+
+/// A sandboxed call that takes its tenant's CPU share: while several
+/// tenants have calls in flight, each may have at most
+/// `threads / tenants` (at least one) of its calls polled at once, so a
+/// tenant's spinning guests, ready again after every epoch tick, cannot
+/// take every sandbox thread. A call over the share parks until one of its
+/// tenant's polls ends. Alone, a tenant may use every thread.
+struct Fair<F> {
+    call: Pin<Box<F>>,
+    gate: Arc<Gate>,
+    active: Arc<AtomicUsize>,
+    threads: usize,
+    id: u64,
+}
+
+impl<F: Future> Fair<F> {
+    fn new(call: F, gate: Arc<Gate>, active: Arc<AtomicUsize>, threads: usize) -> Self {
+        let id = gate.next_id.fetch_add(1, Ordering::Relaxed);
+        Self {
+            call: Box::pin(call),
+            gate,
+            active,
+            threads,
+            id,
+        }
+    }
+}
+
+impl<F: Future> Future for Fair<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        let limit = this.threads.div_ceil(this.active.load(Ordering::Relaxed).max(1));
+        if !this.gate.try_enter(limit) {
+            {
+                let mut parked = this.gate.parked();
+                match parked.iter_mut().find(|(i, _)| *i == this.id) {
+                    Some((_, w)) => w.clone_from(cx.waker()),
+                    None => parked.push_back((this.id, cx.waker().clone())),
+                }
+            }
+            // A poll may have ended between the try and the parking.
+            if !this.gate.try_enter(limit) {
+                return Poll::Pending;
+            }
+        }
+        this.gate.unpark(this.id);
+        let out = this.call.as_mut().poll(cx);
+        this.gate.in_poll.fetch_sub(1, Ordering::AcqRel);
+        this.gate.wake_next();
+        out
+    }
+}
+
+impl<F> Drop for Fair<F> {
+    fn drop(&mut self) {
+        // Woken for a turn it will not take: hand the turn on.
+        let was_parked = {
+            let mut parked = self.gate.parked();
+            let before = parked.len();
+            parked.retain(|(i, _)| *i != self.id);
+            parked.len() != before
+        };
+        if !was_parked {
+            self.gate.wake_next();
+        }
+    }
+}
+
 impl Executor {
     /// An executor with `config`, knowing only the operator's tenant until
     /// [`configure`](Self::configure)d.
@@ -343,6 +459,10 @@ impl Executor {
         let executor = Self {
             inner: Arc::new(Inner {
                 global: config.max_concurrent_runs.max(1),
+                threads: match config.sandbox_threads {
+                    0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+                    n => n,
+                },
                 state: Mutex::default(),
                 runtime,
                 handle,
@@ -412,7 +532,13 @@ impl Executor {
         let queued = Instant::now();
         let permit = self.acquire(spec.tenant.clone()).await;
         let waited = queued.elapsed();
-        let counters = self.inner.lock().lane(&spec.tenant).counters.clone();
+        let (counters, gate, active) = {
+            let mut st = self.inner.lock();
+            let active = st.active.clone();
+            let lane = st.lane(&spec.tenant);
+            (lane.counters.clone(), lane.gate.clone(), active)
+        };
+        let threads = self.inner.threads;
         let (engine, plugin, grants) = (engine.clone(), spec.plugin.clone(), spec.grants.clone());
         let (probe, target, config, limits) = (
             spec.name.clone(),
@@ -429,7 +555,7 @@ impl Executor {
                 grants: &grants,
                 attempt,
             };
-            let result = engine.run(&plugin, &call).await;
+            let result = Fair::new(engine.run(&plugin, &call), gate, active, threads).await;
             drop(permit);
             counters.record(waited, &result);
             result
