@@ -168,6 +168,9 @@ struct Lane {
     waiters: VecDeque<oneshot::Sender<Permit>>,
     counters: Arc<Counters>,
     gate: Arc<Gate>,
+    /// Gone from the config: nothing reserved; kept for its counters and
+    /// its runs in flight.
+    retired: bool,
 }
 
 impl Lane {
@@ -178,6 +181,8 @@ impl Lane {
 
 #[derive(Default)]
 struct State {
+    /// The global limit.
+    global: usize,
     /// Tenants with calls in sandboxes, shared with the CPU gates.
     active: Arc<AtomicUsize>,
     lanes: HashMap<TenantId, Lane>,
@@ -238,18 +243,40 @@ impl Drop for Permit {
 
 impl State {
     fn lane(&mut self, tenant: &TenantId) -> &mut Lane {
-        self.lanes.entry(tenant.clone()).or_insert_with(|| {
-            // A tenant the executor was not told of: a configured tenant's
-            // default quota, nothing reserved.
-            Lane {
-                limit: tenants::DEFAULT_MAX_CONCURRENT_RUNS as usize,
-                reserved: 0,
-                running: 0,
-                waiters: VecDeque::new(),
-                counters: Arc::default(),
-                gate: Arc::default(),
-            }
-        })
+        if !self.lanes.contains_key(tenant) {
+            // A tenant the executor was not configured with: it gets a
+            // configured tenant's default quota and its share, so it can
+            // never wait on slots reserved for others.
+            tracing::warn!(tenant = %tenant, "a run of a tenant the executor was not configured with; default quotas");
+            self.insert(tenant, tenants::DEFAULT_MAX_CONCURRENT_RUNS as usize);
+            self.rebalance();
+        }
+        self.lanes.get_mut(tenant).expect("the lane was just inserted")
+    }
+
+    fn insert(&mut self, tenant: &TenantId, limit: usize) {
+        let lane = self.lanes.entry(tenant.clone()).or_insert_with(|| Lane {
+            limit,
+            reserved: 0,
+            retired: false,
+            running: 0,
+            waiters: VecDeque::new(),
+            counters: Arc::default(),
+            gate: Arc::default(),
+        });
+        lane.limit = limit.clamp(1, self.global);
+        lane.retired = false;
+    }
+
+    /// Shares the global limit out: each tenant not retired keeps its
+    /// limit, up to an equal part of the global one.
+    fn rebalance(&mut self) {
+        let tenants = self.lanes.values().filter(|l| !l.retired).count();
+        let share = self.global / tenants.max(1);
+        for l in self.lanes.values_mut() {
+            l.reserved = if l.retired { 0 } else { l.limit.min(share) };
+        }
+        self.committed = self.lanes.values().map(Lane::committed).sum();
     }
 
     /// Whether `tenant` may start a call now without taking a slot another
@@ -463,7 +490,10 @@ impl Executor {
                     0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
                     n => n,
                 },
-                state: Mutex::default(),
+                state: Mutex::new(State {
+                    global: config.max_concurrent_runs.max(1),
+                    ..State::default()
+                }),
                 runtime,
                 handle,
             }),
@@ -481,21 +511,15 @@ impl Executor {
     /// reserved shares. Calls in flight keep their permits; a tenant gone
     /// from the config keeps its counters.
     pub fn configure(&self, tenants: &Tenants) {
-        let global = self.inner.global;
-        let share = global / tenants.len().max(1);
         let mut st = self.inner.lock();
         for lane in st.lanes.values_mut() {
-            lane.reserved = 0;
+            lane.retired = true;
         }
         for t in tenants.iter() {
-            let limit = usize::try_from(t.quotas.max_concurrent_runs)
-                .unwrap_or(usize::MAX)
-                .clamp(1, global);
-            let lane = st.lane(&t.id);
-            lane.limit = limit;
-            lane.reserved = limit.min(share);
+            let limit = usize::try_from(t.quotas.max_concurrent_runs).unwrap_or(usize::MAX);
+            st.insert(&t.id, limit);
         }
-        st.committed = st.lanes.values().map(Lane::committed).sum();
+        st.rebalance();
         self.inner.dispatch(&mut st);
     }
 
@@ -715,6 +739,19 @@ mod tests {
         let s = e.tenant_stats("a").unwrap();
         assert_eq!((s.running, s.waiting, s.limit, s.reserved), (1, 4, 4, 1));
         drop((got_a, got_b));
+    }
+
+    #[tokio::test]
+    async fn a_tenant_it_was_not_told_of_still_runs() {
+        // Alone, the operator's tenant keeps every slot for itself...
+        let e = executor(4, &[]);
+        assert_eq!(e.tenant_stats("default").unwrap().reserved, 4);
+        // ...until another tenant shows up: then they share.
+        let p = e.acquire(id("stranger")).await;
+        let s = e.tenant_stats("stranger").unwrap();
+        assert_eq!((s.running, s.limit, s.reserved), (1, 4, 2));
+        assert_eq!(e.tenant_stats("default").unwrap().reserved, 2);
+        drop(p);
     }
 
     #[tokio::test]
