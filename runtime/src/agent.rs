@@ -7,7 +7,8 @@
 
 use crate::api::{self, AgentStatus, ApiState};
 use crate::config::ConfigErrors;
-use crate::engine::{Call, Engine};
+use crate::engine::Engine;
+use crate::executor::{Executor, ExecutorConfig};
 use crate::metrics::{Metrics, RunMetrics};
 use crate::registry::{ProbeSpec, Registry, TargetSpec};
 use crate::results::{DEFAULT_HISTORY, ResultCache};
@@ -28,29 +29,39 @@ pub const DEFAULT_CONFIG_NAME: &str = "<embedded default>";
 /// How often the config file is checked for changes.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Runs probes and actions with the engine and the host.
+/// Runs probes and actions with the engine and the host, each probe call
+/// through the fair [`Executor`].
 pub struct EngineRunner {
     engine: Engine,
+    executor: Executor,
 }
 
 impl EngineRunner {
-    /// A runner on `engine`.
+    /// A runner on `engine` with a default executor that knows only the
+    /// operator's tenant.
+    ///
+    /// # Panics
+    ///
+    /// When the sandbox runtime's threads cannot be started.
     pub fn new(engine: Engine) -> Self {
-        Self { engine }
+        let executor = Executor::new(ExecutorConfig::default()).expect("start the sandbox runtime");
+        Self::with_executor(engine, executor)
+    }
+
+    /// A runner on `engine` whose calls go through `executor`.
+    pub fn with_executor(engine: Engine, executor: Executor) -> Self {
+        Self { engine, executor }
+    }
+
+    /// Its executor.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
     }
 }
 
 impl Runner for EngineRunner {
     async fn probe(&self, spec: &ProbeSpec, attempt: u32) -> RunResult {
-        let call = Call {
-            probe: &spec.name,
-            target: &spec.address,
-            config: &spec.config,
-            limits: spec.limits,
-            grants: &spec.grants,
-            attempt,
-        };
-        self.engine.run(&spec.plugin, &call).await
+        self.executor.run(&self.engine, spec, attempt).await
     }
 
     async fn act(&self, target: &TargetSpec) -> ActionOutcome {
@@ -154,6 +165,10 @@ pub struct Agent {
     pub status: Arc<Mutex<AgentStatus>>,
     /// Set once the agent is stopping (`/healthz` answers 503).
     pub draining: Arc<AtomicBool>,
+    /// The executor: per-tenant permits and stats.
+    pub executor: Executor,
+    /// The tenants of the config in force, with their tokens.
+    pub tenants: Arc<Mutex<Arc<crate::tenants::Tenants>>>,
     engine: Engine,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -187,8 +202,11 @@ impl Agent {
             "config loaded"
         );
         let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
-        let runner = Arc::new(EngineRunner::new(engine.clone()));
         let run_metrics = Arc::new(RunMetrics::default());
+        let executor = Executor::new(ExecutorConfig::default()).map_err(|e| AgentError::Start(e.to_string()))?;
+        executor.configure(&registry.tenants);
+        let tenants = Arc::new(Mutex::new(registry.tenants.clone()));
+        let runner = Arc::new(EngineRunner::with_executor(engine.clone(), executor.clone()));
         let scheduler = scheduler::spawn(
             runner,
             results.clone(),
@@ -229,6 +247,8 @@ impl Agent {
             api,
             status,
             draining,
+            executor,
+            tenants,
             engine,
             options,
             tasks,
@@ -242,6 +262,8 @@ impl Agent {
         match load_registry(&self.engine, self.options.config.as_deref(), self.options.api).await {
             Ok(reg) => {
                 let probes = reg.probes.len();
+                self.executor.configure(&reg.tenants);
+                *self.tenants.lock().unwrap_or_else(|e| e.into_inner()) = reg.tenants.clone();
                 let summary = self.scheduler.reload(reg).await;
                 let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
                 s.loaded_at = Some(SystemTime::now());

@@ -191,9 +191,83 @@ pub struct File {
     /// stalled). Default 10s.
     #[serde(default)]
     pub health_timeout: Option<Spanned<Dur>>,
+    /// `operator_token_file: /etc/sonde/tokens/operator` — the API token
+    /// that sees and acts on every tenant's probes. Default: none.
+    #[serde(default)]
+    pub operator_token_file: Option<Spanned<PathBuf>>,
+    /// `operator_token_env: SONDE_OPERATOR_TOKEN` — the same, from an
+    /// environment variable. Default: none.
+    #[serde(default)]
+    pub operator_token_env: Option<Spanned<String>>,
+    /// `tenants: [...]` — who else owns probes on this agent. Targets
+    /// without `tenant:` belong to the operator's `default` tenant.
+    #[serde(default)]
+    pub tenants: Vec<Tenant>,
     /// `targets: [...]` — the services this agent probes.
     #[serde(default)]
     pub targets: Vec<Target>,
+}
+
+/// A tenant: an owner of probes with its own API token, quotas and
+/// capability ceiling.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tenant {
+    /// `id: acme` — unique; `default` is the operator's.
+    pub id: Spanned<String>,
+    /// `token_file: /etc/sonde/tokens/acme` — its API token (trimmed); the
+    /// file must not be readable by every user. Default: no token.
+    #[serde(default)]
+    pub token_file: Option<Spanned<PathBuf>>,
+    /// `token_env: ACME_TOKEN` — its API token from an environment variable.
+    #[serde(default)]
+    pub token_env: Option<Spanned<String>>,
+    /// `quotas: {max_probes: 100, max_concurrent_runs: 4, timeout: 10s,
+    /// fuel: 1000000000, memory: 64MiB}` (those are the defaults).
+    #[serde(default)]
+    pub quotas: QuotasSpec,
+    /// `ceiling: {net: ["10.0.0.0/8:*"], exec: [...], files: [...]}` — the
+    /// widest grants its probes may have, their targets included. Default:
+    /// nothing.
+    #[serde(default)]
+    pub ceiling: CeilingSpec,
+}
+
+/// A tenant's quotas.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotasSpec {
+    /// `max_probes: 100` (default).
+    #[serde(default)]
+    pub max_probes: Option<Spanned<u64>>,
+    /// `max_concurrent_runs: 4` (default, at least 1).
+    #[serde(default)]
+    pub max_concurrent_runs: Option<Spanned<u32>>,
+    /// `timeout: 10s` (default) — the longest `timeout` of its probes.
+    #[serde(default)]
+    pub timeout: Option<Spanned<Dur>>,
+    /// `fuel: 1000000000` (default) — the largest `limits.fuel`.
+    #[serde(default)]
+    pub fuel: Option<Spanned<u64>>,
+    /// `memory: 64MiB` (default, at most 1GiB) — the largest `limits.memory`.
+    #[serde(default)]
+    pub memory: Option<Spanned<Size>>,
+}
+
+/// A tenant's capability ceiling.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CeilingSpec {
+    /// `net: ["10.0.0.0/8:*", "*.acme.internal:443"]` — `net` patterns.
+    #[serde(default)]
+    pub net: Vec<Spanned<String>>,
+    /// `exec: [/usr/lib/nagios/plugins]` — programs, or directories of them.
+    #[serde(default)]
+    pub exec: Vec<Spanned<PathBuf>>,
+    /// `files: [/srv/acme]` — directories that may be granted, or whose
+    /// subdirectories may be.
+    #[serde(default)]
+    pub files: Vec<Spanned<PathBuf>>,
 }
 
 /// A service on the node and its probes.
@@ -202,6 +276,10 @@ pub struct File {
 pub struct Target {
     /// `name: web` — unique in the file.
     pub name: Spanned<String>,
+    /// `tenant: acme` — the tenant that owns this target and all its
+    /// probes. Default: the operator's `default` tenant.
+    #[serde(default)]
+    pub tenant: Option<Spanned<String>>,
     /// `address: 127.0.0.1:8080` — `host:port` or a URL; what every probe
     /// of the target receives as its target unless it sets its own.
     pub address: Spanned<String>,
@@ -300,7 +378,7 @@ pub struct GrantsSpec {
 pub struct LimitsSpec {
     /// `fuel: 1000000000` (default) — about one unit per wasm instruction.
     #[serde(default)]
-    pub fuel: Option<u64>,
+    pub fuel: Option<Spanned<u64>>,
     /// `memory: 64MiB` (default, at most 1GiB).
     #[serde(default)]
     pub memory: Option<Spanned<Size>>,

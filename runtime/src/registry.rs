@@ -8,6 +8,7 @@
 use crate::config::{self, ConfigError, ConfigErrors, Kind, Place, Spanned};
 use crate::engine::{Engine, Limits, Plugin, limits};
 use crate::host::{Grants, NetPattern};
+use crate::tenants::{self, CeilingError, Quotas, Tenant, TenantId, Tenants};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -43,6 +44,8 @@ pub struct TargetSpec {
     pub name: Arc<str>,
     /// Its address.
     pub address: String,
+    /// The tenant that owns it and its probes.
+    pub tenant: TenantId,
     /// What to run when a liveness or startup probe fails.
     pub on_failure: Option<ActionSpec>,
 }
@@ -54,6 +57,8 @@ pub struct ProbeSpec {
     pub name: Arc<str>,
     /// Its target's name.
     pub target: Arc<str>,
+    /// Its target's tenant.
+    pub tenant: TenantId,
     /// Its kind.
     pub kind: Kind,
     /// The plugin as written in the config (`http`, `./check.wasm`).
@@ -84,6 +89,7 @@ impl fmt::Debug for ProbeSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProbeSpec")
             .field("name", &self.name)
+            .field("tenant", &self.tenant)
             .field("kind", &self.kind)
             .field("plugin", &self.plugin_ref)
             .field("address", &self.address)
@@ -96,6 +102,7 @@ impl PartialEq for ProbeSpec {
     fn eq(&self, o: &Self) -> bool {
         self.name == o.name
             && self.target == o.target
+            && self.tenant == o.tenant
             && self.kind == o.kind
             && self.plugin.digest() == o.plugin.digest()
             && self.address == o.address
@@ -121,6 +128,9 @@ pub struct Registry {
     pub state_dir: Option<PathBuf>,
     /// `health_timeout:` from the file, if set.
     pub health_timeout: Option<Duration>,
+    /// `tenants:` from the file, the operator's `default` first, with the
+    /// API tokens.
+    pub tenants: Arc<Tenants>,
     /// Targets, in file order.
     pub targets: Vec<Arc<TargetSpec>>,
     /// Probes, in file order.
@@ -228,6 +238,8 @@ impl Registry {
                 "require_signed: no `trust` keys are listed, so no plugin file could be accepted",
             );
         }
+        let tenants = load_tenants(&mut errs, &base, &file);
+        let mut probe_counts: HashMap<TenantId, usize> = HashMap::new();
         let mut plugins: HashMap<String, Result<Arc<Plugin>, String>> = HashMap::new();
         let mut schemas: HashMap<String, Option<Arc<jsonschema::Validator>>> = HashMap::new();
         let mut target_names: HashMap<String, Place> = HashMap::new();
@@ -248,6 +260,37 @@ impl Registry {
             if let Err(e) = NetPattern::for_target(&t.address.value) {
                 errs.at(&t.address, format!("address: {e}"));
             }
+            // `None` for a tenant not defined (an error already): its
+            // probes are not checked against any ceiling.
+            let tenant: Option<Arc<Tenant>> = match &t.tenant {
+                None => Some(tenants.operator().clone()),
+                Some(id) => {
+                    let found = tenants.get(id.value.trim()).cloned();
+                    if found.is_none() {
+                        let known: Vec<&str> = tenants.iter().skip(1).map(|t| &*t.id).collect();
+                        errs.at(
+                            id,
+                            format!(
+                                "tenant: no tenant {:?} is defined (tenants: {})",
+                                id.value.trim(),
+                                if known.is_empty() {
+                                    "none".to_string()
+                                } else {
+                                    known.join(", ")
+                                }
+                            ),
+                        );
+                    }
+                    found
+                }
+            };
+            let tenant_id: TenantId = match (&tenant, &t.tenant) {
+                (Some(t), _) => t.id.clone(),
+                (None, Some(id)) => id.value.trim().into(),
+                (None, None) => tenants::DEFAULT_TENANT.into(),
+            };
+            let quotas = tenant.as_ref().map_or(Quotas::UNLIMITED, |t| t.quotas);
+            let defaults = quotas.default_limits();
             let on_failure = t.on_failure.as_ref().and_then(|a| {
                 let argv = &a.command.value;
                 match argv.first() {
@@ -276,6 +319,7 @@ impl Registry {
             reg.targets.push(Arc::new(TargetSpec {
                 name: target.clone(),
                 address: t.address.value.trim().to_string(),
+                tenant: tenant_id.clone(),
                 on_failure,
             }));
 
@@ -313,6 +357,17 @@ impl Registry {
                 } else {
                     probe_names.insert(pname.clone(), pplace.clone());
                 }
+                let count = probe_counts.entry(tenant_id.clone()).or_default();
+                *count += 1;
+                if *count == quotas.max_probes.saturating_add(1) {
+                    errs.list.push(ConfigError {
+                        place: pplace.clone(),
+                        message: format!(
+                            "quotas.max_probes: tenant {tenant_id:?}: probe {pname:?} is over the tenant's quota of {} probes",
+                            quotas.max_probes
+                        ),
+                    });
+                }
 
                 let success_threshold = p.success_threshold.as_ref().map_or(1, |s| s.value);
                 if let Some(s) = &p.success_threshold {
@@ -346,13 +401,13 @@ impl Registry {
                         ),
                     );
                 }
-                let timeout = p.timeout.as_ref().map_or(DEFAULT_TIMEOUT, |d| d.value.0);
+                let timeout = p.timeout.as_ref().map_or(defaults.timeout, |d| d.value.0);
                 if let Some(d) = &p.timeout
                     && d.value.0.is_zero()
                 {
                     errs.at(d, "timeout: must be more than zero");
                 }
-                let memory = p.limits.memory.as_ref().map_or(limits::DEFAULT_MEMORY, |m| m.value.0);
+                let memory = p.limits.memory.as_ref().map_or(defaults.memory, |m| m.value.0);
                 if let Some(m) = &p.limits.memory
                     && m.value.0 > limits::MAX_MEMORY
                 {
@@ -376,9 +431,14 @@ impl Registry {
                 };
 
                 let mut grants = Grants::default();
+                // Where each parsed `net` grant is written.
+                let mut net_at = Vec::new();
                 for n in &p.grants.net {
                     match n.value.parse() {
-                        Ok(g) => grants.net.push(g),
+                        Ok(g) => {
+                            grants.net.push(g);
+                            net_at.push(n);
+                        }
                         Err(e) => errs.at(n, format!("grants.net: {e}")),
                     }
                 }
@@ -407,6 +467,34 @@ impl Registry {
                     grants.files.push(f.value.clone());
                 }
                 grants.env = p.grants.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                let limits = Limits {
+                    timeout,
+                    fuel: p.limits.fuel.as_ref().map_or(defaults.fuel, |f| f.value),
+                    memory,
+                };
+                if let Some(tenant) = &tenant {
+                    for e in tenant.check(&pname, &address, &grants, &limits) {
+                        let (key, loc) = match &e {
+                            CeilingError::Target { .. } => match &p.target {
+                                Some(t) => ("target", t.referenced),
+                                None => ("address", t.address.referenced),
+                            },
+                            CeilingError::Net { index, .. } => ("grants.net", net_at[*index].referenced),
+                            CeilingError::Exec { index, .. } => ("grants.exec", p.grants.exec[*index].referenced),
+                            CeilingError::Files { index, .. } => ("grants.files", p.grants.files[*index].referenced),
+                            CeilingError::Limit { limit, .. } => (
+                                *limit,
+                                match *limit {
+                                    "timeout" => p.timeout.as_ref().map(|s| s.referenced),
+                                    "limits.fuel" => p.limits.fuel.as_ref().map(|s| s.referenced),
+                                    _ => p.limits.memory.as_ref().map(|s| s.referenced),
+                                }
+                                .unwrap_or(p.plugin.referenced),
+                            ),
+                        };
+                        errs.at_loc(&loc, format!("{key}: {e}"));
+                    }
+                }
                 for g in &p.groups {
                     if !valid_name(g) {
                         errs.at(
@@ -467,6 +555,7 @@ impl Registry {
                 reg.probes.push(Arc::new(ProbeSpec {
                     name: pname.into(),
                     target: target.clone(),
+                    tenant: tenant_id.clone(),
                     kind,
                     plugin_ref: p.plugin.value.clone(),
                     plugin,
@@ -476,16 +565,13 @@ impl Registry {
                     initial_delay: p.initial_delay.map_or(Duration::ZERO, |d| d.0),
                     success_threshold,
                     failure_threshold,
-                    limits: Limits {
-                        timeout,
-                        fuel: p.limits.fuel.unwrap_or(limits::DEFAULT_FUEL),
-                        memory,
-                    },
+                    limits,
                     grants: Arc::new(grants),
                     groups: p.groups.clone().into(),
                 }));
             }
         }
+        reg.tenants = Arc::new(tenants);
         if errs.list.is_empty() {
             Ok(reg)
         } else {
@@ -497,6 +583,164 @@ impl Registry {
     pub fn probes_of<'a>(&'a self, target: &'a str) -> impl Iterator<Item = &'a Arc<ProbeSpec>> + 'a {
         self.probes.iter().filter(move |p| &*p.target == target)
     }
+}
+
+/// Reads `tenants:` and the operator's token: ids unique and not
+/// `default`, tokens readable, private and different, quotas sane, ceilings
+/// parsed. Token paths are relative to `base`.
+fn load_tenants(errs: &mut Errors, base: &Path, file: &config::File) -> Tenants {
+    let mut list: Vec<Tenant> = Vec::new();
+    let mut places: Vec<Place> = Vec::new();
+    let read = |errs: &mut Errors,
+                who: &str,
+                f: &Option<Spanned<PathBuf>>,
+                env: &Option<Spanned<String>>,
+                fallback: &serde_saphyr::Location| {
+        let path = f.as_ref().map(|f| base.join(&f.value));
+        let loc = f
+            .as_ref()
+            .map(|f| f.referenced)
+            .or(env.as_ref().map(|e| e.referenced))
+            .unwrap_or(*fallback);
+        match tenants::read_token(path.as_deref(), env.as_ref().map(|e| e.value.trim())) {
+            Ok(t) => t,
+            Err(e) => {
+                errs.at_loc(&loc, format!("{who}: {e}"));
+                None
+            }
+        }
+    };
+    for t in &file.tenants {
+        let id = t.id.value.trim();
+        // A tenant with a bad id is reported and left out.
+        let mut keep = true;
+        if !valid_name(id) {
+            errs.at(
+                &t.id,
+                format!("id: {id:?} must be 1-128 letters, digits, `-`, `_` or `.`"),
+            );
+            keep = false;
+        } else if id == tenants::DEFAULT_TENANT {
+            errs.at(
+                &t.id,
+                "id: \"default\" is the operator's tenant (targets without `tenant:`); choose another id",
+            );
+            keep = false;
+        } else if let Some(i) = list.iter().position(|o| &*o.id == id) {
+            errs.at(&t.id, format!("id: tenant {id:?} is already defined at {}", places[i]));
+            keep = false;
+        }
+        let token = read(
+            errs,
+            &format!("tenant {id:?}"),
+            &t.token_file,
+            &t.token_env,
+            &t.id.referenced,
+        );
+        let q = &t.quotas;
+        let d = Quotas::default();
+        let quotas = Quotas {
+            max_probes: q
+                .max_probes
+                .as_ref()
+                .map_or(d.max_probes, |m| usize::try_from(m.value).unwrap_or(usize::MAX)),
+            max_concurrent_runs: q
+                .max_concurrent_runs
+                .as_ref()
+                .map_or(d.max_concurrent_runs, |m| m.value),
+            timeout: q.timeout.as_ref().map_or(d.timeout, |m| m.value.0),
+            fuel: q.fuel.as_ref().map_or(d.fuel, |m| m.value),
+            memory: q.memory.as_ref().map_or(d.memory, |m| m.value.0),
+        };
+        if let Some(m) = &q.max_concurrent_runs
+            && m.value == 0
+        {
+            errs.at(
+                m,
+                format!("quotas.max_concurrent_runs: tenant {id:?}: must be at least 1"),
+            );
+        }
+        if let Some(m) = &q.timeout
+            && m.value.0.is_zero()
+        {
+            errs.at(m, format!("quotas.timeout: tenant {id:?}: must be more than zero"));
+        }
+        if let Some(m) = &q.fuel
+            && m.value == 0
+        {
+            errs.at(m, format!("quotas.fuel: tenant {id:?}: must be more than zero"));
+        }
+        if let Some(m) = &q.memory
+            && (m.value.0 == 0 || m.value.0 > limits::MAX_MEMORY)
+        {
+            errs.at(
+                m,
+                format!("quotas.memory: tenant {id:?}: must be more than zero and at most 1GiB"),
+            );
+        }
+        let mut ceiling = tenants::Ceiling::default();
+        for n in &t.ceiling.net {
+            match n.value.parse() {
+                Ok(p) => ceiling.net.push(p),
+                Err(e) => errs.at(n, format!("ceiling.net: tenant {id:?}: {e}")),
+            }
+        }
+        for (key, paths, out) in [
+            ("ceiling.exec", &t.ceiling.exec, &mut ceiling.exec),
+            ("ceiling.files", &t.ceiling.files, &mut ceiling.files),
+        ] {
+            for p in paths {
+                if !p.value.is_absolute() {
+                    errs.at(
+                        p,
+                        format!("{key}: tenant {id:?}: {} must be an absolute path", p.value.display()),
+                    );
+                }
+                out.push(p.value.clone());
+            }
+        }
+        if !keep {
+            continue;
+        }
+        places.push(errs.place(&t.id));
+        list.push(Tenant {
+            id: id.into(),
+            quotas,
+            ceiling: Some(ceiling),
+            token,
+        });
+    }
+    let start = serde_saphyr::Location::UNKNOWN;
+    let operator = read(
+        errs,
+        "operator token",
+        &file.operator_token_file,
+        &file.operator_token_env,
+        &start,
+    );
+    // One token, one principal: a token shared by two would let one act as
+    // the other.
+    for (i, t) in list.iter().enumerate() {
+        let Some(token) = &t.token else { continue };
+        let clash = if operator.as_ref() == Some(token) {
+            Some("the operator".to_string())
+        } else {
+            list[..i]
+                .iter()
+                .find(|o| o.token.as_ref() == Some(token))
+                .map(|o| format!("tenant {:?}", o.id))
+        };
+        if let Some(other) = clash {
+            errs.list.push(ConfigError {
+                place: places[i].clone(),
+                message: format!(
+                    "token: tenant {:?} has the same token as {other}; each needs its own",
+                    t.id
+                ),
+            });
+        }
+    }
+    Tenants::new(list, operator)
 }
 
 /// What a plugin's `describe` asks for that `grants` (and the target) do

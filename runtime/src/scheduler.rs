@@ -30,6 +30,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+/// The scheduler task makes a pass at least this often, even with nothing due.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+
 /// Attempts per period when a run ends in an error (kubelet's maxProbeRetries).
 pub const MAX_ATTEMPTS: u32 = 3;
 
@@ -143,13 +146,18 @@ impl Progress {
         self.base + Duration::from_millis(self.last_pass.load(Ordering::Relaxed))
     }
 
-    /// How long the earliest due run has waited past its planned time
-    /// (zero when nothing is overdue).
+    /// How far behind the scheduler is: how long the earliest due run has
+    /// waited past its planned time, or, when the task has not made its
+    /// [`HEARTBEAT`] pass, how long past that pass it is (zero when it keeps
+    /// up).
     pub fn overdue(&self) -> Duration {
-        match self.next_due.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        let due = match self.next_due.load(Ordering::Relaxed) {
             u64::MAX => Duration::ZERO,
-            due => Instant::now().saturating_duration_since(self.base + Duration::from_millis(due)),
-        }
+            due => now.saturating_duration_since(self.base + Duration::from_millis(due)),
+        };
+        let beat = now.saturating_duration_since(self.last_pass() + HEARTBEAT);
+        due.max(beat)
     }
 }
 
@@ -332,18 +340,19 @@ impl<R: Runner> Core<R> {
             };
             self.progress
                 .record(next.filter(|_| shutdown.is_none()), self.in_flight);
-            let msg = match next {
-                Some(at) => tokio::select! {
-                    biased;
-                    m = rx.recv() => m,
-                    () = tokio::time::sleep_until(at) => {
-                        if shutdown.is_none() {
-                            self.start_due();
-                        }
-                        continue;
+            // Wake at least every HEARTBEAT, so a pass that is long
+            // overdue means the task is stuck, not merely idle.
+            let heartbeat = Instant::now() + HEARTBEAT;
+            let wake = next.map_or(heartbeat, |at| at.min(heartbeat));
+            let msg = tokio::select! {
+                biased;
+                m = rx.recv() => m,
+                () = tokio::time::sleep_until(wake) => {
+                    if shutdown.is_none() {
+                        self.start_due();
                     }
-                },
-                None => rx.recv().await,
+                    continue;
+                }
             };
             let Some(msg) = msg else { return };
             match msg {

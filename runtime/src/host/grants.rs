@@ -34,7 +34,7 @@ pub enum GrantError {
 
 /// The host part of a `net` pattern.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum HostPattern {
+pub(crate) enum HostPattern {
     /// `*`: any host.
     Any,
     /// A DNS name, lower case, without a trailing dot.
@@ -48,7 +48,7 @@ enum HostPattern {
 
 /// The port part of a `net` pattern.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PortPattern {
+pub(crate) enum PortPattern {
     Any,
     Exact(u16),
 }
@@ -174,6 +174,16 @@ fn in_cidr(net: IpAddr, len: u8, ip: IpAddr) -> bool {
 }
 
 impl NetPattern {
+    /// Its host part (for tenant ceilings, `crate::tenants`).
+    pub(crate) fn host(&self) -> &HostPattern {
+        &self.host
+    }
+
+    /// Its port part (for tenant ceilings, `crate::tenants`).
+    pub(crate) fn port(&self) -> PortPattern {
+        self.port
+    }
+
     /// The pattern that grants exactly a probe's target: `host:port` (any
     /// port if the target has none), or an http(s) URL's host and port.
     pub fn for_target(target: &str) -> Result<Self, GrantError> {

@@ -15,5 +15,6 @@ mod scheduler;
 mod signing;
 mod support;
 mod tcp;
+mod tenancy;
 mod tls;
 mod tls_cert;

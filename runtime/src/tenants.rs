@@ -1,0 +1,869 @@
+//! Tenants: who owns which probes, what they may use, and how they prove
+//! who they are.
+//!
+//! Every probe belongs to its target's tenant; a target without `tenant:`
+//! belongs to the operator's [`DEFAULT_TENANT`], which has no ceiling. A
+//! configured tenant has [`Quotas`] (probe count, concurrent runs, and the
+//! highest `timeout`, `fuel` and `memory` a probe may ask for) and a
+//! [`Ceiling`]: the widest `net`, `exec` and `files` grants its probes may
+//! have, the probe's own target included. [`Tenant::admit`] is the one check
+//! of a probe against both, used when the config is loaded and when a
+//! tenant uploads a probe through the API.
+//!
+//! API tokens are read once (from a file or an environment variable),
+//! trimmed, and kept only as a SHA-256 digest in a [`Token`], which never
+//! prints and is compared in constant time by [`Tenants::authenticate`].
+//!
+//! # Examples
+//!
+//! ```
+//! use sonde_runtime::tenants::{Ceiling, Quotas, Tenant};
+//! use sonde_runtime::engine::Limits;
+//! use sonde_runtime::host::Grants;
+//!
+//! let acme = Tenant::new(
+//!     "acme",
+//!     Quotas::default(),
+//!     Ceiling::parse(&["10.0.0.0/8:*", "*.acme.internal:443"], &[], &[]).unwrap(),
+//! );
+//! let grants = Grants { net: vec!["db.acme.internal:443".parse().unwrap()], ..Grants::default() };
+//! assert!(acme.check("shop-ready", "10.1.2.3:8080", &grants, &Limits::default()).is_empty());
+//! let wide = Grants { net: vec!["*:443".parse().unwrap()], ..Grants::default() };
+//! let errors = acme.check("shop-ready", "10.1.2.3:8080", &wide, &Limits::default());
+//! assert!(errors[0].to_string().contains("\"*:443\""));
+//! ```
+
+use crate::engine::{Limits, limits};
+use crate::host::grants::{HostPattern, PortPattern};
+use crate::host::{GrantError, Grants, NetPattern};
+use crate::registry::ProbeSpec;
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+
+/// A tenant's id, shared by every probe and target it owns.
+pub type TenantId = Arc<str>;
+
+/// The operator's tenant: probes of targets without `tenant:`. It has no
+/// ceiling and no quotas beyond the agent's own limits.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// Default `quotas.max_probes` of a configured tenant.
+pub const DEFAULT_MAX_PROBES: usize = 100;
+/// Default `quotas.max_concurrent_runs` of a configured tenant.
+pub const DEFAULT_MAX_CONCURRENT_RUNS: u32 = 4;
+/// Default `quotas.timeout` (the longest per-call deadline) of a configured
+/// tenant.
+pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default `quotas.fuel` (the largest per-call fuel budget) of a configured
+/// tenant: the per-call default.
+pub const DEFAULT_MAX_FUEL: u64 = limits::DEFAULT_FUEL;
+/// Default `quotas.memory` (the largest per-call memory cap) of a
+/// configured tenant: the per-call default.
+pub const DEFAULT_MAX_MEMORY: u64 = limits::DEFAULT_MEMORY;
+
+/// What a tenant may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quotas {
+    /// Most probes it may own (`max_probes`, default 100).
+    pub max_probes: usize,
+    /// Most runs of its probes at once (`max_concurrent_runs`, default 4);
+    /// further runs wait in its queue.
+    pub max_concurrent_runs: u32,
+    /// Longest per-call `timeout` a probe may have (`timeout`, default 10s).
+    pub timeout: Duration,
+    /// Largest per-call `limits.fuel` (`fuel`, default 1,000,000,000).
+    pub fuel: u64,
+    /// Largest per-call `limits.memory` (`memory`, default 64MiB).
+    pub memory: u64,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Self {
+            max_probes: DEFAULT_MAX_PROBES,
+            max_concurrent_runs: DEFAULT_MAX_CONCURRENT_RUNS,
+            timeout: DEFAULT_MAX_TIMEOUT,
+            fuel: DEFAULT_MAX_FUEL,
+            memory: DEFAULT_MAX_MEMORY,
+        }
+    }
+}
+
+impl Quotas {
+    /// The operator's: bounded only by the agent's own limits.
+    pub const UNLIMITED: Quotas = Quotas {
+        max_probes: usize::MAX,
+        max_concurrent_runs: u32::MAX,
+        timeout: Duration::MAX,
+        fuel: u64::MAX,
+        memory: limits::MAX_MEMORY,
+    };
+
+    /// The per-call limits a probe gets when it does not set them: the
+    /// defaults, lowered to these ceilings.
+    pub fn default_limits(&self) -> Limits {
+        let d = Limits::default();
+        Limits {
+            timeout: d.timeout.min(self.timeout),
+            fuel: d.fuel.min(self.fuel),
+            memory: d.memory.min(self.memory),
+        }
+    }
+}
+
+/// The widest grants a tenant's probes may have.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ceiling {
+    /// Addresses its probes may reach, targets included (`net`).
+    pub net: Vec<NetPattern>,
+    /// Programs its probes may be granted: a path, or a directory whose
+    /// programs all are (`exec`).
+    pub exec: Vec<PathBuf>,
+    /// Directories its probes may be granted, or directories under them
+    /// (`files`).
+    pub files: Vec<PathBuf>,
+}
+
+impl Ceiling {
+    /// A ceiling from its written parts.
+    pub fn parse(net: &[&str], exec: &[&str], files: &[&str]) -> Result<Self, GrantError> {
+        Ok(Self {
+            net: net.iter().map(|n| n.parse()).collect::<Result<_, _>>()?,
+            exec: exec.iter().map(PathBuf::from).collect(),
+            files: files.iter().map(PathBuf::from).collect(),
+        })
+    }
+
+    /// Whether every address `grant` can match is matched by one of the
+    /// ceiling's `net` patterns.
+    pub fn covers_net(&self, grant: &NetPattern) -> bool {
+        self.net.iter().any(|c| net_within(grant, c))
+    }
+
+    /// Whether the program `path` may be granted.
+    pub fn covers_exec(&self, path: &Path) -> bool {
+        path_within(path, &self.exec)
+    }
+
+    /// Whether the directory `path` may be granted.
+    pub fn covers_files(&self, path: &Path) -> bool {
+        path_within(path, &self.files)
+    }
+}
+
+/// Whether every address `grant` matches, `ceiling` matches too.
+///
+/// Host: `*` is only within `*`; a name is within the same name or a
+/// `*.domain` it is under; `*.a.b` is within `*.a.b` or `*.b`, never
+/// within a plain name; a CIDR is within a CIDR of its family that
+/// contains it. Names and CIDRs never cover each other: a name may resolve
+/// to any address. Port: `*` is only within `*`.
+fn net_within(grant: &NetPattern, ceiling: &NetPattern) -> bool {
+    let port = match (grant.port(), ceiling.port()) {
+        (_, PortPattern::Any) => true,
+        (PortPattern::Exact(g), PortPattern::Exact(c)) => g == c,
+        (PortPattern::Any, PortPattern::Exact(_)) => false,
+    };
+    port && match (grant.host(), ceiling.host()) {
+        (_, HostPattern::Any) => true,
+        (HostPattern::Any, _) => false,
+        (HostPattern::Name(g), HostPattern::Name(c)) => g == c,
+        (HostPattern::Name(g), HostPattern::Suffix(d)) => under(g, d),
+        (HostPattern::Suffix(g), HostPattern::Suffix(d)) => g == d || under(g, d),
+        (HostPattern::Suffix(_), HostPattern::Name(_)) => false,
+        (HostPattern::Cidr(g, glen), HostPattern::Cidr(c, clen)) => glen >= clen && same_prefix(*g, *c, *clen),
+        (HostPattern::Cidr(..), _) | (_, HostPattern::Cidr(..)) => false,
+    }
+}
+
+/// Whether `name` is a strict subdomain of `domain`.
+fn under(name: &str, domain: &str) -> bool {
+    name.len() > domain.len() + 1 && name.ends_with(domain) && name.as_bytes()[name.len() - domain.len() - 1] == b'.'
+}
+
+/// Whether `a` and `b` are of one family and agree on their first `len` bits.
+fn same_prefix(a: IpAddr, b: IpAddr, len: u8) -> bool {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+            u32::from(a) & mask == u32::from(b) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+            u128::from(a) & mask == u128::from(b) & mask
+        }
+        _ => false,
+    }
+}
+
+/// Whether `path` is one of `allowed` or under one of them. A path with
+/// `.` or `..` in it is never within (it could climb out); symbolic links
+/// are resolved on both sides where the paths exist, so a link inside an
+/// allowed directory that points out of it is not within either.
+fn path_within(path: &Path, allowed: &[PathBuf]) -> bool {
+    if !path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return false;
+    }
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    allowed.iter().any(|a| {
+        let real_a = std::fs::canonicalize(a).unwrap_or_else(|_| a.clone());
+        path.starts_with(a) && real.starts_with(&real_a)
+    })
+}
+
+/// A probe that does not fit its tenant's ceiling or quotas.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CeilingError {
+    /// The probe's target is outside the tenant's `net` ceiling.
+    #[error("tenant {tenant:?}: probe {probe:?}: target {target:?} is outside the tenant's net ceiling")]
+    Target {
+        /// The tenant.
+        tenant: TenantId,
+        /// The probe.
+        probe: String,
+        /// The target as written.
+        target: String,
+    },
+    /// A `grants.net` pattern is wider than the ceiling.
+    #[error("tenant {tenant:?}: probe {probe:?}: grants.net {grant:?} is wider than the tenant's net ceiling")]
+    Net {
+        /// The tenant.
+        tenant: TenantId,
+        /// The probe.
+        probe: String,
+        /// The grant as written.
+        grant: String,
+        /// Its place in the probe's `grants.net`.
+        index: usize,
+    },
+    /// A `grants.exec` program is outside the ceiling.
+    #[error("tenant {tenant:?}: probe {probe:?}: grants.exec {grant:?} is not in the tenant's exec ceiling")]
+    Exec {
+        /// The tenant.
+        tenant: TenantId,
+        /// The probe.
+        probe: String,
+        /// The program.
+        grant: PathBuf,
+        /// Its place in the probe's `grants.exec`.
+        index: usize,
+    },
+    /// A `grants.files` directory is outside the ceiling.
+    #[error("tenant {tenant:?}: probe {probe:?}: grants.files {grant:?} is not in the tenant's files ceiling")]
+    Files {
+        /// The tenant.
+        tenant: TenantId,
+        /// The probe.
+        probe: String,
+        /// The directory.
+        grant: PathBuf,
+        /// Its place in the probe's `grants.files`.
+        index: usize,
+    },
+    /// A per-call limit is over the tenant's quota.
+    #[error("tenant {tenant:?}: probe {probe:?}: {limit} {value} is over the tenant's quota of {quota}")]
+    Limit {
+        /// The tenant.
+        tenant: TenantId,
+        /// The probe.
+        probe: String,
+        /// `timeout`, `limits.fuel` or `limits.memory`.
+        limit: &'static str,
+        /// The probe's value, as written for a person.
+        value: String,
+        /// The quota, likewise.
+        quota: String,
+    },
+}
+
+/// A tenant: its id, quotas, ceiling and API token.
+#[derive(Clone, Debug)]
+pub struct Tenant {
+    /// Its id.
+    pub id: TenantId,
+    /// What it may use.
+    pub quotas: Quotas,
+    /// The widest grants of its probes; `None` for the operator (no ceiling).
+    pub ceiling: Option<Ceiling>,
+    /// Its API token, if it has one.
+    pub token: Option<Token>,
+}
+
+impl Tenant {
+    /// A tenant with no token.
+    pub fn new(id: &str, quotas: Quotas, ceiling: Ceiling) -> Self {
+        Self {
+            id: id.into(),
+            quotas,
+            ceiling: Some(ceiling),
+            token: None,
+        }
+    }
+
+    /// The operator's tenant: no ceiling, no quotas.
+    pub fn operator() -> Self {
+        Self {
+            id: DEFAULT_TENANT.into(),
+            quotas: Quotas::UNLIMITED,
+            ceiling: None,
+            token: None,
+        }
+    }
+
+    /// Checks a resolved probe against this tenant's ceiling and per-call
+    /// quotas; the first problem found is the error. For `PUT /v1/probes`
+    /// and anything else that admits one probe.
+    pub fn admit(&self, spec: &ProbeSpec) -> Result<(), CeilingError> {
+        match self
+            .check(&spec.name, &spec.address, &spec.grants, &spec.limits)
+            .into_iter()
+            .next()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every way probe `probe` (its target `address`, `grants` and
+    /// `limits`) exceeds this tenant's ceiling or per-call quotas.
+    pub fn check(&self, probe: &str, address: &str, grants: &Grants, limits: &Limits) -> Vec<CeilingError> {
+        let mut errors = Vec::new();
+        let tenant = &self.id;
+        let q = &self.quotas;
+        let mut limit = |limit, over: bool, value: String, quota: String| {
+            if over {
+                errors.push(CeilingError::Limit {
+                    tenant: tenant.clone(),
+                    probe: probe.to_string(),
+                    limit,
+                    value,
+                    quota,
+                });
+            }
+        };
+        let dur = |d: Duration| humantime::format_duration(d).to_string();
+        let size = |b: u64| bytesize::ByteSize(b).to_string();
+        limit(
+            "timeout",
+            limits.timeout > q.timeout,
+            dur(limits.timeout),
+            dur(q.timeout),
+        );
+        limit(
+            "limits.fuel",
+            limits.fuel > q.fuel,
+            limits.fuel.to_string(),
+            q.fuel.to_string(),
+        );
+        limit(
+            "limits.memory",
+            limits.memory > q.memory,
+            size(limits.memory),
+            size(q.memory),
+        );
+        let Some(ceiling) = &self.ceiling else {
+            return errors;
+        };
+        // A target that does not parse is the registry's error, not ours;
+        // one that parses must be within the ceiling like any grant.
+        if !address.is_empty()
+            && let Ok(target) = NetPattern::for_target(address)
+            && !ceiling.covers_net(&target)
+        {
+            errors.push(CeilingError::Target {
+                tenant: tenant.clone(),
+                probe: probe.to_string(),
+                target: address.to_string(),
+            });
+        }
+        for (index, n) in grants.net.iter().enumerate() {
+            if !ceiling.covers_net(n) {
+                errors.push(CeilingError::Net {
+                    tenant: tenant.clone(),
+                    probe: probe.to_string(),
+                    grant: n.to_string(),
+                    index,
+                });
+            }
+        }
+        for (index, x) in grants.exec.iter().enumerate() {
+            if !ceiling.covers_exec(x) {
+                errors.push(CeilingError::Exec {
+                    tenant: tenant.clone(),
+                    probe: probe.to_string(),
+                    grant: x.clone(),
+                    index,
+                });
+            }
+        }
+        for (index, f) in grants.files.iter().enumerate() {
+            if !ceiling.covers_files(f) {
+                errors.push(CeilingError::Files {
+                    tenant: tenant.clone(),
+                    probe: probe.to_string(),
+                    grant: f.clone(),
+                    index,
+                });
+            }
+        }
+        errors
+    }
+}
+
+/// An API token, kept as the SHA-256 of its text: it never prints, and
+/// [`Token::matches`] compares in constant time.
+#[derive(Clone)]
+pub struct Token([u8; 32]);
+
+impl Token {
+    /// The token whose text is `secret` (trimmed); `None` if that is empty.
+    pub fn new(secret: &str) -> Option<Self> {
+        let secret = secret.trim();
+        (!secret.is_empty()).then(|| Self(Sha256::digest(secret.as_bytes()).into()))
+    }
+
+    /// Whether `presented` is this token, in time that does not depend on
+    /// where they differ (both sides are hashed first, so not on the
+    /// length either).
+    pub fn matches(&self, presented: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        self.0.ct_eq(&digest).into()
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl PartialEq for Token {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.ct_eq(&o.0).into()
+    }
+}
+
+impl Eq for Token {}
+
+/// Who an API caller is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Principal {
+    /// The operator: sees and acts on every tenant's probes.
+    Operator,
+    /// A tenant: sees and acts on its own probes only.
+    Tenant(TenantId),
+}
+
+impl Principal {
+    /// Whether this caller may see what `tenant` owns.
+    pub fn sees(&self, tenant: &str) -> bool {
+        match self {
+            Self::Operator => true,
+            Self::Tenant(t) => &**t == tenant,
+        }
+    }
+}
+
+/// Why a token could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Both `token_file` and `token_env` are set.
+    #[error("set token_file or token_env, not both")]
+    Both,
+    /// The file cannot be read.
+    #[error("token_file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file may be read by others than its owner's group.
+    #[error(
+        "token_file {path}: readable or writable by every user (mode {mode:o}); make it readable by sonde alone (chmod 600 or 640)"
+    )]
+    WorldAccessible {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// The environment variable is not set or not UTF-8.
+    #[error("token_env {name}: not set in sonde's environment")]
+    NoEnv {
+        /// The variable.
+        name: String,
+    },
+    /// The token is empty (after trimming).
+    #[error("{source_name}: the token is empty")]
+    Empty {
+        /// `token_file PATH` or `token_env NAME`.
+        source_name: String,
+    },
+}
+
+/// Reads a token from `file` or the environment variable `env` (one of
+/// them at most); `Ok(None)` when neither is given.
+///
+/// A file readable or writable by every user is refused: a token anyone on
+/// the node can read protects nothing. A file readable by its group is
+/// accepted with a warning (a secret volume often is, for a group sonde
+/// runs in).
+pub fn read_token(file: Option<&Path>, env: Option<&str>) -> Result<Option<Token>, TokenError> {
+    match (file, env) {
+        (Some(_), Some(_)) => Err(TokenError::Both),
+        (None, None) => Ok(None),
+        (Some(path), None) => {
+            use std::os::unix::fs::PermissionsExt;
+            let read_err = |source| TokenError::Read {
+                path: path.to_path_buf(),
+                source,
+            };
+            let meta = std::fs::metadata(path).map_err(read_err)?;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o006 != 0 {
+                return Err(TokenError::WorldAccessible {
+                    path: path.to_path_buf(),
+                    mode,
+                });
+            }
+            if mode & 0o060 != 0 {
+                tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "token file is readable by its group");
+            }
+            let text = std::fs::read_to_string(path).map_err(read_err)?;
+            Token::new(&text).map(Some).ok_or_else(|| TokenError::Empty {
+                source_name: format!("token_file {}", path.display()),
+            })
+        }
+        (None, Some(name)) => {
+            let text = std::env::var(name).map_err(|_| TokenError::NoEnv { name: name.to_string() })?;
+            Token::new(&text).map(Some).ok_or_else(|| TokenError::Empty {
+                source_name: format!("token_env {name}"),
+            })
+        }
+    }
+}
+
+/// Every tenant of a config, the operator's [`DEFAULT_TENANT`] first, and
+/// the operator's token.
+#[derive(Clone, Debug)]
+pub struct Tenants {
+    list: Vec<Arc<Tenant>>,
+    operator_token: Option<Token>,
+}
+
+impl Default for Tenants {
+    fn default() -> Self {
+        Self {
+            list: vec![Arc::new(Tenant::operator())],
+            operator_token: None,
+        }
+    }
+}
+
+impl Tenants {
+    /// The operator's tenant plus `tenants` (whose ids the caller has made
+    /// unique and different from [`DEFAULT_TENANT`]), with the operator's
+    /// token.
+    pub fn new(tenants: Vec<Tenant>, operator_token: Option<Token>) -> Self {
+        let mut list = vec![Arc::new(Tenant::operator())];
+        list.extend(tenants.into_iter().map(Arc::new));
+        Self { list, operator_token }
+    }
+
+    /// The tenant `id`.
+    pub fn get(&self, id: &str) -> Option<&Arc<Tenant>> {
+        self.list.iter().find(|t| &*t.id == id)
+    }
+
+    /// The operator's tenant.
+    pub fn operator(&self) -> &Arc<Tenant> {
+        &self.list[0]
+    }
+
+    /// Every tenant, the operator's first.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Tenant>> {
+        self.list.iter()
+    }
+
+    /// How many tenants there are, the operator's included.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Never true: the operator's tenant is always there.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Whether any token is configured (the API then requires one).
+    pub fn has_tokens(&self) -> bool {
+        self.operator_token.is_some() || self.list.iter().any(|t| t.token.is_some())
+    }
+
+    /// Who presents `token` (a bearer token, as sent): the operator, a
+    /// tenant, or nobody. Every configured token is compared, each in
+    /// constant time, whichever matches.
+    pub fn authenticate(&self, token: &str) -> Option<Principal> {
+        let mut found = None;
+        if self.operator_token.as_ref().is_some_and(|t| t.matches(token)) {
+            found = Some(Principal::Operator);
+        }
+        for t in &self.list {
+            if t.token.as_ref().is_some_and(|k| k.matches(token)) && found.is_none() {
+                found = Some(Principal::Tenant(t.id.clone()));
+            }
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pat(s: &str) -> NetPattern {
+        s.parse().unwrap()
+    }
+
+    fn within(grant: &str, ceiling: &str) -> bool {
+        net_within(&pat(grant), &pat(ceiling))
+    }
+
+    #[test]
+    fn cidrs_within_cidrs() {
+        assert!(within("10.1.0.0/16:80", "10.0.0.0/8:80"));
+        assert!(within("10.1.2.3:80", "10.0.0.0/8:*"));
+        assert!(within("10.0.0.0/8:80", "10.0.0.0/8:80"));
+        // Wider than the ceiling, or beside it.
+        assert!(!within("10.0.0.0/7:80", "10.0.0.0/8:80"));
+        assert!(!within("0.0.0.0/0:80", "10.0.0.0/8:80"));
+        assert!(!within("11.0.0.1:80", "10.0.0.0/8:80"));
+        // The host bits of the grant do not matter beyond the ceiling's prefix.
+        assert!(within("10.255.255.255/32:1", "10.0.0.0/8:*"));
+        // Families never mix, even the v4-mapped range.
+        assert!(!within("[::ffff:10.0.0.1]:80", "10.0.0.0/8:80"));
+        assert!(!within("10.0.0.1:80", "[::ffff:10.0.0.0/104]:80"));
+        assert!(within("[fd00::1]:80", "[fd00::/8]:*"));
+        assert!(!within("[fd00::/7]:80", "[fd00::/8]:*"));
+        assert!(within("[::/0]:80", "[::/0]:*"));
+    }
+
+    #[test]
+    fn ports() {
+        assert!(within("10.0.0.1:443", "10.0.0.1:*"));
+        assert!(within("10.0.0.1:443", "10.0.0.1:443"));
+        assert!(!within("10.0.0.1:*", "10.0.0.1:443"));
+        assert!(!within("10.0.0.1:444", "10.0.0.1:443"));
+        assert!(within("10.0.0.1:*", "10.0.0.1:*"));
+    }
+
+    #[test]
+    fn names_and_wildcards() {
+        assert!(within("db.acme.internal:443", "*.acme.internal:443"));
+        assert!(within("a.b.acme.internal:443", "*.acme.internal:443"));
+        assert!(within("DB.Acme.Internal:443", "*.acme.internal:443"));
+        // `*.d` does not cover `d` itself, nor a name that merely ends alike.
+        assert!(!within("acme.internal:443", "*.acme.internal:443"));
+        assert!(!within("evilacme.internal:443", "*.acme.internal:443"));
+        // A wildcard is never within a plain name, and is within a wider wildcard.
+        assert!(!within("*.acme.internal:443", "acme.internal:443"));
+        assert!(within("*.eu.acme.internal:443", "*.acme.internal:443"));
+        assert!(within("*.acme.internal:443", "*.acme.internal:*"));
+        assert!(!within("*.internal:443", "*.acme.internal:443"));
+        assert!(within("db.internal:5432", "db.internal:5432"));
+        assert!(!within("db2.internal:5432", "db.internal:5432"));
+        // Names and addresses never cover each other: a name resolves anywhere.
+        assert!(!within("db.internal:5432", "0.0.0.0/0:*"));
+        assert!(!within("10.0.0.1:5432", "*.internal:*"));
+    }
+
+    #[test]
+    fn any_host() {
+        assert!(within("*:443", "*:*"));
+        assert!(within("*:443", "*:443"));
+        assert!(!within("*:443", "0.0.0.0/0:443"));
+        assert!(!within("*:443", "*.acme.internal:443"));
+        assert!(!within("*:*", "*:443"));
+        assert!(within("db.internal:1", "*:*"));
+        assert!(within("10.0.0.0/8:1", "*:1"));
+    }
+
+    fn acme() -> Tenant {
+        Tenant::new(
+            "acme",
+            Quotas {
+                timeout: Duration::from_secs(2),
+                fuel: 100,
+                memory: 1 << 20,
+                ..Quotas::default()
+            },
+            Ceiling::parse(&["10.0.0.0/8:*", "*.acme.internal:443"], &["/usr/bin"], &["/etc"]).unwrap(),
+        )
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            timeout: Duration::from_secs(1),
+            fuel: 100,
+            memory: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn the_target_counts_as_a_grant() {
+        let t = acme();
+        assert!(t.check("p", "10.1.2.3:8080", &Grants::default(), &limits()).is_empty());
+        assert!(
+            t.check("p", "http://10.1.2.3/x", &Grants::default(), &limits())
+                .is_empty()
+        );
+        assert!(
+            t.check("p", "https://shop.acme.internal/", &Grants::default(), &limits())
+                .is_empty()
+        );
+        let e = t.check("p", "127.0.0.1:8080", &Grants::default(), &limits());
+        assert!(matches!(&e[..], [CeilingError::Target { .. }]), "{e:?}");
+        assert!(e[0].to_string().contains("127.0.0.1:8080"), "{}", e[0]);
+        // A name without a port may be reached on any port: wider than `:443`.
+        let e = t.check("p", "shop.acme.internal", &Grants::default(), &limits());
+        assert_eq!(e.len(), 1, "{e:?}");
+        // Probes without a target only have their grants checked.
+        assert!(t.check("p", "", &Grants::default(), &limits()).is_empty());
+    }
+
+    #[test]
+    fn every_grant_and_limit_over_the_ceiling_is_named() {
+        let t = acme();
+        let grants = Grants {
+            net: vec![pat("10.0.0.1:22"), pat("*:443"), pat("11.0.0.0/8:1")],
+            exec: vec!["/usr/bin/true".into(), "/bin/sh".into(), "/usr/bin/../../bin/sh".into()],
+            files: vec!["/etc/ssl".into(), "/var".into()],
+            env: Vec::new(),
+        };
+        let over = Limits {
+            timeout: Duration::from_secs(3),
+            fuel: 101,
+            memory: 2 << 20,
+        };
+        let e = t.check("shop", "10.1.2.3:80", &grants, &over);
+        let text: Vec<String> = e.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 8, "{text:#?}");
+        assert!(
+            text[0].contains("timeout 3s is over the tenant's quota of 2s"),
+            "{}",
+            text[0]
+        );
+        assert!(text[1].contains("limits.fuel 101"), "{}", text[1]);
+        assert!(text[2].contains("limits.memory"), "{}", text[2]);
+        assert_eq!(
+            text[3],
+            "tenant \"acme\": probe \"shop\": grants.net \"*:443\" is wider than the tenant's net ceiling"
+        );
+        assert!(matches!(e[3], CeilingError::Net { index: 1, .. }));
+        assert!(matches!(e[4], CeilingError::Net { index: 2, .. }));
+        assert!(matches!(e[5], CeilingError::Exec { index: 1, .. }));
+        assert!(
+            matches!(e[6], CeilingError::Exec { index: 2, .. }),
+            "`..` never climbs out"
+        );
+        assert!(matches!(e[7], CeilingError::Files { index: 1, .. }));
+    }
+
+    #[test]
+    fn a_link_out_of_an_allowed_directory_is_not_within() {
+        let dir = tempfile::tempdir().unwrap();
+        let allowed = dir.path().join("allowed");
+        std::fs::create_dir(&allowed).unwrap();
+        std::os::unix::fs::symlink("/etc", allowed.join("etc")).unwrap();
+        std::fs::create_dir(allowed.join("sub")).unwrap();
+        let c = Ceiling {
+            files: vec![allowed.clone()],
+            ..Ceiling::default()
+        };
+        assert!(c.covers_files(&allowed.join("sub")));
+        assert!(c.covers_files(&allowed));
+        assert!(!c.covers_files(&allowed.join("etc")));
+        assert!(!c.covers_files(dir.path()));
+    }
+
+    #[test]
+    fn the_operator_has_no_ceiling() {
+        let grants = Grants {
+            net: vec![pat("*:*")],
+            ..Grants::default()
+        };
+        assert!(
+            Tenant::operator()
+                .check("p", "127.0.0.1:1", &grants, &Limits::default())
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn defaults_are_lowered_to_the_quota() {
+        let q = acme().quotas;
+        assert_eq!(q.default_limits(), limits());
+        assert_eq!(Quotas::UNLIMITED.default_limits(), Limits::default());
+    }
+
+    #[test]
+    fn tokens_never_print_and_authenticate() {
+        let token = Token::new("  s3cret\n").unwrap();
+        assert_eq!(format!("{token:?} {token}"), "Token(<redacted>) <redacted>");
+        assert!(token.matches("s3cret"));
+        assert!(!token.matches("s3cret "));
+        assert!(!token.matches(""));
+        assert!(Token::new(" \n").is_none());
+        let mut acme = acme();
+        acme.token = Token::new("acme-token");
+        let tenants = Tenants::new(vec![acme], Token::new("op-token"));
+        assert_eq!(
+            tenants.authenticate("acme-token"),
+            Some(Principal::Tenant("acme".into()))
+        );
+        assert_eq!(tenants.authenticate("op-token"), Some(Principal::Operator));
+        assert_eq!(tenants.authenticate("nobody"), None);
+        assert!(Principal::Operator.sees("acme"));
+        assert!(!Principal::Tenant("acme".into()).sees("other"));
+        let debug = format!("{tenants:?}");
+        assert!(!debug.contains("acme-token") && !debug.contains("op-token"), "{debug}");
+    }
+
+    #[test]
+    fn token_files_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "t0k3n\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_token(Some(&path), None).unwrap_err();
+        assert!(e.to_string().contains("every user (mode 644)"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(read_token(Some(&path), None).unwrap().unwrap().matches("t0k3n"));
+        std::fs::write(&path, "\n").unwrap();
+        let e = read_token(Some(&path), None).unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+        let e = read_token(Some(&dir.path().join("missing")), None).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
+        let e = read_token(None, Some("SONDE_TEST_NO_SUCH_VARIABLE")).unwrap_err();
+        assert!(e.to_string().contains("not set"), "{e}");
+        assert!(matches!(read_token(Some(&path), Some("X")), Err(TokenError::Both)));
+        assert!(read_token(None, None).unwrap().is_none());
+    }
+}
