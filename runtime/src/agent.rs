@@ -5,12 +5,13 @@
 //! stops scheduling, lets runs in flight finish within the grace period,
 //! saves state and returns.
 
-use crate::api::{self, AgentStatus, ApiState};
+use crate::api::{self, AgentStatus, ApiAuth, ApiState};
 use crate::config::ConfigErrors;
+use crate::control::{self, Control};
 use crate::engine::Engine;
 use crate::executor::{Executor, ExecutorConfig};
 use crate::metrics::{Metrics, RunMetrics};
-use crate::registry::{ProbeSpec, Registry, TargetSpec};
+use crate::registry::{ProbeSpec, TargetSpec};
 use crate::results::{DEFAULT_HISTORY, ResultCache};
 use crate::scheduler::{self, ActionOutcome, Runner};
 use crate::verdict::RunResult;
@@ -107,6 +108,8 @@ pub struct AgentOptions {
     pub grace: Duration,
     /// Random first-run offsets.
     pub jitter: bool,
+    /// Whether API callers need a token.
+    pub api_auth: ApiAuth,
 }
 
 /// Why the agent could not start.
@@ -118,39 +121,6 @@ pub enum AgentError {
     /// Something else failed at start.
     #[error("{0}")]
     Start(String),
-}
-
-/// Loads the config named by `path`, or the embedded default (which then
-/// probes the API where `api` says it is, if given).
-pub async fn load_registry(
-    engine: &Engine,
-    path: Option<&Path>,
-    api: Option<SocketAddr>,
-) -> Result<Registry, ConfigErrors> {
-    let reg = load_registry_quietly(engine, path, api).await?;
-    for w in &reg.warnings {
-        tracing::warn!("{w}");
-    }
-    Ok(reg)
-}
-
-async fn load_registry_quietly(
-    engine: &Engine,
-    path: Option<&Path>,
-    api: Option<SocketAddr>,
-) -> Result<Registry, ConfigErrors> {
-    match path {
-        Some(p) => Registry::load_file(engine, p).await,
-        None => {
-            let text = match api {
-                Some(a) => DEFAULT_CONFIG.replace(DEFAULT_API, &a.to_string()),
-                None => DEFAULT_CONFIG.to_string(),
-            };
-            let mut reg = Registry::load_text(engine, Path::new(DEFAULT_CONFIG_NAME), &text).await?;
-            reg.source = None;
-            Ok(reg)
-        }
-    }
 }
 
 /// A running agent: what tests and `sonde run` hold on to.
@@ -169,7 +139,8 @@ pub struct Agent {
     pub executor: Executor,
     /// The tenants of the config in force, with their tokens.
     pub tenants: Arc<Mutex<Arc<crate::tenants::Tenants>>>,
-    engine: Engine,
+    /// Reloads and runtime management.
+    pub control: Arc<Control>,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -177,9 +148,12 @@ pub struct Agent {
 impl Agent {
     /// Loads everything and starts scheduling and serving.
     pub async fn start(engine: Engine, options: AgentOptions) -> Result<Self, AgentError> {
-        let registry = load_registry(&engine, options.config.as_deref(), options.api)
+        let (registry, skipped) = control::load(&engine, &options, None)
             .await
             .map_err(AgentError::Config)?;
+        for w in &registry.warnings {
+            tracing::warn!("{w}");
+        }
         let state_dir = options.state_dir.clone().or_else(|| registry.state_dir.clone());
         let results = match &state_dir {
             Some(dir) => ResultCache::open(dir, DEFAULT_HISTORY).map_err(|e| AgentError::Start(e.to_string()))?,
@@ -193,6 +167,7 @@ impl Agent {
                 .map_or(DEFAULT_CONFIG_NAME.to_string(), |p| p.display().to_string()),
             loaded_at: Some(SystemTime::now()),
             reload_error: None,
+            left_out: skipped,
             probes: registry.probes.len(),
             version: env!("CARGO_PKG_VERSION"),
         }));
@@ -202,6 +177,14 @@ impl Agent {
             "config loaded"
         );
         let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
+        let require_signed = registry.require_signed;
+        let auth = match api_addr {
+            Some(addr) => options
+                .api_auth
+                .resolve(addr, registry.tenants.has_tokens())
+                .map_err(AgentError::Start)?,
+            None => ApiAuth::None,
+        };
         let run_metrics = Arc::new(RunMetrics::default());
         let executor = Executor::new(ExecutorConfig::default()).map_err(|e| AgentError::Start(e.to_string()))?;
         executor.configure(&registry.tenants);
@@ -216,6 +199,17 @@ impl Agent {
                 observer: run_metrics.clone(),
             },
         );
+        let control = Arc::new(Control {
+            engine: engine.clone(),
+            options: options.clone(),
+            store: state_dir.as_deref().map(crate::managed::Store::new),
+            scheduler: scheduler.clone(),
+            executor: executor.clone(),
+            status: status.clone(),
+            tenants: tenants.clone(),
+            require_signed: AtomicBool::new(require_signed),
+            lock: tokio::sync::Mutex::new(()),
+        });
         let draining = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         let mut api = None;
@@ -230,9 +224,12 @@ impl Agent {
                     results: results.clone(),
                     scheduler: scheduler.clone(),
                     cache: Arc::new(move || cache_engine.cache_stats()),
+                    executor: executor.clone(),
                 },
                 draining: draining.clone(),
                 health_timeout,
+                control: control.clone(),
+                auth,
             };
             let (bound, task) = api::serve(addr, state)
                 .await
@@ -249,41 +246,17 @@ impl Agent {
             draining,
             executor,
             tenants,
-            engine,
+            control,
             options,
             tasks,
         })
     }
 
-    /// Reads the config file again and applies it; an invalid one is
-    /// refused (the old config keeps running) and the error kept in the
-    /// status.
+    /// Reads the config file again (with the probes tenants stored) and
+    /// applies it; an invalid one is refused (the old config keeps
+    /// running) and the error kept in the status.
     pub async fn reload(&self) -> Result<scheduler::ReloadSummary, ConfigErrors> {
-        match load_registry(&self.engine, self.options.config.as_deref(), self.options.api).await {
-            Ok(reg) => {
-                let probes = reg.probes.len();
-                self.executor.configure(&reg.tenants);
-                *self.tenants.lock().unwrap_or_else(|e| e.into_inner()) = reg.tenants.clone();
-                let summary = self.scheduler.reload(reg).await;
-                let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
-                s.loaded_at = Some(SystemTime::now());
-                s.reload_error = None;
-                s.probes = probes;
-                tracing::info!(
-                    added = summary.added.len(),
-                    changed = summary.changed.len(),
-                    removed = summary.removed.len(),
-                    kept = summary.kept,
-                    "config reloaded"
-                );
-                Ok(summary)
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "config reload refused; the previous config keeps running");
-                self.status.lock().unwrap_or_else(|e| e.into_inner()).reload_error = Some(e.to_string());
-                Err(e)
-            }
-        }
+        self.control.reload().await
     }
 
     /// Stops scheduling, waits for runs in flight (up to the grace

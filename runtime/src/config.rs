@@ -290,6 +290,10 @@ pub struct Target {
     /// `probes: [...]`.
     #[serde(default)]
     pub probes: Vec<Probe>,
+    /// Where this target was written, when not in the config file itself
+    /// (a probe added through the API): errors about it name this.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 /// A command the host runs after a liveness or startup failure.

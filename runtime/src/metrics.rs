@@ -21,9 +21,11 @@
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
 
 use crate::config::Kind;
+use crate::executor::{Executor, TenantStats};
 use crate::registry::ProbeSpec;
 use crate::results::ResultCache;
 use crate::scheduler::{self, Observer};
+use crate::tenants::Principal;
 use crate::verdict::{RunResult, Status};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -104,6 +106,8 @@ pub struct Metrics {
     pub scheduler: scheduler::Handle,
     /// The compile cache's hits and misses.
     pub cache: Arc<dyn Fn() -> (u64, u64) + Send + Sync>,
+    /// Per-tenant run stats.
+    pub executor: Executor,
 }
 
 impl fmt::Debug for Metrics {
@@ -116,8 +120,8 @@ impl Metrics {
     /// The exposition, in OpenMetrics when `accept` asks for it (as
     /// Prometheus does), else in the Prometheus text format 0.0.4 (curl,
     /// promtool, older scrapers). Returns the content type and the text.
-    pub fn render(&self, accept: &str) -> (&'static str, String) {
-        let text = self.encode();
+    pub fn render(&self, accept: &str, who: &Principal) -> (&'static str, String) {
+        let text = self.encode(who);
         if accept.contains("application/openmetrics-text") {
             (OPENMETRICS, text)
         } else {
@@ -125,10 +129,12 @@ impl Metrics {
         }
     }
 
-    /// The OpenMetrics text.
-    pub fn encode(&self) -> String {
+    /// The OpenMetrics text of what `who` may see: a tenant gets its own
+    /// probes' and its own tenant series; agent-wide series are the
+    /// operator's.
+    pub fn encode(&self, who: &Principal) -> String {
         let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(Scrape(self.clone())));
+        registry.register_collector(Box::new(Scrape(self.clone(), who.clone())));
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
@@ -164,7 +170,7 @@ fn to_prometheus_text(openmetrics: &str) -> String {
 }
 
 #[derive(Debug)]
-struct Scrape(Metrics);
+struct Scrape(Metrics, Principal);
 
 fn status_code(s: Status) -> i64 {
     match s {
@@ -175,11 +181,90 @@ fn status_code(s: Status) -> i64 {
     }
 }
 
+impl Scrape {
+    /// Per-tenant run stats: the basis for billing and for spotting abuse.
+    fn tenant_series(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let stats: Vec<TenantStats> = self
+            .0
+            .executor
+            .stats()
+            .into_iter()
+            .filter(|s| self.1.sees(&s.tenant))
+            .collect();
+        let counter = |enc: &mut DescriptorEncoder, name: &str, help: &str, f: &dyn Fn(&TenantStats) -> f64| {
+            let mut e = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for s in &stats {
+                ConstCounter::new(f(s)).encode(e.encode_family(&[("tenant", &*s.tenant)])?)?;
+            }
+            Ok::<_, fmt::Error>(())
+        };
+        counter(enc, "sonde_tenant_runs", "Sandboxed calls run for the tenant", &|s| {
+            s.calls as f64
+        })?;
+        counter(enc, "sonde_tenant_fuel", "Fuel the tenant's calls consumed", &|s| {
+            s.fuel as f64
+        })?;
+        counter(
+            enc,
+            "sonde_tenant_sandbox_seconds",
+            "Time the tenant's calls spent in the sandbox",
+            &|s| s.sandbox_time.as_secs_f64(),
+        )?;
+        counter(
+            enc,
+            "sonde_tenant_queue_wait_seconds",
+            "Time the tenant's calls waited for a run permit",
+            &|s| s.queue_wait.as_secs_f64(),
+        )?;
+        let mut e = enc.encode_descriptor(
+            "sonde_tenant_errors",
+            "The tenant's calls that ended in an error, by reason",
+            None,
+            MetricType::Counter,
+        )?;
+        for s in &stats {
+            for (reason, n) in &s.errors {
+                let labels = [("tenant", &*s.tenant), ("reason", reason.as_str())];
+                ConstCounter::new(*n).encode(e.encode_family(&labels)?)?;
+            }
+        }
+        let gauge = |enc: &mut DescriptorEncoder, name: &str, help: &str, f: &dyn Fn(&TenantStats) -> i64| {
+            let mut e = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for s in &stats {
+                ConstGauge::new(f(s)).encode(e.encode_family(&[("tenant", &*s.tenant)])?)?;
+            }
+            Ok::<_, fmt::Error>(())
+        };
+        gauge(
+            enc,
+            "sonde_tenant_runs_running",
+            "The tenant's calls running now",
+            &|s| s.running as i64,
+        )?;
+        gauge(
+            enc,
+            "sonde_tenant_runs_waiting",
+            "The tenant's calls waiting for a permit",
+            &|s| s.waiting as i64,
+        )?;
+        gauge(
+            enc,
+            "sonde_tenant_concurrency_limit",
+            "The tenant's concurrent-call limit",
+            &|s| s.limit as i64,
+        )?;
+        Ok(())
+    }
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
-        let m = &self.0;
+        let (m, who) = (&self.0, &self.1);
         let mut samples = Vec::new();
         m.results.sample(|p| {
+            if !who.sees(p.tenant) {
+                return;
+            }
             let runs = p.runs.iter().map(|c| (c.status, c.reason, c.runs)).collect::<Vec<_>>();
             let last = p.last.map(|o| {
                 let metrics = o
@@ -199,6 +284,7 @@ impl Collector for Scrape {
                 p.stale,
                 runs,
                 last,
+                p.tenant.to_string(),
             ));
         });
 
@@ -231,7 +317,7 @@ impl Collector for Scrape {
             None,
             MetricType::Counter,
         )?;
-        for (name, _, _, _, _, runs, _) in &samples {
+        for (name, _, _, _, _, runs, ..) in &samples {
             for (status, reason, n) in runs {
                 let labels = [
                     ("probe", name.as_str()),
@@ -247,7 +333,7 @@ impl Collector for Scrape {
             None,
             MetricType::Gauge,
         )?;
-        for (name, .., last) in &samples {
+        for (name, _, _, _, _, _, last, _) in &samples {
             if let Some((d, _, _)) = last {
                 ConstGauge::new(d.as_secs_f64()).encode(e.encode_family(&[("probe", name.as_str())])?)?;
             }
@@ -258,7 +344,7 @@ impl Collector for Scrape {
             None,
             MetricType::Gauge,
         )?;
-        for (name, .., last) in &samples {
+        for (name, _, _, _, _, _, last, _) in &samples {
             if let Some((_, fuel, _)) = last {
                 ConstGauge::new(*fuel as f64).encode(e.encode_family(&[("probe", name.as_str())])?)?;
             }
@@ -269,7 +355,7 @@ impl Collector for Scrape {
             None,
             MetricType::Gauge,
         )?;
-        for (name, .., last) in &samples {
+        for (name, _, _, _, _, _, last, _) in &samples {
             for (metric, unit, value) in last.iter().flat_map(|(_, _, m)| m) {
                 let labels = [
                     ("probe", name.as_str()),
@@ -280,6 +366,10 @@ impl Collector for Scrape {
             }
         }
 
+        self.tenant_series(&mut enc)?;
+        if *who != Principal::Operator {
+            return Ok(());
+        }
         let plugins = m.runs.by_plugin.read().unwrap_or_else(|e| e.into_inner());
         let mut e = enc.encode_descriptor(
             "sonde_run_duration_seconds",

@@ -128,6 +128,8 @@ pub struct Registry {
     pub state_dir: Option<PathBuf>,
     /// `health_timeout:` from the file, if set.
     pub health_timeout: Option<Duration>,
+    /// `require_signed:` from the file.
+    pub require_signed: bool,
     /// `tenants:` from the file, the operator's `default` first, with the
     /// API tokens.
     pub tenants: Arc<Tenants>,
@@ -222,6 +224,7 @@ impl Registry {
             keys: Vec::new(),
             required: file.require_signed.as_ref().is_some_and(|r| r.value),
         };
+        reg.require_signed = trust.required;
         for k in &file.trust {
             let path = base.join(&k.value);
             match crate::signing::PublicKey::read(&path) {
@@ -246,6 +249,7 @@ impl Registry {
         let mut probe_names: HashMap<String, Place> = HashMap::new();
 
         for t in &file.targets {
+            errs.file = t.source.clone().unwrap_or_else(|| path.to_path_buf());
             let name = t.name.value.trim();
             if !valid_name(name) {
                 errs.at(

@@ -681,6 +681,7 @@ impl<R: Runner> Core<R> {
                 target: p.target.clone(),
                 kind: p.kind,
                 groups: p.groups.clone(),
+                tenant: p.tenant.clone(),
             };
             let counter = self.results.insert(&meta, Counter::initial(p.kind));
             self.next_epoch += 1;

@@ -23,9 +23,11 @@ mod page;
 mod watch;
 
 use crate::config::Kind;
+use crate::control::{Control, Refusal};
 use crate::metrics::Metrics;
 use crate::results::{ProbeView, ResultCache};
 use crate::scheduler::{self, TriggerError};
+use crate::tenants::Principal;
 use crate::verdict::Status;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -42,6 +44,39 @@ use std::time::{Duration, SystemTime};
 /// `/livez` and `/healthz` fail once a due run has waited this long to start.
 pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Whether API callers must present a bearer token.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiAuth {
+    /// `token` when the config has any token, else `none`.
+    #[default]
+    Auto,
+    /// Every endpoint but `/livez` and `/healthz` needs `Authorization: Bearer <token>`.
+    Token,
+    /// No token: every caller is the operator. Only on a loopback address.
+    None,
+}
+
+impl ApiAuth {
+    /// What this means for an API on `addr` with or without tokens
+    /// configured: `Token` or `None`, or why it cannot be.
+    pub fn resolve(self, addr: SocketAddr, has_tokens: bool) -> Result<Self, String> {
+        let open = match self {
+            Self::Auto => !has_tokens,
+            Self::Token => false,
+            Self::None => true,
+        };
+        if open && !addr.ip().is_loopback() {
+            return Err(format!(
+                "the API on {addr} would answer anyone without a token: configure operator_token_file (or tenant tokens), or serve it on a loopback address such as 127.0.0.1"
+            ));
+        }
+        if !open && !has_tokens {
+            return Err("--api-auth token, but no token is configured (operator_token_file, operator_token_env, or a tenant's token_file/token_env)".into());
+        }
+        Ok(if open { Self::None } else { Self::Token })
+    }
+}
+
 /// What the agent tells about its config.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct AgentStatus {
@@ -52,6 +87,8 @@ pub struct AgentStatus {
     pub loaded_at: Option<SystemTime>,
     /// Why the last reload was refused, if it was (the old config stays).
     pub reload_error: Option<String>,
+    /// Probes added through the API that no longer load, and why.
+    pub left_out: Vec<String>,
     /// The number of probes.
     pub probes: usize,
     /// The agent's version.
@@ -80,6 +117,10 @@ pub struct ApiState {
     pub draining: Arc<AtomicBool>,
     /// How long a due run may wait to start before sonde calls itself unhealthy.
     pub health_timeout: Duration,
+    /// Reloads and runtime management.
+    pub control: Arc<Control>,
+    /// Whether callers need a token ([`ApiAuth::Token`] or [`ApiAuth::None`]).
+    pub auth: ApiAuth,
 }
 
 /// Why the API could not start.
@@ -204,12 +245,12 @@ struct Failing {
     message: String,
 }
 
-fn group(state: &ApiState, group: &str, kind: Kind) -> Response<Body> {
+fn group(state: &ApiState, who: &Principal, group: &str, kind: Kind) -> Response<Body> {
     let probes: Vec<ProbeView> = state
         .results
         .list()
         .into_iter()
-        .filter(|p| p.groups.iter().any(|g| g == group))
+        .filter(|p| who.sees(&p.tenant) && p.groups.iter().any(|g| g == group))
         .collect();
     if probes.is_empty() {
         return error(StatusCode::NOT_FOUND, format!("no probe is in group {group:?}"));
@@ -273,57 +314,185 @@ fn health(state: &ApiState, check_draining: bool) -> Response<Body> {
     )
 }
 
+/// Who is calling: from the bearer token, or the operator when the API
+/// needs none. `None` is a 401.
+fn principal(state: &ApiState, req: &Request<Incoming>) -> Option<Principal> {
+    if state.auth != ApiAuth::Token {
+        return Some(Principal::Operator);
+    }
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    state.control.tenants().authenticate(token.trim())
+}
+
+fn unauthorized() -> Response<Body> {
+    let mut r = error(
+        StatusCode::UNAUTHORIZED,
+        "this API needs a token: Authorization: Bearer <token>",
+    );
+    r.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+    r
+}
+
+fn refused(r: Refusal) -> Response<Body> {
+    error(
+        StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        r.message,
+    )
+}
+
+async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Response<Body>> {
+    match http_body_util::Limited::new(req.into_body(), limit).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than the {limit} byte limit"),
+        )),
+        Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
+    }
+}
+
 async fn route(state: &ApiState, req: Request<Incoming>) -> Response<Body> {
-    let path = req.uri().path();
-    let path = if path == "/" { path } else { path.trim_end_matches('/') };
+    let path = req.uri().path().to_string();
+    let path = if path == "/" {
+        path.as_str()
+    } else {
+        path.trim_end_matches('/')
+    };
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     let method = req.method().clone();
     let get = method == Method::GET || method == Method::HEAD;
     match segments.as_slice() {
-        [""] if get => match query(&req, "updates").map(|v| v.parse::<u32>()) {
+        ["livez"] if get => return health(state, false),
+        ["healthz"] if get => return health(state, true),
+        _ => {}
+    }
+    let Some(who) = principal(state, &req) else {
+        return unauthorized();
+    };
+    // What this caller may see of a probe: another tenant's is "not found".
+    let probe = |name: &str| state.results.get(name).filter(|p| who.sees(&p.tenant));
+    let not_found = |what: &str, name: &str| error(StatusCode::NOT_FOUND, format!("no {what} named {name:?}"));
+    match segments.as_slice() {
+        [""] if get && who == Principal::Operator => match query(&req, "updates").map(|v| v.parse::<u32>()) {
             None => full(StatusCode::OK, "text/html; charset=utf-8", page::render(state, None)),
             Some(Ok(n)) => full(StatusCode::OK, "text/html; charset=utf-8", page::render(state, Some(n))),
             Some(Err(_)) => error(StatusCode::BAD_REQUEST, "updates: expected a number of outcomes"),
         },
-        ["livez"] if get => health(state, false),
-        ["healthz"] if get => health(state, true),
+        [""] if get => error(StatusCode::NOT_FOUND, "the status page is the operator's"),
         ["metrics"] if get => {
             let accept = req
                 .headers()
                 .get(header::ACCEPT)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
-            let (content_type, text) = state.metrics.render(accept);
+            let (content_type, text) = state.metrics.render(accept, &who);
             full(StatusCode::OK, content_type, text)
         }
-        ["v1", "probes"] if get => json(StatusCode::OK, &state.results.list()),
-        ["v1", "probes", name] if get => match state.results.get(name) {
+        ["v1", "probes"] if get => {
+            let list: Vec<ProbeView> = state
+                .results
+                .list()
+                .into_iter()
+                .filter(|p| who.sees(&p.tenant))
+                .collect();
+            json(StatusCode::OK, &list)
+        }
+        ["v1", "probes", name] if get => match probe(name) {
             Some(p) => json(StatusCode::OK, &p),
-            None => error(StatusCode::NOT_FOUND, format!("no probe named {name:?}")),
+            None => not_found("probe", name),
         },
-        ["v1", "probes", name, "run"] if method == Method::POST => match state.scheduler.trigger(name).await {
-            Ok(r) => json(StatusCode::OK, &r),
-            Err(e @ TriggerError::NotFound(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
-            Err(e) => error(StatusCode::CONFLICT, e.to_string()),
+        ["v1", "probes", name] if method == Method::PUT => {
+            let name = name.to_string();
+            let body = match read_body(req, crate::managed::MAX_PROBE_BYTES).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            let owner = |n: &str| state.results.get(n).map(|p| p.tenant);
+            match state.control.put_probe(&who, &name, &body, owner).await {
+                Ok(replaced) => {
+                    let status = if replaced { StatusCode::OK } else { StatusCode::CREATED };
+                    json(status, &serde_json::json!({ "probe": name, "replaced": replaced }))
+                }
+                Err(r) => refused(r),
+            }
+        }
+        ["v1", "probes", name] if method == Method::DELETE => {
+            match state.control.delete_probe(&who, name, probe(name).is_some()).await {
+                Ok(()) => json(StatusCode::OK, &serde_json::json!({ "deleted": name })),
+                Err(r) => refused(r),
+            }
+        }
+        ["v1", "probes", name, "run"] if method == Method::POST => {
+            if probe(name).is_none() {
+                return not_found("probe", name);
+            }
+            match state.scheduler.trigger(name).await {
+                Ok(r) => json(StatusCode::OK, &r),
+                Err(e @ TriggerError::NotFound(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+                Err(e) => error(StatusCode::CONFLICT, e.to_string()),
+            }
+        }
+        ["v1", "plugins", name] if method == Method::PUT => {
+            let name = name.to_string();
+            let body = match read_body(req, crate::managed::MAX_PLUGIN_BYTES).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            match state.control.put_plugin(&who, &name, &body).await {
+                Ok(replaced) => {
+                    let status = if replaced { StatusCode::OK } else { StatusCode::CREATED };
+                    json(status, &serde_json::json!({ "plugin": name, "replaced": replaced }))
+                }
+                Err(r) => refused(r),
+            }
+        }
+        ["v1", "plugins", name] if method == Method::DELETE => match state.control.delete_plugin(&who, name).await {
+            Ok(()) => json(StatusCode::OK, &serde_json::json!({ "deleted": name })),
+            Err(r) => refused(r),
         },
-        ["v1", "targets"] if get => json(StatusCode::OK, &state.results.targets()),
-        ["v1", "targets", name] if get => match state.results.targets().into_iter().find(|t| t.name == *name) {
-            Some(t) => json(StatusCode::OK, &t),
-            None => error(StatusCode::NOT_FOUND, format!("no target named {name:?}")),
-        },
-        ["v1", "ready", g] if get => group(state, g, Kind::Readiness),
-        ["v1", "live", g] if get => group(state, g, Kind::Liveness),
+        ["v1", "targets"] if get => {
+            let list: Vec<_> = state
+                .results
+                .targets()
+                .into_iter()
+                .filter(|t| who.sees(&t.tenant))
+                .collect();
+            json(StatusCode::OK, &list)
+        }
+        ["v1", "targets", name] if get => {
+            match state
+                .results
+                .targets()
+                .into_iter()
+                .find(|t| t.name == *name && who.sees(&t.tenant))
+            {
+                Some(t) => json(StatusCode::OK, &t),
+                None => not_found("target", name),
+            }
+        }
+        ["v1", "ready", g] if get => group(state, &who, g, Kind::Readiness),
+        ["v1", "live", g] if get => group(state, &who, g, Kind::Liveness),
         ["v1", "watch"] if get => match watch::Params::from_request(&req) {
-            Ok(p) => watch::stream(state.results.clone(), p),
+            Ok(p) => watch::stream(state.results.clone(), p, who),
             Err(e) => error(StatusCode::BAD_REQUEST, e),
         },
         ["v1", "status"] if get => {
-            let status = state.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let mut status = state.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Principal::Tenant(t) = &who {
+                // A tenant sees its own probes only, and not the operator's config.
+                status.config = String::new();
+                status.reload_error = None;
+                status.left_out.retain(|l| l.contains(&format!("of tenant {:?}", &**t)));
+                status.probes = state.results.list().iter().filter(|p| who.sees(&p.tenant)).count();
+            }
             json(StatusCode::OK, &status)
         }
         [""]
-        | ["livez"]
-        | ["healthz"]
         | ["metrics"]
         | ["v1", "probes"]
         | ["v1", "probes", _]
@@ -333,7 +502,10 @@ async fn route(state: &ApiState, req: Request<Incoming>) -> Response<Body> {
         | ["v1", "live", _]
         | ["v1", "watch"]
         | ["v1", "status"]
-        | ["v1", "probes", _, "run"] => error(
+        | ["v1", "plugins", _]
+        | ["v1", "probes", _, "run"]
+        | ["livez"]
+        | ["healthz"] => error(
             StatusCode::METHOD_NOT_ALLOWED,
             format!("{method} is not allowed on {path}"),
         ),

@@ -14,6 +14,7 @@
 
 use super::{Body, query};
 use crate::results::{EventLog, ResultCache, RunEvent, StateChange};
+use crate::tenants::Principal;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
@@ -71,6 +72,7 @@ trait Watched: Clone + Serialize + Send + Sync + 'static {
     const NAME: &'static str;
     fn probe(&self) -> &str;
     fn target(&self) -> &str;
+    fn tenant(&self) -> &str;
 }
 
 impl Watched for StateChange {
@@ -80,6 +82,9 @@ impl Watched for StateChange {
     }
     fn target(&self) -> &str {
         &self.target
+    }
+    fn tenant(&self) -> &str {
+        &self.tenant
     }
 }
 
@@ -91,15 +96,18 @@ impl Watched for RunEvent {
     fn target(&self) -> &str {
         &self.target
     }
+    fn tenant(&self) -> &str {
+        &self.tenant
+    }
 }
 
 /// The response: headers now, events as they come.
-pub fn stream(results: ResultCache, params: Params) -> Response<Body> {
+pub fn stream(results: ResultCache, params: Params, who: Principal) -> Response<Body> {
     let (tx, rx) = mpsc::channel(64);
     if params.all {
-        tokio::spawn(follow::<RunEvent>(results, params, tx, |r| r.run_log()));
+        tokio::spawn(follow::<RunEvent>(results, params, who, tx, |r| r.run_log()));
     } else {
-        tokio::spawn(follow::<StateChange>(results, params, tx, |r| r.change_log()));
+        tokio::spawn(follow::<StateChange>(results, params, who, tx, |r| r.change_log()));
     }
     Response::builder()
         .status(StatusCode::OK)
@@ -117,6 +125,7 @@ fn frame(event: &str, id: &str, data: &impl Serialize) -> Bytes {
 async fn follow<T: Watched>(
     results: ResultCache,
     params: Params,
+    who: Principal,
     tx: mpsc::Sender<Bytes>,
     log: fn(&ResultCache) -> &EventLog<T>,
 ) {
@@ -127,7 +136,8 @@ async fn follow<T: Watched>(
         Some(g) => results.groups(probe).is_some_and(|gs| gs.iter().any(|x| x == g)),
     };
     let wanted = |e: &T| {
-        params.probe.as_deref().is_none_or(|p| p == e.probe())
+        who.sees(e.tenant())
+            && params.probe.as_deref().is_none_or(|p| p == e.probe())
             && params.target.as_deref().is_none_or(|t| t == e.target())
             && in_group(e.probe())
     };

@@ -35,6 +35,10 @@ pub struct RunArgs {
     /// Start every probe at once instead of at a random offset within its first period.
     #[arg(long)]
     pub no_jitter: bool,
+
+    /// Whether API callers need a bearer token: `token`, `none` (only on a loopback address), or `auto` (token when any token is configured).
+    #[arg(long, value_enum, default_value_t = crate::api::ApiAuth::Auto)]
+    pub api_auth: crate::api::ApiAuth,
 }
 
 /// Arguments of `sonde validate`.
@@ -68,6 +72,7 @@ pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliE
         state_dir: args.state_dir,
         grace: args.grace,
         jitter: !args.no_jitter,
+        api_auth: args.api_auth,
     };
     match agent::run(engine, options).await {
         Ok(()) => Ok(0),

@@ -36,6 +36,8 @@ pub struct RunEvent {
     pub probe: Arc<str>,
     /// Its target.
     pub target: Arc<str>,
+    /// The tenant that owns it.
+    pub tenant: Arc<str>,
     /// Its kind.
     pub kind: Kind,
     /// Its state after this outcome.
@@ -69,6 +71,8 @@ pub struct ProbeSample<'a> {
     pub kind: Kind,
     /// Its groups.
     pub groups: &'a [String],
+    /// The tenant that owns it.
+    pub tenant: &'a str,
     /// Its state.
     pub state: Status,
     /// Restored from disk and not run since.
@@ -86,6 +90,8 @@ pub struct StateChange {
     pub probe: Arc<str>,
     /// Its target.
     pub target: Arc<str>,
+    /// The tenant that owns it.
+    pub tenant: Arc<str>,
     /// Its kind.
     pub kind: Kind,
     /// The state before.
@@ -142,6 +148,7 @@ struct Record {
     target: Arc<str>,
     kind: Kind,
     groups: Arc<[String]>,
+    tenant: Arc<str>,
     counter: Counter,
     last: Option<Arc<Observation>>,
     last_transition: Option<SystemTime>,
@@ -161,6 +168,8 @@ pub struct ProbeView {
     pub kind: Kind,
     /// Its groups.
     pub groups: Vec<String>,
+    /// The tenant that owns it.
+    pub tenant: String,
     /// Its state.
     pub state: Status,
     /// Restored from disk and not run since.
@@ -182,6 +191,8 @@ pub struct ProbeView {
 pub struct TargetView {
     /// Its name.
     pub name: String,
+    /// The tenant that owns it.
+    pub tenant: String,
     /// Its startup probe succeeded, or it has none.
     pub started: bool,
     /// Started, and every readiness probe passes.
@@ -203,6 +214,8 @@ pub struct ProbeMeta {
     pub kind: Kind,
     /// Its groups.
     pub groups: Arc<[String]>,
+    /// The tenant that owns it.
+    pub tenant: Arc<str>,
 }
 
 struct Inner {
@@ -295,6 +308,7 @@ impl ResultCache {
                 target: meta.target.clone(),
                 kind: meta.kind,
                 groups: meta.groups.clone(),
+                tenant: meta.tenant.clone(),
                 counter: p.counter,
                 last: p.last.map(Arc::new),
                 last_transition: p.last_transition,
@@ -306,6 +320,7 @@ impl ResultCache {
                 target: meta.target.clone(),
                 kind: meta.kind,
                 groups: meta.groups.clone(),
+                tenant: meta.tenant.clone(),
                 counter: initial,
                 last: None,
                 last_transition: None,
@@ -365,12 +380,13 @@ impl ResultCache {
         };
         let outcome = Arc::new(Observation { result, at: now });
         r.last = Some(outcome.clone());
-        let (target, kind) = (r.target.clone(), r.kind);
+        let (target, tenant, kind) = (r.target.clone(), r.tenant.clone(), r.kind);
         self.transition(name, r, from, message, now);
         drop(probes);
         self.inner.run_log.push(RunEvent {
             probe: name.into(),
             target,
+            tenant,
             kind,
             state: counter.state,
             consecutive: counter.consecutive,
@@ -388,6 +404,7 @@ impl ResultCache {
         let change = StateChange {
             probe: name.into(),
             target: r.target.clone(),
+            tenant: r.tenant.clone(),
             kind: r.kind,
             from,
             to: r.counter.state,
@@ -456,6 +473,7 @@ impl ResultCache {
                 target: &r.target,
                 kind: r.kind,
                 groups: &r.groups,
+                tenant: &r.tenant,
                 state: r.counter.state,
                 stale: r.stale,
                 last: r.last.as_deref(),
@@ -481,6 +499,7 @@ impl ResultCache {
         for (name, r) in probes.iter() {
             let t = targets.entry(&r.target).or_insert_with(|| TargetView {
                 name: r.target.to_string(),
+                tenant: r.tenant.to_string(),
                 started: true,
                 ready: true,
                 live: true,
@@ -518,6 +537,7 @@ fn view(name: &str, r: &Record, with_history: bool) -> ProbeView {
         target: r.target.to_string(),
         kind: r.kind,
         groups: r.groups.to_vec(),
+        tenant: r.tenant.to_string(),
         state: r.counter.state,
         stale: r.stale,
         consecutive: r.counter.consecutive,
@@ -564,6 +584,7 @@ mod tests {
             target: target.into(),
             kind,
             groups: Arc::from(vec![]),
+            tenant: "default".into(),
         }
     }
 

@@ -22,6 +22,7 @@ fn options(config: &Path) -> AgentOptions {
         state_dir: None,
         grace: Duration::from_secs(2),
         jitter: false,
+        api_auth: Default::default(),
     }
 }
 

@@ -1,0 +1,295 @@
+//! Plugins and probes that tenants add through the API (`PUT /v1/plugins/
+//! {name}`, `PUT /v1/probes/{name}`), kept in `state_dir/managed/` so they
+//! survive a restart:
+//!
+//! ```text
+//! state_dir/managed/plugins/<tenant>/<name>.wasm
+//! state_dir/managed/probes/<tenant>/<name>.json
+//! ```
+//!
+//! Every write goes to a temporary file in the same directory, is synced,
+//! then renamed over the old one: a crash leaves the old version or the
+//! new one, never half of either. Names are checked before they become
+//! paths. Nothing here decides whether an upload is acceptable; the agent
+//! validates first and stores after.
+
+use crate::config;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The largest plugin a tenant may upload.
+pub const MAX_PLUGIN_BYTES: usize = 32 * 1024 * 1024;
+/// The largest probe spec a tenant may upload.
+pub const MAX_PROBE_BYTES: usize = 64 * 1024;
+
+/// One probe a tenant added.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredProbe {
+    /// Its tenant.
+    pub tenant: String,
+    /// Its name (agent-wide unique).
+    pub name: String,
+    /// Its spec, as accepted.
+    pub spec: serde_json::Value,
+}
+
+/// The store in `state_dir/managed`.
+#[derive(Clone, Debug)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+/// Whether `name` can be a file name here: the config's name rule.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    private_dir(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+fn remove(path: &Path) -> std::io::Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// `(tenant, name)` of every `<tenant>/<name>.<ext>` under `dir`.
+fn entries(dir: &Path, ext: &str) -> Vec<(String, String, PathBuf)> {
+    let mut out = Vec::new();
+    let Ok(tenants) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for t in tenants.flatten() {
+        let tenant = t.file_name().to_string_lossy().to_string();
+        let Ok(files) = std::fs::read_dir(t.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let file = f.file_name().to_string_lossy().to_string();
+            if let Some(name) = file.strip_suffix(ext).and_then(|n| n.strip_suffix('.'))
+                && valid_name(name)
+                && valid_name(&tenant)
+            {
+                out.push((tenant.clone(), name.to_string(), f.path()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+impl Store {
+    /// The store under `state_dir` (created on first write).
+    pub fn new(state_dir: &Path) -> Self {
+        Self {
+            dir: state_dir.join("managed"),
+        }
+    }
+
+    /// Where tenant `tenant`'s plugin `name` is kept.
+    pub fn plugin_path(&self, tenant: &str, name: &str) -> PathBuf {
+        self.dir.join("plugins").join(tenant).join(format!("{name}.wasm"))
+    }
+
+    fn probe_path(&self, tenant: &str, name: &str) -> PathBuf {
+        self.dir.join("probes").join(tenant).join(format!("{name}.json"))
+    }
+
+    /// Every stored plugin: `(tenant, name, path)`.
+    pub fn plugins(&self) -> Vec<(String, String, PathBuf)> {
+        entries(&self.dir.join("plugins"), "wasm")
+    }
+
+    /// Which tenant has a plugin called `name`.
+    pub fn plugin_owner(&self, name: &str) -> Option<String> {
+        self.plugins().into_iter().find(|(_, n, _)| n == name).map(|(t, ..)| t)
+    }
+
+    /// Every stored probe; an unreadable file is logged and skipped.
+    pub fn probes(&self) -> Vec<StoredProbe> {
+        entries(&self.dir.join("probes"), "json")
+            .into_iter()
+            .filter_map(|(tenant, name, path)| {
+                let parsed = std::fs::read(&path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()));
+                match parsed {
+                    Ok(spec) => Some(StoredProbe { tenant, name, spec }),
+                    Err(e) => {
+                        tracing::error!(file = %path.display(), error = %e, "a stored probe cannot be read; skipped");
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Stores a plugin.
+    pub fn put_plugin(&self, tenant: &str, name: &str, wasm: &[u8]) -> std::io::Result<()> {
+        write_atomically(&self.plugin_path(tenant, name), wasm)
+    }
+
+    /// Removes a plugin; whether it was there.
+    pub fn delete_plugin(&self, tenant: &str, name: &str) -> std::io::Result<bool> {
+        remove(&self.plugin_path(tenant, name))
+    }
+
+    /// Stores a probe.
+    pub fn put_probe(&self, probe: &StoredProbe) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(&probe.spec).map_err(std::io::Error::other)?;
+        write_atomically(&self.probe_path(&probe.tenant, &probe.name), &bytes)
+    }
+
+    /// Removes a probe; whether it was there.
+    pub fn delete_probe(&self, tenant: &str, name: &str) -> std::io::Result<bool> {
+        remove(&self.probe_path(tenant, name))
+    }
+}
+
+/// Why a probe spec from the API cannot become a config target.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// Not YAML or JSON.
+    #[error("the body is not YAML or JSON: {0}")]
+    Syntax(String),
+    /// Not a mapping.
+    #[error("the body must be a mapping with address, plugin and the probe's keys")]
+    NotAMapping,
+    /// A key the API sets itself.
+    #[error("{0}: set by the API (the name comes from the URL, the tenant from the token)")]
+    Reserved(&'static str),
+    /// No address.
+    #[error("address: missing (host:port or URL of what the probe checks)")]
+    NoAddress,
+    /// A plugin given as a file path.
+    #[error(
+        "plugin: {0:?}: a tenant's probe names a built-in or a plugin uploaded with PUT /v1/plugins/NAME, not a path"
+    )]
+    PluginPath(String),
+    /// An invalid config.
+    #[error("{0}")]
+    Config(config::ConfigErrors),
+}
+
+/// Parses a probe spec (YAML or JSON) as the API receives it.
+pub fn parse_spec(body: &[u8]) -> Result<serde_json::Value, SpecError> {
+    let text = std::str::from_utf8(body).map_err(|e| SpecError::Syntax(e.to_string()))?;
+    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| SpecError::Syntax(e.to_string()))?;
+    let map = value.as_object().ok_or(SpecError::NotAMapping)?;
+    for key in ["name", "tenant"] {
+        if map.contains_key(key) {
+            return Err(SpecError::Reserved(if key == "name" { "name" } else { "tenant" }));
+        }
+    }
+    if !map.get("address").is_some_and(|a| a.is_string()) {
+        return Err(SpecError::NoAddress);
+    }
+    match map.get("plugin").and_then(|p| p.as_str()) {
+        Some(p) if p.contains('/') || p.ends_with(".wasm") => return Err(SpecError::PluginPath(p.into())),
+        _ => {}
+    }
+    Ok(value)
+}
+
+/// Turns a stored probe into the config target it stands for: a target
+/// of its own, named like the probe, owned by its tenant. A plugin name
+/// that is one of the tenant's uploads becomes that file's path. Errors
+/// name `PUT /v1/probes/<name>`.
+pub fn to_target(store: &Store, probe: &StoredProbe) -> Result<config::Target, SpecError> {
+    let mut spec = probe.spec.clone();
+    let map = spec.as_object_mut().ok_or(SpecError::NotAMapping)?;
+    let address = map.remove("address").ok_or(SpecError::NoAddress)?;
+    if let Some(plugin) = map.get("plugin").and_then(|p| p.as_str()) {
+        let uploaded = store.plugin_path(&probe.tenant, plugin);
+        if crate::builtins::get(plugin).is_none() && valid_name(plugin) && uploaded.is_file() {
+            map.insert("plugin".into(), uploaded.display().to_string().into());
+        }
+    }
+    map.insert("name".into(), probe.name.clone().into());
+    let mut target = serde_json::json!({
+        "name": probe.name,
+        "address": address,
+        "probes": [spec],
+    });
+    if probe.tenant != crate::tenants::DEFAULT_TENANT {
+        target["tenant"] = probe.tenant.clone().into();
+    }
+    let file = serde_json::json!({ "targets": [target] });
+    let source = PathBuf::from(format!("PUT /v1/probes/{}", probe.name));
+    let text = serde_json::to_string_pretty(&file).unwrap_or_default();
+    let mut parsed = config::parse(&source, &text).map_err(SpecError::Config)?;
+    let mut target = parsed.targets.pop().ok_or(SpecError::NotAMapping)?;
+    target.source = Some(source);
+    Ok(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_could_escape_the_directory_are_not_names() {
+        for bad in ["", ".", "..", "a/b", "../x", "a b", "x\0"] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
+        assert!(valid_name("shop-ready_2.v1"));
+    }
+
+    #[test]
+    fn specs_are_checked_before_anything_is_stored() {
+        assert!(matches!(parse_spec(b"[1, 2]"), Err(SpecError::NotAMapping)));
+        assert!(matches!(parse_spec(b"plugin: tcp"), Err(SpecError::NoAddress)));
+        assert!(matches!(
+            parse_spec(b"address: a:1\nplugin: tcp\ntenant: other"),
+            Err(SpecError::Reserved("tenant"))
+        ));
+        assert!(matches!(
+            parse_spec(b"address: a:1\nplugin: /etc/evil.wasm"),
+            Err(SpecError::PluginPath(_))
+        ));
+        let v = parse_spec(br#"{"address": "127.0.0.1:80", "plugin": "tcp"}"#).unwrap();
+        assert_eq!(v["plugin"], "tcp");
+    }
+
+    #[test]
+    fn writes_replace_whole_files_and_list_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let probe = StoredProbe {
+            tenant: "acme".into(),
+            name: "shop".into(),
+            spec: serde_json::json!({"address": "127.0.0.1:80", "plugin": "tcp"}),
+        };
+        store.put_probe(&probe).unwrap();
+        store.put_plugin("acme", "mine", b"\0asm").unwrap();
+        assert_eq!(store.probes(), [probe.clone()]);
+        assert_eq!(store.plugin_owner("mine").as_deref(), Some("acme"));
+        let target = to_target(&store, &probe).unwrap();
+        assert_eq!(target.name.value, "shop");
+        assert_eq!(target.tenant.as_ref().unwrap().value, "acme");
+        assert_eq!(target.source.as_deref(), Some(Path::new("PUT /v1/probes/shop")));
+        assert!(store.delete_probe("acme", "shop").unwrap());
+        assert!(!store.delete_probe("acme", "shop").unwrap());
+        assert!(store.probes().is_empty());
+    }
+}
