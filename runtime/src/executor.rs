@@ -37,6 +37,11 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+thread_local! {
+    /// Whether this thread is one of the sandbox runtime's.
+    static IN_SANDBOX: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Executor settings.
 #[derive(Clone, Debug)]
 pub struct ExecutorConfig {
@@ -476,6 +481,7 @@ impl Executor {
                 tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(n)
                     .thread_name("sonde-sandbox")
+                    .on_thread_start(|| IN_SANDBOX.set(true))
                     .event_interval(config.event_interval.max(1))
                     .enable_all()
                     .build()
@@ -500,6 +506,12 @@ impl Executor {
         };
         executor.configure(&Tenants::default());
         Ok(executor)
+    }
+
+    /// The sandbox runtime, where run tasks belong (`None` when calls run
+    /// on the caller's runtime).
+    pub fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.inner.handle.clone()
     }
 
     /// The global limit.
@@ -585,6 +597,9 @@ impl Executor {
             result
         };
         match &self.inner.handle {
+            // Already on the sandbox runtime (the scheduler spawned the run
+            // there): no hand-off.
+            Some(_) if IN_SANDBOX.get() => call.await,
             None => call.await,
             Some(h) => match h.spawn(call).await {
                 Ok(r) => r,
