@@ -38,9 +38,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 thread_local! {
-    /// Whether this thread is one of the sandbox runtime's.
-    static IN_SANDBOX: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The id of the executor whose sandbox runtime this thread belongs
+    /// to; 0 for none.
+    static IN_SANDBOX: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
+
+/// Executor ids, from 1.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Executor settings.
 #[derive(Clone, Debug)]
@@ -198,6 +202,8 @@ struct State {
 }
 
 struct Inner {
+    /// Unique in the process.
+    id: u64,
     global: usize,
     /// Threads that run sandboxed calls.
     threads: usize,
@@ -211,7 +217,15 @@ impl Drop for Inner {
         // Dropping a runtime blocks, which an async context forbids; calls
         // still in it are cancelled.
         if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
+            if IN_SANDBOX.get() == self.id {
+                // The last call in flight let go on a thread of the runtime
+                // itself: shut it down from elsewhere.
+                let _ = std::thread::Builder::new()
+                    .name("sonde-sandbox-stop".into())
+                    .spawn(move || rt.shutdown_background());
+            } else {
+                rt.shutdown_background();
+            }
         }
     }
 }
@@ -475,13 +489,14 @@ impl Executor {
     /// An executor with `config`, knowing only the operator's tenant until
     /// [`configure`](Self::configure)d.
     pub fn new(config: ExecutorConfig) -> Result<Self, ExecutorError> {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let runtime = match config.sandbox_threads {
             0 => None,
             n => Some(
                 tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(n)
                     .thread_name("sonde-sandbox")
-                    .on_thread_start(|| IN_SANDBOX.set(true))
+                    .on_thread_start(move || IN_SANDBOX.set(id))
                     .event_interval(config.event_interval.max(1))
                     .enable_all()
                     .build()
@@ -491,6 +506,7 @@ impl Executor {
         let handle = runtime.as_ref().map(|rt| rt.handle().clone());
         let executor = Self {
             inner: Arc::new(Inner {
+                id,
                 global: config.max_concurrent_runs.max(1),
                 threads: match config.sandbox_threads {
                     0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
@@ -599,7 +615,7 @@ impl Executor {
         match &self.inner.handle {
             // Already on the sandbox runtime (the scheduler spawned the run
             // there): no hand-off.
-            Some(_) if IN_SANDBOX.get() => call.await,
+            Some(_) if IN_SANDBOX.get() == self.inner.id => call.await,
             None => call.await,
             Some(h) => match h.spawn(call).await {
                 Ok(r) => r,
@@ -767,6 +783,59 @@ mod tests {
         assert_eq!((s.running, s.limit, s.reserved), (1, 4, 2));
         assert_eq!(e.tenant_stats("default").unwrap().reserved, 2);
         drop(p);
+    }
+
+    #[tokio::test]
+    async fn a_reload_changes_limits_and_keeps_counters() {
+        let e = executor(8, &[("a", 2), ("b", 2)]);
+        let p = e.acquire(id("a")).await;
+        // `a` leaves the config with a call in flight; `b` may now run 3.
+        e.configure(&Tenants::new(
+            vec![Tenant::new(
+                "b",
+                Quotas {
+                    max_concurrent_runs: 3,
+                    ..Quotas::default()
+                },
+                Ceiling::default(),
+            )],
+            None,
+        ));
+        let a = e.tenant_stats("a").unwrap();
+        assert_eq!((a.running, a.reserved), (1, 0), "retired, its call still counted");
+        let b = e.tenant_stats("b").unwrap();
+        assert_eq!((b.limit, b.reserved), (3, 3));
+        let held: Vec<_> = [
+            e.acquire(id("b")).await,
+            e.acquire(id("b")).await,
+            e.acquire(id("b")).await,
+        ]
+        .into();
+        let mut fourth = [Some(Box::pin(e.acquire(id("b"))))];
+        assert!(poll_all(&mut fourth).is_empty());
+        drop((p, held));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn calls_run_on_the_sandbox_runtime_and_it_stops_when_dropped() {
+        let e = Executor::new(ExecutorConfig {
+            sandbox_threads: 1,
+            ..ExecutorConfig::default()
+        })
+        .unwrap();
+        let rt = e.runtime().unwrap();
+        let name = rt
+            .spawn(async { std::thread::current().name().map(str::to_string) })
+            .await
+            .unwrap();
+        assert_eq!(name.as_deref(), Some("sonde-sandbox"));
+        // Dropped in an async context, and from the runtime's own thread.
+        let e2 = e.clone();
+        drop(e);
+        if let Err(e) = rt.spawn(async move { drop(e2) }).await {
+            // Its shutdown may beat the task's end; it must not panic.
+            assert!(e.is_cancelled(), "{e}");
+        }
     }
 
     #[tokio::test]
