@@ -849,6 +849,81 @@ mod tests {
         }
     }
 
+    /// A future whose polls are counted, and each blocks until `go` says.
+    struct Blocking {
+        polls: Arc<AtomicUsize>,
+        go: Arc<Mutex<std::sync::mpsc::Receiver<()>>>,
+    }
+
+    impl Future for Blocking {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            let _ = self.go.lock().unwrap().recv();
+            Poll::Pending
+        }
+    }
+
+    struct CountingWaker(AtomicUsize);
+
+    impl std::task::Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Two calls of one tenant; the first is in a poll (on another
+    /// thread) when the second is polled. Returns whether the second's
+    /// inner future was polled then, and whether it was parked, then woken
+    /// and polled once the first's poll ended.
+    fn second_call_while_first_polls(tenants_active: usize) -> (bool, bool) {
+        let gate = Arc::new(Gate::default());
+        let active = Arc::new(AtomicUsize::new(tenants_active));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let go = Arc::new(Mutex::new(rx));
+        let (p1, p2) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let first = Blocking {
+            polls: p1.clone(),
+            go: go.clone(),
+        };
+        let (gate1, active1) = (gate.clone(), active.clone());
+        let t = std::thread::spawn(move || {
+            let mut f = Fair::new(first, gate1, active1, 2);
+            let mut cx = Context::from_waker(Waker::noop());
+            let _ = Pin::new(&mut f).poll(&mut cx);
+        });
+        while p1.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        // The first call is inside its poll now.
+        let (tx2, rx2) = std::sync::mpsc::channel();
+        let second = Blocking {
+            polls: p2.clone(),
+            go: Arc::new(Mutex::new(rx2)),
+        };
+        tx2.send(()).unwrap();
+        tx2.send(()).unwrap();
+        let woken = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(woken.clone());
+        let mut f2 = Fair::new(second, gate.clone(), active, 2);
+        let _ = Pin::new(&mut f2).poll(&mut Context::from_waker(&waker));
+        let ran_alongside = p2.load(Ordering::SeqCst) == 1;
+        tx.send(()).unwrap();
+        t.join().unwrap();
+        let was_woken = woken.0.load(Ordering::SeqCst) >= 1;
+        let _ = Pin::new(&mut f2).poll(&mut Context::from_waker(&waker));
+        let ran_after = was_woken && p2.load(Ordering::SeqCst) >= 1;
+        (ran_alongside, ran_after)
+    }
+
+    #[test]
+    fn a_tenant_takes_its_share_of_the_threads_not_all_of_them() {
+        // Two tenants with calls in flight, two threads: one poll each.
+        assert_eq!(second_call_while_first_polls(2), (false, true));
+        // Alone, a tenant may use every thread: the second never parks.
+        assert_eq!(second_call_while_first_polls(1), (true, false));
+    }
+
     #[tokio::test]
     async fn a_cancelled_waiter_gives_its_turn_back() {
         let e = executor(1, &[]);
