@@ -65,6 +65,10 @@ impl Runner for EngineRunner {
         self.executor.run(&self.engine, spec, attempt).await
     }
 
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.executor.runtime()
+    }
+
     async fn act(&self, target: &TargetSpec) -> ActionOutcome {
         let Some(action) = &target.on_failure else {
             return ActionOutcome {

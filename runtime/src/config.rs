@@ -510,6 +510,10 @@ mod tests {
                 "calico-node-style.yaml",
                 include_str!("../../docs/examples/calico-node-style.yaml"),
             ),
+            (
+                "multi-tenant.yaml",
+                include_str!("../../docs/examples/multi-tenant.yaml"),
+            ),
             ("default.yaml", include_str!("default.yaml")),
         ] {
             let f = parse(Path::new(name), text).unwrap_or_else(|e| panic!("{e}"));

@@ -583,6 +583,11 @@ impl Registry {
         }
     }
 
+    /// The probes `tenant` owns.
+    pub fn probes_of_tenant<'a>(&'a self, tenant: &'a str) -> impl Iterator<Item = &'a Arc<ProbeSpec>> + 'a {
+        self.probes.iter().filter(move |p| &*p.tenant == tenant)
+    }
+
     /// The probes of `target`.
     pub fn probes_of<'a>(&'a self, target: &'a str) -> impl Iterator<Item = &'a Arc<ProbeSpec>> + 'a {
         self.probes.iter().filter(move |p| &*p.target == target)

@@ -51,6 +51,12 @@ pub trait Runner: Send + Sync + 'static {
     fn probe(&self, spec: &ProbeSpec, attempt: u32) -> impl Future<Output = RunResult> + Send;
     /// A target's `on_failure` action.
     fn act(&self, target: &TargetSpec) -> impl Future<Output = ActionOutcome> + Send;
+    /// The runtime probe runs are spawned on; `None` (the default) for the
+    /// scheduler's own. The engine's runner names its sandbox runtime, so a
+    /// run goes there once instead of hopping back and forth.
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        None
+    }
 }
 
 /// What the scheduler tells as it works: metrics and benchmarks listen.
@@ -443,7 +449,8 @@ impl<R: Runner> Core<R> {
             self.options.observer.run_started(&spec, late);
         }
         let observer = self.options.observer.clone();
-        tokio::spawn(async move {
+        let on = self.runner.runtime();
+        let run = async move {
             let mut attempt = 1;
             let result = loop {
                 let r = runner.probe(&spec, attempt).await;
@@ -460,7 +467,11 @@ impl<R: Runner> Core<R> {
                 planned,
                 result,
             });
-        });
+        };
+        match on {
+            Some(rt) => drop(rt.spawn(run)),
+            None => drop(tokio::spawn(run)),
+        }
     }
 
     fn done(&mut self, name: Arc<str>, epoch: u64, planned: Option<Instant>, result: RunResult) {

@@ -145,3 +145,21 @@ targets:
     assert!(e.contains("missing.token: No such file"), "{e}");
     assert_eq!(lines.len(), expect.len(), "{e}");
 }
+
+#[tokio::test]
+async fn the_multi_tenant_example_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["operator", "acme", "globex"] {
+        token_file(dir.path(), name, &format!("{name}-token"), 0o600);
+    }
+    let text = include_str!("../../../docs/examples/multi-tenant.yaml")
+        .replace("/etc/sonde/tokens/", &format!("{}/", dir.path().display()))
+        .replace("token_env: GLOBEX_TOKEN", "token_file: globex");
+    let reg = load(dir.path(), &text).await.unwrap_or_else(|e| panic!("{e}"));
+    let tenants: Vec<&str> = reg.probes.iter().map(|p| &*p.tenant).collect();
+    assert_eq!(tenants, ["default", "acme", "acme", "globex"]);
+    assert_eq!(
+        reg.tenants.authenticate("globex-token"),
+        Some(Principal::Tenant("globex".into()))
+    );
+}
