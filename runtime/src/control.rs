@@ -64,7 +64,12 @@ pub async fn load(
                 (path, file)
             }
         };
-        let state_dir = options.state_dir.clone().or_else(|| file.state_dir.clone());
+        // Relative to the config file, as the registry has it.
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let state_dir = options
+            .state_dir
+            .clone()
+            .or_else(|| file.state_dir.as_ref().map(|d| base.join(d)));
         if let Some(dir) = &state_dir {
             let store = Store::new(dir);
             let mut stored = store.probes();
@@ -261,7 +266,10 @@ impl Control {
         let _guard = self.lock.lock().await;
         let owner = store.plugin_owner(name);
         if owner.as_deref().is_some_and(|o| o != tenant) {
-            return Err(refuse(409, format!("the plugin name {name:?} is taken")));
+            return Err(refuse(
+                404,
+                format!("no plugin named {name:?} of yours, and the name is not free"),
+            ));
         }
         if let Err(e) = self.engine.load(&format!("upload {name}"), wasm).await {
             let status = match e {
@@ -340,8 +348,22 @@ impl Control {
         let spec = managed::parse_spec(body).map_err(|e| refuse(400, e.to_string()))?;
         let _guard = self.lock.lock().await;
         let mine = store.probes().iter().any(|p| p.name == name && p.tenant == tenant);
-        if !mine && owner_now(name).is_some() {
-            return Err(refuse(409, format!("the probe name {name:?} is taken")));
+        match owner_now(name) {
+            Some(_) if mine => {}
+            // Another tenant's: as if it did not exist, but not free.
+            Some(owner) if !who.sees(&owner) => {
+                return Err(refuse(
+                    404,
+                    format!("no probe named {name:?} of yours, and the name is not free"),
+                ));
+            }
+            Some(_) => {
+                return Err(refuse(
+                    409,
+                    format!("probe {name:?} is defined in the config file; change it there"),
+                ));
+            }
+            None => {}
         }
         let probe = StoredProbe {
             tenant: tenant.to_string(),
@@ -391,9 +413,4 @@ impl Control {
         tracing::info!(tenant, probe = name, "probe deleted");
         self.reload_after_change("the deletion").await
     }
-}
-
-/// Where a stored plugin lives, for tests and tools.
-pub fn plugin_file(state_dir: &Path, tenant: &str, name: &str) -> PathBuf {
-    Store::new(state_dir).plugin_path(tenant, name)
 }

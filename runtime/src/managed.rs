@@ -225,19 +225,42 @@ pub fn to_target(store: &Store, probe: &StoredProbe) -> Result<config::Target, S
             map.insert("plugin".into(), uploaded.display().to_string().into());
         }
     }
-    map.insert("name".into(), probe.name.clone().into());
-    let mut target = serde_json::json!({
-        "name": probe.name,
-        "address": address,
-        "probes": [spec],
-    });
+    // The config text, one key of the spec per line (each value as
+    // one-line JSON, which YAML reads), so a parse error's line says
+    // which key it is about.
+    let json = |v: &serde_json::Value| serde_json::to_string(v).unwrap_or_default();
+    let mut text = format!("targets:\n  - name: {}\n", json(&probe.name.clone().into()));
     if probe.tenant != crate::tenants::DEFAULT_TENANT {
-        target["tenant"] = probe.tenant.clone().into();
+        text += &format!("    tenant: {}\n", json(&probe.tenant.clone().into()));
     }
-    let file = serde_json::json!({ "targets": [target] });
+    text += &format!(
+        "    address: {}\n    probes:\n      - name: {}\n",
+        json(&address),
+        json(&probe.name.clone().into())
+    );
+    let first_key_line = text.lines().count() + 1;
+    let keys: Vec<&String> = map.keys().collect();
+    for (k, v) in map.iter() {
+        text += &format!("        {}: {}\n", json(&k.clone().into()), json(v));
+    }
     let source = PathBuf::from(format!("PUT /v1/probes/{}", probe.name));
-    let text = serde_json::to_string_pretty(&file).unwrap_or_default();
-    let mut parsed = config::parse(&source, &text).map_err(SpecError::Config)?;
+    let mut parsed = config::parse(&source, &text).map_err(|mut e| {
+        for err in &mut e.0 {
+            let line = err.place.line as usize;
+            let key = line.checked_sub(first_key_line).and_then(|i| keys.get(i));
+            let message = match err.message.split_once(": ") {
+                Some((loc, rest)) if loc.starts_with("line ") => rest.to_string(),
+                _ => err.message.clone(),
+            };
+            err.message = match key {
+                Some(k) if !message.starts_with(k.as_str()) => format!("{k}: {message}"),
+                _ => message,
+            };
+            err.place.line = 0;
+            err.place.column = 0;
+        }
+        SpecError::Config(e)
+    })?;
     let mut target = parsed.targets.pop().ok_or(SpecError::NotAMapping)?;
     target.source = Some(source);
     Ok(target)
@@ -282,7 +305,7 @@ mod tests {
         };
         store.put_probe(&probe).unwrap();
         store.put_plugin("acme", "mine", b"\0asm").unwrap();
-        assert_eq!(store.probes(), [probe.clone()]);
+        assert_eq!(store.probes(), std::slice::from_ref(&probe));
         assert_eq!(store.plugin_owner("mine").as_deref(), Some("acme"));
         let target = to_target(&store, &probe).unwrap();
         assert_eq!(target.name.value, "shop");

@@ -10,7 +10,7 @@
 //!
 //! | series | type | labels |
 //! | --- | --- | --- |
-//! | `sonde_probe_state` | gauge: 0 success, 1 warning, 2 failure, 3 unknown (Nagios codes) | probe, target, kind |
+//! | `sonde_probe_state` | gauge: 0 success, 1 warning, 2 failure, 3 unknown (Nagios codes) | probe, target, kind, tenant |
 //! | `sonde_probe_stale` | gauge: 1 while restored state has not been confirmed by a run | probe |
 //! | `sonde_probe_runs_total` | counter | probe, status, reason |
 //! | `sonde_probe_last_duration_seconds`, `sonde_probe_last_fuel` | gauge | probe |
@@ -294,11 +294,12 @@ impl Collector for Scrape {
             None,
             MetricType::Gauge,
         )?;
-        for (name, target, kind, state, ..) in &samples {
+        for (name, target, kind, state, .., tenant) in &samples {
             let labels = [
                 ("probe", name.as_str()),
                 ("target", target.as_str()),
                 ("kind", kind.as_str()),
+                ("tenant", tenant.as_str()),
             ];
             ConstGauge::new(status_code(*state)).encode(e.encode_family(&labels)?)?;
         }

@@ -202,7 +202,7 @@ impl Registry {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut reg = Registry {
             source: Some(path.to_path_buf()),
-            state_dir: file.state_dir.clone(),
+            state_dir: file.state_dir.as_ref().map(|d| base.join(d)),
             ..Registry::default()
         };
         if let Some(api) = &file.api {

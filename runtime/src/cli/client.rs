@@ -30,6 +30,21 @@ pub enum ClientError {
     },
 }
 
+/// The API token: `$SONDE_TOKEN`, or the first line of the file named by
+/// `$SONDE_TOKEN_FILE`.
+fn token() -> Option<String> {
+    let env = |k| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    if let Some(t) = env("SONDE_TOKEN") {
+        return Some(t.trim().to_string());
+    }
+    let file = env("SONDE_TOKEN_FILE")?;
+    let text = std::fs::read_to_string(file.trim()).ok()?;
+    text.lines()
+        .next()
+        .map(|l| l.trim().to_string())
+        .filter(|t| !t.is_empty())
+}
+
 /// Sends a GET for `path` to the agent at `base` and returns the response
 /// with its body still streaming.
 pub async fn open(
@@ -61,6 +76,9 @@ pub async fn open(
         .header(http::header::HOST, authority.as_str());
     for (k, v) in headers {
         req = req.header(*k, *v);
+    }
+    if let Some(token) = token() {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
     }
     let req = req
         .body(http_body_util::Empty::<Bytes>::new())

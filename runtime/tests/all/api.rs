@@ -297,11 +297,11 @@ async fn metrics_pass_promtool_and_carry_probe_runs_and_scheduler_lateness() {
             .unwrap_or_else(|| panic!("no {series} in\n{text}"))
     };
     assert_eq!(
-        value(r#"sonde_probe_state{probe="web-ready",target="web",kind="readiness"}"#),
+        value(r#"sonde_probe_state{probe="web-ready",target="web",kind="readiness",tenant="default"}"#),
         2.0
     );
     assert_eq!(
-        value(r#"sonde_probe_state{probe="web-live",target="web",kind="liveness"}"#),
+        value(r#"sonde_probe_state{probe="web-live",target="web",kind="liveness",tenant="default"}"#),
         0.0
     );
     assert!(value(r#"sonde_probe_runs_total{probe="web-ready",status="success",reason=""}"#) >= 1.0);
@@ -315,6 +315,8 @@ async fn metrics_pass_promtool_and_carry_probe_runs_and_scheduler_lateness() {
         "the http plugin's timings: {text}"
     );
     assert!(value("sonde_plugin_cache_hits_total") + value("sonde_plugin_cache_misses_total") >= 2.0);
+    assert!(value(r#"sonde_tenant_runs_total{tenant="default"}"#) >= 2.0);
+    assert!(value(r#"sonde_tenant_sandbox_seconds_total{tenant="default"}"#) > 0.0);
 
     // Prometheus asks for OpenMetrics, and gets it.
     let mut s = tokio::net::TcpStream::connect(api).await.unwrap();

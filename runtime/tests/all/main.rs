@@ -16,5 +16,6 @@ mod signing;
 mod support;
 mod tcp;
 mod tenancy;
+mod tenant_api;
 mod tls;
 mod tls_cert;

@@ -1,0 +1,329 @@
+//! The API with tenants: bearer tokens, isolation (another tenant's probe
+//! is "not found"), runtime management of plugins and probes (validated
+//! against quotas and ceilings, stored in `state_dir`, still there after a
+//! restart), and every bad upload refused with nothing stored.
+
+use crate::support::engine;
+use sonde_runtime::agent::{Agent, AgentOptions};
+use sonde_runtime::api::ApiAuth;
+use sonde_tests::{HttpServer, guests};
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const OP: &str = "operator-secret";
+const ACME: &str = "acme-secret";
+const BETA: &str = "beta-secret";
+
+fn secret(dir: &Path, name: &str, token: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(dir.join(name))
+        .unwrap();
+    std::io::Write::write_all(&mut f, token.as_bytes()).unwrap();
+}
+
+fn config(dir: &Path, server: SocketAddr) -> std::path::PathBuf {
+    secret(dir, "op.token", OP);
+    secret(dir, "acme.token", ACME);
+    secret(dir, "beta.token", BETA);
+    let yaml = format!(
+        r#"operator_token_file: op.token
+state_dir: state
+tenants:
+  - id: acme
+    token_file: acme.token
+    quotas: {{ max_probes: 5, max_concurrent_runs: 2 }}
+    ceiling: {{ net: ["127.0.0.1:*"] }}
+  - id: beta
+    token_file: beta.token
+    ceiling: {{ net: ["127.0.0.1:*"] }}
+targets:
+  - name: shop
+    tenant: acme
+    address: {server}
+    probes:
+      - {{name: shop-ready, kind: readiness, plugin: http, config: {{path: /health}}, period: 100ms, groups: [g]}}
+  - name: bank
+    tenant: beta
+    address: {server}
+    probes:
+      - {{name: bank-ready, kind: readiness, plugin: http, config: {{path: /health}}, period: 100ms, groups: [g]}}
+"#
+    );
+    let path = dir.join("sonde.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+async fn start(config: &Path) -> (Agent, SocketAddr) {
+    let options = AgentOptions {
+        config: Some(config.to_path_buf()),
+        api: Some("127.0.0.1:0".parse().unwrap()),
+        state_dir: None,
+        grace: Duration::from_secs(2),
+        jitter: false,
+        api_auth: ApiAuth::Auto,
+    };
+    let agent = Agent::start(engine(), options).await.unwrap();
+    let api = agent.api.unwrap();
+    (agent, api)
+}
+
+/// One request with an optional token and body; the status and body.
+async fn call(api: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: sonde\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    // A refused upload may be answered before the whole body is sent.
+    let _ = s.write_all(body).await;
+    let mut text = Vec::new();
+    let _ = s.read_to_end(&mut text).await;
+    let text = String::from_utf8_lossy(&text).to_string();
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    (status, body)
+}
+
+async fn wait_state(api: SocketAddr, token: &str, probe: &str, state: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, body) = call(api, "GET", &format!("/v1/probes/{probe}"), Some(token), b"").await;
+        if status == 200 && serde_json::from_str::<serde_json::Value>(&body).unwrap()["state"] == state {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{probe} never became {state}: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_sees_and_touches_only_its_own_probes() {
+    let server = HttpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, api) = start(&config(dir.path(), server.addr)).await;
+    wait_state(api, OP, "bank-ready", "success").await;
+    wait_state(api, OP, "shop-ready", "success").await;
+
+    // No token, a wrong one: 401. sonde's own health needs none.
+    assert_eq!(call(api, "GET", "/v1/probes", None, b"").await.0, 401);
+    assert_eq!(call(api, "GET", "/v1/probes", Some("nope"), b"").await.0, 401);
+    assert_eq!(call(api, "GET", "/metrics", None, b"").await.0, 401);
+    assert_eq!(call(api, "GET", "/livez", None, b"").await.0, 200);
+
+    let (_, list) = call(api, "GET", "/v1/probes", Some(ACME), b"").await;
+    let names: Vec<String> = serde_json::from_str::<Vec<serde_json::Value>>(&list)
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["shop-ready"]);
+    let (_, all) = call(api, "GET", "/v1/probes", Some(OP), b"").await;
+    assert_eq!(serde_json::from_str::<Vec<serde_json::Value>>(&all).unwrap().len(), 2);
+
+    // Read, run, change, delete another tenant's probe: not found.
+    for (method, path, body) in [
+        ("GET", "/v1/probes/bank-ready", &b""[..]),
+        ("POST", "/v1/probes/bank-ready/run", b""),
+        ("PUT", "/v1/probes/bank-ready", b"address: 127.0.0.1:1\nplugin: tcp\n"),
+        ("DELETE", "/v1/probes/bank-ready", b""),
+        ("GET", "/v1/targets/bank", b""),
+    ] {
+        let (status, body) = call(api, method, path, Some(ACME), body).await;
+        assert_eq!(status, 404, "{method} {path}: {body}");
+        assert!(!body.contains("beta"), "nothing about the other tenant: {body}");
+    }
+    // Its own is there.
+    assert_eq!(
+        call(api, "POST", "/v1/probes/shop-ready/run", Some(ACME), b"").await.0,
+        200
+    );
+    // The shared group counts only what the caller sees.
+    let (_, g) = call(api, "GET", "/v1/ready/g", Some(ACME), b"").await;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&g).unwrap()["probes"],
+        1,
+        "{g}"
+    );
+
+    // Metrics: none of the other tenant's series.
+    let (status, metrics) = call(api, "GET", "/metrics", Some(ACME), b"").await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains(r#"probe="shop-ready""#), "{metrics}");
+    assert!(
+        metrics.contains(r#"sonde_tenant_runs_total{tenant="acme"}"#),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("bank") && !metrics.contains("beta"), "{metrics}");
+    assert!(
+        !metrics.contains("sonde_scheduler_"),
+        "agent-wide series are the operator's: {metrics}"
+    );
+    let (_, metrics) = call(api, "GET", "/metrics", Some(OP), b"").await;
+    assert!(metrics.contains(r#"tenant="beta""#) && metrics.contains("sonde_scheduler_start_lateness"));
+
+    // The watch: only its own outcomes.
+    let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
+    s.write_all(format!("GET /v1/watch?all=1 HTTP/1.0\r\nAuthorization: Bearer {ACME}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.matches("event: run").count() < 6 {
+        assert!(Instant::now() < deadline, "{seen}");
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(seen.contains("shop-ready") && !seen.contains("bank-ready"), "{seen}");
+    agent.stop().await;
+}
+
+fn stored_files(state: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![state.join("managed")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path().strip_prefix(state).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_add_plugins_and_probes_that_survive_a_restart_and_bad_uploads_store_nothing() {
+    let server = HttpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), server.addr);
+    let state = dir.path().join("state");
+    let (agent, api) = start(&config).await;
+
+    // Bad plugins: each refused with the reason, nothing stored.
+    let not_a_plugin = std::fs::read(guests::NOT_A_PLUGIN).unwrap();
+    let too_big = vec![0u8; sonde_runtime::managed::MAX_PLUGIN_BYTES + 1];
+    let cases: [(&str, &[u8], u16, &str); 6] = [
+        ("text", b"hello", 422, "not a WebAssembly file"),
+        ("core", b"\0asm\x01\0\0\0", 422, "core WebAssembly module"),
+        ("other-world", &not_a_plugin, 422, "not a sonde plugin"),
+        ("huge", &too_big, 413, "limit"),
+        ("http", b"\0asm", 409, "built-in"),
+        ("..", b"\0asm", 400, "name"),
+    ];
+    for (name, bytes, want, says) in cases {
+        let (status, body) = call(api, "PUT", &format!("/v1/plugins/{name}"), Some(ACME), bytes).await;
+        assert_eq!(status, want, "{name}: {body}");
+        assert!(body.contains(says), "{name}: {body}");
+    }
+    assert!(stored_files(&state).is_empty(), "{:?}", stored_files(&state));
+
+    // A good plugin, and a probe that uses it.
+    let up = std::fs::read(guests::ALWAYS_UP).unwrap();
+    let (status, body) = call(api, "PUT", "/v1/plugins/up", Some(ACME), &up).await;
+    assert_eq!(status, 201, "{body}");
+    // Another tenant cannot take the name.
+    assert_eq!(call(api, "PUT", "/v1/plugins/up", Some(BETA), &up).await.0, 404);
+    let spec = format!("address: {}\nplugin: up\nperiod: 100ms\ngroups: [mine]\n", server.addr);
+    let (status, body) = call(api, "PUT", "/v1/probes/acme-up", Some(ACME), spec.as_bytes()).await;
+    assert_eq!(status, 201, "{body}");
+    wait_state(api, ACME, "acme-up", "success").await;
+    let (_, p) = call(api, "GET", "/v1/probes/acme-up", Some(ACME), b"").await;
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&p).unwrap()["tenant"], "acme");
+    assert_eq!(call(api, "GET", "/v1/probes/acme-up", Some(BETA), b"").await.0, 404);
+
+    // Bad probes: refused, nothing stored.
+    let wide = format!(
+        "address: {}\nplugin: tcp\ngrants: {{ net: [\"10.0.0.0/8:*\"] }}\n",
+        server.addr
+    );
+    let elsewhere = "address: 192.0.2.1:80\nplugin: tcp\n".to_string();
+    let cases: [(&str, String, u16, &str); 6] = [
+        ("wide", wide, 422, "10.0.0.0/8"),
+        ("elsewhere", elsewhere, 422, "192.0.2.1"),
+        (
+            "pathy",
+            "address: 127.0.0.1:1\nplugin: /tmp/x.wasm\n".into(),
+            400,
+            "not a path",
+        ),
+        (
+            "named",
+            "address: 127.0.0.1:1\nplugin: tcp\ntenant: beta\n".into(),
+            400,
+            "tenant",
+        ),
+        (
+            "typo",
+            "address: 127.0.0.1:1\nplugin: tcp\nperiod: 10\n".into(),
+            422,
+            "period",
+        ),
+        (
+            "shop-ready",
+            "address: 127.0.0.1:1\nplugin: tcp\n".into(),
+            409,
+            "config file",
+        ),
+    ];
+    let before = stored_files(&state);
+    for (name, spec, want, says) in cases {
+        let (status, body) = call(api, "PUT", &format!("/v1/probes/{name}"), Some(ACME), spec.as_bytes()).await;
+        assert_eq!(status, want, "{name}: {body}");
+        assert!(body.contains(says), "{name}: {body}");
+    }
+    assert_eq!(stored_files(&state), before, "nothing stored by a refused upload");
+    // The quota: 5 probes, one in the file and one added.
+    for n in 0..3 {
+        let spec = format!("address: {}\nplugin: tcp\nperiod: 1h\n", server.addr);
+        let (status, body) = call(api, "PUT", &format!("/v1/probes/more-{n}"), Some(ACME), spec.as_bytes()).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let spec = format!("address: {}\nplugin: tcp\n", server.addr);
+    let (status, body) = call(api, "PUT", "/v1/probes/one-too-many", Some(ACME), spec.as_bytes()).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("max_probes"), "{body}");
+    // A plugin in use cannot go.
+    let (status, body) = call(api, "DELETE", "/v1/plugins/up", Some(ACME), b"").await;
+    assert_eq!(status, 409, "{body}");
+    agent.stop().await;
+
+    // Restarted: the added probe is back and runs.
+    let (agent, api) = start(&config).await;
+    wait_state(api, ACME, "acme-up", "success").await;
+    assert_eq!(call(api, "DELETE", "/v1/probes/acme-up", Some(ACME), b"").await.0, 200);
+    assert_eq!(call(api, "GET", "/v1/probes/acme-up", Some(ACME), b"").await.0, 404);
+    assert_eq!(call(api, "DELETE", "/v1/plugins/up", Some(ACME), b"").await.0, 200);
+    assert_eq!(call(api, "DELETE", "/v1/plugins/up", Some(ACME), b"").await.0, 404);
+    agent.stop().await;
+}
+
+#[test]
+fn an_open_api_only_on_loopback() {
+    let public: SocketAddr = "0.0.0.0:9464".parse().unwrap();
+    let local: SocketAddr = "127.0.0.1:9464".parse().unwrap();
+    assert!(ApiAuth::None.resolve(public, true).is_err());
+    assert!(ApiAuth::Auto.resolve(public, false).is_err());
+    assert_eq!(ApiAuth::Auto.resolve(public, true), Ok(ApiAuth::Token));
+    assert_eq!(ApiAuth::Auto.resolve(local, false), Ok(ApiAuth::None));
+    assert_eq!(ApiAuth::None.resolve(local, true), Ok(ApiAuth::None));
+    assert!(ApiAuth::Token.resolve(local, false).is_err());
+}
