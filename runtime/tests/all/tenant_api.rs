@@ -221,7 +221,9 @@ async fn tenants_add_plugins_and_probes_that_survive_a_restart_and_bad_uploads_s
     // Bad plugins: each refused with the reason, nothing stored.
     let not_a_plugin = std::fs::read(guests::NOT_A_PLUGIN).unwrap();
     let too_big = vec![0u8; sonde_runtime::managed::MAX_PLUGIN_BYTES + 1];
-    let cases: [(&str, &[u8], u16, &str); 6] = [
+    let backdoor = std::fs::read(guests::IMPORT_BACKDOOR).unwrap();
+    let cases: [(&str, &[u8], u16, &str); 7] = [
+        ("backdoor", &backdoor, 422, "evil:backdoor/door"),
         ("text", b"hello", 422, "not a WebAssembly file"),
         ("core", b"\0asm\x01\0\0\0", 422, "core WebAssembly module"),
         ("other-world", &not_a_plugin, 422, "not a sonde plugin"),
