@@ -170,7 +170,7 @@ impl Control {
         self.tenants.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn apply_status(&self, reg: &Registry) {
+    fn apply_status(&self, reg: &Registry, left_out: Vec<String>) {
         self.executor.configure(&reg.tenants);
         *self.tenants.lock().unwrap_or_else(|e| e.into_inner()) = reg.tenants.clone();
         self.require_signed
@@ -178,11 +178,12 @@ impl Control {
         let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
         s.loaded_at = Some(SystemTime::now());
         s.reload_error = None;
+        s.left_out = left_out;
         s.probes = reg.probes.len();
     }
 
-    async fn apply(&self, reg: Registry) -> ReloadSummary {
-        self.apply_status(&reg);
+    async fn apply(&self, reg: Registry, left_out: Vec<String>) -> ReloadSummary {
+        self.apply_status(&reg, left_out);
         self.scheduler.reload(reg).await
     }
 
@@ -192,11 +193,11 @@ impl Control {
     pub async fn reload(&self) -> Result<ReloadSummary, ConfigErrors> {
         let _guard = self.lock.lock().await;
         match load(&self.engine, &self.options, None).await {
-            Ok((reg, _)) => {
+            Ok((reg, left_out)) => {
                 for w in &reg.warnings {
                     tracing::warn!("{w}");
                 }
-                let summary = self.apply(reg).await;
+                let summary = self.apply(reg, left_out).await;
                 tracing::info!(
                     added = summary.added.len(),
                     changed = summary.changed.len(),
@@ -225,8 +226,8 @@ impl Control {
 
     async fn reload_after_change(&self, what: &str) -> Result<(), Refusal> {
         match load(&self.engine, &self.options, None).await {
-            Ok((reg, _)) => {
-                self.apply(reg).await;
+            Ok((reg, left_out)) => {
+                self.apply(reg, left_out).await;
                 Ok(())
             }
             Err(e) => Err(refuse(
@@ -370,7 +371,7 @@ impl Control {
             name: name.to_string(),
             spec,
         };
-        let (reg, _) = load(&self.engine, &self.options, Some(&probe)).await.map_err(|e| {
+        let (reg, left_out) = load(&self.engine, &self.options, Some(&probe)).await.map_err(|e| {
             let own = source_of(name);
             let mine: Vec<String> =
                 e.0.iter()
@@ -387,7 +388,7 @@ impl Control {
             .put_probe(&probe)
             .map_err(|e| refuse(500, format!("cannot store the probe: {e}")))?;
         tracing::info!(tenant, probe = name, "probe stored");
-        self.apply(reg).await;
+        self.apply(reg, left_out).await;
         Ok(mine)
     }
 

@@ -311,10 +311,22 @@ async fn tenants_add_plugins_and_probes_that_survive_a_restart_and_bad_uploads_s
     // Restarted: the added probe is back and runs.
     let (agent, api) = start(&config).await;
     wait_state(api, ACME, "acme-up", "success").await;
-    assert_eq!(call(api, "DELETE", "/v1/probes/acme-up", Some(ACME), b"").await.0, 200);
+    agent.stop().await;
+
+    // Its plugin vanished behind the agent's back: the agent still starts,
+    // leaves the probe out and says so.
+    std::fs::remove_file(state.join("managed/plugins/acme/up.wasm")).unwrap();
+    let (agent, api) = start(&config).await;
+    let (_, status) = call(api, "GET", "/v1/status", Some(OP), b"").await;
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert!(status["left_out"][0].as_str().unwrap().contains("acme-up"), "{status}");
     assert_eq!(call(api, "GET", "/v1/probes/acme-up", Some(ACME), b"").await.0, 404);
-    assert_eq!(call(api, "DELETE", "/v1/plugins/up", Some(ACME), b"").await.0, 200);
+    wait_state(api, ACME, "shop-ready", "success").await;
+    assert_eq!(call(api, "DELETE", "/v1/probes/acme-up", Some(ACME), b"").await.0, 200);
+    assert_eq!(call(api, "DELETE", "/v1/probes/acme-up", Some(ACME), b"").await.0, 404);
     assert_eq!(call(api, "DELETE", "/v1/plugins/up", Some(ACME), b"").await.0, 404);
+    let (_, status) = call(api, "GET", "/v1/status", Some(OP), b"").await;
+    assert!(!status.contains("acme-up"), "{status}");
     agent.stop().await;
 }
 
