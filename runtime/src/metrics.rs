@@ -55,11 +55,15 @@ const FUEL_BUCKETS: [f64; 8] = [1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10];
 #[derive(Debug)]
 pub struct RunMetrics {
     lateness: Histogram,
-    by_plugin: RwLock<HashMap<(Arc<str>, Kind), PluginSeries>>,
+    /// By plugin, then kind (startup, readiness, liveness): looked up by
+    /// `&str` on every run, with no allocation.
+    by_plugin: RwLock<HashMap<Arc<str>, [PluginSeries; 3]>>,
 }
 
 #[derive(Debug)]
 struct PluginSeries {
+    /// Observed at least once (unused kinds are not exposed).
+    used: std::sync::atomic::AtomicBool,
     duration: Histogram,
     fuel: Histogram,
 }
@@ -73,6 +77,12 @@ impl Default for RunMetrics {
     }
 }
 
+const KINDS: [Kind; 3] = [Kind::Startup, Kind::Readiness, Kind::Liveness];
+
+fn kind_index(kind: Kind) -> usize {
+    KINDS.iter().position(|k| *k == kind).unwrap_or(0)
+}
+
 impl Observer for RunMetrics {
     fn run_started(&self, _spec: &ProbeSpec, late: Duration) {
         self.lateness.observe(late.as_secs_f64());
@@ -80,18 +90,28 @@ impl Observer for RunMetrics {
 
     fn run_finished(&self, spec: &ProbeSpec, result: &RunResult) {
         let observe = |s: &PluginSeries| {
+            s.used.store(true, std::sync::atomic::Ordering::Relaxed);
             s.duration.observe(result.duration.as_secs_f64());
             s.fuel.observe(result.fuel_consumed as f64);
         };
-        let key = (Arc::from(spec.plugin_ref.as_str()), spec.kind);
-        if let Some(s) = self.by_plugin.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            return observe(s);
+        let kind = kind_index(spec.kind);
+        if let Some(s) = self
+            .by_plugin
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(spec.plugin_ref.as_str())
+        {
+            return observe(&s[kind]);
         }
         let mut map = self.by_plugin.write().unwrap_or_else(|e| e.into_inner());
-        observe(map.entry(key).or_insert_with(|| PluginSeries {
-            duration: Histogram::new(DURATION_BUCKETS),
-            fuel: Histogram::new(FUEL_BUCKETS),
-        }));
+        let series = map.entry(Arc::from(spec.plugin_ref.as_str())).or_insert_with(|| {
+            std::array::from_fn(|_| PluginSeries {
+                used: Default::default(),
+                duration: Histogram::new(DURATION_BUCKETS),
+                fuel: Histogram::new(FUEL_BUCKETS),
+            })
+        });
+        observe(&series[kind]);
     }
 }
 
@@ -378,9 +398,13 @@ impl Collector for Scrape {
             None,
             MetricType::Histogram,
         )?;
-        for ((plugin, kind), s) in plugins.iter() {
-            let labels = [("plugin", &**plugin), ("kind", kind.as_str())];
-            s.duration.encode(e.encode_family(&labels)?)?;
+        for (plugin, kinds) in plugins.iter() {
+            for (kind, s) in KINDS.iter().zip(kinds) {
+                if s.used.load(std::sync::atomic::Ordering::Relaxed) {
+                    let labels = [("plugin", &**plugin), ("kind", kind.as_str())];
+                    s.duration.encode(e.encode_family(&labels)?)?;
+                }
+            }
         }
         let mut e = enc.encode_descriptor(
             "sonde_run_fuel",
@@ -388,9 +412,13 @@ impl Collector for Scrape {
             None,
             MetricType::Histogram,
         )?;
-        for ((plugin, kind), s) in plugins.iter() {
-            let labels = [("plugin", &**plugin), ("kind", kind.as_str())];
-            s.fuel.encode(e.encode_family(&labels)?)?;
+        for (plugin, kinds) in plugins.iter() {
+            for (kind, s) in KINDS.iter().zip(kinds) {
+                if s.used.load(std::sync::atomic::Ordering::Relaxed) {
+                    let labels = [("plugin", &**plugin), ("kind", kind.as_str())];
+                    s.fuel.encode(e.encode_family(&labels)?)?;
+                }
+            }
         }
         drop(plugins);
 
