@@ -158,6 +158,30 @@ async fn a_tenant_sees_and_touches_only_its_own_probes() {
         "{g}"
     );
 
+    // The CLI sends $SONDE_TOKEN.
+    let check = |token: Option<&'static str>| {
+        let url = format!("http://{api}");
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sonde"));
+            cmd.args(["check", "--group", "g", "--api", &url])
+                .env_remove("SONDE_TOKEN");
+            if let Some(t) = token {
+                cmd.env("SONDE_TOKEN", t);
+            }
+            let out = cmd.output().unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+            )
+        })
+    };
+    let (code, out) = check(Some(ACME)).await.unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("(1 probes)"), "{out}");
+    let (code, out) = check(None).await.unwrap();
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("token"), "{out}");
+
     // Metrics: none of the other tenant's series.
     let (status, metrics) = call(api, "GET", "/metrics", Some(ACME), b"").await;
     assert_eq!(status, 200);
