@@ -33,6 +33,7 @@ pub mod grpc;
 pub mod http;
 pub mod log;
 pub mod net;
+pub mod tcp;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 pub mod tls;

@@ -133,7 +133,7 @@ pub enum HandshakeError {
     Probe(ProbeError),
 }
 
-fn handshake_error(e: host_tls::TlsError) -> HandshakeError {
+pub(crate) fn handshake_error(e: host_tls::TlsError) -> HandshakeError {
     use host_tls::TlsError;
     match e {
         TlsError::Denied(m) => HandshakeError::Probe(ProbeError::Denied(m)),
@@ -195,6 +195,10 @@ pub struct Session {
 }
 
 impl Session {
+    pub(crate) fn new(inner: host_tls::Session, read_timeout: Duration) -> Self {
+        Self { inner, read_timeout }
+    }
+
     /// How long a read waits for data before failing with
     /// [`io::ErrorKind::TimedOut`]; the connect timeout until set.
     pub fn set_read_timeout(&mut self, timeout: Duration) {

@@ -19,7 +19,6 @@ use serde::Deserialize;
 use sonde_sdk::tls::{HandshakeError, Session, TlsOptions};
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request, net};
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// How much one `expect` reads at most.
@@ -114,15 +113,9 @@ fn compile(pattern: &str) -> Result<Regex, ProbeError> {
     Regex::new(pattern).map_err(|e| ProbeError::invalid_config(format!("expect {pattern:?}: {e}")))
 }
 
-/// A connection the steps run over: plain TCP, or a TLS session.
+/// A connection the steps run over: a host session, plain or TLS.
 trait Conn: Read + Write {
     fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()>;
-}
-
-impl Conn for TcpStream {
-    fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
-        self.set_read_timeout(Some(timeout))
-    }
 }
 
 impl Conn for Session {
@@ -269,12 +262,15 @@ impl Probe for Tcp {
             return check_tls(&req, &options, &steps);
         }
         let start = Instant::now();
-        let mut stream = match net::open_target(&req) {
-            Ok(stream) => stream,
-            Err(net::ConnectError::Failed(m)) => return Ok(Outcome::failure(m)),
-            Err(net::ConnectError::Probe(e)) => return Err(e),
+        // The host dials: no socket stack in the sandbox, and a reset at
+        // the end instead of a FIN and a TIME_WAIT.
+        let (host, port) = sonde_sdk::net::host_port(req.target())?;
+        let (mut stream, connected) = match sonde_sdk::tcp::connect(host, port, req.remaining()) {
+            Ok(c) => c,
+            Err(HandshakeError::Failed(m)) => return Ok(Outcome::failure(format!("{}: {m}", req.target()))),
+            Err(HandshakeError::Probe(e)) => return Err(e),
         };
-        let metrics = [("connect_seconds", start.elapsed().as_secs_f64())];
+        let metrics = [("connect_seconds", connected.connect_seconds)];
         if let Some(failure) = exchange(&req, &mut stream, &steps, &metrics) {
             return Ok(failure);
         }

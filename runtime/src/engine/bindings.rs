@@ -9,6 +9,7 @@ wasmtime::component::bindgen!({
         "sonde:probe/grpc.call": async,
         "sonde:probe/tls.handshake": async,
         "sonde:probe/tls.connect": async,
+        "sonde:probe/tcp.connect": async,
         "sonde:probe/tls.[method]session.send": async,
         "sonde:probe/tls.[method]session.receive": async,
     },

@@ -345,6 +345,18 @@ impl CallGrants {
         Err(format!("{host}:{port} is not the target and not granted"))
     }
 
+    /// Checks a host-made TCP connection to `host:port` (the `tcp`
+    /// interface) and records the denial when it is not allowed.
+    pub(crate) fn authorize_connect(&self, host: &str, port: u16) -> Result<(), String> {
+        if self.allows_authority(host, port) {
+            return Ok(());
+        }
+        self.deny(format!(
+            "TCP connection to {host}:{port}: not the target and not granted"
+        ));
+        Err(format!("{host}:{port} is not the target and not granted"))
+    }
+
     /// Checks a TLS handshake with `host:port` (the `tls` interface) and
     /// records the denial when it is not allowed.
     pub(crate) fn authorize_tls(&self, host: &str, port: u16) -> Result<(), String> {

@@ -8,6 +8,10 @@
 //! receives over (send/expect steps over TLS), at most [`MAX_SESSIONS`] per
 //! call; dropping it, or the end of the call, resets the connection.
 //!
+//! The `tcp` interface's `connect` makes the same kind of session over
+//! plain TCP: the `tcp` plugin's connect and send/expect checks, with the
+//! host's dial (reset on close) instead of the sandbox's sockets.
+//!
 //! The host must be the probe's target or a `net` grant, checked before any
 //! name lookup or connection; a refusal is recorded, so the run is reported
 //! as `denied` whatever the plugin does with the error.
@@ -15,6 +19,7 @@
 use super::http::{DialError, dial};
 use super::tls::{MAX_CA_PEM_BYTES, TlsError, TlsInfo, TlsOptions};
 use super::{HostState, Shared};
+use crate::engine::bindings::sonde::probe::tcp as probe_tcp;
 use crate::engine::bindings::sonde::probe::tls as probe_tls;
 use probe_tls::{HandshakeResult, Info, Options, Timings, TlsError as WitError};
 use std::time::{Duration, Instant};
@@ -28,13 +33,106 @@ pub const MAX_SESSIONS: usize = 4;
 /// The most one `receive` returns.
 pub const MAX_RECEIVE_BYTES: usize = 64 * 1024;
 
-/// A TLS connection a plugin holds (the `session` resource).
+/// A connection a plugin holds (the `session` resource): over TLS, or
+/// plain TCP from the `tcp` interface.
 pub struct Session {
-    stream: TlsStream<TcpStream>,
+    stream: Stream,
+}
+
+enum Stream {
+    Tls(Box<TlsStream<TcpStream>>),
+    Plain(TcpStream),
+}
+
+impl Stream {
+    async fn send(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match self {
+            Self::Tls(s) => {
+                s.write_all(data).await?;
+                s.flush().await
+            }
+            Self::Plain(s) => s.write_all(data).await,
+        }
+    }
+
+    async fn receive(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Tls(s) => s.read(buf).await,
+            Self::Plain(s) => s.read(buf).await,
+        }
+    }
 }
 
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    probe_tls::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+    probe_tls::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    probe_tcp::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+}
+
+impl HostState {
+    /// Puts a connection in the call's table as a session, within the
+    /// per-call limit.
+    fn open_session(&mut self, stream: Stream) -> Result<Resource<Session>, WitError> {
+        if self.tls_sessions >= MAX_SESSIONS {
+            return Err(WitError::Invalid(format!(
+                "at most {MAX_SESSIONS} sessions may be open at once"
+            )));
+        }
+        let session = self
+            .sandbox
+            .table
+            .push(Session { stream })
+            .map_err(|e| WitError::Invalid(e.to_string()))?;
+        self.tls_sessions += 1;
+        Ok(session)
+    }
+}
+
+/// The reason alone, as a person reads it: `10.0.0.1:80: Connection
+/// refused (os error 111)` becomes `connection refused`.
+fn reason(message: &str) -> String {
+    let r = message.rsplit_once(": ").map_or(message, |(_, r)| r);
+    let r = r.split(" (os error").next().unwrap_or(r);
+    let mut chars = r.chars();
+    chars
+        .next()
+        .map_or_else(String::new, |c| c.to_lowercase().chain(chars).collect())
+}
+
+impl probe_tcp::Host for HostState {
+    async fn connect(
+        &mut self,
+        host: String,
+        port: u16,
+        timeout_ms: u64,
+    ) -> Result<(Resource<Session>, Timings), WitError> {
+        if host.is_empty() {
+            return Err(WitError::Invalid("no host".into()));
+        }
+        if self.tls_sessions >= MAX_SESSIONS {
+            return Err(WitError::Invalid(format!(
+                "at most {MAX_SESSIONS} sessions may be open at once"
+            )));
+        }
+        self.grants.authorize_connect(&host, port).map_err(WitError::Denied)?;
+        let timeout = Duration::from_millis(timeout_ms);
+        let dialed = match tokio::time::timeout(timeout, dial(&host, port)).await {
+            Ok(Ok(d)) => d,
+            Ok(Err(DialError::Dns(m))) => return Err(WitError::Dns(m)),
+            Ok(Err(DialError::Connect(m))) => return Err(WitError::Connect(reason(&m))),
+            Err(_) => {
+                return Err(WitError::Timeout(format!(
+                    "no connection within {}ms",
+                    timeout.as_millis()
+                )));
+            }
+        };
+        let timings = Timings {
+            dns: dialed.dns.as_secs_f64(),
+            connect: dialed.connect.as_secs_f64(),
+            tls: 0.0,
+        };
+        Ok((self.open_session(Stream::Plain(dialed.stream))?, timings))
+    }
 }
 
 /// The plugin's TLS options, bounded.
@@ -157,17 +255,11 @@ impl probe_tls::Host for HostState {
     ) -> Result<(Resource<Session>, HandshakeResult), WitError> {
         if self.tls_sessions >= MAX_SESSIONS {
             return Err(WitError::Invalid(format!(
-                "at most {MAX_SESSIONS} TLS sessions may be open at once"
+                "at most {MAX_SESSIONS} sessions may be open at once"
             )));
         }
         let (stream, result) = self.tls_handshake(host, port, options, timeout_ms).await?;
-        let session = self
-            .sandbox
-            .table
-            .push(Session { stream })
-            .map_err(|e| WitError::Invalid(e.to_string()))?;
-        self.tls_sessions += 1;
-        Ok((session, result))
+        Ok((self.open_session(Stream::Tls(Box::new(stream)))?, result))
     }
 }
 
@@ -178,13 +270,11 @@ impl probe_tls::HostSession for HostState {
             .table
             .get_mut(&session)
             .map_err(|e| WitError::Invalid(e.to_string()))?;
-        let stream = &mut session.stream;
-        async {
-            stream.write_all(&data).await?;
-            stream.flush().await
-        }
-        .await
-        .map_err(|e| WitError::Connect(format!("send: {e}")))
+        session
+            .stream
+            .send(&data)
+            .await
+            .map_err(|e| WitError::Connect(format!("send: {e}")))
     }
 
     async fn receive(&mut self, session: Resource<Session>, max: u32, timeout_ms: u64) -> Result<Vec<u8>, WitError> {
@@ -196,7 +286,7 @@ impl probe_tls::HostSession for HostState {
         let mut buf = vec![0; (max as usize).clamp(1, MAX_RECEIVE_BYTES)];
         let timeout = Duration::from_millis(timeout_ms);
         // The call's deadline also ends a wait longer than the call.
-        match tokio::time::timeout(timeout, session.stream.read(&mut buf)).await {
+        match tokio::time::timeout(timeout, session.stream.receive(&mut buf)).await {
             Ok(Ok(n)) => {
                 buf.truncate(n);
                 Ok(buf)

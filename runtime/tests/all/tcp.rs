@@ -1,8 +1,9 @@
 //! The built-in tcp plugin against real sockets.
 
-use crate::support::check;
+use crate::support::{check, guest, run};
+use sonde_runtime::host::Grants;
 use sonde_runtime::verdict::{Reason, Status};
-use sonde_tests::{CountingListener, closed_port};
+use sonde_tests::{CountingListener, closed_port, guests};
 use std::time::Duration;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -85,4 +86,24 @@ async fn a_peer_that_closes_before_the_expected_reply_is_a_failure() {
     .await;
     // The listener closes at once: the plugin sees end of stream, no match.
     assert_eq!(r.status, Status::Failure, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_tcp_connect_reaches_only_the_target_and_grants() {
+    let target = CountingListener::start().await;
+    let elsewhere = CountingListener::start().await;
+    let config = serde_json::json!({"host": "127.0.0.1", "port": elsewhere.addr.port()}).to_string();
+    let plugin = guest(guests::TCP_ELSEWHERE).await;
+    let r = run(&plugin, &target.addr.to_string(), &config, &Grants::default(), SECOND).await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
+    assert!(r.message.contains("TCP connection to 127.0.0.1"), "{}", r.message);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(elsewhere.accepted(), 0, "never dialed");
+    // Granted, it connects.
+    let grants = Grants {
+        net: vec![format!("127.0.0.1:{}", elsewhere.addr.port()).parse().unwrap()],
+        ..Grants::default()
+    };
+    let r = run(&plugin, &target.addr.to_string(), &config, &grants, SECOND).await;
+    assert_eq!((r.status, r.message.as_str()), (Status::Success, "sent: true"), "{r:?}");
 }
