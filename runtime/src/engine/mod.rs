@@ -344,6 +344,11 @@ impl Engine {
     /// ticker thread, which stops when the last clone is dropped.
     pub fn new(config: EngineConfig) -> Result<Self, EngineError> {
         let max_calls = config.max_concurrent_calls.max(1);
+        // wasmtime captures a Rust backtrace for every `wasmtime::Error`
+        // when RUST_BACKTRACE is set, and WASI makes one for each
+        // `would-block` of a socket: with RUST_BACKTRACE=1 that was a third
+        // of a tcp probe's CPU. sonde reports errors by message only.
+        wasmtime::error::disable_backtrace();
         let engine = new_wasmtime_engine(max_calls)?;
         let mut linker_closed = Linker::new(&engine);
         host::add_to_linker(&mut linker_closed, false).map_err(EngineError)?;

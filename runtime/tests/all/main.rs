@@ -1,6 +1,7 @@
 //! sonde's integration tests: one binary, a module per area.
 
 mod agent;
+mod bench;
 mod cli;
 mod exec;
 mod file_age;
