@@ -62,7 +62,10 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     for (name, config) in [
         ("sandbox/http_run", r#"{"path": "/health"}"#),
-        ("sandbox/http_keepalive_run", r#"{"path": "/health", "keepalive": true}"#),
+        (
+            "sandbox/http_keepalive_run",
+            r#"{"path": "/health", "keepalive": true}"#,
+        ),
     ] {
         let call = Call {
             target: &target,

@@ -80,13 +80,22 @@ pub struct BenchArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub period: Duration,
 
-    /// With --scheduler: how long to run.
+    /// With --scheduler: how long to measure.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Duration,
+
+    /// With --scheduler: how long to let the probes run before measuring, so the first runs, planned while the rest were still being registered, do not count.
+    #[arg(long, default_value = "10s", value_parser = parse_span, value_name = "DURATION")]
+    pub warmup: Duration,
 
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
+}
+
+/// A duration such as 10s, zero included.
+fn parse_span(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration such as 10s: {e}"))
 }
 
 /// What one side of a bench measured.
@@ -510,7 +519,11 @@ pub struct SchedulerReport {
     pub probes: usize,
     /// Their period.
     pub period_ms: f64,
-    /// How long they ran.
+    /// How long it took to build the probes and hand them to the scheduler.
+    pub register_s: f64,
+    /// How long they ran before the measurement.
+    pub warmup_s: f64,
+    /// How long the measurement lasted.
     pub duration_s: f64,
     /// Resident memory the probes added once registered, per probe.
     pub rss_per_probe_bytes: f64,
@@ -562,6 +575,7 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
         .unwrap_or_else(|e| e.into_inner())
         .reserve(expected.min(50_000_000));
     let rss_before = rss();
+    let registering = Instant::now();
 
     // Each probe as the registry would resolve it from a config file, with
     // strings and grants of its own; the config parser is not measured.
@@ -612,9 +626,11 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
             observer: watch.clone(),
         },
     );
+    let register = registering.elapsed();
     let registered_rss = rss();
     let rss_per_probe = registered_rss.saturating_sub(rss_before) as f64 / args.probes as f64;
 
+    tokio::time::sleep(args.warmup).await;
     watch.counting.store(true, Ordering::Relaxed);
     let cpu0 = cpu_time();
     let start = Instant::now();
@@ -632,6 +648,8 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
         plugin: args.plugin.clone(),
         probes: args.probes,
         period_ms: args.period.as_secs_f64() * 1000.0,
+        register_s: register.as_secs_f64(),
+        warmup_s: args.warmup.as_secs_f64(),
         duration_s: wall.as_secs_f64(),
         rss_per_probe_bytes: rss_per_probe,
         runs,
@@ -649,11 +667,13 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
         Output::Json => println!("{}", serde_json::to_string(&report).unwrap_or_default()),
         Output::Text => {
             println!(
-                "{} probes of {} every {} for {:.1}s: {} runs, {} errors",
+                "{} probes of {} every {}, registered in {:.2}s, measured for {:.1}s after {:.0}s: {} runs, {} errors",
                 report.probes,
                 report.plugin,
                 humantime::format_duration(args.period),
+                report.register_s,
                 report.duration_s,
+                report.warmup_s,
                 report.runs,
                 report.errors
             );
@@ -694,7 +714,10 @@ mod tests {
     #[test]
     fn keepalive_goes_into_the_config() {
         assert_eq!(config_with_keepalive("{}", true).unwrap(), r#"{"keepalive":true}"#);
-        assert_eq!(config_with_keepalive(r#"{"path":"/x"}"#, false).unwrap(), r#"{"path":"/x"}"#);
+        assert_eq!(
+            config_with_keepalive(r#"{"path":"/x"}"#, false).unwrap(),
+            r#"{"path":"/x"}"#
+        );
         assert!(config_with_keepalive("[]", true).is_err());
         assert!(config_with_keepalive("{", false).is_err());
     }

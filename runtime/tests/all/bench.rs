@@ -33,7 +33,10 @@ fn assert_figures(v: &serde_json::Value, runs: u64) {
     let f = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {v}"));
     assert!(f("runs_per_sec") > 0.0, "{v}");
     assert!(f("cpu_us_per_run") > 0.0, "{v}");
-    assert!(f("p50_ms") > 0.0 && f("p50_ms") <= f("p99_ms") && f("p99_ms") <= f("max_ms"), "{v}");
+    assert!(
+        f("p50_ms") > 0.0 && f("p50_ms") <= f("p99_ms") && f("p99_ms") <= f("max_ms"),
+        "{v}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,6 +87,8 @@ async fn keepalive_bench_reuses_connections() {
         "http",
         "--target",
         &server.addr.to_string(),
+        "--config",
+        r#"{"path": "/health"}"#,
         "--count",
         "50",
         "--concurrency",
@@ -99,7 +104,9 @@ async fn keepalive_bench_reuses_connections() {
     assert_figures(&v, 50);
     assert_eq!(v["keepalive"], true);
     assert_figures(&v["baseline"], 50);
-    assert_eq!(server.requests().len(), 110);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 110, "{requests:?}");
+    assert!(requests.iter().all(|r| r == "/health"), "{requests:?}");
     // Two workers on each side: far fewer connections than requests.
     assert!(server.accepted() <= 8, "{} connections", server.accepted());
 }
@@ -136,6 +143,8 @@ fn scheduler_bench_reports_lateness_and_memory() {
         "100ms",
         "--duration",
         "1s",
+        "--warmup",
+        "200ms",
         "-o",
         "json",
     ]);
@@ -145,6 +154,7 @@ fn scheduler_bench_reports_lateness_and_memory() {
     assert_eq!(v["errors"], 0, "{v}");
     assert!(v["runs"].as_u64().unwrap() > 0, "{v}");
     for k in [
+        "register_s",
         "rss_per_probe_bytes",
         "cpu_cores",
         "cpu_us_per_run",

@@ -56,7 +56,9 @@ impl Native {
                     .parse()
                     .map_err(|e| CliError(format!("--baseline: URL {url:?}: {e}")))?;
                 if uri.scheme_str() != Some("http") {
-                    return Err(CliError("--baseline: the native http baseline speaks http:// only".into()));
+                    return Err(CliError(
+                        "--baseline: the native http baseline speaks http:// only".into(),
+                    ));
                 }
                 let authority = uri
                     .authority()
