@@ -1,6 +1,9 @@
 //! The cost of the sandbox: one call of a trivial plugin (instantiate +
-//! call + drop, compile excluded), and one tcp run against a loopback
-//! listener. Run with `cargo bench -p sonde-runtime`.
+//! call + drop, compile excluded), one tcp run against a loopback listener,
+//! and one http run against a loopback hyper server (a new connection per
+//! run, and over the host's keep-alive pool). Run with
+//! `cargo bench -p sonde-runtime`; `sonde bench` (BENCHMARKS.md) measures
+//! throughput against a native baseline.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use sonde_runtime::engine::{Call, Engine, EngineConfig, Limits};
@@ -51,6 +54,27 @@ fn bench(c: &mut Criterion) {
     };
     assert_eq!(rt.block_on(engine.run(&tcp, &call)).status, Status::Success);
     c.bench_function("sandbox/tcp_run", |b| b.to_async(&rt).iter(|| engine.run(&tcp, &call)));
+
+    let server = rt.block_on(sonde_tests::HttpServer::start());
+    let target = server.addr.to_string();
+    let http = rt
+        .block_on(engine.load("http", sonde_runtime::builtins::get("http").unwrap()))
+        .unwrap();
+    for (name, config) in [
+        ("sandbox/http_run", r#"{"path": "/health"}"#),
+        (
+            "sandbox/http_keepalive_run",
+            r#"{"path": "/health", "keepalive": true}"#,
+        ),
+    ] {
+        let call = Call {
+            target: &target,
+            config,
+            ..call.clone()
+        };
+        assert_eq!(rt.block_on(engine.run(&http, &call)).status, Status::Success);
+        c.bench_function(name, |b| b.to_async(&rt).iter(|| engine.run(&http, &call)));
+    }
 }
 
 criterion_group!(benches, bench);

@@ -1,6 +1,7 @@
 //! The `sonde` command line. Exit codes follow the Nagios convention:
 //! 0 success, 1 warning, 2 failure, 3 unknown or error.
 
+mod bench;
 mod check;
 pub mod client;
 mod plugin;
@@ -47,6 +48,8 @@ pub enum Command {
     Validate(run::ValidateArgs),
     /// Show a running agent's probes.
     Status(run::StatusArgs),
+    /// Measure what a plugin costs per run (against a native baseline with --baseline), or the scheduler at scale (--scheduler).
+    Bench(bench::BenchArgs),
 }
 
 /// How results are printed.
@@ -111,6 +114,7 @@ async fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Run(args) => run::run(config, args).await,
         Command::Validate(args) => run::validate(config, args).await,
         Command::Status(args) => run::status(args).await,
+        Command::Bench(args) => bench::run(config, args).await,
     }
 }
 

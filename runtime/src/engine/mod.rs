@@ -4,7 +4,8 @@
 //!
 //! Lifecycle, as the types encode it:
 //! - [`Engine::new`] — once per process: the wasmtime engine (pooling
-//!   allocator, fuel, epoch interruption driven by a ticker thread), the
+//!   allocator, fuel, epoch interruption driven by a ticker thread that
+//!   sleeps while no call runs), the
 //!   linker with every host capability, and the compile cache.
 //! - [`Engine::load`] — once per plugin digest: compile (or load from the
 //!   cache), check the plugin's world and imports, pre-instantiate, and call
@@ -276,12 +277,90 @@ struct Inner {
     slots: Semaphore,
     /// The TLS client and keep-alive pool every call shares.
     host: Arc<host::Shared>,
-    ticker_stop: Arc<AtomicBool>,
+    ticker: Arc<Ticker>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::Relaxed);
+        self.ticker.stop();
+    }
+}
+
+/// What drives the epoch: a thread that ticks every [`EPOCH_TICK`] while
+/// wasm may be running, and once no call has run for
+/// [`TICKS_BEFORE_SLEEP`] ticks sleeps on a condition variable until one
+/// starts, so an idle agent does not wake a thousand times a second.
+#[derive(Default)]
+struct Ticker {
+    /// Calls (and describes) in flight.
+    active: std::sync::atomic::AtomicUsize,
+    /// The thread waits (or is about to) on `wake`.
+    sleeping: AtomicBool,
+    stopped: AtomicBool,
+    lock: Mutex<()>,
+    wake: std::sync::Condvar,
+}
+
+impl Ticker {
+    fn run(&self, engine: &wasmtime::Engine) {
+        let mut idle_ticks = 0;
+        while !self.stopped.load(Ordering::Relaxed) {
+            if self.active.load(Ordering::SeqCst) > 0 {
+                idle_ticks = 0;
+            } else if idle_ticks < TICKS_BEFORE_SLEEP {
+                idle_ticks += 1;
+            } else {
+                // Idle for a while: sleep until a call starts. Under load
+                // calls follow each other closely and this never happens,
+                // so starting a call rarely has to wake the thread.
+                idle_ticks = 0;
+                let guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+                // Set before `active` is checked again: a call that starts
+                // after the check sees it and wakes the thread.
+                self.sleeping.store(true, Ordering::SeqCst);
+                let _guard = self
+                    .wake
+                    .wait_while(guard, |_| {
+                        self.active.load(Ordering::SeqCst) == 0 && !self.stopped.load(Ordering::SeqCst)
+                    })
+                    .unwrap_or_else(|e| e.into_inner());
+                self.sleeping.store(false, Ordering::SeqCst);
+                continue;
+            }
+            std::thread::sleep(EPOCH_TICK);
+            engine.increment_epoch();
+        }
+    }
+
+    /// Marks a call in flight until the guard is dropped, waking the
+    /// thread if it was idle.
+    fn busy(self: &Arc<Self>) -> TickerGuard {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        // Only a sleeping thread needs the (system-call) wake-up; the lock
+        // makes sure it is waiting, not between its check and its wait.
+        if self.sleeping.load(Ordering::SeqCst) {
+            let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.wake.notify_one();
+        }
+        TickerGuard(self.clone())
+    }
+
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.wake.notify_one();
+    }
+}
+
+/// Ticks with no call in flight before the ticker sleeps.
+const TICKS_BEFORE_SLEEP: u32 = 50;
+
+/// A call in flight, for the [`Ticker`].
+struct TickerGuard(Arc<Ticker>);
+
+impl Drop for TickerGuard {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -344,6 +423,11 @@ impl Engine {
     /// ticker thread, which stops when the last clone is dropped.
     pub fn new(config: EngineConfig) -> Result<Self, EngineError> {
         let max_calls = config.max_concurrent_calls.max(1);
+        // wasmtime captures a Rust backtrace for every `wasmtime::Error`
+        // when RUST_BACKTRACE is set, and WASI makes one for each
+        // `would-block` of a socket: with RUST_BACKTRACE=1 that was a third
+        // of a tcp probe's CPU. sonde reports errors by message only.
+        wasmtime::error::disable_backtrace();
         let engine = new_wasmtime_engine(max_calls)?;
         let mut linker_closed = Linker::new(&engine);
         host::add_to_linker(&mut linker_closed, false).map_err(EngineError)?;
@@ -360,18 +444,13 @@ impl Engine {
                 dir
             })
             .map_err(|e| EngineError(e.into()))?;
-        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let ticker = Arc::new(Ticker::default());
         {
             let engine = engine.clone();
-            let stop = ticker_stop.clone();
+            let ticker = ticker.clone();
             std::thread::Builder::new()
                 .name("sonde-epoch".into())
-                .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        std::thread::sleep(EPOCH_TICK);
-                        engine.increment_epoch();
-                    }
-                })
+                .spawn(move || ticker.run(&engine))
                 .map_err(|e| EngineError(e.into()))?;
         }
         Ok(Self {
@@ -384,7 +463,7 @@ impl Engine {
                 plugins: Mutex::new(HashMap::new()),
                 slots: Semaphore::new(max_calls as usize),
                 host: Arc::default(),
-                ticker_stop,
+                ticker,
             }),
         })
     }
@@ -501,6 +580,7 @@ impl Engine {
         )?;
         let mut store = self.new_store(state, &limits);
         let _slot = self.inner.slots.acquire().await.map_err(|e| e.to_string())?;
+        let _ticking = self.inner.ticker.busy();
         let call = async {
             let instance = pre.instantiate_async(&mut store).await?;
             instance.call_describe(&mut store).await
@@ -543,6 +623,7 @@ impl Engine {
             return RunResult::error(Reason::Internal, "the engine is shutting down");
         };
         let mut store = self.new_store(state, &call.limits);
+        let _ticking = self.inner.ticker.busy();
         let req = wit::Request {
             probe: call.probe.to_string(),
             target: call.target.to_string(),
@@ -702,6 +783,48 @@ mod tests {
         assert!(r.message.len() <= MAX_MESSAGE_BYTES);
         assert!(r.detail.unwrap().len() <= MAX_DETAIL_BYTES);
         assert_eq!(r.metrics.len(), MAX_METRICS);
+    }
+
+    /// Once idle the epoch thread sleeps; a call that then spins must
+    /// still be interrupted at its deadline, so starting it must wake the
+    /// thread.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sleeping_ticker_wakes_for_a_spinning_plugin() {
+        let engine = Engine::new(EngineConfig {
+            cache_dir: None,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let spin = engine
+            .load_file(sonde_tests::guests::SPIN_FOREVER.as_ref())
+            .await
+            .unwrap();
+        // Loading ran `describe`; wait until the ticker has gone to sleep.
+        let waited = Instant::now();
+        while !engine.inner.ticker.sleeping.load(Ordering::SeqCst) {
+            assert!(waited.elapsed() < Duration::from_secs(10), "the ticker never slept");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let task = tokio::spawn(async move {
+            let grants = Arc::new(Grants::default());
+            let call = Call {
+                probe: "spin",
+                target: "",
+                config: "{}",
+                limits: Limits {
+                    timeout: Duration::from_millis(200),
+                    ..Limits::default()
+                },
+                grants: &grants,
+                attempt: 1,
+            };
+            engine.run(&spin, &call).await
+        });
+        let result = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the spinning call must end")
+            .unwrap();
+        assert_eq!(result.reason, Some(Reason::Timeout), "{result:?}");
     }
 
     #[test]

@@ -21,8 +21,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Idle connections kept per scheme, host, port and TLS options.
-pub const MAX_IDLE_PER_HOST: usize = 4;
+/// Idle connections kept per scheme, host, port and TLS options: enough for
+/// the runs to one service that are usually in flight at once, so keep-alive
+/// probes at a high rate reuse connections instead of opening new ones.
+pub const MAX_IDLE_PER_HOST: usize = 32;
 /// Distinct keys with idle connections; beyond it, connections are closed
 /// instead of kept.
 pub const MAX_HOSTS: usize = 1024;

@@ -2,6 +2,7 @@
 
 mod agent;
 mod api;
+mod bench;
 mod cli;
 mod exec;
 mod file_age;
