@@ -144,7 +144,8 @@ fn inspect_shows_describe_imports_and_digest() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|i| i.as_str().unwrap().starts_with("wasi:sockets/"))
+            .any(|i| i.as_str().unwrap().starts_with("sonde:probe/tcp")),
+        "{v}"
     );
     let schema: serde_json::Value = serde_json::from_str(v["info"]["config_schema"].as_str().unwrap()).unwrap();
     assert_eq!(schema["type"], "object");
