@@ -392,31 +392,26 @@ impl Collector for Scrape {
             return Ok(());
         }
         let plugins = m.runs.by_plugin.read().unwrap_or_else(|e| e.into_inner());
-        let mut e = enc.encode_descriptor(
-            "sonde_run_duration_seconds",
-            "Run durations, by plugin and probe kind",
-            None,
-            MetricType::Histogram,
-        )?;
-        for (plugin, kinds) in plugins.iter() {
-            for (kind, s) in KINDS.iter().zip(kinds) {
-                if s.used.load(std::sync::atomic::Ordering::Relaxed) {
-                    let labels = [("plugin", &**plugin), ("kind", kind.as_str())];
-                    s.duration.encode(e.encode_family(&labels)?)?;
-                }
-            }
-        }
-        let mut e = enc.encode_descriptor(
-            "sonde_run_fuel",
-            "Fuel consumed per run, by plugin and probe kind",
-            None,
-            MetricType::Histogram,
-        )?;
-        for (plugin, kinds) in plugins.iter() {
-            for (kind, s) in KINDS.iter().zip(kinds) {
-                if s.used.load(std::sync::atomic::Ordering::Relaxed) {
-                    let labels = [("plugin", &**plugin), ("kind", kind.as_str())];
-                    s.fuel.encode(e.encode_family(&labels)?)?;
+        let histograms: [(&str, &str, fn(&PluginSeries) -> &Histogram); 2] = [
+            (
+                "sonde_run_duration_seconds",
+                "Run durations, by plugin and probe kind",
+                |s| &s.duration,
+            ),
+            (
+                "sonde_run_fuel",
+                "Fuel consumed per run, by plugin and probe kind",
+                |s| &s.fuel,
+            ),
+        ];
+        for (name, help, pick) in histograms {
+            let mut e = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            for (plugin, kinds) in plugins.iter() {
+                for (kind, s) in KINDS.iter().zip(kinds) {
+                    if s.used.load(std::sync::atomic::Ordering::Relaxed) {
+                        let labels = [("plugin", &**plugin), ("kind", kind.as_str())];
+                        pick(s).encode(e.encode_family(&labels)?)?;
+                    }
                 }
             }
         }

@@ -1,25 +1,8 @@
 //! `sonde bench` as a user runs it: the figures it reports and the runs it
 //! really makes. No assertion on speed: benchmarks are not timed tests.
 
-use crate::support::sonde;
+use crate::support::{json, sonde, sonde_async};
 use sonde_tests::{HttpServer, closed_port, guests};
-use std::process::Output;
-
-fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-async fn sonde_async(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || sonde(&args.iter().map(String::as_str).collect::<Vec<_>>()))
-        .await
-        .unwrap()
-}
 
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()

@@ -1,27 +1,8 @@
 //! The `sonde` binary, as a user runs it: exit codes, output, bad input.
 
-use crate::support::sonde;
+use crate::support::{json, sonde, sonde_async};
 use sonde_tests::{CountingListener, closed_port, guests};
-use std::process::Output;
 use std::time::{Duration, Instant};
-
-fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-/// Runs a blocking `sonde` process while the test's own listener keeps
-/// accepting on the async runtime.
-async fn sonde_async(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || sonde(&args.iter().map(String::as_str).collect::<Vec<_>>()))
-        .await
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_open_port_exits_0_closed_port_exits_2() {

@@ -81,3 +81,22 @@ async fn run_call(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Gra
     };
     engine().run(plugin, &call).await
 }
+
+/// The JSON `sonde` printed on stdout.
+pub fn json(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Runs a blocking `sonde` process while the test's own servers keep
+/// answering on the async runtime.
+pub async fn sonde_async(args: Vec<String>) -> std::process::Output {
+    tokio::task::spawn_blocking(move || sonde(&args.iter().map(String::as_str).collect::<Vec<_>>()))
+        .await
+        .unwrap()
+}
