@@ -1,4 +1,4 @@
-//! `sonde bench`: what a plugin costs. N runs through the full executor (a
+//! `sonde bench`: what a plugin costs. N runs through the engine's call path (a
 //! fresh sandbox per run, grants enforced), C in flight, reporting runs/s,
 //! latency percentiles, CPU per run, fuel per run and peak RSS; with
 //! `--baseline`, the same probes made natively (tokio + hyper, same
