@@ -60,6 +60,9 @@ pub struct RunMetrics {
     by_plugin: RwLock<HashMap<Arc<str>, [PluginSeries; 3]>>,
 }
 
+/// Which histogram of a plugin's series a descriptor exposes.
+type Pick = fn(&PluginSeries) -> &Histogram;
+
 #[derive(Debug)]
 struct PluginSeries {
     /// Observed at least once (unused kinds are not exposed).
@@ -392,7 +395,7 @@ impl Collector for Scrape {
             return Ok(());
         }
         let plugins = m.runs.by_plugin.read().unwrap_or_else(|e| e.into_inner());
-        let histograms: [(&str, &str, fn(&PluginSeries) -> &Histogram); 2] = [
+        let histograms: [(&str, &str, Pick); 2] = [
             (
                 "sonde_run_duration_seconds",
                 "Run durations, by plugin and probe kind",
