@@ -344,7 +344,7 @@ impl ResultCache {
 
     /// Records a run: its outcome, the counter after it, and, when the
     /// state changed, broadcasts the change and saves it.
-    pub fn record(&self, name: &str, result: RunResult, counter: Counter) {
+    pub fn record(&self, name: &Arc<str>, result: RunResult, counter: Counter) {
         let now = SystemTime::now();
         let mut probes = self.write();
         let Some(r) = probes.get_mut(name) else { return };
@@ -384,7 +384,7 @@ impl ResultCache {
         self.transition(name, r, from, message, now);
         drop(probes);
         self.inner.run_log.push(RunEvent {
-            probe: name.into(),
+            probe: name.clone(),
             target,
             tenant,
             kind,
@@ -395,14 +395,14 @@ impl ResultCache {
     }
 
     /// When `r`'s state is no longer `from`: stamps, saves and broadcasts.
-    fn transition(&self, name: &str, r: &mut Record, from: Status, message: String, now: SystemTime) {
+    fn transition(&self, name: &Arc<str>, r: &mut Record, from: Status, message: String, now: SystemTime) {
         if from == r.counter.state {
             return;
         }
         r.last_transition = Some(now);
         self.save(name, r);
         let change = StateChange {
-            probe: name.into(),
+            probe: name.clone(),
             target: r.target.clone(),
             tenant: r.tenant.clone(),
             kind: r.kind,
@@ -417,7 +417,7 @@ impl ResultCache {
 
     /// Sets a probe's counter back (a restart after a hold, a reload),
     /// broadcasting if its state changes.
-    pub fn reset(&self, name: &str, counter: Counter) {
+    pub fn reset(&self, name: &Arc<str>, counter: Counter) {
         let now = SystemTime::now();
         let mut probes = self.write();
         let Some(r) = probes.get_mut(name) else { return };
@@ -604,7 +604,7 @@ mod tests {
         let mut next = c;
         for _ in 0..10 {
             next.observe(&ok(), 1, 3);
-            cache.record("a", ok(), next);
+            cache.record(&"a".into(), ok(), next);
         }
         let change = rx.try_recv().unwrap();
         assert_eq!((change.from, change.to), (Status::Failure, Status::Success));
@@ -620,11 +620,11 @@ mod tests {
         let mut s = cache.insert(&meta("s", "t", Kind::Startup), Counter::initial(Kind::Startup));
         let mut r = cache.insert(&meta("r", "t", Kind::Readiness), Counter::initial(Kind::Readiness));
         r.observe(&ok(), 1, 3);
-        cache.record("r", ok(), r);
+        cache.record(&"r".into(), ok(), r);
         let t = &cache.targets()[0];
         assert!(!t.started && !t.ready && t.live);
         s.observe(&ok(), 1, 3);
-        cache.record("s", ok(), s);
+        cache.record(&"s".into(), ok(), s);
         let t = &cache.targets()[0];
         assert!(t.started && t.ready && t.live);
     }
@@ -636,7 +636,7 @@ mod tests {
             let cache = ResultCache::open(dir.path(), 8).unwrap();
             let mut c = cache.insert(&meta("a", "t", Kind::Readiness), Counter::initial(Kind::Readiness));
             c.observe(&ok(), 1, 3);
-            cache.record("a", ok(), c);
+            cache.record(&"a".into(), ok(), c);
             cache.flush();
         }
         let cache = ResultCache::open(dir.path(), 8).unwrap();
