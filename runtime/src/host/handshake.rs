@@ -69,14 +69,21 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
 }
 
 impl HostState {
-    /// Puts a connection in the call's table as a session, within the
-    /// per-call limit.
-    fn open_session(&mut self, stream: Stream) -> Result<Resource<Session>, WitError> {
+    /// Refuses a new session once the call holds [`MAX_SESSIONS`] (checked
+    /// before dialing, and again when the session is stored).
+    fn room_for_session(&self) -> Result<(), WitError> {
         if self.tls_sessions >= MAX_SESSIONS {
             return Err(WitError::Invalid(format!(
                 "at most {MAX_SESSIONS} sessions may be open at once"
             )));
         }
+        Ok(())
+    }
+
+    /// Puts a connection in the call's table as a session, within the
+    /// per-call limit.
+    fn open_session(&mut self, stream: Stream) -> Result<Resource<Session>, WitError> {
+        self.room_for_session()?;
         let session = self
             .sandbox
             .table
@@ -108,11 +115,7 @@ impl probe_tcp::Host for HostState {
         if host.is_empty() {
             return Err(WitError::Invalid("no host".into()));
         }
-        if self.tls_sessions >= MAX_SESSIONS {
-            return Err(WitError::Invalid(format!(
-                "at most {MAX_SESSIONS} sessions may be open at once"
-            )));
-        }
+        self.room_for_session()?;
         self.grants.authorize_connect(&host, port).map_err(WitError::Denied)?;
         let timeout = Duration::from_millis(timeout_ms);
         let dialed = match tokio::time::timeout(timeout, dial(&host, port)).await {
@@ -253,11 +256,7 @@ impl probe_tls::Host for HostState {
         options: Options,
         timeout_ms: u64,
     ) -> Result<(Resource<Session>, HandshakeResult), WitError> {
-        if self.tls_sessions >= MAX_SESSIONS {
-            return Err(WitError::Invalid(format!(
-                "at most {MAX_SESSIONS} sessions may be open at once"
-            )));
-        }
+        self.room_for_session()?;
         let (stream, result) = self.tls_handshake(host, port, options, timeout_ms).await?;
         Ok((self.open_session(Stream::Tls(Box::new(stream)))?, result))
     }
