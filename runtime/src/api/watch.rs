@@ -75,31 +75,26 @@ trait Watched: Clone + Serialize + Send + Sync + 'static {
     fn tenant(&self) -> &str;
 }
 
-impl Watched for StateChange {
-    const NAME: &'static str = "change";
-    fn probe(&self) -> &str {
-        &self.probe
-    }
-    fn target(&self) -> &str {
-        &self.target
-    }
-    fn tenant(&self) -> &str {
-        &self.tenant
-    }
+/// Both events carry `probe`, `target` and `tenant` fields.
+macro_rules! watched {
+    ($ty:ty, $name:literal) => {
+        impl Watched for $ty {
+            const NAME: &'static str = $name;
+            fn probe(&self) -> &str {
+                &self.probe
+            }
+            fn target(&self) -> &str {
+                &self.target
+            }
+            fn tenant(&self) -> &str {
+                &self.tenant
+            }
+        }
+    };
 }
 
-impl Watched for RunEvent {
-    const NAME: &'static str = "run";
-    fn probe(&self) -> &str {
-        &self.probe
-    }
-    fn target(&self) -> &str {
-        &self.target
-    }
-    fn tenant(&self) -> &str {
-        &self.tenant
-    }
-}
+watched!(StateChange, "change");
+watched!(RunEvent, "run");
 
 /// The response: headers now, events as they come.
 pub fn stream(results: ResultCache, params: Params, who: Principal) -> Response<Body> {
