@@ -23,7 +23,7 @@
 use crate::config::Kind;
 use crate::executor::{Executor, TenantStats};
 use crate::registry::ProbeSpec;
-use crate::results::ResultCache;
+use crate::results::{Observation, ResultCache, RunCount};
 use crate::scheduler::{self, Observer};
 use crate::tenants::Principal;
 use crate::verdict::{RunResult, Status};
@@ -195,6 +195,21 @@ fn to_prometheus_text(openmetrics: &str) -> String {
 #[derive(Debug)]
 struct Scrape(Metrics, Principal);
 
+/// A gauge's value from a probe's last outcome.
+type LastValue = fn(&Observation) -> f64;
+
+/// One probe as a scrape reads it.
+struct Row {
+    name: Arc<str>,
+    target: Arc<str>,
+    tenant: Arc<str>,
+    kind: Kind,
+    state: Status,
+    stale: bool,
+    runs: Vec<RunCount>,
+    last: Option<Arc<Observation>>,
+}
+
 fn status_code(s: Status) -> i64 {
     match s {
         Status::Success => 0,
@@ -283,32 +298,22 @@ impl Scrape {
 impl Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let (m, who) = (&self.0, &self.1);
-        let mut samples = Vec::new();
+        // Copied out (names and the last outcome are shared, not cloned)
+        // so encoding does not hold the cache's lock.
+        let mut rows = Vec::new();
         m.results.sample(|p| {
-            if !who.sees(p.tenant) {
-                return;
+            if who.sees(p.tenant) {
+                rows.push(Row {
+                    name: p.name.clone(),
+                    target: p.target.clone(),
+                    tenant: p.tenant.clone(),
+                    kind: p.kind,
+                    state: p.state,
+                    stale: p.stale,
+                    runs: p.runs.to_vec(),
+                    last: p.last.cloned(),
+                });
             }
-            let runs = p.runs.iter().map(|c| (c.status, c.reason, c.runs)).collect::<Vec<_>>();
-            let last = p.last.map(|o| {
-                let metrics = o
-                    .result
-                    .metrics
-                    .iter()
-                    .take(MAX_PLUGIN_SERIES)
-                    .map(|x| (x.name.clone(), x.unit.clone(), x.value))
-                    .collect::<Vec<_>>();
-                (o.result.duration, o.result.fuel_consumed, metrics)
-            });
-            samples.push((
-                p.name.to_string(),
-                p.target.to_string(),
-                p.kind,
-                p.state,
-                p.stale,
-                runs,
-                last,
-                p.tenant.to_string(),
-            ));
         });
 
         let mut e = enc.encode_descriptor(
@@ -317,14 +322,14 @@ impl Collector for Scrape {
             None,
             MetricType::Gauge,
         )?;
-        for (name, target, kind, state, .., tenant) in &samples {
+        for r in &rows {
             let labels = [
-                ("probe", name.as_str()),
-                ("target", target.as_str()),
-                ("kind", kind.as_str()),
-                ("tenant", tenant.as_str()),
+                ("probe", &*r.name),
+                ("target", &*r.target),
+                ("kind", r.kind.as_str()),
+                ("tenant", &*r.tenant),
             ];
-            ConstGauge::new(status_code(*state)).encode(e.encode_family(&labels)?)?;
+            ConstGauge::new(status_code(r.state)).encode(e.encode_family(&labels)?)?;
         }
         let mut e = enc.encode_descriptor(
             "sonde_probe_stale",
@@ -332,8 +337,8 @@ impl Collector for Scrape {
             None,
             MetricType::Gauge,
         )?;
-        for (name, _, _, _, stale, ..) in &samples {
-            ConstGauge::new(i64::from(*stale)).encode(e.encode_family(&[("probe", name.as_str())])?)?;
+        for r in &rows {
+            ConstGauge::new(i64::from(r.stale)).encode(e.encode_family(&[("probe", &*r.name)])?)?;
         }
         let mut e = enc.encode_descriptor(
             "sonde_probe_runs",
@@ -341,36 +346,32 @@ impl Collector for Scrape {
             None,
             MetricType::Counter,
         )?;
-        for (name, _, _, _, _, runs, ..) in &samples {
-            for (status, reason, n) in runs {
+        for r in &rows {
+            for c in &r.runs {
                 let labels = [
-                    ("probe", name.as_str()),
-                    ("status", status.as_str()),
-                    ("reason", reason.map_or("", |r| r.as_str())),
+                    ("probe", &*r.name),
+                    ("status", c.status.as_str()),
+                    ("reason", c.reason.map_or("", |r| r.as_str())),
                 ];
-                ConstCounter::new(*n).encode(e.encode_family(&labels)?)?;
+                ConstCounter::new(c.runs).encode(e.encode_family(&labels)?)?;
             }
         }
-        let mut e = enc.encode_descriptor(
-            "sonde_probe_last_duration_seconds",
-            "How long the probe's last run took",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (name, _, _, _, _, _, last, _) in &samples {
-            if let Some((d, _, _)) = last {
-                ConstGauge::new(d.as_secs_f64()).encode(e.encode_family(&[("probe", name.as_str())])?)?;
-            }
-        }
-        let mut e = enc.encode_descriptor(
-            "sonde_probe_last_fuel",
-            "Fuel the probe's last run consumed",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (name, _, _, _, _, _, last, _) in &samples {
-            if let Some((_, fuel, _)) = last {
-                ConstGauge::new(*fuel as f64).encode(e.encode_family(&[("probe", name.as_str())])?)?;
+        let last: [(&str, &str, LastValue); 2] = [
+            (
+                "sonde_probe_last_duration_seconds",
+                "How long the probe's last run took",
+                |o| o.result.duration.as_secs_f64(),
+            ),
+            ("sonde_probe_last_fuel", "Fuel the probe's last run consumed", |o| {
+                o.result.fuel_consumed as f64
+            }),
+        ];
+        for (name, help, value) in last {
+            let mut e = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for r in &rows {
+                if let Some(o) = &r.last {
+                    ConstGauge::new(value(o)).encode(e.encode_family(&[("probe", &*r.name)])?)?;
+                }
             }
         }
         let mut e = enc.encode_descriptor(
@@ -379,14 +380,18 @@ impl Collector for Scrape {
             None,
             MetricType::Gauge,
         )?;
-        for (name, _, _, _, _, _, last, _) in &samples {
-            for (metric, unit, value) in last.iter().flat_map(|(_, _, m)| m) {
+        for r in &rows {
+            let metrics = r
+                .last
+                .iter()
+                .flat_map(|o| o.result.metrics.iter().take(MAX_PLUGIN_SERIES));
+            for x in metrics {
                 let labels = [
-                    ("probe", name.as_str()),
-                    ("metric", metric.as_str()),
-                    ("unit", unit.as_str()),
+                    ("probe", &*r.name),
+                    ("metric", x.name.as_str()),
+                    ("unit", x.unit.as_str()),
                 ];
-                ConstGauge::new(*value).encode(e.encode_family(&labels)?)?;
+                ConstGauge::new(x.value).encode(e.encode_family(&labels)?)?;
             }
         }
 

@@ -64,21 +64,21 @@ pub struct RunCount {
 #[derive(Debug)]
 pub struct ProbeSample<'a> {
     /// Its name.
-    pub name: &'a str,
+    pub name: &'a Arc<str>,
     /// Its target.
-    pub target: &'a str,
+    pub target: &'a Arc<str>,
     /// Its kind.
     pub kind: Kind,
     /// Its groups.
     pub groups: &'a [String],
     /// The tenant that owns it.
-    pub tenant: &'a str,
+    pub tenant: &'a Arc<str>,
     /// Its state.
     pub state: Status,
     /// Restored from disk and not run since.
     pub stale: bool,
-    /// The last outcome.
-    pub last: Option<&'a Observation>,
+    /// The last outcome (shared: a scrape keeps it without copying).
+    pub last: Option<&'a Arc<Observation>>,
     /// Runs by status and reason since the agent started.
     pub runs: &'a [RunCount],
 }
@@ -476,7 +476,7 @@ impl ResultCache {
                 tenant: &r.tenant,
                 state: r.counter.state,
                 stale: r.stale,
-                last: r.last.as_deref(),
+                last: r.last.as_ref(),
                 runs: &r.runs,
             });
         }
