@@ -39,15 +39,10 @@ pub struct Store {
     dir: PathBuf,
 }
 
-/// Whether `name` can be a file name here: the config's name rule.
+/// Whether `name` can be a file name here: the config's name rule, and
+/// not `.` or `..`.
 pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 128
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    crate::registry::valid_name(name) && name != "." && name != ".."
 }
 
 fn private_dir(dir: &Path) -> std::io::Result<()> {

@@ -171,7 +171,8 @@ impl Errors {
     }
 }
 
-fn valid_name(s: &str) -> bool {
+/// A name of a target, probe or group: 1-128 letters, digits, `-`, `_`, `.`.
+pub(crate) fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
         && s.bytes()
