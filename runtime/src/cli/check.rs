@@ -102,7 +102,10 @@ fn parse_size(s: &str) -> Result<u64, String> {
 /// group passes, 2 when it does not, 3 when that cannot be known.
 pub(super) async fn group(args: &CheckArgs, group: &str) -> Result<i32, CliError> {
     let kind = if args.live { "live" } else { "ready" };
-    let path = format!("/v1/{kind}/{}", percent_encode(group));
+    let path = format!(
+        "/v1/{kind}/{}",
+        percent_encoding::utf8_percent_encode(group, percent_encoding::NON_ALPHANUMERIC)
+    );
     let (status, body) = super::client::get(&args.api, &path).await?;
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     if args.output == Output::Json {
@@ -140,15 +143,6 @@ pub(super) async fn group(args: &CheckArgs, group: &str) -> Result<i32, CliError
             Ok(3)
         }
     }
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            b => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, CliError> {
