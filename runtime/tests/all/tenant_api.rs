@@ -282,7 +282,12 @@ async fn tenants_add_plugins_and_probes_that_survive_a_restart_and_bad_uploads_s
         server.addr
     );
     let elsewhere = "address: 192.0.2.1:80\nplugin: tcp\n".to_string();
-    let cases: [(&str, String, u16, &str); 6] = [
+    let huge = format!(
+        "address: 127.0.0.1:1\nplugin: tcp\n# {}\n",
+        "x".repeat(sonde_runtime::managed::MAX_PROBE_BYTES)
+    );
+    let cases: [(&str, String, u16, &str); 7] = [
+        ("huge", huge, 413, "limit"),
         ("wide", wide, 422, "10.0.0.0/8"),
         ("elsewhere", elsewhere, 422, "192.0.2.1"),
         (
