@@ -172,12 +172,12 @@ impl Agent {
             loaded_at: Some(SystemTime::now()),
             reload_error: None,
             left_out: skipped,
-            probes: registry.probes.len(),
+            probes: registry.probes().len(),
             version: env!("CARGO_PKG_VERSION"),
         }));
         tracing::info!(
-            probes = registry.probes.len(),
-            targets = registry.targets.len(),
+            probes = registry.probes().len(),
+            targets = registry.targets().len(),
             "config loaded"
         );
         let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);

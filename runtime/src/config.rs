@@ -355,7 +355,7 @@ pub struct Probe {
     pub limits: LimitsSpec,
     /// `groups: [frontend]` — names for aggregated readiness.
     #[serde(default)]
-    pub groups: Vec<String>,
+    pub groups: Vec<Spanned<String>>,
 }
 
 /// What a probe's plugin may reach besides its target.
@@ -452,9 +452,18 @@ fn first_line(e: &serde_saphyr::Error) -> String {
         .unwrap_or("invalid YAML");
     // The rendering may lead with "error: " and end with " at line L column C".
     let line = line.strip_prefix("error: ").unwrap_or(line);
-    match line.find(" at line ") {
-        Some(i) => line[..i].to_string(),
-        None => line.to_string(),
+    let line = match line.find(" at line ") {
+        Some(i) => &line[..i],
+        None => line,
+    };
+    // ... or lead with "line L column C: ", which the place already says.
+    match line.split_once(": ") {
+        Some((at, rest))
+            if at.starts_with("line ") && at.split(' ').filter(|w| w.parse::<u64>().is_ok()).count() == 2 =>
+        {
+            rest.to_string()
+        }
+        _ => line.to_string(),
     }
 }
 

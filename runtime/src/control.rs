@@ -179,7 +179,7 @@ impl Control {
         s.loaded_at = Some(SystemTime::now());
         s.reload_error = None;
         s.left_out = left_out;
-        s.probes = reg.probes.len();
+        s.probes = reg.probes().len();
     }
 
     async fn apply(&self, reg: Registry, left_out: Vec<String>) -> ReloadSummary {

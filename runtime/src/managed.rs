@@ -243,10 +243,7 @@ pub fn to_target(store: &Store, probe: &StoredProbe) -> Result<config::Target, S
         for err in &mut e.0 {
             let line = err.place.line as usize;
             let key = line.checked_sub(first_key_line).and_then(|i| keys.get(i));
-            let message = match err.message.split_once(": ") {
-                Some((loc, rest)) if loc.starts_with("line ") => rest.to_string(),
-                _ => err.message.clone(),
-            };
+            let message = err.message.clone();
             err.message = match key {
                 Some(k) if !message.starts_with(k.as_str()) => format!("{k}: {message}"),
                 _ => message,

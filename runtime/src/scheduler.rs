@@ -17,7 +17,7 @@
 //! then start again from their initial state and initial delay.
 
 use crate::config::Kind;
-use crate::registry::{ProbeSpec, Registry, TargetSpec};
+use crate::registry::{Delta, ProbeSpec, TargetSpec};
 use crate::results::{ProbeMeta, ResultCache};
 use crate::thresholds::Counter;
 use crate::verdict::{RunResult, Status};
@@ -196,7 +196,7 @@ pub struct ReloadSummary {
 
 enum Msg {
     Trigger(String, oneshot::Sender<Result<RunResult, TriggerError>>),
-    Reload(Box<Registry>, oneshot::Sender<ReloadSummary>),
+    Apply(Box<Delta>, oneshot::Sender<ReloadSummary>),
     Shutdown(Duration, oneshot::Sender<()>),
     RunDone {
         name: Arc<str>,
@@ -241,11 +241,14 @@ impl Handle {
         rx.await.map_err(|_| TriggerError::ShuttingDown)?
     }
 
-    /// Replaces the config: unchanged probes keep their state and schedule,
-    /// changed ones restart, removed ones go.
-    pub async fn reload(&self, registry: Registry) -> ReloadSummary {
+    /// Applies a registry change: unchanged probes keep their state and
+    /// schedule, changed ones restart, removed ones go. A whole registry
+    /// (`&Registry`, or a full [`Delta`]) replaces everything; a delta from
+    /// [`Registry::commit`](crate::registry::Registry::commit) touches only
+    /// what it names.
+    pub async fn reload(&self, change: impl Into<Delta>) -> ReloadSummary {
         let (reply, rx) = oneshot::channel();
-        if self.tx.send(Msg::Reload(Box::new(registry), reply)).is_err() {
+        if self.tx.send(Msg::Apply(Box::new(change.into()), reply)).is_err() {
             return ReloadSummary::default();
         }
         rx.await.unwrap_or_default()
@@ -302,7 +305,7 @@ struct Core<R: Runner> {
 }
 
 /// Starts the scheduler task with `registry`'s probes and returns its handle.
-pub fn spawn<R: Runner>(runner: Arc<R>, results: ResultCache, registry: Registry, options: Options) -> Handle {
+pub fn spawn<R: Runner>(runner: Arc<R>, results: ResultCache, registry: impl Into<Delta>, options: Options) -> Handle {
     let (tx, rx) = mpsc::unbounded_channel();
     let mut core = Core {
         runner,
@@ -317,7 +320,7 @@ pub fn spawn<R: Runner>(runner: Arc<R>, results: ResultCache, registry: Registry
         in_flight: 0,
         progress: Arc::new(Progress::new()),
     };
-    core.reload(registry);
+    core.apply(registry.into());
     let progress = core.progress.clone();
     tokio::spawn(core.run(rx));
     Handle { tx, progress }
@@ -363,8 +366,8 @@ impl<R: Runner> Core<R> {
             let Some(msg) = msg else { return };
             match msg {
                 Msg::Trigger(name, reply) => self.trigger(&name, reply),
-                Msg::Reload(reg, reply) => {
-                    let summary = self.reload(*reg);
+                Msg::Apply(delta, reply) => {
+                    let summary = self.apply(*delta);
                     let _ = reply.send(summary);
                 }
                 Msg::Shutdown(grace, reply) => {
@@ -620,39 +623,41 @@ impl<R: Runner> Core<R> {
         }
     }
 
-    fn reload(&mut self, reg: Registry) -> ReloadSummary {
+    fn apply(&mut self, d: Delta) -> ReloadSummary {
         let mut summary = ReloadSummary::default();
         let now = Instant::now();
-        let mut new_probes: HashMap<Arc<str>, Arc<ProbeSpec>> = HashMap::new();
-        for p in &reg.probes {
-            new_probes.insert(p.name.clone(), p.clone());
-        }
-        // Probes gone.
-        let gone: Vec<Arc<str>> = self
-            .entries
-            .keys()
-            .filter(|n| !new_probes.contains_key(*n))
-            .cloned()
-            .collect();
+        // Probes gone: those named, or for a whole registry, those not in it.
+        let gone: Vec<Arc<str>> = if d.full {
+            let keep: std::collections::HashSet<&Arc<str>> = d.probes.iter().map(|p| &p.name).collect();
+            self.entries.keys().filter(|n| !keep.contains(n)).cloned().collect()
+        } else {
+            d.removed_probes.clone()
+        };
         for name in gone {
             self.unschedule(&name);
             if let Some(e) = self.entries.remove(&name) {
                 for w in e.waiters {
                     let _ = w.send(Err(TriggerError::NotFound(name.to_string())));
                 }
+                self.results.remove(&name);
+                summary.removed.push(name.to_string());
             }
-            self.results.remove(&name);
-            summary.removed.push(name.to_string());
         }
         // Targets.
-        let mut targets = HashMap::new();
-        for t in &reg.targets {
-            let probes: Vec<Arc<str>> = reg.probes_of(&t.name).map(|p| p.name.clone()).collect();
-            let has_startup = reg.probes_of(&t.name).any(|p| p.kind == Kind::Startup);
-            let state = match self.targets.remove(&t.name) {
+        if d.full {
+            let keep: std::collections::HashSet<&Arc<str>> = d.targets.iter().map(|t| &t.spec.name).collect();
+            self.targets.retain(|n, _| keep.contains(n));
+        } else {
+            for t in &d.removed_targets {
+                self.targets.remove(t);
+            }
+        }
+        for t in d.targets {
+            let has_startup = t.has_startup;
+            let state = match self.targets.remove(&t.spec.name) {
                 Some(old) => TargetState {
-                    spec: t.clone(),
-                    probes,
+                    spec: t.spec,
+                    probes: t.probes,
                     // A target already started stays started.
                     started: old.started || !has_startup,
                     has_startup,
@@ -661,8 +666,8 @@ impl<R: Runner> Core<R> {
                     since: old.since,
                 },
                 None => TargetState {
-                    spec: t.clone(),
-                    probes,
+                    spec: t.spec,
+                    probes: t.probes,
                     has_startup,
                     started: !has_startup,
                     held: false,
@@ -670,11 +675,10 @@ impl<R: Runner> Core<R> {
                     since: now,
                 },
             };
-            targets.insert(t.name.clone(), state);
+            self.targets.insert(state.spec.name.clone(), state);
         }
-        self.targets = targets;
         // Probes new or changed.
-        for p in &reg.probes {
+        for p in &d.probes {
             match self.entries.get(&p.name) {
                 Some(e) if *e.spec == **p => {
                     summary.kept += 1;
@@ -724,9 +728,10 @@ impl<R: Runner> Core<R> {
             }
         }
         // A startup probe restored as succeeded lets its target start.
-        let restored_started: Vec<Arc<str>> = self
-            .entries
-            .values()
+        let restored_started: Vec<Arc<str>> = d
+            .probes
+            .iter()
+            .filter_map(|p| self.entries.get(&p.name))
             .filter(|e| e.spec.kind == Kind::Startup && e.counter.state == Status::Success)
             .map(|e| e.spec.target.clone())
             .filter(|t| self.targets.get(t).is_some_and(|t| !t.started))

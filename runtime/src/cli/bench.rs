@@ -607,16 +607,16 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
             })
         })
         .collect();
-    let registry = Registry {
-        targets: vec![Arc::new(TargetSpec {
+    let registry = Registry::from_specs(
+        Arc::default(),
+        vec![Arc::new(TargetSpec {
             name: target,
             address,
             on_failure: None,
             tenant: crate::tenants::DEFAULT_TENANT.into(),
         })],
         probes,
-        ..Registry::default()
-    };
+    );
     let results = ResultCache::new(DEFAULT_HISTORY);
     let runner = Arc::new(crate::agent::EngineRunner::new(engine.clone()));
     let handle = scheduler::spawn(

@@ -94,8 +94,8 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
             println!(
                 "{}: ok ({} targets, {} probes)",
                 args.config.display(),
-                reg.targets.len(),
-                reg.probes.len()
+                reg.targets().len(),
+                reg.probes().len()
             );
             Ok(0)
         }

@@ -4,6 +4,7 @@ mod agent;
 mod api;
 mod bench;
 mod cli;
+mod config_cases;
 mod exec;
 mod file_age;
 mod grpc;

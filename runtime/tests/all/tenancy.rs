@@ -52,16 +52,17 @@ targets:
     )
     .await
     .unwrap();
-    let shop = &reg.probes[0];
+    let probes: Vec<_> = reg.probes().collect();
+    let shop = probes[0];
     assert_eq!(&*shop.tenant, "acme");
-    assert_eq!(&*reg.targets[0].tenant, "acme");
+    assert_eq!(&*reg.targets().next().unwrap().tenant, "acme");
     // Defaults a probe does not set are lowered to its tenant's quotas.
     assert_eq!(shop.limits.fuel, 5_000_000);
     assert_eq!(shop.limits.memory, 32 << 20);
     assert_eq!(shop.limits.timeout, Duration::from_secs(1));
     // The operator's probes have no ceiling.
-    assert_eq!(&*reg.probes[1].tenant, "default");
-    assert_eq!(reg.probes[1].limits.timeout, Duration::from_secs(30));
+    assert_eq!(&*probes[1].tenant, "default");
+    assert_eq!(probes[1].limits.timeout, Duration::from_secs(30));
     let acme = reg.tenants.get("acme").unwrap();
     assert_eq!(acme.quotas.max_concurrent_runs, 3);
     assert!(acme.admit(shop).is_ok());
@@ -156,7 +157,7 @@ async fn the_multi_tenant_example_loads() {
         .replace("/etc/sonde/tokens/", &format!("{}/", dir.path().display()))
         .replace("token_env: GLOBEX_TOKEN", "token_file: globex");
     let reg = load(dir.path(), &text).await.unwrap_or_else(|e| panic!("{e}"));
-    let tenants: Vec<&str> = reg.probes.iter().map(|p| &*p.tenant).collect();
+    let tenants: Vec<&str> = reg.probes().map(|p| &*p.tenant).collect();
     assert_eq!(tenants, ["default", "acme", "acme", "globex"]);
     assert_eq!(
         reg.tenants.authenticate("globex-token"),

@@ -1,0 +1,334 @@
+//! The check and resolve steps of a [`Change`]: what depends on the rest of
+//! the registry (unique names, probe quotas) is checked against the
+//! registry as it would be after the change's removals, through a
+//! [`Pending`] overlay, so a change of one probe costs one probe's checks
+//! whatever the registry holds.
+
+use super::problem::{Located, Problem};
+use super::{Change, Prepared, ProbeSpec, Registry, TargetEntry, TargetSpec, probe, resolve};
+use crate::config::{self, ConfigError, Kind, Place};
+use crate::engine::{CapabilityKind, Engine, Plugin, PluginInfo};
+use crate::host::{Grants, NetPattern};
+use crate::tenants::{Quotas, Tenant, TenantId};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The registry as it would be with a change applied so far: names taken
+/// and probes counted, on top of the registry less what the change
+/// removes.
+pub(super) struct Pending<'r> {
+    reg: &'r Registry,
+    removed_targets: HashSet<Arc<str>>,
+    removed_probes: HashSet<Arc<str>>,
+    /// Probes the removals take from each tenant.
+    removed_counts: HashMap<TenantId, usize>,
+    target_names: HashMap<String, Place>,
+    probe_names: HashMap<String, Place>,
+    counts: HashMap<TenantId, usize>,
+}
+
+impl<'r> Pending<'r> {
+    pub(super) fn new(reg: &'r Registry, remove: &[Arc<str>]) -> Self {
+        let mut p = Pending {
+            reg,
+            removed_targets: HashSet::new(),
+            removed_probes: HashSet::new(),
+            removed_counts: HashMap::new(),
+            target_names: HashMap::new(),
+            probe_names: HashMap::new(),
+            counts: HashMap::new(),
+        };
+        for name in remove {
+            let Some(t) = reg.targets.get(name) else { continue };
+            if !p.removed_targets.insert(name.clone()) {
+                continue;
+            }
+            for (probe, _) in &t.probes {
+                if let Some(spec) = reg.probes.get(probe) {
+                    *p.removed_counts.entry(spec.tenant.clone()).or_default() += 1;
+                }
+                p.removed_probes.insert(probe.clone());
+            }
+        }
+        p
+    }
+
+    /// Where a target named `name` is already defined.
+    fn target_place(&self, name: &str) -> Option<Place> {
+        if let Some(p) = self.target_names.get(name) {
+            return Some(p.clone());
+        }
+        self.reg
+            .targets
+            .get(name)
+            .filter(|_| !self.removed_targets.contains(name))
+            .map(|t| t.place.clone())
+    }
+
+    /// Where a probe named `name` is already defined.
+    fn probe_place(&self, name: &str) -> Option<Place> {
+        if let Some(p) = self.probe_names.get(name) {
+            return Some(p.clone());
+        }
+        if self.removed_probes.contains(name) {
+            return None;
+        }
+        let spec = self.reg.probes.get(name)?;
+        let t = self.reg.targets.get(&spec.target)?;
+        t.probes.iter().find(|(n, _)| &**n == name).map(|(_, p)| p.clone())
+    }
+
+    /// Counts one more probe of `tenant`; returns how many it then has.
+    fn count(&mut self, tenant: &TenantId) -> usize {
+        let added = self.counts.entry(tenant.clone()).or_default();
+        *added += 1;
+        let base = self.reg.probe_count(tenant);
+        let removed = self.removed_counts.get(tenant).copied().unwrap_or(0);
+        base.saturating_sub(removed) + *added
+    }
+}
+
+/// Runs `change` through the check, resolve and build steps against `reg`.
+/// Errors go to `errors`; what was built is returned either way, but is
+/// only fit to commit when no error was found.
+pub(super) async fn prepare(
+    reg: &Registry,
+    engine: &Engine,
+    change: Change,
+    errors: &mut Vec<ConfigError>,
+) -> Prepared {
+    let mut pending = Pending::new(reg, &change.remove);
+    let mut out = Prepared {
+        generation: reg.generation,
+        remove: change.remove.clone(),
+        targets: Vec::new(),
+        probes: Vec::new(),
+        warnings: Vec::new(),
+    };
+    // Plugin files are read once per change; built-ins once per registry.
+    let mut files: HashMap<String, Result<Arc<Plugin>, resolve::ResolveError>> = HashMap::new();
+    for t in &change.add {
+        let path = t.source.as_deref().unwrap_or(&reg.path);
+        let mut located = Vec::new();
+        let built = target(reg, engine, &mut pending, &mut files, path, t, &mut located, &mut out).await;
+        errors.extend(located.into_iter().map(|l| l.into_error(path)));
+        out.targets.push(built);
+    }
+    out
+}
+
+/// One target and its probes through the pipeline.
+#[allow(clippy::too_many_arguments)]
+async fn target(
+    reg: &Registry,
+    engine: &Engine,
+    pending: &mut Pending<'_>,
+    files: &mut HashMap<String, Result<Arc<Plugin>, resolve::ResolveError>>,
+    path: &Path,
+    t: &config::Target,
+    problems: &mut Vec<Located>,
+    out: &mut Prepared,
+) -> TargetEntry {
+    let draft = probe::target(t, problems);
+    let place = config::place(path, &t.name.referenced);
+    if super::valid_name(&draft.name) {
+        match pending.target_place(&draft.name) {
+            Some(first) => problems.push(Located {
+                at: t.name.referenced,
+                problem: Problem::TargetDuplicate {
+                    name: draft.name.clone(),
+                    first,
+                },
+            }),
+            None => {
+                pending.target_names.insert(draft.name.clone(), place.clone());
+            }
+        }
+    }
+    let (tenant, tenant_id) = tenant_of(reg, t, problems);
+    let quotas = tenant.as_ref().map_or(Quotas::UNLIMITED, |t| t.quotas);
+    let target_name: Arc<str> = draft.name.as_str().into();
+    let spec = Arc::new(TargetSpec {
+        name: target_name.clone(),
+        address: draft.address.clone(),
+        tenant: tenant_id.clone(),
+        on_failure: draft.on_failure,
+    });
+    let mut entry = TargetEntry {
+        spec,
+        place,
+        probes: Vec::new(),
+    };
+    let mut startup_seen = false;
+    for p in &t.probes {
+        let d = probe::probe(&draft.name, &draft.address, p, &quotas, problems);
+        if d.kind == Kind::Startup {
+            if startup_seen && let Some(k) = &p.kind {
+                problems.push(Located {
+                    at: k.referenced,
+                    problem: Problem::SecondStartup(draft.name.clone()),
+                });
+            }
+            startup_seen = true;
+        }
+        let name_place = config::place(path, &d.name_at);
+        if super::valid_name(&d.name) {
+            match pending.probe_place(&d.name) {
+                Some(first) => problems.push(Located {
+                    at: d.name_at,
+                    problem: Problem::ProbeDuplicate {
+                        name: d.name.clone(),
+                        defaulted: d.defaulted,
+                        first,
+                    },
+                }),
+                None => {
+                    pending.probe_names.insert(d.name.clone(), name_place.clone());
+                }
+            }
+        }
+        if pending.count(&tenant_id) == quotas.max_probes.saturating_add(1) {
+            problems.push(Located {
+                at: d.name_at,
+                problem: Problem::OverQuota {
+                    tenant: tenant_id.clone(),
+                    probe: d.name.clone(),
+                    max: quotas.max_probes,
+                },
+            });
+        }
+        if let Some(tenant) = &tenant {
+            for error in tenant.check(&d.name, &d.address, &d.grants, &d.limits) {
+                let (key, at) = probe::ceiling_key(&error, t, p, &d);
+                problems.push(Located {
+                    at,
+                    problem: Problem::Ceiling { key, error },
+                });
+            }
+        }
+        let plugin = match resolve_plugin(reg, engine, files, &p.plugin.value).await {
+            Ok(pl) => pl,
+            Err(e) => {
+                problems.push(Located {
+                    at: p.plugin.referenced,
+                    problem: Problem::Plugin(e),
+                });
+                continue;
+            }
+        };
+        if let Some(v) = reg.cache.schema(&plugin) {
+            let at = p.config.as_ref().map_or(p.plugin.referenced, |c| c.referenced);
+            for (pointer, message) in resolve::schema_errors(&v, &d.config) {
+                problems.push(Located {
+                    at,
+                    problem: Problem::Schema {
+                        at: pointer,
+                        message,
+                        plugin: p.plugin.value.clone(),
+                    },
+                });
+            }
+        }
+        for missing in ungranted(plugin.info(), &d.grants, &d.address) {
+            out.warnings.push(
+                Located {
+                    at: p.plugin.referenced,
+                    problem: Problem::Ungranted {
+                        probe: d.name.clone(),
+                        plugin: p.plugin.value.clone(),
+                        missing,
+                    },
+                }
+                .into_error(path),
+            );
+        }
+        let name: Arc<str> = d.name.as_str().into();
+        entry.probes.push((name.clone(), name_place));
+        out.probes.push(Arc::new(ProbeSpec {
+            name,
+            target: target_name.clone(),
+            tenant: tenant_id.clone(),
+            kind: d.kind,
+            plugin_ref: p.plugin.value.clone(),
+            plugin,
+            address: d.address,
+            config: d.config.to_string(),
+            period: d.period,
+            initial_delay: d.initial_delay,
+            success_threshold: d.success_threshold,
+            failure_threshold: d.failure_threshold,
+            limits: d.limits,
+            grants: Arc::new(d.grants),
+            groups: d.groups.into(),
+        }));
+    }
+    entry
+}
+
+/// The target's tenant (`None` for one not defined, an error already: its
+/// probes are checked against no ceiling) and its id.
+fn tenant_of(reg: &Registry, t: &config::Target, problems: &mut Vec<Located>) -> (Option<Arc<Tenant>>, TenantId) {
+    let Some(id) = &t.tenant else {
+        let op = reg.tenants.operator().clone();
+        let id = op.id.clone();
+        return (Some(op), id);
+    };
+    let name = id.value.trim();
+    match reg.tenants.get(name) {
+        Some(found) => (Some(found.clone()), found.id.clone()),
+        None => {
+            problems.push(Located {
+                at: id.referenced,
+                problem: Problem::UnknownTenant {
+                    id: name.to_string(),
+                    known: reg.tenants.iter().skip(1).map(|t| t.id.to_string()).collect(),
+                },
+            });
+            (None, name.into())
+        }
+    }
+}
+
+async fn resolve_plugin(
+    reg: &Registry,
+    engine: &Engine,
+    files: &mut HashMap<String, Result<Arc<Plugin>, resolve::ResolveError>>,
+    name: &str,
+) -> Result<Arc<Plugin>, resolve::ResolveError> {
+    if !resolve::is_path(name) {
+        return reg.cache.plugin(engine, &reg.base, name, &reg.trust).await;
+    }
+    if let Some(r) = files.get(name) {
+        return r.clone();
+    }
+    let r = resolve::plugin(engine, &reg.base, name, &reg.trust).await;
+    files.insert(name.to_string(), r.clone());
+    r
+}
+
+/// What a plugin's `describe` asks for that `grants` (and the target) do
+/// not give, as `kind value (why)` texts. A `files` value of `*` means "some
+/// path the config names": any `files` grant covers it.
+pub(super) fn ungranted(info: &PluginInfo, grants: &Grants, address: &str) -> Vec<String> {
+    let target = NetPattern::for_target(address).ok();
+    info.capabilities
+        .iter()
+        .filter(|c| match c.kind {
+            CapabilityKind::Net => {
+                let text = c.value.trim();
+                let covered = |p: &NetPattern| p.to_string() == text;
+                !(grants.net.iter().any(covered) || target.as_ref().is_some_and(covered))
+            }
+            CapabilityKind::Exec => !grants.exec.iter().any(|p| p.as_os_str() == c.value.as_str()),
+            CapabilityKind::Files => {
+                if c.value.trim() == "*" {
+                    grants.files.is_empty()
+                } else {
+                    !grants.files.iter().any(|d| Path::new(&c.value).starts_with(d))
+                }
+            }
+        })
+        .map(|c| format!("{} {} ({})", c.kind.as_str(), c.value, c.why))
+        .collect()
+}

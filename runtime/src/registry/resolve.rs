@@ -1,0 +1,148 @@
+//! The resolve step: a plugin as written in the config (`http`,
+//! `./check.wasm`) becomes a loaded [`Plugin`], its signature checked first
+//! when the config requires it, and its config schema compiled once per
+//! digest. Built-ins never change, so a registry keeps them by name; files
+//! are read again on every change, since they may have been replaced.
+
+use crate::engine::{Engine, LoadError, Plugin};
+use crate::signing::{PublicKey, SignatureError};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// How plugin files must be signed (`trust:`, `require_signed:`).
+#[derive(Debug, Default)]
+pub struct Trust {
+    /// The keys whose signatures are accepted.
+    pub keys: Vec<PublicKey>,
+    /// Whether an unsigned or untrusted plugin file is refused.
+    pub required: bool,
+}
+
+/// Why a plugin could not be had.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ResolveError {
+    /// No built-in of that name, and not a path.
+    #[error(
+        "unknown built-in {name:?} (built-ins: {}); a file needs a path such as ./{name}.wasm",
+        crate::builtins::names().collect::<Vec<_>>().join(", ")
+    )]
+    UnknownBuiltin {
+        /// The name written.
+        name: String,
+    },
+    /// The component does not load (read, compile, world, describe).
+    #[error("{0}")]
+    Load(Arc<LoadError>),
+    /// `require_signed` and the file's signature does not verify.
+    #[error("refused (require_signed): {0}")]
+    Unsigned(Arc<SignatureError>),
+    /// The signature file cannot be read.
+    #[error("{0}")]
+    Signature(Arc<SignatureError>),
+}
+
+/// Whether `name` is written as a file rather than a built-in's name.
+pub fn is_path(name: &str) -> bool {
+    name.contains('/') || name.ends_with(".wasm")
+}
+
+/// Loads a built-in by name, or a `.wasm` file by path (relative to `base`),
+/// checking its signature first when `trust.required`. The bytes checked
+/// are the bytes loaded.
+pub async fn plugin(engine: &Engine, base: &Path, name: &str, trust: &Trust) -> Result<Arc<Plugin>, ResolveError> {
+    let load = |e: LoadError| ResolveError::Load(Arc::new(e));
+    if is_path(name) {
+        let path = base.join(name);
+        if !trust.required {
+            return engine.load_file(&path).await.map_err(load);
+        }
+        let label = path.display().to_string();
+        let bytes = std::fs::read(&path).map_err(|source| {
+            load(LoadError::Read {
+                plugin: label.clone(),
+                source,
+            })
+        })?;
+        let sig = crate::signing::read_signature(&path).map_err(|e| ResolveError::Signature(Arc::new(e)))?;
+        let unsigned = |e| ResolveError::Unsigned(Arc::new(e));
+        let sig_name = crate::signing::signature_path(&path).display().to_string();
+        let signer =
+            crate::signing::verify(&label, &bytes, &sig_name, sig.as_deref(), &trust.keys).map_err(unsigned)?;
+        tracing::info!(plugin = %label, signer = %signer.name, key = %signer.key_id, "plugin signature verified");
+        return engine.load(&label, &bytes).await.map_err(load);
+    }
+    match crate::builtins::get(name) {
+        Some(bytes) => engine.load(name, bytes).await.map_err(load),
+        None => Err(ResolveError::UnknownBuiltin { name: name.to_string() }),
+    }
+}
+
+/// What a registry keeps between changes: built-ins by name, and each
+/// digest's compiled config schema. Clones share it.
+#[derive(Clone, Default)]
+pub struct Cache {
+    inner: Arc<Mutex<CacheInner>>,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    builtins: HashMap<String, Arc<Plugin>>,
+    schemas: HashMap<String, Option<Arc<jsonschema::Validator>>>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").finish_non_exhaustive()
+    }
+}
+
+impl Cache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Resolves `name` as [`plugin`] does, reusing a built-in already loaded.
+    pub async fn plugin(
+        &self,
+        engine: &Engine,
+        base: &Path,
+        name: &str,
+        trust: &Trust,
+    ) -> Result<Arc<Plugin>, ResolveError> {
+        if !is_path(name)
+            && let Some(p) = self.lock().builtins.get(name)
+        {
+            return Ok(p.clone());
+        }
+        let p = plugin(engine, base, name, trust).await?;
+        if !is_path(name) {
+            self.lock().builtins.insert(name.to_string(), p.clone());
+        }
+        Ok(p)
+    }
+
+    /// The compiled config schema of `plugin`, if it publishes one that
+    /// compiles.
+    pub fn schema(&self, plugin: &Plugin) -> Option<Arc<jsonschema::Validator>> {
+        self.lock()
+            .schemas
+            .entry(plugin.digest().to_string())
+            .or_insert_with(|| {
+                let schema = plugin.info().config_schema.as_deref()?;
+                let schema: serde_json::Value = serde_json::from_str(schema).ok()?;
+                jsonschema::validator_for(&schema).ok().map(Arc::new)
+            })
+            .clone()
+    }
+}
+
+/// The first five ways `config` does not fit `validator`, as (JSON pointer,
+/// message) pairs.
+pub fn schema_errors(validator: &jsonschema::Validator, config: &serde_json::Value) -> Vec<(String, String)> {
+    validator
+        .iter_errors(config)
+        .take(5)
+        .map(|e| (e.instance_path().to_string(), e.to_string()))
+        .collect()
+}

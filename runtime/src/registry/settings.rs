@@ -1,0 +1,314 @@
+//! The settings step: the file's agent-wide keys (`api`, `state_dir`,
+//! `health_timeout`, `trust`, `require_signed`) and its `tenants:` with
+//! their tokens, quotas and ceilings. Everything else in the file is
+//! targets, which [`super::target`] takes one at a time.
+
+use super::problem::{Located, Problem};
+use super::resolve::Trust;
+use crate::config::{self, Spanned};
+use crate::engine::limits;
+use crate::tenants::{self, Quotas, Tenant, Tenants};
+use serde_saphyr::Location;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The agent-wide part of a config.
+#[derive(Debug, Default)]
+pub struct Settings {
+    /// `api:`.
+    pub api: Option<std::net::SocketAddr>,
+    /// `state_dir:`, relative to the file's directory.
+    pub state_dir: Option<PathBuf>,
+    /// `health_timeout:`.
+    pub health_timeout: Option<Duration>,
+    /// `trust:` and `require_signed:`.
+    pub trust: Trust,
+    /// `tenants:`, the operator's `default` first, with the API tokens.
+    pub tenants: Tenants,
+}
+
+/// Reads the agent-wide keys of `file`; paths are relative to `base`.
+/// Problems are reported against `path`.
+pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Vec<Located>) -> Settings {
+    let mut at = |s: Location, problem| problems.push(Located { at: s, problem });
+    let mut out = Settings {
+        state_dir: file.state_dir.as_ref().map(|d| base.join(d)),
+        ..Settings::default()
+    };
+    if let Some(api) = &file.api {
+        match api.value.parse() {
+            Ok(a) => out.api = Some(a),
+            Err(_) => at(api.referenced, Problem::Api(api.value.clone())),
+        }
+    }
+    if let Some(t) = &file.health_timeout {
+        if t.value.0 < Duration::from_secs(1) {
+            at(t.referenced, Problem::HealthTimeoutTooShort);
+        }
+        out.health_timeout = Some(t.value.0);
+    }
+    out.trust.required = file.require_signed.as_ref().is_some_and(|r| r.value);
+    for k in &file.trust {
+        match crate::signing::PublicKey::read(&base.join(&k.value)) {
+            Ok(key) => out.trust.keys.push(key),
+            Err(e) => at(k.referenced, Problem::TrustKey(e)),
+        }
+    }
+    if let Some(r) = &file.require_signed
+        && r.value
+        && file.trust.is_empty()
+    {
+        at(r.referenced, Problem::RequireSignedWithoutTrust);
+    }
+    out.tenants = tenants(path, base, file, problems);
+    out
+}
+
+/// Reads `tenants:` and the operator's token: ids unique and not
+/// `default`, tokens readable, private and different, quotas sane, ceilings
+/// parsed. Token paths are relative to `base`.
+pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec<Located>) -> Tenants {
+    let mut list: Vec<Tenant> = Vec::new();
+    // Where each tenant of `list` is defined.
+    let mut id_at: Vec<Location> = Vec::new();
+    let read = |problems: &mut Vec<Located>,
+                who: &str,
+                f: &Option<Spanned<PathBuf>>,
+                env: &Option<Spanned<String>>,
+                fallback: Location| {
+        let token_path = f.as_ref().map(|f| base.join(&f.value));
+        let at = f
+            .as_ref()
+            .map(|f| f.referenced)
+            .or(env.as_ref().map(|e| e.referenced))
+            .unwrap_or(fallback);
+        match tenants::read_token(token_path.as_deref(), env.as_ref().map(|e| e.value.trim())) {
+            Ok(t) => t,
+            Err(error) => {
+                problems.push(Located {
+                    at,
+                    problem: Problem::Token {
+                        who: who.to_string(),
+                        error,
+                    },
+                });
+                None
+            }
+        }
+    };
+    for t in &file.tenants {
+        let id = t.id.value.trim();
+        let id_problem = if !super::valid_name(id) {
+            Some(Problem::TenantIdInvalid(id.to_string()))
+        } else if id == tenants::DEFAULT_TENANT {
+            Some(Problem::TenantIdDefault)
+        } else {
+            list.iter()
+                .position(|o| &*o.id == id)
+                .map(|i| Problem::TenantIdDuplicate {
+                    id: id.to_string(),
+                    first: config::place(path, &id_at[i]),
+                })
+        };
+        // A tenant with a bad id is reported and left out.
+        let keep = id_problem.is_none();
+        if let Some(problem) = id_problem {
+            problems.push(Located {
+                at: t.id.referenced,
+                problem,
+            });
+        }
+        let token = read(
+            problems,
+            &format!("tenant {id:?}"),
+            &t.token_file,
+            &t.token_env,
+            t.id.referenced,
+        );
+        let mut at = |s: Location, problem| problems.push(Located { at: s, problem });
+        let quotas = quotas(id, &t.quotas, &mut at);
+        let ceiling = ceiling(id, &t.ceiling, &mut at);
+        if !keep {
+            continue;
+        }
+        id_at.push(t.id.referenced);
+        list.push(Tenant {
+            id: id.into(),
+            quotas,
+            ceiling: Some(ceiling),
+            token,
+        });
+    }
+    let operator = read(
+        problems,
+        "operator token",
+        &file.operator_token_file,
+        &file.operator_token_env,
+        Location::UNKNOWN,
+    );
+    // One token, one principal: a token shared by two would let one act as
+    // the other.
+    for (i, t) in list.iter().enumerate() {
+        let Some(token) = &t.token else { continue };
+        let clash = if operator.as_ref() == Some(token) {
+            Some("the operator".to_string())
+        } else {
+            list[..i]
+                .iter()
+                .find(|o| o.token.as_ref() == Some(token))
+                .map(|o| format!("tenant {:?}", o.id))
+        };
+        if let Some(other) = clash {
+            problems.push(Located {
+                at: id_at[i],
+                problem: Problem::TokenShared {
+                    tenant: t.id.to_string(),
+                    other,
+                },
+            });
+        }
+    }
+    Tenants::new(list, operator)
+}
+
+/// A tenant's quotas, defaults filled in; zeros refused.
+fn quotas(id: &str, q: &config::QuotasSpec, at: &mut impl FnMut(Location, Problem)) -> Quotas {
+    let d = Quotas::default();
+    let mut rule = |loc: Location, key, rule| {
+        at(
+            loc,
+            Problem::Quota {
+                key,
+                tenant: id.to_string(),
+                rule,
+            },
+        )
+    };
+    if let Some(m) = &q.max_concurrent_runs
+        && m.value == 0
+    {
+        rule(m.referenced, "max_concurrent_runs", "must be at least 1");
+    }
+    if let Some(m) = &q.timeout
+        && m.value.0.is_zero()
+    {
+        rule(m.referenced, "timeout", "must be more than zero");
+    }
+    if let Some(m) = &q.fuel
+        && m.value == 0
+    {
+        rule(m.referenced, "fuel", "must be more than zero");
+    }
+    if let Some(m) = &q.memory
+        && (m.value.0 == 0 || m.value.0 > limits::MAX_MEMORY)
+    {
+        rule(m.referenced, "memory", "must be more than zero and at most 1GiB");
+    }
+    Quotas {
+        max_probes: q
+            .max_probes
+            .as_ref()
+            .map_or(d.max_probes, |m| usize::try_from(m.value).unwrap_or(usize::MAX)),
+        max_concurrent_runs: q
+            .max_concurrent_runs
+            .as_ref()
+            .map_or(d.max_concurrent_runs, |m| m.value),
+        timeout: q.timeout.as_ref().map_or(d.timeout, |m| m.value.0),
+        fuel: q.fuel.as_ref().map_or(d.fuel, |m| m.value),
+        memory: q.memory.as_ref().map_or(d.memory, |m| m.value.0),
+    }
+}
+
+/// A tenant's capability ceiling, parsed.
+fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Problem)) -> tenants::Ceiling {
+    let mut ceiling = tenants::Ceiling::default();
+    for n in &c.net {
+        match n.value.parse() {
+            Ok(p) => ceiling.net.push(p),
+            Err(error) => at(
+                n.referenced,
+                Problem::CeilingNet {
+                    tenant: id.to_string(),
+                    error,
+                },
+            ),
+        }
+    }
+    for (key, paths, out) in [
+        ("ceiling.exec", &c.exec, &mut ceiling.exec),
+        ("ceiling.files", &c.files, &mut ceiling.files),
+    ] {
+        for p in paths {
+            if !p.value.is_absolute() {
+                at(
+                    p.referenced,
+                    Problem::CeilingPath {
+                        key,
+                        tenant: id.to_string(),
+                        path: p.value.clone(),
+                    },
+                );
+            }
+            out.push(p.value.clone());
+        }
+    }
+    ceiling
+}
+
+/// The operator's tenant and every configured one, for a registry built in
+/// code (tests, benchmarks).
+pub fn operator_only() -> Arc<Tenants> {
+    Arc::new(Tenants::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(yaml: &str) -> (Settings, Vec<String>) {
+        let path = Path::new("t.yaml");
+        let file = config::parse(path, yaml).unwrap();
+        let mut problems = Vec::new();
+        let s = settings(path, Path::new("/nonexistent"), &file, &mut problems);
+        (
+            s,
+            problems.into_iter().map(|p| p.into_error(path).to_string()).collect(),
+        )
+    }
+
+    #[test]
+    fn agent_wide_keys_are_read_and_checked() {
+        let (s, p) = run("api: 127.0.0.1:9\nhealth_timeout: 5s\nstate_dir: st\n");
+        assert!(p.is_empty(), "{p:?}");
+        assert_eq!(s.api, Some("127.0.0.1:9".parse().unwrap()));
+        assert_eq!(s.health_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(s.state_dir.as_deref(), Some(Path::new("/nonexistent/st")));
+        let (_, p) = run("api: nowhere\nhealth_timeout: 10ms\nrequire_signed: true\n");
+        assert_eq!(
+            p,
+            [
+                "t.yaml:1:6: api: \"nowhere\" is not an address such as 127.0.0.1:9464",
+                "t.yaml:2:17: health_timeout: must be at least 1s",
+                "t.yaml:3:17: require_signed: no `trust` keys are listed, so no plugin file could be accepted",
+            ]
+        );
+    }
+
+    #[test]
+    fn tenants_are_checked_and_bad_ids_left_out() {
+        let (s, p) = run(
+            "tenants:\n  - id: acme\n    quotas: {max_concurrent_runs: 0, fuel: 0}\n  - id: acme\n  - id: default\n  - id: 'a b'\n  - id: ok\n    ceiling: {net: ['nope'], exec: [rel]}\n",
+        );
+        let ids: Vec<&str> = s.tenants.iter().map(|t| &*t.id).collect();
+        assert_eq!(ids, ["default", "acme", "ok"]);
+        assert_eq!(p.len(), 7, "{p:#?}");
+        assert!(p[0].contains("quotas.max_concurrent_runs: tenant \"acme\": must be at least 1"));
+        assert!(p[1].contains("quotas.fuel: tenant \"acme\": must be more than zero"));
+        assert!(p[2].starts_with("t.yaml:4:9: id: tenant \"acme\" is already defined at t.yaml:2:9"));
+        assert!(p[3].contains("\"default\" is the operator's tenant"));
+        assert!(p[4].contains("id: \"a b\" must be"));
+        assert!(p[5].contains("ceiling.net: tenant \"ok\": net grant \"nope\""));
+        assert!(p[6].contains("ceiling.exec: tenant \"ok\": rel must be an absolute path"));
+    }
+}
