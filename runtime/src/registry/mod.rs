@@ -46,6 +46,7 @@
 //! ```
 
 mod admit;
+pub mod mounts;
 pub mod probe;
 pub mod problem;
 pub mod resolve;

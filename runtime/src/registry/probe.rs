@@ -184,6 +184,15 @@ pub fn probe(
     for f in &p.grants.files {
         if !f.value.is_absolute() || !f.value.is_dir() {
             at(f.referenced, Problem::GrantFiles(f.value.clone()));
+        } else if let Some((mount, fstype)) = super::mounts::pseudo_within(&f.value) {
+            at(
+                f.referenced,
+                Problem::GrantFilesPseudo {
+                    path: f.value.clone(),
+                    mount,
+                    fstype,
+                },
+            );
         }
         grants.files.push(f.value.clone());
     }

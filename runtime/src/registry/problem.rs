@@ -199,6 +199,22 @@ pub enum Problem {
     /// A `grants.files` path that is not an existing directory.
     #[error("grants.files: {} must be the absolute path of a directory", .0.display())]
     GrantFiles(PathBuf),
+    /// A `grants.files` directory that is, or holds, a pseudo-filesystem
+    /// (`/proc`, `/sys`, `/dev`, …), through which a plugin could read the
+    /// agent itself.
+    #[error(
+        "grants.files: {} {} (a pseudo-filesystem exposes the agent's own process and the kernel); grant a directory of ordinary files",
+        path.display(),
+        if mount == path { format!("is a {fstype} filesystem") } else { format!("holds {}, a {fstype} filesystem", mount.display()) }
+    )]
+    GrantFilesPseudo {
+        /// The directory granted.
+        path: PathBuf,
+        /// The pseudo-filesystem's mount point: the directory, or one in it.
+        mount: PathBuf,
+        /// Its type (`proc`, `sysfs`, …).
+        fstype: String,
+    },
     /// A grant, target or limit over the tenant's ceiling or quotas.
     #[error("{key}: {error}")]
     Ceiling {
