@@ -5,9 +5,10 @@
 //! stops scheduling, lets runs in flight finish within the grace period,
 //! saves state and returns.
 
-use crate::api::{self, AgentStatus, ApiAuth, ApiState};
+use crate::api::{self, ApiAuth, ApiState};
 use crate::config::ConfigErrors;
-use crate::control::{self, Control};
+use crate::control::{self, AgentStatus, Control};
+pub use crate::control::{AgentOptions, DEFAULT_API, DEFAULT_CONFIG, DEFAULT_CONFIG_NAME};
 use crate::engine::Engine;
 use crate::executor::{Executor, ExecutorConfig};
 use crate::metrics::{Metrics, RunMetrics};
@@ -16,17 +17,11 @@ use crate::results::{DEFAULT_HISTORY, ResultCache};
 use crate::scheduler::{self, ActionOutcome, Runner};
 use crate::verdict::RunResult;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-/// The config `sonde run` uses without `--config`.
-pub const DEFAULT_CONFIG: &str = include_str!("default.yaml");
-/// Where the embedded default config serves (and probes) the API.
-pub const DEFAULT_API: &str = "127.0.0.1:9464";
-/// How the embedded default config is named in messages.
-pub const DEFAULT_CONFIG_NAME: &str = "<embedded default>";
 /// How often the config file is checked for changes.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -99,23 +94,6 @@ impl Runner for EngineRunner {
     }
 }
 
-/// How `sonde run` was asked to run.
-#[derive(Clone, Debug)]
-pub struct AgentOptions {
-    /// The config file; `None` runs [`DEFAULT_CONFIG`].
-    pub config: Option<PathBuf>,
-    /// Overrides the file's `api`.
-    pub api: Option<SocketAddr>,
-    /// Overrides the file's `state_dir`.
-    pub state_dir: Option<PathBuf>,
-    /// How long runs in flight may take to finish at shutdown.
-    pub grace: Duration,
-    /// Random first-run offsets.
-    pub jitter: bool,
-    /// Whether API callers need a token.
-    pub api_auth: ApiAuth,
-}
-
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -152,9 +130,7 @@ pub struct Agent {
 impl Agent {
     /// Loads everything and starts scheduling and serving.
     pub async fn start(engine: Engine, options: AgentOptions) -> Result<Self, AgentError> {
-        let (registry, skipped) = control::load(&engine, &options, None)
-            .await
-            .map_err(AgentError::Config)?;
+        let (registry, skipped) = control::load(&engine, &options).await.map_err(AgentError::Config)?;
         for w in &registry.warnings {
             tracing::warn!("{w}");
         }
@@ -197,7 +173,7 @@ impl Agent {
         let scheduler = scheduler::spawn(
             runner,
             results.clone(),
-            registry,
+            &registry,
             scheduler::Options {
                 jitter: options.jitter,
                 observer: run_metrics.clone(),
@@ -212,7 +188,7 @@ impl Agent {
             status: status.clone(),
             tenants: tenants.clone(),
             require_signed: AtomicBool::new(require_signed),
-            lock: tokio::sync::Mutex::new(()),
+            registry: tokio::sync::Mutex::new(registry),
         });
         let draining = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();

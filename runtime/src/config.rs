@@ -199,6 +199,11 @@ pub struct File {
     /// environment variable. Default: none.
     #[serde(default)]
     pub operator_token_env: Option<Spanned<String>>,
+    /// `oci: {registries: {...}, cache_max: 1GiB, timeout: 60s}` — how
+    /// plugins named `oci://…` are pulled. Default: anonymous HTTPS with
+    /// the system roots, cached in `state_dir/oci` (else the user cache).
+    #[serde(default)]
+    pub oci: Option<OciSpec>,
     /// `tenants: [...]` — who else owns probes on this agent. Targets
     /// without `tenant:` belong to the operator's `default` tenant.
     #[serde(default)]
@@ -231,6 +236,45 @@ pub struct Tenant {
     /// nothing.
     #[serde(default)]
     pub ceiling: CeilingSpec,
+}
+
+/// How plugins are pulled from OCI registries.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OciSpec {
+    /// `registries: {registry.acme.io: {username: acme, password_file:
+    /// /etc/sonde/acme.pass}}` — per registry (`HOST` or `HOST:PORT`, as
+    /// in references). A registry not listed is reached anonymously over
+    /// HTTPS with the system roots.
+    #[serde(default)]
+    pub registries: BTreeMap<String, RegistrySpec>,
+    /// `cache_max: 1GiB` (default) — unused blobs past it are evicted.
+    #[serde(default)]
+    pub cache_max: Option<Spanned<Size>>,
+    /// `timeout: 60s` (default) — the longest one pull may take.
+    #[serde(default)]
+    pub timeout: Option<Spanned<Dur>>,
+}
+
+/// How to reach one OCI registry.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrySpec {
+    /// `username: acme` — for basic auth and the token flow.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// `password_file: /etc/sonde/acme.pass` — its first line is the
+    /// password; never logged or shown.
+    #[serde(default)]
+    pub password_file: Option<Spanned<PathBuf>>,
+    /// `ca_file: /etc/sonde/registry-ca.pem` — CA certificates trusted for
+    /// this registry besides the system roots.
+    #[serde(default)]
+    pub ca_file: Option<Spanned<PathBuf>>,
+    /// `insecure: true` — plain HTTP, for a loopback or development
+    /// registry only. Default false.
+    #[serde(default)]
+    pub insecure: bool,
 }
 
 /// A tenant's quotas.
@@ -268,6 +312,11 @@ pub struct CeilingSpec {
     /// subdirectories may be.
     #[serde(default)]
     pub files: Vec<Spanned<PathBuf>>,
+    /// `registries: ["registry.acme.io/acme/*"]` — where its probes' `oci://`
+    /// plugins may come from: a registry, a repository, or a repository
+    /// prefix ending in `/*`. Default: nowhere.
+    #[serde(default)]
+    pub registries: Vec<Spanned<String>>,
 }
 
 /// A service on the node and its probes.
@@ -321,8 +370,10 @@ pub struct Probe {
     /// `kind: readiness` (default) | `liveness` | `startup`.
     #[serde(default)]
     pub kind: Option<Spanned<Kind>>,
-    /// `plugin: http` — a built-in name or the path of a `.wasm` component
-    /// (relative to the config file's directory).
+    /// `plugin: http` — a built-in name, the path of a `.wasm` component
+    /// (relative to the config file's directory), or an OCI reference
+    /// (`oci://registry.example.com/acme/pg-check@sha256:…`, or `:TAG`,
+    /// resolved to its digest at load).
     pub plugin: Spanned<String>,
     /// `config: {path: /healthz}` — the plugin's config, checked against
     /// the JSON Schema the plugin publishes. Default: `{}`.

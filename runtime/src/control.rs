@@ -1,141 +1,336 @@
 //! What changes a running agent's config: reloads of the file, and tenants
 //! adding or removing plugins and probes through the API. Every change goes
-//! through one lock and one path: build the whole new [`Registry`] (file +
-//! stored probes), validate it, store what the caller sent, then hand the
-//! registry to the scheduler. A refused change leaves nothing stored and
-//! nothing running changed.
+//! through one lock and one path ([`load`]: build the whole new
+//! [`Registry`] from the file and the stored probes), is validated, stores
+//! what the caller sent, then hands the registry to the scheduler. A
+//! refused change leaves nothing stored and nothing running changed.
+//!
+//! Control speaks domain types: a refusal is a [`ControlError`], a stored
+//! probe that no longer loads is a [`LeftOut`]. Turning them into HTTP is
+//! the API's business.
 
-use crate::agent::{AgentOptions, DEFAULT_API, DEFAULT_CONFIG, DEFAULT_CONFIG_NAME};
-use crate::api::AgentStatus;
-use crate::config::{self, ConfigErrors};
+use crate::api::ApiAuth;
+use crate::config::{self, ConfigError, ConfigErrors};
 use crate::engine::{Engine, LoadError};
 use crate::executor::Executor;
-use crate::managed::{self, Store, StoredProbe};
-use crate::registry::Registry;
+use crate::managed::{self, SpecError, Store, StoredProbe};
+use crate::registry::{Change, Prepared, Registry};
 use crate::scheduler::{self, ReloadSummary};
-use crate::tenants::{DEFAULT_TENANT, Principal, Tenants};
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use crate::tenants::{DEFAULT_TENANT, Principal, TenantId, Tenants};
+use serde::Serialize;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-/// A change the API refused, with the HTTP status to answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// 400, 404, 409, 413, 422 or 503.
-    pub status: u16,
-    /// What is wrong.
-    pub message: String,
+/// The config `sonde run` uses without `--config`.
+pub const DEFAULT_CONFIG: &str = include_str!("default.yaml");
+/// Where the embedded default config serves (and probes) the API.
+pub const DEFAULT_API: &str = "127.0.0.1:9464";
+/// How the embedded default config is named in messages.
+pub const DEFAULT_CONFIG_NAME: &str = "<embedded default>";
+
+/// How `sonde run` was asked to run.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// The config file; `None` runs [`DEFAULT_CONFIG`].
+    pub config: Option<PathBuf>,
+    /// Overrides the file's `api`.
+    pub api: Option<SocketAddr>,
+    /// Overrides the file's `state_dir`.
+    pub state_dir: Option<PathBuf>,
+    /// How long runs in flight may take to finish at shutdown.
+    pub grace: Duration,
+    /// Random first-run offsets.
+    pub jitter: bool,
+    /// Whether API callers need a token.
+    pub api_auth: ApiAuth,
 }
 
-fn refuse(status: u16, message: impl Into<String>) -> Refusal {
-    Refusal {
-        status,
-        message: message.into(),
+/// What the agent tells about its config.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AgentStatus {
+    /// The config file, or `<embedded default>`.
+    pub config: String,
+    /// When the config in force was loaded.
+    #[serde(serialize_with = "rfc3339")]
+    pub loaded_at: Option<SystemTime>,
+    /// Why the last reload was refused, if it was (the old config stays).
+    pub reload_error: Option<String>,
+    /// Probes added through the API that no longer load, and why.
+    pub left_out: Vec<LeftOut>,
+    /// The number of probes.
+    pub probes: usize,
+    /// The agent's version.
+    pub version: &'static str,
+}
+
+fn rfc3339<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.collect_str(&humantime::format_rfc3339_millis(*t)),
+        None => s.serialize_none(),
     }
 }
 
-/// The source name of a stored probe's errors.
+/// A stored probe (added through the API) that no longer loads — the
+/// operator tightened a ceiling, its plugin went — and is left out of the
+/// registry so that it cannot stop the agent. It serializes as its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeftOut {
+    /// The probe.
+    pub probe: String,
+    /// Its tenant.
+    pub tenant: TenantId,
+    /// Why it does not load.
+    pub reason: String,
+}
+
+impl fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "stored probe {:?} of tenant {:?}: {}",
+            self.probe, &*self.tenant, self.reason
+        )
+    }
+}
+
+impl Serialize for LeftOut {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// What a change is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subject {
+    /// An uploaded plugin.
+    Plugin,
+    /// A probe added through the API.
+    Probe,
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Plugin => "plugin",
+            Self::Probe => "probe",
+        })
+    }
+}
+
+/// Why a change conflicts with the agent's state.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Conflict {
+    /// Without a `state_dir` nothing added can be kept.
+    #[error("this agent has no state_dir, so it cannot keep plugins and probes added through the API")]
+    NoStateDir,
+    /// The agent requires signed plugins, so it takes no uploads.
+    #[error("this agent requires signed plugins (require_signed), so it takes no uploads")]
+    RequireSigned,
+    /// The name is a built-in plugin's.
+    #[error("{name:?} is a built-in plugin's name")]
+    BuiltIn {
+        /// The name.
+        name: String,
+    },
+    /// The plugin is used by probes of its tenant.
+    #[error("plugin {plugin:?} is used by probes {}: delete them first", probes.join(", "))]
+    InUse {
+        /// The plugin.
+        plugin: String,
+        /// The probes that use it.
+        probes: Vec<String>,
+    },
+    /// The probe comes from the config file, not the API.
+    #[error("probe {probe:?} is defined in the config file; change it there")]
+    InConfigFile {
+        /// The probe.
+        probe: String,
+    },
+}
+
+/// Why a change was refused. Every refusal leaves nothing stored, except
+/// [`ControlError::Unavailable`] with `stored: true`.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The name is not a valid plugin or probe name.
+    #[error("{name:?}: a {what} name is 1-128 letters, digits, `-`, `_` or `.`")]
+    BadName {
+        /// Plugin or probe.
+        what: Subject,
+        /// The name as sent.
+        name: String,
+    },
+    /// The probe spec cannot be read as one.
+    #[error("{source}")]
+    BadSpec {
+        /// The probe.
+        name: String,
+        /// Why.
+        source: SpecError,
+    },
+    /// What was sent is over its size limit.
+    #[error("larger than the {limit} byte limit")]
+    TooLarge {
+        /// Plugin or probe.
+        what: Subject,
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// No such plugin or probe of the caller's.
+    #[error("no {what} named {name:?}{}", if *taken { " of yours, and the name is not free" } else { "" })]
+    NotFound {
+        /// Plugin or probe.
+        what: Subject,
+        /// The name.
+        name: String,
+        /// Whether another tenant has one of that name.
+        taken: bool,
+    },
+    /// The change conflicts with the agent's state.
+    #[error(transparent)]
+    Conflict(#[from] Conflict),
+    /// The plugin or probe is well-formed but refused: a component that is
+    /// not a sonde plugin, a probe over a quota or ceiling.
+    #[error("{}", Problems(problems))]
+    Invalid {
+        /// Plugin or probe.
+        what: Subject,
+        /// Its name.
+        name: String,
+        /// Everything wrong with it.
+        problems: Vec<Problem>,
+    },
+    /// The agent's config does not load (with or without the change), so
+    /// nothing can be applied now.
+    #[error("{}the agent's config does not load: {source}", if *stored { "the change was saved, but " } else { "" })]
+    Unavailable {
+        /// Whether the change itself was stored (it applies once the
+        /// config loads again).
+        stored: bool,
+        /// The config's errors.
+        source: ConfigErrors,
+    },
+    /// The agent failed on its own side: the state directory, the engine.
+    #[error("cannot {action}: {source}")]
+    Internal {
+        /// What it was doing.
+        action: &'static str,
+        /// Why it failed.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// One thing wrong with a plugin or probe.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// The component does not load as a sonde plugin.
+    #[error(transparent)]
+    Plugin(LoadError),
+    /// The probe's config does not hold (a key, a quota, a ceiling).
+    #[error("{}", .0.message)]
+    Config(ConfigError),
+}
+
+struct Problems<'a>(&'a [Problem]);
+
+impl fmt::Display for Problems<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+fn internal(action: &'static str) -> impl FnOnce(std::io::Error) -> ControlError {
+    move |e| ControlError::Internal {
+        action,
+        source: Box::new(e),
+    }
+}
+
+/// Reads the config file, or the embedded default (serving the API on
+/// `options.api` when given).
+fn read_config(options: &AgentOptions) -> Result<(PathBuf, config::File), ConfigErrors> {
+    match options.config.as_deref() {
+        Some(p) => Ok((p.to_path_buf(), config::read(p)?.0)),
+        None => {
+            let text = match options.api {
+                Some(a) => DEFAULT_CONFIG.replace(DEFAULT_API, &a.to_string()),
+                None => DEFAULT_CONFIG.to_string(),
+            };
+            let path = PathBuf::from(DEFAULT_CONFIG_NAME);
+            let file = config::parse(&path, &text)?;
+            Ok((path, file))
+        }
+    }
+}
+
+/// Loads the config file (or the embedded default), then adds every stored
+/// probe to it, each as a change of its own: a stored probe that no longer
+/// loads (the operator tightened a ceiling, its plugin went) is left out
+/// and named in the second value, so it cannot stop the agent from
+/// starting. The file's own errors are the caller's.
+///
+/// This is the one place a [`Registry`] is built from the config.
+pub async fn load(engine: &Engine, options: &AgentOptions) -> Result<(Registry, Vec<LeftOut>), ConfigErrors> {
+    let (path, file) = read_config(options)?;
+    let mut reg = Registry::load(engine, &path, file).await?;
+    if options.config.is_none() {
+        reg.source = None;
+    }
+    let mut left_out: Vec<LeftOut> = Vec::new();
+    let state_dir = options.state_dir.clone().or_else(|| reg.state_dir.clone());
+    if let Some(dir) = &state_dir {
+        let store = Store::new(dir);
+        for p in store.probes() {
+            let change = managed::to_target(&store, &p)
+                .map_err(|e| e.to_string())
+                .map(|t| Change::add(vec![t]));
+            let prepared = match change {
+                Ok(c) => reg.prepare(engine, c).await.map_err(|e| messages(&e)),
+                Err(e) => Err(e),
+            };
+            match prepared {
+                Ok(prepared) => {
+                    let _ = reg.commit(prepared);
+                }
+                Err(reason) => left_out.push(LeftOut {
+                    probe: p.name,
+                    tenant: p.tenant.as_str().into(),
+                    reason,
+                }),
+            }
+        }
+    }
+    for l in &left_out {
+        tracing::error!("{l}; left out");
+    }
+    Ok((reg, left_out))
+}
+
+/// The messages of `errors`, without their place (a stored probe's place
+/// is its name, which a [`LeftOut`] says already).
+fn messages(errors: &ConfigErrors) -> String {
+    errors
+        .0
+        .iter()
+        .map(|e| e.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// How [`managed::to_target`] names a stored probe's source, which the
+/// registry's errors about it carry.
 fn source_of(name: &str) -> PathBuf {
     PathBuf::from(format!("PUT /v1/probes/{name}"))
-}
-
-/// Loads the config file (or the embedded default) with every stored
-/// probe. A stored probe that no longer loads (the operator tightened a
-/// ceiling, a plugin was removed) is left out and named in the second
-/// value, so it cannot stop the agent from starting.
-pub async fn load(
-    engine: &Engine,
-    options: &AgentOptions,
-    extra: Option<&StoredProbe>,
-) -> Result<(Registry, Vec<String>), ConfigErrors> {
-    let mut skip: HashSet<String> = HashSet::new();
-    let mut skipped = Vec::new();
-    loop {
-        let (path, mut file) = match options.config.as_deref() {
-            Some(p) => (p.to_path_buf(), config::read(p)?.0),
-            None => {
-                let text = match options.api {
-                    Some(a) => DEFAULT_CONFIG.replace(DEFAULT_API, &a.to_string()),
-                    None => DEFAULT_CONFIG.to_string(),
-                };
-                let path = PathBuf::from(DEFAULT_CONFIG_NAME);
-                let file = config::parse(&path, &text)?;
-                (path, file)
-            }
-        };
-        // Relative to the config file, as the registry has it.
-        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let state_dir = options
-            .state_dir
-            .clone()
-            .or_else(|| file.state_dir.as_ref().map(|d| base.join(d)));
-        if let Some(dir) = &state_dir {
-            let store = Store::new(dir);
-            let mut stored = store.probes();
-            if let Some(x) = extra {
-                stored.retain(|p| p.name != x.name);
-                stored.push(x.clone());
-            }
-            stored.retain(|p| !skip.contains(&p.name));
-            for p in &stored {
-                match managed::to_target(&store, p) {
-                    Ok(t) => file.targets.push(t),
-                    Err(e) if extra.is_some_and(|x| x.name == p.name) => {
-                        return Err(ConfigErrors(vec![config::ConfigError {
-                            place: config::Place {
-                                file: source_of(&p.name),
-                                line: 0,
-                                column: 0,
-                            },
-                            message: e.to_string(),
-                        }]));
-                    }
-                    Err(e) => {
-                        skip.insert(p.name.clone());
-                        skipped.push(format!("stored probe {:?} of tenant {:?}: {e}", p.name, p.tenant));
-                    }
-                }
-            }
-        }
-        match Registry::load(engine, &path, file).await {
-            Ok(mut reg) => {
-                if options.config.is_none() {
-                    reg.source = None;
-                }
-                for s in &skipped {
-                    tracing::error!("{s}; left out");
-                }
-                return Ok((reg, skipped));
-            }
-            Err(errors) => {
-                // Leave out stored probes that fail; the file's own errors,
-                // and the probe being added, are the caller's to see.
-                let bad: Vec<(String, String)> = errors
-                    .0
-                    .iter()
-                    .filter_map(|e| {
-                        let f = e.place.file.to_string_lossy();
-                        let name = f.strip_prefix("PUT /v1/probes/")?;
-                        Some((name.to_string(), e.message.clone()))
-                    })
-                    .filter(|(n, _)| extra.is_none_or(|x| &x.name != n) && !skip.contains(n))
-                    .collect();
-                let file_errors = errors.0.iter().any(|e| !e.place.file.starts_with("PUT /v1/probes/"));
-                let extra_errors = errors
-                    .0
-                    .iter()
-                    .any(|e| extra.is_some_and(|x| e.place.file == source_of(&x.name)));
-                if bad.is_empty() || file_errors || extra_errors {
-                    return Err(errors);
-                }
-                for (name, why) in bad {
-                    skipped.push(format!("stored probe {name:?}: {why}"));
-                    skip.insert(name);
-                }
-            }
-        }
-    }
 }
 
 /// The running agent's control: reloads and runtime management.
@@ -147,12 +342,14 @@ pub struct Control {
     pub(crate) executor: Executor,
     pub(crate) status: Arc<Mutex<AgentStatus>>,
     pub(crate) tenants: Arc<Mutex<Arc<Tenants>>>,
-    pub(crate) require_signed: std::sync::atomic::AtomicBool,
-    pub(crate) lock: tokio::sync::Mutex<()>,
+    pub(crate) require_signed: AtomicBool,
+    /// The registry in force. Its lock serialises every change: checked
+    /// against it, stored, committed, handed to the scheduler.
+    pub(crate) registry: tokio::sync::Mutex<Registry>,
 }
 
-impl std::fmt::Debug for Control {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Control {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Control").finish_non_exhaustive()
     }
 }
@@ -164,40 +361,76 @@ fn tenant_of(who: &Principal) -> &str {
     }
 }
 
+fn check_name(what: Subject, name: &str) -> Result<(), ControlError> {
+    if managed::valid_name(name) {
+        Ok(())
+    } else {
+        Err(ControlError::BadName {
+            what,
+            name: name.to_string(),
+        })
+    }
+}
+
+/// Whether a plugin that does not load is the uploader's fault (its
+/// bytes), rather than the agent's.
+fn uploaders_fault(e: &LoadError) -> bool {
+    matches!(
+        e,
+        LoadError::NotWasm { .. }
+            | LoadError::CoreModule { .. }
+            | LoadError::WrongWorld { .. }
+            | LoadError::UnknownImport { .. }
+            | LoadError::Compile { .. }
+    )
+}
+
 impl Control {
     /// The tenants in force.
     pub fn tenants(&self) -> Arc<Tenants> {
         self.tenants.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn apply_status(&self, reg: &Registry, left_out: Vec<String>) {
+    /// Puts a whole new registry in force (in `current`): tenants, status,
+    /// then the scheduler.
+    async fn apply(&self, current: &mut Registry, reg: Registry, left_out: Vec<LeftOut>) -> ReloadSummary {
         self.executor.configure(&reg.tenants);
         *self.tenants.lock().unwrap_or_else(|e| e.into_inner()) = reg.tenants.clone();
-        self.require_signed
-            .store(reg.require_signed, std::sync::atomic::Ordering::Relaxed);
-        let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        s.loaded_at = Some(SystemTime::now());
-        s.reload_error = None;
-        s.left_out = left_out;
-        s.probes = reg.probes().len();
+        self.require_signed.store(reg.require_signed, Ordering::Relaxed);
+        {
+            let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            s.loaded_at = Some(SystemTime::now());
+            s.reload_error = None;
+            s.left_out = left_out;
+            s.probes = reg.probes().len();
+        }
+        *current = reg;
+        self.scheduler.reload(&*current).await
     }
 
-    async fn apply(&self, reg: Registry, left_out: Vec<String>) -> ReloadSummary {
-        self.apply_status(&reg, left_out);
-        self.scheduler.reload(reg).await
+    /// Commits a change prepared against `reg` and hands what it did to
+    /// the scheduler; the probes it names are no longer left out.
+    async fn commit(&self, reg: &mut Registry, prepared: Prepared, names: &[&str]) -> ReloadSummary {
+        let delta = reg.commit(prepared);
+        {
+            let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            s.probes = reg.probes().len();
+            s.left_out.retain(|l| !names.contains(&l.probe.as_str()));
+        }
+        self.scheduler.reload(delta).await
     }
 
     /// Reads the config file again (with the stored probes) and applies
     /// it; an invalid one is refused, the old config keeps running and the
     /// error is kept in the status.
     pub async fn reload(&self) -> Result<ReloadSummary, ConfigErrors> {
-        let _guard = self.lock.lock().await;
-        match load(&self.engine, &self.options, None).await {
+        let mut current = self.registry.lock().await;
+        match load(&self.engine, &self.options).await {
             Ok((reg, left_out)) => {
                 for w in &reg.warnings {
                     tracing::warn!("{w}");
                 }
-                let summary = self.apply(reg, left_out).await;
+                let summary = self.apply(&mut current, reg, left_out).await;
                 tracing::info!(
                     added = summary.added.len(),
                     changed = summary.changed.len(),
@@ -215,89 +448,85 @@ impl Control {
         }
     }
 
-    fn store(&self) -> Result<&Store, Refusal> {
-        self.store.as_ref().ok_or_else(|| {
-            refuse(
-                409,
-                "this agent has no state_dir, so it cannot keep plugins and probes added through the API",
-            )
-        })
+    fn store(&self) -> Result<&Store, ControlError> {
+        self.store.as_ref().ok_or(ControlError::Conflict(Conflict::NoStateDir))
     }
 
-    async fn reload_after_change(&self, what: &str) -> Result<(), Refusal> {
-        match load(&self.engine, &self.options, None).await {
-            Ok((reg, left_out)) => {
-                self.apply(reg, left_out).await;
-                Ok(())
-            }
-            Err(e) => Err(refuse(
-                503,
-                format!("{what} was stored, but the config does not load: {e}"),
-            )),
-        }
+    /// After a stored plugin changed: loads and applies everything again,
+    /// since any probe may use it.
+    async fn reload_after_change(&self, current: &mut Registry) -> Result<(), ControlError> {
+        let (reg, left_out) = load(&self.engine, &self.options)
+            .await
+            .map_err(|source| ControlError::Unavailable { stored: true, source })?;
+        self.apply(current, reg, left_out).await;
+        Ok(())
     }
 
-    /// `PUT /v1/plugins/{name}`: validates the component and stores it as
-    /// the caller's; probes that use it restart with the new version.
-    /// Returns whether it replaced an existing one.
-    pub async fn put_plugin(&self, who: &Principal, name: &str, wasm: &[u8]) -> Result<bool, Refusal> {
+    /// Adds or replaces the caller's plugin `name` (`PUT /v1/plugins/{name}`):
+    /// validates the component and stores it as the caller's; probes that
+    /// use it restart with the new version. Returns whether it replaced an
+    /// existing one.
+    pub async fn put_plugin(&self, who: &Principal, name: &str, wasm: &[u8]) -> Result<bool, ControlError> {
         let store = self.store()?;
         let tenant = tenant_of(who);
-        if !managed::valid_name(name) {
-            return Err(refuse(
-                400,
-                format!("{name:?}: a plugin name is 1-128 letters, digits, `-`, `_` or `.`"),
-            ));
-        }
+        check_name(Subject::Plugin, name)?;
         if crate::builtins::get(name).is_some() {
-            return Err(refuse(409, format!("{name:?} is a built-in plugin's name")));
+            return Err(Conflict::BuiltIn { name: name.to_string() }.into());
         }
-        if self.require_signed.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(refuse(
-                409,
-                "this agent requires signed plugins (require_signed), so it takes no uploads",
-            ));
+        if self.require_signed.load(Ordering::Relaxed) {
+            return Err(Conflict::RequireSigned.into());
         }
         if wasm.len() > managed::MAX_PLUGIN_BYTES {
-            return Err(refuse(
-                413,
-                format!("larger than the {} byte limit", managed::MAX_PLUGIN_BYTES),
-            ));
+            return Err(ControlError::TooLarge {
+                what: Subject::Plugin,
+                limit: managed::MAX_PLUGIN_BYTES,
+            });
         }
-        let _guard = self.lock.lock().await;
+        let mut current = self.registry.lock().await;
         let owner = store.plugin_owner(name);
         if owner.as_deref().is_some_and(|o| o != tenant) {
-            return Err(refuse(
-                404,
-                format!("no plugin named {name:?} of yours, and the name is not free"),
-            ));
+            return Err(ControlError::NotFound {
+                what: Subject::Plugin,
+                name: name.to_string(),
+                taken: true,
+            });
         }
-        if let Err(e) = self.engine.load(&format!("upload {name}"), wasm).await {
-            let status = match e {
-                LoadError::NotWasm { .. }
-                | LoadError::CoreModule { .. }
-                | LoadError::WrongWorld { .. }
-                | LoadError::UnknownImport { .. }
-                | LoadError::Compile { .. } => 422,
-                _ => 500,
-            };
-            return Err(refuse(status, e.to_string()));
+        match self.engine.load(&format!("upload {name}"), wasm).await {
+            Ok(_) => {}
+            Err(e) if uploaders_fault(&e) => {
+                return Err(ControlError::Invalid {
+                    what: Subject::Plugin,
+                    name: name.to_string(),
+                    problems: vec![Problem::Plugin(e)],
+                });
+            }
+            Err(e) => {
+                return Err(ControlError::Internal {
+                    action: "load the plugin",
+                    source: Box::new(e),
+                });
+            }
         }
         store
             .put_plugin(tenant, name, wasm)
-            .map_err(|e| refuse(500, format!("cannot store the plugin: {e}")))?;
+            .map_err(internal("store the plugin"))?;
         tracing::info!(tenant, plugin = name, bytes = wasm.len(), "plugin stored");
-        self.reload_after_change("the plugin").await?;
+        self.reload_after_change(&mut current).await?;
         Ok(owner.is_some())
     }
 
-    /// `DELETE /v1/plugins/{name}`: refused while a probe of the caller uses it.
-    pub async fn delete_plugin(&self, who: &Principal, name: &str) -> Result<(), Refusal> {
+    /// Removes the caller's plugin `name` (`DELETE /v1/plugins/{name}`);
+    /// refused while a probe of the caller uses it.
+    pub async fn delete_plugin(&self, who: &Principal, name: &str) -> Result<(), ControlError> {
         let store = self.store()?;
         let tenant = tenant_of(who);
-        let _guard = self.lock.lock().await;
+        let mut current = self.registry.lock().await;
         if !managed::valid_name(name) || store.plugin_owner(name).as_deref() != Some(tenant) {
-            return Err(refuse(404, format!("no plugin named {name:?}")));
+            return Err(ControlError::NotFound {
+                what: Subject::Plugin,
+                name: name.to_string(),
+                taken: false,
+            });
         }
         let users: Vec<String> = store
             .probes()
@@ -306,112 +535,222 @@ impl Control {
             .map(|p| p.name)
             .collect();
         if !users.is_empty() {
-            return Err(refuse(
-                409,
-                format!(
-                    "plugin {name:?} is used by probes {}: delete them first",
-                    users.join(", ")
-                ),
-            ));
+            return Err(Conflict::InUse {
+                plugin: name.to_string(),
+                probes: users,
+            }
+            .into());
         }
         store
             .delete_plugin(tenant, name)
-            .map_err(|e| refuse(500, format!("cannot delete the plugin: {e}")))?;
+            .map_err(internal("delete the plugin"))?;
         tracing::info!(tenant, plugin = name, "plugin deleted");
-        self.reload_after_change("the deletion").await
+        self.reload_after_change(&mut current).await
     }
 
-    /// `PUT /v1/probes/{name}`: validates the spec against the caller's
+    /// Adds or replaces the caller's probe `name` (`PUT /v1/probes/{name}`)
+    /// from its spec (YAML or JSON): validates it against the caller's
     /// quotas and ceiling (with the whole config), stores it and starts
-    /// it. `exists(name)` says who owns a probe of that name now, if any.
-    /// Returns whether it replaced an existing one.
+    /// it. `owner_now(name)` says which tenant owns a probe of that name
+    /// now, if any. Returns whether it replaced an existing one.
     pub async fn put_probe(
         &self,
         who: &Principal,
         name: &str,
         body: &[u8],
         owner_now: impl Fn(&str) -> Option<String>,
-    ) -> Result<bool, Refusal> {
+    ) -> Result<bool, ControlError> {
         let store = self.store()?;
         let tenant = tenant_of(who);
-        if !managed::valid_name(name) {
-            return Err(refuse(
-                400,
-                format!("{name:?}: a probe name is 1-128 letters, digits, `-`, `_` or `.`"),
-            ));
-        }
+        check_name(Subject::Probe, name)?;
         if body.len() > managed::MAX_PROBE_BYTES {
-            return Err(refuse(
-                413,
-                format!("larger than the {} byte limit", managed::MAX_PROBE_BYTES),
-            ));
+            return Err(ControlError::TooLarge {
+                what: Subject::Probe,
+                limit: managed::MAX_PROBE_BYTES,
+            });
         }
-        let spec = managed::parse_spec(body).map_err(|e| refuse(400, e.to_string()))?;
-        let _guard = self.lock.lock().await;
-        let mine = store.probes().iter().any(|p| p.name == name && p.tenant == tenant);
-        match owner_now(name) {
-            Some(_) if mine => {}
-            // Another tenant's: as if it did not exist, but not free.
-            Some(owner) if !who.sees(&owner) => {
-                return Err(refuse(
-                    404,
-                    format!("no probe named {name:?} of yours, and the name is not free"),
-                ));
-            }
-            Some(_) => {
-                return Err(refuse(
-                    409,
-                    format!("probe {name:?} is defined in the config file; change it there"),
-                ));
-            }
-            None => {}
-        }
+        let spec = managed::parse_spec(body).map_err(|source| ControlError::BadSpec {
+            name: name.to_string(),
+            source,
+        })?;
+        let mut reg = self.registry.lock().await;
+        let mine = self.check_owner(store, who, name, &owner_now)?;
         let probe = StoredProbe {
             tenant: tenant.to_string(),
             name: name.to_string(),
             spec,
         };
-        let (reg, left_out) = load(&self.engine, &self.options, Some(&probe)).await.map_err(|e| {
-            let own = source_of(name);
-            let mine: Vec<String> =
-                e.0.iter()
-                    .filter(|x| x.place.file == own)
-                    .map(|x| x.message.clone())
-                    .collect();
-            if mine.is_empty() {
-                refuse(503, format!("the agent's config does not load: {e}"))
-            } else {
-                refuse(422, mine.join("\n"))
-            }
-        })?;
-        store
-            .put_probe(&probe)
-            .map_err(|e| refuse(500, format!("cannot store the probe: {e}")))?;
+        let prepared = self
+            .prepare(&reg, store, std::slice::from_ref(&probe), &[(name, mine)])
+            .await?;
+        store.put_probe(&probe).map_err(internal("store the probe"))?;
         tracing::info!(tenant, probe = name, "probe stored");
-        self.apply(reg, left_out).await;
+        self.commit(&mut reg, prepared, &[name]).await;
         Ok(mine)
     }
 
-    /// `DELETE /v1/probes/{name}`: only probes added through the API.
-    pub async fn delete_probe(&self, who: &Principal, name: &str, visible: bool) -> Result<(), Refusal> {
+    /// Adds or replaces several of the caller's probes at once (`PUT
+    /// /v1/probes` with a list of specs, each with its `name`): all are
+    /// checked together, as one change, and either all are stored and
+    /// started or none is. Returns, per probe in the order sent, whether it
+    /// replaced an existing one.
+    pub async fn put_probes(
+        &self,
+        who: &Principal,
+        body: &[u8],
+        owner_now: impl Fn(&str) -> Option<String>,
+    ) -> Result<Vec<(String, bool)>, ControlError> {
         let store = self.store()?;
         let tenant = tenant_of(who);
-        let _guard = self.lock.lock().await;
-        let removed = managed::valid_name(name)
-            && store
-                .delete_probe(tenant, name)
-                .map_err(|e| refuse(500, format!("cannot delete the probe: {e}")))?;
+        if body.len() > managed::MAX_BATCH_BYTES {
+            return Err(ControlError::TooLarge {
+                what: Subject::Probe,
+                limit: managed::MAX_BATCH_BYTES,
+            });
+        }
+        let specs = managed::parse_batch(body).map_err(|source| ControlError::BadSpec {
+            name: String::new(),
+            source,
+        })?;
+        for (name, _) in &specs {
+            check_name(Subject::Probe, name)?;
+        }
+        let mut reg = self.registry.lock().await;
+        let mut replaced = Vec::with_capacity(specs.len());
+        let probes: Vec<StoredProbe> = specs
+            .into_iter()
+            .map(|(name, spec)| StoredProbe {
+                tenant: tenant.to_string(),
+                name,
+                spec,
+            })
+            .collect();
+        for p in &probes {
+            replaced.push(self.check_owner(store, who, &p.name, &owner_now)?);
+        }
+        let names: Vec<(&str, bool)> = probes
+            .iter()
+            .map(|p| p.name.as_str())
+            .zip(replaced.iter().copied())
+            .collect();
+        let prepared = self.prepare(&reg, store, &probes, &names).await?;
+        // All stored, or none: a failure part way puts back what was there.
+        let before: Vec<Option<StoredProbe>> = probes.iter().map(|p| store.probe(tenant, &p.name)).collect();
+        for (i, p) in probes.iter().enumerate() {
+            if let Err(e) = store.put_probe(p) {
+                for (q, old) in probes[..i].iter().zip(&before) {
+                    let _ = match old {
+                        Some(old) => store.put_probe(old),
+                        None => store.delete_probe(tenant, &q.name).map(|_| ()),
+                    };
+                }
+                return Err(internal("store the probes")(e));
+            }
+        }
+        tracing::info!(tenant, probes = probes.len(), "probes stored");
+        let plain: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
+        self.commit(&mut reg, prepared, &plain).await;
+        Ok(probes.into_iter().map(|p| p.name).zip(replaced).collect())
+    }
+
+    /// Whether the caller's probe `name` exists (to be replaced), or an
+    /// error when the name is another's or the config file's.
+    fn check_owner(
+        &self,
+        store: &Store,
+        who: &Principal,
+        name: &str,
+        owner_now: &impl Fn(&str) -> Option<String>,
+    ) -> Result<bool, ControlError> {
+        let mine = store.probe(tenant_of(who), name).is_some();
+        match owner_now(name) {
+            Some(_) if mine => Ok(true),
+            // Another tenant's: as if it did not exist, but not free.
+            Some(owner) if !who.sees(&owner) => Err(ControlError::NotFound {
+                what: Subject::Probe,
+                name: name.to_string(),
+                taken: true,
+            }),
+            Some(_) => Err(Conflict::InConfigFile {
+                probe: name.to_string(),
+            }
+            .into()),
+            None => Ok(mine),
+        }
+    }
+
+    /// Checks stored probes `probes` (each replacing the caller's probe of
+    /// its name when `names` says it exists) against `reg` as one change.
+    async fn prepare(
+        &self,
+        reg: &Registry,
+        store: &Store,
+        probes: &[StoredProbe],
+        names: &[(&str, bool)],
+    ) -> Result<Prepared, ControlError> {
+        let invalid = |name: &str, problems: Vec<ConfigError>| ControlError::Invalid {
+            what: Subject::Probe,
+            name: name.to_string(),
+            problems: problems.into_iter().map(Problem::Config).collect(),
+        };
+        let mut change = Change::default();
+        for ((name, mine), p) in names.iter().zip(probes) {
+            if *mine {
+                change.remove.push((*name).into());
+            }
+            let target = managed::to_target(store, p).map_err(|e| {
+                invalid(
+                    name,
+                    vec![ConfigError {
+                        place: config::Place {
+                            file: source_of(name),
+                            line: 0,
+                            column: 0,
+                        },
+                        message: e.to_string(),
+                    }],
+                )
+            })?;
+            change.add.push(target);
+        }
+        let batch = probes.len() > 1;
+        reg.prepare(&self.engine, change).await.map_err(|errors| {
+            let name = if batch { "" } else { names[0].0 };
+            invalid(name, errors.0)
+        })
+    }
+
+    /// Removes the caller's probe `name` (`DELETE /v1/probes/{name}`): only
+    /// probes added through the API go this way. `visible` says whether
+    /// the caller can see a probe of that name (one of the config file's).
+    pub async fn delete_probe(&self, who: &Principal, name: &str, visible: bool) -> Result<(), ControlError> {
+        let store = self.store()?;
+        let tenant = tenant_of(who);
+        let mut reg = self.registry.lock().await;
+        let removed =
+            managed::valid_name(name) && store.delete_probe(tenant, name).map_err(internal("delete the probe"))?;
         if !removed {
             return Err(if visible {
-                refuse(
-                    409,
-                    format!("probe {name:?} is defined in the config file; change it there"),
-                )
+                Conflict::InConfigFile {
+                    probe: name.to_string(),
+                }
+                .into()
             } else {
-                refuse(404, format!("no probe named {name:?}"))
+                ControlError::NotFound {
+                    what: Subject::Probe,
+                    name: name.to_string(),
+                    taken: false,
+                }
             });
         }
         tracing::info!(tenant, probe = name, "probe deleted");
-        self.reload_after_change("the deletion").await
+        match reg.prepare(&self.engine, Change::remove([name])).await {
+            Ok(prepared) => {
+                self.commit(&mut reg, prepared, &[name]).await;
+                Ok(())
+            }
+            // A removal breaks no rule; if it did, the registry would say so.
+            Err(source) => Err(ControlError::Unavailable { stored: true, source }),
+        }
     }
 }

@@ -21,6 +21,10 @@ use std::path::{Path, PathBuf};
 pub const MAX_PLUGIN_BYTES: usize = 32 * 1024 * 1024;
 /// The largest probe spec a tenant may upload.
 pub const MAX_PROBE_BYTES: usize = 64 * 1024;
+/// The largest batch of probe specs (`PUT /v1/probes`).
+pub const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
+/// The most probes in one batch.
+pub const MAX_BATCH_PROBES: usize = 10_000;
 
 /// One probe a tenant added.
 #[derive(Clone, Debug, PartialEq)]
@@ -120,6 +124,17 @@ impl Store {
         self.plugins().into_iter().find(|(_, n, _)| n == name).map(|(t, ..)| t)
     }
 
+    /// The stored probe `name` of `tenant`, if there is one.
+    pub fn probe(&self, tenant: &str, name: &str) -> Option<StoredProbe> {
+        let bytes = std::fs::read(self.probe_path(tenant, name)).ok()?;
+        let spec = serde_json::from_slice(&bytes).ok()?;
+        Some(StoredProbe {
+            tenant: tenant.to_string(),
+            name: name.to_string(),
+            spec,
+        })
+    }
+
     /// Every stored probe; an unreadable file is logged and skipped.
     pub fn probes(&self) -> Vec<StoredProbe> {
         entries(&self.dir.join("probes"), "json")
@@ -184,12 +199,34 @@ pub enum SpecError {
     /// An invalid config.
     #[error("{0}")]
     Config(config::ConfigErrors),
+    /// A batch that is not a list.
+    #[error("the body must be a list of probe specs, each with its name")]
+    NotAList,
+    /// A batch item without a name.
+    #[error("item {0}: name: missing (each probe of a batch names itself)")]
+    NoName(usize),
+    /// A batch naming one probe twice.
+    #[error("probe {0:?} is in the batch twice")]
+    Twice(String),
+    /// A batch over the count limit.
+    #[error("{0} probes in one batch; at most {MAX_BATCH_PROBES}")]
+    TooMany(usize),
+    /// A batch item that is not a valid spec.
+    #[error("probe {0:?}: {1}")]
+    Item(String, Box<SpecError>),
 }
 
 /// Parses a probe spec (YAML or JSON) as the API receives it.
 pub fn parse_spec(body: &[u8]) -> Result<serde_json::Value, SpecError> {
     let text = std::str::from_utf8(body).map_err(|e| SpecError::Syntax(e.to_string()))?;
     let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| SpecError::Syntax(e.to_string()))?;
+    check_spec(value)
+}
+
+/// Checks one probe spec's shape: a mapping with an `address`, no `name`
+/// or `tenant` (the path and the token say those), and a plugin that is a
+/// name, not a path.
+fn check_spec(value: serde_json::Value) -> Result<serde_json::Value, SpecError> {
     let map = value.as_object().ok_or(SpecError::NotAMapping)?;
     for key in ["name", "tenant"] {
         if map.contains_key(key) {
@@ -204,6 +241,34 @@ pub fn parse_spec(body: &[u8]) -> Result<serde_json::Value, SpecError> {
         _ => {}
     }
     Ok(value)
+}
+
+/// Reads a batch of probe specs (YAML or JSON): a list of mappings, each
+/// with its `name` and otherwise as for [`parse_spec`]; names unique, at
+/// most [`MAX_BATCH_PROBES`].
+pub fn parse_batch(body: &[u8]) -> Result<Vec<(String, serde_json::Value)>, SpecError> {
+    let text = std::str::from_utf8(body).map_err(|e| SpecError::Syntax(e.to_string()))?;
+    let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| SpecError::Syntax(e.to_string()))?;
+    let serde_json::Value::Array(items) = value else {
+        return Err(SpecError::NotAList);
+    };
+    if items.len() > MAX_BATCH_PROBES {
+        return Err(SpecError::TooMany(items.len()));
+    }
+    let mut out: Vec<(String, serde_json::Value)> = Vec::with_capacity(items.len());
+    for (i, mut item) in items.into_iter().enumerate() {
+        let name = item
+            .as_object_mut()
+            .and_then(|m| m.remove("name"))
+            .and_then(|n| n.as_str().map(str::to_string))
+            .ok_or(SpecError::NoName(i))?;
+        if out.iter().any(|(n, _)| *n == name) {
+            return Err(SpecError::Twice(name));
+        }
+        let spec = check_spec(item).map_err(|e| SpecError::Item(name.clone(), Box::new(e)))?;
+        out.push((name, spec));
+    }
+    Ok(out)
 }
 
 /// Turns a stored probe into the config target it stands for: a target

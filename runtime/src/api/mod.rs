@@ -23,7 +23,7 @@ mod page;
 mod watch;
 
 use crate::config::Kind;
-use crate::control::{Control, Refusal};
+use crate::control::{AgentStatus, Control, ControlError};
 use crate::metrics::Metrics;
 use crate::results::{ProbeView, ResultCache};
 use crate::scheduler::{self, TriggerError};
@@ -74,31 +74,6 @@ impl ApiAuth {
             return Err("--api-auth token, but no token is configured (operator_token_file, operator_token_env, or a tenant's token_file/token_env)".into());
         }
         Ok(if open { Self::None } else { Self::Token })
-    }
-}
-
-/// What the agent tells about its config.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct AgentStatus {
-    /// The config file, or `<embedded default>`.
-    pub config: String,
-    /// When the config in force was loaded.
-    #[serde(serialize_with = "rfc3339")]
-    pub loaded_at: Option<SystemTime>,
-    /// Why the last reload was refused, if it was (the old config stays).
-    pub reload_error: Option<String>,
-    /// Probes added through the API that no longer load, and why.
-    pub left_out: Vec<String>,
-    /// The number of probes.
-    pub probes: usize,
-    /// The agent's version.
-    pub version: &'static str,
-}
-
-fn rfc3339<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
-    match t {
-        Some(t) => s.collect_str(&humantime::format_rfc3339_millis(*t)),
-        None => s.serialize_none(),
     }
 }
 
@@ -306,11 +281,18 @@ fn unauthorized() -> Response<Body> {
     r
 }
 
-fn refused(r: Refusal) -> Response<Body> {
-    error(
-        StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        r.message,
-    )
+/// The one place a refused change becomes an HTTP status.
+fn refused(e: ControlError) -> Response<Body> {
+    let status = match &e {
+        ControlError::BadName { .. } | ControlError::BadSpec { .. } => StatusCode::BAD_REQUEST,
+        ControlError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        ControlError::NotFound { .. } => StatusCode::NOT_FOUND,
+        ControlError::Conflict(_) => StatusCode::CONFLICT,
+        ControlError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        ControlError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        ControlError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e.to_string())
 }
 
 async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Response<Body>> {
@@ -455,7 +437,7 @@ async fn route(state: &ApiState, req: Request<Incoming>) -> Response<Body> {
                 // A tenant sees its own probes only, and not the operator's config.
                 status.config = String::new();
                 status.reload_error = None;
-                status.left_out.retain(|l| l.contains(&format!("of tenant {:?}", &**t)));
+                status.left_out.retain(|l| l.tenant == *t);
                 status.probes = state.results.list().iter().filter(|p| who.sees(&p.tenant)).count();
             }
             json(StatusCode::OK, &status)
