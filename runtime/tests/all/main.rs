@@ -11,6 +11,7 @@ mod grpc;
 mod http;
 mod postgres;
 mod redis;
+mod registry;
 mod sandbox;
 mod scaffold;
 mod scheduler;
