@@ -280,7 +280,11 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
                 let pushed = client
                     .push_signature(&reference, &oci::digest_of(&bytes), &sig_text)
                     .await?;
-                println!("attached to {} as {}", pushed.artifact, describe_location(&pushed.location));
+                println!(
+                    "attached to {} as {}",
+                    pushed.artifact,
+                    describe_location(&pushed.location)
+                );
             }
             Ok(0)
         }
@@ -399,7 +403,12 @@ async fn push(config: EngineConfig, wasm: &Path, reference: &str, registry: &Reg
     };
     let client = registry.client(&config, &reference)?;
     let pushed = client.push(&reference, &bytes, &info).await?;
-    println!("pushed {} ({} bytes, component {})", pushed.reference, bytes.len(), pushed.wasm_digest);
+    println!(
+        "pushed {} ({} bytes, component {})",
+        pushed.reference,
+        bytes.len(),
+        pushed.wasm_digest
+    );
     if let Some(sig) = signing::read_signature(wasm)? {
         let attached = client
             .push_signature(&pushed.reference, &pushed.wasm_digest, &sig)
@@ -422,7 +431,10 @@ async fn pull(
     registry: &RegistryArgs,
 ) -> Result<i32, CliError> {
     let reference = Reference::parse(reference)?;
-    let trusted = trust.iter().map(|k| PublicKey::read(k)).collect::<Result<Vec<_>, _>>()?;
+    let trusted = trust
+        .iter()
+        .map(|k| PublicKey::read(k))
+        .collect::<Result<Vec<_>, _>>()?;
     let client = registry.client(&config, &reference)?;
     let resolved = client
         .resolve_with_progress(&reference, &progress_printer(reference.to_string()))

@@ -123,8 +123,15 @@ impl Cache {
     }
 
     fn tag_path(&self, reference: &Reference) -> PathBuf {
-        let key = format!("{}/{}:{}", reference.registry(), reference.repository(), reference.tag().unwrap_or(""));
-        self.dir.join("tags").join(format!("{}.json", crate::signing::digest(key.as_bytes())))
+        let key = format!(
+            "{}/{}:{}",
+            reference.registry(),
+            reference.repository(),
+            reference.tag().unwrap_or("")
+        );
+        self.dir
+            .join("tags")
+            .join(format!("{}.json", crate::signing::digest(key.as_bytes())))
     }
 
     /// Records that the tag of `reference` resolved to `digest` just now.
@@ -142,7 +149,9 @@ impl Cache {
     pub fn recall_tag(&self, reference: &Reference) -> Result<Option<TagMemo>, OciError> {
         let path = self.tag_path(reference);
         match std::fs::read(&path) {
-            Ok(b) => Ok(serde_json::from_slice::<TagMemo>(&b).ok().filter(|m| is_digest(&m.digest))),
+            Ok(b) => Ok(serde_json::from_slice::<TagMemo>(&b)
+                .ok()
+                .filter(|m| is_digest(&m.digest))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io(&path)(e)),
         }
@@ -177,7 +186,12 @@ impl Cache {
             let entry = entry.map_err(io(&dir))?;
             let Ok(meta) = entry.metadata() else { continue };
             let digest = format!("sha256:{}", entry.file_name().to_string_lossy());
-            out.push((entry.path(), digest, meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+            out.push((
+                entry.path(),
+                digest,
+                meta.len(),
+                meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            ));
         }
         Ok(out)
     }
@@ -266,8 +280,15 @@ mod tests {
         assert_eq!(cache.recall_tag(&r).unwrap(), None);
         let d = digest_of(b"m");
         cache.remember_tag(&r, &d).unwrap();
-        let memo = Cache::open(dir.path(), 1 << 20).unwrap().recall_tag(&r).unwrap().unwrap();
-        assert_eq!((memo.digest.as_str(), memo.reference.as_str()), (d.as_str(), "oci://localhost:5000/acme/pg:1.4"));
+        let memo = Cache::open(dir.path(), 1 << 20)
+            .unwrap()
+            .recall_tag(&r)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (memo.digest.as_str(), memo.reference.as_str()),
+            (d.as_str(), "oci://localhost:5000/acme/pg:1.4")
+        );
         assert_eq!(cache.recall_tag(&r.with_tag("1.5")).unwrap(), None);
         let s = digest_of(b"s");
         cache.remember_signature(&d, &s).unwrap();

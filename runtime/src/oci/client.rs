@@ -143,7 +143,10 @@ impl Resolved {
         let plugin = self.pinned().to_string();
         let sig_name = match &self.signature {
             Some((_, loc)) => loc.describe(&self.pinned()),
-            None => format!("no signature attached to {plugin} (neither a referrer nor a .sig tag)"),
+            None => format!(
+                "in the registry (no sonde referrer, no tag {})",
+                signature_tag(&self.digest)
+            ),
         };
         crate::signing::verify(
             &plugin,
@@ -506,7 +509,11 @@ impl Client {
         if let Some(r) = map.get(name) {
             return Ok(r.clone());
         }
-        let r = Arc::new(build_registry(name, &RegistrySettings::default(), self.settings.timeout)?);
+        let r = Arc::new(build_registry(
+            name,
+            &RegistrySettings::default(),
+            self.settings.timeout,
+        )?);
         map.insert(name.to_string(), r.clone());
         Ok(r)
     }
@@ -565,7 +572,10 @@ impl Client {
         // 1. The manifest digest.
         let digest = match reference.digest() {
             Some(d) => d.to_string(),
-            None => match self.bounded(registry.name.as_str(), self.fetch_tag(&registry, reference)).await {
+            None => match self
+                .bounded(registry.name.as_str(), self.fetch_tag(&registry, reference))
+                .await
+            {
                 Ok((digest, manifest)) => {
                     self.cache.put(&digest, &manifest)?;
                     self.cache.remember_tag(reference, &digest)?;
@@ -681,7 +691,10 @@ impl Client {
             });
         }
         let fetched = match what {
-            Fetch::Manifest => self.bounded(&registry.name, Self::fetch_manifest(registry, pinned)).await,
+            Fetch::Manifest => {
+                self.bounded(&registry.name, Self::fetch_manifest(registry, pinned))
+                    .await
+            }
             Fetch::Component { layer, max, progress } => {
                 self.bounded(
                     &registry.name,
@@ -766,8 +779,8 @@ impl Client {
             // oci-client checks the digest as the stream ends and reports a
             // mismatch as an I/O error wrapping a DigestError; sonde checks
             // it again itself once the bytes are in.
-            let chunk = chunk.map_err(|e| {
-                match e.get_ref().and_then(|inner| inner.downcast_ref::<DigestError>()) {
+            let chunk = chunk.map_err(
+                |e| match e.get_ref().and_then(|inner| inner.downcast_ref::<DigestError>()) {
                     Some(DigestError::VerificationError { expected, actual }) => OciError::DigestMismatch {
                         reference: reference.to_string(),
                         expected: expected.clone(),
@@ -777,8 +790,8 @@ impl Client {
                         registry: registry.name.clone(),
                         detail: registry.scrub(format!("download of {} broke off: {e}", layer.digest)),
                     },
-                }
-            })?;
+                },
+            )?;
             if (out.len() + chunk.len()) as u64 > max {
                 return Err(too_large((out.len() + chunk.len()) as u64));
             }
@@ -814,7 +827,10 @@ impl Client {
                 if digest_of(&bytes) != entry.digest {
                     continue;
                 }
-                if let Some(sig) = self.signature_from_manifest(registry, &sig_ref, &bytes, &digest).await? {
+                if let Some(sig) = self
+                    .signature_from_manifest(registry, &sig_ref, &bytes, &digest)
+                    .await?
+                {
                     return Ok(Some((
                         sig,
                         SignatureLocation::Referrer {
@@ -831,7 +847,9 @@ impl Client {
             Err(OciError::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let sig = self.signature_from_manifest(registry, &tag_ref, &bytes, &digest).await?;
+        let sig = self
+            .signature_from_manifest(registry, &tag_ref, &bytes, &digest)
+            .await?;
         Ok(sig.map(|s| (s, SignatureLocation::Tag { tag })))
     }
 

@@ -42,8 +42,8 @@ mod reference;
 
 pub use cache::{Cache, TagMemo};
 pub use client::{
-    Client, ComponentInfo, Progress, Pushed, RegistrySettings, Resolved, SignatureLocation, SignaturePushed,
-    Settings, Source, signature_tag,
+    Client, ComponentInfo, Progress, Pushed, RegistrySettings, Resolved, Settings, SignatureLocation, SignaturePushed,
+    Source, signature_tag,
 };
 pub use error::OciError;
 pub use reference::{Reference, RegistryScope};

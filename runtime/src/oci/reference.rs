@@ -28,9 +28,7 @@ impl Reference {
             reference: s.to_string(),
             detail: detail.to_string(),
         };
-        let rest = s
-            .strip_prefix(SCHEME)
-            .ok_or_else(|| bad("must start with oci://"))?;
+        let rest = s.strip_prefix(SCHEME).ok_or_else(|| bad("must start with oci://"))?;
         let (registry, path) = rest
             .split_once('/')
             .ok_or_else(|| bad("expected oci://HOST/REPOSITORY:TAG or @sha256:DIGEST"))?;
@@ -53,7 +51,9 @@ impl Reference {
             check_tag(t).map_err(|d| bad(&d))?;
         }
         if tag.is_none() && digest.is_none() {
-            return Err(bad("name a tag (:1.4) or a digest (@sha256:…); sonde does not assume :latest"));
+            return Err(bad(
+                "name a tag (:1.4) or a digest (@sha256:…); sonde does not assume :latest",
+            ));
         }
         Ok(Self {
             registry: registry.to_string(),
@@ -113,8 +113,12 @@ impl Reference {
     /// The reference as oci-client takes it.
     pub(crate) fn to_client(&self) -> oci_client::Reference {
         match (&self.tag, &self.digest) {
-            (_, Some(d)) => oci_client::Reference::with_digest(self.registry.clone(), self.repository.clone(), d.clone()),
-            (Some(t), None) => oci_client::Reference::with_tag(self.registry.clone(), self.repository.clone(), t.clone()),
+            (_, Some(d)) => {
+                oci_client::Reference::with_digest(self.registry.clone(), self.repository.clone(), d.clone())
+            }
+            (Some(t), None) => {
+                oci_client::Reference::with_tag(self.registry.clone(), self.repository.clone(), t.clone())
+            }
             (None, None) => unreachable!("parse requires a tag or a digest"),
         }
     }
@@ -146,7 +150,7 @@ fn check_registry(registry: &str) -> Result<(), String> {
         None => (registry, None),
     };
     if let Some(p) = port
-        && p.parse::<u16>().map_or(true, |p| p == 0)
+        && !matches!(p.parse::<u16>(), Ok(n) if n != 0)
     {
         return Err(format!("registry port {p:?} is not a port number"));
     }
@@ -169,7 +173,10 @@ fn component_ok(c: &str) -> bool {
     if b.is_empty() || !b[0].is_ascii_alphanumeric() || !b[b.len() - 1].is_ascii_alphanumeric() {
         return false;
     }
-    if !b.iter().all(|&x| x.is_ascii_lowercase() || x.is_ascii_digit() || matches!(x, b'.' | b'_' | b'-')) {
+    if !b
+        .iter()
+        .all(|&x| x.is_ascii_lowercase() || x.is_ascii_digit() || matches!(x, b'.' | b'_' | b'-'))
+    {
         return false;
     }
     // Separators: one `.`, one or two `_`, or any run of `-`; never mixed.
@@ -209,7 +216,8 @@ fn check_tag(tag: &str) -> Result<(), String> {
     let ok = !b.is_empty()
         && b.len() <= 128
         && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
-        && b.iter().all(|&x| x.is_ascii_alphanumeric() || matches!(x, b'.' | b'_' | b'-'));
+        && b.iter()
+            .all(|&x| x.is_ascii_alphanumeric() || matches!(x, b'.' | b'_' | b'-'));
     if ok {
         Ok(())
     } else {
@@ -319,7 +327,10 @@ mod tests {
             ("registry.example.com", "acme/pg-check", Some("1.4"), None)
         );
         let r = Reference::parse(&format!("oci://127.0.0.1:5000/pg@{D}")).unwrap();
-        assert_eq!((r.registry(), r.repository(), r.tag(), r.digest()), ("127.0.0.1:5000", "pg", None, Some(D)));
+        assert_eq!(
+            (r.registry(), r.repository(), r.tag(), r.digest()),
+            ("127.0.0.1:5000", "pg", None, Some(D))
+        );
         assert!(r.is_pinned());
         let r = Reference::parse(&format!("oci://localhost:5000/a/b/c:v1@{D}")).unwrap();
         assert_eq!((r.repository(), r.tag()), ("a/b/c", Some("v1")));
@@ -370,7 +381,12 @@ mod tests {
         assert!(!one.covers(&r("oci://registry.acme.io/acme/pg2:1")));
         assert_eq!(one.to_string(), "registry.acme.io/acme/pg");
 
-        for bad in ["registry.acme.io", "registry.acme.io/ac*", "registry.acme.io/*/x", "registry.acme.io/"] {
+        for bad in [
+            "registry.acme.io",
+            "registry.acme.io/ac*",
+            "registry.acme.io/*/x",
+            "registry.acme.io/",
+        ] {
             assert!(RegistryScope::parse(bad).is_err(), "{bad}");
         }
     }

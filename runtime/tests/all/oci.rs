@@ -134,7 +134,11 @@ impl Registry {
                 let log = std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default();
                 panic!("docker-registry exited ({status}): {log}");
             }
-            assert!(Instant::now() < deadline, "docker-registry did not listen on {}", self.addr);
+            assert!(
+                Instant::now() < deadline,
+                "docker-registry did not listen on {}",
+                self.addr
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -257,7 +261,11 @@ async fn push_then_pull_and_run_by_tag_and_by_digest() {
     let pinned = reg.reference(&format!("acme/tcp-check@{}", pushed.digest));
     let by_digest = client.resolve(&pinned).await.unwrap();
     assert_eq!(by_digest.digest, pushed.digest);
-    assert_eq!(by_digest.source, Source::Cache, "a pinned, cached reference needs no pull");
+    assert_eq!(
+        by_digest.source,
+        Source::Cache,
+        "a pinned, cached reference needs no pull"
+    );
     assert_eq!(
         run_tcp_probe(&by_digest.pinned().to_string(), &by_digest.bytes).await,
         Status::Success
@@ -298,7 +306,11 @@ async fn a_blob_tampered_in_the_registry_is_refused_with_a_digest_mismatch() {
     assert!(matches!(e, OciError::DigestMismatch { .. }), "{e}");
     assert!(e.to_string().contains("digest mismatch"), "{e}");
     assert!(e.to_string().contains(&pushed.digest), "names the reference: {e}");
-    assert_eq!(client.cache().get(&pushed.wasm_digest).unwrap(), None, "nothing tampered is cached");
+    assert_eq!(
+        client.cache().get(&pushed.wasm_digest).unwrap(),
+        None,
+        "nothing tampered is cached"
+    );
 }
 
 #[tokio::test]
@@ -399,7 +411,11 @@ async fn with_the_registry_stopped_what_was_pulled_resolves_from_cache() {
     let mut reg = registry!(Options::default());
     let cache = tempfile::tempdir().unwrap();
     let tag = reg.reference("acme/tcp-check:1.0");
-    let pushed = reg.client(cache.path()).push(&tag, tcp_component(), &info()).await.unwrap();
+    let pushed = reg
+        .client(cache.path())
+        .push(&tag, tcp_component(), &info())
+        .await
+        .unwrap();
     reg.client(cache.path()).resolve(&tag).await.unwrap();
     reg.stop();
 
@@ -408,7 +424,13 @@ async fn with_the_registry_stopped_what_was_pulled_resolves_from_cache() {
     let by_tag = client.resolve(&tag).await.unwrap();
     assert_eq!(by_tag.digest, pushed.digest);
     assert!(
-        matches!(&by_tag.source, Source::CacheRegistryDown { tag_resolved_at: Some(_), .. }),
+        matches!(
+            &by_tag.source,
+            Source::CacheRegistryDown {
+                tag_resolved_at: Some(_),
+                ..
+            }
+        ),
         "{:?}",
         by_tag.source
     );
@@ -421,7 +443,10 @@ async fn with_the_registry_stopped_what_was_pulled_resolves_from_cache() {
     let e = client.resolve(&other).await.unwrap_err();
     assert!(matches!(e, OciError::NotCached { .. }), "{e}");
     let text = e.to_string();
-    assert!(text.contains(&other.to_string()) && text.contains("not in the local cache"), "{text}");
+    assert!(
+        text.contains(&other.to_string()) && text.contains("not in the local cache"),
+        "{text}"
+    );
     assert!(text.contains(&reg.addr) && text.contains("unreachable"), "{text}");
 }
 
@@ -437,7 +462,11 @@ async fn a_component_over_the_limit_is_refused() {
     let mut settings = Settings::new(cache.path().to_path_buf());
     settings.max_bytes = 1000;
     settings.registries.insert(reg.addr.clone(), reg.registry_settings());
-    let e = Client::new(settings).unwrap().resolve(&pushed.reference).await.unwrap_err();
+    let e = Client::new(settings)
+        .unwrap()
+        .resolve(&pushed.reference)
+        .await
+        .unwrap_err();
     assert!(matches!(e, OciError::TooLarge { limit: 1000, .. }), "{e}");
 }
 
@@ -449,7 +478,11 @@ async fn basic_auth_works_and_a_wrong_password_is_named_but_not_echoed() {
     });
     let cache = tempfile::tempdir().unwrap();
     let tag = reg.reference("acme/tcp-check:1.0");
-    let pushed = reg.client(cache.path()).push(&tag, tcp_component(), &info()).await.unwrap();
+    let pushed = reg
+        .client(cache.path())
+        .push(&tag, tcp_component(), &info())
+        .await
+        .unwrap();
     let fresh = tempfile::tempdir().unwrap();
     let r = reg.client(fresh.path()).resolve(&tag).await.unwrap();
     assert_eq!(r.digest, pushed.digest);
@@ -489,9 +522,16 @@ async fn tls_with_a_test_ca() {
     });
     let cache = tempfile::tempdir().unwrap();
     let tag = reg.reference("acme/tcp-check:1.0");
-    let pushed = reg.client(cache.path()).push(&tag, tcp_component(), &info()).await.unwrap();
+    let pushed = reg
+        .client(cache.path())
+        .push(&tag, tcp_component(), &info())
+        .await
+        .unwrap();
     let fresh = tempfile::tempdir().unwrap();
-    assert_eq!(reg.client(fresh.path()).resolve(&tag).await.unwrap().digest, pushed.digest);
+    assert_eq!(
+        reg.client(fresh.path()).resolve(&tag).await.unwrap().digest,
+        pushed.digest
+    );
 
     // Without the CA, the system roots do not vouch for it.
     let fresh = tempfile::tempdir().unwrap();
@@ -546,30 +586,56 @@ fn the_cli_signs_pushes_pulls_checks_and_inspects() {
     // Unsigned: a check that requires a trusted signature refuses it.
     let target = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let target_addr = target.local_addr().unwrap().to_string();
-    let out = run_cli(&["check", &reference, "--target", &target_addr, "--trust", &public], &flags);
+    let out = run_cli(
+        &["check", &reference, "--target", &target_addr, "--trust", &public],
+        &flags,
+    );
     assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     assert!(stderr(&out).contains("unsigned"), "{}", stderr(&out));
 
     let out = run_cli(
-        &["plugin", "sign", "--key", key.to_str().unwrap(), wasm.to_str().unwrap(), "--push", &reference],
+        &[
+            "plugin",
+            "sign",
+            "--key",
+            key.to_str().unwrap(),
+            wasm.to_str().unwrap(),
+            "--push",
+            &reference,
+        ],
         &flags,
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("sha256-"), "{}", stdout(&out));
 
     let pinned = format!("oci://{}/acme/tcp-check@{digest}", reg.addr);
-    let out = run_cli(&["check", &pinned, "--target", &target_addr, "--trust", &public], &flags);
+    let out = run_cli(
+        &["check", &pinned, "--target", &target_addr, "--trust", &public],
+        &flags,
+    );
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
 
     let pulled = dir.path().join("pulled.wasm");
     let out = run_cli(
-        &["plugin", "pull", &reference, "-o", pulled.to_str().unwrap(), "--trust", &public],
+        &[
+            "plugin",
+            "pull",
+            &reference,
+            "-o",
+            pulled.to_str().unwrap(),
+            "--trust",
+            &public,
+        ],
         &flags,
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(std::fs::read(&pulled).unwrap(), tcp_component());
     let out = sonde(&["plugin", "verify", "--key", &public, pulled.to_str().unwrap()]);
-    assert!(out.status.success(), "the pulled signature verifies as a file: {}", stdout(&out));
+    assert!(
+        out.status.success(),
+        "the pulled signature verifies as a file: {}",
+        stdout(&out)
+    );
 
     let out = run_cli(&["plugin", "inspect", &pinned, "-o", "json"], &flags);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -591,7 +657,13 @@ fn the_cli_refuses_a_pull_whose_signature_is_untrusted() {
     for k in [&mallory, &acme] {
         assert!(sonde(&["plugin", "keygen", k.to_str().unwrap()]).status.success());
     }
-    let out = sonde(&["plugin", "sign", "--key", mallory.to_str().unwrap(), wasm.to_str().unwrap()]);
+    let out = sonde(&[
+        "plugin",
+        "sign",
+        "--key",
+        mallory.to_str().unwrap(),
+        wasm.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let reference = format!("oci://{}/acme/tcp-check:1.0", reg.addr);
     // push attaches FILE.wasm.sig.
@@ -602,7 +674,15 @@ fn the_cli_refuses_a_pull_whose_signature_is_untrusted() {
     let pulled = dir.path().join("pulled.wasm");
     let public = format!("{}.pub", acme.display());
     let out = run_cli(
-        &["plugin", "pull", &reference, "-o", pulled.to_str().unwrap(), "--trust", &public],
+        &[
+            "plugin",
+            "pull",
+            &reference,
+            "-o",
+            pulled.to_str().unwrap(),
+            "--trust",
+            &public,
+        ],
         &flags,
     );
     assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
@@ -614,5 +694,9 @@ fn the_cli_refuses_a_pull_whose_signature_is_untrusted() {
 fn a_registry_reference_is_checked_before_anything_is_asked() {
     let out = sonde(&["check", "oci://registry.example.com/acme/pg-check"]);
     assert_eq!(out.status.code(), Some(3));
-    assert!(stderr(&out).contains("sonde does not assume :latest"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("sonde does not assume :latest"),
+        "{}",
+        stderr(&out)
+    );
 }
