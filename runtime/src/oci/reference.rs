@@ -254,7 +254,7 @@ impl RegistryScope {
             .ok_or_else(|| bad("expected HOST/REPOSITORY, HOST/PREFIX/* or HOST/*"))?;
         check_registry(registry).map_err(|d| bad(&d))?;
         let (path, subtree) = match path.strip_suffix('*') {
-            Some(p) if p.is_empty() => (String::new(), true),
+            Some("") => (String::new(), true),
             Some(p) => match p.strip_suffix('/') {
                 Some(p) => (p.to_string(), true),
                 None => return Err(bad("* must be a whole path component, as in acme/*")),
