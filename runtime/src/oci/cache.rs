@@ -52,6 +52,16 @@ impl Cache {
             let p = dir.join(sub);
             std::fs::create_dir_all(&p).map_err(io(&p))?;
         }
+        // Temp files a crash left behind; an hour old, so that no write in
+        // progress in another process is touched.
+        if let Ok(entries) = std::fs::read_dir(dir.join("tmp")) {
+            let stale = SystemTime::now() - std::time::Duration::from_secs(3600);
+            for e in entries.flatten() {
+                if e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t < stale) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
         Ok(Self {
             dir: dir.to_path_buf(),
             max_bytes,

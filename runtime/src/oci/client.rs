@@ -36,8 +36,8 @@ pub struct Settings {
     /// CA, plain HTTP. A registry not listed is reached anonymously over
     /// HTTPS with the system roots.
     pub registries: BTreeMap<String, RegistrySettings>,
-    /// The longest one resolve or push may take, all requests included
-    /// [default: 60s].
+    /// The longest each exchange with the registry may take (a tag lookup,
+    /// a manifest, the component, the signature; a whole push) [default: 60s].
     pub timeout: Duration,
     /// The largest component accepted [default: 32 MiB].
     pub max_bytes: u64,
@@ -128,6 +128,10 @@ pub struct Resolved {
     pub signature: Option<(Vec<u8>, SignatureLocation)>,
     /// Where this came from.
     pub source: Source,
+    /// The bytes downloaded from the registry for this resolve (manifests,
+    /// the component, the signature); 0 when all came from the cache. For
+    /// counting pulls against a tenant.
+    pub transferred: u64,
 }
 
 impl Resolved {
@@ -568,6 +572,7 @@ impl Client {
         let registry = self.registry(reference.registry())?;
         let mut source = Source::Cache;
         let mut offline: Option<OciError> = None;
+        let mut transferred = 0u64;
 
         // 1. The manifest digest.
         let digest = match reference.digest() {
@@ -577,6 +582,7 @@ impl Client {
                 .await
             {
                 Ok((digest, manifest)) => {
+                    transferred += manifest.len() as u64;
                     self.cache.put(&digest, &manifest)?;
                     self.cache.remember_tag(reference, &digest)?;
                     source = Source::Registry;
@@ -605,9 +611,10 @@ impl Client {
         let pinned = reference.with_digest(&digest);
 
         // 2. The manifest, then 3. the component.
-        let manifest_bytes = self
+        let (manifest_bytes, fetched) = self
             .blob_or_fetch(&registry, &pinned, &digest, Fetch::Manifest, &mut source, &offline)
             .await?;
+        transferred += if fetched { manifest_bytes.len() as u64 } else { 0 };
         let manifest = parse_manifest(&pinned, &manifest_bytes)?;
         let layer = wasm_layer(&pinned, &manifest, self.settings.max_bytes)?;
         let component = Fetch::Component {
@@ -615,9 +622,10 @@ impl Client {
             max: self.settings.max_bytes,
             progress,
         };
-        let wasm = self
+        let (wasm, fetched) = self
             .blob_or_fetch(&registry, &pinned, &layer.digest, component, &mut source, &offline)
             .await?;
+        transferred += if fetched { wasm.len() as u64 } else { 0 };
 
         // 4. The signature: cached, else asked for (absence is not cached,
         // so a signature attached later is found).
@@ -633,6 +641,7 @@ impl Client {
                 .await
             {
                 Ok(Some((bytes, loc))) => {
+                    transferred += bytes.len() as u64;
                     let d = digest_of(&bytes);
                     self.cache.put(&d, &bytes)?;
                     self.cache.remember_signature(&digest, &d)?;
@@ -664,11 +673,13 @@ impl Client {
             bytes: wasm.into(),
             signature,
             source,
+            transferred,
         })
     }
 
-    /// A blob from the cache, else fetched (checked, then cached). With the
-    /// registry down, a blob not cached is [`OciError::NotCached`].
+    /// A blob from the cache, else fetched (checked, then cached), and
+    /// whether it was fetched. With the registry down, a blob not cached is
+    /// [`OciError::NotCached`].
     async fn blob_or_fetch(
         &self,
         registry: &Registry,
@@ -677,9 +688,9 @@ impl Client {
         what: Fetch<'_>,
         source: &mut Source,
         offline: &Option<OciError>,
-    ) -> Result<Vec<u8>, OciError> {
+    ) -> Result<(Vec<u8>, bool), OciError> {
         if let Some(bytes) = self.cache.get(digest)? {
-            return Ok(bytes);
+            return Ok((bytes, false));
         }
         if let Some(e) = offline {
             return Err(OciError::NotCached {
@@ -717,7 +728,7 @@ impl Client {
                 if *source == Source::Cache {
                     *source = Source::Registry;
                 }
-                Ok(bytes)
+                Ok((bytes, true))
             }
             Err(e) if e.is_offline() => Err(OciError::NotCached {
                 reference: pinned.to_string(),

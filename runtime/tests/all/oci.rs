@@ -266,6 +266,8 @@ async fn push_then_pull_and_run_by_tag_and_by_digest() {
         Source::Cache,
         "a pinned, cached reference needs no pull"
     );
+    assert_eq!(by_digest.transferred, 0);
+    assert!(by_tag.transferred > tcp_component().len() as u64);
     assert_eq!(
         run_tcp_probe(&by_digest.pinned().to_string(), &by_digest.bytes).await,
         Status::Success
