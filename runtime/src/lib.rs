@@ -50,6 +50,7 @@ pub mod executor;
 pub mod host;
 pub mod managed;
 pub mod metrics;
+pub mod oci;
 pub mod registry;
 pub mod results;
 pub mod scheduler;

@@ -12,7 +12,7 @@ use std::time::Duration;
 /// Arguments of `sonde check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// A built-in plugin name (`tcp`) or the path to a `.wasm` component.
+    /// A built-in plugin name (`tcp`), the path to a `.wasm` component, or oci://HOST/REPO:TAG or @sha256:DIGEST.
     #[arg(required_unless_present = "group")]
     pub plugin: Option<String>,
 
@@ -71,6 +71,10 @@ pub struct CheckArgs {
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
+
+    /// How to reach the registry of an oci:// plugin.
+    #[command(flatten)]
+    pub registry: super::plugin::RegistryArgs,
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -179,8 +183,15 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
             )));
         }
     }
-    let engine = Engine::new(config)?;
-    let plugin = if !args.trust.is_empty() && crate::builtins::get(&plugin_name).is_none() {
+    let engine = Engine::new(config.clone())?;
+    let plugin = if crate::oci::Reference::is_oci(&plugin_name) {
+        let trusted = args
+            .trust
+            .iter()
+            .map(|k| crate::signing::PublicKey::read(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        super::plugin::load_oci(&engine, &config, &args.registry, &plugin_name, &trusted).await?
+    } else if !args.trust.is_empty() && crate::builtins::get(&plugin_name).is_none() {
         // Verify and load the same bytes, so the file cannot change in between.
         let trusted = args
             .trust

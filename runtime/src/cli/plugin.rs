@@ -1,21 +1,179 @@
-//! `sonde plugin`: inspect, list, sign and verify plugins.
+//! `sonde plugin`: inspect, list, sign and verify plugins, and push them to
+//! and pull them from OCI registries.
 
 use super::{CliError, Output, load_plugin};
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::{Engine, EngineConfig, Plugin};
+use crate::oci::{self, Reference};
 use crate::signing::{self, PublicKey, SecretKey};
-use clap::Subcommand;
-use std::path::PathBuf;
+use clap::{Args, Subcommand};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How to reach the registry of an `oci://` reference.
+#[derive(Debug, Default, Args)]
+pub struct RegistryArgs {
+    /// For oci:// references: the registry user (basic auth, and the token flow that starts from it).
+    #[arg(long, value_name = "USER", requires = "registry_password_file")]
+    pub registry_user: Option<String>,
+    /// For oci:// references: a file whose first line is the registry password.
+    #[arg(long, value_name = "FILE", requires = "registry_user")]
+    pub registry_password_file: Option<PathBuf>,
+    /// For oci:// references: a PEM file of CA certificates to trust for the registry, besides the system roots.
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Option<PathBuf>,
+    /// For oci:// references: speak plain HTTP to the registry (loopback and dev registries only).
+    #[arg(long)]
+    pub insecure_registry: bool,
+    /// For oci:// references: the longest a pull or push may take.
+    #[arg(long, default_value = "60s", value_parser = super::check::parse_duration, value_name = "DURATION")]
+    pub registry_timeout: Duration,
+    /// Where pulled blobs are cached, by digest [default: CACHE_DIR/oci].
+    #[arg(long, value_name = "DIR")]
+    pub oci_cache: Option<PathBuf>,
+}
+
+impl RegistryArgs {
+    /// A registry client for `reference`, caching in `--oci-cache`, else
+    /// `oci/` of the compile cache, else the system temp dir.
+    pub(crate) fn client(&self, config: &EngineConfig, reference: &Reference) -> Result<oci::Client, CliError> {
+        let cache_dir = match (&self.oci_cache, &config.cache_dir) {
+            (Some(d), _) => d.clone(),
+            (None, Some(d)) => d.join("oci"),
+            (None, None) => std::env::temp_dir().join("sonde-oci"),
+        };
+        let mut settings = oci::Settings::new(cache_dir);
+        settings.timeout = self.registry_timeout;
+        settings.registries.insert(
+            reference.registry().to_string(),
+            oci::RegistrySettings {
+                username: self.registry_user.clone(),
+                password_file: self.registry_password_file.clone(),
+                ca_file: self.registry_ca.clone(),
+                insecure: self.insecure_registry,
+            },
+        );
+        Ok(oci::Client::new(settings)?)
+    }
+}
+
+/// Prints download progress on stderr when it is a terminal and the blob is
+/// larger than 1 MiB.
+fn progress_printer(what: String) -> impl Fn(oci::Progress) + Sync {
+    let tty = std::io::stderr().is_terminal();
+    move |p: oci::Progress| {
+        if !tty || p.total < 1 << 20 {
+            return;
+        }
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        eprint!("\rpulling {what}: {:.1} / {:.1} MiB", mib(p.done), mib(p.total));
+        if p.done >= p.total {
+            eprintln!();
+        }
+    }
+}
+
+/// Resolves an `oci://` reference, verifies its signature against `trust`
+/// (when any key is given) and loads it. The plugin's label is the
+/// reference pinned to the digest that resolved.
+pub(crate) async fn load_oci(
+    engine: &Engine,
+    config: &EngineConfig,
+    registry: &RegistryArgs,
+    reference: &str,
+    trust: &[PublicKey],
+) -> Result<Arc<Plugin>, CliError> {
+    let reference = Reference::parse(reference)?;
+    let client = registry.client(config, &reference)?;
+    let resolved = client
+        .resolve_with_progress(&reference, &progress_printer(reference.to_string()))
+        .await?;
+    report_source(&resolved);
+    if !trust.is_empty() {
+        let signer = resolved
+            .verify(trust)
+            .map_err(|e| CliError(format!("refusing to run {e}")))?;
+        tracing::info!(plugin = %resolved.pinned(), signer = %signer.name, key_id = %signer.key_id, "signature verified");
+    }
+    Ok(engine.load(&resolved.pinned().to_string(), &resolved.bytes).await?)
+}
+
+fn report_source(resolved: &oci::Resolved) {
+    if let oci::Source::CacheRegistryDown { error, tag_resolved_at } = &resolved.source {
+        match tag_resolved_at {
+            Some(at) => eprintln!(
+                "sonde: {}: registry unreachable ({error}); using the cached digest {} this tag resolved to at {at}",
+                resolved.reference, resolved.digest
+            ),
+            None => eprintln!(
+                "sonde: {}: registry unreachable ({error}); using the cached copy",
+                resolved.pinned()
+            ),
+        }
+    }
+}
+
+fn source_text(source: &oci::Source) -> &'static str {
+    match source {
+        oci::Source::Registry => "registry",
+        oci::Source::Cache => "cache",
+        oci::Source::CacheRegistryDown { .. } => "cache (registry unreachable)",
+    }
+}
+
+/// Writes `bytes` to `path` through a temp file in the same directory.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    use std::io::Write;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let err = |e: std::io::Error| CliError(format!("{}: {e}", path.display()));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
+    tmp.write_all(bytes).map_err(err)?;
+    tmp.as_file().sync_all().map_err(err)?;
+    tmp.persist(path).map_err(|e| err(e.error))?;
+    Ok(())
+}
 
 /// `sonde plugin` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
     /// Show what a plugin says about itself (describe), its imports and digest.
     Inspect {
-        /// A built-in name or the path to a `.wasm` component.
+        /// A built-in name, the path to a `.wasm` component, or oci://HOST/REPO:TAG or @sha256:DIGEST.
         plugin: String,
         /// Output format.
         #[arg(long, short, value_enum, default_value_t = Output::Text)]
         output: Output,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Push a component to an OCI registry (the CNCF wasm artifact layout); FILE.wasm.sig, if present, is attached too.
+    Push {
+        /// The component.
+        wasm: PathBuf,
+        /// Where: oci://HOST[:PORT]/REPO:TAG.
+        reference: String,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Pull a component from an OCI registry, checked against its digest; its signature, if attached, goes to FILE.sig.
+    Pull {
+        /// oci://HOST[:PORT]/REPO:TAG or @sha256:DIGEST.
+        reference: String,
+        /// Where to write it [default: the repository's last component, .wasm, in the current directory].
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Refuse it (exit 2, nothing written) unless its signature is valid by this public key. Repeatable.
+        #[arg(long = "trust", value_name = "KEYFILE.pub")]
+        trust: Vec<PathBuf>,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
     /// List the built-in plugins.
     List,
@@ -34,6 +192,12 @@ pub enum PluginCommand {
         key: PathBuf,
         /// The component to sign.
         wasm: PathBuf,
+        /// Also attach the signature to this artifact in a registry (oci://…), which must hold this very component.
+        #[arg(long, value_name = "OCI_REFERENCE")]
+        push: Option<String>,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
     /// Create a plugin crate: Cargo.toml, src/lib.rs (a TCP check with a JSON config), tests and a README.
     New {
@@ -87,7 +251,12 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             );
             Ok(0)
         }
-        PluginCommand::Sign { key, wasm } => {
+        PluginCommand::Sign {
+            key,
+            wasm,
+            push,
+            registry,
+        } => {
             let key = SecretKey::read(&key)?;
             let bytes = std::fs::read(&wasm).map_err(|e| CliError(format!("{}: {e}", wasm.display())))?;
             if !matches!(bytes.get(..8), Some([0, b'a', b's', b'm', _, _, 1, 0])) {
@@ -104,8 +273,32 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
                 key.public().key_id(),
                 sig.display()
             );
+            if let Some(reference) = push {
+                let reference = Reference::parse(&reference)?;
+                let client = registry.client(&config, &reference)?;
+                let sig_text = std::fs::read(&sig).map_err(|e| CliError(format!("{}: {e}", sig.display())))?;
+                let pushed = client
+                    .push_signature(&reference, &oci::digest_of(&bytes), &sig_text)
+                    .await?;
+                println!(
+                    "attached to {} as {}",
+                    pushed.artifact,
+                    describe_location(&pushed.location)
+                );
+            }
             Ok(0)
         }
+        PluginCommand::Push {
+            wasm,
+            reference,
+            registry,
+        } => push(config, &wasm, &reference, &registry).await,
+        PluginCommand::Pull {
+            reference,
+            output,
+            trust,
+            registry,
+        } => pull(config, &reference, output, &trust, &registry).await,
         PluginCommand::Verify { key, wasm } => {
             let trusted = key.iter().map(|k| PublicKey::read(k)).collect::<Result<Vec<_>, _>>()?;
             match signing::verify_file(&wasm, &trusted) {
@@ -135,9 +328,17 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             }
             Ok(0)
         }
-        PluginCommand::Inspect { plugin, output } => {
-            let engine = Engine::new(config)?;
-            let p = load_plugin(&engine, &plugin).await?;
+        PluginCommand::Inspect {
+            plugin,
+            output,
+            registry,
+        } => {
+            let engine = Engine::new(config.clone())?;
+            let p = if Reference::is_oci(&plugin) {
+                load_oci(&engine, &config, &registry, &plugin, &[]).await?
+            } else {
+                load_plugin(&engine, &plugin).await?
+            };
             let info = p.info();
             match output {
                 Output::Json => {
@@ -177,4 +378,105 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             Ok(0)
         }
     }
+}
+
+fn describe_location(location: &oci::SignatureLocation) -> String {
+    match location {
+        oci::SignatureLocation::Referrer { manifest } => format!("an OCI referrer ({manifest})"),
+        oci::SignatureLocation::Tag { tag } => format!("tag {tag} (the registry lists no referrers)"),
+        oci::SignatureLocation::Cache => "the cached signature".into(),
+    }
+}
+
+/// `sonde plugin push FILE.wasm oci://…`.
+async fn push(config: EngineConfig, wasm: &Path, reference: &str, registry: &RegistryArgs) -> Result<i32, CliError> {
+    let reference = Reference::parse(reference)?;
+    let bytes = std::fs::read(wasm).map_err(|e| CliError(format!("{}: {e}", wasm.display())))?;
+    // Load it first: what is pushed must be a sonde plugin, and its imports
+    // go into the artifact's config.
+    let engine = Engine::new(config.clone())?;
+    let plugin = engine.load(&wasm.display().to_string(), &bytes).await?;
+    let info = oci::ComponentInfo {
+        exports: vec!["describe".into(), "check".into()],
+        imports: plugin.imports().to_vec(),
+        target: Some("sonde:probe/plugin@0.1.0".into()),
+    };
+    let client = registry.client(&config, &reference)?;
+    let pushed = client.push(&reference, &bytes, &info).await?;
+    println!(
+        "pushed {} ({} bytes, component {})",
+        pushed.reference,
+        bytes.len(),
+        pushed.wasm_digest
+    );
+    if let Some(sig) = signing::read_signature(wasm)? {
+        let attached = client
+            .push_signature(&pushed.reference, &pushed.wasm_digest, &sig)
+            .await?;
+        println!(
+            "attached {} as {}",
+            signing::signature_path(wasm).display(),
+            describe_location(&attached.location)
+        );
+    }
+    Ok(0)
+}
+
+/// `sonde plugin pull oci://… [-o FILE] [--trust KEY]`.
+async fn pull(
+    config: EngineConfig,
+    reference: &str,
+    output: Option<PathBuf>,
+    trust: &[PathBuf],
+    registry: &RegistryArgs,
+) -> Result<i32, CliError> {
+    let reference = Reference::parse(reference)?;
+    let trusted = trust
+        .iter()
+        .map(|k| PublicKey::read(k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let client = registry.client(&config, &reference)?;
+    let resolved = client
+        .resolve_with_progress(&reference, &progress_printer(reference.to_string()))
+        .await?;
+    report_source(&resolved);
+    if !trusted.is_empty() {
+        match resolved.verify(&trusted) {
+            Ok(signer) => println!("valid signature by {:?} (key id {})", signer.name, signer.key_id),
+            Err(e) if e.is_verdict() => {
+                println!("invalid: {e}");
+                return Ok(2);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let path = output.unwrap_or_else(|| {
+        let name = reference.repository().rsplit('/').next().unwrap_or("plugin");
+        PathBuf::from(format!("{name}.wasm"))
+    });
+    write_atomic(&path, &resolved.bytes)?;
+    let sig_path = signing::signature_path(&path);
+    match &resolved.signature {
+        Some((sig, _)) => write_atomic(&sig_path, sig)?,
+        // A stale signature next to new bytes would mislead `verify`.
+        None => match std::fs::remove_file(&sig_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(CliError(format!("{}: {e}", sig_path.display()))),
+        },
+    }
+    println!(
+        "pulled {} from {} to {} ({} bytes, component {}){}",
+        resolved.pinned(),
+        source_text(&resolved.source),
+        path.display(),
+        resolved.bytes.len(),
+        resolved.wasm_digest,
+        if resolved.signature.is_some() {
+            format!("; signature in {}", sig_path.display())
+        } else {
+            "; no signature attached".into()
+        }
+    );
+    Ok(0)
 }

@@ -9,6 +9,7 @@ mod exec;
 mod file_age;
 mod grpc;
 mod http;
+mod oci;
 mod postgres;
 mod redis;
 mod registry;

@@ -1,0 +1,1096 @@
+//! The registry client: resolve (pull through the cache), push, and attach
+//! or fetch signatures. Built on `oci-client` (the ORAS project's Rust
+//! client), which speaks the distribution API and the token flow.
+
+use super::cache::Cache;
+use super::{
+    MAX_COMPONENT_BYTES, MAX_METADATA_BYTES, OCI_MANIFEST_MEDIA_TYPE, OciError, Reference, SIGNATURE_MEDIA_TYPE,
+    WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, digest_of, is_digest,
+};
+use crate::signing::{PublicKey, SignatureError, Signer};
+use futures_util::StreamExt;
+use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
+use oci_client::manifest::{OciDescriptor, OciImageManifest};
+use oci_client::secrets::RegistryAuth;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// The media type and content of the OCI "empty" config a signature
+/// manifest carries (image-spec 1.1).
+const EMPTY_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
+const EMPTY_CONFIG: &[u8] = b"{}";
+const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"));
+
+/// How sonde reaches registries and where it caches what it pulls.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The cache directory (`STATE_DIR/oci` for the agent, the user cache
+    /// for `sonde check`).
+    pub cache_dir: PathBuf,
+    /// Evict unused blobs beyond this many bytes [default: 1 GiB].
+    pub cache_max_bytes: u64,
+    /// Per registry (`HOST` or `HOST:PORT`, as in references): credentials,
+    /// CA, plain HTTP. A registry not listed is reached anonymously over
+    /// HTTPS with the system roots.
+    pub registries: BTreeMap<String, RegistrySettings>,
+    /// The longest each exchange with the registry may take (a tag lookup,
+    /// a manifest, the component, the signature; a whole push) [default: 60s].
+    pub timeout: Duration,
+    /// The largest component accepted [default: 32 MiB].
+    pub max_bytes: u64,
+}
+
+impl Settings {
+    /// The defaults, caching in `cache_dir`.
+    pub fn new(cache_dir: PathBuf) -> Self {
+        Self {
+            cache_dir,
+            cache_max_bytes: 1 << 30,
+            registries: BTreeMap::new(),
+            timeout: Duration::from_secs(60),
+            max_bytes: MAX_COMPONENT_BYTES,
+        }
+    }
+}
+
+/// How to reach one registry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegistrySettings {
+    /// The user for basic auth (and the token flow, which starts from it).
+    pub username: Option<String>,
+    /// The file holding the password (its first line). Read once, when the
+    /// client is built; never logged.
+    pub password_file: Option<PathBuf>,
+    /// A PEM file of CA certificates trusted for this registry, besides the
+    /// system roots.
+    pub ca_file: Option<PathBuf>,
+    /// Speak plain HTTP (no TLS) to this registry. Only for loopback and dev
+    /// registries, and only when set explicitly.
+    pub insecure: bool,
+}
+
+/// What a component needs and offers, for the artifact's config (the
+/// `component` field of the CNCF wasm config).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ComponentInfo {
+    /// The interfaces and functions it exports.
+    pub exports: Vec<String>,
+    /// The interfaces it imports.
+    pub imports: Vec<String>,
+    /// The world it targets, such as `sonde:probe/plugin@0.1.0`.
+    pub target: Option<String>,
+}
+
+/// How far a download has got, for a progress display.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Bytes received.
+    pub done: u64,
+    /// Bytes expected.
+    pub total: u64,
+}
+
+/// Where the bytes of a resolve came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The registry was asked (a tag resolved now, or missing blobs pulled).
+    Registry,
+    /// Everything came from the cache: the reference is pinned and cached,
+    /// and the registry was not needed (a signature lookup may still have
+    /// been tried).
+    Cache,
+    /// The registry could not be asked and the cache stood in. For a tag,
+    /// the digest is the one it resolved to at `tag_resolved_at`.
+    CacheRegistryDown {
+        /// Why the registry could not be asked.
+        error: String,
+        /// For a tag: when it last resolved (RFC 3339).
+        tag_resolved_at: Option<String>,
+    },
+}
+
+/// A component resolved from a reference, verified against its digests.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// The reference as given.
+    pub reference: Reference,
+    /// The manifest digest: what runs, and what a pinned reference names.
+    pub digest: String,
+    /// The digest of the component itself (what a sonde signature signs).
+    pub wasm_digest: String,
+    /// The component.
+    pub bytes: Arc<[u8]>,
+    /// The sonde signature attached to the manifest, if any (the
+    /// `FILE.wasm.sig` JSON), and where it was found.
+    pub signature: Option<(Vec<u8>, SignatureLocation)>,
+    /// Where this came from.
+    pub source: Source,
+    /// The bytes downloaded from the registry for this resolve (manifests,
+    /// the component, the signature); 0 when all came from the cache. For
+    /// counting pulls against a tenant.
+    pub transferred: u64,
+}
+
+impl Resolved {
+    /// The reference pinned to the digest that resolved (what to show in
+    /// status, metrics and events).
+    pub fn pinned(&self) -> Reference {
+        self.reference.with_digest(&self.digest)
+    }
+
+    /// Checks the attached signature with [`crate::signing::verify`]:
+    /// missing, tampered and untrusted are told apart exactly as for a file.
+    pub fn verify(&self, trusted: &[PublicKey]) -> Result<Signer, SignatureError> {
+        let plugin = self.pinned().to_string();
+        let sig_name = match &self.signature {
+            Some((_, loc)) => loc.describe(&self.pinned()),
+            None => format!(
+                "in the registry (no sonde referrer, no tag {})",
+                signature_tag(&self.digest)
+            ),
+        };
+        crate::signing::verify(
+            &plugin,
+            &self.bytes,
+            &sig_name,
+            self.signature.as_ref().map(|(b, _)| b.as_slice()),
+            trusted,
+        )
+    }
+}
+
+/// Where a signature is attached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SignatureLocation {
+    /// An OCI 1.1 referrer: a manifest whose subject is the artifact.
+    Referrer {
+        /// The signature manifest's digest.
+        manifest: String,
+    },
+    /// The `sha256-HEX.sig` tag (cosign's convention).
+    Tag {
+        /// The tag.
+        tag: String,
+    },
+    /// Read from the cache (it was fetched from the registry before).
+    Cache,
+}
+
+impl SignatureLocation {
+    fn describe(&self, artifact: &Reference) -> String {
+        match self {
+            Self::Referrer { manifest } => format!("the signature referrer {manifest} of {artifact}"),
+            Self::Tag { tag } => format!("the signature tag {tag} of {artifact}"),
+            Self::Cache => format!("the cached signature of {artifact}"),
+        }
+    }
+}
+
+/// What a push stored.
+#[derive(Clone, Debug)]
+pub struct Pushed {
+    /// The reference pinned to the pushed manifest.
+    pub reference: Reference,
+    /// The manifest digest.
+    pub digest: String,
+    /// The component's digest.
+    pub wasm_digest: String,
+}
+
+/// Where a pushed signature went.
+#[derive(Clone, Debug)]
+pub struct SignaturePushed {
+    /// The artifact signed, pinned.
+    pub artifact: Reference,
+    /// How it is attached.
+    pub location: SignatureLocation,
+}
+
+/// What [`Client::blob_or_fetch`] fetches when the cache lacks it.
+enum Fetch<'a> {
+    Manifest,
+    Component {
+        layer: &'a OciDescriptor,
+        max: u64,
+        progress: &'a (dyn Fn(Progress) + Sync),
+    },
+}
+
+/// A password, kept out of `Debug` output.
+#[derive(Clone)]
+struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// One registry's client and credentials.
+struct Registry {
+    name: String,
+    client: oci_client::Client,
+    username: Option<String>,
+    password: Option<Secret>,
+}
+
+impl Registry {
+    fn auth(&self) -> RegistryAuth {
+        match (&self.username, &self.password) {
+            (Some(u), Some(p)) => RegistryAuth::Basic(u.clone(), p.0.clone()),
+            _ => RegistryAuth::Anonymous,
+        }
+    }
+
+    /// Text from the registry or the HTTP stack, with the password removed
+    /// should anything ever echo it.
+    fn scrub(&self, text: String) -> String {
+        match &self.password {
+            Some(p) if !p.0.is_empty() => text.replace(&p.0, "<redacted>"),
+            _ => text,
+        }
+    }
+
+    /// Turns an oci-client error into one that names the registry or the
+    /// reference and carries no secret.
+    fn error(&self, reference: &Reference, e: OciDistributionError) -> OciError {
+        let has_code = |codes: &[OciErrorCode]| match &e {
+            OciDistributionError::RegistryError { envelope, .. } => {
+                envelope.errors.iter().any(|x| codes.contains(&x.code))
+            }
+            _ => false,
+        };
+        let status = match &e {
+            OciDistributionError::ServerError { code, .. } => Some(*code),
+            _ => None,
+        };
+        let auth_failed = matches!(
+            e,
+            OciDistributionError::UnauthorizedError { .. } | OciDistributionError::AuthenticationFailure(_)
+        ) || matches!(status, Some(401 | 403))
+            || has_code(&[OciErrorCode::Unauthorized, OciErrorCode::Denied]);
+        if auth_failed {
+            let detail = match &self.username {
+                Some(u) if self.password.is_some() => {
+                    format!("the registry refused the credentials of user {u:?}")
+                }
+                _ => "the registry wants credentials and none are configured for it".into(),
+            };
+            return OciError::Auth {
+                registry: self.name.clone(),
+                detail,
+            };
+        }
+        let not_found = matches!(e, OciDistributionError::ImageManifestNotFoundError(_))
+            || status == Some(404)
+            || has_code(&[
+                OciErrorCode::ManifestUnknown,
+                OciErrorCode::NameUnknown,
+                OciErrorCode::BlobUnknown,
+            ]);
+        if not_found {
+            return OciError::NotFound {
+                reference: reference.to_string(),
+            };
+        }
+        if let OciDistributionError::RequestError(r) = &e {
+            let mut detail = r.to_string();
+            let mut source = std::error::Error::source(r);
+            while let Some(s) = source {
+                detail.push_str(": ");
+                detail.push_str(&s.to_string());
+                source = s.source();
+            }
+            let detail = self.scrub(detail);
+            if r.is_connect() || r.is_timeout() || r.is_request() {
+                return OciError::Unreachable {
+                    registry: self.name.clone(),
+                    detail,
+                };
+            }
+            return OciError::Registry {
+                registry: self.name.clone(),
+                detail,
+            };
+        }
+        OciError::Registry {
+            registry: self.name.clone(),
+            detail: self.scrub(e.to_string()),
+        }
+    }
+}
+
+/// A client for plugin artifacts in OCI registries, with its cache.
+///
+/// Lifecycle: built once per process ([`Client::new`] reads password and CA
+/// files then); [`Client::resolve`] per plugin load.
+pub struct Client {
+    settings: Settings,
+    cache: Cache,
+    registries: Mutex<HashMap<String, Arc<Registry>>>,
+    /// Blobs resolved by this process: never evicted while it runs.
+    in_use: Mutex<HashSet<String>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("cache", &self.cache.dir())
+            .field("registries", &self.settings.registries.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+fn build_registry(name: &str, s: &RegistrySettings, timeout: Duration) -> Result<Registry, OciError> {
+    // reqwest is built without a default crypto provider; sonde uses ring
+    // everywhere. Installing fails only when one is already installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let settings_error = |path: &PathBuf, detail: String| OciError::Settings {
+        registry: name.to_string(),
+        path: path.display().to_string(),
+        detail,
+    };
+    let password = match &s.password_file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| settings_error(p, e.to_string()))?;
+            let line = text.lines().next().unwrap_or_default().to_string();
+            if line.is_empty() {
+                return Err(settings_error(p, "the password file is empty".into()));
+            }
+            Some(Secret(line))
+        }
+        None => None,
+    };
+    if password.is_some() != s.username.is_some() {
+        return Err(OciError::Settings {
+            registry: name.to_string(),
+            path: String::new(),
+            detail: "basic auth needs both username and password_file".into(),
+        });
+    }
+    let mut extra_roots = Vec::new();
+    if let Some(ca) = &s.ca_file {
+        let pem = std::fs::read(ca).map_err(|e| settings_error(ca, e.to_string()))?;
+        if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
+            return Err(settings_error(ca, "not a PEM file of certificates".into()));
+        }
+        extra_roots.push(oci_client::client::Certificate {
+            encoding: oci_client::client::CertificateEncoding::Pem,
+            data: pem,
+        });
+    }
+    if s.insecure {
+        let host = name.rsplit_once(':').map_or(name, |(h, _)| h);
+        let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            tracing::warn!(registry = %name, "plain HTTP to a registry that is not on loopback: anyone on the path can read and alter pulls");
+        }
+    }
+    let config = oci_client::client::ClientConfig {
+        protocol: if s.insecure {
+            oci_client::client::ClientProtocol::Http
+        } else {
+            oci_client::client::ClientProtocol::Https
+        },
+        extra_root_certificates: extra_roots,
+        // An image index is not a wasm artifact; sonde refuses it rather
+        // than picking a platform.
+        platform_resolver: None,
+        connect_timeout: Some(timeout.min(Duration::from_secs(10))),
+        read_timeout: Some(timeout),
+        user_agent: USER_AGENT,
+        ..Default::default()
+    };
+    let client = oci_client::Client::try_from(config).map_err(|e| OciError::Registry {
+        registry: name.to_string(),
+        detail: format!("cannot build the HTTP client: {e}"),
+    })?;
+    Ok(Registry {
+        name: name.to_string(),
+        client,
+        username: s.username.clone(),
+        password,
+    })
+}
+
+/// The CNCF wasm config (`application/vnd.wasm.config.v0+json`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WasmConfig<'a> {
+    created: String,
+    architecture: &'static str,
+    os: &'static str,
+    layer_digests: [&'a str; 1],
+    component: &'a ComponentInfo,
+}
+
+fn descriptor(media_type: &str, bytes: &[u8]) -> OciDescriptor {
+    OciDescriptor {
+        media_type: media_type.to_string(),
+        digest: digest_of(bytes),
+        size: bytes.len() as i64,
+        ..Default::default()
+    }
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// Checks a manifest against the CNCF wasm layout and returns its one
+/// component layer.
+fn wasm_layer(reference: &Reference, manifest: &OciImageManifest, max: u64) -> Result<OciDescriptor, OciError> {
+    let not_wasm = |detail: String| OciError::NotWasm {
+        reference: reference.to_string(),
+        detail,
+    };
+    if manifest.config.media_type != WASM_CONFIG_MEDIA_TYPE {
+        return Err(not_wasm(format!(
+            "config media type {:?}, expected {WASM_CONFIG_MEDIA_TYPE:?}",
+            manifest.config.media_type
+        )));
+    }
+    let wasm: Vec<&OciDescriptor> = manifest
+        .layers
+        .iter()
+        .filter(|l| l.media_type == WASM_LAYER_MEDIA_TYPE)
+        .collect();
+    let [layer] = wasm.as_slice() else {
+        return Err(not_wasm(format!(
+            "{} {WASM_LAYER_MEDIA_TYPE} layers, expected exactly one",
+            wasm.len()
+        )));
+    };
+    if !is_digest(&layer.digest) {
+        return Err(not_wasm(format!("layer digest {:?} is not sha256", layer.digest)));
+    }
+    if layer.size < 0 || layer.size as u64 > max {
+        return Err(OciError::TooLarge {
+            reference: reference.to_string(),
+            what: "component",
+            size: layer.size.max(0) as u64,
+            limit: max,
+        });
+    }
+    Ok((*layer).clone())
+}
+
+fn parse_manifest(reference: &Reference, bytes: &[u8]) -> Result<OciImageManifest, OciError> {
+    serde_json::from_slice(bytes).map_err(|e| OciError::NotWasm {
+        reference: reference.to_string(),
+        detail: format!("the manifest is not an OCI image manifest: {e}"),
+    })
+}
+
+impl Client {
+    /// Builds the client: opens the cache and reads every configured
+    /// registry's password and CA file (errors name the file, never its
+    /// contents).
+    pub fn new(settings: Settings) -> Result<Self, OciError> {
+        let cache = Cache::open(&settings.cache_dir, settings.cache_max_bytes)?;
+        let mut registries = HashMap::new();
+        for (name, s) in &settings.registries {
+            registries.insert(name.clone(), Arc::new(build_registry(name, s, settings.timeout)?));
+        }
+        Ok(Self {
+            settings,
+            cache,
+            registries: Mutex::new(registries),
+            in_use: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// The cache this client pulls through.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    fn registry(&self, name: &str) -> Result<Arc<Registry>, OciError> {
+        let mut map = self.registries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = map.get(name) {
+            return Ok(r.clone());
+        }
+        let r = Arc::new(build_registry(
+            name,
+            &RegistrySettings::default(),
+            self.settings.timeout,
+        )?);
+        map.insert(name.to_string(), r.clone());
+        Ok(r)
+    }
+
+    fn mark_in_use(&self, digest: &str) {
+        self.in_use
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(digest.to_string());
+    }
+
+    /// Evicts least recently used blobs this process has not resolved until
+    /// the cache is within `cache_max_bytes`. Returns the bytes freed.
+    pub fn prune_cache(&self) -> Result<u64, OciError> {
+        let in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.cache.prune(&in_use)
+    }
+
+    async fn bounded<T>(
+        &self,
+        registry: &str,
+        f: impl std::future::Future<Output = Result<T, OciError>>,
+    ) -> Result<T, OciError> {
+        match tokio::time::timeout(self.settings.timeout, f).await {
+            Ok(r) => r,
+            Err(_) => Err(OciError::Timeout {
+                registry: registry.to_string(),
+                after: self.settings.timeout,
+            }),
+        }
+    }
+
+    /// Resolves `reference` to a verified component: a tag to its manifest
+    /// digest (asking the registry), then the manifest, the component and
+    /// its signature, each from the cache when there and from the registry
+    /// otherwise, each checked against its digest.
+    ///
+    /// Offline: a pinned reference whose blobs are cached resolves without
+    /// the registry; a tag resolves to the digest it last resolved to here
+    /// ([`Source::CacheRegistryDown`] says so). A reference never pulled,
+    /// with the registry down, is [`OciError::NotCached`].
+    pub async fn resolve(&self, reference: &Reference) -> Result<Resolved, OciError> {
+        self.resolve_with_progress(reference, &|_| {}).await
+    }
+
+    /// As [`Client::resolve`], calling `progress` as the component downloads.
+    pub async fn resolve_with_progress(
+        &self,
+        reference: &Reference,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Resolved, OciError> {
+        let registry = self.registry(reference.registry())?;
+        let mut source = Source::Cache;
+        let mut offline: Option<OciError> = None;
+        let mut transferred = 0u64;
+
+        // 1. The manifest digest.
+        let digest = match reference.digest() {
+            Some(d) => d.to_string(),
+            None => match self
+                .bounded(registry.name.as_str(), self.fetch_tag(&registry, reference))
+                .await
+            {
+                Ok((digest, manifest)) => {
+                    transferred += manifest.len() as u64;
+                    self.cache.put(&digest, &manifest)?;
+                    self.cache.remember_tag(reference, &digest)?;
+                    source = Source::Registry;
+                    digest
+                }
+                Err(e) if e.is_offline() => match self.cache.recall_tag(reference)? {
+                    Some(memo) => {
+                        tracing::warn!(reference = %reference, digest = %memo.digest, resolved_at = %memo.resolved_at, error = %e, "registry down; using the digest this tag last resolved to");
+                        source = Source::CacheRegistryDown {
+                            error: e.to_string(),
+                            tag_resolved_at: Some(memo.resolved_at),
+                        };
+                        offline = Some(e);
+                        memo.digest
+                    }
+                    None => {
+                        return Err(OciError::NotCached {
+                            reference: reference.to_string(),
+                            source: Box::new(e),
+                        });
+                    }
+                },
+                Err(e) => return Err(e),
+            },
+        };
+        let pinned = reference.with_digest(&digest);
+
+        // 2. The manifest, then 3. the component.
+        let (manifest_bytes, fetched) = self
+            .blob_or_fetch(&registry, &pinned, &digest, Fetch::Manifest, &mut source, &offline)
+            .await?;
+        transferred += if fetched { manifest_bytes.len() as u64 } else { 0 };
+        let manifest = parse_manifest(&pinned, &manifest_bytes)?;
+        let layer = wasm_layer(&pinned, &manifest, self.settings.max_bytes)?;
+        let component = Fetch::Component {
+            layer: &layer,
+            max: self.settings.max_bytes,
+            progress,
+        };
+        let (wasm, fetched) = self
+            .blob_or_fetch(&registry, &pinned, &layer.digest, component, &mut source, &offline)
+            .await?;
+        transferred += if fetched { wasm.len() as u64 } else { 0 };
+
+        // 4. The signature: cached, else asked for (absence is not cached,
+        // so a signature attached later is found).
+        let mut signature = None;
+        if let Some(sig_digest) = self.cache.recall_signature(&digest)?
+            && let Some(bytes) = self.cache.get(&sig_digest)?
+        {
+            self.mark_in_use(&sig_digest);
+            signature = Some((bytes, SignatureLocation::Cache));
+        } else if offline.is_none() {
+            match self
+                .bounded(registry.name.as_str(), self.fetch_signature(&registry, &pinned))
+                .await
+            {
+                Ok(Some((bytes, loc))) => {
+                    transferred += bytes.len() as u64;
+                    let d = digest_of(&bytes);
+                    self.cache.put(&d, &bytes)?;
+                    self.cache.remember_signature(&digest, &d)?;
+                    self.mark_in_use(&d);
+                    signature = Some((bytes, loc));
+                }
+                Ok(None) => {}
+                Err(e) if e.is_offline() => {
+                    tracing::warn!(reference = %pinned, error = %e, "registry down; cannot look for a signature");
+                    if source == Source::Cache {
+                        source = Source::CacheRegistryDown {
+                            error: e.to_string(),
+                            tag_resolved_at: None,
+                        };
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.mark_in_use(&digest);
+        self.mark_in_use(&layer.digest);
+        if let Err(e) = self.prune_cache() {
+            tracing::warn!(error = %e, "cannot prune the OCI cache");
+        }
+        Ok(Resolved {
+            reference: reference.clone(),
+            digest,
+            wasm_digest: layer.digest,
+            bytes: wasm.into(),
+            signature,
+            source,
+            transferred,
+        })
+    }
+
+    /// A blob from the cache, else fetched (checked, then cached), and
+    /// whether it was fetched. With the registry down, a blob not cached is
+    /// [`OciError::NotCached`].
+    async fn blob_or_fetch(
+        &self,
+        registry: &Registry,
+        pinned: &Reference,
+        digest: &str,
+        what: Fetch<'_>,
+        source: &mut Source,
+        offline: &Option<OciError>,
+    ) -> Result<(Vec<u8>, bool), OciError> {
+        if let Some(bytes) = self.cache.get(digest)? {
+            return Ok((bytes, false));
+        }
+        if let Some(e) = offline {
+            return Err(OciError::NotCached {
+                reference: pinned.to_string(),
+                source: Box::new(OciError::Unreachable {
+                    registry: registry.name.clone(),
+                    detail: e.to_string(),
+                }),
+            });
+        }
+        let fetched = match what {
+            Fetch::Manifest => {
+                self.bounded(&registry.name, Self::fetch_manifest(registry, pinned))
+                    .await
+            }
+            Fetch::Component { layer, max, progress } => {
+                self.bounded(
+                    &registry.name,
+                    Self::fetch_blob(registry, pinned, layer, max, "component", progress),
+                )
+                .await
+            }
+        };
+        match fetched {
+            Ok(bytes) => {
+                let actual = digest_of(&bytes);
+                if actual != digest {
+                    return Err(OciError::DigestMismatch {
+                        reference: pinned.to_string(),
+                        expected: digest.to_string(),
+                        actual,
+                    });
+                }
+                self.cache.put(digest, &bytes)?;
+                if *source == Source::Cache {
+                    *source = Source::Registry;
+                }
+                Ok((bytes, true))
+            }
+            Err(e) if e.is_offline() => Err(OciError::NotCached {
+                reference: pinned.to_string(),
+                source: Box::new(e),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Asks the registry what a tag points at: (digest, manifest bytes).
+    async fn fetch_tag(&self, registry: &Registry, reference: &Reference) -> Result<(String, Vec<u8>), OciError> {
+        let bytes = Self::fetch_manifest(registry, reference).await?;
+        Ok((digest_of(&bytes), bytes))
+    }
+
+    async fn fetch_manifest(registry: &Registry, reference: &Reference) -> Result<Vec<u8>, OciError> {
+        let (bytes, _) = registry
+            .client
+            .pull_manifest_raw(&reference.to_client(), &registry.auth(), &[OCI_MANIFEST_MEDIA_TYPE])
+            .await
+            .map_err(|e| registry.error(reference, e))?;
+        if bytes.len() as u64 > MAX_METADATA_BYTES {
+            return Err(OciError::TooLarge {
+                reference: reference.to_string(),
+                what: "manifest",
+                size: bytes.len() as u64,
+                limit: MAX_METADATA_BYTES,
+            });
+        }
+        Ok(bytes.to_vec())
+    }
+
+    /// Streams a blob, refusing it as soon as it passes `max` bytes.
+    async fn fetch_blob(
+        registry: &Registry,
+        reference: &Reference,
+        layer: &OciDescriptor,
+        max: u64,
+        what: &'static str,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<Vec<u8>, OciError> {
+        let mut stream = registry
+            .client
+            .pull_blob_stream(&reference.to_client(), layer)
+            .await
+            .map_err(|e| registry.error(reference, e))?;
+        let total = stream.content_length.unwrap_or(layer.size.max(0) as u64);
+        let too_large = |size| OciError::TooLarge {
+            reference: reference.to_string(),
+            what,
+            size,
+            limit: max,
+        };
+        if total > max {
+            return Err(too_large(total));
+        }
+        let mut out = Vec::with_capacity(total as usize);
+        while let Some(chunk) = stream.stream.next().await {
+            // oci-client checks the digest as the stream ends and reports a
+            // mismatch as an I/O error wrapping a DigestError; sonde checks
+            // it again itself once the bytes are in.
+            let chunk = chunk.map_err(
+                |e| match e.get_ref().and_then(|inner| inner.downcast_ref::<DigestError>()) {
+                    Some(DigestError::VerificationError { expected, actual }) => OciError::DigestMismatch {
+                        reference: reference.to_string(),
+                        expected: expected.clone(),
+                        actual: actual.clone(),
+                    },
+                    _ => OciError::Unreachable {
+                        registry: registry.name.clone(),
+                        detail: registry.scrub(format!("download of {} broke off: {e}", layer.digest)),
+                    },
+                },
+            )?;
+            if (out.len() + chunk.len()) as u64 > max {
+                return Err(too_large((out.len() + chunk.len()) as u64));
+            }
+            out.extend_from_slice(&chunk);
+            progress(Progress {
+                done: out.len() as u64,
+                total,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Looks for a sonde signature of the manifest `pinned` names: first the
+    /// OCI 1.1 referrers, then the `sha256-HEX.sig` tag.
+    async fn fetch_signature(
+        &self,
+        registry: &Registry,
+        pinned: &Reference,
+    ) -> Result<Option<(Vec<u8>, SignatureLocation)>, OciError> {
+        let digest = pinned.digest().unwrap_or_default().to_string();
+        let index = registry
+            .client
+            .pull_referrers(&pinned.to_client(), Some(SIGNATURE_MEDIA_TYPE))
+            .await;
+        if let Ok(index) = index {
+            // The newest last, as registries list them in push order.
+            for entry in index.manifests.iter().rev() {
+                if !is_digest(&entry.digest) {
+                    continue;
+                }
+                let sig_ref = pinned.with_digest(&entry.digest);
+                let bytes = Self::fetch_manifest(registry, &sig_ref).await?;
+                if digest_of(&bytes) != entry.digest {
+                    continue;
+                }
+                if let Some(sig) = self
+                    .signature_from_manifest(registry, &sig_ref, &bytes, &digest)
+                    .await?
+                {
+                    return Ok(Some((
+                        sig,
+                        SignatureLocation::Referrer {
+                            manifest: entry.digest.clone(),
+                        },
+                    )));
+                }
+            }
+        }
+        let tag = signature_tag(&digest);
+        let tag_ref = pinned.with_tag(&tag);
+        let bytes = match Self::fetch_manifest(registry, &tag_ref).await {
+            Ok(b) => b,
+            Err(OciError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let sig = self
+            .signature_from_manifest(registry, &tag_ref, &bytes, &digest)
+            .await?;
+        Ok(sig.map(|s| (s, SignatureLocation::Tag { tag })))
+    }
+
+    /// The signature blob of a signature manifest, if it is one for `subject`.
+    async fn signature_from_manifest(
+        &self,
+        registry: &Registry,
+        at: &Reference,
+        manifest: &[u8],
+        subject: &str,
+    ) -> Result<Option<Vec<u8>>, OciError> {
+        let Ok(m) = serde_json::from_slice::<OciImageManifest>(manifest) else {
+            return Ok(None);
+        };
+        if m.artifact_type.as_deref() != Some(SIGNATURE_MEDIA_TYPE)
+            || m.subject.as_ref().is_some_and(|s| s.digest != subject)
+        {
+            return Ok(None);
+        }
+        let Some(layer) = m.layers.iter().find(|l| l.media_type == SIGNATURE_MEDIA_TYPE) else {
+            return Ok(None);
+        };
+        if !is_digest(&layer.digest) {
+            return Ok(None);
+        }
+        let bytes = Self::fetch_blob(registry, at, layer, MAX_METADATA_BYTES, "signature", &|_| {}).await?;
+        let actual = digest_of(&bytes);
+        if actual != layer.digest {
+            return Err(OciError::DigestMismatch {
+                reference: at.to_string(),
+                expected: layer.digest.clone(),
+                actual,
+            });
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Pushes `wasm` as a CNCF wasm artifact to `reference` (its tag; a
+    /// pinned reference must name the digest the push produces). `info`
+    /// fills the config's `component` field.
+    pub async fn push(&self, reference: &Reference, wasm: &[u8], info: &ComponentInfo) -> Result<Pushed, OciError> {
+        if wasm.len() as u64 > self.settings.max_bytes {
+            return Err(OciError::TooLarge {
+                reference: reference.to_string(),
+                what: "component",
+                size: wasm.len() as u64,
+                limit: self.settings.max_bytes,
+            });
+        }
+        if !matches!(wasm.get(..8), Some([0, b'a', b's', b'm', _, _, 1, 0])) {
+            return Err(OciError::NotWasm {
+                reference: reference.to_string(),
+                detail: "the file is not a WebAssembly component (build for wasm32-wasip2)".into(),
+            });
+        }
+        let registry = self.registry(reference.registry())?;
+        let layer = OciDescriptor {
+            annotations: None,
+            ..descriptor(WASM_LAYER_MEDIA_TYPE, wasm)
+        };
+        let created = now_rfc3339();
+        let config = serde_json::to_vec(&WasmConfig {
+            created: created.clone(),
+            architecture: "wasm",
+            os: "wasip2",
+            layer_digests: [&layer.digest],
+            component: info,
+        })
+        .unwrap_or_default();
+        let manifest = OciImageManifest {
+            schema_version: 2,
+            media_type: Some(OCI_MANIFEST_MEDIA_TYPE.to_string()),
+            config: descriptor(WASM_CONFIG_MEDIA_TYPE, &config),
+            layers: vec![layer.clone()],
+            subject: None,
+            artifact_type: None,
+            annotations: Some(BTreeMap::from([(
+                "org.opencontainers.image.created".to_string(),
+                created,
+            )])),
+        };
+        let manifest_bytes = serde_json::to_vec(&manifest).unwrap_or_default();
+        let digest = digest_of(&manifest_bytes);
+        if let Some(d) = reference.digest()
+            && d != digest
+        {
+            return Err(OciError::DigestMismatch {
+                reference: reference.to_string(),
+                expected: d.to_string(),
+                actual: digest,
+            });
+        }
+        let blobs = [(config.as_slice(), &manifest.config.digest), (wasm, &layer.digest)];
+        let target = match reference.tag() {
+            Some(t) => reference.with_tag(t),
+            None => reference.clone(),
+        };
+        self.bounded(registry.name.as_str(), async {
+            self.push_blobs(&registry, &target, &blobs).await?;
+            self.push_manifest(&registry, &target, &manifest_bytes).await
+        })
+        .await?;
+        Ok(Pushed {
+            reference: reference.with_digest(&digest),
+            digest,
+            wasm_digest: layer.digest,
+        })
+    }
+
+    async fn push_blobs(
+        &self,
+        registry: &Registry,
+        reference: &Reference,
+        blobs: &[(&[u8], &String)],
+    ) -> Result<(), OciError> {
+        let r = reference.to_client();
+        registry
+            .client
+            .store_auth_if_needed(reference.registry(), &registry.auth())
+            .await;
+        registry
+            .client
+            .auth(&r, &registry.auth(), oci_client::RegistryOperation::Push)
+            .await
+            .map_err(|e| registry.error(reference, e))?;
+        for (bytes, digest) in blobs {
+            let exists = registry.client.blob_exists(&r, digest).await.unwrap_or(false);
+            if !exists {
+                registry
+                    .client
+                    .push_blob(&r, bytes.to_vec(), digest)
+                    .await
+                    .map_err(|e| registry.error(reference, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn push_manifest(&self, registry: &Registry, reference: &Reference, bytes: &[u8]) -> Result<(), OciError> {
+        let content_type = http::HeaderValue::from_static(OCI_MANIFEST_MEDIA_TYPE);
+        registry
+            .client
+            .push_manifest_raw(&reference.to_client(), bytes.to_vec(), content_type)
+            .await
+            .map_err(|e| registry.error(reference, e))?;
+        Ok(())
+    }
+
+    /// Attaches `signature` (a `FILE.wasm.sig` JSON) to the artifact
+    /// `reference` names, after checking that the artifact's component is
+    /// `wasm_digest` (what the signature signs). It goes as an OCI 1.1
+    /// referrer; when the registry does not list referrers, it is also
+    /// tagged `sha256-HEX.sig` (cosign's convention), replacing an older one.
+    pub async fn push_signature(
+        &self,
+        reference: &Reference,
+        wasm_digest: &str,
+        signature: &[u8],
+    ) -> Result<SignaturePushed, OciError> {
+        let registry = self.registry(reference.registry())?;
+        self.bounded(registry.name.as_str(), async {
+            let subject_bytes = Self::fetch_manifest(&registry, reference).await?;
+            let subject_digest = digest_of(&subject_bytes);
+            if let Some(d) = reference.digest()
+                && d != subject_digest
+            {
+                return Err(OciError::DigestMismatch {
+                    reference: reference.to_string(),
+                    expected: d.to_string(),
+                    actual: subject_digest,
+                });
+            }
+            let pinned = reference.with_digest(&subject_digest);
+            let subject = parse_manifest(&pinned, &subject_bytes)?;
+            let layer = wasm_layer(&pinned, &subject, u64::MAX)?;
+            if layer.digest != wasm_digest {
+                return Err(OciError::DigestMismatch {
+                    reference: format!("{pinned} (its component, which the signature must sign)"),
+                    expected: wasm_digest.to_string(),
+                    actual: layer.digest,
+                });
+            }
+            let sig_layer = descriptor(SIGNATURE_MEDIA_TYPE, signature);
+            let manifest = OciImageManifest {
+                schema_version: 2,
+                media_type: Some(OCI_MANIFEST_MEDIA_TYPE.to_string()),
+                config: descriptor(EMPTY_CONFIG_MEDIA_TYPE, EMPTY_CONFIG),
+                layers: vec![sig_layer.clone()],
+                subject: Some(OciDescriptor {
+                    media_type: OCI_MANIFEST_MEDIA_TYPE.to_string(),
+                    digest: subject_digest.clone(),
+                    size: subject_bytes.len() as i64,
+                    ..Default::default()
+                }),
+                artifact_type: Some(SIGNATURE_MEDIA_TYPE.to_string()),
+                annotations: Some(BTreeMap::from([(
+                    "org.opencontainers.image.created".to_string(),
+                    now_rfc3339(),
+                )])),
+            };
+            let bytes = serde_json::to_vec(&manifest).unwrap_or_default();
+            let sig_manifest = digest_of(&bytes);
+            let empty_digest = digest_of(EMPTY_CONFIG);
+            let blobs = [(EMPTY_CONFIG, &empty_digest), (signature, &sig_layer.digest)];
+            self.push_blobs(&registry, &pinned, &blobs).await?;
+            self.push_manifest(&registry, &pinned.with_digest(&sig_manifest), &bytes)
+                .await?;
+            // A registry that implements the referrers API lists it now.
+            let listed = registry
+                .client
+                .pull_referrers(&pinned.to_client(), Some(SIGNATURE_MEDIA_TYPE))
+                .await
+                .is_ok_and(|i| i.manifests.iter().any(|m| m.digest == sig_manifest));
+            let location = if listed {
+                SignatureLocation::Referrer { manifest: sig_manifest }
+            } else {
+                let tag = signature_tag(&subject_digest);
+                self.push_manifest(&registry, &pinned.with_tag(&tag), &bytes).await?;
+                SignatureLocation::Tag { tag }
+            };
+            Ok(SignaturePushed {
+                artifact: pinned,
+                location,
+            })
+        })
+        .await
+    }
+}
+
+/// cosign's tag for what is attached to manifest `digest`: `sha256-HEX.sig`.
+pub fn signature_tag(digest: &str) -> String {
+    format!("{}.sig", digest.replacen(':', "-", 1))
+}

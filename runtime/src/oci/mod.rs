@@ -1,0 +1,75 @@
+//! Plugins from OCI registries: references, a client that pushes and pulls
+//! the CNCF wasm artifact layout, a content-addressed cache, and sonde
+//! signatures attached to the artifact.
+//!
+//! A plugin in a registry is named `oci://HOST[:PORT]/REPO:TAG` or
+//! `oci://HOST[:PORT]/REPO@sha256:HEX` ([`Reference`]). [`Client::resolve`]
+//! turns a reference into the component's bytes: a tag is resolved to its
+//! manifest digest, the digest is what runs. Every blob is checked against its
+//! digest when it arrives and again when it is read from the [`Cache`], so an
+//! agent that restarts while the registry is down still loads every plugin it
+//! pulled before, and nothing altered on the way or on disk ever loads.
+//!
+//! The artifact is the CNCF TAG Runtime "wasm OCI artifact": an OCI image
+//! manifest whose config has media type [`WASM_CONFIG_MEDIA_TYPE`] and whose
+//! one layer is the component ([`WASM_LAYER_MEDIA_TYPE`]); tools such as
+//! `wkg` and Spin push and pull the same layout. A sonde signature
+//! ([`crate::signing`]) travels as an OCI 1.1 referrer of that manifest, or,
+//! on a registry without the referrers API, under the `sha256-HEX.sig` tag
+//! that cosign uses.
+//!
+//! This module does not decide trust: [`Resolved::verify`] hands the bytes and
+//! the signature to [`crate::signing::verify`], which does.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use sonde_runtime::oci::{Client, Reference, Settings};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::new(Settings::new("/var/lib/sonde/oci".into()))?;
+//! let reference = Reference::parse("oci://registry.example.com/acme/pg-check:1.4")?;
+//! let resolved = client.resolve(&reference).await?;
+//! println!("{} is {} ({} bytes)", reference, resolved.digest, resolved.bytes.len());
+//! # Ok(())
+//! # }
+//! ```
+
+mod cache;
+mod client;
+mod error;
+mod reference;
+
+pub use cache::{Cache, TagMemo};
+pub use client::{
+    Client, ComponentInfo, Progress, Pushed, RegistrySettings, Resolved, Settings, SignatureLocation, SignaturePushed,
+    Source, signature_tag,
+};
+pub use error::OciError;
+pub use reference::{Reference, RegistryScope};
+
+/// The media type of the wasm artifact's config (CNCF wasm OCI artifact layout).
+pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
+/// The media type of the artifact's one layer: the component.
+pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
+/// The media type of an OCI image manifest.
+pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The artifact type of a sonde signature manifest, and the media type of its
+/// one layer (the `FILE.wasm.sig` JSON).
+pub const SIGNATURE_MEDIA_TYPE: &str = "application/vnd.sonde.signature.v1+json";
+/// The largest component sonde pulls or pushes: 32 MiB, as for uploads.
+pub const MAX_COMPONENT_BYTES: u64 = 32 * 1024 * 1024;
+/// The largest manifest or signature accepted.
+pub const MAX_METADATA_BYTES: u64 = 64 * 1024;
+
+/// `sha256:` and the hex SHA-256 of `bytes`: an OCI content digest.
+pub fn digest_of(bytes: &[u8]) -> String {
+    format!("sha256:{}", crate::signing::digest(bytes))
+}
+
+/// Whether `s` is a `sha256:` digest of 64 lowercase hex digits (the only
+/// algorithm sonde accepts).
+pub fn is_digest(s: &str) -> bool {
+    s.strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+}
