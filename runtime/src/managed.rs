@@ -237,7 +237,7 @@ fn check_spec(value: serde_json::Value) -> Result<serde_json::Value, SpecError> 
         return Err(SpecError::NoAddress);
     }
     match map.get("plugin").and_then(|p| p.as_str()) {
-        Some(p) if p.contains('/') || p.ends_with(".wasm") => return Err(SpecError::PluginPath(p.into())),
+        Some(p) if crate::registry::resolve::is_path(p) => return Err(SpecError::PluginPath(p.into())),
         _ => {}
     }
     Ok(value)

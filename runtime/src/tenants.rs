@@ -127,6 +127,8 @@ pub struct Ceiling {
     /// Directories its probes may be granted, or directories under them
     /// (`files`).
     pub files: Vec<PathBuf>,
+    /// Where its probes' `oci://` plugins may come from (`registries`).
+    pub registries: Vec<crate::oci::RegistryScope>,
 }
 
 impl Ceiling {
@@ -136,6 +138,7 @@ impl Ceiling {
             net: net.iter().map(|n| n.parse()).collect::<Result<_, _>>()?,
             exec: exec.iter().map(PathBuf::from).collect(),
             files: files.iter().map(PathBuf::from).collect(),
+            registries: Vec::new(),
         })
     }
 

@@ -106,8 +106,9 @@ pub(super) async fn prepare(
         probes: Vec::new(),
         warnings: Vec::new(),
     };
-    // Plugin files are read once per change; built-ins once per registry.
-    let mut files: HashMap<String, Result<Arc<Plugin>, resolve::ResolveError>> = HashMap::new();
+    // Plugin files and OCI tags are resolved once per change; built-ins
+    // and digest-pinned references once per registry.
+    let mut files: Resolved = HashMap::new();
     for t in &change.add {
         let path = t.source.as_deref().unwrap_or(&reg.path);
         let mut located = Vec::new();
@@ -124,7 +125,7 @@ async fn target(
     reg: &Registry,
     engine: &Engine,
     pending: &mut Pending<'_>,
-    files: &mut HashMap<String, Result<Arc<Plugin>, resolve::ResolveError>>,
+    files: &mut Resolved,
     path: &Path,
     t: &config::Target,
     problems: &mut Vec<Located>,
@@ -207,7 +208,24 @@ async fn target(
                 });
             }
         }
-        let plugin = match resolve_plugin(reg, engine, files, &p.plugin.value).await {
+        if let Some(tenant) = &tenant
+            && let Some(ceiling) = &tenant.ceiling
+            && resolve::is_oci(&p.plugin.value)
+            && !crate::oci::Reference::parse(&p.plugin.value)
+                .is_ok_and(|r| ceiling.registries.iter().any(|s| s.covers(&r)))
+        {
+            // Refused before anything is pulled.
+            problems.push(Located {
+                at: p.plugin.referenced,
+                problem: Problem::RegistryOutsideCeiling {
+                    tenant: tenant_id.clone(),
+                    probe: d.name.clone(),
+                    reference: p.plugin.value.clone(),
+                },
+            });
+            continue;
+        }
+        let (plugin, plugin_ref) = match resolve_plugin(reg, engine, files, &p.plugin.value).await {
             Ok(pl) => pl,
             Err(e) => {
                 problems.push(Located {
@@ -250,7 +268,7 @@ async fn target(
             target: target_name.clone(),
             tenant: tenant_id.clone(),
             kind: d.kind,
-            plugin_ref: p.plugin.value.clone(),
+            plugin_ref,
             plugin,
             address: d.address,
             config: d.config.to_string(),
@@ -290,19 +308,36 @@ fn tenant_of(reg: &Registry, t: &config::Target, problems: &mut Vec<Located>) ->
     }
 }
 
+/// What a change resolved, by plugin as written: the plugin and its
+/// reference as shown (an `oci://` one pinned to its digest).
+type Resolved = HashMap<String, Result<(Arc<Plugin>, String), resolve::ResolveError>>;
+
 async fn resolve_plugin(
     reg: &Registry,
     engine: &Engine,
-    files: &mut HashMap<String, Result<Arc<Plugin>, resolve::ResolveError>>,
+    files: &mut Resolved,
     name: &str,
-) -> Result<Arc<Plugin>, resolve::ResolveError> {
-    if !resolve::is_path(name) {
-        return reg.cache.plugin(engine, &reg.base, name, &reg.trust).await;
-    }
+) -> Result<(Arc<Plugin>, String), resolve::ResolveError> {
     if let Some(r) = files.get(name) {
         return r.clone();
     }
-    let r = resolve::plugin(engine, &reg.base, name, &reg.trust).await;
+    let r = if resolve::is_oci(name) {
+        let settings = reg
+            .oci
+            .clone()
+            .unwrap_or_else(|| Arc::new(crate::oci::Settings::new(super::settings::oci_cache_dir(None))));
+        reg.cache.oci_plugin(engine, &settings, name, &reg.trust).await
+    } else if resolve::is_path(name) {
+        resolve::plugin(engine, &reg.base, name, &reg.trust)
+            .await
+            .map(|p| (p, name.to_string()))
+    } else {
+        return reg
+            .cache
+            .plugin(engine, &reg.base, name, &reg.trust)
+            .await
+            .map(|p| (p, name.to_string()));
+    };
     files.insert(name.to_string(), r.clone());
     r
 }

@@ -288,6 +288,8 @@ pub struct Registry {
     path: PathBuf,
     base: PathBuf,
     trust: Arc<Trust>,
+    /// How `oci://` plugins are pulled.
+    oci: Option<Arc<crate::oci::Settings>>,
     cache: resolve::Cache,
     targets: IndexMap<Arc<str>, TargetEntry>,
     probes: IndexMap<Arc<str>, Arc<ProbeSpec>>,
@@ -328,6 +330,7 @@ impl Registry {
             path: path.to_path_buf(),
             base,
             trust: Arc::new(s.trust),
+            oci: s.oci.map(Arc::new),
             ..Registry::default()
         };
         let targets = std::mem::take(&mut file.targets);

@@ -96,6 +96,28 @@ pub enum Problem {
         /// Why.
         error: GrantError,
     },
+    /// A `ceiling.registries` pattern that does not parse.
+    #[error("ceiling.registries: tenant {tenant:?}: {error}")]
+    CeilingRegistry {
+        /// The tenant.
+        tenant: String,
+        /// Why.
+        error: crate::oci::OciError,
+    },
+    /// `oci.timeout: 0s`.
+    #[error("oci.timeout: must be more than zero")]
+    OciTimeoutZero,
+    /// A probe of a tenant names an `oci://` plugin outside its
+    /// `ceiling.registries`.
+    #[error("plugin: tenant {tenant:?}: probe {probe:?}: {reference} is outside the tenant's registries ceiling")]
+    RegistryOutsideCeiling {
+        /// The tenant.
+        tenant: TenantId,
+        /// The probe.
+        probe: String,
+        /// The reference as written.
+        reference: String,
+    },
     /// A `ceiling.exec` or `ceiling.files` path that is not absolute.
     #[error("{key}: tenant {tenant:?}: {} must be an absolute path", path.display())]
     CeilingPath {

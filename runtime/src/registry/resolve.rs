@@ -40,11 +40,49 @@ pub enum ResolveError {
     /// The signature file cannot be read.
     #[error("{0}")]
     Signature(Arc<SignatureError>),
+    /// An `oci://` reference that cannot be parsed, reached or pulled.
+    #[error("{0}")]
+    Oci(Arc<crate::oci::OciError>),
 }
 
-/// Whether `name` is written as a file rather than a built-in's name.
+/// Whether `name` is written as a file rather than a built-in's name or
+/// an OCI reference.
 pub fn is_path(name: &str) -> bool {
-    name.contains('/') || name.ends_with(".wasm")
+    !is_oci(name) && (name.contains('/') || name.ends_with(".wasm"))
+}
+
+/// Whether `name` is an OCI reference (`oci://…`).
+pub fn is_oci(name: &str) -> bool {
+    crate::oci::Reference::is_oci(name)
+}
+
+/// Pulls (or finds in the cache) the plugin `name`, an `oci://` reference,
+/// checks its signature first when `trust.required`, and loads it.
+/// Returns it with its reference pinned to the digest that runs.
+pub async fn oci_plugin(
+    engine: &Engine,
+    client: &crate::oci::Client,
+    name: &str,
+    trust: &Trust,
+) -> Result<(Arc<Plugin>, String), ResolveError> {
+    let oci = |e| ResolveError::Oci(Arc::new(e));
+    let reference = crate::oci::Reference::parse(name).map_err(oci)?;
+    let resolved = client.resolve(&reference).await.map_err(oci)?;
+    let pinned = resolved.pinned().to_string();
+    if trust.required {
+        let signer = resolved
+            .verify(&trust.keys)
+            .map_err(|e| ResolveError::Unsigned(Arc::new(e)))?;
+        tracing::info!(plugin = %pinned, signer = %signer.name, key = %signer.key_id, "plugin signature verified");
+    }
+    if let crate::oci::Source::CacheRegistryDown { error, .. } = &resolved.source {
+        tracing::warn!(plugin = %pinned, error = %error, "registry unreachable; the plugin is loaded from the cache");
+    }
+    let plugin = engine
+        .load(&pinned, &resolved.bytes)
+        .await
+        .map_err(|e| ResolveError::Load(Arc::new(e)))?;
+    Ok((plugin, pinned))
 }
 
 /// Loads a built-in by name, or a `.wasm` file by path (relative to `base`),
@@ -88,7 +126,10 @@ pub struct Cache {
 #[derive(Default)]
 struct CacheInner {
     builtins: HashMap<String, Arc<Plugin>>,
+    /// Digest-pinned `oci://` references never change: resolved once.
+    pinned: HashMap<String, (Arc<Plugin>, String)>,
     schemas: HashMap<String, Option<Arc<jsonschema::Validator>>>,
+    oci: Option<Arc<crate::oci::Client>>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -120,6 +161,39 @@ impl Cache {
             self.lock().builtins.insert(name.to_string(), p.clone());
         }
         Ok(p)
+    }
+
+    /// Resolves the `oci://` reference `name` as [`oci_plugin`] does, with
+    /// the registry's client (built on first use from `settings`), once
+    /// for a digest-pinned reference.
+    pub async fn oci_plugin(
+        &self,
+        engine: &Engine,
+        settings: &crate::oci::Settings,
+        name: &str,
+        trust: &Trust,
+    ) -> Result<(Arc<Plugin>, String), ResolveError> {
+        if let Some(p) = self.lock().pinned.get(name) {
+            return Ok(p.clone());
+        }
+        let client = self.oci_client(settings)?;
+        let resolved = oci_plugin(engine, &client, name, trust).await?;
+        if crate::oci::Reference::parse(name).is_ok_and(|r| r.is_pinned()) {
+            self.lock().pinned.insert(name.to_string(), resolved.clone());
+        }
+        Ok(resolved)
+    }
+
+    fn oci_client(&self, settings: &crate::oci::Settings) -> Result<Arc<crate::oci::Client>, ResolveError> {
+        let mut inner = self.lock();
+        if let Some(c) = &inner.oci {
+            return Ok(c.clone());
+        }
+        let client = Arc::new(
+            crate::oci::Client::new(settings.clone()).map_err(|e| ResolveError::Oci(Arc::new(e)))?,
+        );
+        inner.oci = Some(client.clone());
+        Ok(client)
     }
 
     /// The compiled config schema of `plugin`, if it publishes one that

@@ -26,6 +26,8 @@ pub struct Settings {
     pub trust: Trust,
     /// `tenants:`, the operator's `default` first, with the API tokens.
     pub tenants: Tenants,
+    /// `oci:`: how `oci://` plugins are pulled and where they are cached.
+    pub oci: Option<crate::oci::Settings>,
 }
 
 /// Reads the agent-wide keys of `file`; paths are relative to `base`.
@@ -62,6 +64,43 @@ pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Ve
         at(r.referenced, Problem::RequireSignedWithoutTrust);
     }
     out.tenants = tenants(path, base, file, problems);
+    out.oci = Some(oci(base, out.state_dir.as_deref(), file.oci.as_ref(), problems));
+    out
+}
+
+/// The `oci:` block: registries, cache size and pull timeout; the cache
+/// lives in `state_dir/oci`, else the user's cache.
+fn oci(
+    base: &Path,
+    state_dir: Option<&Path>,
+    spec: Option<&config::OciSpec>,
+    problems: &mut Vec<Located>,
+) -> crate::oci::Settings {
+    let mut out = crate::oci::Settings::new(oci_cache_dir(state_dir));
+    let Some(spec) = spec else { return out };
+    if let Some(m) = &spec.cache_max {
+        out.cache_max_bytes = m.value.0;
+    }
+    if let Some(t) = &spec.timeout {
+        if t.value.0.is_zero() {
+            problems.push(Located {
+                at: t.referenced,
+                problem: Problem::OciTimeoutZero,
+            });
+        }
+        out.timeout = t.value.0;
+    }
+    for (name, r) in &spec.registries {
+        out.registries.insert(
+            name.clone(),
+            crate::oci::RegistrySettings {
+                username: r.username.clone(),
+                password_file: r.password_file.as_ref().map(|p| base.join(&p.value)),
+                ca_file: r.ca_file.as_ref().map(|p| base.join(&p.value)),
+                insecure: r.insecure,
+            },
+        );
+    }
     out
 }
 
@@ -235,6 +274,18 @@ fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Prob
             ),
         }
     }
+    for r in &c.registries {
+        match crate::oci::RegistryScope::parse(&r.value) {
+            Ok(scope) => ceiling.registries.push(scope),
+            Err(error) => at(
+                r.referenced,
+                Problem::CeilingRegistry {
+                    tenant: id.to_string(),
+                    error,
+                },
+            ),
+        }
+    }
     for (key, paths, out) in [
         ("ceiling.exec", &c.exec, &mut ceiling.exec),
         ("ceiling.files", &c.files, &mut ceiling.files),
@@ -254,6 +305,15 @@ fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Prob
         }
     }
     ceiling
+}
+
+/// Where pulled plugins are cached: `state_dir/oci`, else the user's cache
+/// (`$SONDE_CACHE_DIR/oci`, `~/.cache/sonde/oci`).
+pub fn oci_cache_dir(state_dir: Option<&Path>) -> PathBuf {
+    state_dir
+        .map(|d| d.join("oci"))
+        .or_else(|| crate::engine::cache::default_dir().map(|d| d.join("oci")))
+        .unwrap_or_else(|| std::env::temp_dir().join("sonde-oci"))
 }
 
 /// The operator's tenant and every configured one, for a registry built in
