@@ -673,7 +673,10 @@ mod tests {
         assert!(!within("db.acme.internal:*", "*.acme.internal:5432"));
         assert!(within("10.1.2.0/24:80", "10.0.0.0/8:80"));
         assert!(!within("10.0.0.0/8:80", "10.1.2.0/24:80"));
-        assert!(!within("[::ffff:10.1.2.3]:80", "[::/0]:80"));
+        // A pattern in the v4-mapped range is IPv6 (and grants no address,
+        // since addresses are compared as IPv4).
+        assert!(within("[::ffff:10.1.2.3]:80", "[::/0]:80"));
+        assert!(!within("[::ffff:10.1.2.3]:80", "10.0.0.0/8:80"));
         assert!(!within("10.1.2.3:80", "[::/0]:80"));
         assert!(within("[2001:db8::1]:80", "[::/0]:*"));
         assert!(!within("*:80", "10.0.0.0/8:80"));
