@@ -450,10 +450,19 @@ impl CallGrants {
         }
         let not_granted = "not the target and not granted";
         let (record, tell) = match what {
-            Use::Lookup(name) => (format!("look up {name:?}: {not_granted}"), format!("{name:?} is {not_granted}")),
-            Use::Connect(addr) => (format!("connect to {addr}: {not_granted}"), format!("{addr} is {not_granted}")),
+            Use::Lookup(name) => (
+                format!("look up {name:?}: {not_granted}"),
+                format!("{name:?} is {not_granted}"),
+            ),
+            Use::Connect(addr) => (
+                format!("connect to {addr}: {not_granted}"),
+                format!("{addr} is {not_granted}"),
+            ),
             Use::Bind(addr) => (format!("bind {addr}"), format!("binding {addr} is not allowed")),
-            Use::Listen(addr) => (format!("listen on {addr}"), format!("listening on {addr} is not allowed")),
+            Use::Listen(addr) => (
+                format!("listen on {addr}"),
+                format!("listening on {addr} is not allowed"),
+            ),
             Use::Http { host, port } => (
                 format!("HTTP request to {host}:{port}: {not_granted}"),
                 format!("{host}:{port} is {not_granted}"),
@@ -715,7 +724,9 @@ mod tests {
         assert!(tls("ldap.acme.internal", 636).is_ok());
         assert_eq!(
             tls("ldap.acme.internal", 443),
-            Err(Denied("ldap.acme.internal:443 is not the target and not granted".into()))
+            Err(Denied(
+                "ldap.acme.internal:443 is not the target and not granted".into()
+            ))
         );
         assert!(tls("127.0.0.1", 5432).is_err());
         let message = g.denial_message().unwrap();
@@ -736,7 +747,10 @@ mod tests {
         assert!(g.authorize(Use::Exec("/bin/true")).is_ok());
         assert!(g.authorize(Use::Exec("true")).is_err());
         assert!(g.authorize(Use::Exec("/bin/false")).is_err());
-        assert_eq!(g.denial_message().unwrap(), "denied: exec true: not granted (and 1 more)");
+        assert_eq!(
+            g.denial_message().unwrap(),
+            "denied: exec true: not granted (and 1 more)"
+        );
     }
 
     #[test]
