@@ -41,6 +41,7 @@
 
 pub mod agent;
 pub mod api;
+mod bindings;
 pub mod builtins;
 pub mod cli;
 pub mod config;

@@ -34,13 +34,12 @@
 //! ```
 
 use crate::engine::{Limits, limits};
-use crate::host::grants::{HostPattern, PortPattern};
+use crate::host::grants::path_within;
 use crate::host::{GrantError, Grants, NetPattern};
 use crate::registry::ProbeSpec;
 use sha2::{Digest, Sha256};
 use std::fmt;
-use std::net::IpAddr;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
@@ -145,7 +144,7 @@ impl Ceiling {
     /// Whether every address `grant` can match is matched by one of the
     /// ceiling's `net` patterns.
     pub fn covers_net(&self, grant: &NetPattern) -> bool {
-        self.net.iter().any(|c| net_within(grant, c))
+        self.net.iter().any(|c| grant.within(c))
     }
 
     /// Whether the program `path` may be granted.
@@ -157,70 +156,6 @@ impl Ceiling {
     pub fn covers_files(&self, path: &Path) -> bool {
         path_within(path, &self.files)
     }
-}
-
-/// Whether every address `grant` matches, `ceiling` matches too.
-///
-/// Host: `*` is only within `*`; a name is within the same name or a
-/// `*.domain` it is under; `*.a.b` is within `*.a.b` or `*.b`, never
-/// within a plain name; a CIDR is within a CIDR of its family that
-/// contains it. Names and CIDRs never cover each other: a name may resolve
-/// to any address. Port: `*` is only within `*`.
-fn net_within(grant: &NetPattern, ceiling: &NetPattern) -> bool {
-    let port = match (grant.port(), ceiling.port()) {
-        (_, PortPattern::Any) => true,
-        (PortPattern::Exact(g), PortPattern::Exact(c)) => g == c,
-        (PortPattern::Any, PortPattern::Exact(_)) => false,
-    };
-    port && match (grant.host(), ceiling.host()) {
-        (_, HostPattern::Any) => true,
-        (HostPattern::Any, _) => false,
-        (HostPattern::Name(g), HostPattern::Name(c)) => g == c,
-        (HostPattern::Name(g), HostPattern::Suffix(d)) => under(g, d),
-        (HostPattern::Suffix(g), HostPattern::Suffix(d)) => g == d || under(g, d),
-        (HostPattern::Suffix(_), HostPattern::Name(_)) => false,
-        (HostPattern::Cidr(g, glen), HostPattern::Cidr(c, clen)) => glen >= clen && same_prefix(*g, *c, *clen),
-        (HostPattern::Cidr(..), _) | (_, HostPattern::Cidr(..)) => false,
-    }
-}
-
-/// Whether `name` is a strict subdomain of `domain`.
-fn under(name: &str, domain: &str) -> bool {
-    name.len() > domain.len() + 1 && name.ends_with(domain) && name.as_bytes()[name.len() - domain.len() - 1] == b'.'
-}
-
-/// Whether `a` and `b` are of one family and agree on their first `len` bits.
-fn same_prefix(a: IpAddr, b: IpAddr, len: u8) -> bool {
-    match (a, b) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-            u32::from(a) & mask == u32::from(b) & mask
-        }
-        (IpAddr::V6(a), IpAddr::V6(b)) => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
-            u128::from(a) & mask == u128::from(b) & mask
-        }
-        _ => false,
-    }
-}
-
-/// Whether `path` is one of `allowed` or under one of them. A path with
-/// `.` or `..` in it is never within (it could climb out); symbolic links
-/// are resolved on both sides where the paths exist, so a link inside an
-/// allowed directory that points out of it is not within either.
-fn path_within(path: &Path, allowed: &[PathBuf]) -> bool {
-    if !path.is_absolute()
-        || path
-            .components()
-            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-    {
-        return false;
-    }
-    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    allowed.iter().any(|a| {
-        let real_a = std::fs::canonicalize(a).unwrap_or_else(|_| a.clone());
-        path.starts_with(a) && real.starts_with(&real_a)
-    })
 }
 
 /// A probe that does not fit its tenant's ceiling or quotas.
@@ -645,7 +580,7 @@ mod tests {
     }
 
     fn within(grant: &str, ceiling: &str) -> bool {
-        net_within(&pat(grant), &pat(ceiling))
+        pat(grant).within(&pat(ceiling))
     }
 
     #[test]

@@ -23,10 +23,7 @@ pub const MAX_DETAIL_BYTES: usize = 4 * 1024;
 pub const MAX_METRICS: usize = 64;
 /// Cap on a metric's name and unit, in bytes.
 pub const MAX_METRIC_NAME_BYTES: usize = 128;
-/// Cap on log records per call.
-pub const MAX_LOG_RECORDS: usize = 64;
-/// Cap on one log record, in bytes.
-pub const MAX_LOG_RECORD_BYTES: usize = 1024;
+pub use crate::host::log::{MAX_LOG_RECORD_BYTES, MAX_LOG_RECORDS};
 /// Cap on table elements (indirect-call tables) per table.
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 

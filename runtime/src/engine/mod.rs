@@ -13,17 +13,17 @@
 //! - [`Engine::run`] — once per call: a new `Store` with its limits, a fresh
 //!   instance, `check`, and the store dropped.
 
-pub(crate) mod bindings;
 pub mod cache;
 pub mod limits;
+mod store;
 
 pub use cache::CacheOutcome;
 pub use limits::Limits;
 
+use crate::bindings::{self, sonde::probe::types as wit};
 use crate::host::grants::CallGrants;
-use crate::host::{self, Grants, HostState, NetPattern};
+use crate::host::{self, Grants, NetPattern};
 use crate::verdict::{Metric, Reason, RunResult, Status, truncate};
-use bindings::sonde::probe::types as wit;
 use limits::{MAX_DETAIL_BYTES, MAX_MESSAGE_BYTES, MAX_METRIC_NAME_BYTES, MAX_METRICS};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -32,6 +32,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use store::CallState;
 use tokio::sync::Semaphore;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Store, Trap, UpdateDeadline};
@@ -211,9 +212,9 @@ pub struct Plugin {
     info: PluginInfo,
     imports: Vec<String>,
     /// Pre-instantiated against the linker for calls without a `files` grant.
-    pre_closed: bindings::PluginPre<HostState>,
+    pre_closed: bindings::PluginPre<CallState>,
     /// Pre-instantiated against the linker for calls with a `files` grant.
-    pre_files: bindings::PluginPre<HostState>,
+    pre_files: bindings::PluginPre<CallState>,
     cache: CacheOutcome,
 }
 
@@ -265,9 +266,9 @@ pub struct Call<'a> {
 struct Inner {
     engine: wasmtime::Engine,
     /// For calls without a `files` grant: path operations are denials.
-    linker_closed: Linker<HostState>,
+    linker_closed: Linker<CallState>,
     /// For calls with a `files` grant: the granted paths, read-only.
-    linker_files: Linker<HostState>,
+    linker_files: Linker<CallState>,
     /// The empty directory a plugin without `files` grant sees at `/`.
     empty_dir: Dir,
     cache: cache::CompileCache,
@@ -430,16 +431,16 @@ impl Engine {
         wasmtime::error::disable_backtrace();
         let engine = new_wasmtime_engine(max_calls)?;
         let mut linker_closed = Linker::new(&engine);
-        host::add_to_linker(&mut linker_closed, false).map_err(EngineError)?;
+        store::add_to_linker(&mut linker_closed, false).map_err(EngineError)?;
         let mut linker_files = Linker::new(&engine);
-        host::add_to_linker(&mut linker_files, true).map_err(EngineError)?;
+        store::add_to_linker(&mut linker_files, true).map_err(EngineError)?;
         // Opened, then removed: the handle stays valid and can never gain
         // an entry, and nothing is left behind.
         let empty_dir = tempfile::Builder::new()
             .prefix("sonde-empty-")
             .tempdir()
             .and_then(|tmp| {
-                let dir = host::files::open_empty_dir(tmp.path());
+                let dir = host::filesystem::open_empty_dir(tmp.path());
                 tmp.close()?;
                 dir
             })
@@ -528,7 +529,7 @@ impl Engine {
         };
         let engine = &self.inner.engine;
         let imports = component_imports(engine, &component);
-        let prepare = |linker: &Linker<HostState>| {
+        let prepare = |linker: &Linker<CallState>| {
             let instance_pre = linker
                 .instantiate_pre(&component)
                 .map_err(|e| LoadError::UnknownImport {
@@ -557,7 +558,7 @@ impl Engine {
         }))
     }
 
-    fn new_store(&self, state: HostState, limits: &Limits) -> Store<HostState> {
+    fn new_store(&self, state: CallState, limits: &Limits) -> Store<CallState> {
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.memory);
         // Fuel is on for every store of this engine, so setting it cannot fail.
@@ -567,10 +568,10 @@ impl Engine {
         store
     }
 
-    async fn describe(&self, pre: &bindings::PluginPre<HostState>) -> Result<PluginInfo, String> {
+    async fn describe(&self, pre: &bindings::PluginPre<CallState>) -> Result<PluginInfo, String> {
         let limits = Limits::default();
         let grants = Arc::new(CallGrants::new(None, Arc::default()));
-        let state = HostState::new(
+        let state = CallState::new(
             "describe".into(),
             grants.clone(),
             self.inner.host.clone(),
@@ -608,7 +609,7 @@ impl Engine {
             },
         };
         let grants = Arc::new(CallGrants::new(target, call.grants.clone()));
-        let state = match HostState::new(
+        let state = match CallState::new(
             call.probe.into(),
             grants.clone(),
             self.inner.host.clone(),
@@ -687,7 +688,7 @@ fn describe_error(e: &wasmtime::Error) -> String {
     root.lines().next().unwrap_or_default().to_string()
 }
 
-fn trap_message(e: &wasmtime::Error, store: &Store<HostState>) -> String {
+fn trap_message(e: &wasmtime::Error, store: &Store<CallState>) -> String {
     let mut msg = describe_error(e);
     if let Some(tail) = store.data().stderr_tail() {
         msg = format!("{msg}: {tail}");
@@ -695,7 +696,7 @@ fn trap_message(e: &wasmtime::Error, store: &Store<HostState>) -> String {
     msg
 }
 
-fn classify_trap(e: &wasmtime::Error, store: &Store<HostState>, limits: &Limits) -> RunResult {
+fn classify_trap(e: &wasmtime::Error, store: &Store<CallState>, limits: &Limits) -> RunResult {
     let (reason, message) = if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
         (Reason::Fuel, format!("fuel budget of {} exhausted", limits.fuel))
     } else if store.data().memory.exceeded {

@@ -10,35 +10,38 @@
 //! children do not outlive it. The group is also killed when the program
 //! exits, so nothing it left in the background survives the check.
 
-use super::HostState;
-use crate::engine::bindings::sonde::probe::exec::{self, Command, ExecError, Output};
-use std::path::PathBuf;
+use super::grants::{CallGrants, Use};
+use crate::bindings::sonde::probe::exec::{self, Command, ExecError, Output};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{HasData, Linker};
 
 /// How much of each output stream the plugin gets.
 pub const MAX_OUTPUT_BYTES: usize = 4 * 1024;
 
-/// The exec state of one call: its deadline (the grants are the call's).
-pub(crate) struct CallExec {
-    deadline: Instant,
-}
-
-impl CallExec {
-    pub(crate) fn new(deadline: Instant) -> Self {
-        Self { deadline }
-    }
-
+/// What `exec` sees of one call: its grants (the programs and their
+/// environment) and its deadline, which no program outlives.
+pub(crate) struct ExecView<'a> {
+    /// The call's grants.
+    pub(crate) grants: &'a CallGrants,
     /// When the call ends.
-    pub(crate) fn deadline(&self) -> Instant {
-        self.deadline
-    }
+    pub(crate) deadline: Instant,
 }
 
-pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    exec::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+struct Exec;
+
+impl HasData for Exec {
+    type Data<'a> = ExecView<'a>;
+}
+
+/// Adds the `exec` interface to `linker` (the once-per-process phase);
+/// `get` gives the view of the call in the store's data.
+pub(crate) fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> ExecView<'_>,
+) -> wasmtime::Result<()> {
+    exec::add_to_linker::<T, Exec>(linker, get)
 }
 
 /// Kills the whole process group when dropped: on timeout, on exit, and when
@@ -126,20 +129,23 @@ pub async fn run_program(
     })
 }
 
-impl exec::Host for HostState {
-    async fn run(&mut self, cmd: Command) -> Result<Output, ExecError> {
+impl exec::Host for ExecView<'_> {
+    async fn run(&mut self, cmd: Command) -> wasmtime::Result<Result<Output, ExecError>> {
+        Ok(self.run_checked(cmd).await)
+    }
+}
+
+impl ExecView<'_> {
+    async fn run_checked(&self, cmd: Command) -> Result<Output, ExecError> {
         let Some(program) = cmd.argv.first() else {
             return Err(ExecError::Spawn("empty argv".into()));
         };
-        let path = PathBuf::from(program);
-        let config = self.grants.config();
-        if !path.is_absolute() || !config.exec.contains(&path) {
-            self.grants.deny(format!("exec {program}: not granted"));
-            return Err(ExecError::Denied(format!("{program} is not in the probe's exec grant")));
-        }
-        let left = self.exec.deadline.saturating_duration_since(Instant::now());
+        self.grants
+            .authorize(Use::Exec(program))
+            .map_err(|d| ExecError::Denied(d.0))?;
+        let left = self.deadline.saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(cmd.timeout_ms).min(left);
-        let out = run_program(&cmd.argv, &config.env, timeout)
+        let out = run_program(&cmd.argv, &self.grants.config().env, timeout)
             .await
             .map_err(ExecError::Spawn)?;
         Ok(Output {

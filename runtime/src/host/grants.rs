@@ -1,11 +1,18 @@
 //! What a probe may reach: its target, plus the `net` patterns and read-only
 //! `files` the operator granted. [`Grants`] is the parsed configuration;
-//! [`CallGrants`] is its per-call form that the host capabilities consult and
-//! that records every denial.
+//! [`CallGrants`] is its per-call form, and [`CallGrants::authorize`] the one
+//! check every capability makes before it acts on a plugin's behalf
+//! (`Use::Http`, `Use::Exec`…), recording each denial the same way.
+//!
+//! Addresses are compared in canonical form: a v4-mapped IPv6 address is its
+//! IPv4 address, and an IPv6 network never covers an IPv4 address. The
+//! containment of one pattern in another ([`NetPattern::within`], for tenant
+//! ceilings) and of a path in granted paths ([`path_within`]) live here too,
+//! so the matching rules exist once.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
@@ -34,7 +41,7 @@ pub enum GrantError {
 
 /// The host part of a `net` pattern.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum HostPattern {
+enum HostPattern {
     /// `*`: any host.
     Any,
     /// A DNS name, lower case, without a trailing dot.
@@ -48,7 +55,7 @@ pub(crate) enum HostPattern {
 
 /// The port part of a `net` pattern.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PortPattern {
+enum PortPattern {
     Any,
     Exact(u16),
 }
@@ -78,6 +85,7 @@ impl fmt::Display for NetPattern {
     }
 }
 
+/// A name as patterns keep it: lower case, without a trailing dot.
 fn normalize_name(name: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
@@ -152,14 +160,11 @@ impl FromStr for NetPattern {
     }
 }
 
+/// Whether the address `ip`, in canonical form ([`canonical_ip`]), is in the
+/// network `net/len`. An address of one family is never in a network of the
+/// other: an IPv6 network, even `::/0` or one in the v4-mapped range, never
+/// holds an IPv4 address, so reaching IPv4 takes an IPv4 grant.
 fn in_cidr(net: IpAddr, len: u8, ip: IpAddr) -> bool {
-    let ip = match ip {
-        IpAddr::V6(v6) if net.is_ipv4() => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => return false,
-        },
-        other => other,
-    };
     match (net, ip) {
         (IpAddr::V4(n), IpAddr::V4(a)) => {
             let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
@@ -173,15 +178,90 @@ fn in_cidr(net: IpAddr, len: u8, ip: IpAddr) -> bool {
     }
 }
 
-impl NetPattern {
-    /// Its host part (for tenant ceilings, `crate::tenants`).
-    pub(crate) fn host(&self) -> &HostPattern {
-        &self.host
+/// An address in the form every comparison uses: a v4-mapped IPv6 address
+/// (`::ffff:127.0.0.1`) is its IPv4 address, since a connection to it
+/// reaches that IPv4 address.
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    ip.to_canonical()
+}
+
+/// A host as a plugin names it (`[::1]`, `DB.internal.`), split into an
+/// address or a name; names keep their case and trailing dot, which the
+/// comparisons ignore.
+enum Host<'a> {
+    Ip(IpAddr),
+    Name(&'a str),
+}
+
+impl<'a> Host<'a> {
+    fn parse(host: &'a str) -> Self {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        match bare.parse::<IpAddr>() {
+            Ok(ip) => Self::Ip(canonical_ip(ip)),
+            Err(_) => Self::Name(host.trim_end_matches('.')),
+        }
+    }
+}
+
+/// Whether `name` (any case, no trailing dot) is a strict subdomain of
+/// `domain` (lower case).
+fn under(name: &str, domain: &str) -> bool {
+    name.len() > domain.len() + 1
+        && name.as_bytes()[name.len() - domain.len() - 1] == b'.'
+        && name.as_bytes()[name.len() - domain.len()..].eq_ignore_ascii_case(domain.as_bytes())
+}
+
+impl PortPattern {
+    /// Whether every port `self` matches, `ceiling` matches too.
+    fn within(self, ceiling: Self) -> bool {
+        match (self, ceiling) {
+            (_, Self::Any) => true,
+            (Self::Exact(g), Self::Exact(c)) => g == c,
+            (Self::Any, Self::Exact(_)) => false,
+        }
+    }
+}
+
+impl HostPattern {
+    fn matches(&self, host: &Host<'_>) -> bool {
+        match (self, host) {
+            (Self::Any, _) => true,
+            (Self::Name(n), Host::Name(name)) => n.eq_ignore_ascii_case(name),
+            (Self::Suffix(d), Host::Name(name)) => under(name, d),
+            (Self::Cidr(net, len), Host::Ip(ip)) => in_cidr(*net, *len, *ip),
+            // An address is never a name, nor a name an address: a name may
+            // resolve to anything, and an address literal is reached as is.
+            (Self::Name(_) | Self::Suffix(_), Host::Ip(_)) | (Self::Cidr(..), Host::Name(_)) => false,
+        }
     }
 
-    /// Its port part (for tenant ceilings, `crate::tenants`).
-    pub(crate) fn port(&self) -> PortPattern {
-        self.port
+    /// Whether every host `self` matches, `ceiling` matches too.
+    ///
+    /// `*` is only within `*`; a name is within the same name or a
+    /// `*.domain` it is under; `*.a.b` is within `*.a.b` or `*.b`, never
+    /// within a plain name; a CIDR is within a CIDR of its family that
+    /// contains it. Names and CIDRs never cover each other: a name may
+    /// resolve to any address.
+    fn within(&self, ceiling: &Self) -> bool {
+        match (self, ceiling) {
+            (_, Self::Any) => true,
+            (Self::Any, _) => false,
+            (Self::Name(g), Self::Name(c)) => g == c,
+            (Self::Name(g), Self::Suffix(d)) => under(g, d),
+            (Self::Suffix(g), Self::Suffix(d)) => g == d || under(g, d),
+            (Self::Suffix(_), Self::Name(_)) => false,
+            (Self::Cidr(g, glen), Self::Cidr(c, clen)) => glen >= clen && in_cidr(*c, *clen, *g),
+            (Self::Cidr(..), _) | (_, Self::Cidr(..)) => false,
+        }
+    }
+}
+
+impl NetPattern {
+    /// Whether every address this pattern matches, `ceiling` matches too
+    /// (a tenant's `net` ceiling, `crate::tenants`): the host within the
+    /// ceiling's host, and `*` ports only within `*`.
+    pub(crate) fn within(&self, ceiling: &NetPattern) -> bool {
+        self.port.within(ceiling.port) && self.host.within(&ceiling.host)
     }
 
     /// The pattern that grants exactly a probe's target: `host:port` (any
@@ -230,26 +310,28 @@ impl NetPattern {
             .map_err(|_| err("the host is not a DNS name or an IP address"))
     }
 
-    fn matches_name(&self, name: &str) -> bool {
-        match &self.host {
-            HostPattern::Any => true,
-            HostPattern::Name(n) => *n == name,
-            HostPattern::Suffix(d) => {
-                name.len() > d.len() + 1
-                    && name.ends_with(d.as_str())
-                    && name.as_bytes()[name.len() - d.len() - 1] == b'.'
-            }
-            HostPattern::Cidr(net, len) => name.parse::<IpAddr>().is_ok_and(|ip| in_cidr(*net, *len, ip)),
-        }
+    fn matches(&self, host: &Host<'_>, port: u16) -> bool {
+        self.port.matches(port) && self.host.matches(host)
     }
+}
 
-    fn matches_ip(&self, ip: IpAddr) -> bool {
-        match &self.host {
-            HostPattern::Any => true,
-            HostPattern::Cidr(net, len) => in_cidr(*net, *len, ip),
-            HostPattern::Name(_) | HostPattern::Suffix(_) => false,
-        }
+/// Whether `path` is one of `allowed` or under one of them. A path with
+/// `.` or `..` in it is never within (it could climb out); symbolic links
+/// are resolved on both sides where the paths exist, so a link inside an
+/// allowed directory that points out of it is not within either.
+pub(crate) fn path_within(path: &Path, allowed: &[PathBuf]) -> bool {
+    if !path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return false;
     }
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    allowed.iter().any(|a| {
+        let real_a = std::fs::canonicalize(a).unwrap_or_else(|_| a.clone());
+        path.starts_with(a) && real.starts_with(&real_a)
+    })
 }
 
 /// A probe's grants beyond its target, as configured.
@@ -270,9 +352,68 @@ pub struct Grants {
 /// The most denials one call keeps; the rest are counted.
 const MAX_DENIALS: usize = 8;
 
-/// The grants of one call, consulted by every host capability. Names the
-/// plugin resolves through a granted pattern extend what it may connect to,
-/// so a name grant covers the addresses the name resolved to in this call.
+/// One use of a capability, as the host is about to make it for a plugin:
+/// what [`CallGrants::authorize`] decides on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Use<'a> {
+    /// `wasi:sockets`: looking up a name.
+    Lookup(&'a str),
+    /// `wasi:sockets`: a TCP connect, or a UDP send or receive.
+    Connect(SocketAddr),
+    /// `wasi:sockets`: binding a local address (port 0 only: a plugin
+    /// holds no fixed port).
+    Bind(SocketAddr),
+    /// `wasi:sockets`: listening or accepting (never).
+    Listen(SocketAddr),
+    /// An HTTP request, through `wasi:http` or sonde's `http`.
+    Http {
+        /// The URL's host.
+        host: &'a str,
+        /// Its port, the scheme's default filled in.
+        port: u16,
+    },
+    /// A connection by sonde's `tcp`.
+    Tcp {
+        /// The host to dial.
+        host: &'a str,
+        /// The port.
+        port: u16,
+    },
+    /// A handshake by sonde's `tls`.
+    Tls {
+        /// The host to dial.
+        host: &'a str,
+        /// The port.
+        port: u16,
+    },
+    /// A call by sonde's `grpc`.
+    Grpc {
+        /// The authority's host.
+        host: &'a str,
+        /// Its port.
+        port: u16,
+    },
+    /// Running a program by sonde's `exec`.
+    Exec(&'a str),
+    /// A `wasi:filesystem` path operation (`method`) on `path`.
+    File {
+        /// The descriptor method, such as `open-at`.
+        method: &'a str,
+        /// The path it names, if any.
+        path: Option<&'a str>,
+    },
+}
+
+/// A use of a capability the grants do not allow; it has been recorded.
+/// The message is what the plugin is told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Denied(pub(crate) String);
+
+/// The grants of one call, consulted by every host capability through
+/// [`CallGrants::authorize`]. Names the plugin resolves through a granted
+/// pattern extend what it may connect to, so a name grant covers the
+/// addresses the name resolved to in this call.
 #[derive(Debug)]
 pub(crate) struct CallGrants {
     target: Option<NetPattern>,
@@ -300,77 +441,109 @@ impl CallGrants {
         self.target.iter().chain(&self.config.net)
     }
 
-    /// Whether the plugin may look up `name`.
-    pub(crate) fn allows_lookup(&self, name: &str) -> bool {
-        let name = normalize_name(name);
-        self.patterns().any(|p| p.matches_name(&name))
+    /// The one grant check: whether the plugin may make `what`. A refusal
+    /// is recorded (so the run is reported as `denied` whatever the plugin
+    /// makes of it) and returned with the message for the plugin.
+    pub(crate) fn authorize(&self, what: Use<'_>) -> Result<(), Denied> {
+        if self.allows(what) {
+            return Ok(());
+        }
+        let not_granted = "not the target and not granted";
+        let (record, tell) = match what {
+            Use::Lookup(name) => (
+                format!("look up {name:?}: {not_granted}"),
+                format!("{name:?} is {not_granted}"),
+            ),
+            Use::Connect(addr) => (
+                format!("connect to {addr}: {not_granted}"),
+                format!("{addr} is {not_granted}"),
+            ),
+            Use::Bind(addr) => (format!("bind {addr}"), format!("binding {addr} is not allowed")),
+            Use::Listen(addr) => (
+                format!("listen on {addr}"),
+                format!("listening on {addr} is not allowed"),
+            ),
+            Use::Http { host, port } => (
+                format!("HTTP request to {host}:{port}: {not_granted}"),
+                format!("{host}:{port} is {not_granted}"),
+            ),
+            Use::Tcp { host, port } => (
+                format!("TCP connection to {host}:{port}: {not_granted}"),
+                format!("{host}:{port} is {not_granted}"),
+            ),
+            Use::Tls { host, port } => (
+                format!("TLS handshake with {host}:{port}: {not_granted}"),
+                format!("{host}:{port} is {not_granted}"),
+            ),
+            Use::Grpc { host, port } => (
+                format!("gRPC call to {host}:{port}: {not_granted}"),
+                format!("{host}:{port} is {not_granted}"),
+            ),
+            Use::Exec(program) => (
+                format!("exec {program}: not granted"),
+                format!("{program} is not in the probe's exec grant"),
+            ),
+            Use::File { method, path } => {
+                let path = path.unwrap_or_default().trim_start_matches('/');
+                (
+                    format!("filesystem {method} /{path}: no `files` granted"),
+                    format!("/{path} is not in the probe's files grant"),
+                )
+            }
+        };
+        self.record(record);
+        Err(Denied(tell))
+    }
+
+    fn allows(&self, what: Use<'_>) -> bool {
+        match what {
+            Use::Lookup(name) => {
+                let host = Host::parse(name);
+                self.patterns().any(|p| p.host.matches(&host))
+            }
+            Use::Connect(addr) => self.allows_addr(addr),
+            Use::Bind(addr) => addr.port() == 0,
+            Use::Listen(_) => false,
+            Use::Http { host, port } | Use::Tcp { host, port } | Use::Tls { host, port } | Use::Grpc { host, port } => {
+                let host = Host::parse(host);
+                self.patterns().any(|p| p.matches(&host, port))
+            }
+            Use::Exec(program) => {
+                let path = Path::new(program);
+                path.is_absolute() && self.config.exec.iter().any(|p| p == path)
+            }
+            // The filesystem shows only the granted paths, read-only; a path
+            // operation reaches this check only where none is granted.
+            Use::File { .. } => false,
+        }
+    }
+
+    /// Whether the plugin may connect to `addr` through its own sockets:
+    /// a granted address, or one a granted name resolved to in this call.
+    fn allows_addr(&self, addr: SocketAddr) -> bool {
+        let (ip, port) = (canonical_ip(addr.ip()), addr.port());
+        if self.patterns().any(|p| p.matches(&Host::Ip(ip), port)) {
+            return true;
+        }
+        let resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
+        resolved.iter().any(|(r, p)| *r == ip && p.matches(port))
     }
 
     /// Records that `name` resolved to `ip`: the ports granted for `name`
     /// now also hold for `ip`.
     pub(crate) fn note_resolved(&self, name: &str, ip: IpAddr) {
-        let name = normalize_name(name);
+        let host = Host::parse(name);
+        let ip = canonical_ip(ip);
         let mut resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
-        for p in self.patterns().filter(|p| p.matches_name(&name)) {
+        for p in self.patterns().filter(|p| p.host.matches(&host)) {
             if resolved.len() < 256 && !resolved.contains(&(ip, p.port)) {
                 resolved.push((ip, p.port));
             }
         }
     }
 
-    /// Whether the plugin may connect to `addr`.
-    pub(crate) fn allows_addr(&self, addr: SocketAddr) -> bool {
-        let (ip, port) = (addr.ip().to_canonical(), addr.port());
-        if self.patterns().any(|p| p.port.matches(port) && p.matches_ip(ip)) {
-            return true;
-        }
-        let resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
-        resolved.iter().any(|(r, p)| r.to_canonical() == ip && p.matches(port))
-    }
-
-    /// Whether the host may open an HTTP connection to `host:port` for the
-    /// plugin.
-    fn allows_authority(&self, host: &str, port: u16) -> bool {
-        let host = normalize_name(host.trim_start_matches('[').trim_end_matches(']'));
-        self.patterns().any(|p| p.port.matches(port) && p.matches_name(&host))
-    }
-
-    /// Checks an HTTP request to `host:port` (either transport) and records
-    /// the denial when it is not allowed; the error is the plugin's message.
-    pub(crate) fn authorize_http(&self, host: &str, port: u16) -> Result<(), String> {
-        if self.allows_authority(host, port) {
-            return Ok(());
-        }
-        self.deny(format!("HTTP request to {host}:{port}: not the target and not granted"));
-        Err(format!("{host}:{port} is not the target and not granted"))
-    }
-
-    /// Checks a host-made TCP connection to `host:port` (the `tcp`
-    /// interface) and records the denial when it is not allowed.
-    pub(crate) fn authorize_connect(&self, host: &str, port: u16) -> Result<(), String> {
-        if self.allows_authority(host, port) {
-            return Ok(());
-        }
-        self.deny(format!(
-            "TCP connection to {host}:{port}: not the target and not granted"
-        ));
-        Err(format!("{host}:{port} is not the target and not granted"))
-    }
-
-    /// Checks a TLS handshake with `host:port` (the `tls` interface) and
-    /// records the denial when it is not allowed.
-    pub(crate) fn authorize_tls(&self, host: &str, port: u16) -> Result<(), String> {
-        if self.allows_authority(host, port) {
-            return Ok(());
-        }
-        self.deny(format!(
-            "TLS handshake with {host}:{port}: not the target and not granted"
-        ));
-        Err(format!("{host}:{port} is not the target and not granted"))
-    }
-
     /// Records a denied use of a capability.
-    pub(crate) fn deny(&self, what: String) {
+    fn record(&self, what: String) {
         tracing::debug!(denied = %what, "capability denied");
         let mut d = self.denials.lock().unwrap_or_else(|e| e.into_inner());
         if d.0.len() < MAX_DENIALS {
@@ -403,24 +576,37 @@ mod tests {
         CallGrants::new(Some(NetPattern::for_target(target).unwrap()), Arc::new(grants))
     }
 
+    fn connect(g: &CallGrants, addr: &str) -> bool {
+        g.allows(Use::Connect(addr.parse().unwrap()))
+    }
+
+    fn lookup(g: &CallGrants, name: &str) -> bool {
+        g.allows(Use::Lookup(name))
+    }
+
+    fn http(g: &CallGrants, host: &str, port: u16) -> bool {
+        g.allows(Use::Http { host, port })
+    }
+
     #[test]
     fn target_is_granted_and_nothing_else() {
         let g = call("127.0.0.1:8080", &[]);
-        assert!(g.allows_addr("127.0.0.1:8080".parse().unwrap()));
-        assert!(!g.allows_addr("127.0.0.1:8081".parse().unwrap()));
-        assert!(!g.allows_addr("127.0.0.2:8080".parse().unwrap()));
-        assert!(g.allows_addr("[::ffff:127.0.0.1]:8080".parse().unwrap()));
+        assert!(connect(&g, "127.0.0.1:8080"));
+        assert!(!connect(&g, "127.0.0.1:8081"));
+        assert!(!connect(&g, "127.0.0.2:8080"));
+        assert!(connect(&g, "[::ffff:127.0.0.1]:8080"));
     }
 
     #[test]
     fn names_grant_what_they_resolve_to() {
         let g = call("localhost:6379", &[]);
-        assert!(g.allows_lookup("LOCALHOST."));
-        assert!(!g.allows_lookup("example.com"));
-        assert!(!g.allows_addr("127.0.0.1:6379".parse().unwrap()));
+        assert!(lookup(&g, "LOCALHOST."));
+        assert!(!lookup(&g, "example.com"));
+        assert!(!connect(&g, "127.0.0.1:6379"));
         g.note_resolved("localhost", "127.0.0.1".parse().unwrap());
-        assert!(g.allows_addr("127.0.0.1:6379".parse().unwrap()));
-        assert!(!g.allows_addr("127.0.0.1:6380".parse().unwrap()));
+        assert!(connect(&g, "127.0.0.1:6379"));
+        assert!(connect(&g, "[::ffff:127.0.0.1]:6379"));
+        assert!(!connect(&g, "127.0.0.1:6380"));
     }
 
     #[test]
@@ -429,20 +615,80 @@ mod tests {
             "10.0.0.1:80",
             &["*.acme.internal:443", "192.168.0.0/16:*", "[::1]:9000"],
         );
-        assert!(g.allows_lookup("db.acme.internal"));
-        assert!(!g.allows_lookup("acme.internal"));
-        assert!(!g.allows_lookup("evilacme.internal"));
-        assert!(g.allows_addr("192.168.4.5:1".parse().unwrap()));
-        assert!(!g.allows_addr("192.169.0.1:1".parse().unwrap()));
-        assert!(g.allows_addr("[::1]:9000".parse().unwrap()));
-        assert!(!g.allows_addr("8.8.8.8:53".parse().unwrap()));
+        assert!(lookup(&g, "db.acme.internal"));
+        assert!(lookup(&g, "DB.Acme.Internal."));
+        assert!(!lookup(&g, "acme.internal"));
+        assert!(!lookup(&g, "evilacme.internal"));
+        assert!(connect(&g, "192.168.4.5:1"));
+        assert!(!connect(&g, "192.169.0.1:1"));
+        assert!(connect(&g, "[::1]:9000"));
+        assert!(!connect(&g, "8.8.8.8:53"));
         let any_host = call("10.0.0.1:80", &["*:53"]);
-        assert!(any_host.allows_addr("8.8.8.8:53".parse().unwrap()));
-        assert!(!any_host.allows_addr("8.8.8.8:54".parse().unwrap()));
-        assert!(any_host.allows_lookup("anything.example"));
-        assert!(g.allows_authority("db.acme.internal", 443));
-        assert!(!g.allows_authority("db.acme.internal", 80));
-        assert!(g.allows_authority("10.0.0.1", 80));
+        assert!(connect(&any_host, "8.8.8.8:53"));
+        assert!(!connect(&any_host, "8.8.8.8:54"));
+        assert!(lookup(&any_host, "anything.example"));
+        assert!(http(&g, "db.acme.internal", 443));
+        assert!(!http(&g, "db.acme.internal", 80));
+        assert!(http(&g, "10.0.0.1", 80));
+        assert!(http(&g, "[::1]", 9000));
+    }
+
+    /// issue 16, escape 1: an IPv6 grant must not reach IPv4 through a
+    /// v4-mapped address, by any capability.
+    #[test]
+    fn a_v4_mapped_address_is_its_ipv4_address() {
+        let g = call("10.0.0.1:80", &["[::/0]:8080"]);
+        for host in ["::ffff:127.0.0.1", "[::ffff:127.0.0.1]", "::FFFF:7f00:1"] {
+            for what in [
+                Use::Http { host, port: 8080 },
+                Use::Tcp { host, port: 8080 },
+                Use::Tls { host, port: 8080 },
+                Use::Grpc { host, port: 8080 },
+            ] {
+                assert!(!g.allows(what), "{what:?}");
+            }
+        }
+        assert!(!connect(&g, "[::ffff:127.0.0.1]:8080"));
+        assert!(!lookup(&g, "::ffff:127.0.0.1"));
+        assert!(http(&g, "::1", 8080));
+        assert!(connect(&g, "[2001:db8::1]:8080"));
+
+        // An IPv4 grant reaches the address however it is written.
+        let g = call("10.0.0.1:80", &["127.0.0.0/8:8080"]);
+        assert!(http(&g, "[::ffff:127.0.0.1]", 8080));
+        assert!(g.allows(Use::Tcp {
+            host: "::ffff:127.0.0.1",
+            port: 8080
+        }));
+        assert!(connect(&g, "[::ffff:127.0.0.1]:8080"));
+        // A grant in the v4-mapped range is IPv6, and grants no IPv4.
+        let g = call("10.0.0.1:80", &["[::ffff:127.0.0.0/104]:8080"]);
+        assert!(!http(&g, "127.0.0.1", 8080));
+        assert!(!http(&g, "::ffff:127.0.0.1", 8080));
+        assert!(!connect(&g, "[::ffff:127.0.0.1]:8080"));
+    }
+
+    #[test]
+    fn an_address_is_not_a_name() {
+        let g = call("10.0.0.1:80", &["*.1:80"]);
+        assert!(!http(&g, "127.0.0.1", 80));
+        assert!(http(&g, "host.1", 80));
+    }
+
+    #[test]
+    fn containment() {
+        let within = |g: &str, c: &str| g.parse::<NetPattern>().unwrap().within(&c.parse().unwrap());
+        assert!(within("db.acme.internal:5432", "*.acme.internal:*"));
+        assert!(!within("db.acme.internal:*", "*.acme.internal:5432"));
+        assert!(within("10.1.2.0/24:80", "10.0.0.0/8:80"));
+        assert!(!within("10.0.0.0/8:80", "10.1.2.0/24:80"));
+        // A pattern in the v4-mapped range is IPv6 (and grants no address,
+        // since addresses are compared as IPv4).
+        assert!(within("[::ffff:10.1.2.3]:80", "[::/0]:80"));
+        assert!(!within("[::ffff:10.1.2.3]:80", "10.0.0.0/8:80"));
+        assert!(!within("10.1.2.3:80", "[::/0]:80"));
+        assert!(within("[2001:db8::1]:80", "[::/0]:*"));
+        assert!(!within("*:80", "10.0.0.0/8:80"));
     }
 
     #[test]
@@ -473,10 +719,16 @@ mod tests {
     #[test]
     fn tls_handshakes_reach_only_granted_authorities() {
         let g = call("db.internal:5432", &["*.acme.internal:636"]);
-        assert!(g.authorize_tls("db.internal", 5432).is_ok());
-        assert!(g.authorize_tls("ldap.acme.internal", 636).is_ok());
-        assert!(g.authorize_tls("ldap.acme.internal", 443).is_err());
-        assert!(g.authorize_tls("127.0.0.1", 5432).is_err());
+        let tls = |host, port| g.authorize(Use::Tls { host, port });
+        assert!(tls("db.internal", 5432).is_ok());
+        assert!(tls("ldap.acme.internal", 636).is_ok());
+        assert_eq!(
+            tls("ldap.acme.internal", 443),
+            Err(Denied(
+                "ldap.acme.internal:443 is not the target and not granted".into()
+            ))
+        );
+        assert!(tls("127.0.0.1", 5432).is_err());
         let message = g.denial_message().unwrap();
         assert!(
             message.starts_with("denied: TLS handshake with ldap.acme.internal:443"),
@@ -486,12 +738,39 @@ mod tests {
     }
 
     #[test]
+    fn exec_runs_only_granted_absolute_paths() {
+        let grants = Grants {
+            exec: vec!["/bin/true".into()],
+            ..Grants::default()
+        };
+        let g = CallGrants::new(None, Arc::new(grants));
+        assert!(g.authorize(Use::Exec("/bin/true")).is_ok());
+        assert!(g.authorize(Use::Exec("true")).is_err());
+        assert!(g.authorize(Use::Exec("/bin/false")).is_err());
+        assert_eq!(
+            g.denial_message().unwrap(),
+            "denied: exec true: not granted (and 1 more)"
+        );
+    }
+
+    #[test]
+    fn sockets_bind_only_ephemeral_ports_and_never_listen() {
+        let g = call("127.0.0.1:80", &[]);
+        assert!(g.allows(Use::Bind("0.0.0.0:0".parse().unwrap())));
+        assert!(!g.allows(Use::Bind("0.0.0.0:8080".parse().unwrap())));
+        assert!(!g.allows(Use::Listen("127.0.0.1:80".parse().unwrap())));
+    }
+
+    #[test]
     fn denials_are_kept_and_counted() {
         let g = call("127.0.0.1:1", &[]);
         assert_eq!(g.denial_message(), None);
         for i in 0..20 {
-            g.deny(format!("connect 10.0.0.{i}:1"));
+            let _ = g.authorize(Use::Connect(format!("10.0.0.{i}:1").parse().unwrap()));
         }
-        assert_eq!(g.denial_message().unwrap(), "denied: connect 10.0.0.0:1 (and 19 more)");
+        assert_eq!(
+            g.denial_message().unwrap(),
+            "denied: connect to 10.0.0.0:1: not the target and not granted (and 19 more)"
+        );
     }
 }

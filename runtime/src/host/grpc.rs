@@ -5,15 +5,15 @@
 //! `h2`, closed with a reset), the gRPC framing, the status in the trailers
 //! and the caps on what it reads.
 //!
-//! The authority is checked against the probe's grants exactly as an HTTP
-//! request is ([`CallGrants::authorize_http`](super::grants::CallGrants)),
-//! before any name lookup or connection.
+//! The authority is checked against the probe's grants
+//! ([`CallGrants::authorize`], `Use::Grpc`) before any name lookup or
+//! connection.
 
-use super::http::{DialError, dial};
-use super::tls::{TlsError, TlsOptions};
-use super::{HostState, Shared};
-use crate::engine::bindings::sonde::probe::grpc as probe_grpc;
-use crate::engine::bindings::sonde::probe::http::Timings;
+use super::dial::{DialError, dial};
+use super::grants::{CallGrants, Use};
+use super::tls_client::{TlsClient, TlsError, TlsOptions};
+use crate::bindings::sonde::probe::grpc as probe_grpc;
+use crate::bindings::sonde::probe::http::Timings;
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http_body_util::{BodyExt, Full};
@@ -22,10 +22,32 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{HasData, Linker};
 
-pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    probe_grpc::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+/// What `grpc` sees of one call: its grants and deadline, and the engine's
+/// TLS client.
+pub(crate) struct GrpcView<'a> {
+    /// The call's grants.
+    pub(crate) grants: &'a CallGrants,
+    /// When the call ends.
+    pub(crate) deadline: Instant,
+    /// The engine's TLS client.
+    pub(crate) tls: &'a TlsClient,
+}
+
+struct Grpc;
+
+impl HasData for Grpc {
+    type Data<'a> = GrpcView<'a>;
+}
+
+/// Adds the `grpc` interface to `linker` (the once-per-process phase);
+/// `get` gives the view of the call in the store's data.
+pub(crate) fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> GrpcView<'_>,
+) -> wasmtime::Result<()> {
+    probe_grpc::add_to_linker::<T, Grpc>(linker, get)
 }
 
 /// The largest response message the host reads for a plugin.
@@ -158,7 +180,7 @@ fn prepare(req: &GrpcRequest) -> Result<Call, GrpcError> {
     body.extend_from_slice(&len.to_be_bytes());
     body.extend_from_slice(&req.message);
     let tls = match req.tls.clone() {
-        Some(options) => Some(super::handshake::options_from_wit(options).map_err(tls_error)?),
+        Some(options) => Some(super::tls::options_from_wit(options).map_err(tls_error)?),
         None => None,
     };
     Ok(Call {
@@ -230,7 +252,7 @@ struct Answer {
     first_byte: Instant,
 }
 
-async fn exchange(shared: &Shared, call: Call) -> Result<GrpcResponse, GrpcError> {
+async fn exchange(client: &TlsClient, call: Call) -> Result<GrpcResponse, GrpcError> {
     let Call {
         host,
         port,
@@ -248,8 +270,7 @@ async fn exchange(shared: &Shared, call: Call) -> Result<GrpcResponse, GrpcError
     let (answer, info) = match &tls {
         None => (unary(dialed.stream, uri, headers, body).await?, None),
         Some(options) => {
-            let (stream, info) = shared
-                .tls
+            let (stream, info) = client
                 .connect(dialed.stream, &host, options, ALPN)
                 .await
                 .map_err(tls_error)?;
@@ -469,23 +490,31 @@ fn code_for_http_status(status: u16) -> u32 {
     }
 }
 
-impl probe_grpc::Host for HostState {
-    async fn call(&mut self, req: GrpcRequest) -> Result<GrpcResponse, GrpcError> {
+impl probe_grpc::Host for GrpcView<'_> {
+    async fn call(&mut self, req: GrpcRequest) -> wasmtime::Result<Result<GrpcResponse, GrpcError>> {
+        Ok(self.call_checked(req).await)
+    }
+}
+
+impl GrpcView<'_> {
+    async fn call_checked(&self, req: GrpcRequest) -> Result<GrpcResponse, GrpcError> {
         let call = prepare(&req)?;
         self.grants
-            .authorize_http(&call.host, call.port)
-            .map_err(GrpcError::Denied)?;
+            .authorize(Use::Grpc {
+                host: &call.host,
+                port: call.port,
+            })
+            .map_err(|d| GrpcError::Denied(d.0))?;
         if let Some(options) = &call.tls {
-            self.shared.tls.validate(&call.host, options, ALPN).map_err(tls_error)?;
+            self.tls.validate(&call.host, options, ALPN).map_err(tls_error)?;
         }
-        let shared = self.shared.clone();
-        let left = self.exec.deadline().saturating_duration_since(Instant::now());
+        let left = self.deadline.saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(req.timeout_ms);
         let result = if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            exchange(&shared, call).await
+            exchange(self.tls, call).await
         } else {
-            match tokio::time::timeout(timeout, exchange(&shared, call)).await {
+            match tokio::time::timeout(timeout, exchange(self.tls, call)).await {
                 Ok(result) => result,
                 Err(_) => Err(GrpcError::Timeout(format!(
                     "no answer within {}ms",

@@ -1,65 +1,47 @@
-//! `wasi:http/outgoing-handler`, filtered: the host sends a plugin's request
-//! only when its authority is the probe's target or a `net` grant. Anything
-//! else fails with `HTTP-request-denied` and is recorded as a denial; no
-//! connection is opened.
+//! sonde's `http` interface: the host-owned HTTP/1.1 transport for probes.
+//! A new connection per request (timed phase by phase, closed with a
+//! reset), or on request one from the keep-alive [`Pool`]; either way the
+//! URL's authority is checked against the grants before anything is sent.
 
-use super::grants::CallGrants;
-use std::future::Future;
-use std::sync::Arc;
-use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
-
-/// The HTTP hooks of one call.
-pub(crate) struct Hooks {
-    grants: Arc<CallGrants>,
-}
-
-impl Hooks {
-    pub(crate) fn new(grants: Arc<CallGrants>) -> Self {
-        Self { grants }
-    }
-}
-
-type ResponseFuture = Box<dyn Future<Output = Result<(), Error>> + Send>;
-
-impl WasiHttpHooks for Hooks {
-    fn send_request(
-        &mut self,
-        request: http::Request<WasiBody>,
-        options: Option<RequestOptions>,
-        fut: ResponseFuture,
-    ) -> Box<dyn Future<Output = Result<(http::Response<WasiBody>, ResponseFuture), Error>> + Send> {
-        drop(fut);
-        let uri = request.uri();
-        let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
-        let host = uri.host().unwrap_or_default().to_string();
-        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-        if self.grants.authorize_http(&host, port).is_err() {
-            return Box::new(async { Err(Error::HttpRequestDenied) });
-        }
-        Box::new(async move {
-            use http_body_util::BodyExt;
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            Ok((response.map(BodyExt::boxed_unsync), Box::new(io) as ResponseFuture))
-        })
-    }
-}
-
-// sonde's own `http` interface: the host-owned transport for probes.
-
-use super::pool::{Conn, PoolKey};
-use super::tls::{TlsError, TlsOptions};
-use super::{HostState, Shared};
-use crate::engine::bindings::sonde::probe::http as probe_http;
+use super::dial::{DialError, dial};
+use super::grants::{CallGrants, Use};
+use super::pool::{Conn, Pool, PoolKey};
+use super::tls_client::{TlsClient, TlsError, TlsInfo, TlsOptions};
+use crate::bindings::sonde::probe::http as probe_http;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Body as _;
 use probe_http::{HttpError, Request as ProbeRequest, Response as ProbeResponse, Timings};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{HasData, Linker};
 
-pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    probe_http::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+/// What `http` sees of one call: its grants and deadline, and the
+/// engine's TLS client and connection pool.
+pub(crate) struct HttpView<'a> {
+    /// The call's grants.
+    pub(crate) grants: &'a CallGrants,
+    /// When the call ends.
+    pub(crate) deadline: Instant,
+    /// The engine's TLS client.
+    pub(crate) tls: &'a TlsClient,
+    /// The engine's keep-alive pool.
+    pub(crate) pool: &'a Pool,
+}
+
+struct Http;
+
+impl HasData for Http {
+    type Data<'a> = HttpView<'a>;
+}
+
+/// Adds the `http` interface to `linker` (the once-per-process phase);
+/// `get` gives the view of the call in the store's data.
+pub(crate) fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> HttpView<'_>,
+) -> wasmtime::Result<()> {
+    probe_http::add_to_linker::<T, Http>(linker, get)
 }
 
 /// What the transport offers by ALPN: it speaks HTTP/1.1 only.
@@ -67,55 +49,6 @@ const ALPN: &[&[u8]] = &[b"http/1.1"];
 
 /// The most of a response body the host reads for a plugin.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
-
-/// A connection the host opened for a plugin, and the time each phase took.
-pub(crate) struct Dialed {
-    pub(crate) stream: TcpStream,
-    pub(crate) dns: Duration,
-    pub(crate) connect: Duration,
-}
-
-/// Why [`dial`] failed.
-#[derive(Debug)]
-pub(crate) enum DialError {
-    /// The name did not resolve.
-    Dns(String),
-    /// The connection failed.
-    Connect(String),
-}
-
-/// Resolves `host` and connects to `host:port` for a plugin; the caller has
-/// checked the grants. The socket closes with a reset: a probe every few
-/// seconds must not pile up TIME_WAIT sockets on either side.
-pub(crate) async fn dial(host: &str, port: u16) -> Result<Dialed, DialError> {
-    let start = Instant::now();
-    let addr = match host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<std::net::IpAddr>()
-    {
-        Ok(ip) => std::net::SocketAddr::new(ip, port),
-        Err(_) => tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|e| DialError::Dns(format!("{host}: {e}")))?
-            .next()
-            .ok_or_else(|| DialError::Dns(format!("{host}: no address")))?,
-    };
-    let dns = start.elapsed();
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| DialError::Connect(format!("{addr}: {e}")))?;
-    // tokio deprecates SO_LINGER because a non-zero linger blocks on drop;
-    // a zero linger never does.
-    #[allow(deprecated)]
-    let _ = stream.set_linger(Some(Duration::ZERO));
-    let _ = stream.set_nodelay(true);
-    Ok(Dialed {
-        stream,
-        dns,
-        connect: start.elapsed() - dns,
-    })
-}
 
 /// Where one request goes, as checked against the grants.
 struct Target {
@@ -143,7 +76,7 @@ fn tls_error(e: TlsError) -> HttpError {
 
 /// Starts HTTP/1.1 over `io`; the connection's task runs until the
 /// returned [`Conn`] is dropped.
-async fn http1<I>(io: I, tls: Option<std::sync::Arc<super::tls::TlsInfo>>) -> Result<Conn, HttpError>
+async fn http1<I>(io: I, tls: Option<Arc<TlsInfo>>) -> Result<Conn, HttpError>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -157,7 +90,7 @@ where
 }
 
 /// Opens a new connection to `target`, with TLS for `https://`.
-async fn open(shared: &Shared, target: &Target) -> Result<(Conn, Phases), HttpError> {
+async fn open(client: &TlsClient, target: &Target) -> Result<(Conn, Phases), HttpError> {
     let dialed = dial(&target.host, target.port).await.map_err(|e| match e {
         DialError::Dns(m) => HttpError::Dns(m),
         DialError::Connect(m) => HttpError::Connect(m),
@@ -171,13 +104,12 @@ async fn open(shared: &Shared, target: &Target) -> Result<(Conn, Phases), HttpEr
         None => http1(dialed.stream, None).await?,
         Some(options) => {
             let start = Instant::now();
-            let (stream, info) = shared
-                .tls
+            let (stream, info) = client
                 .connect(dialed.stream, &target.host, options, ALPN)
                 .await
                 .map_err(tls_error)?;
             phases.tls = start.elapsed();
-            http1(stream, Some(std::sync::Arc::new(info))).await?
+            http1(stream, Some(Arc::new(info))).await?
         }
     };
     Ok((conn, phases))
@@ -202,13 +134,18 @@ fn build_request(req: &ProbeRequest, target: &Target) -> Result<http::Request<Fu
         .map_err(|e| HttpError::Invalid(e.to_string()))
 }
 
-async fn exchange(shared: &Shared, req: ProbeRequest, target: Target) -> Result<ProbeResponse, HttpError> {
+async fn exchange(
+    client: &TlsClient,
+    pool: &Pool,
+    req: ProbeRequest,
+    target: Target,
+) -> Result<ProbeResponse, HttpError> {
     let start = Instant::now();
     let request = build_request(&req, &target)?;
     let key = req
         .keepalive
         .then(|| PoolKey::new(&target.host, target.port, target.tls.as_ref()));
-    let mut pooled = key.as_ref().and_then(|k| shared.pool.checkout(k));
+    let mut pooled = key.as_ref().and_then(|k| pool.checkout(k));
     if let Some(conn) = &mut pooled
         && conn.sender.ready().await.is_err()
     {
@@ -217,7 +154,7 @@ async fn exchange(shared: &Shared, req: ProbeRequest, target: Target) -> Result<
     let (mut conn, mut phases, mut reused) = match pooled {
         Some(conn) => (conn, Phases::default(), true),
         None => {
-            let (conn, phases) = open(shared, &target).await?;
+            let (conn, phases) = open(client, &target).await?;
             (conn, phases, false)
         }
     };
@@ -229,7 +166,7 @@ async fn exchange(shared: &Shared, req: ProbeRequest, target: Target) -> Result<
             let Some(request) = e.take_message() else {
                 return Err(HttpError::Protocol(e.into_error().to_string()));
             };
-            (conn, phases) = open(shared, &target).await?;
+            (conn, phases) = open(client, &target).await?;
             reused = false;
             conn.sender
                 .send_request(request)
@@ -276,7 +213,7 @@ async fn exchange(shared: &Shared, req: ProbeRequest, target: Target) -> Result<
     if let Some(key) = key
         && ended
     {
-        shared.pool.checkin(key, conn);
+        pool.checkin(key, conn);
     }
     let secs = |d: Duration| d.as_secs_f64();
     let setup = phases.dns + phases.connect + phases.tls;
@@ -296,8 +233,14 @@ async fn exchange(shared: &Shared, req: ProbeRequest, target: Target) -> Result<
     })
 }
 
-impl probe_http::Host for HostState {
-    async fn send(&mut self, req: ProbeRequest) -> Result<ProbeResponse, HttpError> {
+impl probe_http::Host for HttpView<'_> {
+    async fn send(&mut self, req: ProbeRequest) -> wasmtime::Result<Result<ProbeResponse, HttpError>> {
+        Ok(self.send_checked(req).await)
+    }
+}
+
+impl HttpView<'_> {
+    async fn send_checked(&self, req: ProbeRequest) -> Result<ProbeResponse, HttpError> {
         let uri: http::Uri = req
             .url
             .parse()
@@ -317,23 +260,24 @@ impl probe_http::Host for HostState {
         };
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         // Before any connection, pooled or new.
-        self.grants.authorize_http(&host, port).map_err(HttpError::Denied)?;
+        self.grants
+            .authorize(Use::Http { host: &host, port })
+            .map_err(|d| HttpError::Denied(d.0))?;
         let tls = if https {
-            let options = super::handshake::options_from_wit(req.tls.clone()).map_err(tls_error)?;
-            self.shared.tls.validate(&host, &options, ALPN).map_err(tls_error)?;
+            let options = super::tls::options_from_wit(req.tls.clone()).map_err(tls_error)?;
+            self.tls.validate(&host, &options, ALPN).map_err(tls_error)?;
             Some(options)
         } else {
             None
         };
         let target = Target { uri, host, port, tls };
-        let shared = self.shared.clone();
-        let left = self.exec.deadline().saturating_duration_since(Instant::now());
+        let left = self.deadline.saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(req.timeout_ms);
         if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            return exchange(&shared, req, target).await;
+            return exchange(self.tls, self.pool, req, target).await;
         }
-        match tokio::time::timeout(timeout, exchange(&shared, req, target)).await {
+        match tokio::time::timeout(timeout, exchange(self.tls, self.pool, req, target)).await {
             Ok(result) => result,
             Err(_) => Err(HttpError::Timeout(format!(
                 "no response within {}ms",

@@ -2,20 +2,24 @@
 //! with the probe's name, at most [`MAX_LOG_RECORDS`] records of
 //! [`MAX_LOG_RECORD_BYTES`] each per call.
 
-use super::HostState;
-use crate::engine::bindings::sonde::probe::log::{self, Level};
-use crate::engine::limits::{MAX_LOG_RECORD_BYTES, MAX_LOG_RECORDS};
+use crate::bindings::sonde::probe::log::{self, Level};
 use crate::verdict::truncate;
 use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
 
-/// The log state of one call.
-pub(crate) struct CallLog {
+/// Cap on log records per call.
+pub const MAX_LOG_RECORDS: usize = 64;
+/// Cap on one log record, in bytes.
+pub const MAX_LOG_RECORD_BYTES: usize = 1024;
+
+/// The log state of one call (built per call): whose records these are and
+/// how many the plugin wrote.
+pub(crate) struct LogCtx {
     probe: Arc<str>,
     records: usize,
 }
 
-impl CallLog {
+impl LogCtx {
     pub(crate) fn new(probe: Arc<str>) -> Self {
         Self { probe, records: 0 }
     }
@@ -34,16 +38,21 @@ impl CallLog {
     }
 }
 
-pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    log::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+/// Adds the `log` interface to `linker` (the once-per-process phase);
+/// `get` finds the call's [`LogCtx`] in the store's data.
+pub(crate) fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut LogCtx,
+) -> wasmtime::Result<()> {
+    log::add_to_linker::<T, HasSelf<LogCtx>>(linker, get)
 }
 
-impl log::Host for HostState {
-    fn log(&mut self, level: Level, message: String) {
-        let Some(message) = self.log.admit(message) else {
-            return;
+impl log::Host for LogCtx {
+    fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        let Some(message) = self.admit(message) else {
+            return Ok(());
         };
-        let probe = &*self.log.probe;
+        let probe = &*self.probe;
         match level {
             Level::Trace => tracing::trace!(target: "sonde::plugin", probe, "{message}"),
             Level::Debug => tracing::debug!(target: "sonde::plugin", probe, "{message}"),
@@ -51,10 +60,9 @@ impl log::Host for HostState {
             Level::Warn => tracing::warn!(target: "sonde::plugin", probe, "{message}"),
             Level::Error => tracing::error!(target: "sonde::plugin", probe, "{message}"),
         }
+        Ok(())
     }
 }
-
-impl crate::engine::bindings::sonde::probe::types::Host for HostState {}
 
 #[cfg(test)]
 mod tests {
@@ -62,7 +70,7 @@ mod tests {
 
     #[test]
     fn a_call_logs_at_most_its_quota_of_capped_records() {
-        let mut log = CallLog::new("flood".into());
+        let mut log = LogCtx::new("flood".into());
         let admitted: Vec<String> = (0..1000).filter_map(|_| log.admit("l".repeat(100 * 1024))).collect();
         assert_eq!(admitted.len(), MAX_LOG_RECORDS);
         assert!(admitted.iter().all(|m| m.len() <= MAX_LOG_RECORD_BYTES));

@@ -13,7 +13,7 @@
 //! closed (checked when the pool is used; a sweep of every key runs at most
 //! once per [`SWEEP_EVERY`]).
 
-use super::tls::{TlsInfo, TlsOptions};
+use super::tls_client::{TlsInfo, TlsOptions};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;

@@ -1,368 +1,294 @@
-//! The host's TLS client, shared by every capability that speaks TLS (the
-//! `http` transport, the `tls` handshake, gRPC).
+//! sonde's `tls` interface: the host connects to `host:port`, completes a
+//! TLS handshake with its own client ([`super::tls_client`]) and reports the
+//! session and the server's certificate. For checks that need TLS but not
+//! HTTP (the `tcp` plugin's `tls` option) without running a TLS stack in the
+//! sandbox.
 //!
-//! [`TlsClient`] is built once per engine. The system's trust roots are read
-//! from the platform store (`/etc/ssl/certs`) the first time a call needs
-//! them, and kept; a host without any falls back to the Mozilla roots
-//! compiled into the binary. Client configurations are cached by their
-//! options (CA digest, skip-verify, ALPN), so a probe run builds no root
-//! store and parses no CA it has seen before.
+//! `connect` keeps the connection open as a `session` the plugin sends and
+//! receives over (send/expect steps over TLS), at most [`MAX_SESSIONS`] per
+//! call; dropping it, or the end of the call, resets the connection.
 //!
-//! Session resumption is off: every probe makes a full handshake and sees
-//! the certificate the server presents now.
+//! The `tcp` interface ([`super::tcp`]) makes the same kind of session over
+//! plain TCP, counted in the same [`TlsCtx`].
+//!
+//! The host must be the probe's target or a `net` grant, checked before any
+//! name lookup or connection; a refusal is recorded, so the run is reported
+//! as `denied` whatever the plugin does with the error.
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use sha2::{Digest, Sha256};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use super::dial::{DialError, dial};
+use super::grants::{CallGrants, Use};
+use super::tls_client::{MAX_CA_PEM_BYTES, TlsClient, TlsError, TlsInfo, TlsOptions};
+use crate::bindings::sonde::probe::tls as probe_tls;
+use crate::bindings::{Session, SessionStream};
+use probe_tls::{HandshakeResult, Info, Options, Timings, TlsError as WitError};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
+use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 
-/// The largest CA PEM text a plugin may pass.
-pub const MAX_CA_PEM_BYTES: usize = 256 * 1024;
+/// TLS sessions one call may hold open at once.
+pub const MAX_SESSIONS: usize = 4;
+/// The most one `receive` returns.
+pub const MAX_RECEIVE_BYTES: usize = 64 * 1024;
 
-/// How many client configurations are kept; the cache starts over when full.
-const MAX_CONFIGS: usize = 64;
-
-/// How to verify one server.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct TlsOptions {
-    /// PEM text of the CAs to trust instead of the system's roots.
-    pub(crate) ca_pem: Option<String>,
-    /// Accept any certificate (handshake signatures are still checked).
-    pub(crate) insecure_skip_verify: bool,
-    /// SNI and verification name instead of the connection's host.
-    pub(crate) server_name: Option<String>,
-}
-
-impl TlsOptions {
-    /// The SHA-256 of the CA PEM text, which identifies the trust it sets up.
-    pub(crate) fn ca_digest(&self) -> Option<[u8; 32]> {
-        self.ca_pem.as_ref().map(|pem| Sha256::digest(pem.as_bytes()).into())
-    }
-}
-
-/// What a handshake established.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct TlsInfo {
-    /// `TLSv1.2` or `TLSv1.3`.
-    pub(crate) version: String,
-    /// The protocol the server chose by ALPN.
-    pub(crate) alpn: Option<String>,
-    /// The server certificate's notBefore, Unix seconds.
-    pub(crate) not_before: i64,
-    /// The server certificate's notAfter, Unix seconds.
-    pub(crate) not_after: i64,
-    /// The server certificate's subject.
-    pub(crate) subject: String,
-    /// The server certificate's issuer.
-    pub(crate) issuer: String,
-}
-
-/// Why a TLS session could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum TlsError {
-    /// The name to verify is not a DNS name or an IP address.
-    #[error("server name {name:?} is not a DNS name or an IP address")]
-    ServerName {
-        /// The name as given.
-        name: String,
-    },
-    /// The CA the plugin passed is unusable.
-    #[error("CA certificates: {0}")]
-    Ca(String),
-    /// The handshake failed.
-    #[error("{0}")]
-    Handshake(String),
-    /// The server's certificate could not be read.
-    #[error("server certificate: {0}")]
-    Certificate(String),
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct ConfigKey {
-    ca: Option<[u8; 32]>,
-    insecure: bool,
-    alpn: Vec<Vec<u8>>,
-}
-
-/// The TLS client of one engine: the crypto provider, the system roots (read
-/// once) and the client configurations built so far.
-pub(crate) struct TlsClient {
-    provider: Arc<CryptoProvider>,
-    system_roots: OnceLock<Arc<RootCertStore>>,
-    configs: Mutex<HashMap<ConfigKey, Arc<ClientConfig>>>,
-}
-
-impl Default for TlsClient {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl TlsClient {
-    /// A client that has not read any roots yet (the once-per-engine phase).
-    pub(crate) fn new() -> Self {
-        Self {
-            provider: Arc::new(rustls::crypto::ring::default_provider()),
-            system_roots: OnceLock::new(),
-            configs: Mutex::new(HashMap::new()),
+impl SessionStream {
+    async fn send(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match self {
+            Self::Tls(s) => {
+                s.write_all(data).await?;
+                s.flush().await
+            }
+            Self::Plain(s) => s.write_all(data).await,
         }
     }
 
-    /// The system's trust roots, read on first use.
-    fn system_roots(&self) -> Arc<RootCertStore> {
-        self.system_roots
-            .get_or_init(|| {
-                let found = rustls_native_certs::load_native_certs();
-                let mut roots = RootCertStore::empty();
-                let (added, ignored) = roots.add_parsable_certificates(found.certs);
-                if added == 0 {
-                    tracing::warn!(
-                        errors = found.errors.len(),
-                        "no system trust roots found; using the Mozilla roots built into sonde"
-                    );
-                    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-                } else {
-                    tracing::debug!(added, ignored, "loaded the system trust roots");
-                }
-                Arc::new(roots)
-            })
-            .clone()
-    }
-
-    /// The client configuration for `options` and `alpn`, built once.
-    fn config(&self, options: &TlsOptions, alpn: &[&[u8]]) -> Result<Arc<ClientConfig>, TlsError> {
-        let key = ConfigKey {
-            ca: options.ca_digest(),
-            insecure: options.insecure_skip_verify,
-            alpn: alpn.iter().map(|p| p.to_vec()).collect(),
-        };
-        if let Some(config) = self.configs.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            return Ok(config.clone());
+    async fn receive(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Tls(s) => s.read(buf).await,
+            Self::Plain(s) => s.read(buf).await,
         }
-        let builder = ClientConfig::builder_with_provider(self.provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Handshake(e.to_string()))?;
-        let mut config = if options.insecure_skip_verify {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(
-                    self.provider.signature_verification_algorithms,
-                )))
-                .with_no_client_auth()
-        } else {
-            let roots = match &options.ca_pem {
-                Some(pem) => Arc::new(parse_ca(pem)?),
-                None => self.system_roots(),
-            };
-            builder.with_root_certificates(roots).with_no_client_auth()
-        };
-        config.alpn_protocols = key.alpn.clone();
-        config.resumption = rustls::client::Resumption::disabled();
-        let config = Arc::new(config);
-        let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
-        if configs.len() >= MAX_CONFIGS {
-            configs.clear();
-        }
-        configs.insert(key, config.clone());
-        Ok(config)
-    }
-
-    /// Checks `options` for a connection to `host` offering `alpn` (and
-    /// builds their client configuration, which [`TlsClient::connect`] then
-    /// finds cached): call it before connecting, so options that cannot
-    /// work open no connection.
-    pub(crate) fn validate(&self, host: &str, options: &TlsOptions, alpn: &[&[u8]]) -> Result<(), TlsError> {
-        server_name(host, options)?;
-        self.config(options, alpn).map(drop)
-    }
-
-    /// Runs a TLS handshake over `stream` as a client of `host` (or of
-    /// `options.server_name`), offering the `alpn` protocols, and returns
-    /// the session and what it established.
-    ///
-    /// The caller owns the connection (it has checked the grants and
-    /// connected) and bounds the time this takes.
-    pub(crate) async fn connect(
-        &self,
-        stream: TcpStream,
-        host: &str,
-        options: &TlsOptions,
-        alpn: &[&[u8]],
-    ) -> Result<(TlsStream<TcpStream>, TlsInfo), TlsError> {
-        let server_name = server_name(host, options)?;
-        let config = self.config(options, alpn)?;
-        let stream = tokio_rustls::TlsConnector::from(config)
-            .connect(server_name.clone(), stream)
-            .await
-            .map_err(|e| TlsError::Handshake(describe_handshake_error(&e, &server_name.to_str())))?;
-        let info = session_info(stream.get_ref().1)?;
-        Ok((stream, info))
     }
 }
 
-/// The name to send and verify: `options.server_name`, else `host`.
-fn server_name(host: &str, options: &TlsOptions) -> Result<ServerName<'static>, TlsError> {
-    let name = options
-        .server_name
-        .as_deref()
-        .unwrap_or(host)
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    ServerName::try_from(name.to_string()).map_err(|_| TlsError::ServerName { name: name.to_string() })
+/// The `tls` state of one call (built per call): how many sessions the
+/// plugin holds open, over `tls` or `tcp`.
+#[derive(Default)]
+pub(crate) struct TlsCtx {
+    sessions: usize,
 }
 
-/// Parses the CA certificates a plugin passed into a root store.
-fn parse_ca(pem: &str) -> Result<RootCertStore, TlsError> {
-    if pem.len() > MAX_CA_PEM_BYTES {
+/// What `tls` (and `tcp`, whose connections are `tls` sessions) sees of one
+/// call: its [`TlsCtx`], the resource table its sessions live in, its
+/// grants and deadline, and the engine's TLS client.
+pub(crate) struct TlsView<'a> {
+    /// The call's sessions.
+    pub(crate) ctx: &'a mut TlsCtx,
+    /// The call's resource table.
+    pub(crate) table: &'a mut ResourceTable,
+    /// The call's grants.
+    pub(crate) grants: &'a CallGrants,
+    /// When the call ends.
+    pub(crate) deadline: Instant,
+    /// The engine's TLS client.
+    pub(crate) tls: &'a TlsClient,
+}
+
+/// The [`HasData`] of `tls` and `tcp`: both see a [`TlsView`].
+pub(crate) struct Tls;
+
+impl HasData for Tls {
+    type Data<'a> = TlsView<'a>;
+}
+
+/// Adds the `tls` interface to `linker` (the once-per-process phase);
+/// `get` gives the view of the call in the store's data.
+pub(crate) fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> TlsView<'_>,
+) -> wasmtime::Result<()> {
+    probe_tls::add_to_linker::<T, Tls>(linker, get)
+}
+
+impl TlsView<'_> {
+    /// Refuses a new session once the call holds [`MAX_SESSIONS`] (checked
+    /// before dialing, and again when the session is stored).
+    pub(crate) fn room_for_session(&self) -> Result<(), WitError> {
+        if self.ctx.sessions >= MAX_SESSIONS {
+            return Err(WitError::Invalid(format!(
+                "at most {MAX_SESSIONS} sessions may be open at once"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Puts a connection in the call's table as a session, within the
+    /// per-call limit. A table that refuses it is the host's failure, a
+    /// trap.
+    pub(crate) fn open_session(
+        &mut self,
+        stream: SessionStream,
+    ) -> wasmtime::Result<Result<Resource<Session>, WitError>> {
+        if let Err(e) = self.room_for_session() {
+            return Ok(Err(e));
+        }
+        let session = self.table.push(Session { stream })?;
+        self.ctx.sessions += 1;
+        Ok(Ok(session))
+    }
+}
+
+/// The plugin's TLS options, bounded.
+pub(crate) fn options_from_wit(o: Options) -> Result<TlsOptions, TlsError> {
+    if let Some(pem) = &o.ca_pem
+        && pem.len() > MAX_CA_PEM_BYTES
+    {
         return Err(TlsError::Ca(format!(
             "{} bytes of PEM, more than the {MAX_CA_PEM_BYTES} allowed",
             pem.len()
         )));
     }
-    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Ca(format!("not valid PEM: {e}")))?;
-    if certs.is_empty() {
-        return Err(TlsError::Ca("no CERTIFICATE block in the PEM text".into()));
-    }
-    let mut roots = RootCertStore::empty();
-    for (i, cert) in certs.into_iter().enumerate() {
-        roots
-            .add(cert)
-            .map_err(|e| TlsError::Ca(format!("certificate {}: {e}", i + 1)))?;
-    }
-    Ok(roots)
-}
-
-/// A person-readable reason for a failed handshake.
-fn describe_handshake_error(e: &std::io::Error, name: &str) -> String {
-    use rustls::{CertificateError, Error};
-    let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) else {
-        return format!("handshake: {e}");
-    };
-    match tls {
-        Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
-            "certificate not trusted: its issuer is not a trusted CA (pass the CA, or skip verification)".into()
-        }
-        Error::InvalidCertificate(CertificateError::BadSignature) => {
-            "certificate not trusted: its signature does not verify against the trusted CA of its issuer's name".into()
-        }
-        Error::InvalidCertificate(CertificateError::NotValidForName)
-        | Error::InvalidCertificate(CertificateError::NotValidForNameContext { .. }) => {
-            format!("certificate not valid for {name:?}: {tls}")
-        }
-        // `openssl req -x509` makes such certificates; webpki never accepts
-        // one as a server's own, even when it is the CA passed.
-        Error::InvalidCertificate(CertificateError::Other(other))
-            if format!("{other:?}").contains("CaUsedAsEndEntity") =>
-        {
-            "certificate rejected: the server presents a CA certificate (basicConstraints CA:TRUE) as its own; \
-             use a server certificate signed by the CA, or skip verification"
-                .into()
-        }
-        Error::InvalidCertificate(_) => format!("certificate rejected: {tls}"),
-        other => format!("handshake: {other}"),
-    }
-}
-
-/// The version, ALPN and server certificate of an established session.
-fn session_info(conn: &rustls::ClientConnection) -> Result<TlsInfo, TlsError> {
-    let version = match conn.protocol_version() {
-        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3".to_string(),
-        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2".to_string(),
-        Some(other) => format!("{other:?}"),
-        None => String::new(),
-    };
-    let alpn = conn.alpn_protocol().map(|p| String::from_utf8_lossy(p).into_owned());
-    let der = conn
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .ok_or_else(|| TlsError::Certificate("the server sent none".into()))?;
-    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
-        .map_err(|e| TlsError::Certificate(format!("does not parse: {e}")))?;
-    let validity = cert.validity();
-    Ok(TlsInfo {
-        version,
-        alpn,
-        not_before: validity.not_before.timestamp(),
-        not_after: validity.not_after.timestamp(),
-        subject: cert.subject().to_string(),
-        issuer: cert.issuer().to_string(),
+    Ok(TlsOptions {
+        ca_pem: o.ca_pem,
+        insecure_skip_verify: o.insecure_skip_verify,
+        server_name: o.server_name.filter(|n| !n.is_empty()),
     })
 }
 
-/// `insecure_skip_verify`: any certificate is accepted, but the server must
-/// still prove it holds the certificate's key.
-#[derive(Debug)]
-struct AcceptAnyCertificate(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
+impl From<&TlsInfo> for Info {
+    fn from(i: &TlsInfo) -> Self {
+        Self {
+            version: i.version.clone(),
+            alpn: i.alpn.clone(),
+            not_before: i.not_before,
+            not_after: i.not_after,
+            subject: i.subject.clone(),
+            issuer: i.issuer.clone(),
+        }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+fn wit_error(e: TlsError) -> WitError {
+    match e {
+        TlsError::ServerName { .. } | TlsError::Ca(_) => WitError::Invalid(e.to_string()),
+        TlsError::Handshake(_) | TlsError::Certificate(_) => WitError::Handshake(e.to_string()),
+    }
+}
 
-    #[test]
-    fn bad_ca_pem_says_why() {
-        let e = parse_ca("hello").unwrap_err();
-        assert!(e.to_string().contains("no CERTIFICATE block"), "{e}");
-        let e = parse_ca("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap_err();
-        assert!(e.to_string().contains("certificate 1"), "{e}");
-        let e = parse_ca(&"x".repeat(MAX_CA_PEM_BYTES + 1)).unwrap_err();
-        assert!(e.to_string().contains("more than"), "{e}");
+async fn handshake(
+    client: &TlsClient,
+    host: &str,
+    port: u16,
+    options: &TlsOptions,
+) -> Result<(TlsStream<TcpStream>, HandshakeResult), WitError> {
+    let dialed = dial(host, port).await.map_err(|e| match e {
+        DialError::Dns(m) => WitError::Dns(m),
+        DialError::Connect(m) => WitError::Connect(m),
+    })?;
+    let start = Instant::now();
+    let (stream, info) = client
+        .connect(dialed.stream, host, options, &[])
+        .await
+        .map_err(wit_error)?;
+    let tls = start.elapsed();
+    let result = HandshakeResult {
+        info: (&info).into(),
+        timings: Timings {
+            dns: dialed.dns.as_secs_f64(),
+            connect: dialed.connect.as_secs_f64(),
+            tls: tls.as_secs_f64(),
+        },
+    };
+    Ok((stream, result))
+}
+
+impl TlsView<'_> {
+    /// Checks and runs one handshake for the plugin, within `timeout_ms`.
+    async fn tls_handshake(
+        &mut self,
+        host: String,
+        port: u16,
+        options: Options,
+        timeout_ms: u64,
+    ) -> Result<(TlsStream<TcpStream>, HandshakeResult), WitError> {
+        if host.is_empty() {
+            return Err(WitError::Invalid("no host".into()));
+        }
+        self.grants
+            .authorize(Use::Tls { host: &host, port })
+            .map_err(|d| WitError::Denied(d.0))?;
+        let options = options_from_wit(options).map_err(wit_error)?;
+        self.tls.validate(&host, &options, &[]).map_err(wit_error)?;
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let timeout = Duration::from_millis(timeout_ms);
+        if timeout >= left {
+            // The call's own deadline ends it first and records `timeout`.
+            return handshake(self.tls, &host, port, &options).await;
+        }
+        match tokio::time::timeout(timeout, handshake(self.tls, &host, port, &options)).await {
+            Ok(result) => result,
+            Err(_) => Err(WitError::Timeout(format!(
+                "no handshake within {}ms",
+                timeout.as_millis()
+            ))),
+        }
+    }
+}
+
+impl probe_tls::Host for TlsView<'_> {
+    async fn handshake(
+        &mut self,
+        host: String,
+        port: u16,
+        options: Options,
+        timeout_ms: u64,
+    ) -> wasmtime::Result<Result<HandshakeResult, WitError>> {
+        // Dropping the stream closes the connection with a reset, as every
+        // probe connection.
+        Ok(self
+            .tls_handshake(host, port, options, timeout_ms)
+            .await
+            .map(|(_stream, result)| result))
     }
 
-    #[test]
-    fn configs_are_built_once_per_options() {
-        let client = TlsClient::new();
-        let insecure = TlsOptions {
-            insecure_skip_verify: true,
-            ..TlsOptions::default()
+    async fn connect(
+        &mut self,
+        host: String,
+        port: u16,
+        options: Options,
+        timeout_ms: u64,
+    ) -> wasmtime::Result<Result<(Resource<Session>, HandshakeResult), WitError>> {
+        if let Err(e) = self.room_for_session() {
+            return Ok(Err(e));
+        }
+        let (stream, result) = match self.tls_handshake(host, port, options, timeout_ms).await {
+            Ok(done) => done,
+            Err(e) => return Ok(Err(e)),
         };
-        let a = client.config(&insecure, &[b"h2"]).unwrap();
-        let b = client.config(&insecure, &[b"h2"]).unwrap();
-        assert!(Arc::ptr_eq(&a, &b));
-        let c = client.config(&insecure, &[]).unwrap();
-        assert!(!Arc::ptr_eq(&a, &c));
-        assert_eq!(a.alpn_protocols, vec![b"h2".to_vec()]);
+        Ok(self
+            .open_session(SessionStream::Tls(Box::new(stream)))?
+            .map(|session| (session, result)))
+    }
+}
+
+impl probe_tls::HostSession for TlsView<'_> {
+    async fn send(&mut self, session: Resource<Session>, data: Vec<u8>) -> wasmtime::Result<Result<(), WitError>> {
+        let session = self.table.get_mut(&session)?;
+        Ok(session
+            .stream
+            .send(&data)
+            .await
+            .map_err(|e| WitError::Connect(format!("send: {e}"))))
+    }
+
+    async fn receive(
+        &mut self,
+        session: Resource<Session>,
+        max: u32,
+        timeout_ms: u64,
+    ) -> wasmtime::Result<Result<Vec<u8>, WitError>> {
+        let session = self.table.get_mut(&session)?;
+        let mut buf = vec![0; (max as usize).clamp(1, MAX_RECEIVE_BYTES)];
+        let timeout = Duration::from_millis(timeout_ms);
+        // The call's deadline also ends a wait longer than the call.
+        Ok(
+            match tokio::time::timeout(timeout, session.stream.receive(&mut buf)).await {
+                Ok(Ok(n)) => {
+                    buf.truncate(n);
+                    Ok(buf)
+                }
+                Ok(Err(e)) => Err(WitError::Connect(format!("receive: {e}"))),
+                Err(_) => Err(WitError::Timeout(format!(
+                    "nothing received within {}ms",
+                    timeout.as_millis()
+                ))),
+            },
+        )
+    }
+
+    fn drop(&mut self, session: Resource<Session>) -> wasmtime::Result<()> {
+        self.table.delete(session)?;
+        self.ctx.sessions = self.ctx.sessions.saturating_sub(1);
+        Ok(())
     }
 }

@@ -151,6 +151,62 @@ async fn http_to_an_ungranted_host_is_denied_and_sends_nothing() {
     }
 }
 
+/// issue 16, escape 1: an IPv6 grant (`[::/0]:PORT`) does not reach IPv4
+/// loopback through its v4-mapped address, by the host's `tcp`, `tls`,
+/// `http` or `grpc`, nor by the plugin's own socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v4_mapped_address_does_not_reach_ipv4_through_an_ipv6_grant() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let plugin = guest(guests::V4_MAPPED_ESCAPE).await;
+    let config = serde_json::json!({ "port": port }).to_string();
+    let target = closed_port().to_string();
+    let ipv6_only = Grants {
+        net: vec![format!("[::/0]:{port}").parse().unwrap()],
+        ..Grants::default()
+    };
+    let r = run(&plugin, &target, &config, &ipv6_only, SECOND).await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
+    assert!(
+        r.message
+            .starts_with(&format!("denied: TCP connection to ::ffff:127.0.0.1:{port}")),
+        "{}",
+        r.message
+    );
+    // tcp, tls, http and grpc: each one refused. (wasmtime-wasi refuses a
+    // v4-mapped address on the plugin's own socket as invalid before any
+    // grant check; the accept queue below shows it connected nowhere.)
+    assert!(r.message.ends_with("(and 3 more)"), "{}", r.message);
+    // A connection the host or the plugin made would be waiting in the
+    // accept queue by the time the call returned.
+    let accepted = listener.accept().map(|(_, peer)| peer);
+    assert_eq!(
+        accepted.as_ref().map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "{accepted:?}"
+    );
+
+    // Granted IPv4, the same address is reached. Connections are closed
+    // as soon as they are accepted, so TLS, HTTP and gRPC fail at once.
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    let (accepted, mut connections) = tokio::sync::mpsc::unbounded_channel();
+    let server = tokio::spawn(async move {
+        while let Ok((_, peer)) = listener.accept().await {
+            let _ = accepted.send(peer);
+        }
+    });
+    let ipv4 = Grants {
+        net: vec![format!("127.0.0.1:{port}").parse().unwrap()],
+        ..Grants::default()
+    };
+    let r = run(&plugin, &target, &config, &ipv4, SECOND).await;
+    assert_eq!((r.status, r.reason), (Status::Success, None), "{r:?}");
+    assert!(r.message.starts_with("tcp: true;"), "{}", r.message);
+    assert!(connections.recv().await.is_some());
+    server.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opening_a_file_without_a_grant_is_denied() {
     let r = run(&guest(guests::OPEN_FILE).await, "", "{}", &Grants::default(), SECOND).await;

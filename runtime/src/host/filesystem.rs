@@ -7,7 +7,7 @@
 //! wasi-libc would fail such calls inside the guest, and the host would
 //! never learn that the plugin tried.
 
-use super::HostState;
+use super::grants::{CallGrants, Use};
 use std::path::{Path, PathBuf};
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable, Val};
 use wasmtime_wasi::filesystem::{Descriptor, Dir};
@@ -54,47 +54,51 @@ pub(crate) fn configure(builder: &mut WasiCtxBuilder, files: &[PathBuf]) -> Resu
     Ok(())
 }
 
-/// The preopens of a call without a `files` grant: the shared empty directory.
-struct EmptyPreopen<'a> {
-    table: &'a mut ResourceTable,
-    empty: &'a Dir,
+/// What the filesystem of a call without a `files` grant sees: the call's
+/// resource table (for the empty directory's descriptor), the shared empty
+/// directory, and the grants its refusals are recorded in.
+pub(crate) struct EmptyView<'a> {
+    /// The call's resource table.
+    pub(crate) table: &'a mut ResourceTable,
+    /// The empty directory shown at `/`.
+    pub(crate) empty: &'a Dir,
+    /// The call's grants.
+    pub(crate) grants: &'a CallGrants,
 }
 
-struct EmptyPreopenData;
+struct Empty;
 
-impl HasData for EmptyPreopenData {
-    type Data<'a> = EmptyPreopen<'a>;
+impl HasData for Empty {
+    type Data<'a> = EmptyView<'a>;
 }
 
-impl preopens::Host for EmptyPreopen<'_> {
+impl preopens::Host for EmptyView<'_> {
     fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
         let fd = self.table.push(Descriptor::Dir(self.empty.clone()))?;
         Ok(vec![(fd, "/".to_string())])
     }
 }
 
-/// Replaces every path operation with a denial, for the linker used by
-/// calls without a `files` grant.
-pub(crate) fn deny_all_in_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+/// Replaces every path operation in `linker` with a denial, for the linker
+/// used by calls without a `files` grant (the once-per-process phase);
+/// `get` gives the view of the call in the store's data.
+pub(crate) fn add_to_linker_denying<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> EmptyView<'_>,
+) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
-    preopens::add_to_linker::<HostState, EmptyPreopenData>(linker, |s| EmptyPreopen {
-        table: &mut s.sandbox.table,
-        empty: &s.empty_dir,
-    })?;
+    preopens::add_to_linker::<T, Empty>(linker, get)?;
     let mut types = linker.instance(FILESYSTEM_TYPES)?;
     for method in PATH_METHODS {
         types.func_new(
             &format!("[method]descriptor.{method}"),
-            move |store, _ty, params, results| {
+            move |mut store, _ty, params, results| {
                 let path = params.iter().find_map(|v| match v {
                     Val::String(s) => Some(s.as_str()),
                     _ => None,
                 });
-                let what = match path {
-                    Some(p) => format!("filesystem {method} /{}: no `files` granted", p.trim_start_matches('/')),
-                    None => format!("filesystem {method} /: no `files` granted"),
-                };
-                store.data().grants.deny(what);
+                // Always refused: this linker serves calls with no `files`.
+                let _ = get(store.data_mut()).grants.authorize(Use::File { method, path });
                 if let Some(slot) = results.first_mut() {
                     *slot = Val::Result(Err(Some(Box::new(Val::Enum("access".into())))));
                 }

@@ -1,10 +1,10 @@
-//! `wasi:sockets`, filtered: TCP and UDP reach only the probe's target and
+//! `wasi:sockets` (`ip-name-lookup`, and the address check of `tcp` and
+//! `udp`), filtered: TCP and UDP reach only the probe's target and
 //! its `net` grants, a socket never listens, and a name lookup answers only
 //! for granted names. Every refusal is recorded, so the run is reported as
 //! `denied` whatever the plugin does with the error.
 
-use super::HostState;
-use super::grants::CallGrants;
+use super::grants::{CallGrants, Use};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -13,61 +13,64 @@ use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::{self, ResolveAddressStream};
 use wasmtime_wasi::p2::bindings::sockets::network::{self, ErrorCode, IpAddress, Network};
 use wasmtime_wasi::p2::{DynPollable, SocketError};
-use wasmtime_wasi::sockets::{SocketAddrUse, WasiSocketsCtxView, WasiSocketsView};
+use wasmtime_wasi::sockets::{SocketAddrUse, WasiSocketsCtxView};
 
-/// Names being resolved in this call, by lookup-stream handle.
+/// The sockets state of one call (built per call): the names being
+/// resolved, by lookup-stream handle, so each address they resolve to can
+/// be granted.
 #[derive(Default)]
-pub(crate) struct Lookups(HashMap<u32, String>);
+pub(crate) struct SocketsCtx {
+    lookups: HashMap<u32, String>,
+}
 
-/// Installs the address check for one call.
+/// Installs the address check of one call in its WASI context: every
+/// connect, send, bind and listen goes through the grants.
 pub(crate) fn configure(builder: &mut WasiCtxBuilder, grants: Arc<CallGrants>) {
     builder.allow_tcp(true).allow_udp(true).allow_ip_name_lookup(true);
     builder.socket_addr_check(move |addr, usage| {
-        let allowed = allows(&grants, addr, usage);
-        if !allowed {
-            grants.deny(match usage {
-                SocketAddrUse::TcpListen => format!("listen on {addr}"),
-                SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => format!("bind {addr}"),
-                _ => format!("connect to {addr}: not the target and not granted"),
-            });
-        }
+        let allowed = grants.authorize(use_of(addr, usage)).is_ok();
         Box::pin(async move { allowed })
     });
 }
 
-fn allows(grants: &CallGrants, addr: SocketAddr, usage: SocketAddrUse) -> bool {
+fn use_of(addr: SocketAddr, usage: SocketAddrUse) -> Use<'static> {
     match usage {
-        // Implicit binds before a connect use port 0; a plugin has no
-        // business holding a fixed port.
-        SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => addr.port() == 0,
-        SocketAddrUse::TcpListen | SocketAddrUse::TcpAccept => false,
-        SocketAddrUse::TcpConnect | SocketAddrUse::UdpSend | SocketAddrUse::UdpReceive => grants.allows_addr(addr),
+        // Implicit binds before a connect use port 0.
+        SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => Use::Bind(addr),
+        SocketAddrUse::TcpListen | SocketAddrUse::TcpAccept => Use::Listen(addr),
+        SocketAddrUse::TcpConnect | SocketAddrUse::UdpSend | SocketAddrUse::UdpReceive => Use::Connect(addr),
     }
 }
 
-/// The name-lookup view of one call.
-pub(crate) struct FilteredLookup<'a> {
-    inner: WasiSocketsCtxView<'a>,
-    grants: &'a CallGrants,
-    lookups: &'a mut Lookups,
+/// What the name lookup sees of one call: wasmtime-wasi's sockets, the
+/// call's grants, and its [`SocketsCtx`].
+pub(crate) struct SocketsView<'a> {
+    /// wasmtime-wasi's sockets of the call.
+    pub(crate) inner: WasiSocketsCtxView<'a>,
+    /// The call's grants.
+    pub(crate) grants: &'a CallGrants,
+    /// The call's lookups.
+    pub(crate) ctx: &'a mut SocketsCtx,
 }
 
-struct LookupData;
+struct Sockets;
 
-impl HasData for LookupData {
-    type Data<'a> = FilteredLookup<'a>;
+impl HasData for Sockets {
+    type Data<'a> = SocketsView<'a>;
 }
 
-fn lookup_view(state: &mut HostState) -> FilteredLookup<'_> {
-    FilteredLookup {
-        inner: state.sandbox.sockets(),
-        grants: &state.grants,
-        lookups: &mut state.lookups,
-    }
-}
-
-pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    ip_name_lookup::add_to_linker::<HostState, LookupData>(linker, lookup_view)
+/// Replaces wasmtime-wasi's `ip-name-lookup` in `linker` (the
+/// once-per-process phase) with one that answers only for granted names:
+/// wasmtime-wasi has no hook for lookups. `get` gives the view of the call
+/// in the store's data.
+pub(crate) fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> SocketsView<'_>,
+) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let added = ip_name_lookup::add_to_linker::<T, Sockets>(linker, get);
+    linker.allow_shadowing(false);
+    added
 }
 
 fn to_std(ip: IpAddress) -> IpAddr {
@@ -77,7 +80,7 @@ fn to_std(ip: IpAddress) -> IpAddr {
     }
 }
 
-impl network::Host for FilteredLookup<'_> {
+impl network::Host for SocketsView<'_> {
     fn convert_error_code(&mut self, error: SocketError) -> wasmtime::Result<ErrorCode> {
         network::Host::convert_error_code(&mut self.inner, error)
     }
@@ -87,37 +90,35 @@ impl network::Host for FilteredLookup<'_> {
     }
 }
 
-impl network::HostNetwork for FilteredLookup<'_> {
+impl network::HostNetwork for SocketsView<'_> {
     fn drop(&mut self, this: Resource<Network>) -> wasmtime::Result<()> {
         network::HostNetwork::drop(&mut self.inner, this)
     }
 }
 
-impl ip_name_lookup::Host for FilteredLookup<'_> {
+impl ip_name_lookup::Host for SocketsView<'_> {
     fn resolve_addresses(
         &mut self,
         network: Resource<Network>,
         name: String,
     ) -> Result<Resource<ResolveAddressStream>, SocketError> {
-        if !self.grants.allows_lookup(&name) {
-            self.grants
-                .deny(format!("look up {name:?}: not the target and not granted"));
+        if self.grants.authorize(Use::Lookup(&name)).is_err() {
             return Err(ErrorCode::AccessDenied.into());
         }
         let stream = ip_name_lookup::Host::resolve_addresses(&mut self.inner, network, name.clone())?;
-        self.lookups.0.insert(stream.rep(), name);
+        self.ctx.lookups.insert(stream.rep(), name);
         Ok(stream)
     }
 }
 
-impl ip_name_lookup::HostResolveAddressStream for FilteredLookup<'_> {
+impl ip_name_lookup::HostResolveAddressStream for SocketsView<'_> {
     fn resolve_next_address(
         &mut self,
         stream: Resource<ResolveAddressStream>,
     ) -> Result<Option<IpAddress>, SocketError> {
         let rep = stream.rep();
         let next = ip_name_lookup::HostResolveAddressStream::resolve_next_address(&mut self.inner, stream)?;
-        if let (Some(ip), Some(name)) = (next, self.lookups.0.get(&rep)) {
+        if let (Some(ip), Some(name)) = (next, self.ctx.lookups.get(&rep)) {
             self.grants.note_resolved(name, to_std(ip));
         }
         Ok(next)
@@ -128,7 +129,7 @@ impl ip_name_lookup::HostResolveAddressStream for FilteredLookup<'_> {
     }
 
     fn drop(&mut self, stream: Resource<ResolveAddressStream>) -> wasmtime::Result<()> {
-        self.lookups.0.remove(&stream.rep());
+        self.ctx.lookups.remove(&stream.rep());
         ip_name_lookup::HostResolveAddressStream::drop(&mut self.inner, stream)
     }
 }
@@ -144,10 +145,11 @@ mod tests {
             Some(NetPattern::for_target("127.0.0.1:80").unwrap()),
             Arc::new(Grants::default()),
         );
-        assert!(allows(&g, "0.0.0.0:0".parse().unwrap(), SocketAddrUse::TcpBind));
-        assert!(!allows(&g, "0.0.0.0:8080".parse().unwrap(), SocketAddrUse::TcpBind));
-        assert!(!allows(&g, "127.0.0.1:80".parse().unwrap(), SocketAddrUse::TcpListen));
-        assert!(allows(&g, "127.0.0.1:80".parse().unwrap(), SocketAddrUse::TcpConnect));
-        assert!(!allows(&g, "127.0.0.1:81".parse().unwrap(), SocketAddrUse::UdpSend));
+        let allows = |addr: &str, usage| g.authorize(use_of(addr.parse().unwrap(), usage)).is_ok();
+        assert!(allows("0.0.0.0:0", SocketAddrUse::TcpBind));
+        assert!(!allows("0.0.0.0:8080", SocketAddrUse::TcpBind));
+        assert!(!allows("127.0.0.1:80", SocketAddrUse::TcpListen));
+        assert!(allows("127.0.0.1:80", SocketAddrUse::TcpConnect));
+        assert!(!allows("127.0.0.1:81", SocketAddrUse::UdpSend));
     }
 }

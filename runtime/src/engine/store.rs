@@ -1,0 +1,186 @@
+//! The data of one call's `Store`: a composition of the capabilities' own
+//! states, built per call and dropped with the store, and the linker that
+//! wires each capability to its part through an accessor (the
+//! once-per-process phase).
+//!
+//! Only this module knows the whole; a capability sees its view alone
+//! (`host::exec::ExecView`, `host::tls::TlsView`…).
+
+use super::limits::MemoryCap;
+use crate::host::grants::CallGrants;
+use crate::host::{Shared, exec, filesystem, grpc, http, log, outgoing_handler, sockets, tcp, tls};
+use std::sync::Arc;
+use std::time::Instant;
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime_wasi::filesystem::Dir;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+/// How much of a plugin's stderr the host keeps for error messages.
+const STDERR_CAPTURE_BYTES: usize = 4 * 1024;
+
+/// The data of one call's `Store`.
+pub(crate) struct CallState {
+    // What every capability may borrow: the call's grants, deadline and
+    // resource table, and what the engine's calls share.
+    grants: Arc<CallGrants>,
+    deadline: Instant,
+    table: ResourceTable,
+    shared: Arc<Shared>,
+    /// The shared empty directory shown to calls without a `files` grant.
+    empty_dir: Dir,
+    // The capabilities' own states.
+    wasi: WasiCtx,
+    wasi_http: WasiHttpCtx,
+    http_hooks: outgoing_handler::Hooks,
+    sockets: sockets::SocketsCtx,
+    log: log::LogCtx,
+    tls: tls::TlsCtx,
+    // The store's own.
+    pub(crate) memory: MemoryCap,
+    stderr: MemoryOutputPipe,
+}
+
+impl CallState {
+    /// Builds the state of one call (the per-call phase): a WASI context
+    /// that denies everything the grants do not allow.
+    pub(crate) fn new(
+        probe: Arc<str>,
+        grants: Arc<CallGrants>,
+        shared: Arc<Shared>,
+        empty_dir: &Dir,
+        memory: u64,
+        deadline: Instant,
+    ) -> Result<Self, String> {
+        let mut builder = WasiCtx::builder();
+        sockets::configure(&mut builder, grants.clone());
+        filesystem::configure(&mut builder, &grants.config().files)?;
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
+        builder.stderr(stderr.clone());
+        Ok(Self {
+            wasi: builder.build(),
+            table: ResourceTable::new(),
+            wasi_http: WasiHttpCtx::new(),
+            http_hooks: outgoing_handler::Hooks::new(grants.clone()),
+            sockets: sockets::SocketsCtx::default(),
+            log: log::LogCtx::new(probe),
+            tls: tls::TlsCtx::default(),
+            memory: MemoryCap::new(memory),
+            grants,
+            deadline,
+            shared,
+            empty_dir: empty_dir.clone(),
+            stderr,
+        })
+    }
+
+    /// The last line the plugin wrote to stderr, such as a panic message.
+    pub(crate) fn stderr_tail(&self) -> Option<String> {
+        let bytes = self.stderr.contents();
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        // A Rust panic prints "thread '<unnamed>' panicked at FILE:LINE:COL:"
+        // and the message on the next line.
+        match lines.iter().rposition(|l| l.contains("panicked at")) {
+            Some(i) => Some(lines[i..(i + 2).min(lines.len())].join(" ")),
+            None => lines.last().map(|l| l.to_string()),
+        }
+    }
+
+    fn sockets_view(&mut self) -> sockets::SocketsView<'_> {
+        sockets::SocketsView {
+            inner: wasmtime_wasi::sockets::WasiSocketsCtxView {
+                ctx: self.wasi.sockets(),
+                table: &mut self.table,
+            },
+            grants: &self.grants,
+            ctx: &mut self.sockets,
+        }
+    }
+
+    fn filesystem_view(&mut self) -> filesystem::EmptyView<'_> {
+        filesystem::EmptyView {
+            table: &mut self.table,
+            empty: &self.empty_dir,
+            grants: &self.grants,
+        }
+    }
+
+    fn log_ctx(&mut self) -> &mut log::LogCtx {
+        &mut self.log
+    }
+
+    fn exec_view(&mut self) -> exec::ExecView<'_> {
+        exec::ExecView {
+            grants: &self.grants,
+            deadline: self.deadline,
+        }
+    }
+
+    fn http_view(&mut self) -> http::HttpView<'_> {
+        http::HttpView {
+            grants: &self.grants,
+            deadline: self.deadline,
+            tls: &self.shared.tls,
+            pool: &self.shared.pool,
+        }
+    }
+
+    fn grpc_view(&mut self) -> grpc::GrpcView<'_> {
+        grpc::GrpcView {
+            grants: &self.grants,
+            deadline: self.deadline,
+            tls: &self.shared.tls,
+        }
+    }
+
+    fn tls_view(&mut self) -> tls::TlsView<'_> {
+        tls::TlsView {
+            ctx: &mut self.tls,
+            table: &mut self.table,
+            grants: &self.grants,
+            deadline: self.deadline,
+            tls: &self.shared.tls,
+        }
+    }
+}
+
+// wasmtime-wasi and wasmtime-wasi-http take their views through these
+// traits rather than an accessor.
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for CallState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.wasi_http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
+        }
+    }
+}
+
+/// Adds every host capability to `linker` (the once-per-process phase).
+/// With `files_granted` false, every filesystem path operation is a denial.
+pub(crate) fn add_to_linker(linker: &mut Linker<CallState>, files_granted: bool) -> wasmtime::Result<()> {
+    wasmtime_wasi::p2::add_to_linker_async(linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
+    sockets::add_to_linker(linker, CallState::sockets_view)?;
+    if !files_granted {
+        filesystem::add_to_linker_denying(linker, CallState::filesystem_view)?;
+    }
+    log::add_to_linker(linker, CallState::log_ctx)?;
+    exec::add_to_linker(linker, CallState::exec_view)?;
+    http::add_to_linker(linker, CallState::http_view)?;
+    grpc::add_to_linker(linker, CallState::grpc_view)?;
+    tls::add_to_linker(linker, CallState::tls_view)?;
+    tcp::add_to_linker(linker, CallState::tls_view)?;
+    Ok(())
+}
