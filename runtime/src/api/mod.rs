@@ -19,15 +19,17 @@
 //!
 //! Errors are JSON `{"error": "..."}` with 400, 404 or 405.
 
+pub mod auth;
 mod page;
 mod watch;
+
+pub use auth::{ApiAuth, Principal};
 
 use crate::config::Kind;
 use crate::control::{AgentStatus, Control, ControlError};
 use crate::metrics::Metrics;
 use crate::results::{ProbeView, ResultCache};
 use crate::scheduler::{self, TriggerError};
-use crate::tenants::Principal;
 use crate::verdict::Status;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -43,39 +45,6 @@ use std::time::{Duration, SystemTime};
 
 /// `/livez` and `/healthz` fail once a due run has waited this long to start.
 pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Whether API callers must present a bearer token.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ApiAuth {
-    /// `token` when the config has any token, else `none`.
-    #[default]
-    Auto,
-    /// Every endpoint but `/livez` and `/healthz` needs `Authorization: Bearer <token>`.
-    Token,
-    /// No token: every caller is the operator. Only on a loopback address.
-    None,
-}
-
-impl ApiAuth {
-    /// What this means for an API on `addr` with or without tokens
-    /// configured: `Token` or `None`, or why it cannot be.
-    pub fn resolve(self, addr: SocketAddr, has_tokens: bool) -> Result<Self, String> {
-        let open = match self {
-            Self::Auto => !has_tokens,
-            Self::Token => false,
-            Self::None => true,
-        };
-        if open && !addr.ip().is_loopback() {
-            return Err(format!(
-                "the API on {addr} would answer anyone without a token: configure operator_token_file (or tenant tokens), or serve it on a loopback address such as 127.0.0.1"
-            ));
-        }
-        if !open && !has_tokens {
-            return Err("--api-auth token, but no token is configured (operator_token_file, operator_token_env, or a tenant's token_file/token_env)".into());
-        }
-        Ok(if open { Self::None } else { Self::Token })
-    }
-}
 
 /// What the API serves from.
 #[derive(Clone)]
@@ -264,11 +233,8 @@ fn principal(state: &ApiState, req: &Request<Incoming>) -> Option<Principal> {
         return Some(Principal::Operator);
     }
     let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    state.control.tenants().authenticate(token.trim())
+    let tenants = state.control.tenants();
+    auth::authenticate(auth::bearer(value)?, tenants.credentials())
 }
 
 fn unauthorized() -> Response<Body> {

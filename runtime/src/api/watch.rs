@@ -13,8 +13,8 @@
 //! ```
 
 use super::{Body, query};
+use crate::api::auth::Principal;
 use crate::results::{EventLog, ResultCache, RunEvent, StateChange};
-use crate::tenants::Principal;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
