@@ -9,14 +9,14 @@
 //! probe that no longer loads is a [`LeftOut`]. Turning them into HTTP is
 //! the API's business.
 
-use crate::api::ApiAuth;
+use crate::api::auth::{ApiAuth, Principal};
 use crate::config::{self, ConfigError, ConfigErrors};
 use crate::engine::{Engine, LoadError};
 use crate::executor::Executor;
 use crate::managed::{self, SpecError, Store, StoredProbe};
 use crate::registry::{Change, Prepared, Registry};
 use crate::scheduler::{self, ReloadSummary};
-use crate::tenants::{DEFAULT_TENANT, Principal, TenantId, Tenants};
+use crate::tenants::{DEFAULT_TENANT, TenantId, Tenants};
 use serde::Serialize;
 use std::fmt;
 use std::net::SocketAddr;

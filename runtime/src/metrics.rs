@@ -20,12 +20,12 @@
 //! | `sonde_scheduler_runs_in_flight` | gauge | |
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
 
+use crate::api::auth::Principal;
 use crate::config::Kind;
 use crate::executor::{Executor, TenantStats};
 use crate::registry::ProbeSpec;
 use crate::results::{Observation, ResultCache, RunCount};
 use crate::scheduler::{self, Observer};
-use crate::tenants::Principal;
 use crate::verdict::{RunResult, Status};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};

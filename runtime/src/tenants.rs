@@ -6,13 +6,11 @@
 //! configured tenant has [`Quotas`] (probe count, concurrent runs, and the
 //! highest `timeout`, `fuel` and `memory` a probe may ask for) and a
 //! [`Ceiling`]: the widest `net`, `exec` and `files` grants its probes may
-//! have, the probe's own target included. [`Tenant::admit`] is the one check
-//! of a probe against both, used when the config is loaded and when a
-//! tenant uploads a probe through the API.
+//! have, the probe's own target included. [`Tenant::check`] is the one check
+//! of a probe against both.
 //!
-//! API tokens are read once (from a file or an environment variable),
-//! trimmed, and kept only as a SHA-256 digest in a [`Token`], which never
-//! prints and is compared in constant time by [`Tenants::authenticate`].
+//! A tenant may have an API [`Token`]; reading tokens and telling callers
+//! apart is [`crate::api::auth`]'s, which [`Tenants::credentials`] feeds.
 //!
 //! # Examples
 //!
@@ -33,16 +31,17 @@
 //! assert!(errors[0].to_string().contains("\"*:443\""));
 //! ```
 
+use crate::api::auth::{Principal, Token};
 use crate::engine::{Limits, limits};
 use crate::host::grants::path_within;
 use crate::host::{GrantError, Grants, NetPattern};
-use crate::registry::ProbeSpec;
-use sha2::{Digest, Sha256};
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use subtle::ConstantTimeEq;
+
+/// Reads a tenant's or the operator's token; the registry's way in to
+/// [`crate::api::auth`].
+pub use crate::api::auth::read_token;
 
 /// A tenant's id, shared by every probe and target it owns.
 pub type TenantId = Arc<str>;
@@ -257,20 +256,6 @@ impl Tenant {
         }
     }
 
-    /// Checks a resolved probe against this tenant's ceiling and per-call
-    /// quotas; the first problem found is the error. For `PUT /v1/probes`
-    /// and anything else that admits one probe.
-    pub fn admit(&self, spec: &ProbeSpec) -> Result<(), CeilingError> {
-        match self
-            .check(&spec.name, &spec.address, &spec.grants, &spec.limits)
-            .into_iter()
-            .next()
-        {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
     /// Every way probe `probe` (its target `address`, `grants` and
     /// `limits`) exceeds this tenant's ceiling or per-call quotas.
     pub fn check(&self, probe: &str, address: &str, grants: &Grants, limits: &Limits) -> Vec<CeilingError> {
@@ -357,146 +342,6 @@ impl Tenant {
     }
 }
 
-/// An API token, kept as the SHA-256 of its text: it never prints, and
-/// [`Token::matches`] compares in constant time.
-#[derive(Clone)]
-pub struct Token([u8; 32]);
-
-impl Token {
-    /// The token whose text is `secret` (trimmed); `None` if that is empty.
-    pub fn new(secret: &str) -> Option<Self> {
-        let secret = secret.trim();
-        (!secret.is_empty()).then(|| Self(Sha256::digest(secret.as_bytes()).into()))
-    }
-
-    /// Whether `presented` is this token, in time that does not depend on
-    /// where they differ (both sides are hashed first, so not on the
-    /// length either).
-    pub fn matches(&self, presented: &str) -> bool {
-        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        self.0.ct_eq(&digest).into()
-    }
-}
-
-impl fmt::Debug for Token {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Token(<redacted>)")
-    }
-}
-
-impl fmt::Display for Token {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl PartialEq for Token {
-    fn eq(&self, o: &Self) -> bool {
-        self.0.ct_eq(&o.0).into()
-    }
-}
-
-impl Eq for Token {}
-
-/// Who an API caller is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Principal {
-    /// The operator: sees and acts on every tenant's probes.
-    Operator,
-    /// A tenant: sees and acts on its own probes only.
-    Tenant(TenantId),
-}
-
-impl Principal {
-    /// Whether this caller may see what `tenant` owns.
-    pub fn sees(&self, tenant: &str) -> bool {
-        match self {
-            Self::Operator => true,
-            Self::Tenant(t) => &**t == tenant,
-        }
-    }
-}
-
-/// Why a token could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum TokenError {
-    /// Both `token_file` and `token_env` are set.
-    #[error("set token_file or token_env, not both")]
-    Both,
-    /// The file cannot be read.
-    #[error("token_file {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file may be read by others than its owner's group.
-    #[error(
-        "token_file {path}: readable or writable by every user (mode {mode:o}); make it readable by sonde alone (chmod 600 or 640)"
-    )]
-    WorldAccessible {
-        /// The file.
-        path: PathBuf,
-        /// Its permission bits.
-        mode: u32,
-    },
-    /// The environment variable is not set or not UTF-8.
-    #[error("token_env {name}: not set in sonde's environment")]
-    NoEnv {
-        /// The variable.
-        name: String,
-    },
-    /// The token is empty (after trimming).
-    #[error("{source_name}: the token is empty")]
-    Empty {
-        /// `token_file PATH` or `token_env NAME`.
-        source_name: String,
-    },
-}
-
-/// Reads a token from `file` or the environment variable `env` (one of
-/// them at most); `Ok(None)` when neither is given.
-///
-/// A file readable or writable by every user is refused: a token anyone on
-/// the node can read protects nothing. A file readable by its group is
-/// accepted with a warning (a secret volume often is, for a group sonde
-/// runs in).
-pub fn read_token(file: Option<&Path>, env: Option<&str>) -> Result<Option<Token>, TokenError> {
-    match (file, env) {
-        (Some(_), Some(_)) => Err(TokenError::Both),
-        (None, None) => Ok(None),
-        (Some(path), None) => {
-            use std::os::unix::fs::PermissionsExt;
-            let read_err = |source| TokenError::Read {
-                path: path.to_path_buf(),
-                source,
-            };
-            let meta = std::fs::metadata(path).map_err(read_err)?;
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o006 != 0 {
-                return Err(TokenError::WorldAccessible {
-                    path: path.to_path_buf(),
-                    mode,
-                });
-            }
-            if mode & 0o060 != 0 {
-                tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "token file is readable by its group");
-            }
-            let text = std::fs::read_to_string(path).map_err(read_err)?;
-            Token::new(&text).map(Some).ok_or_else(|| TokenError::Empty {
-                source_name: format!("token_file {}", path.display()),
-            })
-        }
-        (None, Some(name)) => {
-            let text = std::env::var(name).map_err(|_| TokenError::NoEnv { name: name.to_string() })?;
-            Token::new(&text).map(Some).ok_or_else(|| TokenError::Empty {
-                source_name: format!("token_env {name}"),
-            })
-        }
-    }
-}
-
 /// Every tenant of a config, the operator's [`DEFAULT_TENANT`] first, and
 /// the operator's token.
 #[derive(Clone, Debug)]
@@ -554,20 +399,15 @@ impl Tenants {
         self.operator_token.is_some() || self.list.iter().any(|t| t.token.is_some())
     }
 
-    /// Who presents `token` (a bearer token, as sent): the operator, a
-    /// tenant, or nobody. Every configured token is compared, each in
-    /// constant time, whichever matches.
-    pub fn authenticate(&self, token: &str) -> Option<Principal> {
-        let mut found = None;
-        if self.operator_token.as_ref().is_some_and(|t| t.matches(token)) {
-            found = Some(Principal::Operator);
-        }
-        for t in &self.list {
-            if t.token.as_ref().is_some_and(|k| k.matches(token)) && found.is_none() {
-                found = Some(Principal::Tenant(t.id.clone()));
-            }
-        }
-        found
+    /// Every configured token and whose it is, the operator's first: what
+    /// [`crate::api::auth::authenticate`] compares a bearer token with.
+    pub fn credentials(&self) -> impl Iterator<Item = (&Token, Principal)> {
+        let operator = self.operator_token.iter().map(|t| (t, Principal::Operator));
+        let tenants = self
+            .list
+            .iter()
+            .filter_map(|t| Some((t.token.as_ref()?, Principal::Tenant(t.id.clone()))));
+        operator.chain(tenants)
     }
 }
 
@@ -761,47 +601,19 @@ mod tests {
     }
 
     #[test]
-    fn tokens_never_print_and_authenticate() {
-        let token = Token::new("  s3cret\n").unwrap();
-        assert_eq!(format!("{token:?} {token}"), "Token(<redacted>) <redacted>");
-        assert!(token.matches("s3cret"));
-        assert!(!token.matches("s3cret "));
-        assert!(!token.matches(""));
-        assert!(Token::new(" \n").is_none());
+    fn every_token_is_a_credential_and_none_prints() {
         let mut acme = acme();
         acme.token = Token::new("acme-token");
-        let tenants = Tenants::new(vec![acme], Token::new("op-token"));
-        assert_eq!(
-            tenants.authenticate("acme-token"),
-            Some(Principal::Tenant("acme".into()))
+        let tenants = Tenants::new(
+            vec![acme, Tenant::new("beta", Quotas::default(), Ceiling::default())],
+            Token::new("op-token"),
         );
-        assert_eq!(tenants.authenticate("op-token"), Some(Principal::Operator));
-        assert_eq!(tenants.authenticate("nobody"), None);
-        assert!(Principal::Operator.sees("acme"));
-        assert!(!Principal::Tenant("acme".into()).sees("other"));
+        let whose = |token: &str| crate::api::auth::authenticate(token, tenants.credentials());
+        assert_eq!(whose("acme-token"), Some(Principal::Tenant("acme".into())));
+        assert_eq!(whose("op-token"), Some(Principal::Operator));
+        assert_eq!(whose("nobody"), None);
+        assert_eq!(tenants.credentials().count(), 2, "beta has no token");
         let debug = format!("{tenants:?}");
         assert!(!debug.contains("acme-token") && !debug.contains("op-token"), "{debug}");
-    }
-
-    #[test]
-    fn token_files_must_be_private() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("token");
-        std::fs::write(&path, "t0k3n\n").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let e = read_token(Some(&path), None).unwrap_err();
-        assert!(e.to_string().contains("every user (mode 644)"), "{e}");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert!(read_token(Some(&path), None).unwrap().unwrap().matches("t0k3n"));
-        std::fs::write(&path, "\n").unwrap();
-        let e = read_token(Some(&path), None).unwrap_err();
-        assert!(e.to_string().contains("empty"), "{e}");
-        let e = read_token(Some(&dir.path().join("missing")), None).unwrap_err();
-        assert!(e.to_string().contains("missing"), "{e}");
-        let e = read_token(None, Some("SONDE_TEST_NO_SUCH_VARIABLE")).unwrap_err();
-        assert!(e.to_string().contains("not set"), "{e}");
-        assert!(matches!(read_token(Some(&path), Some("X")), Err(TokenError::Both)));
-        assert!(read_token(None, None).unwrap().is_none());
     }
 }

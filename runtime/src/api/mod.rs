@@ -9,7 +9,9 @@
 //! | `GET /` | the status page (HTML, live from `/v1/watch`) |
 //! | `GET /v1/probes` | every probe: state, stale, consecutive, last outcome |
 //! | `GET /v1/probes/{name}` | one probe, with its history |
+//! | `PUT`, `DELETE /v1/probes/{name}` | add, replace or remove a probe of the caller's (with a `state_dir`) |
 //! | `POST /v1/probes/{name}/run` | run it now; the outcome |
+//! | `PUT`, `DELETE /v1/plugins/{name}` | upload, replace or remove a plugin of the caller's |
 //! | `GET /v1/targets`, `/v1/targets/{name}` | started, ready, live, and the probes behind them |
 //! | `GET /v1/ready/{group}`, `/v1/live/{group}` | 200 when every readiness (liveness) probe of the group passes, else 503 |
 //! | `GET /v1/watch` | Server-Sent Events: state changes (`?all=1`: every outcome) |
@@ -17,25 +19,32 @@
 //! | `GET /metrics` | Prometheus exposition ([`crate::metrics`]) |
 //! | `GET /livez`, `/healthz` | sonde's own health (kube-proxy's rule); `/healthz` is also 503 while draining |
 //!
-//! Errors are JSON `{"error": "..."}` with 400, 404 or 405.
+//! Routes, methods, 404 and 405 come from axum's [`Router`]; each handler
+//! is a few lines over [`Control`], the [`ResultCache`] and the scheduler.
+//! Errors are JSON `{"error": "..."}` (400, 401, 404, 405, 409, 413, 422,
+//! 503); [`ControlError`]s become status codes in one place.
 
+pub mod auth;
 mod page;
 mod watch;
+
+pub use auth::{ApiAuth, Principal};
 
 use crate::config::Kind;
 use crate::control::{AgentStatus, Control, ControlError};
 use crate::metrics::Metrics;
 use crate::results::{ProbeView, ResultCache};
 use crate::scheduler::{self, TriggerError};
-use crate::tenants::Principal;
 use crate::verdict::Status;
+use axum::Router;
+use axum::extract::{FromRequestParts, Path, RawQuery, Request, State};
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use http_body_util::BodyExt;
 use serde::Serialize;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,39 +52,6 @@ use std::time::{Duration, SystemTime};
 
 /// `/livez` and `/healthz` fail once a due run has waited this long to start.
 pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Whether API callers must present a bearer token.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ApiAuth {
-    /// `token` when the config has any token, else `none`.
-    #[default]
-    Auto,
-    /// Every endpoint but `/livez` and `/healthz` needs `Authorization: Bearer <token>`.
-    Token,
-    /// No token: every caller is the operator. Only on a loopback address.
-    None,
-}
-
-impl ApiAuth {
-    /// What this means for an API on `addr` with or without tokens
-    /// configured: `Token` or `None`, or why it cannot be.
-    pub fn resolve(self, addr: SocketAddr, has_tokens: bool) -> Result<Self, String> {
-        let open = match self {
-            Self::Auto => !has_tokens,
-            Self::Token => false,
-            Self::None => true,
-        };
-        if open && !addr.ip().is_loopback() {
-            return Err(format!(
-                "the API on {addr} would answer anyone without a token: configure operator_token_file (or tenant tokens), or serve it on a loopback address such as 127.0.0.1"
-            ));
-        }
-        if !open && !has_tokens {
-            return Err("--api-auth token, but no token is configured (operator_token_file, operator_token_env, or a tenant's token_file/token_env)".into());
-        }
-        Ok(if open { Self::None } else { Self::Token })
-    }
-}
 
 /// What the API serves from.
 #[derive(Clone)]
@@ -109,7 +85,7 @@ pub struct ApiError {
 }
 
 /// A response body: whole, or a stream (the watch).
-pub type Body = UnsyncBoxBody<Bytes, Infallible>;
+pub type Body = axum::body::Body;
 
 /// Binds `addr` and serves the API until the task is dropped; returns the
 /// bound address (useful with port 0).
@@ -118,47 +94,307 @@ pub async fn serve(addr: SocketAddr, state: ApiState) -> Result<(SocketAddr, tok
         .await
         .map_err(|source| ApiError { addr, source })?;
     let bound = listener.local_addr().map_err(|source| ApiError { addr, source })?;
+    // A trailing slash names the same endpoint; the router never sees it.
+    let app = tower::ServiceExt::<Request>::map_request(router(state), trim_trailing_slash);
     let task = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let state = state.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let state = state.clone();
-                    async move { Ok::<_, Infallible>(route(&state, req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
+        let _ = axum::serve(listener, axum::ServiceExt::<Request>::into_make_service(app)).await;
     });
     Ok((bound, task))
 }
 
-fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
-    Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, content_type)
-        .header(header::CACHE_CONTROL, "no-store")
-        .body(Full::new(body.into()).boxed_unsync())
-        .unwrap_or_default()
+/// Every endpoint, its methods and its handler. Unknown paths answer 404,
+/// known paths with another method 405, both with a JSON error, and both
+/// (like every endpoint but `/livez` and `/healthz`) only to a caller who
+/// may call the API at all.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/", get(status_page))
+        .route("/metrics", get(metrics))
+        .route("/livez", get(livez))
+        .route("/healthz", get(healthz))
+        .route("/v1/probes", get(list_probes))
+        .route("/v1/probes/{name}", get(get_probe).put(put_probe).delete(delete_probe))
+        .route("/v1/probes/{name}/run", post(run_probe))
+        .route("/v1/plugins/{name}", put(put_plugin).delete(delete_plugin))
+        .route("/v1/targets", get(list_targets))
+        .route("/v1/targets/{name}", get(get_target))
+        .route("/v1/ready/{group}", get(ready))
+        .route("/v1/live/{group}", get(live))
+        .route("/v1/watch", get(watch))
+        .route("/v1/status", get(agent_status))
+        .fallback(no_such_endpoint)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
 }
 
-fn json(status: StatusCode, body: &impl Serialize) -> Response<Body> {
+fn trim_trailing_slash(mut req: Request) -> Request {
+    let path = req.uri().path();
+    if path.len() > 1 && path.ends_with('/') {
+        let trimmed = path.trim_end_matches('/');
+        let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
+        let path_and_query = match req.uri().query() {
+            Some(q) => format!("{trimmed}?{q}"),
+            None => trimmed.to_string(),
+        };
+        let mut parts = req.uri().clone().into_parts();
+        if let Ok(pq) = path_and_query.parse() {
+            parts.path_and_query = Some(pq);
+            if let Ok(uri) = Uri::from_parts(parts) {
+                *req.uri_mut() = uri;
+            }
+        }
+    }
+    req
+}
+
+fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body.into(),
+    )
+        .into_response()
+}
+
+fn json(status: StatusCode, body: &impl Serialize) -> Response {
     let bytes = serde_json::to_vec_pretty(body).unwrap_or_default();
     full(status, "application/json", bytes)
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
     json(status, &serde_json::json!({ "error": message.into() }))
 }
 
-/// The value of query parameter `key`, percent-decoded.
-fn query<'a>(req: &'a Request<Incoming>, key: &str) -> Option<std::borrow::Cow<'a, str>> {
-    form_urlencoded::parse(req.uri().query()?.as_bytes()).find_map(|(k, v)| (k == key).then_some(v))
+/// The value of query parameter `key` in `query`, percent-decoded.
+fn query<'a>(query: Option<&'a str>, key: &str) -> Option<std::borrow::Cow<'a, str>> {
+    form_urlencoded::parse(query?.as_bytes()).find_map(|(k, v)| (k == key).then_some(v))
+}
+
+/// The one place a refused change becomes an HTTP status.
+fn refused(e: ControlError) -> Response {
+    let status = match &e {
+        ControlError::BadName { .. } | ControlError::BadSpec { .. } => StatusCode::BAD_REQUEST,
+        ControlError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        ControlError::NotFound { .. } => StatusCode::NOT_FOUND,
+        ControlError::Conflict(_) => StatusCode::CONFLICT,
+        ControlError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        ControlError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        ControlError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e.to_string())
+}
+
+/// Who is calling: from the bearer token, or the operator when the API
+/// needs none. A caller without a valid token is answered 401.
+impl FromRequestParts<ApiState> for Principal {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Response> {
+        if state.auth != ApiAuth::Token {
+            return Ok(Principal::Operator);
+        }
+        let tenants = state.control.tenants();
+        parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(auth::bearer)
+            .and_then(|token| auth::authenticate(token, tenants.credentials()))
+            .ok_or_else(unauthorized)
+    }
+}
+
+fn unauthorized() -> Response {
+    let mut r = error(
+        StatusCode::UNAUTHORIZED,
+        "this API needs a token: Authorization: Bearer <token>",
+    );
+    r.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    r
+}
+
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than the {limit} byte limit"),
+        )),
+        Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
+    }
+}
+
+fn not_found(what: &str, name: &str) -> Response {
+    error(StatusCode::NOT_FOUND, format!("no {what} named {name:?}"))
+}
+
+/// A probe `who` may see: another tenant's is "not found".
+fn visible_probe(state: &ApiState, who: &Principal, name: &str) -> Option<ProbeView> {
+    state.results.get(name).filter(|p| who.sees(&p.tenant))
+}
+
+async fn no_such_endpoint(_: Principal, uri: Uri) -> Response {
+    error(StatusCode::NOT_FOUND, format!("no such endpoint: {}", uri.path()))
+}
+
+async fn method_not_allowed(_: Principal, method: Method, uri: Uri) -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}
+
+/// `GET /`: the status page, the operator's only.
+async fn status_page(who: Principal, State(state): State<ApiState>, RawQuery(q): RawQuery) -> Response {
+    if who != Principal::Operator {
+        return error(StatusCode::NOT_FOUND, "the status page is the operator's");
+    }
+    match query(q.as_deref(), "updates").map(|v| v.parse::<u32>()) {
+        None => full(StatusCode::OK, "text/html; charset=utf-8", page::render(&state, None)),
+        Some(Ok(n)) => full(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            page::render(&state, Some(n)),
+        ),
+        Some(Err(_)) => error(StatusCode::BAD_REQUEST, "updates: expected a number of outcomes"),
+    }
+}
+
+/// `GET /metrics`, in the format the `Accept` header asks for.
+async fn metrics(who: Principal, State(state): State<ApiState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let (content_type, text) = state.metrics.render(accept, &who);
+    full(StatusCode::OK, content_type, text)
+}
+
+/// `/livez` and `/healthz`, with kube-proxy's rule: healthy unless a run
+/// that is due has waited longer than the health timeout to start.
+fn health(state: &ApiState, check_draining: bool) -> Response {
+    let progress = state.scheduler.progress();
+    let overdue = progress.overdue();
+    let since_pass = tokio::time::Instant::now().saturating_duration_since(progress.last_pass());
+    let now = SystemTime::now();
+    let draining = state.draining.load(Ordering::Relaxed);
+    let stalled = overdue > state.health_timeout;
+    let body = serde_json::json!({
+        "lastUpdated": humantime::format_rfc3339_millis(now - since_pass).to_string(),
+        "currentTime": humantime::format_rfc3339_millis(now).to_string(),
+        "overdueMs": overdue.as_millis() as u64,
+        "draining": draining,
+    });
+    let healthy = !(stalled || (check_draining && draining));
+    let status = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json(status, &body)
+}
+
+async fn livez(State(state): State<ApiState>) -> Response {
+    health(&state, false)
+}
+
+async fn healthz(State(state): State<ApiState>) -> Response {
+    health(&state, true)
+}
+
+async fn list_probes(who: Principal, State(state): State<ApiState>) -> Response {
+    let list: Vec<ProbeView> = state
+        .results
+        .list()
+        .into_iter()
+        .filter(|p| who.sees(&p.tenant))
+        .collect();
+    json(StatusCode::OK, &list)
+}
+
+async fn get_probe(who: Principal, State(state): State<ApiState>, Path(name): Path<String>) -> Response {
+    match visible_probe(&state, &who, &name) {
+        Some(p) => json(StatusCode::OK, &p),
+        None => not_found("probe", &name),
+    }
+}
+
+/// 201 for a new plugin or probe, 200 for a replaced one.
+fn stored(key: &str, name: &str, replaced: bool) -> Response {
+    let status = if replaced { StatusCode::OK } else { StatusCode::CREATED };
+    json(status, &serde_json::json!({ key: name, "replaced": replaced }))
+}
+
+async fn put_probe(who: Principal, State(state): State<ApiState>, Path(name): Path<String>, body: Body) -> Response {
+    let body = match read_body(body, crate::managed::MAX_PROBE_BYTES).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let owner = |n: &str| state.results.get(n).map(|p| p.tenant);
+    match state.control.put_probe(&who, &name, &body, owner).await {
+        Ok(replaced) => stored("probe", &name, replaced),
+        Err(e) => refused(e),
+    }
+}
+
+async fn delete_probe(who: Principal, State(state): State<ApiState>, Path(name): Path<String>) -> Response {
+    let visible = visible_probe(&state, &who, &name).is_some();
+    match state.control.delete_probe(&who, &name, visible).await {
+        Ok(()) => json(StatusCode::OK, &serde_json::json!({ "deleted": name })),
+        Err(e) => refused(e),
+    }
+}
+
+async fn run_probe(who: Principal, State(state): State<ApiState>, Path(name): Path<String>) -> Response {
+    if visible_probe(&state, &who, &name).is_none() {
+        return not_found("probe", &name);
+    }
+    match state.scheduler.trigger(&name).await {
+        Ok(r) => json(StatusCode::OK, &r),
+        Err(e @ TriggerError::NotFound(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e) => error(StatusCode::CONFLICT, e.to_string()),
+    }
+}
+
+async fn put_plugin(who: Principal, State(state): State<ApiState>, Path(name): Path<String>, body: Body) -> Response {
+    let body = match read_body(body, crate::managed::MAX_PLUGIN_BYTES).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    match state.control.put_plugin(&who, &name, &body).await {
+        Ok(replaced) => stored("plugin", &name, replaced),
+        Err(e) => refused(e),
+    }
+}
+
+async fn delete_plugin(who: Principal, State(state): State<ApiState>, Path(name): Path<String>) -> Response {
+    match state.control.delete_plugin(&who, &name).await {
+        Ok(()) => json(StatusCode::OK, &serde_json::json!({ "deleted": name })),
+        Err(e) => refused(e),
+    }
+}
+
+async fn list_targets(who: Principal, State(state): State<ApiState>) -> Response {
+    let list: Vec<_> = state
+        .results
+        .targets()
+        .into_iter()
+        .filter(|t| who.sees(&t.tenant))
+        .collect();
+    json(StatusCode::OK, &list)
+}
+
+async fn get_target(who: Principal, State(state): State<ApiState>, Path(name): Path<String>) -> Response {
+    match state
+        .results
+        .targets()
+        .into_iter()
+        .find(|t| t.name == name && who.sees(&t.tenant))
+    {
+        Some(t) => json(StatusCode::OK, &t),
+        None => not_found("target", &name),
+    }
 }
 
 /// Whether a probe's state lets its group through.
@@ -188,7 +424,9 @@ struct Failing {
     message: String,
 }
 
-fn group(state: &ApiState, who: &Principal, group: &str, kind: Kind) -> Response<Body> {
+/// `/v1/ready/{group}` and `/v1/live/{group}`: 200 when every probe of
+/// `kind` in the group (that `who` sees) passes, else 503 with the failing.
+fn group(state: &ApiState, who: &Principal, group: &str, kind: Kind) -> Response {
     let probes: Vec<ProbeView> = state
         .results
         .list()
@@ -230,235 +468,29 @@ fn group(state: &ApiState, who: &Principal, group: &str, kind: Kind) -> Response
     json(status, &view)
 }
 
-/// `/livez` and `/healthz`, with kube-proxy's rule: healthy unless a run
-/// that is due has waited longer than the health timeout to start.
-fn health(state: &ApiState, check_draining: bool) -> Response<Body> {
-    let progress = state.scheduler.progress();
-    let overdue = progress.overdue();
-    let since_pass = tokio::time::Instant::now().saturating_duration_since(progress.last_pass());
-    let now = SystemTime::now();
-    let draining = state.draining.load(Ordering::Relaxed);
-    let stalled = overdue > state.health_timeout;
-    let body = serde_json::json!({
-        "lastUpdated": humantime::format_rfc3339_millis(now - since_pass).to_string(),
-        "currentTime": humantime::format_rfc3339_millis(now).to_string(),
-        "overdueMs": overdue.as_millis() as u64,
-        "draining": draining,
-    });
-    let unhealthy = stalled || (check_draining && draining);
-    let ok = !unhealthy;
-    json(
-        if ok {
-            StatusCode::OK
-        } else {
-            StatusCode::SERVICE_UNAVAILABLE
-        },
-        &body,
-    )
+async fn ready(who: Principal, State(state): State<ApiState>, Path(g): Path<String>) -> Response {
+    group(&state, &who, &g, Kind::Readiness)
 }
 
-/// Who is calling: from the bearer token, or the operator when the API
-/// needs none. `None` is a 401.
-fn principal(state: &ApiState, req: &Request<Incoming>) -> Option<Principal> {
-    if state.auth != ApiAuth::Token {
-        return Some(Principal::Operator);
-    }
-    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    state.control.tenants().authenticate(token.trim())
+async fn live(who: Principal, State(state): State<ApiState>, Path(g): Path<String>) -> Response {
+    group(&state, &who, &g, Kind::Liveness)
 }
 
-fn unauthorized() -> Response<Body> {
-    let mut r = error(
-        StatusCode::UNAUTHORIZED,
-        "this API needs a token: Authorization: Bearer <token>",
-    );
-    r.headers_mut()
-        .insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
-    r
-}
-
-/// The one place a refused change becomes an HTTP status.
-fn refused(e: ControlError) -> Response<Body> {
-    let status = match &e {
-        ControlError::BadName { .. } | ControlError::BadSpec { .. } => StatusCode::BAD_REQUEST,
-        ControlError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        ControlError::NotFound { .. } => StatusCode::NOT_FOUND,
-        ControlError::Conflict(_) => StatusCode::CONFLICT,
-        ControlError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-        ControlError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        ControlError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    error(status, e.to_string())
-}
-
-async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Response<Body>> {
-    match http_body_util::Limited::new(req.into_body(), limit).collect().await {
-        Ok(b) => Ok(b.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the body is larger than the {limit} byte limit"),
-        )),
-        Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
+async fn watch(who: Principal, State(state): State<ApiState>, RawQuery(q): RawQuery, headers: HeaderMap) -> Response {
+    match watch::Params::from_request(q.as_deref(), &headers) {
+        Ok(p) => watch::stream(state.results.clone(), p, who),
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
 }
 
-async fn route(state: &ApiState, req: Request<Incoming>) -> Response<Body> {
-    let path = req.uri().path().to_string();
-    let path = if path == "/" {
-        path.as_str()
-    } else {
-        path.trim_end_matches('/')
-    };
-    let segments: Vec<&str> = path.split('/').skip(1).collect();
-    let method = req.method().clone();
-    let get = method == Method::GET || method == Method::HEAD;
-    match segments.as_slice() {
-        ["livez"] if get => return health(state, false),
-        ["healthz"] if get => return health(state, true),
-        _ => {}
+async fn agent_status(who: Principal, State(state): State<ApiState>) -> Response {
+    let mut status = state.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Principal::Tenant(t) = &who {
+        // A tenant sees its own probes only, and not the operator's config.
+        status.config = String::new();
+        status.reload_error = None;
+        status.left_out.retain(|l| l.tenant == *t);
+        status.probes = state.results.list().iter().filter(|p| who.sees(&p.tenant)).count();
     }
-    let Some(who) = principal(state, &req) else {
-        return unauthorized();
-    };
-    // What this caller may see of a probe: another tenant's is "not found".
-    let probe = |name: &str| state.results.get(name).filter(|p| who.sees(&p.tenant));
-    let not_found = |what: &str, name: &str| error(StatusCode::NOT_FOUND, format!("no {what} named {name:?}"));
-    match segments.as_slice() {
-        [""] if get && who == Principal::Operator => match query(&req, "updates").map(|v| v.parse::<u32>()) {
-            None => full(StatusCode::OK, "text/html; charset=utf-8", page::render(state, None)),
-            Some(Ok(n)) => full(StatusCode::OK, "text/html; charset=utf-8", page::render(state, Some(n))),
-            Some(Err(_)) => error(StatusCode::BAD_REQUEST, "updates: expected a number of outcomes"),
-        },
-        [""] if get => error(StatusCode::NOT_FOUND, "the status page is the operator's"),
-        ["metrics"] if get => {
-            let accept = req
-                .headers()
-                .get(header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let (content_type, text) = state.metrics.render(accept, &who);
-            full(StatusCode::OK, content_type, text)
-        }
-        ["v1", "probes"] if get => {
-            let list: Vec<ProbeView> = state
-                .results
-                .list()
-                .into_iter()
-                .filter(|p| who.sees(&p.tenant))
-                .collect();
-            json(StatusCode::OK, &list)
-        }
-        ["v1", "probes", name] if get => match probe(name) {
-            Some(p) => json(StatusCode::OK, &p),
-            None => not_found("probe", name),
-        },
-        ["v1", "probes", name] if method == Method::PUT => {
-            let name = name.to_string();
-            let body = match read_body(req, crate::managed::MAX_PROBE_BYTES).await {
-                Ok(b) => b,
-                Err(r) => return r,
-            };
-            let owner = |n: &str| state.results.get(n).map(|p| p.tenant);
-            match state.control.put_probe(&who, &name, &body, owner).await {
-                Ok(replaced) => {
-                    let status = if replaced { StatusCode::OK } else { StatusCode::CREATED };
-                    json(status, &serde_json::json!({ "probe": name, "replaced": replaced }))
-                }
-                Err(r) => refused(r),
-            }
-        }
-        ["v1", "probes", name] if method == Method::DELETE => {
-            match state.control.delete_probe(&who, name, probe(name).is_some()).await {
-                Ok(()) => json(StatusCode::OK, &serde_json::json!({ "deleted": name })),
-                Err(r) => refused(r),
-            }
-        }
-        ["v1", "probes", name, "run"] if method == Method::POST => {
-            if probe(name).is_none() {
-                return not_found("probe", name);
-            }
-            match state.scheduler.trigger(name).await {
-                Ok(r) => json(StatusCode::OK, &r),
-                Err(e @ TriggerError::NotFound(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
-                Err(e) => error(StatusCode::CONFLICT, e.to_string()),
-            }
-        }
-        ["v1", "plugins", name] if method == Method::PUT => {
-            let name = name.to_string();
-            let body = match read_body(req, crate::managed::MAX_PLUGIN_BYTES).await {
-                Ok(b) => b,
-                Err(r) => return r,
-            };
-            match state.control.put_plugin(&who, &name, &body).await {
-                Ok(replaced) => {
-                    let status = if replaced { StatusCode::OK } else { StatusCode::CREATED };
-                    json(status, &serde_json::json!({ "plugin": name, "replaced": replaced }))
-                }
-                Err(r) => refused(r),
-            }
-        }
-        ["v1", "plugins", name] if method == Method::DELETE => match state.control.delete_plugin(&who, name).await {
-            Ok(()) => json(StatusCode::OK, &serde_json::json!({ "deleted": name })),
-            Err(r) => refused(r),
-        },
-        ["v1", "targets"] if get => {
-            let list: Vec<_> = state
-                .results
-                .targets()
-                .into_iter()
-                .filter(|t| who.sees(&t.tenant))
-                .collect();
-            json(StatusCode::OK, &list)
-        }
-        ["v1", "targets", name] if get => {
-            match state
-                .results
-                .targets()
-                .into_iter()
-                .find(|t| t.name == *name && who.sees(&t.tenant))
-            {
-                Some(t) => json(StatusCode::OK, &t),
-                None => not_found("target", name),
-            }
-        }
-        ["v1", "ready", g] if get => group(state, &who, g, Kind::Readiness),
-        ["v1", "live", g] if get => group(state, &who, g, Kind::Liveness),
-        ["v1", "watch"] if get => match watch::Params::from_request(&req) {
-            Ok(p) => watch::stream(state.results.clone(), p, who),
-            Err(e) => error(StatusCode::BAD_REQUEST, e),
-        },
-        ["v1", "status"] if get => {
-            let mut status = state.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            if let Principal::Tenant(t) = &who {
-                // A tenant sees its own probes only, and not the operator's config.
-                status.config = String::new();
-                status.reload_error = None;
-                status.left_out.retain(|l| l.tenant == *t);
-                status.probes = state.results.list().iter().filter(|p| who.sees(&p.tenant)).count();
-            }
-            json(StatusCode::OK, &status)
-        }
-        [""]
-        | ["metrics"]
-        | ["v1", "probes"]
-        | ["v1", "probes", _]
-        | ["v1", "targets"]
-        | ["v1", "targets", _]
-        | ["v1", "ready", _]
-        | ["v1", "live", _]
-        | ["v1", "watch"]
-        | ["v1", "status"]
-        | ["v1", "plugins", _]
-        | ["v1", "probes", _, "run"]
-        | ["livez"]
-        | ["healthz"] => error(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!("{method} is not allowed on {path}"),
-        ),
-        _ => error(StatusCode::NOT_FOUND, format!("no such endpoint: {path}")),
-    }
+    json(StatusCode::OK, &status)
 }

@@ -13,12 +13,12 @@
 //! ```
 
 use super::{Body, query};
+use crate::api::auth::Principal;
 use crate::results::{EventLog, ResultCache, RunEvent, StateChange};
-use crate::tenants::Principal;
+use axum::response::Response;
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
-use http_body_util::BodyExt;
-use hyper::body::{Frame, Incoming};
+use http::{HeaderMap, StatusCode, header};
+use hyper::body::Frame;
 use serde::Serialize;
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -41,15 +41,14 @@ pub struct Params {
 }
 
 impl Params {
-    /// Reads the query and the `Last-Event-ID` header.
-    pub fn from_request(req: &Request<Incoming>) -> Result<Self, String> {
-        let all = match query(req, "all").as_deref() {
+    /// Reads the query string and the `Last-Event-ID` header.
+    pub fn from_request(q: Option<&str>, headers: &HeaderMap) -> Result<Self, String> {
+        let all = match query(q, "all").as_deref() {
             None | Some("0" | "false") => false,
             Some("" | "1" | "true") => true,
             Some(other) => return Err(format!("all: {other:?} is not 1, true, 0 or false")),
         };
-        let header = req
-            .headers()
+        let header = headers
             .get("last-event-id")
             .map(|v| {
                 v.to_str()
@@ -59,10 +58,10 @@ impl Params {
             .transpose()?;
         Ok(Self {
             all,
-            last_event_id: header.or_else(|| query(req, "last_event_id").map(|v| v.into_owned())),
-            probe: query(req, "probe").map(|v| v.into_owned()),
-            target: query(req, "target").map(|v| v.into_owned()),
-            group: query(req, "group").map(|v| v.into_owned()),
+            last_event_id: header.or_else(|| query(q, "last_event_id").map(|v| v.into_owned())),
+            probe: query(q, "probe").map(|v| v.into_owned()),
+            target: query(q, "target").map(|v| v.into_owned()),
+            group: query(q, "group").map(|v| v.into_owned()),
         })
     }
 }
@@ -97,7 +96,7 @@ watched!(StateChange, "change");
 watched!(RunEvent, "run");
 
 /// The response: headers now, events as they come.
-pub fn stream(results: ResultCache, params: Params, who: Principal) -> Response<Body> {
+pub fn stream(results: ResultCache, params: Params, who: Principal) -> Response {
     let (tx, rx) = mpsc::channel(64);
     if params.all {
         tokio::spawn(follow::<RunEvent>(results, params, who, tx, |r| r.run_log()));
@@ -108,7 +107,7 @@ pub fn stream(results: ResultCache, params: Params, who: Principal) -> Response<
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-store")
-        .body(Channel(rx).boxed_unsync())
+        .body(Body::new(Channel(rx)))
         .unwrap_or_default()
 }
 
@@ -204,5 +203,41 @@ impl hyper::body::Body for Channel {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    async fn next_frame(body: &mut Body) -> String {
+        let frame = body.frame().await.expect("a frame").expect("no error");
+        String::from_utf8(frame.into_data().expect("data").to_vec()).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_watch_gets_a_keepalive_each_interval() {
+        let results = ResultCache::new(8);
+        let mut body = stream(results, Params::default(), Principal::Operator).into_body();
+        assert_eq!(next_frame(&mut body).await, "retry: 1000\n: sonde watch\n\n");
+        let start = tokio::time::Instant::now();
+        assert_eq!(next_frame(&mut body).await, ": keepalive\n\n");
+        assert_eq!(start.elapsed(), KEEPALIVE);
+        assert_eq!(next_frame(&mut body).await, ": keepalive\n\n");
+        assert_eq!(start.elapsed(), 2 * KEEPALIVE);
+    }
+
+    #[test]
+    fn params_come_from_the_query_and_the_header() {
+        let mut headers = HeaderMap::new();
+        let p = Params::from_request(Some("all=1&probe=a%20b&last_event_id=q"), &headers).unwrap();
+        assert!(p.all);
+        assert_eq!(p.probe.as_deref(), Some("a b"));
+        assert_eq!(p.last_event_id.as_deref(), Some("q"));
+        headers.insert("last-event-id", "h".parse().unwrap());
+        let p = Params::from_request(Some("last_event_id=q"), &headers).unwrap();
+        assert_eq!(p.last_event_id.as_deref(), Some("h"), "the header wins");
+        assert!(Params::from_request(Some("all=maybe"), &headers).is_err());
     }
 }

@@ -9,10 +9,10 @@
 
 mod native;
 
-use super::check::parse_duration;
+use super::args::{SandboxArgs, parse_duration, parse_positive_duration};
 use super::{CliError, Output, load_plugin};
 use crate::config::Kind;
-use crate::engine::{Call, Engine, EngineConfig, Limits, Plugin, limits};
+use crate::engine::{Call, Engine, EngineConfig, Limits, Plugin};
 use crate::host::{Grants, NetPattern};
 use crate::registry::{ProbeSpec, Registry, TargetSpec};
 use crate::results::{DEFAULT_HISTORY, ResultCache};
@@ -21,7 +21,6 @@ use crate::verdict::{RunResult, Status};
 use clap::Args;
 use serde::Serialize;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -56,17 +55,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub baseline: bool,
 
-    /// The deadline of each run.
-    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
-    pub timeout: Duration,
-
-    /// Also allow connections to HOST:PORT (as `sonde check`). Repeatable.
-    #[arg(long = "allow-net", value_name = "HOST:PORT")]
-    pub allow_net: Vec<String>,
-
-    /// Allow the plugin to run this program (as `sonde check`). Repeatable.
-    #[arg(long = "allow-exec", value_name = "PATH")]
-    pub allow_exec: Vec<PathBuf>,
+    /// Each run's deadline, fuel, memory and grants (as `sonde check`).
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 
     /// Measure the scheduler instead: register --probes probes of PLUGIN with --period and run them for --duration.
     #[arg(long)]
@@ -77,25 +68,20 @@ pub struct BenchArgs {
     pub probes: usize,
 
     /// With --scheduler: each probe's period (at least 100ms).
-    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub period: Duration,
 
     /// With --scheduler: how long to measure.
-    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = parse_positive_duration, value_name = "DURATION")]
     pub duration: Duration,
 
     /// With --scheduler: how long to let the probes run before measuring, so the first runs, planned while the rest were still being registered, do not count.
-    #[arg(long, default_value = "10s", value_parser = parse_span, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub warmup: Duration,
 
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
-}
-
-/// A duration such as 10s, zero included.
-fn parse_span(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration such as 10s: {e}"))
 }
 
 /// What one side of a bench measured.
@@ -377,11 +363,7 @@ pub(super) async fn run(config: EngineConfig, args: BenchArgs) -> Result<i32, Cl
     if !args.target.is_empty() {
         NetPattern::for_target(&args.target)?;
     }
-    let grants = Arc::new(Grants {
-        net: args.allow_net.iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
-        exec: args.allow_exec.clone(),
-        ..Grants::default()
-    });
+    let grants = Arc::new(args.sandbox.grants()?);
     // The native side is set up first: a baseline that cannot run is a
     // usage error, found before the long part.
     let native = if args.baseline {
@@ -395,11 +377,7 @@ pub(super) async fn run(config: EngineConfig, args: BenchArgs) -> Result<i32, Cl
         probe: "bench".into(),
         target: args.target.clone(),
         config: plugin_config,
-        limits: Limits {
-            timeout: args.timeout,
-            fuel: limits::DEFAULT_FUEL,
-            memory: limits::DEFAULT_MEMORY,
-        },
+        limits: args.sandbox.limits(),
         grants,
     });
     let wasm_job = || WasmJob {
@@ -564,6 +542,7 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
         NetPattern::for_target(&args.target)?;
         args.target.clone()
     };
+    let grants = args.sandbox.grants()?;
     let engine = Engine::new(config)?;
     let plugin = load_plugin(&engine, &args.plugin).await?;
     let watch = Arc::new(Watch::default());
@@ -594,14 +573,8 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
                 initial_delay: Duration::ZERO,
                 success_threshold: 1,
                 failure_threshold: crate::registry::DEFAULT_FAILURE_THRESHOLD,
-                limits: Limits {
-                    timeout: args.timeout,
-                    ..Limits::default()
-                },
-                grants: Arc::new(Grants {
-                    exec: args.allow_exec.clone(),
-                    ..Grants::default()
-                }),
+                limits: args.sandbox.limits(),
+                grants: Arc::new(grants.clone()),
                 groups: Arc::from(Vec::<String>::new()),
                 tenant: crate::tenants::DEFAULT_TENANT.into(),
             })

@@ -1,13 +1,13 @@
 //! `sonde check`: run one probe once.
 
+use super::args::SandboxArgs;
 use super::{CliError, Output, load_plugin};
-use crate::engine::{Call, Engine, EngineConfig, Limits, limits};
-use crate::host::{Grants, NetPattern};
+use crate::engine::{Call, Engine, EngineConfig};
+use crate::host::NetPattern;
 use crate::verdict::RunResult;
 use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Arguments of `sonde check`.
 #[derive(Debug, Args)]
@@ -25,7 +25,7 @@ pub struct CheckArgs {
     pub live: bool,
 
     /// With --group: the agent's API.
-    #[arg(long, default_value = super::run::DEFAULT_API_URL, value_name = "URL", requires = "group")]
+    #[arg(long, default_value = super::client::DEFAULT_API_URL, value_name = "URL", requires = "group")]
     pub api: String,
 
     /// What to probe: HOST:PORT or a URL. The plugin may connect to it and to nothing else not granted.
@@ -36,33 +36,9 @@ pub struct CheckArgs {
     #[arg(long, short, default_value = "{}", value_name = "JSON")]
     pub config: String,
 
-    /// The call's deadline, such as 500ms or 2s; past it the run is a failure with reason `timeout`.
-    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
-    pub timeout: Duration,
-
-    /// Fuel budget (about one unit per wasm instruction); spending it is an error with reason `fuel`.
-    #[arg(long, default_value_t = limits::DEFAULT_FUEL, value_name = "N")]
-    pub fuel: u64,
-
-    /// Memory cap, such as 64MiB (at most 1GiB); growing past it is an error with reason `memory`.
-    #[arg(long, default_value = "64MiB", value_parser = parse_size, value_name = "SIZE")]
-    pub memory: u64,
-
-    /// Also allow connections to HOST:PORT (a name, `*.domain`, an IP, a CIDR or `*`; PORT a number or `*`). Repeatable.
-    #[arg(long = "allow-net", value_name = "HOST:PORT")]
-    pub allow_net: Vec<String>,
-
-    /// Allow reading this host path (mounted read-only at the same path). Repeatable.
-    #[arg(long = "allow-file", value_name = "PATH")]
-    pub allow_file: Vec<PathBuf>,
-
-    /// Allow the plugin to run this program (an absolute path; no shell unless you name one). Repeatable.
-    #[arg(long = "allow-exec", value_name = "PATH")]
-    pub allow_exec: Vec<PathBuf>,
-
-    /// Set NAME=VALUE in the environment of programs the plugin runs (empty by default). Repeatable.
-    #[arg(long = "exec-env", value_name = "NAME=VALUE", value_parser = parse_env)]
-    pub exec_env: Vec<(String, String)>,
+    /// The call's deadline, fuel, memory and grants.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 
     /// Run a plugin file only if FILE.wasm.sig is a valid signature by this public key (from `sonde plugin keygen`). Repeatable; built-ins need none.
     #[arg(long = "trust", value_name = "KEYFILE.pub")]
@@ -75,31 +51,6 @@ pub struct CheckArgs {
     /// How to reach the registry of an oci:// plugin.
     #[command(flatten)]
     pub registry: super::plugin::RegistryArgs,
-}
-
-fn parse_env(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
-        _ => Err(format!("{s:?} is not NAME=VALUE")),
-    }
-}
-
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration such as 500ms or 2s: {e}"))?;
-    if d.is_zero() {
-        return Err("the timeout must be more than zero".into());
-    }
-    Ok(d)
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let size: bytesize::ByteSize = s
-        .parse()
-        .map_err(|e| format!("{s:?} is not a size such as 64MiB: {e}"))?;
-    if size.as_u64() > limits::MAX_MEMORY {
-        return Err(format!("{s} is more than the 1GiB ceiling"));
-    }
-    Ok(size.as_u64())
 }
 
 /// `sonde check --group G`: asks the agent at `--api` and exits 0 when the
@@ -161,28 +112,7 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
     if !args.target.is_empty() {
         NetPattern::for_target(&args.target)?;
     }
-    let grants = Arc::new(Grants {
-        net: args.allow_net.iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
-        files: args.allow_file.clone(),
-        exec: args.allow_exec.clone(),
-        env: args.exec_env.clone(),
-    });
-    for p in &grants.exec {
-        if !p.is_absolute() || !p.is_file() {
-            return Err(CliError(format!(
-                "--allow-exec {}: must be an absolute path to a program",
-                p.display()
-            )));
-        }
-    }
-    for f in &grants.files {
-        if !f.is_absolute() || !f.is_dir() {
-            return Err(CliError(format!(
-                "--allow-file {}: must be an absolute path to a directory",
-                f.display()
-            )));
-        }
-    }
+    let grants = Arc::new(args.sandbox.grants()?);
     let engine = Engine::new(config.clone())?;
     let plugin = if crate::oci::Reference::is_oci(&plugin_name) {
         let trusted = args
@@ -219,11 +149,7 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
         probe: &plugin_name,
         target: &args.target,
         config: &args.config,
-        limits: Limits {
-            timeout: args.timeout,
-            fuel: args.fuel,
-            memory: args.memory,
-        },
+        limits: args.sandbox.limits(),
         grants: &grants,
         attempt: 1,
     };

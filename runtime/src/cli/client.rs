@@ -9,6 +9,10 @@ use http::StatusCode;
 use http_body_util::BodyExt;
 use std::time::Duration;
 
+/// Default address of the agent's API, as `sonde status` and
+/// `sonde check --group` look for it.
+pub const DEFAULT_API_URL: &str = "http://127.0.0.1:9464";
+
 /// How long connecting to the agent may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a whole (non-streaming) request may take.

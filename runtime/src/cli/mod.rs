@@ -1,6 +1,7 @@
 //! The `sonde` command line. Exit codes follow the Nagios convention:
 //! 0 success, 1 warning, 2 failure, 3 unknown or error.
 
+mod args;
 mod bench;
 mod check;
 pub mod client;

@@ -1,7 +1,7 @@
 //! `sonde run`, `sonde validate` and `sonde status`.
 
 use super::CliError;
-use super::client::{self, get_json};
+use super::client::{self, DEFAULT_API_URL, get_json};
 use crate::agent::{self, AgentError, AgentOptions};
 use crate::engine::{Engine, EngineConfig};
 
@@ -9,9 +9,6 @@ use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
-
-/// Default address of the agent's API, as `sonde status` looks for it.
-pub const DEFAULT_API_URL: &str = "http://127.0.0.1:9464";
 
 /// Arguments of `sonde run`.
 #[derive(Debug, Args)]
@@ -28,8 +25,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
-    /// At SIGTERM, how long runs in flight may take to finish.
-    #[arg(long, default_value = "10s", value_parser = super::check::parse_duration, value_name = "DURATION")]
+    /// At SIGTERM, how long runs in flight may take to finish (0s: not at all).
+    #[arg(long, default_value = "10s", value_parser = super::args::parse_duration, value_name = "DURATION")]
     pub grace: Duration,
 
     /// Start every probe at once instead of at a random offset within its first period.

@@ -1,6 +1,6 @@
 //! Hostile guests against the executor: every limit and every grant.
 
-use crate::support::{engine, guest, run, run_alone, run_with_limits};
+use crate::support::{accepted_before_now, engine, guest, run, run_alone, run_with_limits};
 use sonde_runtime::engine::{CacheOutcome, Engine, EngineConfig, Limits, LoadError};
 use sonde_runtime::host::Grants;
 use sonde_runtime::verdict::{Reason, Status};
@@ -101,8 +101,7 @@ async fn connecting_elsewhere_is_denied_and_never_reaches_the_listener() {
     let r = run(&plugin, &target.addr.to_string(), &config, &Grants::default(), SECOND).await;
     assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
     assert!(r.message.contains(&elsewhere.addr.to_string()), "{}", r.message);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(elsewhere.accepted(), 0);
+    assert_eq!(accepted_before_now(elsewhere.addr, || elsewhere.accepted()).await, 0);
 
     // The same address, granted, is reached.
     let grants = Grants {
@@ -111,8 +110,7 @@ async fn connecting_elsewhere_is_denied_and_never_reaches_the_listener() {
     };
     let r = run(&plugin, &target.addr.to_string(), &config, &grants, SECOND).await;
     assert_eq!(r.status, Status::Success, "{r:?}");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(elsewhere.accepted(), 1);
+    assert_eq!(accepted_before_now(elsewhere.addr, || elsewhere.accepted()).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,8 +144,8 @@ async fn http_to_an_ungranted_host_is_denied_and_sends_nothing() {
             "{plugin}: {r:?}"
         );
         assert!(r.message.contains("HTTP request"), "{}", r.message);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(elsewhere.accepted(), 0, "{plugin}");
+        let reached = accepted_before_now(elsewhere.addr, || elsewhere.accepted()).await;
+        assert_eq!(reached, 0, "{plugin}");
     }
 }
 

@@ -100,3 +100,25 @@ pub async fn sonde_async(args: Vec<String>) -> std::process::Output {
         .await
         .unwrap()
 }
+
+/// How many connections a listener at `addr` had accepted of those made
+/// before this call, `accepted()` being its running count. A listener
+/// accepts in the order connections complete, so this makes one more and
+/// waits until the listener has taken it (its answer or its closing
+/// arrives): every earlier one has been counted by then. It is the event
+/// that proves "nothing else connected", where a sleep would only hope so.
+pub async fn accepted_before_now(addr: std::net::SocketAddr, accepted: impl Fn() -> usize) -> usize {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut marker = tokio::net::TcpStream::connect(addr).await.expect("connect the marker");
+    // Enough bytes for any server to decide it does not like them (an
+    // HTTP/2 server reads the 24-byte preface first), then wait for its
+    // reply or its close.
+    let _ = marker.write_all(b"GET / HTTP/1.1\r\nHost: sonde-test\r\n\r\n").await;
+    let mut buf = [0u8; 64];
+    let answered = tokio::time::timeout(Duration::from_secs(10), marker.read(&mut buf)).await;
+    assert!(
+        answered.is_ok(),
+        "the listener at {addr} never took the marker connection"
+    );
+    accepted() - 1
+}

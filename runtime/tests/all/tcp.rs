@@ -1,6 +1,6 @@
 //! The built-in tcp plugin against real sockets.
 
-use crate::support::{check, guest, run};
+use crate::support::{accepted_before_now, check, guest, run};
 use sonde_runtime::host::Grants;
 use sonde_runtime::verdict::{Reason, Status};
 use sonde_tests::{CountingListener, closed_port, guests};
@@ -14,8 +14,7 @@ async fn open_port_is_success_with_connect_time() {
     let r = check("tcp", &listener.addr.to_string(), "{}", SECOND).await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     assert!(r.metrics.iter().any(|m| m.name == "connect_seconds" && m.value >= 0.0));
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(listener.accepted(), 1);
+    assert_eq!(accepted_before_now(listener.addr, || listener.accepted()).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,8 +96,11 @@ async fn the_hosts_tcp_connect_reaches_only_the_target_and_grants() {
     let r = run(&plugin, &target.addr.to_string(), &config, &Grants::default(), SECOND).await;
     assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
     assert!(r.message.contains("TCP connection to 127.0.0.1"), "{}", r.message);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(elsewhere.accepted(), 0, "never dialed");
+    assert_eq!(
+        accepted_before_now(elsewhere.addr, || elsewhere.accepted()).await,
+        0,
+        "never dialed"
+    );
     // Granted, it connects.
     let grants = Grants {
         net: vec![format!("127.0.0.1:{}", elsewhere.addr.port()).parse().unwrap()],

@@ -4,8 +4,8 @@
 //! (`tests/hostile_tenant.rs`), so that no other test shares its CPU.
 
 use crate::support::engine;
+use sonde_runtime::api::auth::{Principal, authenticate};
 use sonde_runtime::registry::Registry;
-use sonde_runtime::tenants::Principal;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
@@ -65,13 +65,19 @@ targets:
     assert_eq!(probes[1].limits.timeout, Duration::from_secs(30));
     let acme = reg.tenants.get("acme").unwrap();
     assert_eq!(acme.quotas.max_concurrent_runs, 3);
-    assert!(acme.admit(shop).is_ok());
+    assert!(
+        acme.check(&shop.name, &shop.address, &shop.grants, &shop.limits)
+            .is_empty()
+    );
     assert_eq!(
-        reg.tenants.authenticate("acme-secret"),
+        authenticate("acme-secret", reg.tenants.credentials()),
         Some(Principal::Tenant("acme".into()))
     );
-    assert_eq!(reg.tenants.authenticate("op-secret"), Some(Principal::Operator));
-    assert_eq!(reg.tenants.authenticate("acme-secret\n"), None);
+    assert_eq!(
+        authenticate("op-secret", reg.tenants.credentials()),
+        Some(Principal::Operator)
+    );
+    assert_eq!(authenticate("acme-secret\n", reg.tenants.credentials()), None);
     let debug = format!("{reg:?}");
     assert!(!debug.contains("secret"), "{debug}");
 }
@@ -160,7 +166,7 @@ async fn the_multi_tenant_example_loads() {
     let tenants: Vec<&str> = reg.probes().map(|p| &*p.tenant).collect();
     assert_eq!(tenants, ["default", "acme", "acme", "globex"]);
     assert_eq!(
-        reg.tenants.authenticate("globex-token"),
+        authenticate("globex-token", reg.tenants.credentials()),
         Some(Principal::Tenant("globex".into()))
     );
 }

@@ -1,0 +1,279 @@
+//! Who an API caller is. A caller proves it with a bearer token; the
+//! operator's token makes it the [`Principal::Operator`], a tenant's makes
+//! it that [`Principal::Tenant`], and an API on a loopback address may need
+//! no token at all ([`ApiAuth`]).
+//!
+//! Tokens are read once ([`read_token`]: from a file or an environment
+//! variable), trimmed, and kept only as a SHA-256 digest in a [`Token`],
+//! which never prints and is compared in constant time by
+//! [`authenticate`].
+//!
+//! This module imports nothing else of the crate: the tenants that hold
+//! tokens and the API that checks them both build on it.
+//!
+//! # Examples
+//!
+//! ```
+//! use sonde_runtime::api::auth::{Principal, Token, authenticate, bearer};
+//!
+//! let acme = Token::new("acme-s3cret\n").unwrap();
+//! let known = [(&acme, Principal::Tenant("acme".into()))];
+//! let presented = bearer("Bearer acme-s3cret").unwrap();
+//! assert_eq!(authenticate(presented, known.iter().cloned()), Some(Principal::Tenant("acme".into())));
+//! assert_eq!(authenticate("guess", known.iter().cloned()), None);
+//! ```
+
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// Whether API callers must present a bearer token.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiAuth {
+    /// `token` when the config has any token, else `none`.
+    #[default]
+    Auto,
+    /// Every endpoint but `/livez` and `/healthz` needs `Authorization: Bearer <token>`.
+    Token,
+    /// No token: every caller is the operator. Only on a loopback address.
+    None,
+}
+
+impl ApiAuth {
+    /// What this means for an API on `addr` with or without tokens
+    /// configured: `Token` or `None`, or why it cannot be.
+    pub fn resolve(self, addr: SocketAddr, has_tokens: bool) -> Result<Self, String> {
+        let open = match self {
+            Self::Auto => !has_tokens,
+            Self::Token => false,
+            Self::None => true,
+        };
+        if open && !addr.ip().is_loopback() {
+            return Err(format!(
+                "the API on {addr} would answer anyone without a token: configure operator_token_file (or tenant tokens), or serve it on a loopback address such as 127.0.0.1"
+            ));
+        }
+        if !open && !has_tokens {
+            return Err("--api-auth token, but no token is configured (operator_token_file, operator_token_env, or a tenant's token_file/token_env)".into());
+        }
+        Ok(if open { Self::None } else { Self::Token })
+    }
+}
+
+/// Who an API caller is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Principal {
+    /// The operator: sees and acts on every tenant's probes.
+    Operator,
+    /// A tenant (its id): sees and acts on its own probes only.
+    Tenant(Arc<str>),
+}
+
+impl Principal {
+    /// Whether this caller may see what `tenant` owns.
+    pub fn sees(&self, tenant: &str) -> bool {
+        match self {
+            Self::Operator => true,
+            Self::Tenant(t) => &**t == tenant,
+        }
+    }
+}
+
+/// An API token, kept as the SHA-256 of its text: it never prints, and
+/// [`Token::matches`] compares in constant time.
+#[derive(Clone)]
+pub struct Token([u8; 32]);
+
+impl Token {
+    /// The token whose text is `secret` (trimmed); `None` if that is empty.
+    pub fn new(secret: &str) -> Option<Self> {
+        let secret = secret.trim();
+        (!secret.is_empty()).then(|| Self(Sha256::digest(secret.as_bytes()).into()))
+    }
+
+    /// Whether `presented` is this token, in time that does not depend on
+    /// where they differ (both sides are hashed first, so not on the
+    /// length either).
+    pub fn matches(&self, presented: &str) -> bool {
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        self.0.ct_eq(&digest).into()
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl PartialEq for Token {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.ct_eq(&o.0).into()
+    }
+}
+
+impl Eq for Token {}
+
+/// The token of an `Authorization` header's value: `Bearer <token>`
+/// (the scheme in any case); `None` for any other scheme.
+pub fn bearer(header: &str) -> Option<&str> {
+    let (scheme, token) = header.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Who presents `token` among the `known` tokens and whose they are: the
+/// first that matches, or nobody. Every known token is compared, each in
+/// constant time, whichever matches.
+pub fn authenticate<'a>(token: &str, known: impl IntoIterator<Item = (&'a Token, Principal)>) -> Option<Principal> {
+    let mut found = None;
+    for (t, who) in known {
+        if t.matches(token) && found.is_none() {
+            found = Some(who);
+        }
+    }
+    found
+}
+
+/// Why a token could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Both `token_file` and `token_env` are set.
+    #[error("set token_file or token_env, not both")]
+    Both,
+    /// The file cannot be read.
+    #[error("token_file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file may be read by others than its owner's group.
+    #[error(
+        "token_file {path}: readable or writable by every user (mode {mode:o}); make it readable by sonde alone (chmod 600 or 640)"
+    )]
+    WorldAccessible {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// The environment variable is not set or not UTF-8.
+    #[error("token_env {name}: not set in sonde's environment")]
+    NoEnv {
+        /// The variable.
+        name: String,
+    },
+    /// The token is empty (after trimming).
+    #[error("{source_name}: the token is empty")]
+    Empty {
+        /// `token_file PATH` or `token_env NAME`.
+        source_name: String,
+    },
+}
+
+/// Reads a token from `file` or the environment variable `env` (one of
+/// them at most); `Ok(None)` when neither is given.
+///
+/// A file readable or writable by every user is refused: a token anyone on
+/// the node can read protects nothing. A file readable by its group is
+/// accepted with a warning (a secret volume often is, for a group sonde
+/// runs in).
+pub fn read_token(file: Option<&Path>, env: Option<&str>) -> Result<Option<Token>, TokenError> {
+    match (file, env) {
+        (Some(_), Some(_)) => Err(TokenError::Both),
+        (None, None) => Ok(None),
+        (Some(path), None) => {
+            use std::os::unix::fs::PermissionsExt;
+            let read_err = |source| TokenError::Read {
+                path: path.to_path_buf(),
+                source,
+            };
+            let meta = std::fs::metadata(path).map_err(read_err)?;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o006 != 0 {
+                return Err(TokenError::WorldAccessible {
+                    path: path.to_path_buf(),
+                    mode,
+                });
+            }
+            if mode & 0o060 != 0 {
+                tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "token file is readable by its group");
+            }
+            let text = std::fs::read_to_string(path).map_err(read_err)?;
+            Token::new(&text).map(Some).ok_or_else(|| TokenError::Empty {
+                source_name: format!("token_file {}", path.display()),
+            })
+        }
+        (None, Some(name)) => {
+            let text = std::env::var(name).map_err(|_| TokenError::NoEnv { name: name.to_string() })?;
+            Token::new(&text).map(Some).ok_or_else(|| TokenError::Empty {
+                source_name: format!("token_env {name}"),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_never_print_and_authenticate() {
+        let token = Token::new("  s3cret\n").unwrap();
+        assert_eq!(format!("{token:?} {token}"), "Token(<redacted>) <redacted>");
+        assert!(token.matches("s3cret"));
+        assert!(!token.matches("s3cret "));
+        assert!(!token.matches(""));
+        assert!(Token::new(" \n").is_none());
+        let (op, acme) = (Token::new("op-token").unwrap(), Token::new("acme-token").unwrap());
+        let known = || [(&op, Principal::Operator), (&acme, Principal::Tenant("acme".into()))];
+        assert_eq!(
+            authenticate("acme-token", known()),
+            Some(Principal::Tenant("acme".into()))
+        );
+        assert_eq!(authenticate("op-token", known()), Some(Principal::Operator));
+        assert_eq!(authenticate("nobody", known()), None);
+        assert!(Principal::Operator.sees("acme"));
+        assert!(!Principal::Tenant("acme".into()).sees("other"));
+    }
+
+    #[test]
+    fn only_bearer_tokens() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer  abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer"), None);
+    }
+
+    #[test]
+    fn token_files_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "t0k3n\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_token(Some(&path), None).unwrap_err();
+        assert!(e.to_string().contains("every user (mode 644)"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(read_token(Some(&path), None).unwrap().unwrap().matches("t0k3n"));
+        std::fs::write(&path, "\n").unwrap();
+        let e = read_token(Some(&path), None).unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+        let e = read_token(Some(&dir.path().join("missing")), None).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
+        let e = read_token(None, Some("SONDE_TEST_NO_SUCH_VARIABLE")).unwrap_err();
+        assert!(e.to_string().contains("not set"), "{e}");
+        assert!(matches!(read_token(Some(&path), Some("X")), Err(TokenError::Both)));
+        assert!(read_token(None, None).unwrap().is_none());
+    }
+}

@@ -1,0 +1,158 @@
+//! What several subcommands share: the sandbox flags of a one-off run
+//! (`check`, `bench`), flattened into each, and the parsers of durations
+//! and sizes, the config file's own.
+
+use super::CliError;
+use crate::config::{Dur, Size};
+use crate::engine::{Limits, limits};
+use crate::host::Grants;
+use clap::Args;
+use serde::Deserialize;
+use serde::de::IntoDeserializer;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The sandbox a run gets: its deadline, fuel and memory, and what it may
+/// reach beyond its target.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxArgs {
+    /// The call's deadline, such as 500ms or 2s; past it the run is a failure with reason `timeout`.
+    #[arg(long, default_value = "1s", value_parser = parse_timeout, value_name = "DURATION")]
+    pub timeout: Duration,
+
+    /// Fuel budget (about one unit per wasm instruction); spending it is an error with reason `fuel`.
+    #[arg(long, default_value_t = limits::DEFAULT_FUEL, value_name = "N")]
+    pub fuel: u64,
+
+    /// Memory cap, such as 64MiB (at most 1GiB); growing past it is an error with reason `memory`.
+    #[arg(long, default_value = "64MiB", value_parser = parse_memory, value_name = "SIZE")]
+    pub memory: u64,
+
+    /// Also allow connections to HOST:PORT (a name, `*.domain`, an IP, a CIDR or `*`; PORT a number or `*`). Repeatable.
+    #[arg(long = "allow-net", value_name = "HOST:PORT")]
+    pub allow_net: Vec<String>,
+
+    /// Allow reading this host directory (mounted read-only at the same path). Repeatable.
+    #[arg(long = "allow-file", value_name = "PATH")]
+    pub allow_file: Vec<PathBuf>,
+
+    /// Allow the plugin to run this program (an absolute path; no shell unless you name one). Repeatable.
+    #[arg(long = "allow-exec", value_name = "PATH")]
+    pub allow_exec: Vec<PathBuf>,
+
+    /// Set NAME=VALUE in the environment of programs the plugin runs (empty by default). Repeatable.
+    #[arg(long = "exec-env", value_name = "NAME=VALUE", value_parser = parse_env)]
+    pub exec_env: Vec<(String, String)>,
+}
+
+impl SandboxArgs {
+    /// The per-call limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            timeout: self.timeout,
+            fuel: self.fuel,
+            memory: self.memory,
+        }
+    }
+
+    /// The grants, checked: net patterns parse, programs and directories
+    /// are absolute paths that exist.
+    pub fn grants(&self) -> Result<Grants, CliError> {
+        let grants = Grants {
+            net: self.allow_net.iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
+            files: self.allow_file.clone(),
+            exec: self.allow_exec.clone(),
+            env: self.exec_env.clone(),
+        };
+        for p in &grants.exec {
+            if !p.is_absolute() || !p.is_file() {
+                return Err(CliError(format!(
+                    "--allow-exec {}: must be an absolute path to a program",
+                    p.display()
+                )));
+            }
+        }
+        for f in &grants.files {
+            if !f.is_absolute() || !f.is_dir() {
+                return Err(CliError(format!(
+                    "--allow-file {}: must be an absolute path to a directory",
+                    f.display()
+                )));
+            }
+            if let Some((mount, fstype)) = crate::registry::mounts::pseudo_within(f) {
+                return Err(CliError(format!(
+                    "--allow-file {}: {} a {fstype} filesystem, which would expose sonde's own process; grant a directory of ordinary files",
+                    f.display(),
+                    if mount == *f { "is".to_string() } else { format!("holds {},", mount.display()) }
+                )));
+            }
+        }
+        Ok(grants)
+    }
+}
+
+/// A duration such as `500ms`, `10s` or `1m30s` (zero included), read as
+/// the config file reads one.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let de: serde::de::value::StrDeserializer<'_, serde::de::value::Error> = s.into_deserializer();
+    Dur::deserialize(de).map(|d| d.0).map_err(|e| e.to_string())
+}
+
+/// A duration that must be more than zero: a deadline, a period.
+pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{s:?}: must be more than zero"));
+    }
+    Ok(d)
+}
+
+/// A call's deadline: more than zero.
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    parse_positive_duration(s)
+}
+
+/// A size such as `64MiB`, read as the config file reads one.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let de: serde::de::value::StrDeserializer<'_, serde::de::value::Error> = s.into_deserializer();
+    Size::deserialize(de).map(|s| s.0).map_err(|e| e.to_string())
+}
+
+/// A memory cap: a size no more than [`limits::MAX_MEMORY`].
+fn parse_memory(s: &str) -> Result<u64, String> {
+    let size = parse_size(s)?;
+    if size > limits::MAX_MEMORY {
+        return Err(format!("{s} is more than the 1GiB ceiling"));
+    }
+    Ok(size)
+}
+
+/// `NAME=VALUE`.
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("{s:?} is not NAME=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_in_the_config_file() {
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        let e = parse_duration("10x").unwrap_err();
+        assert!(e.contains("\"10x\" is not a duration"), "{e}");
+        assert!(parse_positive_duration("0s").unwrap_err().contains("more than zero"));
+        assert_eq!(parse_positive_duration("500ms"), Ok(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn sizes_and_the_memory_ceiling() {
+        assert_eq!(parse_memory("64MiB"), Ok(64 << 20));
+        assert!(parse_memory("2GiB").unwrap_err().contains("1GiB"));
+        assert!(parse_size("lots").unwrap_err().contains("not a size"));
+    }
+}
