@@ -6,6 +6,7 @@ mod bench;
 mod cli;
 mod exec;
 mod file_age;
+mod first_contact;
 mod grpc;
 mod http;
 mod postgres;
