@@ -249,7 +249,7 @@ impl Agent {
             api = Some(bound);
             tasks.push(task);
         }
-        let (targets, probes, tenants) = counts;
+        let (targets, probes, tenant_count) = counts;
         let config = status.lock().unwrap_or_else(|e| e.into_inner()).config.clone();
         tracing::info!(
             version = %env!("CARGO_PKG_VERSION"),
@@ -257,7 +257,7 @@ impl Agent {
             config = %config,
             targets,
             probes,
-            tenants,
+            tenants = tenant_count,
             api = %api.map_or("none".to_string(), |a| format!("http://{a}")),
             state_dir = %state_dir.as_deref().map_or("none (state is not kept across restarts)".into(), |d| d.display().to_string()),
             "{}",

@@ -46,6 +46,13 @@ fn init_logging(cli: &Cli) {
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        // Without the module path: its key, `target`, would clash with the
+        // probe's target in state-change lines.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_target(false)
+            .init(),
     }
 }

@@ -497,7 +497,9 @@ impl<R: Runner> Core<R> {
             if let Some(new) = changed {
                 // Greppable: `probe=web target=web from=success to=failure reason=timeout`;
                 // without a typed reason, the run's own message (quoted) says why.
-                let reason = result.reason.map_or_else(|| format!("{:?}", result.message), |r| r.to_string());
+                let reason = result
+                    .reason
+                    .map_or_else(|| format!("{:?}", result.message), |r| r.to_string());
                 tracing::info!(probe = %name, target = %target, kind = %kind, from = %before, to = %new, reason = %reason, "state changed");
             }
             self.results.record(&name, result, e.counter);

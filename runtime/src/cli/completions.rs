@@ -45,9 +45,11 @@ pub(super) fn man(args: ManArgs) -> Result<i32, CliError> {
         }
         None => {
             let mut out = Vec::new();
-            clap_mangen::Man::new(cmd)
-                .render(&mut out)
-                .map_err(|e| CliError(format!("cannot render the manual page: {e}; please report this as a bug")))?;
+            clap_mangen::Man::new(cmd).render(&mut out).map_err(|e| {
+                CliError(format!(
+                    "cannot render the manual page: {e}; please report this as a bug"
+                ))
+            })?;
             use std::io::Write;
             std::io::stdout()
                 .write_all(&out)

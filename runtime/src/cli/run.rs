@@ -78,7 +78,9 @@ pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliE
         Ok(()) => Ok(0),
         Err(AgentError::Config(e)) => {
             eprintln!("{e}");
-            eprintln!("sonde: the config was refused; fix what is listed above (`sonde validate FILE` checks a file without running it)");
+            eprintln!(
+                "sonde: the config was refused; fix what is listed above (`sonde validate FILE` checks a file without running it)"
+            );
             Ok(2)
         }
         Err(e) => Err(CliError(e.to_string())),

@@ -126,7 +126,9 @@ fn one_probe(dir: &Path, server: std::net::SocketAddr) -> std::path::PathBuf {
 
 /// The value of `key=` in a text log line (up to the next space).
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    let at = line.find(&format!(" {key}=")).unwrap_or_else(|| panic!("no {key}= in {line}"));
+    let at = line
+        .find(&format!(" {key}="))
+        .unwrap_or_else(|| panic!("no {key}= in {line}"));
     let rest = &line[at + key.len() + 2..];
     rest.split(' ').next().unwrap_or("")
 }
@@ -162,12 +164,18 @@ async fn the_agent_says_what_it_does_and_tells_systemd() {
         assert_ne!(field(&start, "commit"), "");
         assert_eq!(field(&start, "config"), config.display().to_string());
         assert_eq!(
-            [field(&start, "targets"), field(&start, "probes"), field(&start, "tenants")],
+            [
+                field(&start, "targets"),
+                field(&start, "probes"),
+                field(&start, "tenants")
+            ],
             ["1", "1", "1"]
         );
         assert!(field(&start, "api").starts_with("http://127.0.0.1:"), "{start}");
         assert_eq!(field(&start, "state_dir"), state_dir.display().to_string());
-        let up = agent.expect("the probe going up", |l| l.contains("state changed") && l.contains("to=success"));
+        let up = agent.expect("the probe going up", |l| {
+            l.contains("state changed") && l.contains("to=success")
+        });
         assert!(up.contains(" probe=web-port target=web "), "{up}");
         assert!(up.contains(" from=failure to=success reason="), "{up}");
         (agent, notify)
@@ -230,7 +238,10 @@ async fn json_logs_for_shippers_and_the_flag_beats_rust_log() {
         );
         assert_eq!(start["probes"], 1);
         assert_eq!(start["targets"], 1);
-        assert!(start["api"].as_str().unwrap().starts_with("http://127.0.0.1:"), "{start}");
+        assert!(
+            start["api"].as_str().unwrap().starts_with("http://127.0.0.1:"),
+            "{start}"
+        );
         let up = parse(&agent.expect("a state change", |l| l.contains("state changed")));
         assert_eq!(
             (&up["probe"], &up["target"], &up["from"], &up["to"]),
@@ -294,12 +305,16 @@ async fn status_exits_0_when_healthy_2_when_not_3_when_unreachable() {
     assert_eq!(gone.status.code(), Some(3));
     let err = String::from_utf8_lossy(&gone.stderr);
     assert!(err.contains("cannot reach the agent"), "{err}");
-    assert!(err.contains("is `sonde run` running there?"), "the error says what to do: {err}");
+    assert!(
+        err.contains("is `sonde run` running there?"),
+        "the error says what to do: {err}"
+    );
 }
 
 #[test]
 fn the_systemd_unit_verifies() {
-    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/systemd/sonde.service")).unwrap();
+    let unit =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/systemd/sonde.service")).unwrap();
     for line in [
         "Type=notify",
         "ExecReload=/bin/kill -HUP $MAINPID",
@@ -337,7 +352,10 @@ fn the_systemd_unit_verifies() {
     let out = cmd.arg(&path).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "systemd-analyze verify: {err}");
-    assert!(!err.contains("sonde.service"), "systemd-analyze warns about the unit: {err}");
+    assert!(
+        !err.contains("sonde.service"),
+        "systemd-analyze warns about the unit: {err}"
+    );
 }
 
 fn which(program: &str) -> Result<std::path::PathBuf, ()> {
@@ -379,7 +397,9 @@ fn completions_man_page_and_version_come_from_the_cli() {
         .output()
         .ok()
         .filter(|o| o.status.success())
-        .map_or("unknown".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        .map_or("unknown".into(), |o| {
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        });
     assert_eq!(
         version.trim(),
         format!("sonde {} (commit {commit})", env!("CARGO_PKG_VERSION"))
