@@ -22,6 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+/// The commit the binary was built from (`unknown` outside a git checkout).
+pub const COMMIT: &str = env!("SONDE_COMMIT");
 /// How often the config file is checked for changes.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -136,7 +138,11 @@ impl Agent {
         }
         let state_dir = options.state_dir.clone().or_else(|| registry.state_dir.clone());
         let results = match &state_dir {
-            Some(dir) => ResultCache::open(dir, DEFAULT_HISTORY).map_err(|e| AgentError::Start(e.to_string()))?,
+            Some(dir) => ResultCache::open(dir, DEFAULT_HISTORY).map_err(|e| {
+                AgentError::Start(format!(
+                    "{e}; give a directory this user can write and no other sonde uses (--state-dir or the file's state_dir)"
+                ))
+            })?,
             None => ResultCache::new(DEFAULT_HISTORY),
         };
         let api_addr = options.api.or(registry.api);
@@ -151,11 +157,7 @@ impl Agent {
             probes: registry.probes().len(),
             version: env!("CARGO_PKG_VERSION"),
         }));
-        tracing::info!(
-            probes = registry.probes().len(),
-            targets = registry.targets().len(),
-            "config loaded"
-        );
+        let counts = (registry.targets().len(), registry.probes().len(), registry.tenants.len());
         let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
         let require_signed = registry.require_signed;
         let auth = match api_addr {
@@ -166,7 +168,11 @@ impl Agent {
             None => ApiAuth::None,
         };
         let run_metrics = Arc::new(RunMetrics::default());
-        let executor = Executor::new(ExecutorConfig::default()).map_err(|e| AgentError::Start(e.to_string()))?;
+        let executor = Executor::new(ExecutorConfig::default()).map_err(|e| {
+            AgentError::Start(format!(
+                "{e}; the system refused a thread: check the user's process limits (ulimit -u)"
+            ))
+        })?;
         executor.configure(&registry.tenants);
         let tenants = Arc::new(Mutex::new(registry.tenants.clone()));
         let runner = Arc::new(EngineRunner::with_executor(engine.clone(), executor.clone()));
@@ -211,13 +217,32 @@ impl Agent {
                 control: control.clone(),
                 auth,
             };
-            let (bound, task) = api::serve(addr, state)
-                .await
-                .map_err(|e| AgentError::Start(e.to_string()))?;
-            tracing::info!(addr = %bound, "API listening");
+            let (bound, task) = api::serve(addr, state).await.map_err(|e| {
+                AgentError::Start(format!(
+                    "{e}; is another sonde (or another program) serving there? Stop it, or choose another address with --api or the file's `api`"
+                ))
+            })?;
             api = Some(bound);
             tasks.push(task);
         }
+        let (targets, probes, tenant_count) = counts;
+        let config = status.lock().unwrap_or_else(|e| e.into_inner()).config.clone();
+        tracing::info!(
+            version = %env!("CARGO_PKG_VERSION"),
+            commit = %COMMIT,
+            config = %config,
+            targets,
+            probes,
+            tenants = tenant_count,
+            api = %api.map_or("none".to_string(), |a| format!("http://{a}")),
+            state_dir = %state_dir.as_deref().map_or("none (state is not kept across restarts)".into(), |d| d.display().to_string()),
+            "{}",
+            if options.jitter {
+                "sonde started; first runs spread over their periods (--no-jitter starts them at once)"
+            } else {
+                "sonde started; every probe runs now (--no-jitter)"
+            }
+        );
         Ok(Self {
             scheduler,
             results,
@@ -261,34 +286,62 @@ fn fingerprint(path: &Path) -> Option<(SystemTime, u64)> {
 /// `sonde run`: starts the agent and runs it until SIGTERM or SIGINT.
 pub async fn run(engine: Engine, options: AgentOptions) -> Result<(), AgentError> {
     use tokio::signal::unix::{SignalKind, signal};
-    let sig = |kind| signal(kind).map_err(|e| AgentError::Start(format!("cannot handle signals: {e}")));
+    let sig = |kind| {
+        signal(kind).map_err(|e| AgentError::Start(format!("cannot handle signals: {e}; please report this as a bug")))
+    };
     let mut hup = sig(SignalKind::hangup())?;
     let mut term = sig(SignalKind::terminate())?;
     let mut int = sig(SignalKind::interrupt())?;
     let agent = Agent::start(engine, options.clone()).await?;
+    // Under systemd (Type=notify), `systemctl start` returns now: the API
+    // is up and every probe is scheduled.
+    notify(&[sd_notify::NotifyState::Ready]);
     let mut watch = tokio::time::interval(WATCH_INTERVAL);
     watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut seen = options.config.as_deref().and_then(fingerprint);
-    loop {
+    let signal = loop {
         tokio::select! {
             _ = hup.recv() => {
-                tracing::info!("SIGHUP: reloading the config");
-                let _ = agent.reload().await;
+                tracing::debug!("SIGHUP: reloading the config");
+                reload(&agent).await;
                 seen = options.config.as_deref().and_then(fingerprint);
             }
             _ = watch.tick(), if options.config.is_some() => {
                 let now = options.config.as_deref().and_then(fingerprint);
                 if now.is_some() && now != seen {
                     seen = now;
-                    tracing::info!("the config file changed: reloading");
-                    let _ = agent.reload().await;
+                    tracing::debug!("the config file changed: reloading");
+                    reload(&agent).await;
                 }
             }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            _ = term.recv() => break "SIGTERM",
+            _ = int.recv() => break "SIGINT",
         }
-    }
-    tracing::info!(grace = %humantime::format_duration(options.grace), "stopping: letting runs in flight finish");
+    };
+    notify(&[sd_notify::NotifyState::Stopping]);
+    tracing::info!(signal = %signal, grace = %humantime::format_duration(options.grace), "stopping: letting runs in flight finish");
+    let started = std::time::Instant::now();
     agent.stop().await;
+    tracing::info!(took_ms = started.elapsed().as_millis() as u64, "sonde stopped");
     Ok(())
+}
+
+/// A reload as systemd wants to see it: RELOADING=1 with the monotonic
+/// time, then READY=1 whether the new config was taken or refused (the
+/// old one keeps running either way). `control` logs the outcome.
+async fn reload(agent: &Agent) {
+    let mut states = vec![sd_notify::NotifyState::Reloading];
+    if let Ok(now) = sd_notify::NotifyState::monotonic_usec_now() {
+        states.push(now);
+    }
+    notify(&states);
+    let _ = agent.reload().await;
+    notify(&[sd_notify::NotifyState::Ready]);
+}
+
+/// Tells systemd (when `$NOTIFY_SOCKET` is set) how the agent is doing.
+fn notify(states: &[sd_notify::NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "cannot notify systemd; check the unit's NotifyAccess= and that $NOTIFY_SOCKET is reachable");
+    }
 }

@@ -431,7 +431,13 @@ impl Control {
                     tracing::warn!("{w}");
                 }
                 let summary = self.apply(&mut current, reg, left_out).await;
+                let (config, probes) = {
+                    let st = self.status.lock().unwrap_or_else(|e| e.into_inner());
+                    (st.config.clone(), st.probes)
+                };
                 tracing::info!(
+                    config = %config,
+                    probes,
                     added = summary.added.len(),
                     changed = summary.changed.len(),
                     removed = summary.removed.len(),
@@ -441,7 +447,7 @@ impl Control {
                 Ok(summary)
             }
             Err(e) => {
-                tracing::error!(error = %e, "config reload refused; the previous config keeps running");
+                tracing::error!(error = %e, "config reload refused; the previous config keeps running: fix the file (`sonde validate FILE`) and reload again");
                 self.status.lock().unwrap_or_else(|e| e.into_inner()).reload_error = Some(e.to_string());
                 Err(e)
             }

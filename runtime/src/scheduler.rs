@@ -497,10 +497,15 @@ impl<R: Runner> Core<R> {
             if result.is_error() {
                 tracing::warn!(probe = %name, reason = ?result.reason, message = %result.message, "probe could not run");
             }
-            self.results.record(&name, result, e.counter);
             if let Some(new) = changed {
-                tracing::info!(probe = %name, kind = %kind, from = %before, to = %new, "state changed");
+                // Greppable: `probe=web target=web from=success to=failure reason=timeout`;
+                // without a typed reason, the run's own message (quoted) says why.
+                let reason = result
+                    .reason
+                    .map_or_else(|| format!("{:?}", result.message), |r| r.to_string());
+                tracing::info!(probe = %name, target = %target, kind = %kind, from = %before, to = %new, reason = %reason, "state changed");
             }
+            self.results.record(&name, result, e.counter);
             if !self.stopping {
                 if kind == Kind::Startup && changed == Some(Status::Success) {
                     self.target_started(&target);

@@ -22,10 +22,12 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// `--api` is not a usable URL.
-    #[error("--api {0}: expected http://HOST:PORT")]
+    #[error("--api {0}: expected http://HOST:PORT; give the agent's API URL, such as http://127.0.0.1:9464")]
     BadUrl(String),
     /// No answer from the agent.
-    #[error("cannot reach the agent at {base}: {why}")]
+    #[error(
+        "cannot reach the agent at {base}: {why}; is `sonde run` running there? Start it, or point --api at its API (its start line names the URL)"
+    )]
     Unreachable {
         /// The API URL.
         base: String,
@@ -118,9 +120,32 @@ pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(base: &str, path: &
             .ok()
             .and_then(|v| v["error"].as_str().map(str::to_string))
             .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_string());
-        return Err(CliError(format!("{path}: {status}: {message}")));
+        let what_to_do = match status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                "set $SONDE_TOKEN (or $SONDE_TOKEN_FILE) to a token the agent accepts"
+            }
+            StatusCode::NOT_FOUND => "check that --api points at a sonde agent of the same version",
+            _ => "see the agent's log for why",
+        };
+        return Err(CliError(format!("{path}: {status}: {message}; {what_to_do}")));
     }
-    serde_json::from_slice(&body).map_err(|e| CliError(format!("{path}: unexpected answer: {e}")))
+    serde_json::from_slice(&body).map_err(|e| {
+        CliError(format!(
+            "{path}: unexpected answer: {e}; check that --api points at a sonde agent of the same version"
+        ))
+    })
+}
+
+/// Whether a running agent is healthy as `sonde status` reports it (exit 0,
+/// else 2): every probe passes by its kind, the rule of `/v1/ready` and
+/// `/v1/live` — a liveness probe unless it fails, a readiness or startup
+/// probe when it succeeds (or warns). A probe not run yet is not healthy.
+pub fn healthy(probes: &[serde_json::Value]) -> bool {
+    probes.iter().all(|p| match (p["kind"].as_str(), p["state"].as_str()) {
+        (Some("liveness"), Some(state)) => state != "failure",
+        (_, Some(state)) => matches!(state, "success" | "warning"),
+        (_, None) => false,
+    })
 }
 
 /// One Server-Sent Event.
@@ -180,6 +205,17 @@ impl EventParser {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn health_follows_the_ready_and_live_rules() {
+        let probe = |kind: &str, state: &str| serde_json::json!({ "kind": kind, "state": state });
+        assert!(healthy(&[]));
+        assert!(healthy(&[probe("readiness", "success"), probe("liveness", "unknown")]));
+        assert!(healthy(&[probe("startup", "warning")]));
+        assert!(!healthy(&[probe("readiness", "unknown")]));
+        assert!(!healthy(&[probe("liveness", "failure")]));
+        assert!(!healthy(&[probe("readiness", "failure"), probe("liveness", "success")]));
+    }
 
     #[test]
     fn parses_events_split_anywhere() {

@@ -5,6 +5,7 @@ mod args;
 mod bench;
 mod check;
 pub mod client;
+mod completions;
 mod plugin;
 mod run;
 mod scaffold;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 
 /// sonde: health probes as sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
-#[command(name = "sonde", version, about)]
+#[command(name = "sonde", version = VERSION, about)]
 pub struct Cli {
     /// Directory for compiled plugins [default: $SONDE_CACHE_DIR, $XDG_CACHE_HOME/sonde or ~/.cache/sonde].
     #[arg(long, global = true, value_name = "DIR")]
@@ -26,9 +27,13 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub no_cache: bool,
 
-    /// Log filter, as RUST_LOG (`info`, `sonde=debug`) [default: $RUST_LOG or `warn`].
-    #[arg(long, global = true, value_name = "FILTER")]
-    pub log: Option<String>,
+    /// Log level or filter, as RUST_LOG (`debug`, `warn,sonde_runtime=debug`) [default: $RUST_LOG, else `info` for `sonde run` and `warn` for the rest].
+    #[arg(long, alias = "log", global = true, value_name = "FILTER")]
+    pub log_level: Option<String>,
+
+    /// Log line format on stderr: `text` for people, `json` (one object a line) for log shippers.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 
     #[command(subcommand)]
     /// What to do.
@@ -47,10 +52,27 @@ pub enum Command {
     Run(run::RunArgs),
     /// Check a config file without running it (exit 0 valid, 2 invalid).
     Validate(run::ValidateArgs),
-    /// Show a running agent's probes.
+    /// Show a running agent's probes (exit 0 when every probe passes, 2 when one does not, 3 when the agent cannot be reached).
     Status(run::StatusArgs),
     /// Measure what a plugin costs per run (against a native baseline with --baseline), or the scheduler at scale (--scheduler).
     Bench(bench::BenchArgs),
+    /// Print a shell completion script (`sonde completions bash > /etc/bash_completion.d/sonde`).
+    Completions(completions::CompletionsArgs),
+    /// Print the manual page (`sonde man | man -l -`), or write every page with --dir.
+    Man(completions::ManArgs),
+}
+
+/// `sonde --version`: the version and the commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SONDE_COMMIT"), ")");
+
+/// How log lines are written on stderr.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One line of text per event.
+    #[default]
+    Text,
+    /// One JSON object per line, the event's fields at the top level.
+    Json,
 }
 
 /// How results are printed.
@@ -73,17 +95,9 @@ impl<E: std::fmt::Display> From<E> for CliError {
     }
 }
 
-/// Runs the command and returns the process exit code.
+/// Runs the command and returns the process exit code. Logging is the
+/// binary's to set up (`main.rs`), before this.
 pub fn main(cli: Cli) -> i32 {
-    let filter = cli
-        .log
-        .clone()
-        .or_else(|| std::env::var("RUST_LOG").ok())
-        .unwrap_or_else(|| "warn".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -116,6 +130,8 @@ async fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Validate(args) => run::validate(config, args).await,
         Command::Status(args) => run::status(args).await,
         Command::Bench(args) => bench::run(config, args).await,
+        Command::Completions(args) => completions::completions(args),
+        Command::Man(args) => completions::man(args),
     }
 }
 

@@ -75,6 +75,9 @@ pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliE
         Ok(()) => Ok(0),
         Err(AgentError::Config(e)) => {
             eprintln!("{e}");
+            eprintln!(
+                "sonde: the config was refused; fix what is listed above (`sonde validate FILE` checks a file without running it)"
+            );
             Ok(2)
         }
         Err(e) => Err(CliError(e.to_string())),
@@ -191,12 +194,14 @@ pub(super) async fn status(args: StatusArgs) -> Result<i32, CliError> {
         return watch(args).await;
     }
     let (probes, agent) = fetch(&args.api).await?;
+    let healthy = client::healthy(&probes);
     if args.output == super::Output::Json {
-        println!("{}", serde_json::to_string_pretty(&probes).unwrap_or_default());
-        return Ok(0);
+        let all = serde_json::json!({ "healthy": healthy, "agent": agent, "probes": probes });
+        println!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
+    } else {
+        print!("{}", table(&probes, &agent, colour()));
     }
-    print!("{}", table(&probes, &agent, colour()));
-    Ok(0)
+    Ok(if healthy { 0 } else { 2 })
 }
 
 /// `sonde status --watch`: on a terminal, the table redrawn as outcomes

@@ -7,6 +7,7 @@ mod cli;
 mod config_cases;
 mod exec;
 mod file_age;
+mod first_contact;
 mod grpc;
 mod http;
 mod oci;

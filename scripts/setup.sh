@@ -1,0 +1,55 @@
+# Shared by scripts/run, scripts/test and .ci/run (sourced, not run):
+# install what sonde needs before the first compile, so a missing piece
+# fails in seconds with the command that fixes it, not ten minutes into
+# a build script.
+
+# The Rust toolchain rust-toolchain.toml pins, with the wasm target the
+# built-in plugins are compiled for. rustup installs a missing toolchain
+# with the file's targets, but never adds a target to a toolchain that is
+# already installed; with RUSTUP_AUTO_INSTALL=0 it installs nothing.
+ensure_toolchain() {
+  local channel target=wasm32-wasip2 sysroot
+  channel=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+  if command -v rustup >/dev/null 2>&1; then
+    if ! rustup toolchain list | grep -q "^$channel"; then
+      echo "== installing Rust $channel (rust-toolchain.toml) with the $target target"
+      rustup toolchain install "$channel" --profile minimal --component rustfmt,clippy --target "$target"
+    fi
+    if ! rustup target list --installed --toolchain "$channel" | grep -qx "$target"; then
+      echo "== installing the $target target (sonde's plugins are compiled for it)"
+      rustup target add --toolchain "$channel" "$target"
+    fi
+  fi
+  # Whatever installed Rust, check the target is really there.
+  sysroot=$(rustc --print sysroot 2>/dev/null || true)
+  if [ -z "$sysroot" ] || [ ! -d "$sysroot/lib/rustlib/$target" ]; then
+    echo "sonde: the $target target is not installed for rustc ${sysroot:-(not found)}." >&2
+    echo "Install it with: rustup target add $target   (no rustup? install it from https://rustup.rs, then run this again)" >&2
+    exit 1
+  fi
+}
+
+# Debian packages, installed with apt-get when missing (as root, else
+# through sudo).
+ensure_packages() {
+  local p missing=() sudo=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "sonde: the tests need these programs' Debian packages: ${missing[*]}; install their equivalents with your package manager, then run this again." >&2
+    exit 1
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    else
+      echo "sonde: missing Debian packages: ${missing[*]}; run as root: apt-get install ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+  echo "== installing Debian packages: ${missing[*]}"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
