@@ -157,7 +157,11 @@ impl Agent {
             probes: registry.probes().len(),
             version: env!("CARGO_PKG_VERSION"),
         }));
-        let counts = (registry.targets().len(), registry.probes().len(), registry.tenants.len());
+        let counts = (
+            registry.targets().len(),
+            registry.probes().len(),
+            registry.tenants.len(),
+        );
         let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
         let require_signed = registry.require_signed;
         let auth = match api_addr {

@@ -83,7 +83,11 @@ impl SandboxArgs {
                 return Err(CliError(format!(
                     "--allow-file {}: {} a {fstype} filesystem, which would expose sonde's own process; grant a directory of ordinary files",
                     f.display(),
-                    if mount == *f { "is".to_string() } else { format!("holds {},", mount.display()) }
+                    if mount == *f {
+                        "is".to_string()
+                    } else {
+                        format!("holds {},", mount.display())
+                    }
                 )));
             }
         }

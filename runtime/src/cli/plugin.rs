@@ -27,7 +27,7 @@ pub struct RegistryArgs {
     #[arg(long)]
     pub insecure_registry: bool,
     /// For oci:// references: the longest a pull or push may take.
-    #[arg(long, default_value = "60s", value_parser = super::check::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = super::args::parse_duration, value_name = "DURATION")]
     pub registry_timeout: Duration,
     /// Where pulled blobs are cached, by digest [default: CACHE_DIR/oci].
     #[arg(long, value_name = "DIR")]

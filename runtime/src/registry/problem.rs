@@ -4,9 +4,10 @@
 //! problems with their source location; [`Located::into_error`] turns one
 //! into the [`ConfigError`] (file:line:column: text) a person reads.
 
+use crate::api::auth::TokenError;
 use crate::config::{ConfigError, Kind, Place};
 use crate::host::GrantError;
-use crate::tenants::{CeilingError, TenantId, TokenError};
+use crate::tenants::{CeilingError, TenantId};
 use std::path::PathBuf;
 use std::time::Duration;
 

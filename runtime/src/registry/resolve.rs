@@ -189,9 +189,7 @@ impl Cache {
         if let Some(c) = &inner.oci {
             return Ok(c.clone());
         }
-        let client = Arc::new(
-            crate::oci::Client::new(settings.clone()).map_err(|e| ResolveError::Oci(Arc::new(e)))?,
-        );
+        let client = Arc::new(crate::oci::Client::new(settings.clone()).map_err(|e| ResolveError::Oci(Arc::new(e)))?);
         inner.oci = Some(client.clone());
         Ok(client)
     }
