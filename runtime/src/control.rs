@@ -9,7 +9,7 @@
 //! probe that no longer loads is a [`LeftOut`]. Turning them into HTTP is
 //! the API's business.
 
-use crate::api::auth::{ApiAuth, Principal};
+use crate::auth::{ApiAuth, Principal};
 use crate::config::{self, ConfigError, ConfigErrors};
 use crate::engine::{Engine, LoadError};
 use crate::executor::Executor;

@@ -41,6 +41,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod auth;
 mod bindings;
 pub mod builtins;
 pub mod cli;

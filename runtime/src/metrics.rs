@@ -20,7 +20,7 @@
 //! | `sonde_scheduler_runs_in_flight` | gauge | |
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
 
-use crate::api::auth::Principal;
+use crate::auth::Principal;
 use crate::config::Kind;
 use crate::executor::{Executor, TenantStats};
 use crate::registry::ProbeSpec;

@@ -10,7 +10,7 @@
 //! of a probe against both.
 //!
 //! A tenant may have an API [`Token`]; reading tokens and telling callers
-//! apart is [`crate::api::auth`]'s, which [`Tenants::credentials`] feeds.
+//! apart is [`crate::auth`]'s, which [`Tenants::credentials`] feeds.
 //!
 //! # Examples
 //!
@@ -31,7 +31,7 @@
 //! assert!(errors[0].to_string().contains("\"*:443\""));
 //! ```
 
-use crate::api::auth::{Principal, Token};
+use crate::auth::{Principal, Token};
 use crate::engine::{Limits, limits};
 use crate::host::grants::path_within;
 use crate::host::{GrantError, Grants, NetPattern};
@@ -40,8 +40,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Reads a tenant's or the operator's token; the registry's way in to
-/// [`crate::api::auth`].
-pub use crate::api::auth::read_token;
+/// [`crate::auth`].
+pub use crate::auth::read_token;
 
 /// A tenant's id, shared by every probe and target it owns.
 pub type TenantId = Arc<str>;
@@ -400,7 +400,7 @@ impl Tenants {
     }
 
     /// Every configured token and whose it is, the operator's first: what
-    /// [`crate::api::auth::authenticate`] compares a bearer token with.
+    /// [`crate::auth::authenticate`] compares a bearer token with.
     pub fn credentials(&self) -> impl Iterator<Item = (&Token, Principal)> {
         let operator = self.operator_token.iter().map(|t| (t, Principal::Operator));
         let tenants = self
@@ -608,7 +608,7 @@ mod tests {
             vec![acme, Tenant::new("beta", Quotas::default(), Ceiling::default())],
             Token::new("op-token"),
         );
-        let whose = |token: &str| crate::api::auth::authenticate(token, tenants.credentials());
+        let whose = |token: &str| crate::auth::authenticate(token, tenants.credentials());
         assert_eq!(whose("acme-token"), Some(Principal::Tenant("acme".into())));
         assert_eq!(whose("op-token"), Some(Principal::Operator));
         assert_eq!(whose("nobody"), None);

@@ -24,7 +24,7 @@
 //! Errors are JSON `{"error": "..."}` (400, 401, 404, 405, 409, 413, 422,
 //! 503); [`ControlError`]s become status codes in one place.
 
-pub mod auth;
+pub use crate::auth;
 mod page;
 mod watch;
 

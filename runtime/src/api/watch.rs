@@ -13,7 +13,7 @@
 //! ```
 
 use super::{Body, query};
-use crate::api::auth::Principal;
+use crate::auth::Principal;
 use crate::results::{EventLog, ResultCache, RunEvent, StateChange};
 use axum::response::Response;
 use bytes::Bytes;

@@ -4,7 +4,7 @@
 //! problems with their source location; [`Located::into_error`] turns one
 //! into the [`ConfigError`] (file:line:column: text) a person reads.
 
-use crate::api::auth::TokenError;
+use crate::auth::TokenError;
 use crate::config::{ConfigError, Kind, Place};
 use crate::host::GrantError;
 use crate::tenants::{CeilingError, TenantId};
