@@ -10,6 +10,7 @@
 //! | `GET /v1/probes` | every probe: state, stale, consecutive, last outcome |
 //! | `GET /v1/probes/{name}` | one probe, with its history |
 //! | `PUT`, `DELETE /v1/probes/{name}` | add, replace or remove a probe of the caller's (with a `state_dir`) |
+//! | `PUT /v1/probes` | add or replace a list of the caller's probes, all or none |
 //! | `POST /v1/probes/{name}/run` | run it now; the outcome |
 //! | `PUT`, `DELETE /v1/plugins/{name}` | upload, replace or remove a plugin of the caller's |
 //! | `GET /v1/targets`, `/v1/targets/{name}` | started, ready, live, and the probes behind them |
@@ -112,7 +113,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
         .route("/healthz", get(healthz))
-        .route("/v1/probes", get(list_probes))
+        .route("/v1/probes", get(list_probes).put(put_probes))
         .route("/v1/probes/{name}", get(get_probe).put(put_probe).delete(delete_probe))
         .route("/v1/probes/{name}/run", post(run_probe))
         .route("/v1/plugins/{name}", put(put_plugin).delete(delete_plugin))
@@ -334,6 +335,26 @@ async fn put_probe(who: Principal, State(state): State<ApiState>, Path(name): Pa
     let owner = |n: &str| state.results.get(n).map(|p| p.tenant);
     match state.control.put_probe(&who, &name, &body, owner).await {
         Ok(replaced) => stored("probe", &name, replaced),
+        Err(e) => refused(e),
+    }
+}
+
+/// `PUT /v1/probes`: a batch, all stored or none.
+async fn put_probes(who: Principal, State(state): State<ApiState>, body: Body) -> Response {
+    let body = match read_body(body, crate::managed::MAX_BATCH_BYTES).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let owner = |n: &str| state.results.get(n).map(|p| p.tenant);
+    match state.control.put_probes(&who, &body, owner).await {
+        Ok(done) => {
+            let (replaced, added): (Vec<_>, Vec<_>) = done.into_iter().partition(|(_, r)| *r);
+            let names = |v: Vec<(String, bool)>| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+            json(
+                StatusCode::OK,
+                &serde_json::json!({ "added": names(added), "replaced": names(replaced) }),
+            )
+        }
         Err(e) => refused(e),
     }
 }

@@ -359,6 +359,58 @@ async fn tenants_add_plugins_and_probes_that_survive_a_restart_and_bad_uploads_s
     agent.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_probes_is_stored_whole_or_not_at_all() {
+    let server = HttpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), server.addr);
+    let (agent, api) = start(&config).await;
+    let item = |name: &str| {
+        format!(
+            "{{\"name\": \"{name}\", \"address\": \"{}\", \"plugin\": \"tcp\", \"period\": \"1h\"}}",
+            server.addr
+        )
+    };
+    // One bad item (over the tenant's ceiling) refuses the whole batch.
+    let bad = format!(
+        "[{}, {{\"name\": \"b-2\", \"address\": \"10.9.9.9:80\", \"plugin\": \"tcp\"}}]",
+        item("b-1")
+    );
+    let (status, body) = call(api, "PUT", "/v1/probes", Some(ACME), bad.as_bytes()).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("10.9.9.9:80"), "{body}");
+    assert_eq!(call(api, "GET", "/v1/probes/b-1", Some(ACME), b"").await.0, 404);
+    // A good one is stored and runs; sent again, it replaces.
+    let good = format!("[{}, {}]", item("b-1"), item("b-2"));
+    let (status, body) = call(api, "PUT", "/v1/probes", Some(ACME), good.as_bytes()).await;
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["added"], serde_json::json!(["b-1", "b-2"]), "{body}");
+    wait_state(api, ACME, "b-2", "success").await;
+    let (status, body) = call(api, "PUT", "/v1/probes", Some(ACME), good.as_bytes()).await;
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["replaced"], serde_json::json!(["b-1", "b-2"]), "{body}");
+    // Over the quota (5: one in the file, two here) as a whole: refused.
+    let many = format!("[{}, {}, {}]", item("b-3"), item("b-4"), item("b-5"));
+    let (status, body) = call(api, "PUT", "/v1/probes", Some(ACME), many.as_bytes()).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("max_probes"), "{body}");
+    assert_eq!(call(api, "GET", "/v1/probes/b-3", Some(ACME), b"").await.0, 404);
+    // Names twice, or a name another tenant holds: refused.
+    let twice = format!("[{}, {}]", item("b-1"), item("b-1"));
+    assert_eq!(
+        call(api, "PUT", "/v1/probes", Some(ACME), twice.as_bytes()).await.0,
+        400
+    );
+    let theirs = format!("[{}]", item("bank-ready"));
+    assert_eq!(
+        call(api, "PUT", "/v1/probes", Some(ACME), theirs.as_bytes()).await.0,
+        404
+    );
+    agent.stop().await;
+}
+
 #[test]
 fn an_open_api_only_on_loopback() {
     let public: SocketAddr = "0.0.0.0:9464".parse().unwrap();
