@@ -59,7 +59,9 @@ pub struct AgentStatus {
     pub loaded_at: Option<SystemTime>,
     /// Why the last reload was refused, if it was (the old config stays).
     pub reload_error: Option<String>,
-    /// Probes added through the API that no longer load, and why.
+    /// Probes that do not load, and why: stored through the API and no
+    /// longer fitting, or naming an `oci://` plugin its registry could not
+    /// give at load (nothing cached).
     pub left_out: Vec<LeftOut>,
     /// The number of probes.
     pub probes: usize,
@@ -74,9 +76,11 @@ fn rfc3339<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, 
     }
 }
 
-/// A stored probe (added through the API) that no longer loads — the
-/// operator tightened a ceiling, its plugin went — and is left out of the
-/// registry so that it cannot stop the agent. It serializes as its text.
+/// A probe that does not load and is left out of the registry so that it
+/// cannot stop the agent: a stored probe (added through the API) whose
+/// ceiling was tightened or whose plugin went, or a probe of the file whose
+/// `oci://` plugin its registry could not give (nothing cached). It
+/// serializes as its text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeftOut {
     /// The probe.
@@ -91,7 +95,7 @@ impl fmt::Display for LeftOut {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "stored probe {:?} of tenant {:?}: {}",
+            "probe {:?} of tenant {:?}: {}",
             self.probe, &*self.tenant, self.reason
         )
     }
@@ -286,7 +290,15 @@ pub async fn load(engine: &Engine, options: &AgentOptions) -> Result<(Registry, 
     if options.config.is_none() {
         reg.source = None;
     }
-    let mut left_out: Vec<LeftOut> = Vec::new();
+    let mut left_out: Vec<LeftOut> = reg
+        .unavailable
+        .iter()
+        .map(|u| LeftOut {
+            probe: u.probe.to_string(),
+            tenant: u.tenant.clone(),
+            reason: u.error.to_string(),
+        })
+        .collect();
     let state_dir = options.state_dir.clone().or_else(|| reg.state_dir.clone());
     if let Some(dir) = &state_dir {
         let store = Store::new(dir);

@@ -702,6 +702,7 @@ impl<R: Runner> Core<R> {
                 kind: p.kind,
                 groups: p.groups.clone(),
                 tenant: p.tenant.clone(),
+                plugin: p.plugin_ref.as_str().into(),
             };
             let counter = self.results.insert(&meta, Counter::initial(p.kind));
             self.next_epoch += 1;

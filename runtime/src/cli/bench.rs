@@ -339,14 +339,21 @@ fn warmup(count: u64) -> u64 {
 }
 
 fn config_with_keepalive(config: &str, keepalive: bool) -> Result<String, CliError> {
-    let mut value: serde_json::Value =
-        serde_json::from_str(config).map_err(|e| CliError(format!("--config is not valid JSON: {e}")))?;
+    let mut value: serde_json::Value = serde_json::from_str(config).map_err(|e| {
+        CliError(format!(
+            "--config is not valid JSON: {e}; write a JSON object, such as --config '{{\"path\": \"/healthz\"}}'"
+        ))
+    })?;
     if keepalive {
         match value.as_object_mut() {
             Some(o) => {
                 o.insert("keepalive".into(), serde_json::Value::Bool(true));
             }
-            None => return Err(CliError("--keepalive needs --config to be a JSON object".into())),
+            None => {
+                return Err(CliError(
+                    "--keepalive needs --config to be a JSON object, such as --config '{}'".into(),
+                ));
+            }
         }
     }
     Ok(value.to_string())
@@ -357,7 +364,9 @@ pub(super) async fn run(config: EngineConfig, args: BenchArgs) -> Result<i32, Cl
         return run_scheduler(config, args).await;
     }
     if args.count == 0 || args.concurrency == 0 {
-        return Err(CliError("--count and --concurrency must be at least 1".into()));
+        return Err(CliError(
+            "--count and --concurrency must be at least 1; give each a positive number".into(),
+        ));
     }
     let plugin_config = config_with_keepalive(&args.config, args.keepalive)?;
     if !args.target.is_empty() {
@@ -530,10 +539,12 @@ pub struct SchedulerReport {
 
 async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, CliError> {
     if args.period < crate::registry::MIN_PERIOD {
-        return Err(CliError("--period must be at least 100ms".into()));
+        return Err(CliError(
+            "--period must be at least 100ms (the scheduler's shortest period); give --period 100ms or more".into(),
+        ));
     }
     if args.probes == 0 {
-        return Err(CliError("--probes must be at least 1".into()));
+        return Err(CliError("--probes must be at least 1; give a positive number".into()));
     }
     let plugin_config = config_with_keepalive(&args.config, args.keepalive)?;
     let address = if args.target.is_empty() {

@@ -89,6 +89,18 @@ pub enum Output {
 #[derive(Debug)]
 pub struct CliError(pub String);
 
+impl CliError {
+    /// A file that could not be read or written, with what to check.
+    pub(crate) fn file(path: &std::path::Path, e: &std::io::Error) -> Self {
+        let what_to_do = match e.kind() {
+            std::io::ErrorKind::NotFound => "check the path",
+            std::io::ErrorKind::PermissionDenied => "check that this user may use it (ls -l)",
+            _ => "check the path and the disk",
+        };
+        Self(format!("{}: {e}; {what_to_do}", path.display()))
+    }
+}
+
 impl<E: std::fmt::Display> From<E> for CliError {
     fn from(e: E) -> Self {
         Self(e.to_string())

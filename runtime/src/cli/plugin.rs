@@ -129,7 +129,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let err = |e: std::io::Error| CliError(format!("{}: {e}", path.display()));
+    let err = |e: std::io::Error| CliError::file(path, &e);
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
     tmp.write_all(bytes).map_err(err)?;
     tmp.as_file().sync_all().map_err(err)?;
@@ -258,7 +258,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             registry,
         } => {
             let key = SecretKey::read(&key)?;
-            let bytes = std::fs::read(&wasm).map_err(|e| CliError(format!("{}: {e}", wasm.display())))?;
+            let bytes = std::fs::read(&wasm).map_err(|e| CliError::file(&wasm, &e))?;
             if !matches!(bytes.get(..8), Some([0, b'a', b's', b'm', _, _, 1, 0])) {
                 return Err(CliError(format!(
                     "{}: not a WebAssembly component; sign the .wasm built for wasm32-wasip2",
@@ -276,7 +276,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             if let Some(reference) = push {
                 let reference = Reference::parse(&reference)?;
                 let client = registry.client(&config, &reference)?;
-                let sig_text = std::fs::read(&sig).map_err(|e| CliError(format!("{}: {e}", sig.display())))?;
+                let sig_text = std::fs::read(&sig).map_err(|e| CliError::file(&sig, &e))?;
                 let pushed = client
                     .push_signature(&reference, &oci::digest_of(&bytes), &sig_text)
                     .await?;
@@ -391,7 +391,7 @@ fn describe_location(location: &oci::SignatureLocation) -> String {
 /// `sonde plugin push FILE.wasm oci://…`.
 async fn push(config: EngineConfig, wasm: &Path, reference: &str, registry: &RegistryArgs) -> Result<i32, CliError> {
     let reference = Reference::parse(reference)?;
-    let bytes = std::fs::read(wasm).map_err(|e| CliError(format!("{}: {e}", wasm.display())))?;
+    let bytes = std::fs::read(wasm).map_err(|e| CliError::file(wasm, &e))?;
     // Load it first: what is pushed must be a sonde plugin, and its imports
     // go into the artifact's config.
     let engine = Engine::new(config.clone())?;
@@ -462,7 +462,7 @@ async fn pull(
         None => match std::fs::remove_file(&sig_path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(CliError(format!("{}: {e}", sig_path.display()))),
+            Err(e) => return Err(CliError::file(&sig_path, &e)),
         },
     }
     println!(

@@ -138,6 +138,16 @@ fn paint(state: &str, text: &str, colour: bool) -> String {
     }
 }
 
+/// A plugin as the table shows it: an `oci://` reference without its
+/// scheme and with its digest cut to 12 hex digits (`-o json` has it whole).
+fn short_plugin(plugin: &str) -> String {
+    let plugin = plugin.strip_prefix("oci://").unwrap_or(plugin);
+    match plugin.split_once("@sha256:") {
+        Some((name, hex)) => format!("{name}@sha256:{}", &hex[..hex.len().min(12)]),
+        None => plugin.to_string(),
+    }
+}
+
 /// The probes as a table.
 fn table(probes: &[serde_json::Value], agent: &serde_json::Value, colour: bool) -> String {
     use std::fmt::Write;
@@ -148,11 +158,16 @@ fn table(probes: &[serde_json::Value], agent: &serde_json::Value, colour: bool) 
         .max()
         .unwrap_or(4)
         .max(5);
+    let plugins: Vec<String> = probes
+        .iter()
+        .map(|p| short_plugin(p["plugin"].as_str().unwrap_or("?")))
+        .collect();
+    let plugin_width = plugins.iter().map(|p| p.chars().count()).max().unwrap_or(6).max(6);
     let mut out = format!(
-        "{:<width$}  {:<12} {:<9}  {:<8} {:>5}  {:>4}  MESSAGE\n",
-        "PROBE", "TARGET", "KIND", "STATE", "CONS", "AGE"
+        "{:<width$}  {:<12} {:<9}  {:<plugin_width$}  {:<8} {:>5}  {:>4}  MESSAGE\n",
+        "PROBE", "TARGET", "KIND", "PLUGIN", "STATE", "CONS", "AGE"
     );
-    for p in probes {
+    for (p, plugin) in probes.iter().zip(&plugins) {
         let stale = if p["stale"].as_bool() == Some(true) { "*" } else { "" };
         let raw = p["state"].as_str().unwrap_or("?");
         let state = paint(raw, &format!("{:<8}", format!("{raw}{stale}")), colour);
@@ -161,10 +176,11 @@ fn table(probes: &[serde_json::Value], agent: &serde_json::Value, colour: bool) 
         let reason = last["reason"].as_str().map(|r| format!("({r}) ")).unwrap_or_default();
         let _ = writeln!(
             out,
-            "{:<width$}  {:<12} {:<9}  {} {:>5}  {:>4}  {reason}{}",
+            "{:<width$}  {:<12} {:<9}  {:<plugin_width$}  {} {:>5}  {:>4}  {reason}{}",
             p["name"].as_str().unwrap_or("?"),
             p["target"].as_str().unwrap_or("?"),
             p["kind"].as_str().unwrap_or("?"),
+            plugin,
             state,
             p["consecutive"].as_u64().unwrap_or(0),
             age(last["at"].as_str()),
@@ -223,7 +239,12 @@ async fn watch(args: StatusArgs) -> Result<i32, CliError> {
         };
         let resp = match client::open(&args.api, path, &headers).await {
             Ok(r) if r.status().is_success() => r,
-            Ok(r) => return Err(CliError(format!("{path}: {}", r.status()))),
+            Ok(r) => {
+                return Err(CliError(format!(
+                    "{path}: {}; check that --api points at a sonde agent of the same version, and $SONDE_TOKEN",
+                    r.status()
+                )));
+            }
             Err(e) if !connected_once => return Err(e.into()),
             Err(e) => {
                 eprintln!("{e}; retrying");
@@ -276,5 +297,34 @@ async fn watch(args: StatusArgs) -> Result<i32, CliError> {
         }
         eprintln!("the watch stream ended; reconnecting");
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_names_the_plugin_with_a_short_digest() {
+        let digest = "0123456789abcdef".repeat(4);
+        let probes = vec![
+            serde_json::json!({"name": "db", "target": "pg", "kind": "readiness", "state": "success",
+                "plugin": format!("oci://registry.acme.io/acme/pg-check@sha256:{digest}"),
+                "consecutive": 3, "last": {"message": "ok", "at": null}}),
+            serde_json::json!({"name": "web", "target": "web", "kind": "liveness", "state": "failure",
+                "plugin": "http", "consecutive": 1, "last": {"message": "down", "at": null}}),
+        ];
+        let text = table(&probes, &serde_json::json!({}), false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("PLUGIN"), "{text}");
+        assert!(
+            lines[1].contains("registry.acme.io/acme/pg-check@sha256:0123456789ab ") && !lines[1].contains("oci://"),
+            "{text}"
+        );
+        assert!(lines[2].contains(" http "), "{text}");
+        // Columns line up: STATE starts at the same place in every row.
+        let at = lines[0].find("STATE").unwrap();
+        assert_eq!(&lines[1][at..at + 7], "success", "{text}");
+        assert_eq!(&lines[2][at..at + 7], "failure", "{text}");
     }
 }

@@ -79,7 +79,7 @@ fn escape(text: &str) -> String {
 }
 
 fn io_error(path: &Path, e: std::io::Error) -> CliError {
-    CliError(format!("{}: {e}", path.display()))
+    CliError::file(path, &e)
 }
 
 /// Creates the crate and returns its directory.

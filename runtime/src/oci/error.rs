@@ -116,4 +116,16 @@ impl OciError {
     pub fn is_offline(&self) -> bool {
         matches!(self, Self::Unreachable { .. } | Self::Timeout { .. })
     }
+
+    /// Whether the artifact could not be had for reasons outside the
+    /// reference itself: the registry unreachable, timing out or failing,
+    /// with nothing cached to stand in. An agent starting with such a
+    /// reference leaves only its probes out; a bad reference, a digest
+    /// mismatch or a refused signature are the config's errors.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::NotCached { .. } | Self::Registry { .. } => true,
+            other => other.is_offline(),
+        }
+    }
 }

@@ -105,6 +105,8 @@ pub(super) async fn prepare(
         targets: Vec::new(),
         probes: Vec::new(),
         warnings: Vec::new(),
+        unavailable: Vec::new(),
+        pulls: Vec::new(),
     };
     // Plugin files and OCI tags are resolved once per change; built-ins
     // and digest-pinned references once per registry.
@@ -225,8 +227,28 @@ async fn target(
             });
             continue;
         }
-        let (plugin, plugin_ref) = match resolve_plugin(reg, engine, files, &p.plugin.value).await {
+        let (resolved, cost) = resolve_plugin(reg, engine, files, &p.plugin.value).await;
+        if let Some(cost) = cost {
+            out.pulls.push(super::Pull {
+                tenant: tenant_id.clone(),
+                reference: p.plugin.value.clone(),
+                cost,
+            });
+        }
+        let (plugin, plugin_ref) = match resolved {
             Ok(pl) => pl,
+            Err(e) if e.is_unavailable() => {
+                out.unavailable.push(super::Unavailable {
+                    probe: d.name.as_str().into(),
+                    tenant: tenant_id.clone(),
+                    error: Located {
+                        at: p.plugin.referenced,
+                        problem: Problem::Plugin(e),
+                    }
+                    .into_error(path),
+                });
+                continue;
+            }
             Err(e) => {
                 problems.push(Located {
                     at: p.plugin.referenced,
@@ -312,34 +334,47 @@ fn tenant_of(reg: &Registry, t: &config::Target, problems: &mut Vec<Located>) ->
 /// reference as shown (an `oci://` one pinned to its digest).
 type Resolved = HashMap<String, Result<(Arc<Plugin>, String), resolve::ResolveError>>;
 
+/// Resolves `name` once per change. An `oci://` plugin resolved now (not
+/// by an earlier probe of the change) comes with what its pull cost.
 async fn resolve_plugin(
     reg: &Registry,
     engine: &Engine,
     files: &mut Resolved,
     name: &str,
-) -> Result<(Arc<Plugin>, String), resolve::ResolveError> {
+) -> (
+    Result<(Arc<Plugin>, String), resolve::ResolveError>,
+    Option<resolve::PullCost>,
+) {
     if let Some(r) = files.get(name) {
-        return r.clone();
+        return (r.clone(), None);
     }
+    let mut cost = None;
     let r = if resolve::is_oci(name) {
         let settings = reg
             .oci
             .clone()
             .unwrap_or_else(|| Arc::new(crate::oci::Settings::new(super::settings::oci_cache_dir(None))));
-        reg.cache.oci_plugin(engine, &settings, name, &reg.trust).await
+        reg.cache
+            .oci_plugin(engine, &settings, name, &reg.trust)
+            .await
+            .map(|(resolved, c)| {
+                cost = Some(c);
+                resolved
+            })
     } else if resolve::is_path(name) {
         resolve::plugin(engine, &reg.base, name, &reg.trust)
             .await
             .map(|p| (p, name.to_string()))
     } else {
-        return reg
+        let builtin = reg
             .cache
             .plugin(engine, &reg.base, name, &reg.trust)
             .await
             .map(|p| (p, name.to_string()));
+        return (builtin, None);
     };
     files.insert(name.to_string(), r.clone());
-    r
+    (r, cost)
 }
 
 /// What a plugin's `describe` asks for that `grants` (and the target) do

@@ -64,7 +64,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use problem::{Located, Problem};
-pub use resolve::{ResolveError, Trust};
+pub use resolve::{PullCost, ResolveError, Trust};
 
 /// The shortest period a probe may have.
 pub const MIN_PERIOD: Duration = Duration::from_millis(100);
@@ -227,12 +227,47 @@ pub struct Prepared {
     probes: Vec<Arc<ProbeSpec>>,
     /// What deserves attention but does not refuse the change.
     pub warnings: Vec<ConfigError>,
+    /// Probes whose `oci://` plugin its registry could not give now: left
+    /// out of a whole load, refusing an incremental change.
+    unavailable: Vec<Unavailable>,
+    /// What the change's `oci://` plugins cost to resolve, by tenant.
+    pulls: Vec<Pull>,
+}
+
+/// One `oci://` plugin resolved for a change, and what it cost: charged to
+/// the tenant whose probe named it first (`sonde_tenant_oci_pull_*`).
+#[derive(Clone, Debug)]
+pub struct Pull {
+    /// The tenant charged.
+    pub tenant: TenantId,
+    /// The reference as written.
+    pub reference: String,
+    /// Bytes from the registry and time spent.
+    pub cost: resolve::PullCost,
+}
+
+/// A probe left out of a load because its `oci://` plugin could not be
+/// pulled and was not cached: the rest of the config runs without it.
+#[derive(Clone, Debug)]
+pub struct Unavailable {
+    /// The probe.
+    pub probe: Arc<str>,
+    /// The tenant that owns it.
+    pub tenant: TenantId,
+    /// Where and why, as a config error would say it.
+    pub error: ConfigError,
 }
 
 impl Prepared {
     /// The probes it adds or replaces.
     pub fn probes(&self) -> impl Iterator<Item = &Arc<ProbeSpec>> {
         self.probes.iter()
+    }
+
+    /// What resolving its `oci://` plugins cost, by tenant (whether or not
+    /// it is then committed: the pulls happened).
+    pub fn pulls(&self) -> &[Pull] {
+        &self.pulls
     }
 }
 
@@ -281,8 +316,14 @@ pub struct Registry {
     /// API tokens.
     pub tenants: Arc<Tenants>,
     /// What deserves attention but does not stop the load: a probe whose
-    /// grants do not cover what its plugin says it needs.
+    /// grants do not cover what its plugin says it needs, a probe left out.
     pub warnings: Vec<ConfigError>,
+    /// Probes of the file left out because their `oci://` plugin could not
+    /// be pulled and was not cached (the registry down at start).
+    pub unavailable: Vec<Unavailable>,
+    /// What the last whole load's `oci://` plugins cost to resolve, by
+    /// tenant; for the agent to account and clear.
+    pub pulls: Vec<Pull>,
     /// The config file's path, which errors name, and its directory, which
     /// relative plugin paths start from.
     path: PathBuf,
@@ -334,11 +375,18 @@ impl Registry {
             ..Registry::default()
         };
         let targets = std::mem::take(&mut file.targets);
-        let prepared = admit::prepare(&reg, engine, Change::add(targets), &mut errors).await;
+        let mut prepared = admit::prepare(&reg, engine, Change::add(targets), &mut errors).await;
+        reg.pulls = std::mem::take(&mut prepared.pulls);
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
         reg.warnings = prepared.warnings.clone();
+        reg.unavailable = std::mem::take(&mut prepared.unavailable);
+        for u in &reg.unavailable {
+            let mut w = u.error.clone();
+            w.message = format!("{}; probe {} left out until its plugin can be had", w.message, u.probe);
+            reg.warnings.push(w);
+        }
         let _ = reg.commit(prepared);
         Ok(reg)
     }
@@ -381,7 +429,9 @@ impl Registry {
     /// ready to commit, or every error found. Changes nothing.
     pub async fn prepare(&self, engine: &Engine, change: Change) -> Result<Prepared, ConfigErrors> {
         let mut errors = Vec::new();
-        let prepared = admit::prepare(self, engine, change, &mut errors).await;
+        let mut prepared = admit::prepare(self, engine, change, &mut errors).await;
+        // One probe asked for now: a plugin that cannot be had refuses it.
+        errors.extend(prepared.unavailable.drain(..).map(|u| u.error));
         if errors.is_empty() {
             Ok(prepared)
         } else {

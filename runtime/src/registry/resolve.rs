@@ -45,6 +45,14 @@ pub enum ResolveError {
     Oci(Arc<crate::oci::OciError>),
 }
 
+impl ResolveError {
+    /// Whether the plugin is an `oci://` reference its registry could not
+    /// give now, with nothing cached ([`OciError::is_unavailable`](crate::oci::OciError::is_unavailable)).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Oci(e) if e.is_unavailable())
+    }
+}
+
 /// Whether `name` is written as a file rather than a built-in's name or
 /// an OCI reference.
 pub fn is_path(name: &str) -> bool {
@@ -58,13 +66,14 @@ pub fn is_oci(name: &str) -> bool {
 
 /// Pulls (or finds in the cache) the plugin `name`, an `oci://` reference,
 /// checks its signature first when `trust.required`, and loads it.
-/// Returns it with its reference pinned to the digest that runs.
+/// Returns it with its reference pinned to the digest that runs, and the
+/// bytes that came from the registry (0 when the cache had everything).
 pub async fn oci_plugin(
     engine: &Engine,
     client: &crate::oci::Client,
     name: &str,
     trust: &Trust,
-) -> Result<(Arc<Plugin>, String), ResolveError> {
+) -> Result<(Arc<Plugin>, String, u64), ResolveError> {
     let oci = |e| ResolveError::Oci(Arc::new(e));
     let reference = crate::oci::Reference::parse(name).map_err(oci)?;
     let resolved = client.resolve(&reference).await.map_err(oci)?;
@@ -82,7 +91,17 @@ pub async fn oci_plugin(
         .load(&pinned, &resolved.bytes)
         .await
         .map_err(|e| ResolveError::Load(Arc::new(e)))?;
-    Ok((plugin, pinned))
+    Ok((plugin, pinned, resolved.transferred))
+}
+
+/// What resolving one `oci://` plugin cost: charged to the tenant whose
+/// probe named it first in a change.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PullCost {
+    /// Bytes that came from the registry (manifests, component, signature).
+    pub bytes: u64,
+    /// Time spent asking the registry and reading the cache.
+    pub elapsed: std::time::Duration,
 }
 
 /// Loads a built-in by name, or a `.wasm` file by path (relative to `base`),
@@ -166,22 +185,30 @@ impl Cache {
     /// Resolves the `oci://` reference `name` as [`oci_plugin`] does, with
     /// the registry's client (built on first use from `settings`), once
     /// for a digest-pinned reference.
+    ///
+    /// Returns what it cost (nothing for a pinned reference already resolved).
     pub async fn oci_plugin(
         &self,
         engine: &Engine,
         settings: &crate::oci::Settings,
         name: &str,
         trust: &Trust,
-    ) -> Result<(Arc<Plugin>, String), ResolveError> {
+    ) -> Result<((Arc<Plugin>, String), PullCost), ResolveError> {
         if let Some(p) = self.lock().pinned.get(name) {
-            return Ok(p.clone());
+            return Ok((p.clone(), PullCost::default()));
         }
         let client = self.oci_client(settings)?;
-        let resolved = oci_plugin(engine, &client, name, trust).await?;
+        let started = std::time::Instant::now();
+        let (plugin, pinned, bytes) = oci_plugin(engine, &client, name, trust).await?;
+        let cost = PullCost {
+            bytes,
+            elapsed: started.elapsed(),
+        };
+        let resolved = (plugin, pinned);
         if crate::oci::Reference::parse(name).is_ok_and(|r| r.is_pinned()) {
             self.lock().pinned.insert(name.to_string(), resolved.clone());
         }
-        Ok(resolved)
+        Ok((resolved, cost))
     }
 
     fn oci_client(&self, settings: &crate::oci::Settings) -> Result<Arc<crate::oci::Client>, ResolveError> {

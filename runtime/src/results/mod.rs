@@ -38,6 +38,9 @@ pub struct RunEvent {
     pub target: Arc<str>,
     /// The tenant that owns it.
     pub tenant: Arc<str>,
+    /// The plugin that ran, as the registry shows it (an `oci://`
+    /// reference pinned to the digest that ran).
+    pub plugin: Arc<str>,
     /// Its kind.
     pub kind: Kind,
     /// Its state after this outcome.
@@ -92,6 +95,8 @@ pub struct StateChange {
     pub target: Arc<str>,
     /// The tenant that owns it.
     pub tenant: Arc<str>,
+    /// The plugin, as the registry shows it (pinned to its digest).
+    pub plugin: Arc<str>,
     /// Its kind.
     pub kind: Kind,
     /// The state before.
@@ -146,6 +151,7 @@ pub struct Persisted {
 #[derive(Clone, Debug)]
 struct Record {
     target: Arc<str>,
+    plugin: Arc<str>,
     kind: Kind,
     groups: Arc<[String]>,
     tenant: Arc<str>,
@@ -170,6 +176,10 @@ pub struct ProbeView {
     pub groups: Vec<String>,
     /// The tenant that owns it.
     pub tenant: String,
+    /// The plugin that runs it, as the registry shows it: a built-in's
+    /// name, a file's path, or an `oci://` reference pinned to the digest
+    /// that runs (`…@sha256:…`), whatever tag the config named.
+    pub plugin: String,
     /// Its state.
     pub state: Status,
     /// Restored from disk and not run since.
@@ -216,6 +226,8 @@ pub struct ProbeMeta {
     pub groups: Arc<[String]>,
     /// The tenant that owns it.
     pub tenant: Arc<str>,
+    /// The plugin, as the registry shows it (pinned to its digest).
+    pub plugin: Arc<str>,
 }
 
 struct Inner {
@@ -306,6 +318,7 @@ impl ResultCache {
         let record = match saved {
             Some(p) => Record {
                 target: meta.target.clone(),
+                plugin: meta.plugin.clone(),
                 kind: meta.kind,
                 groups: meta.groups.clone(),
                 tenant: meta.tenant.clone(),
@@ -318,6 +331,7 @@ impl ResultCache {
             },
             None => Record {
                 target: meta.target.clone(),
+                plugin: meta.plugin.clone(),
                 kind: meta.kind,
                 groups: meta.groups.clone(),
                 tenant: meta.tenant.clone(),
@@ -380,13 +394,14 @@ impl ResultCache {
         };
         let outcome = Arc::new(Observation { result, at: now });
         r.last = Some(outcome.clone());
-        let (target, tenant, kind) = (r.target.clone(), r.tenant.clone(), r.kind);
+        let (target, tenant, plugin, kind) = (r.target.clone(), r.tenant.clone(), r.plugin.clone(), r.kind);
         self.transition(name, r, from, message, now);
         drop(probes);
         self.inner.run_log.push(RunEvent {
             probe: name.clone(),
             target,
             tenant,
+            plugin,
             kind,
             state: counter.state,
             consecutive: counter.consecutive,
@@ -405,6 +420,7 @@ impl ResultCache {
             probe: name.clone(),
             target: r.target.clone(),
             tenant: r.tenant.clone(),
+            plugin: r.plugin.clone(),
             kind: r.kind,
             from,
             to: r.counter.state,
@@ -538,6 +554,7 @@ fn view(name: &str, r: &Record, with_history: bool) -> ProbeView {
         kind: r.kind,
         groups: r.groups.to_vec(),
         tenant: r.tenant.to_string(),
+        plugin: r.plugin.to_string(),
         state: r.counter.state,
         stale: r.stale,
         consecutive: r.counter.consecutive,
@@ -585,6 +602,7 @@ mod tests {
             kind,
             groups: Arc::from(vec![]),
             tenant: "default".into(),
+            plugin: "tcp".into(),
         }
     }
 

@@ -702,3 +702,142 @@ fn a_registry_reference_is_checked_before_anything_is_asked() {
         stderr(&out)
     );
 }
+
+/// An agent whose config names its plugins by `oci://` reference (one
+/// pinned to a digest, one by tag) with its cache in `state_dir/oci`.
+fn oci_agent_config(dir: &Path, reg: &Registry, target: &str, plugins: &[(&str, &str)]) -> PathBuf {
+    let mut yaml = format!(
+        "state_dir: {state}\noci:\n  registries:\n    \"{addr}\": {{ insecure: true }}\n  timeout: 5s\ntargets:\n  - name: svc\n    address: {target}\n    probes:\n",
+        state = dir.join("state").display(),
+        addr = reg.addr,
+    );
+    for (name, plugin) in plugins {
+        yaml.push_str(&format!(
+            "      - {{ name: {name}, plugin: \"{plugin}\", period: 200ms }}\n"
+        ));
+    }
+    let path = dir.join("sonde.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+async fn start_agent(config: &Path) -> sonde_runtime::agent::Agent {
+    let options = sonde_runtime::agent::AgentOptions {
+        config: Some(config.to_path_buf()),
+        api: Some("127.0.0.1:0".parse().unwrap()),
+        state_dir: None,
+        grace: Duration::from_secs(2),
+        jitter: false,
+        api_auth: Default::default(),
+    };
+    sonde_runtime::agent::Agent::start(support::engine(), options)
+        .await
+        .unwrap_or_else(|e| panic!("the agent did not start: {e}"))
+}
+
+/// `GET path` on the agent's API, as JSON or text.
+async fn api_get(api: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: sonde\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.unwrap();
+    text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string()
+}
+
+/// Waits until every probe in `names` has succeeded once, and returns
+/// `/v1/probes`.
+async fn wait_all_succeed(api: std::net::SocketAddr, names: &[&str]) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let probes: serde_json::Value = serde_json::from_str(&api_get(api, "/v1/probes").await).unwrap();
+        let ok = |n: &str| {
+            probes
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == n && p["last"]["status"] == "success")
+        };
+        if names.iter().all(|n| ok(n)) {
+            return probes;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every probe of {names:?} succeeded: {probes:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The acceptance: `sonde run` with plugins that are all `oci://`
+/// references runs them, shows the digest that runs, and after a restart
+/// with the registry stopped runs them from its cache; a reference it never
+/// pulled leaves only its own probe out.
+#[tokio::test]
+async fn an_agent_runs_oci_plugins_and_restarts_from_its_cache_with_the_registry_down() {
+    let mut reg = registry!(Options::default());
+    let pusher_cache = tempfile::tempdir().unwrap();
+    let tag = reg.reference("acme/tcp-check:1.0");
+    let pushed = reg
+        .client(pusher_cache.path())
+        .push(&tag, tcp_component(), &info())
+        .await
+        .unwrap();
+    let pinned = pushed.reference.to_string();
+    assert!(pinned.contains("@sha256:"), "{pinned}");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    let accepting = tokio::spawn(async move {
+        loop {
+            let _ = listener.accept().await;
+        }
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let by_tag = tag.to_string();
+    let config = oci_agent_config(dir.path(), &reg, &target, &[("pinned", &pinned), ("tagged", &by_tag)]);
+    let agent = start_agent(&config).await;
+    let api = agent.api.unwrap();
+    let probes = wait_all_succeed(api, &["pinned", "tagged"]).await;
+    // Both show the digest that runs, the tag resolved at load.
+    for p in probes.as_array().unwrap() {
+        assert_eq!(p["plugin"], pinned.as_str(), "{p:#}");
+    }
+    let metrics = api_get(api, "/metrics").await;
+    assert!(
+        metrics.contains(&format!("plugin=\"{pinned}\"")),
+        "the metrics do not label runs with the pinned reference:\n{metrics}"
+    );
+    agent.stop().await;
+
+    // The registry goes away; the agent restarts with one more probe whose
+    // plugin it never pulled.
+    reg.stop();
+    let never = reg.reference("acme/never-pulled:2.0").to_string();
+    let config = oci_agent_config(
+        dir.path(),
+        &reg,
+        &target,
+        &[("pinned", &pinned), ("tagged", &by_tag), ("never", &never)],
+    );
+    let agent = start_agent(&config).await;
+    let api = agent.api.unwrap();
+    let probes = wait_all_succeed(api, &["pinned", "tagged"]).await;
+    assert!(
+        !probes.as_array().unwrap().iter().any(|p| p["name"] == "never"),
+        "{probes:#}"
+    );
+    let status: serde_json::Value = serde_json::from_str(&api_get(api, "/v1/status").await).unwrap();
+    let left_out = status["left_out"].as_array().unwrap_or_else(|| panic!("{status:#}"));
+    assert_eq!(left_out.len(), 1, "{status:#}");
+    let reason = left_out[0].as_str().unwrap();
+    assert!(
+        reason.starts_with("probe \"never\" of tenant \"default\": ")
+            && reason.contains(&never)
+            && reason.contains("not in the local cache"),
+        "{reason}"
+    );
+    agent.stop().await;
+    accepting.abort();
+}
