@@ -16,6 +16,9 @@
 //! | `sonde_probe_last_duration_seconds`, `sonde_probe_last_fuel` | gauge | probe |
 //! | `sonde_probe_metric` | gauge, at most [`MAX_PLUGIN_SERIES`] per probe | probe, metric, unit |
 //! | `sonde_run_duration_seconds`, `sonde_run_fuel` | histogram | plugin, kind |
+//! | `sonde_tenant_runs_total`, `_fuel_total`, `_sandbox_seconds_total`, `_errors_total` | counter | tenant (errors: reason) |
+//! | `sonde_tenant_queue_wait_seconds` | histogram (`_sum` is the total wait) | tenant |
+//! | `sonde_tenant_runs_running`, `_runs_waiting`, `_concurrency_limit` | gauge | tenant |
 //! | `sonde_scheduler_start_lateness_seconds` | histogram | |
 //! | `sonde_scheduler_runs_in_flight` | gauge | |
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
@@ -248,12 +251,6 @@ impl Scrape {
             "Time the tenant's calls spent in the sandbox",
             &|s| s.sandbox_time.as_secs_f64(),
         )?;
-        counter(
-            enc,
-            "sonde_tenant_queue_wait_seconds",
-            "Time the tenant's calls waited for a run permit",
-            &|s| s.queue_wait.as_secs_f64(),
-        )?;
         let mut e = enc.encode_descriptor(
             "sonde_tenant_errors",
             "The tenant's calls that ended in an error, by reason",
@@ -265,6 +262,16 @@ impl Scrape {
                 let labels = [("tenant", &*s.tenant), ("reason", reason.as_str())];
                 ConstCounter::new(*n).encode(e.encode_family(&labels)?)?;
             }
+        }
+        let mut e = enc.encode_descriptor(
+            "sonde_tenant_queue_wait_seconds",
+            "How long each of the tenant's calls waited for a run permit",
+            None,
+            MetricType::Histogram,
+        )?;
+        for s in &stats {
+            s.queue_wait_histogram
+                .encode(e.encode_family(&[("tenant", &*s.tenant)])?)?;
         }
         let gauge = |enc: &mut DescriptorEncoder, name: &str, help: &str, f: &dyn Fn(&TenantStats) -> i64| {
             let mut e = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;

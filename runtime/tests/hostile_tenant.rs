@@ -15,8 +15,10 @@
 //! own figures for the closing notes.
 
 use sonde_runtime::agent::EngineRunner;
+use sonde_runtime::auth::Principal;
 use sonde_runtime::engine::{Engine, EngineConfig};
 use sonde_runtime::executor::{Executor, ExecutorConfig};
+use sonde_runtime::metrics::{Metrics, RunMetrics};
 use sonde_runtime::registry::{ProbeSpec, Registry};
 use sonde_runtime::results::ResultCache;
 use sonde_runtime::scheduler::{self, Observer};
@@ -64,6 +66,31 @@ impl Observer for Watch {
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[i]
+}
+
+/// A tenant's `sonde_tenant_queue_wait_seconds` buckets in an OpenMetrics
+/// exposition: (upper bound, calls that waited at most that long), the
+/// last bound `Duration::MAX` (+Inf).
+fn queue_wait_buckets(exposition: &str, tenant: &str) -> Vec<(Duration, u64)> {
+    let tenant = format!("tenant=\"{tenant}\"");
+    exposition
+        .lines()
+        .filter_map(|l| {
+            let (labels, n) = l
+                .strip_prefix("sonde_tenant_queue_wait_seconds_bucket{")?
+                .split_once("} ")?;
+            let labels: Vec<&str> = labels.split(',').collect();
+            if !labels.contains(&tenant.as_str()) {
+                return None;
+            }
+            let le = labels.iter().find_map(|l| l.strip_prefix("le=\"")?.strip_suffix('"'))?;
+            let bound = match le {
+                "+Inf" => Duration::MAX,
+                s => Duration::from_secs_f64(s.parse().unwrap()),
+            };
+            Some((bound, n.parse().unwrap()))
+        })
+        .collect()
 }
 
 /// The acceptance test.
@@ -118,9 +145,10 @@ targets:
     executor.configure(&reg.tenants);
     let runner = Arc::new(EngineRunner::with_executor(engine, executor.clone()));
     let watch = Arc::new(Watch::default());
+    let results = ResultCache::default();
     let handle = scheduler::spawn(
         runner,
-        ResultCache::default(),
+        results.clone(),
         reg,
         scheduler::Options {
             jitter: true,
@@ -136,6 +164,14 @@ targets:
         rss_max = rss_max.max(sonde_tests::rss());
     }
     handle.shutdown(Duration::from_secs(2)).await;
+    let metrics = Metrics {
+        runs: Arc::new(RunMetrics::default()),
+        results,
+        scheduler: handle.clone(),
+        cache: Arc::new(|| (0, 0)),
+        executor: executor.clone(),
+    };
+    let exposition = metrics.encode(&Principal::Operator);
 
     let mut late = watch.b_late.lock().unwrap().clone();
     late.sort();
@@ -143,11 +179,17 @@ targets:
     let stats = executor.stats();
     let b = stats.iter().find(|s| &*s.tenant == "b").unwrap();
     let a = stats.iter().find(|s| &*s.tenant == "a").unwrap();
-    // Time B's calls waited for a permit after the scheduler started them.
-    let b_wait_p99 = b
-        .queue_wait_buckets
+    // Time B's calls waited for a permit after the scheduler started them,
+    // as `/metrics` exposes it.
+    let b_wait = queue_wait_buckets(&exposition, "b");
+    let b_waits = b_wait.last().map_or(0, |(_, n)| *n);
+    assert!(
+        b_waits >= 50 * (SECONDS - 2),
+        "B's permit waits in /metrics: {b_waits}\n{exposition}"
+    );
+    let b_wait_p99 = b_wait
         .iter()
-        .find(|(_, n)| *n as f64 >= b.calls as f64 * 0.99)
+        .find(|(_, n)| *n as f64 >= b_waits as f64 * 0.99)
         .map(|(d, _)| *d)
         .unwrap();
     let b_call = b.sandbox_time / b.calls.max(1) as u32;

@@ -162,3 +162,67 @@ pub(crate) async fn load_plugin(engine: &Engine, name: &str) -> Result<Arc<Plugi
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use std::time::Duration;
+
+    fn parse(args: &[&str]) -> Command {
+        Cli::try_parse_from(std::iter::once("sonde").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+            .command
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_a_grace_of_zero() {
+        for zero in ["0", "0s"] {
+            let Command::Run(run) = parse(&["run", "--grace", zero]) else {
+                panic!("not run")
+            };
+            assert_eq!(run.grace, Duration::ZERO);
+        }
+    }
+
+    #[test]
+    fn check_and_bench_take_the_same_sandbox_flags() {
+        let sandbox = [
+            "--timeout",
+            "2s",
+            "--fuel",
+            "7",
+            "--memory",
+            "1MiB",
+            "--allow-net",
+            "db:5432",
+            "--allow-file",
+            "/srv",
+            "--allow-exec",
+            "/bin/true",
+            "--exec-env",
+            "A=b",
+        ];
+        let check = [&["check", "tcp"][..], &sandbox].concat();
+        let bench = [&["bench", "tcp"][..], &sandbox].concat();
+        let Command::Check(check) = parse(&check) else {
+            panic!("not check")
+        };
+        let Command::Bench(bench) = parse(&bench) else {
+            panic!("not bench")
+        };
+        for s in [&check.sandbox, &bench.sandbox] {
+            assert_eq!(s.limits().timeout, Duration::from_secs(2));
+            assert_eq!((s.limits().fuel, s.limits().memory), (7, 1 << 20));
+            assert_eq!(s.allow_net, ["db:5432"]);
+            assert_eq!(s.allow_file, [PathBuf::from("/srv")]);
+            assert_eq!(s.allow_exec, [PathBuf::from("/bin/true")]);
+            assert_eq!(s.exec_env, [("A".to_string(), "b".to_string())]);
+        }
+    }
+}

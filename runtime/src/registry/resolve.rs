@@ -245,3 +245,34 @@ pub fn schema_errors(validator: &jsonschema::Validator, config: &serde_json::Val
         .map(|e| (e.instance_path().to_string(), e.to_string()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plugin_name_is_a_file_an_oci_reference_or_a_built_in() {
+        for file in ["./check.wasm", "plugins/check", "check.wasm", "/abs/check.wasm"] {
+            assert!(is_path(file) && !is_oci(file), "{file}");
+        }
+        let oci = "oci://registry.example/checks/redis@sha256:0123";
+        assert!(is_oci(oci) && !is_path(oci), "a reference has slashes but is no file");
+        assert!(!is_path("http") && !is_oci("http"), "a built-in");
+    }
+
+    #[test]
+    fn schema_errors_name_the_pointer_and_stop_at_five() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": { "port": { "type": "integer" } },
+            "additionalProperties": { "type": "string" },
+        });
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        assert!(schema_errors(&validator, &serde_json::json!({"port": 1})).is_empty());
+        let one = schema_errors(&validator, &serde_json::json!({"port": "x"}));
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].0, "/port");
+        let many: serde_json::Map<_, _> = (0..8).map(|i| (format!("k{i}"), serde_json::json!(i))).collect();
+        assert_eq!(schema_errors(&validator, &serde_json::Value::Object(many)).len(), 5);
+    }
+}

@@ -317,6 +317,12 @@ async fn metrics_pass_promtool_and_carry_probe_runs_and_scheduler_lateness() {
     assert!(value("sonde_plugin_cache_hits_total") + value("sonde_plugin_cache_misses_total") >= 2.0);
     assert!(value(r#"sonde_tenant_runs_total{tenant="default"}"#) >= 2.0);
     assert!(value(r#"sonde_tenant_sandbox_seconds_total{tenant="default"}"#) > 0.0);
+    // Every call's permit wait is in the tenant's histogram.
+    assert_eq!(
+        value(r#"sonde_tenant_queue_wait_seconds_count{tenant="default"}"#),
+        value(r#"sonde_tenant_queue_wait_seconds_bucket{le="+Inf",tenant="default"}"#)
+    );
+    assert!(value(r#"sonde_tenant_queue_wait_seconds_count{tenant="default"}"#) >= 2.0);
 
     // Prometheus asks for OpenMetrics, and gets it.
     let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
