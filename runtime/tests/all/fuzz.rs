@@ -369,7 +369,7 @@ fn spellings(rng: &mut fastrand::Rng, ip: IpAddr) -> Vec<(String, Option<IpAddr>
         IpAddr::V4(a) => {
             let o = a.octets();
             let n = u32::from(a);
-            let mapped = Ipv6Addr::from(a.to_ipv6_mapped());
+            let mapped = a.to_ipv6_mapped();
             out.push((a.to_string(), Some(ip)));
             out.push((format!("[{a}]"), Some(ip)));
             out.push((format!("{a}."), Some(ip)));
