@@ -295,6 +295,7 @@ async fn soak() {
         .arg("--config")
         .arg(&config)
         .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -410,7 +411,12 @@ async fn soak() {
     };
     let base = in_window(warmup, warmup + window);
     let last = in_window(total.saturating_sub(window), total);
-    assert!(!base.is_empty() && !last.is_empty(), "too few samples");
+    assert!(
+        !base.is_empty() && !last.is_empty(),
+        "too few samples ({} in all, over {:?}): was the soak stopped or starved?",
+        samples.len(),
+        samples.last().map(|(t, _)| *t)
+    );
     let max = |v: &[(u64, usize, usize)]| {
         (
             v.iter().map(|s| s.0).max().unwrap(),
