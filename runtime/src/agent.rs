@@ -163,6 +163,7 @@ impl Agent {
             registry.tenants.len(),
         );
         let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
+        let api_limits = registry.api_limits;
         let require_signed = registry.require_signed;
         let auth = match api_addr {
             Some(addr) => options
@@ -220,6 +221,8 @@ impl Agent {
                 health_timeout,
                 control: control.clone(),
                 auth,
+                limits: api_limits,
+                watches: api::WatchStreams::default(),
             };
             let (bound, task) = api::serve(addr, state).await.map_err(|e| {
                 AgentError::Start(format!(

@@ -134,6 +134,156 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
+/// `api:` — the address alone (`api: 127.0.0.1:9464`) or a block with the
+/// limits that keep the API answering while clients misbehave:
+///
+/// ```yaml
+/// api:
+///   listen: 127.0.0.1:9464      # where to serve (--api overrides it)
+///   header_read_timeout: 10s    # a request's head must arrive within it
+///   body_read_timeout: 30s      # an upload's body must arrive within it
+///   max_connections: 1024       # open connections, agent-wide
+///   max_header_bytes: 16KiB     # a request's head (at least 8KiB)
+///   max_watch_streams: 64       # open GET /v1/watch streams per token
+/// ```
+///
+/// Each key is optional; the defaults are [`ApiLimits::default`]'s.
+#[derive(Debug, Default, PartialEq)]
+pub struct ApiSpec {
+    /// `listen: 127.0.0.1:9464` — the address, as written.
+    pub listen: Option<String>,
+    /// `header_read_timeout: 10s`.
+    pub header_read_timeout: Option<Dur>,
+    /// `body_read_timeout: 30s`.
+    pub body_read_timeout: Option<Dur>,
+    /// `max_connections: 1024`.
+    pub max_connections: Option<u32>,
+    /// `max_header_bytes: 16KiB`.
+    pub max_header_bytes: Option<Size>,
+    /// `max_watch_streams: 64`.
+    pub max_watch_streams: Option<u32>,
+}
+
+/// The block form of [`ApiSpec`], as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApiBlock {
+    #[serde(default)]
+    listen: Option<String>,
+    #[serde(default)]
+    header_read_timeout: Option<Dur>,
+    #[serde(default)]
+    body_read_timeout: Option<Dur>,
+    #[serde(default)]
+    max_connections: Option<u32>,
+    #[serde(default)]
+    max_header_bytes: Option<Size>,
+    #[serde(default)]
+    max_watch_streams: Option<u32>,
+}
+
+impl<'de> Deserialize<'de> for ApiSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> de::Visitor<'de> for V {
+            type Value = ApiSpec;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an address such as 127.0.0.1:9464, or a mapping with listen: and the API's limits")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ApiSpec, E> {
+                Ok(ApiSpec {
+                    listen: Some(s.to_string()),
+                    ..ApiSpec::default()
+                })
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<ApiSpec, A::Error> {
+                let b = ApiBlock::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(ApiSpec {
+                    listen: b.listen,
+                    header_read_timeout: b.header_read_timeout,
+                    body_read_timeout: b.body_read_timeout,
+                    max_connections: b.max_connections,
+                    max_header_bytes: b.max_header_bytes,
+                    max_watch_streams: b.max_watch_streams,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The API's limits in force ([`ApiSpec`] with the defaults filled in).
+/// What each bounds is in `docs/security.md`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApiLimits {
+    /// A request's head (request line and headers) must arrive within this
+    /// after the connection opens or the previous response ends; else the
+    /// connection is closed. Bounds slow ("slowloris") and idle clients.
+    /// Default 10s.
+    pub header_read_timeout: Duration,
+    /// A request's body must arrive within this once its head has; else
+    /// 408. Bounds slow uploads. Default 30s.
+    pub body_read_timeout: Duration,
+    /// Open connections, agent-wide. At the limit a new connection closes
+    /// the oldest one that is between requests; when none is, the new one
+    /// is closed. Default 1024.
+    pub max_connections: usize,
+    /// The largest request head; a larger one is answered 431. At least
+    /// 8 KiB. Default 16 KiB.
+    pub max_header_bytes: usize,
+    /// Open `GET /v1/watch` streams per caller (token); one more is
+    /// answered 429. Default 64.
+    pub max_watch_streams: usize,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            max_header_bytes: 16 * 1024,
+            max_watch_streams: 64,
+        }
+    }
+}
+
+impl ApiLimits {
+    /// The smallest `max_header_bytes`: below it, ordinary requests (long
+    /// cookies, tokens) would be refused.
+    pub const MIN_HEADER_BYTES: usize = 8 * 1024;
+
+    /// The limits `spec` sets, the defaults elsewhere; what is out of range
+    /// is named in the error.
+    pub fn from_spec(spec: &ApiSpec) -> Result<Self, String> {
+        let d = Self::default();
+        let positive = |key: &str, v: Option<u32>, default: usize| match v {
+            Some(0) => Err(format!("api: {key}: must be at least 1")),
+            Some(n) => Ok(n as usize),
+            None => Ok(default),
+        };
+        let timeout = |key: &str, v: Option<Dur>, default: Duration| match v {
+            Some(Dur(t)) if t < Duration::from_millis(100) => Err(format!("api: {key}: must be at least 100ms")),
+            Some(Dur(t)) => Ok(t),
+            None => Ok(default),
+        };
+        let max_header_bytes = match spec.max_header_bytes {
+            Some(Size(n)) if n < Self::MIN_HEADER_BYTES as u64 => {
+                return Err(format!("api: max_header_bytes: must be at least 8KiB (got {n} bytes)"));
+            }
+            Some(Size(n)) => usize::try_from(n).unwrap_or(usize::MAX).min(1 << 30),
+            None => d.max_header_bytes,
+        };
+        Ok(Self {
+            header_read_timeout: timeout("header_read_timeout", spec.header_read_timeout, d.header_read_timeout)?,
+            body_read_timeout: timeout("body_read_timeout", spec.body_read_timeout, d.body_read_timeout)?,
+            max_connections: positive("max_connections", spec.max_connections, d.max_connections)?,
+            max_header_bytes,
+            max_watch_streams: positive("max_watch_streams", spec.max_watch_streams, d.max_watch_streams)?,
+        })
+    }
+}
+
 /// The kind of a probe, with kubelet's meaning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, serde::Serialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
@@ -169,9 +319,11 @@ impl fmt::Display for Kind {
 #[serde(deny_unknown_fields)]
 pub struct File {
     /// `api: 127.0.0.1:9464` — where `sonde run` serves its API; the
-    /// `--api` flag overrides it. Default: no API.
+    /// `--api` flag overrides it. Default: no API. The long form sets the
+    /// API's limits too ([`ApiSpec`]):
+    /// `api: {listen: 127.0.0.1:9464, max_connections: 1024, ...}`.
     #[serde(default)]
-    pub api: Option<Spanned<String>>,
+    pub api: Option<Spanned<ApiSpec>>,
     /// `state_dir: /var/lib/sonde` — where probe state is kept across
     /// restarts; `--state-dir` overrides it. Default: none (state is lost
     /// on restart).

@@ -22,14 +22,22 @@
 //!
 //! Routes, methods, 404 and 405 come from axum's [`Router`]; each handler
 //! is a few lines over [`Control`], the [`ResultCache`] and the scheduler.
-//! Errors are JSON `{"error": "..."}` (400, 401, 404, 405, 409, 413, 422,
-//! 503); [`ControlError`]s become status codes in one place.
+//! Errors are JSON `{"error": "..."}` (400, 401, 404, 405, 408, 409, 413,
+//! 422, 429, 503); [`ControlError`]s become status codes in one place.
+//!
+//! The connections are served by [`limits`]'s accept loop under the
+//! [`ApiLimits`] of the file's `api:` block: a head read timeout, a body
+//! read timeout, a connection limit that evicts idle connections first, a
+//! head size limit (431) and a limit on watch streams per caller (429).
 
 pub use crate::auth;
+mod limits;
 mod page;
 mod watch;
 
+pub use crate::config::ApiLimits;
 pub use auth::{ApiAuth, Principal};
+pub use limits::WatchStreams;
 
 use crate::config::Kind;
 use crate::control::{AgentStatus, Control, ControlError};
@@ -73,6 +81,10 @@ pub struct ApiState {
     pub control: Arc<Control>,
     /// Whether callers need a token ([`ApiAuth::Token`] or [`ApiAuth::None`]).
     pub auth: ApiAuth,
+    /// The limits that keep the API answering (`api: {...}`).
+    pub limits: ApiLimits,
+    /// The watch streams open now, per caller.
+    pub watches: WatchStreams,
 }
 
 /// Why the API could not start.
@@ -95,11 +107,10 @@ pub async fn serve(addr: SocketAddr, state: ApiState) -> Result<(SocketAddr, tok
         .await
         .map_err(|source| ApiError { addr, source })?;
     let bound = listener.local_addr().map_err(|source| ApiError { addr, source })?;
+    let api_limits = state.limits;
     // A trailing slash names the same endpoint; the router never sees it.
     let app = tower::ServiceExt::<Request>::map_request(router(state), trim_trailing_slash);
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, axum::ServiceExt::<Request>::into_make_service(app)).await;
-    });
+    let task = tokio::spawn(limits::accept_loop(listener, app, api_limits));
     Ok((bound, task))
 }
 
@@ -218,13 +229,33 @@ fn unauthorized() -> Response {
     r
 }
 
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(b) => Ok(b.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(error(
+/// The request body, whole: at most `limit` bytes (else 413), arrived
+/// within the API's `body_read_timeout` (else 408).
+async fn read_body(state: &ApiState, body: Body, limit: usize) -> Result<Bytes, Response> {
+    let too_large = || {
+        error(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the body is larger than the {limit} byte limit"),
-        )),
+        )
+    };
+    // A declared length past the limit is refused before a byte is read.
+    if hyper::body::Body::size_hint(&body).lower() > limit as u64 {
+        return Err(too_large());
+    }
+    let timeout = state.limits.body_read_timeout;
+    let read = http_body_util::Limited::new(body, limit).collect();
+    let Ok(read) = tokio::time::timeout(timeout, read).await else {
+        return Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the body did not arrive within {} (api: body_read_timeout)",
+                humantime::format_duration(timeout)
+            ),
+        ));
+    };
+    match read {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
         Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
     }
 }
@@ -328,7 +359,7 @@ fn stored(key: &str, name: &str, replaced: bool) -> Response {
 }
 
 async fn put_probe(who: Principal, State(state): State<ApiState>, Path(name): Path<String>, body: Body) -> Response {
-    let body = match read_body(body, crate::managed::MAX_PROBE_BYTES).await {
+    let body = match read_body(&state, body, crate::managed::MAX_PROBE_BYTES).await {
         Ok(b) => b,
         Err(r) => return r,
     };
@@ -341,7 +372,7 @@ async fn put_probe(who: Principal, State(state): State<ApiState>, Path(name): Pa
 
 /// `PUT /v1/probes`: a batch, all stored or none.
 async fn put_probes(who: Principal, State(state): State<ApiState>, body: Body) -> Response {
-    let body = match read_body(body, crate::managed::MAX_BATCH_BYTES).await {
+    let body = match read_body(&state, body, crate::managed::MAX_BATCH_BYTES).await {
         Ok(b) => b,
         Err(r) => return r,
     };
@@ -379,7 +410,7 @@ async fn run_probe(who: Principal, State(state): State<ApiState>, Path(name): Pa
 }
 
 async fn put_plugin(who: Principal, State(state): State<ApiState>, Path(name): Path<String>, body: Body) -> Response {
-    let body = match read_body(body, crate::managed::MAX_PLUGIN_BYTES).await {
+    let body = match read_body(&state, body, crate::managed::MAX_PLUGIN_BYTES).await {
         Ok(b) => b,
         Err(r) => return r,
     };
@@ -498,9 +529,17 @@ async fn live(who: Principal, State(state): State<ApiState>, Path(g): Path<Strin
 }
 
 async fn watch(who: Principal, State(state): State<ApiState>, RawQuery(q): RawQuery, headers: HeaderMap) -> Response {
-    match watch::Params::from_request(q.as_deref(), &headers) {
-        Ok(p) => watch::stream(state.results.clone(), p, who),
-        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    let params = match watch::Params::from_request(q.as_deref(), &headers) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let max = state.limits.max_watch_streams;
+    match state.watches.open(&who, max) {
+        Some(permit) => watch::stream(state.results.clone(), params, who, Some(permit)),
+        None => error(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("this caller has {max} watch streams open already (api: max_watch_streams)"),
+        ),
     }
 }
 

@@ -12,6 +12,7 @@
 //! data: {"probe":"web-readiness","target":"web","kind":"readiness","from":"failure","to":"success",...}
 //! ```
 
+use super::limits::WatchPermit;
 use super::{Body, query};
 use crate::auth::Principal;
 use crate::results::{EventLog, ResultCache, RunEvent, StateChange};
@@ -96,7 +97,7 @@ watched!(StateChange, "change");
 watched!(RunEvent, "run");
 
 /// The response: headers now, events as they come.
-pub fn stream(results: ResultCache, params: Params, who: Principal) -> Response {
+pub(super) fn stream(results: ResultCache, params: Params, who: Principal, permit: Option<WatchPermit>) -> Response {
     let (tx, rx) = mpsc::channel(64);
     if params.all {
         tokio::spawn(follow::<RunEvent>(results, params, who, tx, |r| r.run_log()));
@@ -107,7 +108,7 @@ pub fn stream(results: ResultCache, params: Params, who: Principal) -> Response 
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-store")
-        .body(Body::new(Channel(rx)))
+        .body(Body::new(Channel { rx, _permit: permit }))
         .unwrap_or_default()
 }
 
@@ -185,6 +186,8 @@ async fn follow<T: Watched>(
         }
         tokio::select! {
             changed = wake.changed() => if changed.is_err() { return },
+            // The client went: end now, not at the next keepalive.
+            () = tx.closed() => return,
             () = tokio::time::sleep(KEEPALIVE) => {
                 if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
                     return;
@@ -194,15 +197,19 @@ async fn follow<T: Watched>(
     }
 }
 
-/// A body fed by a channel; it ends when the sender goes.
-struct Channel(mpsc::Receiver<Bytes>);
+/// A body fed by a channel; it ends when the sender goes. It holds the
+/// stream's place among its caller's watch streams until the client goes.
+struct Channel {
+    rx: mpsc::Receiver<Bytes>,
+    _permit: Option<WatchPermit>,
+}
 
 impl hyper::body::Body for Channel {
     type Data = Bytes;
     type Error = Infallible;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+        self.rx.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
     }
 }
 
@@ -219,7 +226,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_idle_watch_gets_a_keepalive_each_interval() {
         let results = ResultCache::new(8);
-        let mut body = stream(results, Params::default(), Principal::Operator).into_body();
+        let mut body = stream(results, Params::default(), Principal::Operator, None).into_body();
         assert_eq!(next_frame(&mut body).await, "retry: 1000\n: sonde watch\n\n");
         let start = tokio::time::Instant::now();
         assert_eq!(next_frame(&mut body).await, ": keepalive\n\n");

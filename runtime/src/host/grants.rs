@@ -313,6 +313,13 @@ impl NetPattern {
     fn matches(&self, host: &Host<'_>, port: u16) -> bool {
         self.port.matches(port) && self.host.matches(host)
     }
+
+    /// Whether this pattern alone lets a plugin reach `host` (as the plugin
+    /// wrote it: `[::1]`, `DB.local.`, `::ffff:10.0.0.1`) on `port`: the
+    /// comparison the one grant check makes, for property tests.
+    pub fn admits(&self, host: &str, port: u16) -> bool {
+        self.matches(&Host::parse(host), port)
+    }
 }
 
 /// Whether `path` is one of `allowed` or under one of them. A path with

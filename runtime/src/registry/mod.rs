@@ -306,6 +306,8 @@ pub struct Registry {
     pub source: Option<PathBuf>,
     /// `api:` from the file.
     pub api: Option<std::net::SocketAddr>,
+    /// The API's limits (`api: {...}`), defaults filled in.
+    pub api_limits: config::ApiLimits,
     /// `state_dir:` from the file.
     pub state_dir: Option<PathBuf>,
     /// `health_timeout:` from the file, if set.
@@ -364,6 +366,7 @@ impl Registry {
         let mut reg = Registry {
             source: Some(path.to_path_buf()),
             api: s.api,
+            api_limits: s.api_limits,
             state_dir: s.state_dir,
             health_timeout: s.health_timeout,
             require_signed: s.trust.required,

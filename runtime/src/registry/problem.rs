@@ -39,6 +39,9 @@ pub enum Problem {
     /// `api:` is not a socket address.
     #[error("api: {0:?} is not an address such as 127.0.0.1:9464")]
     Api(String),
+    /// An `api:` limit out of range.
+    #[error("{0}")]
+    ApiLimit(String),
     /// `health_timeout:` under a second.
     #[error("health_timeout: must be at least 1s")]
     HealthTimeoutTooShort,

@@ -16,8 +16,10 @@ use std::time::Duration;
 /// The agent-wide part of a config.
 #[derive(Debug, Default)]
 pub struct Settings {
-    /// `api:`.
+    /// `api:` (or `api: {listen: ...}`).
     pub api: Option<std::net::SocketAddr>,
+    /// The limits of `api: {...}`, defaults filled in.
+    pub api_limits: config::ApiLimits,
     /// `state_dir:`, relative to the file's directory.
     pub state_dir: Option<PathBuf>,
     /// `health_timeout:`.
@@ -39,9 +41,15 @@ pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Ve
         ..Settings::default()
     };
     if let Some(api) = &file.api {
-        match api.value.parse() {
-            Ok(a) => out.api = Some(a),
-            Err(_) => at(api.referenced, Problem::Api(api.value.clone())),
+        if let Some(listen) = &api.value.listen {
+            match listen.parse() {
+                Ok(a) => out.api = Some(a),
+                Err(_) => at(api.referenced, Problem::Api(listen.clone())),
+            }
+        }
+        match config::ApiLimits::from_spec(&api.value) {
+            Ok(l) => out.api_limits = l,
+            Err(e) => at(api.referenced, Problem::ApiLimit(e)),
         }
     }
     if let Some(t) = &file.health_timeout {

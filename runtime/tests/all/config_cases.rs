@@ -25,6 +25,7 @@ fn cases_dir() -> PathBuf {
 fn rule(p: &Problem) -> &'static str {
     match p {
         Problem::Api(_) => "Api",
+        Problem::ApiLimit(_) => "ApiLimit",
         Problem::HealthTimeoutTooShort => "HealthTimeoutTooShort",
         Problem::TrustKey(_) => "TrustKey",
         Problem::RequireSignedWithoutTrust => "RequireSignedWithoutTrust",
@@ -71,6 +72,7 @@ fn rule(p: &Problem) -> &'static str {
 const RULES: &[&str] = &[
     "Parse",
     "Api",
+    "ApiLimit",
     "HealthTimeoutTooShort",
     "TrustKey",
     "RequireSignedWithoutTrust",

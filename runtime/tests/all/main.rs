@@ -1,13 +1,16 @@
 //! sonde's integration tests: one binary, a module per area.
 
+mod abuse;
 mod agent;
 mod api;
 mod bench;
 mod cli;
 mod config_cases;
+mod crash;
 mod exec;
 mod file_age;
 mod first_contact;
+mod fuzz;
 mod grpc;
 mod http;
 mod oci;
