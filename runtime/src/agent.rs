@@ -179,6 +179,7 @@ impl Agent {
             ))
         })?;
         executor.configure(&registry.tenants);
+        executor.record_pulls(&registry.pulls);
         let tenants = Arc::new(Mutex::new(registry.tenants.clone()));
         let runner = Arc::new(EngineRunner::with_executor(engine.clone(), executor.clone()));
         let scheduler = scheduler::spawn(

@@ -312,6 +312,7 @@ pub async fn load(engine: &Engine, options: &AgentOptions) -> Result<(Registry, 
             };
             match prepared {
                 Ok(prepared) => {
+                    reg.pulls.extend_from_slice(prepared.pulls());
                     let _ = reg.commit(prepared);
                 }
                 Err(reason) => left_out.push(LeftOut {
@@ -407,6 +408,7 @@ impl Control {
     /// then the scheduler.
     async fn apply(&self, current: &mut Registry, reg: Registry, left_out: Vec<LeftOut>) -> ReloadSummary {
         self.executor.configure(&reg.tenants);
+        self.executor.record_pulls(&reg.pulls);
         *self.tenants.lock().unwrap_or_else(|e| e.into_inner()) = reg.tenants.clone();
         self.require_signed.store(reg.require_signed, Ordering::Relaxed);
         {
@@ -423,6 +425,7 @@ impl Control {
     /// Commits a change prepared against `reg` and hands what it did to
     /// the scheduler; the probes it names are no longer left out.
     async fn commit(&self, reg: &mut Registry, prepared: Prepared, names: &[&str]) -> ReloadSummary {
+        self.executor.record_pulls(prepared.pulls());
         let delta = reg.commit(prepared);
         {
             let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());

@@ -247,6 +247,18 @@ impl Scrape {
         })?;
         counter(
             enc,
+            "sonde_tenant_oci_pull_bytes",
+            "Bytes the tenant's oci:// plugins brought from registries",
+            &|s| s.pull_bytes as f64,
+        )?;
+        counter(
+            enc,
+            "sonde_tenant_oci_pull_seconds",
+            "Time spent resolving the tenant's oci:// plugins",
+            &|s| s.pull_time.as_secs_f64(),
+        )?;
+        counter(
+            enc,
             "sonde_tenant_sandbox_seconds",
             "Time the tenant's calls spent in the sandbox",
             &|s| s.sandbox_time.as_secs_f64(),

@@ -186,6 +186,12 @@ impl Admission {
         self.global
     }
 
+    /// The counters of `tenant`, for what it uses outside a call (pulls),
+    /// only if the executor knows the tenant: counting never adds a lane.
+    pub(super) fn counters(&self, tenant: &TenantId) -> Option<Arc<Counters>> {
+        self.lock().lanes.get(tenant).map(|l| l.counters.clone())
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -221,6 +221,17 @@ impl Executor {
         }
     }
 
+    /// Charges `pulls` (what resolving a change's `oci://` plugins cost)
+    /// to their tenants. A tenant the executor does not know (refused by
+    /// the same change) is not charged.
+    pub fn record_pulls(&self, pulls: &[crate::registry::Pull]) {
+        for p in pulls {
+            if let Some(c) = self.inner.admission.counters(&p.tenant) {
+                c.record_pull(p.cost.bytes, p.cost.elapsed);
+            }
+        }
+    }
+
     /// Every tenant's stats, the operator's included, sorted by tenant.
     pub fn stats(&self) -> Vec<TenantStats> {
         let mut out = self.inner.admission.stats();

@@ -47,6 +47,8 @@ pub(super) struct Counters {
     wait_us: AtomicU64,
     /// How long each call waited for a permit, in seconds.
     queue_wait: Histogram,
+    pull_bytes: AtomicU64,
+    pull_us: AtomicU64,
 }
 
 impl Default for Counters {
@@ -58,6 +60,8 @@ impl Default for Counters {
             sandbox_us: AtomicU64::default(),
             wait_us: AtomicU64::default(),
             queue_wait: Histogram::new(QUEUE_WAIT_BUCKETS),
+            pull_bytes: AtomicU64::default(),
+            pull_us: AtomicU64::default(),
         }
     }
 }
@@ -85,6 +89,13 @@ impl Counters {
         self.queue_wait.observe(waited.as_secs_f64());
     }
 
+    /// Counts one `oci://` plugin resolved for the tenant: `bytes` from
+    /// the registry in `elapsed`.
+    pub(super) fn record_pull(&self, bytes: u64, elapsed: Duration) {
+        self.pull_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.pull_us.fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+    }
+
     /// The counters as [`TenantStats`], with the tenant's `slots` now.
     pub(super) fn snapshot(&self, tenant: TenantId, slots: Slots) -> TenantStats {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -99,6 +110,8 @@ impl Counters {
             sandbox_time: Duration::from_micros(load(&self.sandbox_us)),
             queue_wait: Duration::from_micros(load(&self.wait_us)),
             queue_wait_histogram: self.queue_wait.clone(),
+            pull_bytes: load(&self.pull_bytes),
+            pull_time: Duration::from_micros(load(&self.pull_us)),
             running: slots.running,
             waiting: slots.waiting,
             limit: slots.limit,
@@ -127,6 +140,10 @@ pub struct TenantStats {
     /// [`QUEUE_WAIT_BUCKETS`]: the live histogram (a handle, not a copy),
     /// exposed in `/metrics` as `sonde_tenant_queue_wait_seconds`.
     pub queue_wait_histogram: Histogram,
+    /// Bytes its probes' `oci://` plugins brought from registries.
+    pub pull_bytes: u64,
+    /// Time spent resolving its probes' `oci://` plugins.
+    pub pull_time: Duration,
     /// Calls in sandboxes now.
     pub running: usize,
     /// Calls waiting for a permit now.
@@ -162,6 +179,11 @@ mod tests {
         assert_eq!(errors, [(Reason::Timeout, 1), (Reason::Fuel, 1)]);
         assert_eq!(s.errors.len(), REASONS.len(), "zeros listed too");
         assert_eq!(s.queue_wait, Duration::from_millis(32));
+        c.record_pull(1000, Duration::from_millis(5));
+        c.record_pull(24, Duration::from_millis(1));
+        let s = c.snapshot("t".into(), slots);
+        assert_eq!((s.pull_bytes, s.pull_time), (1024, Duration::from_millis(6)));
+        assert_eq!(s.calls, 2, "a pull is not a call");
         // The histogram as /metrics encodes it: one wait in the 5 ms
         // bucket, the other in the 50 ms one.
         let mut registry = prometheus_client::registry::Registry::default();

@@ -19,6 +19,8 @@ struct Agent {
     child: Child,
     lines: mpsc::Receiver<String>,
     seen: Vec<String>,
+    /// Lines seen that no `expect` has taken yet.
+    skipped: Vec<String>,
 }
 
 impl Agent {
@@ -50,11 +52,18 @@ impl Agent {
             child,
             lines,
             seen: Vec::new(),
+            skipped: Vec::new(),
         }
     }
 
-    /// Waits for the next line that `matches`, and returns it.
+    /// Returns the first line that `matches` and no earlier `expect`
+    /// took, waiting for it if it has not come yet. Lines of different
+    /// tasks (the start line, a first run's state change) may come in
+    /// either order.
     fn expect(&mut self, what: &str, matches: impl Fn(&str) -> bool) -> String {
+        if let Some(i) = self.skipped.iter().position(|l| matches(l)) {
+            return self.skipped.remove(i);
+        }
         let deadline = Instant::now() + WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -64,6 +73,7 @@ impl Agent {
                     if matches(&line) {
                         return line;
                     }
+                    self.skipped.push(line);
                 }
                 Err(_) => panic!("no line with {what} on stderr; it said:\n{}", self.seen.join("\n")),
             }
