@@ -95,7 +95,7 @@ pub const WAIT_BUCKETS_US: [u64; 10] = [
     100, 1_000, 5_000, 10_000, 20_000, 50_000, 100_000, 500_000, 1_000_000, 5_000_000,
 ];
 
-const REASONS: [Reason; 8] = [
+const REASONS: [Reason; 9] = [
     Reason::Timeout,
     Reason::Trap,
     Reason::Fuel,
@@ -104,6 +104,7 @@ const REASONS: [Reason; 8] = [
     Reason::InvalidConfig,
     Reason::Io,
     Reason::Internal,
+    Reason::HostLimit,
 ];
 
 fn reason_index(r: Reason) -> usize {
@@ -116,6 +117,7 @@ fn reason_index(r: Reason) -> usize {
         Reason::InvalidConfig => 5,
         Reason::Io => 6,
         Reason::Internal => 7,
+        Reason::HostLimit => 8,
     }
 }
 
@@ -123,10 +125,12 @@ fn reason_index(r: Reason) -> usize {
 #[derive(Debug, Default)]
 struct Counters {
     calls: AtomicU64,
-    errors: [AtomicU64; 8],
+    errors: [AtomicU64; 9],
     fuel: AtomicU64,
     sandbox_us: AtomicU64,
     wait_us: AtomicU64,
+    /// Time spent compiling the tenant's uploads.
+    compile_us: AtomicU64,
     /// Non-cumulative counts per bucket of [`WAIT_BUCKETS_US`], then +Inf.
     wait_buckets: [AtomicU64; 11],
 }
@@ -166,6 +170,8 @@ pub struct TenantStats {
     pub sandbox_time: Duration,
     /// Time calls waited for a permit, in total.
     pub queue_wait: Duration,
+    /// Time spent compiling the plugins it uploaded (refused ones too).
+    pub compile_time: Duration,
     /// The queue-wait histogram: (upper bound, calls that waited at most
     /// that long), cumulative as Prometheus has it; the last bound is
     /// `Duration::MAX` (+Inf).
@@ -603,6 +609,7 @@ impl Executor {
         };
         let threads = self.inner.threads;
         let (engine, plugin, grants) = (engine.clone(), spec.plugin.clone(), spec.grants.clone());
+        let tenant = spec.tenant.clone();
         let (probe, target, config, limits) = (
             spec.name.clone(),
             spec.address.clone(),
@@ -618,7 +625,7 @@ impl Executor {
                 grants: &grants,
                 attempt,
             };
-            let result = Fair::new(engine.run(&plugin, &call), gate, active, threads).await;
+            let result = Fair::new(engine.run_for(&tenant, &plugin, &call), gate, active, threads).await;
             drop(permit);
             counters.record(waited, &result);
             result
@@ -667,6 +674,7 @@ impl Executor {
                     fuel: load(&c.fuel),
                     sandbox_time: Duration::from_micros(load(&c.sandbox_us)),
                     queue_wait: Duration::from_micros(load(&c.wait_us)),
+                    compile_time: Duration::from_micros(load(&c.compile_us)),
                     queue_wait_buckets,
                     running: l.running,
                     waiting: l.waiters.iter().filter(|w| !w.is_closed()).count(),
@@ -677,6 +685,18 @@ impl Executor {
             .collect();
         out.sort_by(|a, b| a.tenant.cmp(&b.tenant));
         out
+    }
+
+    /// Counts `took` of compiling against `tenant` (an upload of its
+    /// plugin, accepted or refused). A tenant without a lane (not
+    /// configured) is not counted.
+    pub fn record_compile(&self, tenant: &str, took: Duration) {
+        let st = self.inner.lock();
+        if let Some(lane) = st.lanes.get(tenant) {
+            lane.counters
+                .compile_us
+                .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        }
     }
 
     /// One tenant's stats.

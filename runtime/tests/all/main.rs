@@ -3,7 +3,9 @@
 mod agent;
 mod api;
 mod bench;
+mod bounds;
 mod cli;
+mod compile_budget;
 mod config_cases;
 mod exec;
 mod file_age;
