@@ -651,6 +651,7 @@ impl Engine {
             detail,
         })?;
         Ok(Arc::new(Plugin {
+            cache_file: self.inner.cache.entry(&digest),
             label: plugin,
             digest,
             info,
@@ -658,7 +659,6 @@ impl Engine {
             pre_closed,
             pre_files,
             cache,
-            cache_file: self.inner.cache.entry(&digest),
             forgotten: AtomicBool::new(false),
         }))
     }
@@ -869,13 +869,16 @@ fn trap_message(e: &wasmtime::Error, store: &Store<CallState>) -> String {
     msg
 }
 
-/// Whether `e` is the call's resource table refusing one more entry.
+/// Whether `e` is a host bound refusing more: the call's resource table
+/// refusing one more entry, or wasmtime-wasi-http refusing to grow a
+/// `fields` past its size limit (a trap it raises with this message and
+/// no public error type).
 fn table_full(e: &wasmtime::Error) -> bool {
     e.chain().any(|c| {
         matches!(
             c.downcast_ref::<wasmtime::component::ResourceTableError>(),
             Some(wasmtime::component::ResourceTableError::Full)
-        )
+        ) || c.to_string().contains("total size of fields exceeds limit")
     })
 }
 
@@ -886,8 +889,9 @@ fn classify_trap(e: &wasmtime::Error, store: &Store<CallState>, limits: &Limits)
         (
             Reason::HostLimit,
             format!(
-                "the plugin held more than {} host resources at once",
-                host::bounds::TABLE_ENTRIES_PER_CALL
+                "the plugin held more than {} host resources at once, or more than {} bytes in one fields",
+                host::bounds::TABLE_ENTRIES_PER_CALL,
+                host::bounds::FIELDS_BYTES
             ),
         )
     } else if store.data().memory.exceeded {

@@ -50,7 +50,6 @@ pub(crate) struct CallState {
 impl CallState {
     /// Builds the state of one call (the per-call phase): a WASI context
     /// that denies everything the grants do not allow.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         probe: Arc<str>,
         tenant: Arc<str>,

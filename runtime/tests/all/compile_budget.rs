@@ -32,7 +32,8 @@ fn compiler_stress(locals: u32, ops: u32) -> Vec<u8> {
     let mut body = Function::new([(locals, ValType::I32)]);
     body.instruction(&Instruction::Loop(wasm_encoder::BlockType::Empty));
     for i in 0..ops {
-        let (a, b, c) = ((i * 7919) % locals, (i * 104_729 + 13) % locals, (i * 31 + 1) % locals);
+        let pick = |k: u64, m: u64| ((u64::from(i) * k + m) % u64::from(locals)) as u32;
+        let (a, b, c) = (pick(7919, 0), pick(104_729, 13), pick(31, 1));
         body.instruction(&Instruction::LocalGet(a))
             .instruction(&Instruction::LocalGet(b))
             .instruction(&Instruction::I32Add)
