@@ -201,6 +201,7 @@ impl Agent {
             tenants: tenants.clone(),
             require_signed: AtomicBool::new(require_signed),
             registry: tokio::sync::Mutex::new(registry),
+            compiling: Default::default(),
         });
         let draining = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();

@@ -357,8 +357,12 @@ pub struct Control {
     pub(crate) tenants: Arc<Mutex<Arc<Tenants>>>,
     pub(crate) require_signed: AtomicBool,
     /// The registry in force. Its lock serialises every change: checked
-    /// against it, stored, committed, handed to the scheduler.
+    /// against it, stored, committed, handed to the scheduler. Never held
+    /// across the compile of an upload.
     pub(crate) registry: tokio::sync::Mutex<Registry>,
+    /// One lock per tenant with a compile in flight: its uploads compile
+    /// one at a time.
+    pub(crate) compiling: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl fmt::Debug for Control {
@@ -395,6 +399,7 @@ fn uploaders_fault(e: &LoadError) -> bool {
             | LoadError::WrongWorld { .. }
             | LoadError::UnknownImport { .. }
             | LoadError::Compile { .. }
+            | LoadError::OverBudget { .. }
     )
 }
 
@@ -503,17 +508,30 @@ impl Control {
                 limit: managed::MAX_PLUGIN_BYTES,
             });
         }
-        let mut current = self.registry.lock().await;
-        let owner = store.plugin_owner(name);
-        if owner.as_deref().is_some_and(|o| o != tenant) {
-            return Err(ControlError::NotFound {
-                what: Subject::Plugin,
-                name: name.to_string(),
-                taken: true,
-            });
-        }
-        match self.engine.load(&format!("upload {name}"), wasm).await {
-            Ok(_) => {}
+        let refuse_taken = |owner: &Option<String>| {
+            if owner.as_deref().is_some_and(|o| o != tenant) {
+                return Err(ControlError::NotFound {
+                    what: Subject::Plugin,
+                    name: name.to_string(),
+                    taken: true,
+                });
+            }
+            Ok(())
+        };
+        refuse_taken(&store.plugin_owner(name))?;
+        // Compiled before the control lock is taken, so another tenant's
+        // change never waits for this compile; one compile per tenant at
+        // a time, so a tenant cannot hold many compilers at once. Kept
+        // loaded until the registry holds it, so it is compiled once.
+        let loaded = {
+            let _one_at_a_time = self.compile_lane(tenant).lock_owned().await;
+            let start = std::time::Instant::now();
+            let loaded = self.engine.load(&format!("upload {name}"), wasm).await;
+            self.executor.record_compile(tenant, start.elapsed());
+            loaded
+        };
+        let _loaded = match loaded {
+            Ok(plugin) => plugin,
             Err(e) if uploaders_fault(&e) => {
                 return Err(ControlError::Invalid {
                     what: Subject::Plugin,
@@ -527,13 +545,42 @@ impl Control {
                     source: Box::new(e),
                 });
             }
-        }
+        };
+        let mut current = self.registry.lock().await;
+        let owner = store.plugin_owner(name);
+        refuse_taken(&owner)?;
+        let old = std::fs::read(store.plugin_path(tenant, name))
+            .ok()
+            .map(|b| crate::engine::digest_of(&b));
         store
             .put_plugin(tenant, name, wasm)
             .map_err(internal("store the plugin"))?;
         tracing::info!(tenant, plugin = name, bytes = wasm.len(), "plugin stored");
         self.reload_after_change(&mut current).await?;
+        if let Some(old) = old {
+            self.forget_unless_stored(store, &old);
+        }
         Ok(owner.is_some())
+    }
+
+    /// Lets the engine free the compile-cache file of `digest` unless a
+    /// stored plugin (of any tenant) still has those bytes.
+    fn forget_unless_stored(&self, store: &Store, digest: &str) {
+        let stored = store
+            .plugins()
+            .iter()
+            .any(|(_, _, path)| std::fs::read(path).is_ok_and(|b| crate::engine::digest_of(&b) == digest));
+        if !stored {
+            self.engine.forget(digest);
+        }
+    }
+
+    /// The lock that lets one compile of `tenant` run at a time.
+    fn compile_lane(&self, tenant: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut lanes = self.compiling.lock().unwrap_or_else(|e| e.into_inner());
+        // Only lanes someone holds or waits for are kept.
+        lanes.retain(|_, l| Arc::strong_count(l) > 1);
+        lanes.entry(tenant.to_string()).or_default().clone()
     }
 
     /// Removes the caller's plugin `name` (`DELETE /v1/plugins/{name}`);
@@ -562,11 +609,20 @@ impl Control {
             }
             .into());
         }
+        let old = std::fs::read(store.plugin_path(tenant, name))
+            .ok()
+            .map(|b| crate::engine::digest_of(&b));
         store
             .delete_plugin(tenant, name)
             .map_err(internal("delete the plugin"))?;
         tracing::info!(tenant, plugin = name, "plugin deleted");
-        self.reload_after_change(&mut current).await
+        self.reload_after_change(&mut current).await?;
+        // Its compiled code went with the old registry; its cache file
+        // goes now, unless another plugin of the same bytes still runs.
+        if let Some(old) = old {
+            self.forget_unless_stored(store, &old);
+        }
+        Ok(())
     }
 
     /// Adds or replaces the caller's probe `name` (`PUT /v1/probes/{name}`)

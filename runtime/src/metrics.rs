@@ -263,6 +263,12 @@ impl Scrape {
             "Time the tenant's calls spent in the sandbox",
             &|s| s.sandbox_time.as_secs_f64(),
         )?;
+        counter(
+            enc,
+            "sonde_tenant_compile_seconds",
+            "Time spent compiling the plugins the tenant uploaded",
+            &|s| s.compile_time.as_secs_f64(),
+        )?;
         let mut e = enc.encode_descriptor(
             "sonde_tenant_errors",
             "The tenant's calls that ended in an error, by reason",

@@ -4,7 +4,7 @@
 //! The mapping follows DESIGN.md's "Verdicts and errors" table: a plugin's
 //! `success | warning | failure` stands; a missed deadline is a `failure` with
 //! reason `timeout`; everything else that went wrong (a `probe-error`, a trap,
-//! fuel, memory, a denied capability) is `unknown` with its reason and never
+//! fuel, memory, a denied capability, a host bound) is `unknown` with its reason and never
 //! counts against the target.
 
 use serde::{Deserialize, Serialize};
@@ -73,6 +73,10 @@ pub enum Reason {
     Io,
     /// The plugin reported an internal error, or the host failed to run it.
     Internal,
+    /// The plugin made the host hold more than a bound allows: sockets,
+    /// resource-table entries (and the host memory behind them), the
+    /// agent's share of file descriptors. `unknown`, like every error.
+    HostLimit,
 }
 
 impl Reason {
@@ -87,6 +91,7 @@ impl Reason {
             Self::InvalidConfig => "invalid-config",
             Self::Io => "io",
             Self::Internal => "internal",
+            Self::HostLimit => "host-limit",
         }
     }
 
@@ -224,5 +229,8 @@ mod tests {
         assert_eq!(v["status"], "unknown");
         assert_eq!(v["reason"], "invalid-config");
         assert_eq!(v["duration_ms"], 0.0);
+        let v = serde_json::to_value(RunResult::error(Reason::HostLimit, "x")).unwrap();
+        assert_eq!(v["status"], "unknown");
+        assert_eq!(v["reason"], Reason::HostLimit.as_str());
     }
 }

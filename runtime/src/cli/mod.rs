@@ -60,6 +60,9 @@ pub enum Command {
     Completions(completions::CompletionsArgs),
     /// Print the manual page (`sonde man | man -l -`), or write every page with --dir.
     Man(completions::ManArgs),
+    /// Compile one component under limits (run by the agent itself, in a child process).
+    #[command(name = "compile-worker", hide = true)]
+    CompileWorker(crate::engine::compile::WorkerArgs),
 }
 
 /// `sonde --version`: the version and the commit it was built from.
@@ -110,6 +113,11 @@ impl<E: std::fmt::Display> From<E> for CliError {
 /// Runs the command and returns the process exit code. Logging is the
 /// binary's to set up (`main.rs`), before this.
 pub fn main(cli: Cli) -> i32 {
+    // The compiler child needs no async runtime (and no threads of one
+    // counted against its limits).
+    if let Command::CompileWorker(args) = cli.command {
+        return crate::engine::compile::worker(args);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -133,6 +141,8 @@ async fn dispatch(cli: Cli) -> Result<i32, CliError> {
         } else {
             cli.cache_dir.clone().or_else(crate::engine::cache::default_dir)
         },
+        // Plugins are compiled in a child under a time and memory budget.
+        compiler: crate::engine::Compiler::this_binary(),
         ..EngineConfig::default()
     };
     match cli.command {
@@ -144,6 +154,7 @@ async fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Bench(args) => bench::run(config, args).await,
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),
+        Command::CompileWorker(args) => Ok(crate::engine::compile::worker(args)),
     }
 }
 

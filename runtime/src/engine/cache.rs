@@ -86,6 +86,29 @@ impl CompileCache {
         Some(dir.join(format!("{digest_hex}-{:016x}.cwasm", self.engine_key)))
     }
 
+    /// The cached component of `digest_hex`, if there is a usable one.
+    pub(crate) fn lookup(&self, engine: &wasmtime::Engine, digest_hex: &str) -> Option<Component> {
+        let path = self.path(digest_hex)?;
+        if !path.exists() {
+            return None;
+        }
+        // SAFETY: the file was written by this engine's compiler (here or
+        // in its child) into a directory only this user can write (checked
+        // by `private_dir`), under a name that binds it to the wasm digest
+        // and engine config.
+        #[allow(unsafe_code)]
+        match unsafe { Component::deserialize_file(engine, &path) } {
+            Ok(component) => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                Some(component)
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "unusable compile cache entry; recompiling");
+                None
+            }
+        }
+    }
+
     /// Loads the component for `wasm` from the cache, or compiles and stores it.
     pub(crate) fn load(
         &self,
@@ -93,39 +116,46 @@ impl CompileCache {
         wasm: &[u8],
         digest_hex: &str,
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
-        let path = self.path(digest_hex);
-        if let Some(path) = path.as_deref().filter(|p| p.exists()) {
-            // SAFETY: the file was written by `store` below into a directory
-            // only this user can write (checked by `private_dir`), under a
-            // name that binds it to the wasm digest and engine config.
-            #[allow(unsafe_code)]
-            match unsafe { Component::deserialize_file(engine, path) } {
-                Ok(component) => {
-                    self.hits.fetch_add(1, Ordering::Relaxed);
-                    return Ok((component, CacheOutcome::Hit));
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "unusable compile cache entry; recompiling")
-                }
-            }
+        if let Some(component) = self.lookup(engine, digest_hex) {
+            return Ok((component, CacheOutcome::Hit));
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         let component = Component::new(engine, wasm)?;
-        if let Some(path) = path
-            && let Err(e) = store(&component, &path)
+        if let Some(path) = self.path(digest_hex)
+            && let Err(e) = component
+                .serialize()
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| write_atomically(&path, &bytes))
         {
             tracing::warn!(path = %path.display(), error = %e, "cannot write compile cache entry");
         }
         Ok((component, CacheOutcome::Miss))
     }
+
+    /// Where a compile in a child writes its artifact: the cache entry of
+    /// `digest_hex`, if the cache is on.
+    pub(crate) fn entry(&self, digest_hex: &str) -> Option<PathBuf> {
+        self.path(digest_hex)
+    }
+
+    /// Counts a compile done elsewhere (in a child).
+    pub(crate) fn note_miss(&self) {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl CompileCache {
+    /// Removes the cached artifact of `digest_hex`; whether there was one.
+    pub(crate) fn remove(&self, digest_hex: &str) -> bool {
+        self.path(digest_hex).is_some_and(|p| std::fs::remove_file(p).is_ok())
+    }
 }
 
 /// Writes atomically: a reader sees the old file, no file, or the whole new one.
-fn store(component: &Component, path: &Path) -> Result<(), String> {
-    let bytes = component.serialize().map_err(|e| e.to_string())?;
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let result = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
         .and_then(|()| std::fs::rename(&tmp, path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);

@@ -53,6 +53,11 @@ impl Default for Limits {
 
 /// The store's resource limiter: refuses memory growth past the cap and
 /// remembers that it did, so the trap that follows is reported as `memory`.
+///
+/// The host memory a call's resources can pin
+/// ([`HOST_MEMORY_PER_CALL`](crate::host::bounds::HOST_MEMORY_PER_CALL))
+/// counts against the cap: linear memory may grow to the rest, and never
+/// below half the cap.
 #[derive(Debug)]
 pub(crate) struct MemoryCap {
     cap: usize,
@@ -61,8 +66,12 @@ pub(crate) struct MemoryCap {
 
 impl MemoryCap {
     pub(crate) fn new(cap: u64) -> Self {
+        let cap = cap.min(MAX_MEMORY);
+        let linear = cap
+            .saturating_sub(crate::host::bounds::HOST_MEMORY_PER_CALL)
+            .max(cap / 2);
         Self {
-            cap: usize::try_from(cap.min(MAX_MEMORY)).unwrap_or(usize::MAX),
+            cap: usize::try_from(linear).unwrap_or(usize::MAX),
             exceeded: false,
         }
     }
@@ -91,13 +100,19 @@ mod tests {
         let mut cap = MemoryCap::new(1024 * 1024);
         assert!(cap.memory_growing(0, 65536, None).unwrap());
         assert!(!cap.exceeded);
-        assert!(!cap.memory_growing(65536, 2 * 1024 * 1024, None).unwrap());
+        assert!(!cap.memory_growing(65536, 1024 * 1024, None).unwrap());
         assert!(cap.exceeded);
     }
 
     #[test]
     fn memory_cap_is_clamped() {
         let cap = MemoryCap::new(u64::MAX);
-        assert_eq!(cap.cap as u64, MAX_MEMORY);
+        assert_eq!(cap.cap as u64, MAX_MEMORY - crate::host::bounds::HOST_MEMORY_PER_CALL);
+        let cap = MemoryCap::new(DEFAULT_MEMORY);
+        assert_eq!(
+            cap.cap as u64,
+            DEFAULT_MEMORY - 4 * 1024 * 1024,
+            "the host's share is taken out"
+        );
     }
 }

@@ -14,10 +14,12 @@
 //!   instance, `check`, and the store dropped.
 
 pub mod cache;
+pub mod compile;
 pub mod limits;
 mod store;
 
 pub use cache::CacheOutcome;
+pub use compile::{CompileBudget, Compiler};
 pub use limits::Limits;
 
 use crate::bindings::{self, sonde::probe::types as wit};
@@ -51,6 +53,9 @@ pub struct EngineConfig {
     /// How many calls may run at once; the pooling allocator reserves this
     /// many instance slots. Further calls wait for a slot.
     pub max_concurrent_calls: u32,
+    /// Where components are compiled: in this process, or in a child
+    /// under a time and memory budget (what the `sonde` binary uses).
+    pub compiler: Compiler,
 }
 
 impl Default for EngineConfig {
@@ -58,6 +63,7 @@ impl Default for EngineConfig {
         Self {
             cache_dir: cache::default_dir(),
             max_concurrent_calls: 256,
+            compiler: Compiler::InProcess,
         }
     }
 }
@@ -86,6 +92,14 @@ pub enum LoadError {
         plugin: String,
         /// What wasmtime said.
         source: wasmtime::Error,
+    },
+    /// Compiling it needs more time or memory than the budget allows.
+    #[error("{plugin}: refused: {what}")]
+    OverBudget {
+        /// The plugin's file or built-in name.
+        plugin: String,
+        /// Which budget it exceeded.
+        what: String,
     },
     /// The component does not export `sonde:probe/plugin@0.1.0`.
     #[error(
@@ -216,6 +230,20 @@ pub struct Plugin {
     /// Pre-instantiated against the linker for calls with a `files` grant.
     pre_files: bindings::PluginPre<CallState>,
     cache: CacheOutcome,
+    /// Its compile-cache file, removed when the plugin is dropped if it
+    /// was forgotten ([`Engine::forget`]) while still in use.
+    cache_file: Option<PathBuf>,
+    forgotten: AtomicBool,
+}
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        if self.forgotten.load(Ordering::Relaxed)
+            && let Some(file) = &self.cache_file
+        {
+            let _ = std::fs::remove_file(file);
+        }
+    }
 }
 
 impl Plugin {
@@ -272,9 +300,12 @@ struct Inner {
     /// The empty directory a plugin without `files` grant sees at `/`.
     empty_dir: Dir,
     cache: cache::CompileCache,
-    /// Loaded plugins by digest; a cell is filled once even when several
-    /// loads of one digest race.
-    plugins: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Arc<Plugin>>>>>,
+    compiler: Compiler,
+    /// Plugins by digest: being loaded (a cell filled once even when
+    /// several loads of one digest race), or loaded and held by someone
+    /// (the registry, a call). The engine itself holds a loaded plugin
+    /// weakly, so its compiled code is freed once nothing uses it.
+    plugins: Mutex<HashMap<String, Loaded>>,
     slots: Semaphore,
     /// The TLS client and keep-alive pool every call shares.
     host: Arc<host::Shared>,
@@ -285,6 +316,12 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.ticker.stop();
     }
+}
+
+/// A plugin in the engine's map: being loaded, or loaded.
+enum Loaded {
+    Loading(Arc<tokio::sync::OnceCell<Arc<Plugin>>>),
+    Ready(std::sync::Weak<Plugin>),
 }
 
 /// What drives the epoch: a thread that ticks every [`EPOCH_TICK`] while
@@ -429,6 +466,9 @@ impl Engine {
         // `would-block` of a socket: with RUST_BACKTRACE=1 that was a third
         // of a tcp probe's CPU. sonde reports errors by message only.
         wasmtime::error::disable_backtrace();
+        // Sockets held for plugins are bounded out of the fd limit; the
+        // soft default (1024) would make that bound needlessly small.
+        host::bounds::raise_fd_limit();
         let engine = new_wasmtime_engine(max_calls)?;
         let mut linker_closed = Linker::new(&engine);
         store::add_to_linker(&mut linker_closed, false).map_err(EngineError)?;
@@ -457,13 +497,14 @@ impl Engine {
         Ok(Self {
             inner: Arc::new(Inner {
                 cache: cache::CompileCache::new(&engine, config.cache_dir),
+                compiler: config.compiler,
                 engine,
                 linker_closed,
                 linker_files,
                 empty_dir,
                 plugins: Mutex::new(HashMap::new()),
                 slots: Semaphore::new(max_calls as usize),
-                host: Arc::default(),
+                host: Arc::new(host::Shared::new(host::bounds::agent_sockets())),
                 ticker,
             }),
         })
@@ -496,24 +537,86 @@ impl Engine {
             _ => return Err(LoadError::NotWasm { plugin }),
         }
         let digest = hex(&Sha256::digest(wasm));
-        let cell = self
-            .inner
-            .plugins
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(digest.clone())
-            .or_default()
-            .clone();
-        cell.get_or_try_init(|| self.load_new(plugin, wasm, digest))
+        let cell = {
+            let mut plugins = self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner());
+            // Forget the plugins nobody holds any more.
+            plugins.retain(|_, l| match l {
+                Loaded::Loading(_) => true,
+                Loaded::Ready(p) => p.strong_count() > 0,
+            });
+            match plugins.get(&digest) {
+                Some(Loaded::Ready(p)) => {
+                    if let Some(p) = p.upgrade() {
+                        // Wanted again: its cache file stays.
+                        p.forgotten.store(false, Ordering::Relaxed);
+                        return Ok(p);
+                    }
+                    None
+                }
+                Some(Loaded::Loading(cell)) => Some(cell.clone()),
+                None => None,
+            }
+            .unwrap_or_else(|| {
+                let cell = Arc::new(tokio::sync::OnceCell::new());
+                plugins.insert(digest.clone(), Loaded::Loading(cell.clone()));
+                cell
+            })
+        };
+        let loaded = cell
+            .get_or_try_init(|| self.load_new(plugin, wasm, digest.clone()))
             .await
-            .cloned()
+            .cloned();
+        let mut plugins = self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Loaded::Loading(c)) = plugins.get(&digest)
+            && Arc::ptr_eq(c, &cell)
+        {
+            match &loaded {
+                Ok(p) => plugins.insert(digest, Loaded::Ready(Arc::downgrade(p))),
+                Err(_) => plugins.remove(&digest),
+            };
+        }
+        loaded
+    }
+
+    /// How many plugins the engine holds compiled code for (loaded and
+    /// still used, or being loaded).
+    pub fn plugins_loaded(&self) -> usize {
+        let plugins = self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner());
+        plugins
+            .values()
+            .filter(|l| match l {
+                Loaded::Loading(_) => true,
+                Loaded::Ready(p) => p.strong_count() > 0,
+            })
+            .count()
+    }
+
+    /// Removes the compile-cache file of the plugin with `digest` (hex),
+    /// now, or when the last holder of the loaded plugin drops it (a run
+    /// in flight): called when a stored plugin is replaced or deleted, so
+    /// the cache does not keep what no one runs. A plugin of the same
+    /// digest loaded again before then keeps it.
+    pub fn forget(&self, digest: &str) {
+        let live = match self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner()).get(digest) {
+            Some(Loaded::Loading(_)) => return,
+            Some(Loaded::Ready(p)) => p.upgrade(),
+            None => None,
+        };
+        match live {
+            Some(plugin) => plugin.forgotten.store(true, Ordering::Relaxed),
+            None => {
+                self.inner.cache.remove(digest);
+            }
+        }
     }
 
     /// Compiles (or loads from the cache), checks, pre-instantiates and
     /// describes a plugin not loaded before.
     async fn load_new(&self, plugin: String, wasm: &[u8], digest: String) -> Result<Arc<Plugin>, LoadError> {
-        // Compiling takes long enough that it must not hold an async worker.
-        let (component, cache) = {
+        let (component, cache) = if let Compiler::Child { program, budget } = &self.inner.compiler {
+            self.compile_in_child(&plugin, program, *budget, wasm, &digest).await?
+        } else {
+            // Compiling takes long enough that it must not hold an async worker.
             let inner = self.inner.clone();
             let (wasm, digest) = (wasm.to_vec(), digest.clone());
             tokio::task::spawn_blocking(move || inner.cache.load(&inner.engine, &wasm, &digest))
@@ -548,6 +651,7 @@ impl Engine {
             detail,
         })?;
         Ok(Arc::new(Plugin {
+            cache_file: self.inner.cache.entry(&digest),
             label: plugin,
             digest,
             info,
@@ -555,7 +659,51 @@ impl Engine {
             pre_closed,
             pre_files,
             cache,
+            forgotten: AtomicBool::new(false),
         }))
+    }
+
+    /// Loads `wasm` from the cache, or compiles it in a child process
+    /// under `budget` and loads what the child wrote.
+    async fn compile_in_child(
+        &self,
+        plugin: &str,
+        program: &std::path::Path,
+        budget: CompileBudget,
+        wasm: &[u8],
+        digest: &str,
+    ) -> Result<(Component, CacheOutcome), LoadError> {
+        let engine = &self.inner.engine;
+        let cache = &self.inner.cache;
+        if let Some(component) = cache.lookup(engine, digest) {
+            return Ok((component, CacheOutcome::Hit));
+        }
+        cache.note_miss();
+        // Without a cache, the artifact goes to a private temporary
+        // directory, removed once loaded.
+        let scratch;
+        let out = match cache.entry(digest) {
+            Some(path) => path,
+            None => {
+                scratch = tempfile::Builder::new()
+                    .prefix("sonde-compiled-")
+                    .tempdir()
+                    .map_err(|e| LoadError::Compile {
+                        plugin: plugin.to_string(),
+                        source: e.into(),
+                    })?;
+                scratch.path().join("component.cwasm")
+            }
+        };
+        compile::in_child(plugin, program, budget, wasm, &out).await?;
+        // SAFETY: the file was just written by this binary's compiler, in
+        // the private cache directory or a private temporary one.
+        #[allow(unsafe_code)]
+        let component = unsafe { Component::deserialize_file(engine, &out) }.map_err(|source| LoadError::Compile {
+            plugin: plugin.to_string(),
+            source,
+        })?;
+        Ok((component, CacheOutcome::Miss))
     }
 
     fn new_store(&self, state: CallState, limits: &Limits) -> Store<CallState> {
@@ -573,6 +721,7 @@ impl Engine {
         let grants = Arc::new(CallGrants::new(None, Arc::default()));
         let state = CallState::new(
             "describe".into(),
+            no_tenant(),
             grants.clone(),
             self.inner.host.clone(),
             &self.inner.empty_dir,
@@ -598,9 +747,17 @@ impl Engine {
     }
 
     /// Runs one call of `plugin`'s `check` in a fresh sandbox (the per-call
-    /// phase). Never fails and never panics: whatever the plugin does ends
-    /// up in the [`RunResult`].
+    /// phase), for no tenant in particular (`sonde check`, benchmarks):
+    /// as [`Engine::run_for`].
     pub async fn run(&self, plugin: &Plugin, call: &Call<'_>) -> RunResult {
+        self.run_for(&no_tenant(), plugin, call).await
+    }
+
+    /// Runs one call of `plugin`'s `check` for `tenant` in a fresh sandbox
+    /// (the per-call phase); what outlives the call (pooled connections)
+    /// is the tenant's own. Never fails and never panics: whatever the
+    /// plugin does ends up in the [`RunResult`].
+    pub async fn run_for(&self, tenant: &Arc<str>, plugin: &Plugin, call: &Call<'_>) -> RunResult {
         let target = match call.target {
             "" => None,
             t => match NetPattern::for_target(t) {
@@ -611,6 +768,7 @@ impl Engine {
         let grants = Arc::new(CallGrants::new(target, call.grants.clone()));
         let state = match CallState::new(
             call.probe.into(),
+            tenant.clone(),
             grants.clone(),
             self.inner.host.clone(),
             &self.inner.empty_dir,
@@ -656,14 +814,29 @@ impl Engine {
             Ok(Ok(Err(e))) => probe_error(e),
             Ok(Ok(Ok(o))) => from_outcome(o),
         };
-        // A denial is surfaced whatever the plugin made of it.
+        // A denial, or a host bound the plugin ran into, is surfaced
+        // whatever the plugin made of it.
         if let Some(message) = grants.denial_message() {
             result = RunResult::error(Reason::Denied, message);
+        } else if let Some(why) = store.data().bounds.breach() {
+            result = RunResult::error(Reason::HostLimit, why.to_string());
         }
         result.duration = duration;
         result.fuel_consumed = call.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
         result
     }
+}
+
+/// The tenant of calls run without one (see [`Engine::run`]).
+fn no_tenant() -> Arc<str> {
+    static NONE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    NONE.get_or_init(|| Arc::from("")).clone()
+}
+
+/// The digest a plugin's bytes are known by (SHA-256, hex), as
+/// [`Plugin::digest`] says it.
+pub fn digest_of(wasm: &[u8]) -> String {
+    hex(&Sha256::digest(wasm))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -696,9 +869,31 @@ fn trap_message(e: &wasmtime::Error, store: &Store<CallState>) -> String {
     msg
 }
 
+/// Whether `e` is a host bound refusing more: the call's resource table
+/// refusing one more entry, or wasmtime-wasi-http refusing to grow a
+/// `fields` past its size limit (a trap it raises with this message and
+/// no public error type).
+fn table_full(e: &wasmtime::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<wasmtime::component::ResourceTableError>(),
+            Some(wasmtime::component::ResourceTableError::Full)
+        ) || c.to_string().contains("total size of fields exceeds limit")
+    })
+}
+
 fn classify_trap(e: &wasmtime::Error, store: &Store<CallState>, limits: &Limits) -> RunResult {
     let (reason, message) = if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
         (Reason::Fuel, format!("fuel budget of {} exhausted", limits.fuel))
+    } else if table_full(e) {
+        (
+            Reason::HostLimit,
+            format!(
+                "the plugin held more than {} host resources at once, or more than {} bytes in one fields",
+                host::bounds::TABLE_ENTRIES_PER_CALL,
+                host::bounds::FIELDS_BYTES
+            ),
+        )
     } else if store.data().memory.exceeded {
         (
             Reason::Memory,
@@ -826,6 +1021,28 @@ mod tests {
             .expect("the spinning call must end")
             .unwrap();
         assert_eq!(result.reason, Some(Reason::Timeout), "{result:?}");
+    }
+
+    /// The engine holds compiled code only while something uses it: a
+    /// replaced or deleted plugin's code is freed with the old registry.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_plugin_no_one_holds_is_freed() {
+        let engine = Engine::new(EngineConfig {
+            cache_dir: None,
+            max_concurrent_calls: 4,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let path: &std::path::Path = sonde_tests::guests::ALWAYS_UP.as_ref();
+        let one = engine.load_file(path).await.unwrap();
+        let two = engine.load_file(path).await.unwrap();
+        assert!(Arc::ptr_eq(&one, &two), "one digest is loaded once");
+        assert_eq!(engine.plugins_loaded(), 1);
+        drop((one, two));
+        assert_eq!(engine.plugins_loaded(), 0);
+        let three = engine.load_file(path).await.unwrap();
+        assert_eq!(three.cache_outcome(), CacheOutcome::Miss, "compiled again");
+        assert_eq!(engine.plugins_loaded(), 1);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! (`host::exec::ExecView`, `host::tls::TlsView`…).
 
 use super::limits::MemoryCap;
+use crate::host::bounds::{self, CallBounds};
 use crate::host::grants::CallGrants;
 use crate::host::{Shared, exec, filesystem, grpc, http, log, outgoing_handler, sockets, tcp, tls};
 use std::sync::Arc;
@@ -28,6 +29,8 @@ pub(crate) struct CallState {
     deadline: Instant,
     table: ResourceTable,
     shared: Arc<Shared>,
+    /// The tenant the call runs for.
+    tenant: Arc<str>,
     /// The shared empty directory shown to calls without a `files` grant.
     empty_dir: Dir,
     // The capabilities' own states.
@@ -37,6 +40,8 @@ pub(crate) struct CallState {
     sockets: sockets::SocketsCtx,
     log: log::LogCtx,
     tls: tls::TlsCtx,
+    /// What the call holds against the host's bounds.
+    pub(crate) bounds: CallBounds,
     // The store's own.
     pub(crate) memory: MemoryCap,
     stderr: MemoryOutputPipe,
@@ -47,6 +52,7 @@ impl CallState {
     /// that denies everything the grants do not allow.
     pub(crate) fn new(
         probe: Arc<str>,
+        tenant: Arc<str>,
         grants: Arc<CallGrants>,
         shared: Arc<Shared>,
         empty_dir: &Dir,
@@ -58,18 +64,24 @@ impl CallState {
         filesystem::configure(&mut builder, &grants.config().files)?;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         builder.stderr(stderr.clone());
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(bounds::TABLE_ENTRIES_PER_CALL);
+        let mut wasi_http = WasiHttpCtx::new();
+        wasi_http.set_field_size_limit(bounds::FIELDS_BYTES);
         Ok(Self {
             wasi: builder.build(),
-            table: ResourceTable::new(),
-            wasi_http: WasiHttpCtx::new(),
+            table,
+            wasi_http,
             http_hooks: outgoing_handler::Hooks::new(grants.clone()),
             sockets: sockets::SocketsCtx::default(),
             log: log::LogCtx::new(probe),
             tls: tls::TlsCtx::default(),
+            bounds: CallBounds::new(&shared.bounds),
             memory: MemoryCap::new(memory),
             grants,
             deadline,
             shared,
+            tenant,
             empty_dir: empty_dir.clone(),
             stderr,
         })
@@ -96,6 +108,7 @@ impl CallState {
             },
             grants: &self.grants,
             ctx: &mut self.sockets,
+            bounds: &mut self.bounds,
         }
     }
 
@@ -124,6 +137,7 @@ impl CallState {
             deadline: self.deadline,
             tls: &self.shared.tls,
             pool: &self.shared.pool,
+            tenant: &self.tenant,
         }
     }
 
@@ -142,6 +156,7 @@ impl CallState {
             grants: &self.grants,
             deadline: self.deadline,
             tls: &self.shared.tls,
+            bounds: &mut self.bounds,
         }
     }
 }

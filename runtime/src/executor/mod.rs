@@ -188,6 +188,7 @@ impl Executor {
         // executor until it ends.
         let executor = self.clone();
         let (engine, plugin, grants) = (engine.clone(), spec.plugin.clone(), spec.grants.clone());
+        let tenant = spec.tenant.clone();
         let (probe, target, config, limits) = (
             spec.name.clone(),
             spec.address.clone(),
@@ -203,7 +204,7 @@ impl Executor {
                 grants: &grants,
                 attempt,
             };
-            let result = Fair::new(engine.run(&plugin, &call), gate, active, threads).await;
+            let result = Fair::new(engine.run_for(&tenant, &plugin, &call), gate, active, threads).await;
             drop(permit);
             counters.record(waited, &result);
             drop(executor);
@@ -229,6 +230,15 @@ impl Executor {
             if let Some(c) = self.inner.admission.counters(&p.tenant) {
                 c.record_pull(p.cost.bytes, p.cost.elapsed);
             }
+        }
+    }
+
+    /// Counts `took` of compiling against `tenant` (an upload of its
+    /// plugin, accepted or refused). A tenant the executor does not know
+    /// is not counted.
+    pub fn record_compile(&self, tenant: &str, took: std::time::Duration) {
+        if let Some(c) = self.inner.admission.counters(&tenant.into()) {
+            c.record_compile(took);
         }
     }
 

@@ -13,7 +13,7 @@ pub const QUEUE_WAIT_BUCKETS: [f64; 10] = [0.0001, 0.001, 0.005, 0.01, 0.02, 0.0
 
 /// Every reason a call can end without the plugin's own verdict, in the
 /// order [`TenantStats::errors`] lists them.
-const REASONS: [Reason; 8] = [
+const REASONS: [Reason; 9] = [
     Reason::Timeout,
     Reason::Trap,
     Reason::Fuel,
@@ -22,6 +22,7 @@ const REASONS: [Reason; 8] = [
     Reason::InvalidConfig,
     Reason::Io,
     Reason::Internal,
+    Reason::HostLimit,
 ];
 
 fn reason_index(r: Reason) -> usize {
@@ -34,6 +35,7 @@ fn reason_index(r: Reason) -> usize {
         Reason::InvalidConfig => 5,
         Reason::Io => 6,
         Reason::Internal => 7,
+        Reason::HostLimit => 8,
     }
 }
 
@@ -41,7 +43,7 @@ fn reason_index(r: Reason) -> usize {
 #[derive(Debug)]
 pub(super) struct Counters {
     calls: AtomicU64,
-    errors: [AtomicU64; 8],
+    errors: [AtomicU64; 9],
     fuel: AtomicU64,
     sandbox_us: AtomicU64,
     wait_us: AtomicU64,
@@ -49,6 +51,8 @@ pub(super) struct Counters {
     queue_wait: Histogram,
     pull_bytes: AtomicU64,
     pull_us: AtomicU64,
+    /// Time spent compiling the tenant's uploads.
+    compile_us: AtomicU64,
 }
 
 impl Default for Counters {
@@ -62,6 +66,7 @@ impl Default for Counters {
             queue_wait: Histogram::new(QUEUE_WAIT_BUCKETS),
             pull_bytes: AtomicU64::default(),
             pull_us: AtomicU64::default(),
+            compile_us: AtomicU64::default(),
         }
     }
 }
@@ -96,6 +101,11 @@ impl Counters {
         self.pull_us.fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Counts `took` of compiling one of the tenant's uploads.
+    pub(super) fn record_compile(&self, took: Duration) {
+        self.compile_us.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
     /// The counters as [`TenantStats`], with the tenant's `slots` now.
     pub(super) fn snapshot(&self, tenant: TenantId, slots: Slots) -> TenantStats {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -112,6 +122,7 @@ impl Counters {
             queue_wait_histogram: self.queue_wait.clone(),
             pull_bytes: load(&self.pull_bytes),
             pull_time: Duration::from_micros(load(&self.pull_us)),
+            compile_time: Duration::from_micros(load(&self.compile_us)),
             running: slots.running,
             waiting: slots.waiting,
             limit: slots.limit,
@@ -144,6 +155,8 @@ pub struct TenantStats {
     pub pull_bytes: u64,
     /// Time spent resolving its probes' `oci://` plugins.
     pub pull_time: Duration,
+    /// Time spent compiling the plugins it uploaded (refused ones too).
+    pub compile_time: Duration,
     /// Calls in sandboxes now.
     pub running: usize,
     /// Calls waiting for a permit now.

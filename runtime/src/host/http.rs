@@ -27,6 +27,8 @@ pub(crate) struct HttpView<'a> {
     pub(crate) tls: &'a TlsClient,
     /// The engine's keep-alive pool.
     pub(crate) pool: &'a Pool,
+    /// The tenant the call runs for: its pooled connections are its own.
+    pub(crate) tenant: &'a Arc<str>,
 }
 
 struct Http;
@@ -137,6 +139,7 @@ fn build_request(req: &ProbeRequest, target: &Target) -> Result<http::Request<Fu
 async fn exchange(
     client: &TlsClient,
     pool: &Pool,
+    tenant: &Arc<str>,
     req: ProbeRequest,
     target: Target,
 ) -> Result<ProbeResponse, HttpError> {
@@ -144,7 +147,7 @@ async fn exchange(
     let request = build_request(&req, &target)?;
     let key = req
         .keepalive
-        .then(|| PoolKey::new(&target.host, target.port, target.tls.as_ref()));
+        .then(|| PoolKey::new(tenant, &target.host, target.port, target.tls.as_ref()));
     let mut pooled = key.as_ref().and_then(|k| pool.checkout(k));
     if let Some(conn) = &mut pooled
         && conn.sender.ready().await.is_err()
@@ -275,9 +278,9 @@ impl HttpView<'_> {
         let timeout = Duration::from_millis(req.timeout_ms);
         if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            return exchange(self.tls, self.pool, req, target).await;
+            return exchange(self.tls, self.pool, self.tenant, req, target).await;
         }
-        match tokio::time::timeout(timeout, exchange(self.tls, self.pool, req, target)).await {
+        match tokio::time::timeout(timeout, exchange(self.tls, self.pool, self.tenant, req, target)).await {
             Ok(result) => result,
             Err(_) => Err(HttpError::Timeout(format!(
                 "no response within {}ms",

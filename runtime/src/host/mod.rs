@@ -21,7 +21,9 @@
 //! - [`exec`]: sonde's `exec`, for granted programs only;
 //! - [`log`]: sonde's `log`, capped per call.
 //!
-//! [`grants`] holds the grants and their one check; [`dial`] and
+//! [`grants`] holds the grants and their one check; [`bounds`] what a
+//! call may make the host hold (sockets, table entries, host memory),
+//! per call and per agent; [`dial`] and
 //! [`tls_client`] are the connection and TLS client the transports share.
 //! What outlives a call (the TLS client, the pool) is in [`Shared`], built
 //! once per engine. The engine composes the capabilities' states into its
@@ -32,6 +34,7 @@
 //! arguments, stdin closed, stdout discarded, stderr kept (bounded) so a
 //! plugin's panic message can be reported.
 
+pub mod bounds;
 pub mod dial;
 pub mod exec;
 pub mod filesystem;
@@ -49,9 +52,21 @@ pub mod tls_client;
 pub use grants::{GrantError, Grants, NetPattern};
 
 /// What every call of an engine shares (built once per engine): the TLS
-/// client with its trust roots, and the HTTP keep-alive pool.
-#[derive(Default)]
+/// client with its trust roots, the HTTP keep-alive pool, and the agent's
+/// socket budget.
 pub(crate) struct Shared {
     pub(crate) tls: tls_client::TlsClient,
     pub(crate) pool: pool::Pool,
+    pub(crate) bounds: bounds::AgentBounds,
+}
+
+impl Shared {
+    /// What calls share, with an agent-wide budget of `sockets`.
+    pub(crate) fn new(sockets: usize) -> Self {
+        Self {
+            tls: tls_client::TlsClient::default(),
+            pool: pool::Pool::default(),
+            bounds: bounds::AgentBounds::new(sockets),
+        }
+    }
 }

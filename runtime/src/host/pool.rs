@@ -1,17 +1,22 @@
 //! The keep-alive pool of the host's HTTP transport, shared by every call of
 //! an engine (opt-in per request: `keepalive`).
 //!
-//! Connections are kept per [`PoolKey`]: scheme, host and port as the
-//! request named them, and the TLS options that verified the server, so a
+//! Connections are kept per [`PoolKey`]: the tenant whose call opened it,
+//! the scheme, the host in canonical form (lower case, no trailing dot, an
+//! IP address as its canonical text, a v4-mapped IPv6 address as its IPv4
+//! address) and port, and the TLS options that verified the server, so a
 //! connection set up with `insecure_skip_verify` never serves a request that
-//! wants verification. The pool never decides who may use a connection: the
-//! grant check runs before every request, and a request that is refused
-//! never reaches [`Pool::checkout`].
+//! wants verification, and one tenant's connection never serves another.
+//! The pool never decides who may use a connection: the grant check runs
+//! before every request, and a request that is refused never reaches
+//! [`Pool::checkout`].
 //!
 //! Bounds: [`MAX_IDLE_PER_HOST`] idle connections per key,
-//! [`MAX_HOSTS`] keys, and [`IDLE_TIMEOUT`] after which an idle connection is
-//! closed (checked when the pool is used; a sweep of every key runs at most
-//! once per [`SWEEP_EVERY`]).
+//! [`MAX_IDLE_PER_TENANT`] per tenant, [`MAX_IDLE`] in all and
+//! [`MAX_HOSTS`] keys (each a file descriptor; a connection past a bound is
+//! closed instead of kept), and [`IDLE_TIMEOUT`] after which an idle
+//! connection is closed (checked when the pool is used; a sweep of every
+//! key runs at most once per [`SWEEP_EVERY`]).
 
 use super::tls_client::{TlsInfo, TlsOptions};
 use bytes::Bytes;
@@ -28,6 +33,11 @@ pub const MAX_IDLE_PER_HOST: usize = 32;
 /// Distinct keys with idle connections; beyond it, connections are closed
 /// instead of kept.
 pub const MAX_HOSTS: usize = 1024;
+/// Idle connections kept for one tenant's calls, over all its keys: two
+/// services' worth at [`MAX_IDLE_PER_HOST`].
+pub const MAX_IDLE_PER_TENANT: usize = 2 * MAX_IDLE_PER_HOST;
+/// Idle connections kept in all: 1024 file descriptors at most.
+pub const MAX_IDLE: usize = 1024;
 /// How long a connection may sit idle in the pool.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often at most every key is swept for expired connections.
@@ -36,6 +46,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// What a pooled connection may serve.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct PoolKey {
+    tenant: Arc<str>,
     https: bool,
     host: String,
     port: u16,
@@ -44,13 +55,25 @@ pub(crate) struct PoolKey {
 }
 
 impl PoolKey {
-    pub(crate) fn new(host: &str, port: u16, tls: Option<&TlsOptions>) -> Self {
+    pub(crate) fn new(tenant: &Arc<str>, host: &str, port: u16, tls: Option<&TlsOptions>) -> Self {
         Self {
+            tenant: tenant.clone(),
             https: tls.is_some(),
-            host: host.to_ascii_lowercase(),
+            host: canonical_host(host),
             port,
             tls: tls.map(|o| (o.ca_digest(), o.insecure_skip_verify, o.server_name.clone())),
         }
+    }
+}
+
+/// `host` in the one spelling the pool keys on: lower case without a
+/// trailing dot; an IP address (bracketed or not) as its canonical text,
+/// a v4-mapped IPv6 address as its IPv4 address.
+fn canonical_host(host: &str) -> String {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_canonical().to_string(),
+        Err(_) => host.trim_end_matches('.').to_ascii_lowercase(),
     }
 }
 
@@ -93,7 +116,26 @@ pub(crate) struct Pool {
 #[derive(Default)]
 struct Inner {
     idle: HashMap<PoolKey, Vec<Idle>>,
+    /// Idle connections per tenant, and in all.
+    per_tenant: HashMap<Arc<str>, usize>,
+    total: usize,
     last_sweep: Option<Instant>,
+}
+
+impl Inner {
+    /// Counts `n` fewer idle connections of `tenant`.
+    fn forget(&mut self, tenant: &Arc<str>, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.total -= n;
+        if let Some(c) = self.per_tenant.get_mut(tenant) {
+            *c -= n;
+            if *c == 0 {
+                self.per_tenant.remove(tenant);
+            }
+        }
+    }
 }
 
 impl Pool {
@@ -106,6 +148,7 @@ impl Pool {
     fn checkout_at(&self, key: &PoolKey, now: Instant) -> Option<Conn> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let list = inner.idle.get_mut(key)?;
+        let before = list.len();
         let mut found = None;
         // Newest first: the least likely to have been closed by the server.
         while let Some(idle) = list.pop() {
@@ -114,9 +157,11 @@ impl Pool {
                 break;
             }
         }
+        let taken = before - list.len();
         if list.is_empty() {
             inner.idle.remove(key);
         }
+        inner.forget(&key.tenant, taken);
         found
     }
 
@@ -129,16 +174,34 @@ impl Pool {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if inner.last_sweep.is_none_or(|t| now.duration_since(t) >= SWEEP_EVERY) {
             inner.last_sweep = Some(now);
-            inner.idle.retain(|_, list| {
+            let mut dropped: Vec<(Arc<str>, usize)> = Vec::new();
+            inner.idle.retain(|key, list| {
+                let before = list.len();
                 list.retain(|i| now.saturating_duration_since(i.since) < IDLE_TIMEOUT && !i.conn.sender.is_closed());
+                dropped.push((key.tenant.clone(), before - list.len()));
                 !list.is_empty()
             });
+            for (tenant, n) in dropped {
+                inner.forget(&tenant, n);
+            }
         }
         if !inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS {
             return;
         }
+        let full = inner.idle.get(&key).is_some_and(|l| l.len() >= MAX_IDLE_PER_HOST);
+        if !full {
+            // A new idle connection: within the tenant's and the agent's
+            // bounds, or closed instead of kept.
+            let of_tenant = inner.per_tenant.get(&key.tenant).copied().unwrap_or(0);
+            if of_tenant >= MAX_IDLE_PER_TENANT || inner.total >= MAX_IDLE {
+                return;
+            }
+            *inner.per_tenant.entry(key.tenant.clone()).or_default() += 1;
+            inner.total += 1;
+        }
         let list = inner.idle.entry(key).or_default();
-        if list.len() >= MAX_IDLE_PER_HOST {
+        if full {
+            // The oldest of the key makes room: the counts stay.
             list.remove(0);
         }
         list.push(Idle { conn, since: now });
@@ -174,29 +237,54 @@ mod tests {
     async fn bounded_per_host_and_keyed_by_tls_options() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let pool = Pool::default();
-        let key = PoolKey::new("Localhost", 80, None);
+        let t: Arc<str> = "t".into();
+        let key = PoolKey::new(&t, "Localhost", 80, None);
         for _ in 0..MAX_IDLE_PER_HOST + 3 {
             pool.checkin(key.clone(), conn(&listener).await);
         }
         assert_eq!(pool.idle_count(), MAX_IDLE_PER_HOST);
-        assert!(pool.checkout(&PoolKey::new("localhost", 80, None)).is_some());
-        assert!(pool.checkout(&PoolKey::new("localhost", 81, None)).is_none());
+        assert!(pool.checkout(&PoolKey::new(&t, "localhost.", 80, None)).is_some());
+        assert!(pool.checkout(&PoolKey::new(&t, "localhost", 81, None)).is_none());
 
         let verified = TlsOptions::default();
         let insecure = TlsOptions {
             insecure_skip_verify: true,
             ..TlsOptions::default()
         };
-        pool.checkin(PoolKey::new("h", 443, Some(&insecure)), conn(&listener).await);
-        assert!(pool.checkout(&PoolKey::new("h", 443, Some(&verified))).is_none());
-        assert!(pool.checkout(&PoolKey::new("h", 443, Some(&insecure))).is_some());
+        pool.checkin(PoolKey::new(&t, "h", 443, Some(&insecure)), conn(&listener).await);
+        assert!(pool.checkout(&PoolKey::new(&t, "h", 443, Some(&verified))).is_none());
+        assert!(pool.checkout(&PoolKey::new(&t, "h", 443, Some(&insecure))).is_some());
+    }
+
+    #[tokio::test]
+    async fn keyed_by_tenant_and_canonical_address_and_bounded_per_tenant() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = Pool::default();
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        pool.checkin(PoolKey::new(&a, "[::ffff:127.0.0.1]", 80, None), conn(&listener).await);
+        assert!(
+            pool.checkout(&PoolKey::new(&b, "127.0.0.1", 80, None)).is_none(),
+            "another tenant's connection"
+        );
+        assert!(pool.checkout(&PoolKey::new(&a, "127.0.0.1", 80, None)).is_some());
+        // One tenant fills its share over many hosts; the next is closed,
+        // and another tenant still keeps its own.
+        for i in 0..MAX_IDLE_PER_TENANT + 5 {
+            pool.checkin(PoolKey::new(&a, &format!("h{i}"), 80, None), conn(&listener).await);
+        }
+        assert_eq!(pool.idle_count(), MAX_IDLE_PER_TENANT);
+        pool.checkin(PoolKey::new(&b, "h0", 80, None), conn(&listener).await);
+        assert_eq!(pool.idle_count(), MAX_IDLE_PER_TENANT + 1);
+        assert!(pool.checkout(&PoolKey::new(&a, "h0", 80, None)).is_some());
+        pool.checkin(PoolKey::new(&a, "h-new", 80, None), conn(&listener).await);
+        assert_eq!(pool.idle_count(), MAX_IDLE_PER_TENANT + 1, "room made by the checkout");
     }
 
     #[tokio::test]
     async fn idle_connections_expire() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let pool = Pool::default();
-        let key = PoolKey::new("h", 80, None);
+        let key = PoolKey::new(&"t".into(), "h", 80, None);
         pool.checkin(key.clone(), conn(&listener).await);
         let later = Instant::now() + IDLE_TIMEOUT + Duration::from_secs(1);
         assert!(pool.checkout_at(&key, later).is_none());

@@ -3,7 +3,13 @@
 //! its `net` grants, a socket never listens, and a name lookup answers only
 //! for granted names. Every refusal is recorded, so the run is reported as
 //! `denied` whatever the plugin does with the error.
+//!
+//! Creating a socket (even one never connected) holds a file descriptor,
+//! so it counts against the call's socket bound ([`super::bounds`]): past
+//! it, `create-tcp-socket` and `create-udp-socket` answer
+//! `new-socket-limit` and the run is reported as `host-limit`.
 
+use super::bounds::CallBounds;
 use super::grants::{CallGrants, Use};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -11,8 +17,9 @@ use std::sync::Arc;
 use wasmtime::component::{HasData, Linker, Resource};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::{self, ResolveAddressStream};
-use wasmtime_wasi::p2::bindings::sockets::network::{self, ErrorCode, IpAddress, Network};
-use wasmtime_wasi::p2::{DynPollable, SocketError};
+use wasmtime_wasi::p2::bindings::sockets::network::{self, ErrorCode, IpAddress, IpAddressFamily, Network};
+use wasmtime_wasi::p2::bindings::sockets::{tcp_create_socket, udp_create_socket};
+use wasmtime_wasi::p2::{DynPollable, SocketError, TcpSocket, UdpSocket};
 use wasmtime_wasi::sockets::{SocketAddrUse, WasiSocketsCtxView};
 
 /// The sockets state of one call (built per call): the names being
@@ -51,6 +58,8 @@ pub(crate) struct SocketsView<'a> {
     pub(crate) grants: &'a CallGrants,
     /// The call's lookups.
     pub(crate) ctx: &'a mut SocketsCtx,
+    /// The call's bounds.
+    pub(crate) bounds: &'a mut CallBounds,
 }
 
 struct Sockets;
@@ -60,17 +69,40 @@ impl HasData for Sockets {
 }
 
 /// Replaces wasmtime-wasi's `ip-name-lookup` in `linker` (the
-/// once-per-process phase) with one that answers only for granted names:
-/// wasmtime-wasi has no hook for lookups. `get` gives the view of the call
-/// in the store's data.
+/// once-per-process phase) with one that answers only for granted names,
+/// and its `tcp-create-socket` and `udp-create-socket` with ones that count
+/// against the call's bounds: wasmtime-wasi has no hook for either. `get`
+/// gives the view of the call in the store's data.
 pub(crate) fn add_to_linker<T: Send + 'static>(
     linker: &mut Linker<T>,
     get: fn(&mut T) -> SocketsView<'_>,
 ) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
-    let added = ip_name_lookup::add_to_linker::<T, Sockets>(linker, get);
+    let added = ip_name_lookup::add_to_linker::<T, Sockets>(linker, get)
+        .and_then(|()| tcp_create_socket::add_to_linker::<T, Sockets>(linker, get))
+        .and_then(|()| udp_create_socket::add_to_linker::<T, Sockets>(linker, get));
     linker.allow_shadowing(false);
     added
+}
+
+impl SocketsView<'_> {
+    fn take_socket(&mut self) -> Result<(), SocketError> {
+        self.bounds.take_socket().map_err(|_| ErrorCode::NewSocketLimit.into())
+    }
+}
+
+impl tcp_create_socket::Host for SocketsView<'_> {
+    fn create_tcp_socket(&mut self, family: IpAddressFamily) -> Result<Resource<TcpSocket>, SocketError> {
+        self.take_socket()?;
+        tcp_create_socket::Host::create_tcp_socket(&mut self.inner, family)
+    }
+}
+
+impl udp_create_socket::Host for SocketsView<'_> {
+    async fn create_udp_socket(&mut self, family: IpAddressFamily) -> Result<Resource<UdpSocket>, SocketError> {
+        self.take_socket()?;
+        udp_create_socket::Host::create_udp_socket(&mut self.inner, family).await
+    }
 }
 
 fn to_std(ip: IpAddress) -> IpAddr {

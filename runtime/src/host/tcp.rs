@@ -45,6 +45,7 @@ impl TlsView<'_> {
         self.grants
             .authorize(Use::Tcp { host, port })
             .map_err(|d| WitError::Denied(d.0))?;
+        self.bounds.take_socket().map_err(WitError::Invalid)?;
         let timeout = Duration::from_millis(timeout_ms);
         let dialed = match tokio::time::timeout(timeout, dial(host, port)).await {
             Ok(Ok(d)) => d,

@@ -15,6 +15,7 @@
 //! name lookup or connection; a refusal is recorded, so the run is reported
 //! as `denied` whatever the plugin does with the error.
 
+use super::bounds::CallBounds;
 use super::dial::{DialError, dial};
 use super::grants::{CallGrants, Use};
 use super::tls_client::{MAX_CA_PEM_BYTES, TlsClient, TlsError, TlsInfo, TlsOptions};
@@ -72,6 +73,8 @@ pub(crate) struct TlsView<'a> {
     pub(crate) deadline: Instant,
     /// The engine's TLS client.
     pub(crate) tls: &'a TlsClient,
+    /// The call's bounds: every connection counts as a socket.
+    pub(crate) bounds: &'a mut CallBounds,
 }
 
 /// The [`HasData`] of `tls` and `tcp`: both see a [`TlsView`].
@@ -197,6 +200,7 @@ impl TlsView<'_> {
         self.grants
             .authorize(Use::Tls { host: &host, port })
             .map_err(|d| WitError::Denied(d.0))?;
+        self.bounds.take_socket().map_err(WitError::Invalid)?;
         let options = options_from_wit(options).map_err(wit_error)?;
         self.tls.validate(&host, &options, &[]).map_err(wit_error)?;
         let left = self.deadline.saturating_duration_since(Instant::now());

@@ -1,0 +1,98 @@
+//! Everything a plugin can make the host hold is bounded: hostile guests
+//! that hoard sockets and `wasi:http` fields end `unknown` with reason
+//! `host-limit`, give back what they held, and do not fail another
+//! tenant's probe running at the same time.
+
+use crate::support::{check, guest, run_alone};
+use sonde_runtime::host::Grants;
+use sonde_runtime::host::bounds::{SOCKETS_PER_CALL, TABLE_ENTRIES_PER_CALL};
+use sonde_runtime::verdict::{Reason, Status};
+use sonde_tests::{CountingListener, guests};
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// The inodes of the sockets the kernel lists as bound, connected or
+/// listening (TCP, UDP, Unix).
+fn listed_socket_inodes() -> HashSet<String> {
+    let mut inodes = HashSet::new();
+    for table in ["tcp", "tcp6", "udp", "udp6", "unix"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/self/net/{table}")) else {
+            continue;
+        };
+        let column = if table == "unix" { 6 } else { 9 };
+        for line in text.lines().skip(1) {
+            if let Some(inode) = line.split_whitespace().nth(column) {
+                inodes.insert(inode.to_string());
+            }
+        }
+    }
+    inodes
+}
+
+/// This process's sockets that are neither bound nor connected: what a
+/// plugin creating sockets without connecting them leaves behind. Other
+/// tests' sockets are connected or listening, so they do not count.
+fn unconnected_sockets() -> usize {
+    let listed = listed_socket_inodes();
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|target| {
+            let t = target.to_string_lossy();
+            t.strip_prefix("socket:[")
+                .and_then(|r| r.strip_suffix(']'))
+                .map(str::to_string)
+        })
+        .filter(|inode| !listed.contains(inode))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_hoarder_ends_host_limit_gives_its_sockets_back_and_hurts_no_one() {
+    let hoarder = guest(guests::HOARD_SOCKETS).await;
+    let listener = CountingListener::start().await;
+    let before = unconnected_sockets();
+    let target = listener.addr.to_string();
+    let no_grants = Grants::default();
+    let (hoarded, other) = tokio::join!(
+        crate::support::run(&hoarder, "", "{}", &no_grants, Duration::from_secs(5)),
+        // Another tenant's probe at the same time.
+        check("tcp", &target, "{}", Duration::from_secs(5)),
+    );
+    assert_eq!(
+        (hoarded.status, hoarded.reason),
+        (Status::Unknown, Some(Reason::HostLimit)),
+        "{hoarded:?}"
+    );
+    assert!(
+        hoarded
+            .message
+            .contains(&format!("more than {SOCKETS_PER_CALL} sockets")),
+        "{}",
+        hoarded.message
+    );
+    assert_eq!(other.status, Status::Success, "{other:?}");
+    // The store is dropped when the run returns: its sockets are closed.
+    let after = unconnected_sockets();
+    assert!(
+        after <= before + 8,
+        "{before} unconnected sockets before the hoarder, {after} after"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fields_hoarder_ends_host_limit() {
+    let r = run_alone(guests::HOARD_FIELDS).await;
+    assert_eq!(
+        (r.status, r.reason),
+        (Status::Unknown, Some(Reason::HostLimit)),
+        "{r:?}"
+    );
+    assert!(
+        r.message
+            .contains(&format!("more than {TABLE_ENTRIES_PER_CALL} host resources")),
+        "{}",
+        r.message
+    );
+}
