@@ -21,7 +21,8 @@
 //! - [`exec`]: sonde's `exec`, for granted programs only;
 //! - [`log`]: sonde's `log`, capped per call.
 //!
-//! [`grants`] holds the grants and their one check; [`dial`] and
+//! [`grants`] holds the grants and their one check; [`contain`] keeps what
+//! `exec` runs from outliving its run; [`dial`] and
 //! [`tls_client`] are the connection and TLS client the transports share.
 //! What outlives a call (the TLS client, the pool) is in [`Shared`], built
 //! once per engine. The engine composes the capabilities' states into its
@@ -32,6 +33,7 @@
 //! arguments, stdin closed, stdout discarded, stderr kept (bounded) so a
 //! plugin's panic message can be reported.
 
+pub mod contain;
 pub mod dial;
 pub mod exec;
 pub mod filesystem;
