@@ -334,6 +334,22 @@ impl ResultCache {
         counter
     }
 
+    /// Seeds the state a probe not yet added starts in (as a restored one
+    /// would): the Kubernetes controller seeds each gate's probe from the
+    /// condition already on the Pod, so a restart writes nothing until a
+    /// threshold is crossed again. Taken by the next [`ResultCache::insert`]
+    /// of `name`.
+    pub fn seed(&self, name: &str, counter: Counter) {
+        self.inner.restored.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            name.to_string(),
+            Persisted {
+                counter,
+                last: None,
+                last_transition: None,
+            },
+        );
+    }
+
     /// Drops a probe (removed from the config).
     pub fn remove(&self, name: &str) {
         self.write().remove(name);

@@ -10,6 +10,8 @@ mod file_age;
 mod first_contact;
 mod grpc;
 mod http;
+mod kubernetes;
+mod kubernetes_e2e;
 mod oci;
 mod postgres;
 mod redis;
