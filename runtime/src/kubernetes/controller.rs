@@ -382,7 +382,14 @@ impl Controller {
         for (name, (d, check)) in want {
             let Some(pod) = &pod else { break };
             let ctype = condition_type(&check);
-            let replaces = self.bindings.contains_key(&name);
+            let mut replaces = self.bindings.contains_key(&name);
+            if self.bindings.get(&name).is_some_and(|b| b.uid != uid) {
+                // Another Pod under the same name: its probe starts afresh
+                // (a replacement by an equal spec would keep the old state).
+                self.apply(Change::remove([name.as_str()])).await.ok();
+                self.bindings.remove(&name);
+                replaces = false;
+            }
             let add = self.target(&d, key, &check);
             let change = match add {
                 Ok(t) => Change {
