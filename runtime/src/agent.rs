@@ -245,6 +245,7 @@ impl Agent {
             tenants = tenant_count,
             api = %api.map_or("none".to_string(), |a| format!("http://{a}")),
             state_dir = %state_dir.as_deref().map_or("none (state is not kept across restarts)".into(), |d| d.display().to_string()),
+            exec_containment = %crate::host::contain::Containment::in_force().describe(),
             "{}",
             if options.jitter {
                 "sonde started; first runs spread over their periods (--no-jitter starts them at once)"

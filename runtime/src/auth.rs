@@ -215,11 +215,65 @@ pub fn read_token(file: Option<&Path>, env: Option<&str>) -> Result<Option<Token
             })
         }
         (None, Some(name)) => {
-            let text = std::env::var(name).map_err(|_| TokenError::NoEnv { name: name.to_string() })?;
+            let text = take_env(name).ok_or_else(|| TokenError::NoEnv { name: name.to_string() })?;
             Token::new(&text).map(Some).ok_or_else(|| TokenError::Empty {
                 source_name: format!("token_env {name}"),
             })
         }
+    }
+}
+
+/// The token variables read so far, by name: once read, a variable is gone
+/// from the environment, and a reload finds its value here.
+static TAKEN: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Reads the environment variable `name` and removes it from the process:
+/// its value is overwritten where the kernel shows it
+/// (`/proc/<pid>/environ`, the block the process started with), then the
+/// variable is removed from the environment programs would inherit. Later
+/// reads of the same name get the value read first.
+fn take_env(name: &str) -> Option<String> {
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, value)) = taken.iter().find(|(n, _)| n == name) {
+        return Some(value.clone());
+    }
+    let value = std::env::var(name).ok()?;
+    scrub_env(name);
+    taken.push((name.to_string(), value.clone()));
+    Some(value)
+}
+
+/// Overwrites the value of `name` in the environment block and removes the
+/// variable.
+fn scrub_env(name: &str) {
+    let Ok(c_name) = std::ffi::CString::new(name) else {
+        return;
+    };
+    // SAFETY: `getenv` returns a pointer to the NUL-terminated value inside
+    // the environment (for a variable the process started with, inside the
+    // block `/proc/<pid>/environ` shows), valid until the environment
+    // changes; std's environment lock, held by `env::var` and
+    // `remove_var`, is not held here, but sonde changes its environment
+    // only in this function, called with `TAKEN` locked, so nothing changes
+    // it meanwhile. Overwriting the value's bytes in place with the same
+    // number of `*` keeps every string the same length and terminated:
+    // a concurrent reader sees the value or stars, never invalid memory.
+    #[allow(unsafe_code)]
+    unsafe {
+        let value = libc::getenv(c_name.as_ptr());
+        if !value.is_null() {
+            let len = libc::strlen(value);
+            std::ptr::write_bytes(value, b'*', len);
+        }
+    }
+    // SAFETY: removing a variable races only with C code reading the
+    // environment through `getenv` on another thread; glibc's `unsetenv`
+    // never frees the strings or the array a concurrent reader walks
+    // (at worst that reader misses this one variable, which is the point),
+    // and Rust's readers take std's environment lock.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::env::remove_var(name);
     }
 }
 

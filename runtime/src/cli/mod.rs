@@ -125,13 +125,18 @@ pub fn main(cli: Cli) -> i32 {
             return 3;
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let code = match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(CliError(message)) => {
             eprintln!("sonde: {message}");
             3
         }
-    }
+    };
+    // Dropping the runtime would wait for every blocking thread, and one
+    // may never return (a plugin's file read, a lookup against a dead
+    // resolver): the command has its answer, so it exits now.
+    runtime.shutdown_background();
+    code
 }
 
 async fn dispatch(cli: Cli) -> Result<i32, CliError> {

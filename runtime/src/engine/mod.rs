@@ -25,7 +25,7 @@ pub use limits::Limits;
 use crate::bindings::{self, sonde::probe::types as wit};
 use crate::host::grants::CallGrants;
 use crate::host::{self, Grants, NetPattern};
-use crate::verdict::{Metric, Reason, RunResult, Status, truncate};
+use crate::verdict::{Metric, Reason, RunResult, Status, plugin_text, truncate};
 use limits::{MAX_DETAIL_BYTES, MAX_MESSAGE_BYTES, MAX_METRIC_NAME_BYTES, MAX_METRICS};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -196,10 +196,10 @@ pub struct PluginInfo {
 impl From<wit::PluginInfo> for PluginInfo {
     fn from(i: wit::PluginInfo) -> Self {
         Self {
-            name: truncate(i.name, 128),
-            version: truncate(i.version, 64),
-            vendor: truncate(i.vendor, 128),
-            description: truncate(i.description, 4096),
+            name: plugin_text(i.name, 128),
+            version: plugin_text(i.version, 64),
+            vendor: plugin_text(i.vendor, 128),
+            description: plugin_text(i.description, 4096),
             config_schema: i.config_schema.map(|s| truncate(s, 64 * 1024)),
             capabilities: i
                 .capabilities
@@ -211,8 +211,8 @@ impl From<wit::PluginInfo> for PluginInfo {
                         wit::CapabilityKind::Exec => CapabilityKind::Exec,
                         wit::CapabilityKind::Files => CapabilityKind::Files,
                     },
-                    value: truncate(c.value, 256),
-                    why: truncate(c.why, 1024),
+                    value: plugin_text(c.value, 256),
+                    why: plugin_text(c.why, 1024),
                 })
                 .collect(),
         }
@@ -902,7 +902,7 @@ fn classify_trap(e: &wasmtime::Error, store: &Store<CallState>, limits: &Limits)
     } else {
         (Reason::Trap, format!("plugin trapped: {}", trap_message(e, store)))
     };
-    RunResult::error(reason, truncate(message, MAX_MESSAGE_BYTES))
+    RunResult::error(reason, plugin_text(message, MAX_MESSAGE_BYTES))
 }
 
 fn probe_error(e: wit::ProbeError) -> RunResult {
@@ -912,7 +912,7 @@ fn probe_error(e: wit::ProbeError) -> RunResult {
         wit::ProbeError::Io(m) => (Reason::Io, m),
         wit::ProbeError::Internal(m) => (Reason::Internal, m),
     };
-    RunResult::error(reason, truncate(message, MAX_MESSAGE_BYTES))
+    RunResult::error(reason, plugin_text(message, MAX_MESSAGE_BYTES))
 }
 
 /// A metric name the host accepts: `[a-zA-Z_][a-zA-Z0-9_]*`.
@@ -937,15 +937,15 @@ fn from_outcome(o: wit::Outcome) -> RunResult {
         .map(|m| Metric {
             name: m.name,
             value: m.value,
-            unit: truncate(m.unit, MAX_METRIC_NAME_BYTES),
+            unit: plugin_text(m.unit, MAX_METRIC_NAME_BYTES),
         })
         .collect();
     RunResult {
         status,
         reason: None,
-        message: truncate(o.message, MAX_MESSAGE_BYTES),
+        message: plugin_text(o.message, MAX_MESSAGE_BYTES),
         metrics,
-        detail: o.detail.map(|d| truncate(d, MAX_DETAIL_BYTES)),
+        detail: o.detail.map(|d| plugin_text(d, MAX_DETAIL_BYTES)),
         duration: Duration::ZERO,
         fuel_consumed: 0,
     }

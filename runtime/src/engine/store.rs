@@ -120,6 +120,10 @@ impl CallState {
         }
     }
 
+    fn call_grants(&self) -> &CallGrants {
+        &self.grants
+    }
+
     fn log_ctx(&mut self) -> &mut log::LogCtx {
         &mut self.log
     }
@@ -188,7 +192,9 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>, files_granted: bool)
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
     sockets::add_to_linker(linker, CallState::sockets_view)?;
-    if !files_granted {
+    if files_granted {
+        filesystem::add_to_linker_guarded(linker, CallState::call_grants)?;
+    } else {
         filesystem::add_to_linker_denying(linker, CallState::filesystem_view)?;
     }
     log::add_to_linker(linker, CallState::log_ctx)?;

@@ -2,14 +2,16 @@
 //!
 //! Only programs named in the probe's `exec` grant run, compared as exact
 //! absolute paths; anything else is a recorded denial and is never started.
-//! The program runs in its own process group with no stdin and only the
-//! granted environment; its stdout and stderr are kept up to
-//! [`MAX_OUTPUT_BYTES`] each (the rest is read and dropped so it never
-//! blocks on a full pipe). When its timeout or the call's deadline passes,
-//! or the call is dropped, the whole group is killed — a hung check's
-//! children do not outlive it. The group is also killed when the program
-//! exits, so nothing it left in the background survives the check.
+//! The program runs contained ([`super::contain`]: a cgroup per run, else
+//! a subreaper supervisor) with no stdin and only the granted environment;
+//! its stdout and stderr are kept up to [`MAX_OUTPUT_BYTES`] each (the rest
+//! is read and dropped so it never blocks on a full pipe). When the program
+//! exits, its timeout or the call's deadline passes, or the call is
+//! dropped, everything it started dies — children in a session of their
+//! own and double forks included — and output is never awaited past the
+//! timeout.
 
+use super::contain::{self, Containment, RunCgroup};
 use super::grants::{CallGrants, Use};
 use crate::bindings::sonde::probe::exec::{self, Command, ExecError, Output};
 use std::process::Stdio;
@@ -44,29 +46,67 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
     exec::add_to_linker::<T, Exec>(linker, get)
 }
 
-/// Kills the whole process group when dropped: on timeout, on exit, and when
-/// the call itself is cancelled at its deadline.
-struct GroupGuard(Option<rustix::process::Pid>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0 {
-            // ESRCH (the group is already gone) is the common case.
-            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+/// Reads up to `MAX_OUTPUT_BYTES` into `kept` and drains the rest, until
+/// the end of the stream (the future is cut off at the run's timeout).
+async fn capture(mut stream: impl AsyncRead + Unpin, kept: &mut Vec<u8>) {
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
         }
     }
 }
 
-/// Reads up to `MAX_OUTPUT_BYTES` and drains the rest.
-async fn capture(mut stream: impl AsyncRead + Unpin) -> Vec<u8> {
-    let mut kept = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return kept,
-            Ok(n) => {
-                let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
+/// Ends a run when dropped, whatever else happened (the call cancelled at
+/// its deadline included): kills its cgroup, or tells its supervisor.
+enum RunGuard {
+    Cgroup(Option<RunCgroup>),
+    Supervisor(Option<rustix::process::Pid>),
+}
+
+impl RunGuard {
+    /// The program has exited and been reaped: a supervisor exits only
+    /// after its sweep, so there is nothing left to tell (and its pid may
+    /// already be another process's).
+    fn exited(&mut self) {
+        if let Self::Supervisor(pid) = self {
+            *pid = None;
+        }
+    }
+
+    /// Ends the run: every process of it is dead when this returns (in the
+    /// subreaper mode, the supervisor's exit says so; the caller waits
+    /// for it).
+    async fn end(&mut self) {
+        match self {
+            Self::Cgroup(cgroup) => {
+                if let Some(cgroup) = cgroup.take() {
+                    cgroup.end().await;
+                }
+            }
+            Self::Supervisor(pid) => {
+                if let Some(pid) = pid.take() {
+                    // ESRCH (the supervisor is gone) is the common case.
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        match self {
+            // The cgroup's own drop kills it.
+            Self::Cgroup(cgroup) => drop(cgroup.take()),
+            Self::Supervisor(pid) => {
+                if let Some(pid) = pid.take() {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+                }
             }
         }
     }
@@ -85,19 +125,33 @@ pub struct ProgramOutput {
     pub stderr: Vec<u8>,
 }
 
-/// Runs `argv` (an absolute program path, then its arguments) in a process
-/// group of its own, with no stdin, only `env`, and `/` as its directory;
-/// kills the whole group at `timeout`, at exit, or when the future is
-/// dropped. The caller checks that the program is allowed.
+/// Runs `argv` (an absolute program path, then its arguments) contained
+/// as [`Containment::in_force`] says, with no stdin, only `env`, and `/` as
+/// its directory; ends the whole run — the program and everything it
+/// started — at `timeout`, at exit, or when the future is dropped. Output is
+/// read until the run ends, never past `timeout`. The caller checks that
+/// the program is allowed.
 pub async fn run_program(
     argv: &[String],
     env: &[(String, String)],
     timeout: Duration,
 ) -> Result<ProgramOutput, String> {
+    run_contained(argv, env, timeout, Containment::in_force()).await
+}
+
+/// [`run_program`] in a given containment mode (tests force each mode).
+pub async fn run_contained(
+    argv: &[String],
+    env: &[(String, String)],
+    timeout: Duration,
+    containment: &Containment,
+) -> Result<ProgramOutput, String> {
     let Some(program) = argv.first() else {
         return Err("empty argv".into());
     };
-    let mut child = tokio::process::Command::new(program)
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut command = tokio::process::Command::new(program);
+    command
         .args(&argv[1..])
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -105,27 +159,71 @@ pub async fn run_program(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("{program}: {e}"))?;
-    let group = GroupGuard(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)));
-    let stdout = tokio::spawn(capture(child.stdout.take().expect("stdout is piped")));
-    let stderr = tokio::spawn(capture(child.stderr.take().expect("stderr is piped")));
-    let (exit_code, timed_out) = match tokio::time::timeout(timeout, child.wait()).await {
+        .process_group(0);
+    let cgroup = match containment {
+        Containment::Cgroup { parent, limits } => {
+            let cgroup =
+                RunCgroup::create(parent, limits).map_err(|e| format!("{program}: creating its cgroup: {e}"))?;
+            let procs = cgroup.procs_fd();
+            // SAFETY: the hook only writes to a descriptor opened before
+            // the fork (async-signal-safe), moving the child into the
+            // run's cgroup before it executes the program.
+            #[allow(unsafe_code)]
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            command.kill_on_drop(true);
+            Some(cgroup)
+        }
+        Containment::Subreaper => {
+            // SAFETY: `become_supervisor` is written for a `pre_exec` hook.
+            #[allow(unsafe_code)]
+            unsafe {
+                command.pre_exec(|| contain::become_supervisor());
+            }
+            // Not killed on drop: the supervisor must live to sweep.
+            None
+        }
+    };
+    let mut child = command.spawn().map_err(|e| format!("{program}: {e}"))?;
+    let pid = child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32));
+    let mut guard = match cgroup {
+        Some(cgroup) => RunGuard::Cgroup(Some(cgroup)),
+        None => RunGuard::Supervisor(pid),
+    };
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let reading = async { tokio::join!(capture(stdout, &mut out), capture(stderr, &mut err)) };
+    let running = async {
+        let status = tokio::time::timeout_at(deadline, child.wait()).await;
+        if status.is_ok() {
+            guard.exited();
+        }
+        // At exit too: what the program left behind dies with it, and
+        // the output pipes close.
+        guard.end().await;
+        let _ = child.wait().await;
+        status
+    };
+    // Output is read while the program runs, and not past its timeout
+    // (whatever still holds the pipes then is being killed).
+    let (status, _) = tokio::join!(running, tokio::time::timeout_at(deadline, reading));
+    let (exit_code, timed_out) = match status {
         Ok(Ok(status)) => (status.code(), false),
         Ok(Err(e)) => return Err(format!("{program}: waiting: {e}")),
         Err(_) => (None, true),
     };
-    // Killing the group closes every writer of the pipes, so the readers
-    // finish.
-    drop(group);
-    let _ = child.wait().await;
     Ok(ProgramOutput {
         exit_code,
         timed_out,
-        stdout: stdout.await.unwrap_or_default(),
-        stderr: stderr.await.unwrap_or_default(),
+        stdout: out,
+        stderr: err,
     })
 }
 

@@ -6,12 +6,24 @@
 //! refused with `access` and recorded as a denial. Without that directory
 //! wasi-libc would fail such calls inside the guest, and the host would
 //! never learn that the plugin tried.
+//!
+//! With a grant, every `open-at` is checked before wasmtime-wasi opens
+//! anything ([`add_to_linker_guarded`]): the path is resolved beneath the
+//! granted directory without following it outside (`openat2` with
+//! `RESOLVE_BENEATH`) and opened `O_PATH`, which never blocks, to learn
+//! its type. A path that leads outside (`..`, an absolute symlink) and a
+//! FIFO, socket or device — whose opening or reading can block a host
+//! thread forever — are refused with `access` and recorded as denials.
 
 use super::grants::{CallGrants, Use};
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use std::path::{Path, PathBuf};
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable, Val};
-use wasmtime_wasi::filesystem::{Descriptor, Dir};
+use wasmtime_wasi::filesystem::{Descriptor, Dir, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::preopens;
+use wasmtime_wasi::p2::bindings::filesystem::types::{
+    self as wasi_fs, DescriptorFlags, ErrorCode, HostDescriptor, OpenFlags, PathFlags,
+};
 use wasmtime_wasi::{FsPerms, OpenMode, WasiCtxBuilder};
 
 /// The `wasi:filesystem/types` instance the host provides; guests built
@@ -108,4 +120,128 @@ pub(crate) fn add_to_linker_denying<T: Send + 'static>(
     }
     linker.allow_shadowing(false);
     Ok(())
+}
+
+/// Why an `open-at` inside a grant is refused before anything is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The path leads outside the granted directory.
+    Outside,
+    /// The path names a FIFO, socket or device.
+    NotAFile(&'static str),
+}
+
+impl Refusal {
+    fn why(self) -> &'static str {
+        match self {
+            Self::Outside => "leads outside the files grant",
+            Self::NotAFile(kind) => kind,
+        }
+    }
+}
+
+/// Checks `path` beneath the directory `dir` without blocking and without
+/// leaving it: `Some` when the open must be refused. Errors other than an
+/// escape (a missing file…) are left for the open itself to report.
+pub(crate) fn check_open(dir: &std::fs::File, path: &str, follow: bool) -> Option<Refusal> {
+    let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+    if !follow {
+        flags |= OFlags::NOFOLLOW;
+    }
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+    let fd = match rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::XDEV) => return Some(Refusal::Outside),
+        Err(_) => return None,
+    };
+    let kind = match rustix::fs::fstat(&fd).map(|st| FileType::from_raw_mode(st.st_mode)) {
+        Ok(FileType::Fifo) => "a FIFO",
+        Ok(FileType::Socket) => "a socket",
+        Ok(FileType::CharacterDevice) => "a character device",
+        Ok(FileType::BlockDevice) => "a block device",
+        _ => return None,
+    };
+    Some(Refusal::NotAFile(kind))
+}
+
+/// Puts the check of [`check_open`] in front of wasmtime-wasi's `open-at`,
+/// for the linker used by calls with a `files` grant (the once-per-process
+/// phase); `grants` finds the call's grants in the store's data.
+pub(crate) fn add_to_linker_guarded<T: WasiFilesystemView + 'static>(
+    linker: &mut Linker<T>,
+    grants: fn(&T) -> &CallGrants,
+) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut types = linker.instance(FILESYSTEM_TYPES)?;
+    types.func_wrap_async(
+        "[method]descriptor.open-at",
+        move |mut store,
+              (fd, path_flags, path, oflags, flags): (
+            Resource<Descriptor>,
+            PathFlags,
+            String,
+            OpenFlags,
+            DescriptorFlags,
+        )| {
+            Box::new(async move {
+                let data = store.data_mut();
+                let dir = match data.filesystem().table.get(&fd) {
+                    Ok(Descriptor::Dir(d)) => Some(d.dir.clone()),
+                    _ => None,
+                };
+                let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
+                if let Some(refusal) = dir.and_then(|d| check_open(&d, &path, follow)) {
+                    let _ = grants(data).authorize(Use::FileRefused {
+                        method: "open-at",
+                        path: &path,
+                        why: refusal.why(),
+                    });
+                    return Ok((Err(ErrorCode::Access),));
+                }
+                let mut view = data.filesystem();
+                match HostDescriptor::open_at(&mut view, fd, path_flags, path, oflags, flags).await {
+                    Ok(fd) => Ok((Ok(fd),)),
+                    Err(e) => Ok((Err(wasi_fs::Host::convert_error_code(&mut view, e)?),)),
+                }
+            })
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_and_special_files_are_refused_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("grant");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("file"), "x").unwrap();
+        std::fs::write(tmp.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("abs")).unwrap();
+        std::os::unix::fs::symlink("../secret", root.join("up")).unwrap();
+        std::os::unix::fs::symlink("file", root.join("inside")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("fifo"),
+            FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let dir = std::fs::File::open(&root).unwrap();
+        for ok in ["file", "inside", "missing", ".", "sub/../file"] {
+            assert_eq!(check_open(&dir, ok, true), None, "{ok}");
+        }
+        for out in ["../secret", "up", "abs", "/etc/passwd", "../grant/../../secret"] {
+            assert_eq!(check_open(&dir, out, true), Some(Refusal::Outside), "{out}");
+        }
+        // Not followed: the link itself is inside.
+        assert_eq!(check_open(&dir, "up", false), None);
+        // Opening a FIFO for reading would block until a writer comes.
+        assert_eq!(check_open(&dir, "fifo", true), Some(Refusal::NotAFile("a FIFO")));
+    }
 }

@@ -402,6 +402,17 @@ pub(crate) enum Use<'a> {
     },
     /// Running a program by sonde's `exec`.
     Exec(&'a str),
+    /// A `wasi:filesystem` path operation inside a `files` grant that the
+    /// filesystem refused before making it: the path leads outside the
+    /// grant, or names what is not a regular file or directory.
+    FileRefused {
+        /// The descriptor method, such as `open-at`.
+        method: &'a str,
+        /// The path it names.
+        path: &'a str,
+        /// Why it is refused (`leads outside the files grant`, `a FIFO`).
+        why: &'a str,
+    },
     /// A `wasi:filesystem` path operation (`method`) on `path`.
     File {
         /// The descriptor method, such as `open-at`.
@@ -490,6 +501,9 @@ impl CallGrants {
                 format!("exec {program}: not granted"),
                 format!("{program} is not in the probe's exec grant"),
             ),
+            Use::FileRefused { method, path, why } => {
+                (format!("filesystem {method} {path}: {why}"), format!("{path}: {why}"))
+            }
             Use::File { method, path } => {
                 let path = path.unwrap_or_default().trim_start_matches('/');
                 (
@@ -521,7 +535,7 @@ impl CallGrants {
             }
             // The filesystem shows only the granted paths, read-only; a path
             // operation reaches this check only where none is granted.
-            Use::File { .. } => false,
+            Use::File { .. } | Use::FileRefused { .. } => false,
         }
     }
 
@@ -551,6 +565,7 @@ impl CallGrants {
 
     /// Records a denied use of a capability.
     fn record(&self, what: String) {
+        let what = crate::verdict::plugin_text(what, 1024);
         tracing::debug!(denied = %what, "capability denied");
         let mut d = self.denials.lock().unwrap_or_else(|e| e.into_inner());
         if d.0.len() < MAX_DENIALS {

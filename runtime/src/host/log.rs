@@ -3,7 +3,7 @@
 //! [`MAX_LOG_RECORD_BYTES`] each per call.
 
 use crate::bindings::sonde::probe::log::{self, Level};
-use crate::verdict::truncate;
+use crate::verdict::plugin_text;
 use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
 
@@ -34,7 +34,7 @@ impl LogCtx {
             }
             return None;
         }
-        Some(truncate(message, MAX_LOG_RECORD_BYTES))
+        Some(plugin_text(message, MAX_LOG_RECORD_BYTES))
     }
 }
 

@@ -1,0 +1,391 @@
+//! Containment of the programs the host runs (`exec` for plugins, targets'
+//! actions): the program and everything it starts — children started
+//! with `setsid`, double forks, daemons — die together when the run ends.
+//!
+//! Two modes, chosen once per process ([`Containment::in_force`]):
+//!
+//! - **cgroup**: where sonde's own cgroup v2 is writable (a systemd unit
+//!   with `Delegate=yes`, a container with its cgroup mounted read-write),
+//!   each run gets a cgroup of its own, `<sonde's cgroup>/sonde-exec.<pid>/
+//!   run-<n>`, which the program enters before it executes. The run ends
+//!   with `cgroup.kill`, which kills every process in it at once, whatever
+//!   its session or parent. Where the `pids` and `memory` controllers are
+//!   delegated, `pids.max` and `memory.max` bound each run as well.
+//! - **subreaper**: elsewhere, the program is started under a small
+//!   supervisor, forked from the agent, that is a child subreaper
+//!   (`PR_SET_CHILD_SUBREAPER`): whatever the program leaves behind is
+//!   re-parented to the supervisor instead of escaping to init. When the
+//!   program exits, or the agent asks (SIGTERM, also sent by the kernel if
+//!   the agent dies), the supervisor kills every descendant it has and
+//!   reaps them before it exits itself. Everything under it belongs to this
+//!   one run, so nothing else is ever killed.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The most processes one run may have at once, where the `pids`
+/// controller is delegated.
+pub const MAX_RUN_PIDS: u32 = 64;
+/// The most memory one run may use, where the `memory` controller is
+/// delegated.
+pub const MAX_RUN_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
+
+/// How the host contains the programs it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Containment {
+    /// A cgroup v2 per run, created under `parent` and ended with
+    /// `cgroup.kill`.
+    Cgroup {
+        /// The directory the runs' cgroups are created in.
+        parent: PathBuf,
+        /// The controllers bounding each run (`pids`, `memory`), if any.
+        limits: Vec<&'static str>,
+    },
+    /// A supervisor per run that is a child subreaper and sweeps the run's
+    /// descendants when it ends.
+    Subreaper,
+}
+
+impl Containment {
+    /// The mode this process uses, detected on first use; the agent's start
+    /// line shows it (`exec_containment=`).
+    pub fn in_force() -> &'static Containment {
+        static MODE: OnceLock<Containment> = OnceLock::new();
+        MODE.get_or_init(|| {
+            let mode = Self::detect();
+            tracing::debug!(containment = %mode.describe(), "exec'd programs are contained");
+            mode
+        })
+    }
+
+    /// The strongest mode this process can use: a cgroup per run if its own
+    /// cgroup v2 is writable and has `cgroup.kill`, else the subreaper.
+    pub fn detect() -> Self {
+        match cgroup_parent() {
+            Ok((parent, limits)) => Self::Cgroup { parent, limits },
+            Err(why) => {
+                tracing::debug!(why, "no writable cgroup v2 for exec'd programs");
+                Self::Subreaper
+            }
+        }
+    }
+
+    /// One line for logs and `sonde check`: the mode and what it bounds.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Cgroup { parent, limits } if limits.is_empty() => {
+                format!(
+                    "cgroup per run under {} (kill only; no pids or memory controller delegated)",
+                    parent.display()
+                )
+            }
+            Self::Cgroup { parent, limits } => {
+                format!(
+                    "cgroup per run under {} (kill, {})",
+                    parent.display(),
+                    limits.join(", ")
+                )
+            }
+            Self::Subreaper => "subreaper per run (no cgroup v2 delegated to sonde)".into(),
+        }
+    }
+}
+
+/// Removes what earlier sonde processes, now gone, left in `own`: their
+/// `sonde-exec.<pid>` directories and the run cgroups in them, killing
+/// whatever still runs there.
+fn remove_stale(own: &Path) {
+    let Ok(entries) = std::fs::read_dir(own) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("sonde-exec.")) else {
+            continue;
+        };
+        if Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        // A sonde killed outright (SIGKILL) leaves its runs' programs: they
+        // die now.
+        for run in std::fs::read_dir(entry.path()).into_iter().flatten().flatten() {
+            let _ = std::fs::write(run.path().join("cgroup.kill"), "1");
+            let _ = std::fs::remove_dir(run.path());
+        }
+        let _ = std::fs::remove_dir(entry.path());
+    }
+}
+
+/// sonde's own cgroup v2 directory, from `/proc/self/cgroup` and the
+/// cgroup2 mount in `/proc/self/mountinfo`, and whether it is the root.
+fn own_cgroup() -> Result<(PathBuf, bool), String> {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let path = cgroups
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("no cgroup v2 membership")?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+    // "id parent major:minor root mountpoint options... - fstype source ..."
+    let mount = mounts
+        .lines()
+        .find_map(|l| {
+            let (before, after) = l.split_once(" - ")?;
+            let fields: Vec<&str> = before.split(' ').collect();
+            (after.split(' ').next() == Some("cgroup2") && fields.get(3) == Some(&"/"))
+                .then(|| fields.get(4).copied())?
+        })
+        .ok_or("no cgroup2 mount")?;
+    let path = path.trim().trim_start_matches('/');
+    Ok((Path::new(mount).join(path), path.is_empty()))
+}
+
+/// Creates the directory the runs' cgroups go in and enables what
+/// controllers it can for them.
+fn cgroup_parent() -> Result<(PathBuf, Vec<&'static str>), String> {
+    let (own, is_root) = own_cgroup()?;
+    remove_stale(&own);
+    let parent = own.join(format!("sonde-exec.{}", std::process::id()));
+    match std::fs::create_dir(&parent) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("{}: {e}", parent.display())),
+    }
+    if !parent.join("cgroup.kill").exists() {
+        let _ = std::fs::remove_dir(&parent);
+        return Err("the kernel has no cgroup.kill".into());
+    }
+    // Controllers must be enabled in every cgroup from sonde's down. sonde
+    // enables one for its children only in a delegated cgroup (never in
+    // the root's, which would change every cgroup of the machine); a cgroup
+    // holding processes cannot, so without a delegation prepared for it
+    // (see docs/security.md) the runs are killable but not bounded.
+    let available = std::fs::read_to_string(own.join("cgroup.controllers")).unwrap_or_default();
+    let enabled = std::fs::read_to_string(own.join("cgroup.subtree_control")).unwrap_or_default();
+    let mut limits = Vec::new();
+    for controller in ["pids", "memory"] {
+        let has = |list: &str| list.split_whitespace().any(|c| c == controller);
+        let enable = format!("+{controller}");
+        let for_children = has(&enabled)
+            || (!is_root && has(&available) && std::fs::write(own.join("cgroup.subtree_control"), &enable).is_ok());
+        if for_children && std::fs::write(parent.join("cgroup.subtree_control"), &enable).is_ok() {
+            limits.push(controller);
+        }
+    }
+    Ok((parent, limits))
+}
+
+/// One run's cgroup: created before the program starts, killed and
+/// removed when the run ends (or the guard is dropped).
+pub(crate) struct RunCgroup {
+    dir: PathBuf,
+    /// `cgroup.procs`, open for the program to write itself into.
+    procs: OwnedFd,
+}
+
+impl RunCgroup {
+    /// Creates the cgroup of a new run under `parent`, bounded by `limits`.
+    pub(crate) fn create(parent: &Path, limits: &[&'static str]) -> std::io::Result<Self> {
+        static RUNS: AtomicU64 = AtomicU64::new(0);
+        let dir = parent.join(format!("run-{}", RUNS.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir(&dir)?;
+        if limits.contains(&"pids") {
+            std::fs::write(dir.join("pids.max"), MAX_RUN_PIDS.to_string())?;
+        }
+        if limits.contains(&"memory") {
+            std::fs::write(dir.join("memory.max"), MAX_RUN_MEMORY_BYTES.to_string())?;
+            // The memory of a run that exceeds it is not worth swapping.
+            let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+        }
+        let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?;
+        Ok(Self {
+            dir,
+            procs: procs.into(),
+        })
+    }
+
+    /// The descriptor the program writes `0` to, to enter the cgroup.
+    pub(crate) fn procs_fd(&self) -> i32 {
+        self.procs.as_raw_fd()
+    }
+
+    /// Kills every process in the cgroup.
+    pub(crate) fn kill(&self) {
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+    }
+
+    /// Kills every process in the cgroup and removes it once empty.
+    pub(crate) async fn end(mut self) {
+        self.kill();
+        let dir = std::mem::take(&mut self.dir);
+        drop(self);
+        remove_when_empty(dir).await;
+    }
+}
+
+impl Drop for RunCgroup {
+    fn drop(&mut self) {
+        if self.dir.as_os_str().is_empty() {
+            return; // ended
+        }
+        self.kill();
+        // Dropped without `end` (the call was cancelled): remove the
+        // cgroup in the background once its processes are gone.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(remove_when_empty(std::mem::take(&mut self.dir)));
+        }
+    }
+}
+
+/// Removes an empty cgroup directory, waiting for killed processes to
+/// leave it (they do within milliseconds; a process stuck in the kernel
+/// may take longer, and then the directory is left for later runs of
+/// `sonde` to find empty).
+async fn remove_when_empty(dir: PathBuf) {
+    let mut wait = Duration::from_millis(1);
+    for _ in 0..12 {
+        match std::fs::remove_dir(&dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            _ => return,
+        }
+        tokio::time::sleep(wait).await;
+        wait *= 2;
+    }
+    tracing::warn!(cgroup = %dir.display(), "an exec'd program's cgroup is still busy after its kill");
+}
+
+/// Runs in the forked child before `exec` (see
+/// [`tokio::process::Command::pre_exec`]): makes it the run's supervisor
+/// and forks the program, which returns to `exec`. The supervisor itself
+/// never returns.
+///
+/// # Safety
+///
+/// Only in a `pre_exec` hook: it calls only async-signal-safe functions and
+/// allocates nothing.
+#[allow(unsafe_code)]
+pub(crate) unsafe fn become_supervisor() -> std::io::Result<()> {
+    // SAFETY: plain system calls on values on the stack.
+    unsafe {
+        let agent = libc::getppid();
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old);
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // The agent's death is a SIGTERM too: the run ends with it.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
+        let program = libc::fork();
+        if program < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if program == 0 {
+            // The program: back to `exec`, with the signals as they were.
+            libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0);
+            libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            return Ok(());
+        }
+        // The supervisor holds nothing of the program's: not its
+        // output pipes (their readers must see the end when the
+        // program's tree is gone), not std's exec-status pipe (the
+        // agent waits on it until the program has executed).
+        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+        if libc::getppid() != agent {
+            // The agent died before the supervisor was set up.
+            libc::kill(program, libc::SIGKILL);
+        }
+        let status = supervise(program, &set);
+        exit_like(status)
+    }
+}
+
+/// Waits until the program exits or SIGTERM arrives, then kills and reaps
+/// every descendant; returns the program's wait status.
+#[allow(unsafe_code)]
+unsafe fn supervise(program: libc::pid_t, set: &libc::sigset_t) -> libc::c_int {
+    let status: libc::c_int;
+    // SAFETY: async-signal-safe calls on local values.
+    unsafe {
+        'wait: loop {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let signal = libc::sigwaitinfo(set, &mut info);
+            if signal == libc::SIGTERM {
+                libc::kill(program, libc::SIGKILL);
+            }
+            loop {
+                let mut st = 0;
+                match libc::waitpid(-1, &mut st, libc::WNOHANG) {
+                    pid if pid == program => {
+                        status = st;
+                        break 'wait;
+                    }
+                    pid if pid > 0 => continue,
+                    _ => break,
+                }
+            }
+        }
+        // Every process left is a descendant: kill the children (their
+        // own children are re-parented here as they die) until none is left.
+        loop {
+            kill_children();
+            let mut st = 0;
+            if libc::waitpid(-1, &mut st, 0) < 0 && *libc::__errno_location() == libc::ECHILD {
+                break;
+            }
+        }
+    }
+    status
+}
+
+/// Sends SIGKILL to each child of this (single-threaded) process, read from
+/// `/proc/thread-self/children` into a buffer on the stack.
+#[allow(unsafe_code)]
+unsafe fn kill_children() {
+    // SAFETY: async-signal-safe calls on a stack buffer.
+    unsafe {
+        let fd = libc::open(c"/proc/thread-self/children".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return;
+        }
+        let mut buf = [0u8; 4096];
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        let mut pid: libc::pid_t = 0;
+        for &b in buf.iter().take(n.max(0) as usize) {
+            if b.is_ascii_digit() {
+                pid = pid.saturating_mul(10).saturating_add(libc::pid_t::from(b - b'0'));
+            } else if pid > 0 {
+                libc::kill(pid, libc::SIGKILL);
+                pid = 0;
+            }
+        }
+        if pid > 0 {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Ends the supervisor the way the program ended: its exit code, or its
+/// signal.
+#[allow(unsafe_code)]
+unsafe fn exit_like(status: libc::c_int) -> ! {
+    // SAFETY: async-signal-safe calls.
+    unsafe {
+        if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            libc::signal(signal, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), signal);
+            libc::_exit(128 + signal);
+        }
+        libc::_exit(libc::WEXITSTATUS(status))
+    }
+}

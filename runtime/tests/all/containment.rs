@@ -1,0 +1,365 @@
+//! Containment of plugin work: exec'd programs die whole with their run
+//! (in each containment mode this machine can run), and the agent keeps no
+//! token in its environment.
+
+use crate::support::{builtin, cache_dir, run};
+use sonde_runtime::host::Grants;
+use sonde_runtime::host::contain::Containment;
+use sonde_runtime::host::exec::run_contained;
+use sonde_runtime::verdict::Status;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether `pid` is a live process (a zombie, dead and waiting to be
+/// reaped, is not).
+fn alive(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state != "Z")
+}
+
+/// The pids the script wrote to `dir/pids`.
+fn pids_in(dir: &Path) -> Vec<i32> {
+    let text = std::fs::read_to_string(dir.join("pids")).unwrap_or_default();
+    text.split_whitespace().map(|p| p.parse().unwrap()).collect()
+}
+
+/// A shell script that escapes a process-group kill twice over — a child in
+/// a session of its own, and a double fork — both holding stdout and
+/// sleeping, records their pids in `dir/pids`, prints a line, and then
+/// `rest`.
+fn escaping_script(dir: &Path, rest: &str) -> String {
+    let pids = dir.join("pids");
+    let pids = pids.display();
+    format!(
+        "setsid sleep 1000 & echo $! >> {pids}\n\
+         (sleep 1000 & echo $! >> {pids}) &\n\
+         wait $!\n\
+         echo hello\n\
+         {rest}"
+    )
+}
+
+/// The modes this machine can run: what it detects, and the subreaper,
+/// which runs anywhere.
+fn modes() -> Vec<Containment> {
+    let mut modes = vec![Containment::detect()];
+    if modes[0] != Containment::Subreaper {
+        modes.push(Containment::Subreaper);
+    }
+    modes
+}
+
+fn sh(script: String) -> Vec<String> {
+    vec!["/bin/sh".into(), "-c".into(), script]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_program_leaves_behind_dies_when_it_exits() {
+    for mode in modes() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        // The escapees hold stdout: without containment the call would
+        // wait for them (1000 s) whatever the timeout.
+        let out = run_contained(
+            &sh(escaping_script(dir.path(), "exit 3")),
+            &[],
+            Duration::from_secs(60),
+            &mode,
+        )
+        .await
+        .unwrap();
+        let took = started.elapsed();
+        assert_eq!((out.exit_code, out.timed_out), (Some(3), false), "{mode:?}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n", "{mode:?}");
+        assert!(took < Duration::from_secs(30), "{mode:?}: returned after {took:?}");
+        let pids = pids_in(dir.path());
+        assert_eq!(pids.len(), 2, "{mode:?}");
+        let survivors: Vec<i32> = pids.into_iter().filter(|&p| alive(p)).collect();
+        assert_eq!(survivors, Vec::<i32>::new(), "{}: escaped the run", mode.describe());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_program_and_its_escapees_end_at_the_timeout() {
+    for mode in modes() {
+        let dir = tempfile::tempdir().unwrap();
+        let timeout = Duration::from_millis(500);
+        let started = Instant::now();
+        let out = run_contained(&sh(escaping_script(dir.path(), "sleep 1000")), &[], timeout, &mode)
+            .await
+            .unwrap();
+        let took = started.elapsed();
+        assert!(out.timed_out, "{mode:?}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n", "{mode:?}");
+        assert!(took >= timeout, "{mode:?}: {took:?}");
+        // Generous: only a run that waits for its escapees takes longer.
+        assert!(took < Duration::from_secs(20), "{mode:?}: returned after {took:?}");
+        let survivors: Vec<i32> = pids_in(dir.path()).into_iter().filter(|&p| alive(p)).collect();
+        assert_eq!(survivors, Vec::<i32>::new(), "{}: escaped the run", mode.describe());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_running_a_granted_shell_cannot_leave_anything_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let grants = Grants {
+        exec: vec!["/bin/sh".into()],
+        ..Grants::default()
+    };
+    let command = sh(escaping_script(dir.path(), "exit 0"));
+    let config = serde_json::json!({"command": command, "mode": "exit-code"}).to_string();
+    let r = run(&builtin("exec").await, "", &config, &grants, Duration::from_secs(30)).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.duration < Duration::from_secs(20), "{r:?}");
+    let pids = pids_in(dir.path());
+    assert_eq!(pids.len(), 2);
+    let survivors: Vec<i32> = pids.into_iter().filter(|&p| alive(p)).collect();
+    assert_eq!(
+        survivors,
+        Vec::<i32>::new(),
+        "{}: escaped the run",
+        Containment::in_force().describe()
+    );
+}
+
+#[test]
+fn the_agent_keeps_no_token_in_its_environment_and_says_how_it_contains() {
+    const SECRET: &str = "tok-3f9a1c0d5e7b2468-secret";
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &config,
+        "operator_token_env: SONDE_TEST_OPERATOR_TOKEN\ntargets:\n  - name: web\n    address: 127.0.0.1:9\n    probes:\n      - {name: web-port, kind: readiness, plugin: tcp, period: 10s}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .arg("--cache-dir")
+        .arg(cache_dir())
+        .args(["run", "--api", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .env_remove("NOTIFY_SOCKET")
+        .env("SONDE_TEST_OPERATOR_TOKEN", SECRET)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut start = None;
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        seen.push(line.clone());
+        if line.contains("sonde started") {
+            start = Some(line);
+            break;
+        }
+    }
+    let environ = std::fs::read(format!("/proc/{}/environ", child.id()));
+    let _ = child.kill();
+    let _ = child.wait();
+    let start = start.unwrap_or_else(|| panic!("no start line:\n{}", seen.join("\n")));
+    assert!(start.contains("exec_containment="), "{start}");
+    let environ = String::from_utf8_lossy(&environ.unwrap()).into_owned();
+    assert!(!environ.contains(SECRET), "the token is in /proc/<pid>/environ");
+}
+
+/// A `files` grant holding a FIFO nobody writes to, a symlink to an
+/// absolute path, one out of the grant, and a file outside it.
+fn files_grant() -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let grant = tmp.path().join("grant");
+    std::fs::create_dir(&grant).unwrap();
+    std::fs::write(grant.join("ok"), "fine").unwrap();
+    std::fs::write(tmp.path().join("secret"), "outside").unwrap();
+    std::os::unix::fs::symlink("../secret", grant.join("up")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", grant.join("abs")).unwrap();
+    let fifo = std::ffi::CString::new(grant.join("fifo").to_str().unwrap()).unwrap();
+    // SAFETY: a plain system call on a valid C string.
+    #[allow(unsafe_code)]
+    let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) };
+    assert_eq!(made, 0, "mkfifo");
+    (tmp, grant)
+}
+
+fn files(grant: &Path) -> Grants {
+    Grants {
+        files: vec![grant.to_path_buf()],
+        ..Grants::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_in_a_files_grant_is_refused_not_waited_on() {
+    use sonde_runtime::verdict::Reason;
+    let (_tmp, grant) = files_grant();
+    let plugin = crate::support::guest(sonde_tests::guests::OPEN_FIFO).await;
+    // Many times over: each would keep a host thread blocked for good.
+    for _ in 0..20 {
+        let config = serde_json::json!([grant.join("fifo")]).to_string();
+        let r = run(&plugin, "", &config, &files(&grant), Duration::from_secs(5)).await;
+        assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
+        assert!(r.message.contains("a FIFO"), "{}", r.message);
+        assert!(r.duration < Duration::from_secs(4), "waited on the FIFO: {r:?}");
+    }
+    // A regular file in the same grant still reads.
+    let config = serde_json::json!([grant.join("ok")]).to_string();
+    let r = run(&plugin, "", &config, &files(&grant), Duration::from_secs(5)).await;
+    assert_eq!((r.status, r.reason), (Status::Success, None), "{r:?}");
+    assert!(r.message.contains("Ok(4)"), "{}", r.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escaping_a_files_grant_is_denied() {
+    use sonde_runtime::verdict::Reason;
+    let (_tmp, grant) = files_grant();
+    let plugin = crate::support::guest(sonde_tests::guests::ESCAPE_FILES_GRANT).await;
+    let dotdot = format!("{}/../secret", grant.display());
+    for path in [
+        grant.join("up").display().to_string(),
+        grant.join("abs").display().to_string(),
+        dotdot,
+    ] {
+        let config = serde_json::json!([path]).to_string();
+        let r = run(&plugin, "", &config, &files(&grant), Duration::from_secs(5)).await;
+        assert_eq!(
+            (r.status, r.reason),
+            (Status::Unknown, Some(Reason::Denied)),
+            "{path}: {r:?}"
+        );
+        assert!(r.message.contains("leads outside the files grant"), "{}", r.message);
+        assert!(!r.message.contains("outside\")"), "read the secret: {}", r.message);
+    }
+    let config = serde_json::json!([grant.join("ok")]).to_string();
+    let r = run(&plugin, "", &config, &files(&grant), Duration::from_secs(5)).await;
+    assert_eq!((r.status, r.reason), (Status::Success, None), "{r:?}");
+    assert!(r.message.contains("Ok(\"fine\")"), "{}", r.message);
+}
+
+/// `GET path` on the agent's API: the status code.
+fn get_status(api: &str, path: &str) -> u16 {
+    use std::io::{Read, Write};
+    let addr = api.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).unwrap();
+    String::from_utf8_lossy(&head[9..12]).parse().unwrap()
+}
+
+fn threads_of(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+/// A resolver that never answers — a UDP socket on `ip`:53 nobody reads —
+/// and a `sonde` command that sees it as its only name server (a
+/// resolv.conf bind-mounted in a mount namespace of its own): the socket,
+/// to keep, and the command.
+fn sonde_with_silent_resolver(dir: &Path, ip: &str) -> (std::net::UdpSocket, Command) {
+    let resolver = std::net::UdpSocket::bind((ip, 53)).expect("bind the silent resolver");
+    let resolv = dir.join("resolv.conf");
+    std::fs::write(&resolv, format!("nameserver {ip}\noptions timeout:30 attempts:2\n")).unwrap();
+    let script = format!(
+        "mount --bind {} /etc/resolv.conf && exec \"$0\" \"$@\"",
+        resolv.display()
+    );
+    let mut command = Command::new("unshare");
+    command
+        .args(["--mount", "sh", "-c", &script, env!("CARGO_BIN_EXE_sonde")])
+        .arg("--cache-dir")
+        .arg(cache_dir())
+        .env_remove("RUST_LOG")
+        .env_remove("NOTIFY_SOCKET");
+    (resolver, command)
+}
+
+#[test]
+fn lookups_hold_a_bounded_number_of_threads() {
+    use sonde_runtime::host::dial::MAX_LOOKUPS_IN_FLIGHT;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "health_timeout: 1s\ntargets:\n  - name: slow\n    address: slow.sonde-test:80\n    probes:\n      - {{name: flood, kind: readiness, plugin: {}, period: 1s, timeout: 3s}}\n",
+            sonde_tests::guests::FLOOD_LOOKUPS
+        ),
+    )
+    .unwrap();
+    let (resolver, mut command) = sonde_with_silent_resolver(dir.path(), "127.0.0.77");
+    let mut child = command
+        .args(["run", "--api", "127.0.0.1:0", "--no-jitter", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("unshare");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let api = loop {
+        let Some(Ok(line)) = lines.next() else {
+            let _ = child.kill();
+            panic!("no start line:\n{}", seen.join("\n"));
+        };
+        seen.push(line.clone());
+        if let Some(at) = line.find(" api=") {
+            break line[at + 5..].split(' ').next().unwrap().to_string();
+        }
+    };
+    // /livez notices once every lookup slot has been stuck for longer than
+    // health_timeout…
+    let waited = Instant::now();
+    let mut livez = get_status(&api, "/livez");
+    while livez == 200 && waited.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+        livez = get_status(&api, "/livez");
+    }
+    // …and the flood held no more threads than the lookup slots (plus the
+    // agent's own: workers, the API, the epoch ticker).
+    let threads = threads_of(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(resolver);
+    assert_eq!(livez, 503, "/livez never noticed the stuck lookups");
+    assert!(
+        threads < MAX_LOOKUPS_IN_FLIGHT + 40,
+        "{threads} threads: blocked lookups are not bounded"
+    );
+}
+
+#[test]
+fn sonde_check_exits_with_its_answer_while_lookups_are_stuck() {
+    let dir = tempfile::tempdir().unwrap();
+    let (resolver, mut command) = sonde_with_silent_resolver(dir.path(), "127.0.0.78");
+    let started = Instant::now();
+    let out = command
+        .args([
+            "check",
+            sonde_tests::guests::FLOOD_LOOKUPS,
+            "--target",
+            "slow.sonde-test:80",
+        ])
+        .args(["--timeout", "2s", "-o", "json"])
+        .output()
+        .expect("unshare");
+    let took = started.elapsed();
+    drop(resolver);
+    // The flood outlasts the call: a timeout, printed.
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["reason"], "timeout", "{v}");
+    // The stuck lookups last a minute (2 attempts of 30 s); the command
+    // waits for none of them.
+    assert!(took < Duration::from_secs(25), "sonde check took {took:?}");
+}
