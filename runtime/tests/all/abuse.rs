@@ -7,9 +7,8 @@
 //! the abuser holds the API (then the other caller waits for the abuser's
 //! timeout, tens of seconds, or forever), never a slow machine.
 
-use crate::support::engine;
-use sonde_runtime::agent::{Agent, AgentOptions};
-use sonde_runtime::api::ApiAuth;
+pub use crate::support::{call, start_agent as start};
+use crate::support::{parse_response as parse, secret};
 use sonde_tests::HttpServer;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -23,18 +22,6 @@ pub const BETA: &str = "beta-secret";
 
 /// What another caller may wait while the API is abused.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
-
-fn secret(dir: &Path, name: &str, token: &str) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(dir.join(name))
-        .unwrap();
-    std::io::Write::write_all(&mut f, token.as_bytes()).unwrap();
-}
 
 /// A config with tenants acme and beta (one http probe each against
 /// `server`), a `state_dir`, and the API block `api`.
@@ -70,43 +57,6 @@ targets:
     let path = dir.join("sonde.yaml");
     std::fs::write(&path, yaml).unwrap();
     path
-}
-
-pub async fn start(config: &Path) -> (Agent, SocketAddr) {
-    let options = AgentOptions {
-        config: Some(config.to_path_buf()),
-        api: Some("127.0.0.1:0".parse().unwrap()),
-        state_dir: None,
-        grace: Duration::from_secs(2),
-        jitter: false,
-        api_auth: ApiAuth::Auto,
-    };
-    let agent = Agent::start(engine(), options).await.unwrap();
-    let api = agent.api.unwrap();
-    (agent, api)
-}
-
-/// One request on a new connection: the status and body (status 0 when the
-/// connection closed without an answer).
-pub async fn call(api: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, String) {
-    let mut s = TcpStream::connect(api).await.unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: sonde\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    let _ = s.write_all(body).await;
-    let mut text = Vec::new();
-    let _ = s.read_to_end(&mut text).await;
-    parse(&text)
-}
-
-fn parse(text: &[u8]) -> (u16, String) {
-    let text = String::from_utf8_lossy(text).to_string();
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
-    (status, body)
 }
 
 /// `call`, which must be answered within [`ANSWER_WITHIN`].

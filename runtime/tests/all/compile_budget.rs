@@ -4,15 +4,14 @@
 //! while another tenant's small upload completes in the meantime; compile
 //! time is counted against the tenant.
 
+use crate::support::{call, secret};
 use sonde_runtime::agent::{Agent, AgentOptions};
 use sonde_runtime::api::ApiAuth;
 use sonde_runtime::engine::{CompileBudget, Compiler, Engine, EngineConfig};
 use sonde_tests::guests;
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const ACME: &str = "acme-secret";
 const BETA: &str = "beta-secret";
@@ -57,17 +56,6 @@ fn compiler_stress(locals: u32, ops: u32) -> Vec<u8> {
     component.finish()
 }
 
-fn secret(dir: &Path, name: &str, token: &str) {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(dir.join(name))
-        .unwrap();
-    std::io::Write::write_all(&mut f, token.as_bytes()).unwrap();
-}
-
 /// An agent with tenants acme and beta, a state dir, and an engine that
 /// compiles in the `sonde` binary under `budget`.
 async fn start(dir: &Path, budget: CompileBudget) -> (Agent, SocketAddr) {
@@ -99,23 +87,6 @@ async fn start(dir: &Path, budget: CompileBudget) -> (Agent, SocketAddr) {
     (agent, api)
 }
 
-/// One request with a token and body; the status and body.
-async fn call(api: SocketAddr, method: &str, path: &str, token: &str, body: &[u8]) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: sonde\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    let _ = s.write_all(body).await;
-    let mut text = Vec::new();
-    let _ = s.read_to_end(&mut text).await;
-    let text = String::from_utf8_lossy(&text).to_string();
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
-    (status, body)
-}
-
 fn stored_plugins(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for tenant in std::fs::read_dir(dir.join("state/managed/plugins"))
@@ -132,7 +103,7 @@ fn stored_plugins(dir: &Path) -> Vec<String> {
 
 /// The value of `sonde_tenant_compile_seconds_total` for `tenant`.
 async fn compile_seconds(api: SocketAddr, token: &str, tenant: &str) -> f64 {
-    let (status, metrics) = call(api, "GET", "/metrics", token, b"").await;
+    let (status, metrics) = call(api, "GET", "/metrics", Some(token), b"").await;
     assert_eq!(status, 200, "{metrics}");
     let prefix = format!("sonde_tenant_compile_seconds_total{{tenant=\"{tenant}\"}} ");
     metrics
@@ -151,13 +122,13 @@ async fn a_compiler_bomb_is_refused_with_422_while_another_tenants_upload_comple
     };
     let (agent, api) = start(dir.path(), budget).await;
     let bomb = compiler_stress(20_000, 150_000);
-    let bomb_upload = tokio::spawn(async move { call(api, "PUT", "/v1/plugins/bomb", ACME, &bomb).await });
+    let bomb_upload = tokio::spawn(async move { call(api, "PUT", "/v1/plugins/bomb", Some(ACME), &bomb).await });
 
     // Beta's small upload meanwhile: done long before the bomb's budget
     // runs out (it waited 15 s for the control lock before).
     let up = std::fs::read(guests::ALWAYS_UP).unwrap();
     let start = Instant::now();
-    let (status, body) = call(api, "PUT", "/v1/plugins/up", BETA, &up).await;
+    let (status, body) = call(api, "PUT", "/v1/plugins/up", Some(BETA), &up).await;
     let took = start.elapsed();
     assert_eq!(status, 201, "{body}");
     assert!(
@@ -207,19 +178,19 @@ async fn replacing_or_deleting_a_plugin_frees_its_compiled_code_and_cache_file()
     let digest = |wasm: &[u8]| sonde_runtime::engine::digest_of(wasm);
     let up = std::fs::read(guests::ALWAYS_UP).unwrap();
     let other = std::fs::read(guests::BURN_FUEL).unwrap();
-    assert_eq!(call(api, "PUT", "/v1/plugins/p", ACME, &up).await.0, 201);
+    assert_eq!(call(api, "PUT", "/v1/plugins/p", Some(ACME), &up).await.0, 201);
     assert!(
         cache_files().iter().any(|f| f.starts_with(&digest(&up))),
         "{:?}",
         cache_files()
     );
     // Replaced: the old version's cache file goes.
-    assert_eq!(call(api, "PUT", "/v1/plugins/p", ACME, &other).await.0, 200);
+    assert_eq!(call(api, "PUT", "/v1/plugins/p", Some(ACME), &other).await.0, 200);
     let files = cache_files();
     assert!(files.iter().all(|f| !f.starts_with(&digest(&up))), "{files:?}");
     assert!(files.iter().any(|f| f.starts_with(&digest(&other))), "{files:?}");
     // Deleted: its cache file goes too.
-    assert_eq!(call(api, "DELETE", "/v1/plugins/p", ACME, b"").await.0, 200);
+    assert_eq!(call(api, "DELETE", "/v1/plugins/p", Some(ACME), b"").await.0, 200);
     let files = cache_files();
     assert!(files.iter().all(|f| !f.starts_with(&digest(&other))), "{files:?}");
     agent.stop().await;

@@ -721,29 +721,9 @@ fn oci_agent_config(dir: &Path, reg: &Registry, target: &str, plugins: &[(&str, 
     path
 }
 
-async fn start_agent(config: &Path) -> sonde_runtime::agent::Agent {
-    let options = sonde_runtime::agent::AgentOptions {
-        config: Some(config.to_path_buf()),
-        api: Some("127.0.0.1:0".parse().unwrap()),
-        state_dir: None,
-        grace: Duration::from_secs(2),
-        jitter: false,
-        api_auth: Default::default(),
-    };
-    sonde_runtime::agent::Agent::start(support::engine(), options)
-        .await
-        .unwrap_or_else(|e| panic!("the agent did not start: {e}"))
-}
-
-/// `GET path` on the agent's API, as JSON or text.
+/// `GET path` on the agent's API: the body.
 async fn api_get(api: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: sonde\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).await.unwrap();
-    text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string()
+    support::call(api, "GET", path, None, b"").await.1
 }
 
 /// Waits until every probe in `names` has succeeded once, and returns
@@ -797,8 +777,7 @@ async fn an_agent_runs_oci_plugins_and_restarts_from_its_cache_with_the_registry
     let dir = tempfile::tempdir().unwrap();
     let by_tag = tag.to_string();
     let config = oci_agent_config(dir.path(), &reg, &target, &[("pinned", &pinned), ("tagged", &by_tag)]);
-    let agent = start_agent(&config).await;
-    let api = agent.api.unwrap();
+    let (agent, api) = support::start_agent(&config).await;
     let probes = wait_all_succeed(api, &["pinned", "tagged"]).await;
     // Both show the digest that runs, the tag resolved at load.
     for p in probes.as_array().unwrap() {
@@ -829,8 +808,7 @@ async fn an_agent_runs_oci_plugins_and_restarts_from_its_cache_with_the_registry
         &target,
         &[("pinned", &pinned), ("tagged", &by_tag), ("never", &never)],
     );
-    let agent = start_agent(&config).await;
-    let api = agent.api.unwrap();
+    let (agent, api) = support::start_agent(&config).await;
     let probes = wait_all_succeed(api, &["pinned", "tagged"]).await;
     // From the cache: nothing came from a registry.
     assert_eq!(agent.executor.tenant_stats("default").unwrap().pull_bytes, 0);

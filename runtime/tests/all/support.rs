@@ -126,3 +126,67 @@ pub async fn accepted_before_now(addr: std::net::SocketAddr, accepted: impl Fn()
     markers.push(addr);
     accepted() - markers.iter().filter(|a| **a == addr).count()
 }
+
+/// Writes `token` to `dir/name`, readable by its owner only (the agent
+/// refuses a world-readable token file).
+pub fn secret(dir: &std::path::Path, name: &str, token: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(dir.join(name))
+        .unwrap();
+    std::io::Write::write_all(&mut f, token.as_bytes()).unwrap();
+}
+
+/// Starts an agent on `config` with its API on a free loopback port
+/// (tokens as the config has them, no jitter), and returns it with that
+/// address.
+pub async fn start_agent(config: &std::path::Path) -> (sonde_runtime::agent::Agent, std::net::SocketAddr) {
+    let options = sonde_runtime::agent::AgentOptions {
+        config: Some(config.to_path_buf()),
+        api: Some("127.0.0.1:0".parse().unwrap()),
+        state_dir: None,
+        grace: Duration::from_secs(2),
+        jitter: false,
+        api_auth: sonde_runtime::api::ApiAuth::Auto,
+    };
+    let agent = sonde_runtime::agent::Agent::start(engine(), options).await.unwrap();
+    let api = agent.api.unwrap();
+    (agent, api)
+}
+
+/// One request on a new connection, with an optional bearer token and a
+/// body: the status and body (status 0 when the connection closed without
+/// an answer). A refused upload may be answered before the whole body is
+/// sent.
+pub async fn call(
+    api: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: sonde\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let _ = s.write_all(body).await;
+    let mut text = Vec::new();
+    let _ = s.read_to_end(&mut text).await;
+    parse_response(&text)
+}
+
+/// The status and body of a raw HTTP/1.1 response (status 0 if none).
+pub fn parse_response(text: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(text).to_string();
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    (status, body)
+}

@@ -3,12 +3,10 @@
 //! against quotas and ceilings, stored in `state_dir`, still there after a
 //! restart), and every bad upload refused with nothing stored.
 
-use crate::support::engine;
-use sonde_runtime::agent::{Agent, AgentOptions};
+use crate::support::{call, secret, start_agent as start};
 use sonde_runtime::api::ApiAuth;
 use sonde_tests::{HttpServer, guests};
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,17 +14,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const OP: &str = "operator-secret";
 const ACME: &str = "acme-secret";
 const BETA: &str = "beta-secret";
-
-fn secret(dir: &Path, name: &str, token: &str) {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(dir.join(name))
-        .unwrap();
-    std::io::Write::write_all(&mut f, token.as_bytes()).unwrap();
-}
 
 fn config(dir: &Path, server: SocketAddr) -> std::path::PathBuf {
     secret(dir, "op.token", OP);
@@ -59,39 +46,6 @@ targets:
     let path = dir.join("sonde.yaml");
     std::fs::write(&path, yaml).unwrap();
     path
-}
-
-async fn start(config: &Path) -> (Agent, SocketAddr) {
-    let options = AgentOptions {
-        config: Some(config.to_path_buf()),
-        api: Some("127.0.0.1:0".parse().unwrap()),
-        state_dir: None,
-        grace: Duration::from_secs(2),
-        jitter: false,
-        api_auth: ApiAuth::Auto,
-    };
-    let agent = Agent::start(engine(), options).await.unwrap();
-    let api = agent.api.unwrap();
-    (agent, api)
-}
-
-/// One request with an optional token and body; the status and body.
-async fn call(api: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: sonde\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    // A refused upload may be answered before the whole body is sent.
-    let _ = s.write_all(body).await;
-    let mut text = Vec::new();
-    let _ = s.read_to_end(&mut text).await;
-    let text = String::from_utf8_lossy(&text).to_string();
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
-    (status, body)
 }
 
 async fn wait_state(api: SocketAddr, token: &str, probe: &str, state: &str) {
