@@ -11,6 +11,7 @@ use crate::control::{self, AgentStatus, Control};
 pub use crate::control::{AgentOptions, DEFAULT_API, DEFAULT_CONFIG, DEFAULT_CONFIG_NAME};
 use crate::engine::Engine;
 use crate::executor::{Executor, ExecutorConfig};
+use crate::kubernetes;
 use crate::metrics::{Metrics, RunMetrics};
 use crate::registry::{ProbeSpec, TargetSpec};
 use crate::results::{DEFAULT_HISTORY, ResultCache};
@@ -202,6 +203,7 @@ impl Agent {
             require_signed: AtomicBool::new(require_signed),
             registry: tokio::sync::Mutex::new(registry),
             compiling: Default::default(),
+            reloads: tokio::sync::watch::Sender::new(0),
         });
         let draining = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
@@ -295,6 +297,40 @@ fn fingerprint(path: &Path) -> Option<(SystemTime, u64)> {
 
 /// `sonde run`: starts the agent and runs it until SIGTERM or SIGINT.
 pub async fn run(engine: Engine, options: AgentOptions) -> Result<(), AgentError> {
+    run_with(engine, options, false).await
+}
+
+/// Starts the Kubernetes readiness-gate controller when the config has a
+/// `kubernetes:` block or `forced` (`sonde run --kubernetes`).
+async fn start_kubernetes(
+    agent: &Agent,
+    options: &AgentOptions,
+    forced: bool,
+) -> Result<Option<kubernetes::Handle>, AgentError> {
+    let spec = match &options.config {
+        Some(p) => crate::config::read(p).map_err(AgentError::Config)?.0.kubernetes,
+        None => None,
+    };
+    if spec.is_none() && !forced {
+        return Ok(None);
+    }
+    let settings = kubernetes::Settings::new(spec.as_ref(), std::env::var("NODE_NAME").ok())
+        .map_err(|e| AgentError::Start(e.to_string()))?;
+    let client = kubernetes::connect()
+        .await
+        .map_err(|e| AgentError::Start(e.to_string()))?;
+    Ok(Some(kubernetes::spawn(
+        client,
+        agent.control.clone(),
+        agent.results.clone(),
+        settings,
+    )))
+}
+
+/// `sonde run [--kubernetes]`: starts the agent (and, with `kubernetes` or
+/// a `kubernetes:` block, the readiness-gate controller) and runs it until
+/// SIGTERM or SIGINT. Gate conditions are left as they are at shutdown.
+pub async fn run_with(engine: Engine, options: AgentOptions, kubernetes: bool) -> Result<(), AgentError> {
     use tokio::signal::unix::{SignalKind, signal};
     let sig = |kind| {
         signal(kind).map_err(|e| AgentError::Start(format!("cannot handle signals: {e}; please report this as a bug")))
@@ -303,6 +339,7 @@ pub async fn run(engine: Engine, options: AgentOptions) -> Result<(), AgentError
     let mut term = sig(SignalKind::terminate())?;
     let mut int = sig(SignalKind::interrupt())?;
     let agent = Agent::start(engine, options.clone()).await?;
+    let gates = start_kubernetes(&agent, &options, kubernetes).await?;
     // Under systemd (Type=notify), `systemctl start` returns now: the API
     // is up and every probe is scheduled.
     notify(&[sd_notify::NotifyState::Ready]);
@@ -331,6 +368,9 @@ pub async fn run(engine: Engine, options: AgentOptions) -> Result<(), AgentError
     notify(&[sd_notify::NotifyState::Stopping]);
     tracing::info!(signal = %signal, grace = %humantime::format_duration(options.grace), "stopping: letting runs in flight finish");
     let started = std::time::Instant::now();
+    if let Some(g) = &gates {
+        g.stop();
+    }
     agent.stop().await;
     tracing::info!(took_ms = started.elapsed().as_millis() as u64, "sonde stopped");
     Ok(())

@@ -363,6 +363,38 @@ pub struct File {
     /// `targets: [...]` — the services this agent probes.
     #[serde(default)]
     pub targets: Vec<Target>,
+    /// `kubernetes:` — run readiness-gate checks of this node's Pods
+    /// (docs/kubernetes.md). Absent: off, unless `sonde run --kubernetes`.
+    #[serde(default)]
+    pub kubernetes: Option<KubernetesSpec>,
+}
+
+/// The `kubernetes:` block: how the agent serves Pod readiness gates.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesSpec {
+    /// `node_name: worker-1` — the node whose Pods are checked; default
+    /// `$NODE_NAME` (the downward API's `spec.nodeName`).
+    #[serde(default)]
+    pub node_name: Option<String>,
+    /// `plugins: [http, tcp, "oci://ghcr.io/acme/*"]` — the plugins a
+    /// SondeCheck may name: built-in names, absolute paths of plugin files
+    /// or of directories (ending in `/`) on the agent's disk, registry
+    /// scopes (`oci://HOST/REPOSITORY`, `oci://HOST/PREFIX/*`,
+    /// `oci://HOST/*`, as a tenant ceiling's `registries`) and manifest
+    /// digests `sha256:…`. Default `[http, tcp, grpc]`.
+    #[serde(default)]
+    pub plugins: Option<Vec<String>>,
+    /// `namespaces: {default: shop}` — namespace to tenant; a namespace not
+    /// listed uses the tenant of its own name.
+    #[serde(default)]
+    pub namespaces: BTreeMap<String, String>,
+    /// `qps: 5` — writes to the API server per second, agent-wide. Default 5.
+    #[serde(default)]
+    pub qps: Option<f64>,
+    /// `burst: 10` — writes allowed at once above `qps`. Default 10.
+    #[serde(default)]
+    pub burst: Option<u32>,
 }
 
 /// A tenant: an owner of probes with its own API token, quotas and
@@ -559,6 +591,13 @@ pub struct Probe {
     /// `groups: [frontend]` — names for aggregated readiness.
     #[serde(default)]
     pub groups: Vec<Spanned<String>>,
+    /// `labels: {team: payments}` — extra labels on the probe's series in
+    /// `/metrics` and on its entry in `/v1/probes`: at most
+    /// [`crate::registry::MAX_LABELS`], each name
+    /// `[a-zA-Z_][a-zA-Z0-9_]*` and none of the series' own labels, each
+    /// value 1-256 bytes (a Pod name fits). Default: none.
+    #[serde(default)]
+    pub labels: Option<Spanned<BTreeMap<String, String>>>,
 }
 
 /// What a probe's plugin may reach besides its target.

@@ -363,6 +363,9 @@ pub struct Control {
     /// One lock per tenant with a compile in flight: its uploads compile
     /// one at a time.
     pub(crate) compiling: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Counts whole-registry replacements (reloads), which drop the probes
+    /// of [`Control::apply_change`].
+    pub(crate) reloads: tokio::sync::watch::Sender<u64>,
 }
 
 impl fmt::Debug for Control {
@@ -424,7 +427,9 @@ impl Control {
             s.probes = reg.probes().len();
         }
         *current = reg;
-        self.scheduler.reload(&*current).await
+        let summary = self.scheduler.reload(&*current).await;
+        self.reloads.send_modify(|n| *n += 1);
+        summary
     }
 
     /// Commits a change prepared against `reg` and hands what it did to
@@ -795,6 +800,24 @@ impl Control {
             let name = if batch { "" } else { names[0].0 };
             invalid(name, errors.0)
         })
+    }
+
+    /// Applies `change` to the registry in force as one incremental change,
+    /// nothing stored: probes a controller keeps from another source of
+    /// truth (the Kubernetes controller: one per
+    /// Pod gate). Refused whole, with every error, or committed and handed
+    /// to the scheduler. A reload of the config file drops such probes;
+    /// the controller puts them back (it follows [`Control::reloads`]).
+    pub async fn apply_change(&self, change: Change) -> Result<ReloadSummary, ConfigErrors> {
+        let mut reg = self.registry.lock().await;
+        let prepared = reg.prepare(&self.engine, change).await?;
+        Ok(self.commit(&mut reg, prepared, &[]).await)
+    }
+
+    /// Follows whole-registry replacements: the count changes after each
+    /// reload of the config file (or of stored plugins).
+    pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloads.subscribe()
     }
 
     /// Removes the caller's probe `name` (`DELETE /v1/probes/{name}`): only

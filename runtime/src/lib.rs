@@ -9,7 +9,8 @@
 //! sandbox whose [`host`] capabilities check every use of the network,
 //! files and programs against the probe's grants; [`verdict`] says what a
 //! run produced, [`thresholds`] whether it changes the probe's state, and
-//! [`results`] keeps it (optionally on disk) for the [`api`]. [`agent`]
+//! [`results`] keeps it (optionally on disk) for the [`api`] and the
+//! [`kubernetes`] readiness-gate controller. [`agent`]
 //! wires these into `sonde run`; [`cli`] is the `sonde` command.
 //!
 //! # Examples
@@ -50,6 +51,7 @@ pub mod control;
 pub mod engine;
 pub mod executor;
 pub mod host;
+pub mod kubernetes;
 pub mod managed;
 pub mod metrics;
 pub mod oci;

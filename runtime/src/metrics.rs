@@ -22,6 +22,9 @@
 //! | `sonde_scheduler_start_lateness_seconds` | histogram | |
 //! | `sonde_scheduler_runs_in_flight` | gauge | |
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
+//!
+//! Every per-probe series also carries the probe's extra `labels` (a
+//! Kubernetes gate's probe: `namespace`, `pod` and `check`).
 
 use crate::auth::Principal;
 use crate::config::Kind;
@@ -206,11 +209,21 @@ struct Row {
     name: Arc<str>,
     target: Arc<str>,
     tenant: Arc<str>,
+    labels: Arc<[(String, String)]>,
     kind: Kind,
     state: Status,
     stale: bool,
     runs: Vec<RunCount>,
     last: Option<Arc<Observation>>,
+}
+
+impl Row {
+    /// `own` then the probe's extra labels (which never shadow `own`: the
+    /// registry refuses sonde's own label names).
+    fn labels<'a>(&'a self, own: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let extra = self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        own.iter().copied().chain(extra).collect()
+    }
 }
 
 fn status_code(s: Status) -> i64 {
@@ -332,6 +345,7 @@ impl Collector for Scrape {
                     name: p.name.clone(),
                     target: p.target.clone(),
                     tenant: p.tenant.clone(),
+                    labels: p.labels.clone(),
                     kind: p.kind,
                     state: p.state,
                     stale: p.stale,
@@ -348,12 +362,12 @@ impl Collector for Scrape {
             MetricType::Gauge,
         )?;
         for r in &rows {
-            let labels = [
+            let labels = r.labels(&[
                 ("probe", &*r.name),
                 ("target", &*r.target),
                 ("kind", r.kind.as_str()),
                 ("tenant", &*r.tenant),
-            ];
+            ]);
             ConstGauge::new(status_code(r.state)).encode(e.encode_family(&labels)?)?;
         }
         let mut e = enc.encode_descriptor(
@@ -363,7 +377,7 @@ impl Collector for Scrape {
             MetricType::Gauge,
         )?;
         for r in &rows {
-            ConstGauge::new(i64::from(r.stale)).encode(e.encode_family(&[("probe", &*r.name)])?)?;
+            ConstGauge::new(i64::from(r.stale)).encode(e.encode_family(&r.labels(&[("probe", &*r.name)]))?)?;
         }
         let mut e = enc.encode_descriptor(
             "sonde_probe_runs",
@@ -373,11 +387,11 @@ impl Collector for Scrape {
         )?;
         for r in &rows {
             for c in &r.runs {
-                let labels = [
+                let labels = r.labels(&[
                     ("probe", &*r.name),
                     ("status", c.status.as_str()),
                     ("reason", c.reason.map_or("", |r| r.as_str())),
-                ];
+                ]);
                 ConstCounter::new(c.runs).encode(e.encode_family(&labels)?)?;
             }
         }
@@ -395,7 +409,7 @@ impl Collector for Scrape {
             let mut e = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for r in &rows {
                 if let Some(o) = &r.last {
-                    ConstGauge::new(value(o)).encode(e.encode_family(&[("probe", &*r.name)])?)?;
+                    ConstGauge::new(value(o)).encode(e.encode_family(&r.labels(&[("probe", &*r.name)]))?)?;
                 }
             }
         }
@@ -411,11 +425,11 @@ impl Collector for Scrape {
                 .iter()
                 .flat_map(|o| o.result.metrics.iter().take(MAX_PLUGIN_SERIES));
             for x in metrics {
-                let labels = [
+                let labels = r.labels(&[
                     ("probe", &*r.name),
                     ("metric", x.name.as_str()),
                     ("unit", x.unit.as_str()),
-                ];
+                ]);
                 ConstGauge::new(x.value).encode(e.encode_family(&labels)?)?;
             }
         }

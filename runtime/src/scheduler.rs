@@ -701,6 +701,7 @@ impl<R: Runner> Core<R> {
                 target: p.target.clone(),
                 kind: p.kind,
                 groups: p.groups.clone(),
+                labels: p.labels.clone(),
                 tenant: p.tenant.clone(),
                 plugin: p.plugin_ref.as_str().into(),
             };

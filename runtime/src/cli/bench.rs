@@ -587,6 +587,7 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
                 limits: args.sandbox.limits(),
                 grants: Arc::new(grants.clone()),
                 groups: Arc::from(Vec::<String>::new()),
+                labels: Arc::from(Vec::new()),
                 tenant: crate::tenants::DEFAULT_TENANT.into(),
             })
         })

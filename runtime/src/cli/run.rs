@@ -36,6 +36,10 @@ pub struct RunArgs {
     /// Whether API callers need a bearer token: `token`, `none` (only on a loopback address), or `auto` (token when any token is configured).
     #[arg(long, value_enum, default_value_t = crate::api::ApiAuth::Auto)]
     pub api_auth: crate::api::ApiAuth,
+
+    /// Serve Kubernetes readiness gates `sonde.dev/<check>` of this node's Pods (node from $NODE_NAME; the config's `kubernetes:` block turns it on too). See docs/kubernetes.md.
+    #[arg(long)]
+    pub kubernetes: bool,
 }
 
 /// Arguments of `sonde validate`.
@@ -71,7 +75,7 @@ pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliE
         jitter: !args.no_jitter,
         api_auth: args.api_auth,
     };
-    match agent::run(engine, options).await {
+    match agent::run_with(engine, options, args.kubernetes).await {
         Ok(()) => Ok(0),
         Err(AgentError::Config(e)) => {
             eprintln!("{e}");

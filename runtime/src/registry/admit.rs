@@ -301,6 +301,7 @@ async fn target(
             limits: d.limits,
             grants: Arc::new(d.grants),
             groups: d.groups.into(),
+            labels: d.labels.into(),
         }));
     }
     entry

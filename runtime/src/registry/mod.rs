@@ -134,6 +134,8 @@ pub struct ProbeSpec {
     pub grants: Arc<Grants>,
     /// Aggregation groups.
     pub groups: Arc<[String]>,
+    /// Extra labels on its series and its API entry, sorted by name.
+    pub labels: Arc<[(String, String)]>,
 }
 
 impl fmt::Debug for ProbeSpec {
@@ -165,7 +167,38 @@ impl PartialEq for ProbeSpec {
             && self.limits == o.limits
             && self.grants == o.grants
             && self.groups == o.groups
+            && self.labels == o.labels
     }
+}
+
+/// The most extra labels a probe may carry.
+pub const MAX_LABELS: usize = 8;
+/// The labels sonde's own per-probe series carry, which a probe's extra
+/// labels may not shadow.
+pub const RESERVED_LABELS: &[&str] = &[
+    "probe", "target", "kind", "tenant", "status", "reason", "metric", "unit", "plugin", "le", "quantile",
+];
+
+/// What is wrong with label `name` = `value`, if anything.
+pub(crate) fn label_problem(name: &str, value: &str) -> Option<&'static str> {
+    let mut chars = name.chars();
+    let well_formed = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !well_formed {
+        return Some("is not a label name (`[a-zA-Z_][a-zA-Z0-9_]*`)");
+    }
+    if name.starts_with("__") {
+        return Some("starts with `__`, which Prometheus keeps for itself");
+    }
+    if RESERVED_LABELS.contains(&name) {
+        return Some("is one of sonde's own labels (probe, target, kind, tenant, status, reason, metric, unit, plugin)");
+    }
+    if value.is_empty() || value.len() > 256 {
+        return Some("needs a value of 1-256 bytes");
+    }
+    None
 }
 
 /// A name of a target, probe, group or tenant: 1-128 letters, digits, `-`,

@@ -99,6 +99,8 @@ pub struct ProbeDraft {
     pub net_at: Vec<Location>,
     /// Aggregation groups.
     pub groups: Vec<String>,
+    /// Extra labels, by name.
+    pub labels: Vec<(String, String)>,
 }
 
 /// Normalises probe `p` of target `target` (whose address is `address`),
@@ -202,6 +204,24 @@ pub fn probe(
             at(g.referenced, Problem::Group(g.value.clone()));
         }
     }
+    let mut labels = Vec::new();
+    if let Some(l) = &p.labels {
+        if l.value.len() > super::MAX_LABELS {
+            at(
+                l.referenced,
+                Problem::Label {
+                    key: l.value.keys().nth(super::MAX_LABELS).cloned().unwrap_or_default(),
+                    why: "is one label too many (at most 8 per probe)",
+                },
+            );
+        }
+        for (k, v) in &l.value {
+            match super::label_problem(k, v) {
+                Some(why) => at(l.referenced, Problem::Label { key: k.clone(), why }),
+                None => labels.push((k.clone(), v.clone())),
+            }
+        }
+    }
     ProbeDraft {
         name,
         defaulted: p.name.is_none(),
@@ -224,6 +244,7 @@ pub fn probe(
         grants,
         net_at,
         groups: p.groups.iter().map(|g| g.value.clone()).collect(),
+        labels,
     }
 }
 

@@ -252,6 +252,14 @@ pub enum Problem {
     /// A group that is not a name.
     #[error("groups: {0:?} {NAME_RULE}")]
     Group(String),
+    /// A label that cannot go on the probe's series.
+    #[error("labels: {key:?} {why}")]
+    Label {
+        /// The label's name.
+        key: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// The plugin cannot be had.
     #[error("plugin: {0}")]
     Plugin(super::resolve::ResolveError),

@@ -74,6 +74,8 @@ pub struct ProbeSample<'a> {
     pub kind: Kind,
     /// Its groups.
     pub groups: &'a [String],
+    /// Its extra labels.
+    pub labels: &'a Arc<[(String, String)]>,
     /// The tenant that owns it.
     pub tenant: &'a Arc<str>,
     /// Its state.
@@ -154,6 +156,7 @@ struct Record {
     plugin: Arc<str>,
     kind: Kind,
     groups: Arc<[String]>,
+    labels: Arc<[(String, String)]>,
     tenant: Arc<str>,
     counter: Counter,
     last: Option<Arc<Observation>>,
@@ -174,6 +177,10 @@ pub struct ProbeView {
     pub kind: Kind,
     /// Its groups.
     pub groups: Vec<String>,
+    /// Its extra labels (`labels:` in the config; a Kubernetes gate's
+    /// `namespace`, `pod` and `check`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub labels: BTreeMap<String, String>,
     /// The tenant that owns it.
     pub tenant: String,
     /// The plugin that runs it, as the registry shows it: a built-in's
@@ -224,6 +231,8 @@ pub struct ProbeMeta {
     pub kind: Kind,
     /// Its groups.
     pub groups: Arc<[String]>,
+    /// Its extra labels, sorted by name.
+    pub labels: Arc<[(String, String)]>,
     /// The tenant that owns it.
     pub tenant: Arc<str>,
     /// The plugin, as the registry shows it (pinned to its digest).
@@ -321,6 +330,7 @@ impl ResultCache {
                 plugin: meta.plugin.clone(),
                 kind: meta.kind,
                 groups: meta.groups.clone(),
+                labels: meta.labels.clone(),
                 tenant: meta.tenant.clone(),
                 counter: p.counter,
                 last: p.last.map(Arc::new),
@@ -334,6 +344,7 @@ impl ResultCache {
                 plugin: meta.plugin.clone(),
                 kind: meta.kind,
                 groups: meta.groups.clone(),
+                labels: meta.labels.clone(),
                 tenant: meta.tenant.clone(),
                 counter: initial,
                 last: None,
@@ -346,6 +357,22 @@ impl ResultCache {
         let counter = record.counter;
         self.write().insert(meta.name.clone(), record);
         counter
+    }
+
+    /// Seeds the state a probe not yet added starts in (as a restored one
+    /// would): the Kubernetes controller seeds each gate's probe from the
+    /// condition already on the Pod, so a restart writes nothing until a
+    /// threshold is crossed again. Taken by the next [`ResultCache::insert`]
+    /// of `name`.
+    pub fn seed(&self, name: &str, counter: Counter) {
+        self.inner.restored.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            name.to_string(),
+            Persisted {
+                counter,
+                last: None,
+                last_transition: None,
+            },
+        );
     }
 
     /// Drops a probe (removed from the config).
@@ -489,6 +516,7 @@ impl ResultCache {
                 target: &r.target,
                 kind: r.kind,
                 groups: &r.groups,
+                labels: &r.labels,
                 tenant: &r.tenant,
                 state: r.counter.state,
                 stale: r.stale,
@@ -553,6 +581,7 @@ fn view(name: &str, r: &Record, with_history: bool) -> ProbeView {
         target: r.target.to_string(),
         kind: r.kind,
         groups: r.groups.to_vec(),
+        labels: r.labels.iter().cloned().collect(),
         tenant: r.tenant.to_string(),
         plugin: r.plugin.to_string(),
         state: r.counter.state,
@@ -601,6 +630,7 @@ mod tests {
             target: target.into(),
             kind,
             groups: Arc::from(vec![]),
+            labels: Arc::from(vec![]),
             tenant: "default".into(),
             plugin: "tcp".into(),
         }

@@ -61,6 +61,7 @@ fn rule(p: &Problem) -> &'static str {
         Problem::GrantFilesPseudo { .. } => "GrantFilesPseudo",
         Problem::Ceiling { .. } => "Ceiling",
         Problem::Group(_) => "Group",
+        Problem::Label { .. } => "Label",
         Problem::Plugin(_) => "Plugin",
         Problem::Schema { .. } => "Schema",
         Problem::Ungranted { .. } => "Ungranted",
@@ -108,6 +109,7 @@ const RULES: &[&str] = &[
     "GrantFilesPseudo",
     "Ceiling",
     "Group",
+    "Label",
     "Plugin",
     "Schema",
     "Ungranted",
@@ -193,7 +195,7 @@ fn describe(reg: &Registry) -> String {
         for p in reg.probes_of(&t.name) {
             writeln!(
                 out,
-                "  probe {} {} plugin {} address {} config {} period {} initial_delay {} thresholds {}/{} timeout {} fuel {} memory {} net {:?} exec {:?} files {:?} env {:?} groups {:?}",
+                "  probe {} {} plugin {} address {} config {} period {} initial_delay {} thresholds {}/{} timeout {} fuel {} memory {} net {:?} exec {:?} files {:?} env {:?} groups {:?} labels {:?}",
                 p.name,
                 p.kind,
                 p.plugin_ref.rsplit('/').next().unwrap_or_default(),
@@ -211,6 +213,7 @@ fn describe(reg: &Registry) -> String {
                 p.grants.files,
                 p.grants.env,
                 p.groups,
+                p.labels,
             )
             .unwrap();
         }

@@ -16,6 +16,8 @@ mod first_contact;
 mod fuzz;
 mod grpc;
 mod http;
+mod kubernetes;
+mod kubernetes_e2e;
 mod oci;
 mod plugin_text;
 mod postgres;

@@ -44,17 +44,17 @@ impl Tls {
 }
 
 #[derive(Default)]
-struct Options {
+pub(crate) struct Options {
     /// Require basic auth for user `acme` with [`PASSWORD`].
     htpasswd: bool,
     tls: Option<Tls>,
 }
 
 /// A running `docker-registry` on a free loopback port.
-struct Registry {
+pub(crate) struct Registry {
     child: Option<Child>,
     dir: tempfile::TempDir,
-    addr: String,
+    pub(crate) addr: String,
     ca_file: Option<PathBuf>,
     htpasswd: bool,
 }
@@ -62,7 +62,7 @@ struct Registry {
 impl Registry {
     /// Starts a registry, or prints why the test is skipped and returns None
     /// when the binary is not installed.
-    fn start(options: Options) -> Option<Self> {
+    pub(crate) fn start(options: Options) -> Option<Self> {
         if !Path::new(REGISTRY_BIN).exists() {
             eprintln!("SKIPPED: {REGISTRY_BIN} is not installed (apt-get install docker-registry)");
             return None;
@@ -150,7 +150,7 @@ impl Registry {
         }
     }
 
-    fn reference(&self, path: &str) -> Reference {
+    pub(crate) fn reference(&self, path: &str) -> Reference {
         Reference::parse(&format!("oci://{}/{path}", self.addr)).unwrap()
     }
 
@@ -176,7 +176,7 @@ impl Registry {
         Client::new(settings).unwrap()
     }
 
-    fn client(&self, cache: &Path) -> Client {
+    pub(crate) fn client(&self, cache: &Path) -> Client {
         self.client_with(cache, self.registry_settings())
     }
 
@@ -221,7 +221,7 @@ fn tcp_component() -> &'static [u8] {
     sonde_runtime::builtins::get("tcp").unwrap()
 }
 
-fn info() -> oci::ComponentInfo {
+pub(crate) fn info() -> oci::ComponentInfo {
     oci::ComponentInfo {
         exports: vec!["describe".into(), "check".into()],
         imports: vec![],

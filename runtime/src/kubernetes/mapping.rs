@@ -1,0 +1,703 @@
+//! The pure part of the controller: what the agent's settings say, what a
+//! Pod looks like to it ([`PodView`]), and which probe a (Pod, gate) pair
+//! maps to ([`desired`]): its name, tenant, address and the config text the
+//! registry checks like any other probe's.
+
+use super::crd::{GATE_PREFIX, Mode, SondeCheck};
+use crate::oci::{Reference, RegistryScope};
+use crate::config::KubernetesSpec;
+use crate::tenants::DEFAULT_TENANT;
+use crate::thresholds::Counter;
+use crate::verdict::Status;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+/// Default `kubernetes.plugins`: the built-ins that reach a port.
+pub const DEFAULT_PLUGINS: &[&str] = &["http", "tcp", "grpc"];
+/// Default `kubernetes.qps`.
+pub const DEFAULT_QPS: f64 = 5.0;
+/// Default `kubernetes.burst`.
+pub const DEFAULT_BURST: u32 = 10;
+/// The per-Pod override annotations a Pod may set, as
+/// `sonde.dev/<check-name>.<field>`.
+pub const OVERRIDABLE: &[&str] = &["port"];
+/// The longest condition message written (the API server takes more; a
+/// readiness gate's message is for humans reading `kubectl describe`).
+pub const MAX_MESSAGE: usize = 256;
+
+/// The agent's Kubernetes settings, defaults filled in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// The node whose Pods are checked.
+    pub node_name: String,
+    /// The plugin allowlist (see [`allowed`]): built-in names, plugin
+    /// files or directories (ending in `/`) on the agent's disk, registry
+    /// scopes (`oci://ghcr.io/acme/*`, `oci://ghcr.io/acme/pg-check`) and
+    /// `sha256:` manifest digests.
+    pub plugins: Vec<String>,
+    /// Namespace to tenant; others use the tenant of their own name.
+    pub namespaces: BTreeMap<String, String>,
+    /// Writes per second, agent-wide.
+    pub qps: f64,
+    /// Writes allowed at once.
+    pub burst: u32,
+}
+
+/// Why the settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// No node name in the config or `$NODE_NAME`.
+    #[error(
+        "kubernetes: no node name: set NODE_NAME (the downward API's spec.nodeName, see deploy/kubernetes/daemonset.yaml) or kubernetes.node_name"
+    )]
+    NoNodeName,
+    /// An allowlist entry that is none of the forms [`allowed`] takes.
+    #[error("kubernetes.plugins: {entry:?} {why}")]
+    Allowlist {
+        /// The entry.
+        entry: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// `qps` or `burst` is not positive.
+    #[error("kubernetes: qps and burst must be positive (qps {qps}, burst {burst})")]
+    Rate {
+        /// The qps.
+        qps: f64,
+        /// The burst.
+        burst: u32,
+    },
+}
+
+impl Settings {
+    /// The settings of a `kubernetes:` block (or none: the defaults), with
+    /// `env_node` (`$NODE_NAME`) when the block names no node.
+    pub fn new(spec: Option<&KubernetesSpec>, env_node: Option<String>) -> Result<Self, SettingsError> {
+        let node_name = spec
+            .and_then(|s| s.node_name.clone())
+            .or(env_node)
+            .filter(|n| !n.is_empty())
+            .ok_or(SettingsError::NoNodeName)?;
+        let qps = spec.and_then(|s| s.qps).unwrap_or(DEFAULT_QPS);
+        let burst = spec.and_then(|s| s.burst).unwrap_or(DEFAULT_BURST);
+        if !(qps > 0.0 && qps.is_finite()) || burst == 0 {
+            return Err(SettingsError::Rate { qps, burst });
+        }
+        let plugins = spec
+            .and_then(|s| s.plugins.clone())
+            .unwrap_or_else(|| DEFAULT_PLUGINS.iter().map(|p| p.to_string()).collect());
+        for entry in &plugins {
+            if let Err(why) = allow_entry(entry) {
+                return Err(SettingsError::Allowlist {
+                    entry: entry.clone(),
+                    why,
+                });
+            }
+        }
+        Ok(Self {
+            node_name,
+            plugins,
+            namespaces: spec.map(|s| s.namespaces.clone()).unwrap_or_default(),
+            qps,
+            burst,
+        })
+    }
+
+    /// The tenant of `namespace`: the mapped one, else the one of its own
+    /// name. The operator's tenant (no ceiling) is never implied: a
+    /// namespace named `default` maps to it only when listed.
+    pub fn tenant_of<'a>(&'a self, namespace: &'a str) -> Option<&'a str> {
+        match self.namespaces.get(namespace) {
+            Some(t) => Some(t),
+            None if namespace == DEFAULT_TENANT => None,
+            None => Some(namespace),
+        }
+    }
+
+    /// Whether the allowlist lets a SondeCheck name `plugin`.
+    pub fn allows(&self, plugin: &str) -> bool {
+        allowed(&self.plugins, plugin)
+    }
+}
+
+/// One allowlist entry, parsed.
+enum Allow {
+    /// A built-in's name, or a plugin file's absolute path: that exactly.
+    Exact(String),
+    /// A directory (`/opt/sonde/plugins/`): the files under it.
+    Directory(String),
+    /// A registry scope: the references it covers.
+    Scope(RegistryScope),
+    /// A manifest digest: any reference pinned to it.
+    Digest(String),
+}
+
+fn allow_entry(entry: &str) -> Result<Allow, String> {
+    if Reference::is_oci(entry) {
+        return RegistryScope::parse(entry)
+            .map(Allow::Scope)
+            .map_err(|e| format!("is not a registry scope: {e}"));
+    }
+    if let Some(hex) = entry.strip_prefix("sha256:") {
+        return if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            Ok(Allow::Digest(entry.to_string()))
+        } else {
+            Err("is not a digest (sha256: and 64 lowercase hex digits)".into())
+        };
+    }
+    if entry.starts_with('/') {
+        if !lexically_normal(entry.trim_end_matches('/')) {
+            return Err("must be a normal absolute path (no `.`, `..` or empty components)".into());
+        }
+        return Ok(if entry.ends_with('/') {
+            Allow::Directory(entry.to_string())
+        } else {
+            Allow::Exact(entry.to_string())
+        });
+    }
+    if entry.is_empty() || entry.contains(['/', ':', '@']) {
+        return Err("is none of: a built-in's name, an absolute path, oci://HOST/REPOSITORY(/*), sha256:DIGEST".into());
+    }
+    Ok(Allow::Exact(entry.to_string()))
+}
+
+/// An absolute path with no `.`, `..` or empty component: what it names
+/// does not depend on a prefix test being fooled (`/opt/p/../../etc`).
+fn lexically_normal(path: &str) -> bool {
+    path.strip_prefix('/')
+        .is_some_and(|rest| rest.split('/').all(|c| !c.is_empty() && c != "." && c != ".."))
+}
+
+/// Whether `allowlist` lets a SondeCheck name `plugin`. The plugin is
+/// compared in its parsed form, never as text against a prefix: a
+/// registry reference by registry and repository (so `acme/*` does not
+/// cover `acme-evil/x`), a path only when lexically normal (so a directory
+/// entry does not cover `dir/../elsewhere`), a digest only as the digest a
+/// reference is pinned to. Unparseable entries allow nothing.
+pub fn allowed(allowlist: &[String], plugin: &str) -> bool {
+    let entries = allowlist.iter().filter_map(|e| allow_entry(e).ok());
+    if Reference::is_oci(plugin) {
+        let Ok(reference) = Reference::parse(plugin) else {
+            return false;
+        };
+        return entries.into_iter().any(|a| match a {
+            Allow::Scope(scope) => scope.covers(&reference),
+            Allow::Digest(d) => reference.digest() == Some(d.as_str()),
+            Allow::Exact(_) | Allow::Directory(_) => false,
+        });
+    }
+    if plugin.starts_with('/') && !lexically_normal(plugin) {
+        return false;
+    }
+    entries.into_iter().any(|a| match a {
+        Allow::Exact(e) => e == plugin,
+        Allow::Directory(d) => plugin.starts_with(d.as_str()),
+        Allow::Scope(_) | Allow::Digest(_) => false,
+    })
+}
+
+/// A Pod by namespace and name.
+pub type PodKey = (String, String);
+
+/// What the controller needs of a Pod.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodView {
+    /// Namespace and name.
+    pub key: PodKey,
+    /// Its UID: the precondition of every write.
+    pub uid: String,
+    /// Every address in `status.podIPs` (or `status.podIP`), primary first.
+    pub ips: Vec<IpAddr>,
+    /// Named container ports.
+    pub ports: BTreeMap<String, u16>,
+    /// The SondeChecks its readiness gates name.
+    pub gates: BTreeSet<String>,
+    /// Its `sonde.dev/` annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Its conditions of type `sonde.dev/…`, by type.
+    pub conditions: BTreeMap<String, Cond>,
+    /// Whether it is going away (deleting, or its containers are done).
+    pub gone: bool,
+}
+
+impl PodView {
+    /// The view of `pod`; `None` without a namespace, name or UID.
+    pub fn of(pod: &Pod) -> Option<Self> {
+        let meta = &pod.metadata;
+        let key = (meta.namespace.clone()?, meta.name.clone()?);
+        let uid = meta.uid.clone()?;
+        let spec = pod.spec.as_ref();
+        let status = pod.status.as_ref();
+        let mut ips: Vec<IpAddr> = status
+            .and_then(|s| s.pod_ips.as_ref())
+            .map(|v| v.iter().filter_map(|i| i.ip.parse().ok()).collect())
+            .unwrap_or_default();
+        if ips.is_empty()
+            && let Some(ip) = status.and_then(|s| s.pod_ip.as_ref()).and_then(|i| i.parse().ok())
+        {
+            ips.push(ip);
+        }
+        let ports = spec
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .flat_map(|c| c.ports.iter().flatten())
+                    .filter_map(|p| Some((p.name.clone()?, u16::try_from(p.container_port).ok()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let gates = spec
+            .and_then(|s| s.readiness_gates.as_ref())
+            .map(|g| {
+                g.iter()
+                    .filter_map(|g| g.condition_type.strip_prefix(GATE_PREFIX))
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let annotations = meta
+            .annotations
+            .iter()
+            .flatten()
+            .filter(|(k, _)| k.starts_with(GATE_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let conditions = status
+            .and_then(|s| s.conditions.as_ref())
+            .map(|c| {
+                c.iter()
+                    .filter(|c| c.type_.starts_with(GATE_PREFIX))
+                    .map(|c| {
+                        (
+                            c.type_.clone(),
+                            Cond {
+                                status: CondStatus::parse(&c.status),
+                                reason: c.reason.clone().unwrap_or_default(),
+                                message: c.message.clone().unwrap_or_default(),
+                            },
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let phase = status.and_then(|s| s.phase.as_deref());
+        let gone = meta.deletion_timestamp.is_some() || matches!(phase, Some("Succeeded" | "Failed"));
+        Some(Self {
+            key,
+            uid,
+            ips,
+            ports,
+            gates,
+            annotations,
+            conditions,
+            gone,
+        })
+    }
+
+    /// The `sonde.dev/<check>.<field>` annotations of `check` that are not
+    /// overridable fields.
+    pub fn unknown_overrides(&self, check: &str) -> Vec<String> {
+        let prefix = format!("{GATE_PREFIX}{check}.");
+        self.annotations
+            .keys()
+            .filter(|k| k.strip_prefix(&prefix).is_some_and(|f| !OVERRIDABLE.contains(&f)))
+            .cloned()
+            .collect()
+    }
+}
+
+/// A condition's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CondStatus {
+    /// `True`.
+    True,
+    /// `False`.
+    False,
+    /// `Unknown`.
+    Unknown,
+}
+
+impl CondStatus {
+    fn parse(s: &str) -> Self {
+        match s {
+            "True" => Self::True,
+            "False" => Self::False,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// As the API writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+/// What sonde writes of a gate's condition; a write happens only when it
+/// differs from what the Pod has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cond {
+    /// True, False or Unknown.
+    pub status: CondStatus,
+    /// `CheckPassed`, `CheckFailed`, `CheckTimeout` or `CheckUnavailable`.
+    pub reason: String,
+    /// A short message from the outcome.
+    pub message: String,
+}
+
+impl Cond {
+    /// The condition for a probe state, from the run that set it.
+    pub fn of_state(state: Status, timed_out: bool, message: &str) -> Self {
+        let (status, reason) = match state {
+            Status::Success | Status::Warning => (CondStatus::True, "CheckPassed"),
+            Status::Failure if timed_out => (CondStatus::False, "CheckTimeout"),
+            Status::Failure => (CondStatus::False, "CheckFailed"),
+            Status::Unknown => (CondStatus::Unknown, "CheckUnavailable"),
+        };
+        Self {
+            status,
+            reason: reason.into(),
+            message: short(message),
+        }
+    }
+
+    /// `Unknown`/`CheckUnavailable`: nothing can be said about the Pod.
+    pub fn unavailable(message: &str) -> Self {
+        Self {
+            status: CondStatus::Unknown,
+            reason: "CheckUnavailable".into(),
+            message: short(message),
+        }
+    }
+
+    /// The probe state a condition already on the Pod seeds: the agent
+    /// writes nothing until a threshold is crossed again.
+    pub fn seed(cond: Option<&Cond>) -> Counter {
+        let state = match cond.map(|c| c.status) {
+            Some(CondStatus::True) => Status::Success,
+            Some(CondStatus::False) => Status::Failure,
+            _ => Status::Unknown,
+        };
+        Counter {
+            state,
+            consecutive: 0,
+            last_pass: None,
+        }
+    }
+}
+
+/// `message` cut to [`MAX_MESSAGE`] bytes on a char boundary.
+fn short(message: &str) -> String {
+    let m = message.trim();
+    if m.len() <= MAX_MESSAGE {
+        return m.to_string();
+    }
+    let mut end = MAX_MESSAGE - 3;
+    while !m.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &m[..end])
+}
+
+/// The condition type of a gate on check `check`.
+pub fn condition_type(check: &str) -> String {
+    format!("{GATE_PREFIX}{check}")
+}
+
+/// The name of the probe (and its target) of gate `check` of a Pod:
+/// `k8s_<namespace>_<pod>_<check>` (`_` appears in none of them, so the
+/// name is unambiguous), or, past the registry's 128 bytes, a prefix and a
+/// hash of the three.
+pub fn probe_name(namespace: &str, pod: &str, check: &str) -> String {
+    let full = format!("k8s_{namespace}_{pod}_{check}");
+    if full.len() <= 128 {
+        return full;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(full.as_bytes());
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}_{hash}", &full[..128 - 17])
+}
+
+/// The probe a (Pod, gate) pair maps to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    /// The probe's and its target's name.
+    pub name: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// The Pod's primary IP and the port.
+    pub address: String,
+    /// The whole target entry, as the config file would have it.
+    pub target: serde_json::Value,
+    /// The check's mode.
+    pub mode: Mode,
+}
+
+/// Why a (Pod, gate) pair has no probe.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The namespace maps to no tenant.
+    #[error("namespace {namespace:?} has no tenant: list it in the agent's kubernetes.namespaces")]
+    NoTenant {
+        /// The namespace.
+        namespace: String,
+    },
+    /// The plugin is not on the allowlist.
+    #[error("plugin {plugin:?} is not on the agent's allowlist (kubernetes.plugins)")]
+    PluginNotAllowed {
+        /// The plugin.
+        plugin: String,
+    },
+    /// The port names no container port of the Pod.
+    #[error("port {port:?} names no container port of the Pod")]
+    NoSuchPort {
+        /// The name.
+        port: String,
+    },
+    /// A port number out of range.
+    #[error("port {port} is not a port number (1-65535)")]
+    BadPort {
+        /// The number.
+        port: i64,
+    },
+}
+
+impl Refusal {
+    /// Whether the SondeCheck itself is refused (an Event goes on it),
+    /// rather than its use by one Pod.
+    pub fn of_check(&self) -> bool {
+        matches!(self, Self::NoTenant { .. } | Self::PluginNotAllowed { .. })
+    }
+}
+
+fn json_duration(secs: u32) -> serde_json::Value {
+    format!("{secs}s").into()
+}
+
+/// The probe of gate `check` of `pod`: `Ok(None)` while the Pod has no IP
+/// or is going away.
+pub fn desired(pod: &PodView, check: &SondeCheck, settings: &Settings) -> Result<Option<Desired>, Refusal> {
+    let (namespace, pod_name) = &pod.key;
+    let check_name = check.metadata.name.as_deref().unwrap_or_default();
+    let tenant = settings.tenant_of(namespace).ok_or_else(|| Refusal::NoTenant {
+        namespace: namespace.clone(),
+    })?;
+    let spec = &check.spec;
+    if !settings.allows(&spec.plugin) {
+        return Err(Refusal::PluginNotAllowed {
+            plugin: spec.plugin.clone(),
+        });
+    }
+    let override_key = format!("{GATE_PREFIX}{check_name}.port");
+    let port = match pod.annotations.get(&override_key) {
+        Some(p) => match p.trim().parse::<i64>() {
+            Ok(n) => IntOrString::Int(i32::try_from(n).unwrap_or(-1)),
+            Err(_) => IntOrString::String(p.trim().to_string()),
+        },
+        None => spec.port.clone(),
+    };
+    let port: u16 = match port {
+        IntOrString::Int(n) => u16::try_from(n)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or(Refusal::BadPort { port: n.into() })?,
+        IntOrString::String(name) => *pod.ports.get(&name).ok_or(Refusal::NoSuchPort { port: name })?,
+    };
+    let Some(primary) = pod.ips.first() else {
+        return Ok(None);
+    };
+    if pod.gone {
+        return Ok(None);
+    }
+    let address = std::net::SocketAddr::new(*primary, port).to_string();
+    let name = probe_name(namespace, pod_name, check_name);
+    let mut probe = serde_json::json!({
+        "name": name,
+        "kind": "readiness",
+        "plugin": spec.plugin,
+        "config": spec.config.clone().unwrap_or_else(|| serde_json::json!({})),
+        "period": json_duration(spec.period_seconds.unwrap_or(10)),
+        "initial_delay": json_duration(spec.initial_delay_seconds.unwrap_or(0)),
+        "timeout": json_duration(spec.timeout_seconds.unwrap_or(1)),
+        "success_threshold": spec.success_threshold.unwrap_or(1),
+        "failure_threshold": spec.failure_threshold.unwrap_or(3),
+        "labels": { "namespace": namespace, "pod": pod_name, "check": check_name },
+    });
+    // The Pod's other families are its own too.
+    let others: Vec<String> = pod.ips[1..]
+        .iter()
+        .map(|ip| std::net::SocketAddr::new(*ip, port).to_string())
+        .collect();
+    if !others.is_empty() {
+        probe["grants"] = serde_json::json!({ "net": others });
+    }
+    if let Some(l) = &spec.limits {
+        let mut limits = serde_json::Map::new();
+        if let Some(f) = l.fuel {
+            limits.insert("fuel".into(), f.into());
+        }
+        if let Some(m) = &l.memory {
+            limits.insert("memory".into(), m.clone().into());
+        }
+        probe["limits"] = limits.into();
+    }
+    let mut target = serde_json::json!({ "name": name, "address": address, "probes": [probe] });
+    if tenant != DEFAULT_TENANT {
+        target["tenant"] = tenant.into();
+    }
+    Ok(Some(Desired {
+        name,
+        tenant: tenant.to_string(),
+        address,
+        target,
+        mode: spec.mode,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubernetes::crd::SondeCheckSpec;
+
+    fn settings() -> Settings {
+        Settings::new(None, Some("node-1".into())).unwrap()
+    }
+
+    fn pod() -> PodView {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "shop", "name": "web-1", "uid": "u1",
+                         "annotations": {"sonde.dev/ready.port": "9090", "sonde.dev/ready.path": "/x", "other": "y"}},
+            "spec": {"nodeName": "node-1", "readinessGates": [{"conditionType": "sonde.dev/ready"}, {"conditionType": "example.com/x"}],
+                     "containers": [{"name": "c", "ports": [{"name": "http", "containerPort": 8080}]}]},
+            "status": {"podIP": "10.0.0.5", "podIPs": [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}],
+                       "conditions": [{"type": "sonde.dev/ready", "status": "True", "reason": "CheckPassed"}, {"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        PodView::of(&pod).unwrap()
+    }
+
+    fn check(port: IntOrString) -> SondeCheck {
+        SondeCheck {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("ready".into()),
+                namespace: Some("shop".into()),
+                ..Default::default()
+            },
+            spec: SondeCheckSpec {
+                plugin: "http".into(),
+                port,
+                period_seconds: Some(1),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_pod_view_keeps_gates_ips_ports_and_sonde_conditions() {
+        let p = pod();
+        assert_eq!(p.gates, BTreeSet::from(["ready".to_string()]));
+        assert_eq!(p.ips.len(), 2);
+        assert_eq!(p.ports["http"], 8080);
+        assert_eq!(p.conditions.len(), 1);
+        assert_eq!(p.conditions["sonde.dev/ready"].status, CondStatus::True);
+        assert_eq!(p.unknown_overrides("ready"), ["sonde.dev/ready.path"]);
+    }
+
+    #[test]
+    fn the_annotation_overrides_the_port_and_other_families_are_granted() {
+        let d = desired(&pod(), &check(IntOrString::String("http".into())), &settings())
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.address, "10.0.0.5:9090");
+        assert_eq!(d.name, "k8s_shop_web-1_ready");
+        assert_eq!(d.tenant, "shop");
+        assert_eq!(d.target["probes"][0]["grants"]["net"][0], "[fd00::5]:9090");
+        assert_eq!(d.target["probes"][0]["period"], "1s");
+        let mut p = pod();
+        p.annotations.clear();
+        let d = desired(&p, &check(IntOrString::String("http".into())), &settings())
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.address, "10.0.0.5:8080");
+        assert_eq!(
+            desired(&p, &check(IntOrString::String("grpc".into())), &settings()),
+            Err(Refusal::NoSuchPort { port: "grpc".into() })
+        );
+        p.ips.clear();
+        assert_eq!(desired(&p, &check(IntOrString::Int(80)), &settings()), Ok(None));
+    }
+
+    #[test]
+    fn the_allowlist_and_the_tenant_mapping_refuse() {
+        let mut s = settings();
+        let d1 = format!("sha256:{}", "a".repeat(64));
+        let d2 = format!("sha256:{}", "b".repeat(64));
+        s.plugins = vec![
+            "http".into(),
+            "oci://ghcr.io/acme/*".into(),
+            d1.clone(),
+            "/opt/sonde/plugins/".into(),
+            "/srv/one.wasm".into(),
+        ];
+        assert!(s.allows("http"));
+        assert!(!s.allows("tcp"));
+        assert!(s.allows(&format!("oci://ghcr.io/acme/check@{d2}")));
+        assert!(s.allows("oci://ghcr.io/acme/team/check:1.0"));
+        assert!(!s.allows(&format!("oci://ghcr.io/acmeevil/check@{d2}")));
+        assert!(!s.allows(&format!("oci://ghcr.io/acme@{d2}")), "the scope is under acme/");
+        assert!(!s.allows(&format!("oci://ghcr.io.evil/acme/check@{d2}")));
+        assert!(!s.allows("oci://ghcr.io/acme/../x:1"), "not a reference");
+        assert!(s.allows(&format!("oci://elsewhere.io/x@{d1}")));
+        assert!(!s.allows(&format!("oci://elsewhere.io/x:{}", &d1[7..20])));
+        assert!(s.allows("/opt/sonde/plugins/pg.wasm"));
+        assert!(!s.allows("/opt/sonde/plugins/../../../tmp/evil.wasm"));
+        assert!(!s.allows("/opt/sonde/plugins/./x/../../x.wasm"));
+        assert!(!s.allows("/opt/sonde/pluginsevil.wasm"));
+        assert!(s.allows("/srv/one.wasm"));
+        assert!(!s.allows("/srv//one.wasm"));
+        assert!(!s.allows("/srv/one.wasm/"));
+        for bad in ["oci://ghcr.io/acme/", "sha256:abcd", "/opt/../etc/", "./x.wasm", "ghcr.io/acme"] {
+            let spec = KubernetesSpec {
+                plugins: Some(vec![bad.to_string()]),
+                ..Default::default()
+            };
+            let e = Settings::new(Some(&spec), Some("n".into())).unwrap_err();
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+        assert_eq!(s.tenant_of("shop"), Some("shop"));
+        assert_eq!(s.tenant_of("default"), None, "the operator's tenant is never implied");
+        s.namespaces.insert("default".into(), "shop".into());
+        assert_eq!(s.tenant_of("default"), Some("shop"));
+        let mut c = check(IntOrString::Int(80));
+        c.spec.plugin = "exec".into();
+        assert!(desired(&pod(), &c, &s).unwrap_err().of_check());
+    }
+
+    #[test]
+    fn names_are_unambiguous_and_bounded() {
+        assert_ne!(probe_name("a", "b.c", "d"), probe_name("a", "b", "c.d"));
+        let long = probe_name("ns", &"p".repeat(200), "check");
+        assert_eq!(long.len(), 128);
+        assert!(crate::registry::valid_name(&long));
+    }
+
+    #[test]
+    fn conditions_and_seeds() {
+        assert_eq!(Cond::of_state(Status::Failure, true, "deadline").reason, "CheckTimeout");
+        assert_eq!(Cond::of_state(Status::Warning, false, "").status, CondStatus::True);
+        assert_eq!(
+            Cond::of_state(Status::Failure, false, &"x".repeat(1000)).message.len(),
+            MAX_MESSAGE
+        );
+        let c = Cond::of_state(Status::Success, false, "ok");
+        assert_eq!(Cond::seed(Some(&c)).state, Status::Success);
+        assert_eq!(Cond::seed(None).state, Status::Unknown);
+    }
+}

@@ -1,0 +1,103 @@
+//! Kubernetes readiness gates, from a DaemonSet: a Pod names a
+//! [`SondeCheck`](crd::SondeCheck) in a readiness gate
+//! `sonde.dev/<check-name>`; the agent on the Pod's node keeps one probe
+//! per (Pod, gate) in the registry — added when the Pod has an IP, changed
+//! when its IP or the check changes, removed when the Pod goes, each an
+//! incremental registry change — and writes the gate's condition on the
+//! Pod's status when the probe's state changes (docs/kubernetes.md).
+//!
+//! - [`crd`]: the `SondeCheck` resource;
+//! - [`mapping`]: settings, the Pod as the controller sees it, and the
+//!   probe of a (Pod, gate) pair — pure functions;
+//! - [`controller`]: the watches, the registry changes and the write queue;
+//! - [`writer`]: the strategic-merge patch, rate limit and backoff;
+//! - [`events`]: Kubernetes Events on Pods and SondeChecks.
+//!
+//! Namespaces map to tenants (by default the tenant of the namespace's
+//! name), so a check is held to its tenant's quotas and ceiling like any
+//! probe; a check outside them is refused with an Event on it.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn demo(agent: &sonde_runtime::agent::Agent) -> Result<(), Box<dyn std::error::Error>> {
+//! use sonde_runtime::kubernetes::{self, Settings};
+//!
+//! let settings = Settings::new(None, std::env::var("NODE_NAME").ok())?;
+//! let client = kubernetes::connect().await?;
+//! let handle = kubernetes::spawn(client, agent.control.clone(), agent.results.clone(), settings);
+//! handle.synced().await;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod controller;
+pub mod crd;
+pub mod events;
+pub mod mapping;
+pub mod writer;
+
+use crate::control::Control;
+use crate::results::ResultCache;
+pub use controller::Stats;
+pub use mapping::{Settings, SettingsError};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The running controller.
+pub struct Handle {
+    /// What it did so far.
+    pub stats: Arc<Stats>,
+    synced: watch::Receiver<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Handle {
+    /// Waits until both watches listed and every Pod's probes are in the
+    /// registry.
+    pub async fn synced(&self) {
+        let mut s = self.synced.clone();
+        let _ = s.wait_for(|v| *v).await;
+    }
+
+    /// Stops the controller; conditions on Pods are left as they are.
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Why the agent cannot reach the API server.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Neither in-cluster config nor a kubeconfig.
+    #[error("kubernetes: no API server config (in-cluster ServiceAccount or kubeconfig): {0}")]
+    Config(#[from] kube::config::InferConfigError),
+    /// The client cannot be built.
+    #[error("kubernetes: cannot build the API client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// A client of the API server from the in-cluster ServiceAccount (or
+/// `$KUBECONFIG`), over rustls with the ring provider.
+pub async fn connect() -> Result<kube::Client, ConnectError> {
+    let config = kube::Config::infer().await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Starts the controller of `settings.node_name`'s Pods on the registry
+/// of `control`, following probe states in `results`.
+pub fn spawn(client: kube::Client, control: Arc<Control>, results: ResultCache, settings: Settings) -> Handle {
+    let stats = Arc::new(Stats::default());
+    let (synced_tx, synced) = watch::channel(false);
+    tracing::info!(node = %settings.node_name, plugins = ?settings.plugins, qps = settings.qps, burst = settings.burst, "kubernetes: serving readiness gates sonde.dev/* of this node's Pods");
+    let (controller, done_rx) =
+        controller::Controller::new(client, control, results, settings, stats.clone(), synced_tx);
+    let task = tokio::spawn(controller.run(done_rx));
+    Handle { stats, synced, task }
+}

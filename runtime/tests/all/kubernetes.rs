@@ -1,0 +1,977 @@
+//! The Kubernetes readiness-gate controller against an API server mocked
+//! at the HTTP level (kube's `tower-test` pattern): every request the
+//! agent makes is checked (method, path, content type, body, UID
+//! precondition) and answered by a small in-memory API server that serves
+//! lists and watch streams (with a `410 Gone` re-list on demand) and
+//! applies strategic-merge patches of conditions the way the real one does
+//! (merged by `type`). The probes are real: the built-in http plugin
+//! against real loopback servers.
+//!
+//! `SONDE_E2E_KUBECONFIG` runs `e2e_against_a_real_api_server` against a
+//! real cluster; without it the test says it was skipped.
+
+use crate::support::engine;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use serde_json::{Value, json};
+use sonde_runtime::agent::{Agent, AgentOptions};
+use sonde_runtime::kubernetes::{self, Settings};
+use sonde_tests::HttpServer;
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+const NODE: &str = "node-1";
+/// How long a test waits for something that should happen within seconds.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// One request the agent made.
+#[derive(Clone, Debug)]
+struct Recorded {
+    method: String,
+    path: String,
+    query: String,
+    content_type: String,
+    body: Value,
+}
+
+#[derive(Default)]
+struct World {
+    rv: u64,
+    pods: BTreeMap<(String, String), Value>,
+    checks: BTreeMap<(String, String), Value>,
+    pod_watches: Vec<mpsc::UnboundedSender<Bytes>>,
+    check_watches: Vec<mpsc::UnboundedSender<Bytes>>,
+    /// The next Pod watch answers with a `410 Gone` error event.
+    gone_next_pod_watch: bool,
+    /// Answers forced on the next patches: (code, message).
+    patch_script: VecDeque<(u16, String)>,
+}
+
+/// The mocked API server.
+#[derive(Clone)]
+struct FakeApi {
+    world: Arc<Mutex<World>>,
+    log: Arc<watch::Sender<Vec<Recorded>>>,
+}
+
+fn full(status: u16, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())).boxed())
+        .unwrap()
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    Bytes::from(format!("{}\n", json!({"type": kind, "object": object})))
+}
+
+fn key_of(v: &Value) -> (String, String) {
+    (
+        v["metadata"]["namespace"].as_str().unwrap().to_string(),
+        v["metadata"]["name"].as_str().unwrap().to_string(),
+    )
+}
+
+impl FakeApi {
+    fn start() -> (kube::Client, Self) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<Body>>();
+        let api = Self {
+            world: Arc::default(),
+            log: Arc::new(watch::Sender::new(Vec::new())),
+        };
+        let server = api.clone();
+        tokio::spawn(async move {
+            while let Some((req, send)) = handle.next_request().await {
+                let resp = server.answer(req).await;
+                send.send_response(resp);
+            }
+        });
+        (kube::Client::new(service, "default"), api)
+    }
+
+    fn world(&self) -> std::sync::MutexGuard<'_, World> {
+        self.world.lock().unwrap()
+    }
+
+    async fn answer(&self, req: Request<kube::client::Body>) -> Response<Body> {
+        let (parts, body) = req.into_parts();
+        let bytes = body.collect_bytes().await.unwrap();
+        let rec = Recorded {
+            method: parts.method.to_string(),
+            path: parts.uri.path().to_string(),
+            query: parts.uri.query().unwrap_or_default().to_string(),
+            content_type: parts
+                .headers
+                .get("content-type")
+                .map(|v| v.to_str().unwrap().to_string())
+                .unwrap_or_default(),
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        };
+        let resp = self.handle(&rec);
+        self.log.send_modify(|l| l.push(rec));
+        resp
+    }
+
+    fn handle(&self, r: &Recorded) -> Response<Body> {
+        let query: BTreeMap<String, String> = form_urlencoded::parse(r.query.as_bytes()).into_owned().collect();
+        let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+        let mut w = self.world();
+        match (r.method.as_str(), r.path.as_str()) {
+            ("GET", "/api/v1/pods") => {
+                let selector = query.get("fieldSelector").cloned().unwrap_or_default();
+                let node = selector
+                    .strip_prefix("spec.nodeName=")
+                    .expect("Pods are watched by node")
+                    .to_string();
+                if watching {
+                    if std::mem::take(&mut w.gone_next_pod_watch) {
+                        let (tx, rx) = mpsc::unbounded_channel();
+                        tx.send(line("ERROR", &status(410, "Expired", "too old resource version")))
+                            .unwrap();
+                        drop(tx);
+                        return stream(rx);
+                    }
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    w.pod_watches.push(tx);
+                    return stream(rx);
+                }
+                let items: Vec<Value> = w
+                    .pods
+                    .values()
+                    .filter(|p| p["spec"]["nodeName"] == node.as_str())
+                    .cloned()
+                    .collect();
+                full(
+                    200,
+                    &json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": w.rv.to_string()}, "items": items}),
+                )
+            }
+            ("GET", "/apis/sonde.dev/v1alpha1/sondechecks") => {
+                if watching {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    w.check_watches.push(tx);
+                    return stream(rx);
+                }
+                let items: Vec<Value> = w.checks.values().cloned().collect();
+                full(
+                    200,
+                    &json!({"apiVersion": "sonde.dev/v1alpha1", "kind": "SondeCheckList", "metadata": {"resourceVersion": w.rv.to_string()}, "items": items}),
+                )
+            }
+            ("PATCH", path) if path.ends_with("/status") => {
+                let parts: Vec<&str> = path.split('/').collect();
+                // /api/v1/namespaces/{ns}/pods/{name}/status
+                assert_eq!(parts[..4], ["", "api", "v1", "namespaces"], "{path}");
+                assert_eq!(parts[5], "pods");
+                let key = (parts[4].to_string(), parts[6].to_string());
+                assert_eq!(
+                    r.content_type, "application/strategic-merge-patch+json",
+                    "never a JSON merge patch"
+                );
+                assert_eq!(query.get("fieldManager").map(String::as_str), Some("sonde"));
+                let body = r.body.as_object().expect("a JSON object");
+                let mut keys: Vec<&String> = body.keys().collect();
+                keys.sort();
+                assert_eq!(
+                    keys,
+                    ["metadata", "status"],
+                    "only sonde's condition and the UID: {}",
+                    r.body
+                );
+                assert_eq!(
+                    r.body["metadata"].as_object().unwrap().len(),
+                    1,
+                    "metadata carries the uid only"
+                );
+                assert_eq!(
+                    r.body["status"].as_object().unwrap().len(),
+                    1,
+                    "status carries conditions only"
+                );
+                for c in r.body["status"]["conditions"].as_array().unwrap() {
+                    assert!(
+                        c["type"].as_str().unwrap().starts_with("sonde.dev/"),
+                        "only sonde's conditions: {c}"
+                    );
+                    assert!(
+                        ["CheckPassed", "CheckFailed", "CheckTimeout", "CheckUnavailable"]
+                            .contains(&c["reason"].as_str().unwrap()),
+                        "{c}"
+                    );
+                }
+                if let Some((code, message)) = w.patch_script.pop_front() {
+                    return full(code, &status(code, "Scripted", &message));
+                }
+                let Some(pod) = w.pods.get(&key).cloned() else {
+                    return full(404, &status(404, "NotFound", "pods not found"));
+                };
+                let uid = pod["metadata"]["uid"].as_str().unwrap();
+                let want = r.body["metadata"]["uid"].as_str().expect("the UID precondition");
+                if uid != want {
+                    return full(
+                        409,
+                        &status(
+                            409,
+                            "Conflict",
+                            &format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
+                        ),
+                    );
+                }
+                let mut pod = pod;
+                merge_conditions(&mut pod, r.body["status"]["conditions"].as_array().unwrap());
+                w.rv += 1;
+                pod["metadata"]["resourceVersion"] = w.rv.to_string().into();
+                w.pods.insert(key, pod.clone());
+                let ev = line("MODIFIED", &pod);
+                w.pod_watches.retain(|tx| tx.send(ev.clone()).is_ok());
+                full(200, &pod)
+            }
+            ("POST", path) if path.ends_with("/events") => {
+                assert_eq!(r.body["kind"], "Event");
+                assert_eq!(r.body["source"]["component"], "sonde");
+                full(201, &r.body)
+            }
+            (m, p) => panic!("unexpected request {m} {p}?{}", r.query),
+        }
+    }
+
+    /// Adds or replaces an object and tells the watches (`silently`: not).
+    fn put(&self, obj: Value, silently: bool) {
+        let mut w = self.world();
+        w.rv += 1;
+        let mut obj = obj;
+        obj["metadata"]["resourceVersion"] = w.rv.to_string().into();
+        let key = key_of(&obj);
+        let is_pod = obj["kind"] == "Pod";
+        let map = if is_pod { &mut w.pods } else { &mut w.checks };
+        let kind = if map.insert(key, obj.clone()).is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        if silently {
+            return;
+        }
+        let ev = line(kind, &obj);
+        let watches = if is_pod {
+            &mut w.pod_watches
+        } else {
+            &mut w.check_watches
+        };
+        watches.retain(|tx| tx.send(ev.clone()).is_ok());
+    }
+
+    fn delete_pod(&self, ns: &str, name: &str, silently: bool) {
+        let mut w = self.world();
+        w.rv += 1;
+        let Some(pod) = w.pods.remove(&(ns.to_string(), name.to_string())) else {
+            return;
+        };
+        if !silently {
+            let ev = line("DELETED", &pod);
+            w.pod_watches.retain(|tx| tx.send(ev.clone()).is_ok());
+        }
+    }
+
+    fn pod(&self, ns: &str, name: &str) -> Value {
+        self.world().pods[&(ns.to_string(), name.to_string())].clone()
+    }
+
+    fn requests(&self) -> Vec<Recorded> {
+        self.log.borrow().clone()
+    }
+
+    fn patches(&self) -> Vec<Recorded> {
+        self.requests().into_iter().filter(|r| r.method == "PATCH").collect()
+    }
+
+    fn events(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/events"))
+            .collect()
+    }
+
+    /// Waits until the requests so far satisfy `f`.
+    async fn wait(&self, what: &str, f: impl Fn(&[Recorded]) -> bool) {
+        let mut rx = self.log.subscribe();
+        tokio::time::timeout(PATIENCE, rx.wait_for(|l| f(l)))
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {what}; requests: {:#?}", self.requests()))
+            .unwrap();
+    }
+}
+
+fn stream(rx: mpsc::UnboundedReceiver<Bytes>) -> Response<Body> {
+    let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(hyper::body::Frame::data(b)), rx))
+    });
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(StreamBody::new(frames).boxed())
+        .unwrap()
+}
+
+/// The API server's strategic merge of `status.conditions` (patch strategy
+/// `merge`, key `type`): each patched condition's fields replace the
+/// stored one's of the same type; the others stay.
+fn merge_conditions(pod: &mut Value, patch: &[Value]) {
+    let list = pod["status"]["conditions"].as_array_mut().unwrap();
+    for c in patch {
+        match list.iter_mut().find(|x| x["type"] == c["type"]) {
+            Some(old) => {
+                for (k, v) in c.as_object().unwrap() {
+                    old[k] = v.clone();
+                }
+            }
+            None => list.push(c.clone()),
+        }
+    }
+}
+
+fn pod(ns: &str, name: &str, uid: &str, node: &str, port: u16, gates: &[&str], conditions: Value) -> Value {
+    let gates: Vec<Value> = gates
+        .iter()
+        .map(|g| json!({"conditionType": format!("sonde.dev/{g}")}))
+        .collect();
+    let mut conditions = conditions;
+    let list = conditions.as_array_mut().unwrap();
+    // The kubelet's own, which sonde must never drop.
+    list.push(json!({"type": "ContainersReady", "status": "True"}));
+    list.push(json!({"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady"}));
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": ns, "name": name, "uid": uid},
+        "spec": {"nodeName": node, "readinessGates": gates,
+                 "containers": [{"name": "app", "image": "app", "ports": [{"name": "http", "containerPort": port}]}]},
+        "status": {"phase": "Running", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}], "conditions": conditions}
+    })
+}
+
+fn check(ns: &str, name: &str, period: u32, failure_threshold: u32) -> Value {
+    json!({
+        "apiVersion": "sonde.dev/v1alpha1", "kind": "SondeCheck",
+        "metadata": {"namespace": ns, "name": name, "uid": format!("check-{ns}-{name}")},
+        "spec": {"plugin": "http", "config": {"path": "/health"}, "port": "http",
+                 "periodSeconds": period, "timeoutSeconds": 1, "failureThreshold": failure_threshold}
+    })
+}
+
+fn passed() -> Value {
+    json!([{"type": "sonde.dev/ready", "status": "True", "reason": "CheckPassed", "message": "200 OK",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+}
+
+fn cond<'a>(pod: &'a Value, t: &str) -> Option<&'a Value> {
+    pod["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == t)
+}
+
+/// An agent with tenants `shop` (the loopback in its ceiling) and `poor`
+/// (the 10/8 network only), and the controller on `client`.
+async fn agent(client: kube::Client, dir: &Path) -> (Agent, kubernetes::Handle) {
+    agent_with(client, dir, "", &["http", "tcp"]).await
+}
+
+/// [`agent`] with more top-level config (`extra`) and another allowlist.
+async fn agent_with(client: kube::Client, dir: &Path, extra: &str, plugins: &[&str]) -> (Agent, kubernetes::Handle) {
+    let config = dir.join("sonde.yaml");
+    std::fs::write(
+        &config,
+        format!("{extra}tenants:\n  - id: shop\n    quotas: {{max_probes: 200, max_concurrent_runs: 16}}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]}}\n  - id: poor\n    ceiling: {{net: [\"10.0.0.0/8:*\"]}}\ntargets: []\n"),
+    )
+    .unwrap();
+    let options = AgentOptions {
+        config: Some(config),
+        api: None,
+        state_dir: None,
+        grace: Duration::from_secs(1),
+        jitter: false,
+        api_auth: Default::default(),
+    };
+    let agent = Agent::start(engine(), options).await.unwrap();
+    let settings = Settings {
+        node_name: NODE.into(),
+        plugins: plugins.iter().map(|p| p.to_string()).collect(),
+        namespaces: BTreeMap::new(),
+        qps: 200.0,
+        burst: 200,
+    };
+    let handle = kubernetes::spawn(client, agent.control.clone(), agent.results.clone(), settings);
+    (agent, handle)
+}
+
+/// Waits until probe `name` has run `n` more times than `after`.
+pub(crate) async fn runs(agent: &Agent, name: &str, n: usize) {
+    let start = agent.results.get(name).and_then(|v| v.history).map_or(0, |h| h.len());
+    let mut follow = agent.results.run_log().follow();
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let now = agent.results.get(name).and_then(|v| v.history).map_or(0, |h| h.len());
+            if now >= (start + n).min(sonde_runtime::results::DEFAULT_HISTORY) {
+                return;
+            }
+            follow.changed().await.unwrap();
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{name} did not run {n} times"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_follows_its_pod_added_retargeted_and_removed() {
+    let good = HttpServer::start().await;
+    let bad = HttpServer::start().await;
+    bad.set_healthy(false);
+    let (client, api) = FakeApi::start();
+    api.put(check("shop", "ready", 1, 2), false);
+    api.put(
+        pod("shop", "web-1", "uid-1", NODE, good.addr.port(), &["ready"], json!([])),
+        false,
+    );
+    // Another node's Pod: never listed, never written.
+    api.put(
+        pod(
+            "shop",
+            "web-2",
+            "uid-2",
+            "node-2",
+            good.addr.port(),
+            &["ready"],
+            json!([]),
+        ),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path()).await;
+    gates.synced().await;
+    let name = "k8s_shop_web-1_ready";
+    let view = agent.results.get(name).expect("one probe for the (Pod, gate)");
+    assert_eq!(view.target, name);
+    assert_eq!(view.tenant, "shop");
+    let labels: Vec<(&str, &str)> = view.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(labels, [("check", "ready"), ("namespace", "shop"), ("pod", "web-1")]);
+    assert!(
+        agent.results.get("k8s_shop_web-2_ready").is_none(),
+        "another node's Pod"
+    );
+
+    api.wait("the True condition", |r| r.iter().any(|r| r.method == "PATCH"))
+        .await;
+    let p = &api.patches()[0];
+    assert_eq!(p.path, "/api/v1/namespaces/shop/pods/web-1/status");
+    assert_eq!(p.body["metadata"]["uid"], "uid-1");
+    let c = &p.body["status"]["conditions"][0];
+    assert_eq!(
+        (c["type"].as_str(), c["status"].as_str(), c["reason"].as_str()),
+        (Some("sonde.dev/ready"), Some("True"), Some("CheckPassed"))
+    );
+    assert!(c["lastTransitionTime"].is_string(), "a flip stamps the transition");
+    let stored = api.pod("shop", "web-1");
+    assert!(
+        cond(&stored, "Ready").is_some() && cond(&stored, "ContainersReady").is_some(),
+        "the kubelet's conditions stay"
+    );
+
+    // Retarget: the Pod's port annotation moves the probe to the failing server.
+    let mut moved = api.pod("shop", "web-1");
+    moved["metadata"]["annotations"] = json!({"sonde.dev/ready.port": bad.addr.port().to_string()});
+    api.put(moved, false);
+    api.wait("the False condition", |r| {
+        r.iter().filter(|r| r.method == "PATCH").count() == 2
+    })
+    .await;
+    let p = &api.patches()[1];
+    let c = &p.body["status"]["conditions"][0];
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("False"), Some("CheckFailed"))
+    );
+    assert!(c["message"].as_str().unwrap().contains("500"), "{c}");
+    let view = agent.results.get(name).unwrap();
+    assert!(
+        view.history.unwrap().len() >= 2,
+        "two failures in a row before the write (failureThreshold 2)"
+    );
+
+    // Removed with its Pod.
+    api.delete_pod("shop", "web-1", false);
+    let mut follow = agent.results.run_log().follow();
+    tokio::time::timeout(PATIENCE, async {
+        while agent.results.get(name).is_some() {
+            let _ = tokio::time::timeout(Duration::from_millis(200), follow.changed()).await;
+        }
+    })
+    .await
+    .expect("the probe goes with its Pod");
+    assert!(api.patches().iter().all(|p| !p.path.contains("web-2")));
+    drop(gates);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_writes_nothing_while_the_condition_on_the_pod_holds() {
+    let good = HttpServer::start().await;
+    let (client, api) = FakeApi::start();
+    api.put(check("shop", "ready", 1, 3), false);
+    api.put(
+        pod("shop", "web-1", "uid-1", NODE, good.addr.port(), &["ready"], passed()),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path()).await;
+    gates.synced().await;
+    runs(&agent, "k8s_shop_web-1_ready", 3).await;
+    assert_eq!(api.patches().len(), 0, "seeded True, still passing: no write");
+    assert_eq!(gates.stats.patch_attempts.load(std::sync::atomic::Ordering::Relaxed), 0);
+    drop(gates);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_patch_comes_only_after_failure_threshold_failures() {
+    let server = HttpServer::start().await;
+    server.set_healthy(false);
+    let (client, api) = FakeApi::start();
+    api.put(check("shop", "ready", 1, 3), false);
+    api.put(
+        pod("shop", "web-1", "uid-1", NODE, server.addr.port(), &["ready"], passed()),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path()).await;
+    gates.synced().await;
+    let name = "k8s_shop_web-1_ready";
+    // Two failures: below the threshold, the Pod keeps True.
+    runs(&agent, name, 2).await;
+    let v = agent.results.get(name).unwrap();
+    if v.consecutive < 3 {
+        assert_eq!(api.patches().len(), 0, "no write before the third failure");
+    }
+    api.wait("the False condition", |r| r.iter().any(|r| r.method == "PATCH"))
+        .await;
+    assert!(agent.results.get(name).unwrap().consecutive >= 3);
+    assert_eq!(api.patches().len(), 1);
+    let stored = api.pod("shop", "web-1");
+    assert_eq!(cond(&stored, "sonde.dev/ready").unwrap()["status"], "False");
+    drop(gates);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_recreated_under_the_same_name_is_not_written_for_the_old_one() {
+    let server = HttpServer::start().await;
+    let (client, api) = FakeApi::start();
+    let mut delayed = check("shop", "ready", 1, 1);
+    delayed["spec"]["initialDelaySeconds"] = 1.into();
+    api.put(delayed, false);
+    api.put(
+        pod(
+            "shop",
+            "web-1",
+            "uid-old",
+            NODE,
+            server.addr.port(),
+            &["ready"],
+            json!([]),
+        ),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path()).await;
+    gates.synced().await;
+    // Before the first run (a second away), the Pod is deleted and created
+    // again under its name; the agent's watch has not said so yet, so its
+    // write carries the old UID, which the API server must refuse.
+    api.put(
+        pod(
+            "shop",
+            "web-1",
+            "uid-new",
+            NODE,
+            server.addr.port(),
+            &["ready"],
+            json!([]),
+        ),
+        true,
+    );
+    api.wait("the old UID's write", |r| r.iter().any(|r| r.method == "PATCH"))
+        .await;
+    assert_eq!(api.patches()[0].body["metadata"]["uid"], "uid-old");
+    let stored = api.pod("shop", "web-1");
+    assert!(
+        cond(&stored, "sonde.dev/ready").is_none(),
+        "the new Pod was not written"
+    );
+    // Now the watch tells: a new probe, a write with the new UID.
+    let mut fresh = stored.clone();
+    fresh["metadata"]["labels"] = json!({"v": "2"});
+    api.put(fresh, false);
+    api.wait("the new Pod's write", |r| {
+        r.iter()
+            .any(|r| r.method == "PATCH" && r.body["metadata"]["uid"] == "uid-new")
+    })
+    .await;
+    let old = api
+        .patches()
+        .iter()
+        .filter(|p| p.body["metadata"]["uid"] == "uid-old")
+        .count();
+    assert_eq!(old, 1, "the old UID's write is dropped, not retried");
+    assert_eq!(gates.stats.gone.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let stored = api.pod("shop", "web-1");
+    assert_eq!(cond(&stored, "sonde.dev/ready").unwrap()["status"], "True");
+    drop(gates);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_is_retried_and_a_forbidden_write_is_not_hammered() {
+    let server = HttpServer::start().await;
+    let (client, api) = FakeApi::start();
+    api.world()
+        .patch_script
+        .push_back((409, "the object has been modified".into()));
+    api.put(check("shop", "ready", 1, 1), false);
+    api.put(
+        pod(
+            "shop",
+            "web-1",
+            "uid-1",
+            NODE,
+            server.addr.port(),
+            &["ready"],
+            json!([]),
+        ),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path()).await;
+    gates.synced().await;
+    api.wait("the retried write", |r| {
+        r.iter().filter(|r| r.method == "PATCH").count() == 2
+    })
+    .await;
+    let stored = api.pod("shop", "web-1");
+    assert_eq!(cond(&stored, "sonde.dev/ready").unwrap()["status"], "True");
+    assert_eq!(gates.stats.retries.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+    // Forbidden: reported and retried no sooner than the forbidden backoff.
+    api.world()
+        .patch_script
+        .push_back((403, "pods \"web-1\" is forbidden".into()));
+    server.set_healthy(false);
+    api.wait("the forbidden write", |r| {
+        r.iter().filter(|r| r.method == "PATCH").count() == 3
+    })
+    .await;
+    runs(&agent, "k8s_shop_web-1_ready", 4).await;
+    assert_eq!(api.patches().len(), 3, "no retry within seconds of a 403");
+    assert_eq!(gates.stats.forbidden.load(std::sync::atomic::Ordering::Relaxed), 1);
+    drop(gates);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_outside_its_namespace_ceiling_is_refused_with_an_event() {
+    let server = HttpServer::start().await;
+    let (client, api) = FakeApi::start();
+    api.put(check("poor", "ready", 1, 1), false);
+    api.put(
+        pod(
+            "poor",
+            "web-1",
+            "uid-1",
+            NODE,
+            server.addr.port(),
+            &["ready"],
+            json!([]),
+        ),
+        false,
+    );
+    let mut tcp = check("shop", "raw", 1, 1);
+    tcp["spec"]["plugin"] = "exec".into();
+    api.put(tcp, false);
+    api.put(
+        pod("shop", "web-2", "uid-2", NODE, server.addr.port(), &["raw"], json!([])),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path()).await;
+    gates.synced().await;
+    assert!(agent.results.get("k8s_poor_web-1_ready").is_none(), "refused, not run");
+    api.wait("two refusal events", |r| {
+        r.iter()
+            .filter(|r| r.method == "POST" && r.body["reason"] == "Refused")
+            .count()
+            == 2
+    })
+    .await;
+    let events = api.events();
+    let ceiling = events
+        .iter()
+        .find(|e| e.body["involvedObject"]["namespace"] == "poor")
+        .unwrap();
+    assert_eq!(ceiling.path, "/api/v1/namespaces/poor/events");
+    assert_eq!(ceiling.body["involvedObject"]["kind"], "SondeCheck");
+    assert_eq!(ceiling.body["type"], "Warning");
+    let message = ceiling.body["message"].as_str().unwrap();
+    assert!(
+        message.contains("127.0.0.1") && message.contains("ceiling"),
+        "names the grant: {message}"
+    );
+    let allow = events
+        .iter()
+        .find(|e| e.body["involvedObject"]["namespace"] == "shop")
+        .unwrap();
+    assert!(
+        allow.body["message"].as_str().unwrap().contains("allowlist"),
+        "{}",
+        allow.body
+    );
+    api.wait("the Unknown conditions", |r| {
+        r.iter().filter(|r| r.method == "PATCH").count() == 2
+    })
+    .await;
+    for p in api.patches() {
+        let c = &p.body["status"]["conditions"][0];
+        assert_eq!(
+            (c["status"].as_str(), c["reason"].as_str()),
+            (Some("Unknown"), Some("CheckUnavailable"))
+        );
+    }
+    drop(gates);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_gone_watch_relists_and_drops_pods_deleted_meanwhile() {
+    let server = HttpServer::start().await;
+    let (client, api) = FakeApi::start();
+    api.put(check("shop", "ready", 1, 3), false);
+    api.put(
+        pod("shop", "web-1", "uid-1", NODE, server.addr.port(), &["ready"], passed()),
+        false,
+    );
+    api.put(
+        pod("shop", "web-2", "uid-2", NODE, server.addr.port(), &["ready"], passed()),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path()).await;
+    gates.synced().await;
+    assert!(agent.results.get("k8s_shop_web-2_ready").is_some());
+    let lists = |r: &[Recorded]| {
+        r.iter()
+            .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch="))
+            .count()
+    };
+    assert_eq!(lists(&api.requests()), 1);
+    // The Pod goes while the watch is down; the next watch is too old.
+    api.delete_pod("shop", "web-2", true);
+    {
+        let mut w = api.world();
+        w.gone_next_pod_watch = true;
+        w.pod_watches.clear(); // ends the open watch
+    }
+    api.wait("a re-list", |r| lists(r) >= 2).await;
+    let mut follow = agent.results.run_log().follow();
+    tokio::time::timeout(PATIENCE, async {
+        while agent.results.get("k8s_shop_web-2_ready").is_some() {
+            let _ = tokio::time::timeout(Duration::from_millis(200), follow.changed()).await;
+        }
+    })
+    .await
+    .expect("the deleted Pod's probe goes after the re-list");
+    assert!(agent.results.get("k8s_shop_web-1_ready").is_some());
+    assert_eq!(api.patches().len(), 0);
+    drop(gates);
+    agent.stop().await;
+}
+
+/// The acceptance figure: 110 Pods on the node, one gate each, a 1 s
+/// check: no write at all in steady state, and one patch per transition
+/// when one target flaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_110_steady_state_writes_nothing_and_a_flap_writes_once_per_transition() {
+    let mut servers = Vec::new();
+    for _ in 0..110 {
+        servers.push(HttpServer::start().await);
+    }
+    let (client, api) = FakeApi::start();
+    api.put(check("shop", "ready", 1, 3), false);
+    for (i, s) in servers.iter().enumerate() {
+        api.put(
+            pod(
+                "shop",
+                &format!("web-{i}"),
+                &format!("uid-{i}"),
+                NODE,
+                s.addr.port(),
+                &["ready"],
+                passed(),
+            ),
+            false,
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path()).await;
+    gates.synced().await;
+    assert_eq!(gates.stats.probes.load(std::sync::atomic::Ordering::Relaxed), 110);
+    // Steady state: every probe runs three more times, no write.
+    for i in 0..110 {
+        runs(&agent, &format!("k8s_shop_web-{i}_ready"), 3).await;
+    }
+    let steady = api.patches().len();
+    assert_eq!(steady, 0, "writes in steady state");
+
+    servers[7].set_healthy(false);
+    api.wait("the down transition", |r| r.iter().any(|r| r.method == "PATCH"))
+        .await;
+    servers[7].set_healthy(true);
+    api.wait("the up transition", |r| {
+        r.iter().filter(|r| r.method == "PATCH").count() >= 2
+    })
+    .await;
+    // Steady again: three more runs of the flapped probe, nothing more.
+    runs(&agent, "k8s_shop_web-7_ready", 3).await;
+    let patches = api.patches();
+    assert_eq!(patches.len(), 2, "one patch per transition: {patches:#?}");
+    assert!(
+        patches
+            .iter()
+            .all(|p| p.path == "/api/v1/namespaces/shop/pods/web-7/status")
+    );
+    let statuses: Vec<&str> = patches
+        .iter()
+        .map(|p| p.body["status"]["conditions"][0]["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["False", "True"]);
+    eprintln!(
+        "110 Pods, 1 s checks: {steady} writes in steady state; flap of one target: {} patches for 2 transitions",
+        patches.len()
+    );
+    drop(gates);
+    agent.stop().await;
+}
+
+/// Against a real API server: runs only with `SONDE_E2E_KUBECONFIG`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_against_a_real_api_server() {
+    let Ok(path) = std::env::var("SONDE_E2E_KUBECONFIG") else {
+        eprintln!(
+            "SKIPPED e2e_against_a_real_api_server: set SONDE_E2E_KUBECONFIG to a kubeconfig of a test cluster to run it"
+        );
+        return;
+    };
+    crate::kubernetes_e2e::run(Path::new(&path)).await;
+}
+
+/// A SondeCheck may name its plugin by `oci://…@sha256:` reference when a
+/// registry scope on the allowlist covers it: the namespace's tenant pulls
+/// it from a real registry, runs the pinned digest and the gate turns True.
+/// The same component under a repository the scope does not cover is
+/// refused with an Event, and nothing is pulled for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oci_check_covered_by_the_allowlist_drives_its_gate_and_another_is_refused() {
+    let Some(registry) = crate::oci::Registry::start(Default::default()) else {
+        return;
+    };
+    let pusher = tempfile::tempdir().unwrap();
+    let tcp = sonde_runtime::builtins::get("tcp").unwrap();
+    let mut pinned = Vec::new();
+    for repo in ["acme/tcp-check:1.0", "stray/tcp-check:1.0"] {
+        let pushed = registry
+            .client(pusher.path())
+            .push(&registry.reference(repo), tcp, &crate::oci::info())
+            .await
+            .unwrap();
+        pinned.push(pushed.reference.to_string());
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepting = tokio::spawn(async move {
+        loop {
+            let _ = listener.accept().await;
+        }
+    });
+    let (client, api) = FakeApi::start();
+    for (name, plugin, pod_name, uid) in [
+        ("ready", &pinned[0], "web-1", "uid-1"),
+        ("stray", &pinned[1], "web-2", "uid-2"),
+    ] {
+        let mut c = check("shop", name, 1, 1);
+        c["spec"]["plugin"] = plugin.as_str().into();
+        c["spec"]["config"] = json!({});
+        api.put(c, false);
+        api.put(pod("shop", pod_name, uid, NODE, port, &[name], json!([])), false);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "state_dir: {}\noci:\n  registries:\n    \"{}\": {{ insecure: true }}\n  timeout: 5s\n",
+        dir.path().join("state").display(),
+        registry.addr
+    );
+    let scope = format!("oci://{}/acme/*", registry.addr);
+    let (agent, gates) = agent_with(client, dir.path(), &extra, &["tcp", &scope]).await;
+    gates.synced().await;
+    api.wait("the gate of the covered check turns True", |r| {
+        r.iter().any(|r| {
+            r.method == "PATCH"
+                && r.path == "/api/v1/namespaces/shop/pods/web-1/status"
+                && r.body["status"]["conditions"][0]["status"] == "True"
+        })
+    })
+    .await;
+    let view = agent.results.get("k8s_shop_web-1_ready").unwrap();
+    assert_eq!(view.plugin, pinned[0], "runs the pinned digest");
+    assert_eq!(view.tenant, "shop");
+    let pulled = agent.executor.tenant_stats("shop").unwrap().pull_bytes;
+    assert!(
+        (tcp.len() as u64..2 * tcp.len() as u64).contains(&pulled),
+        "one pull, the namespace's tenant's: {pulled} bytes for a {} byte component",
+        tcp.len()
+    );
+    api.wait("a refusal Event on the stray check", |r| {
+        r.iter().any(|r| {
+            r.method == "POST"
+                && r.body["reason"] == "Refused"
+                && r.body["involvedObject"]["name"] == "stray"
+        })
+    })
+    .await;
+    let refusal = api
+        .events()
+        .into_iter()
+        .find(|e| e.body["involvedObject"]["name"] == "stray")
+        .unwrap();
+    assert!(
+        refusal.body["message"].as_str().unwrap().contains("allowlist"),
+        "{}",
+        refusal.body
+    );
+    assert!(agent.results.get("k8s_shop_web-2_stray").is_none(), "refused, not run");
+    drop(gates);
+    agent.stop().await;
+    accepting.abort();
+}

@@ -1,0 +1,214 @@
+//! The readiness-gate controller against a real API server (no kubelet
+//! needed): run by `kubernetes::e2e_against_a_real_api_server` when
+//! `SONDE_E2E_KUBECONFIG` names a kubeconfig. The cluster needs the CRD
+//! (`kubectl apply -f deploy/kubernetes/crd.yaml`); the test makes its own
+//! namespace and deletes it at the end.
+//!
+//! Pods are created with `spec.nodeName` set to a node that does not
+//! exist, so no kubelet touches them; the test plays the kubelet, patching
+//! `status.podIP`/`podIPs` to the loopback where it serves the target and
+//! seeding the kubelet's own conditions, which must survive sonde's writes.
+
+use crate::support::engine;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use sonde_runtime::agent::{Agent, AgentOptions};
+use sonde_runtime::kubernetes::crd::SondeCheck;
+use sonde_runtime::kubernetes::{self, Settings};
+use sonde_tests::HttpServer;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+const NODE: &str = "sonde-e2e-node";
+const PATIENCE: Duration = Duration::from_secs(60);
+
+async fn client(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("read the kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("a usable kubeconfig");
+    Client::try_from(config).expect("a client")
+}
+
+fn condition(pod: &Pod, t: &str) -> Option<k8s_openapi::api::core::v1::PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == t)
+        .cloned()
+}
+
+/// Waits until Pod `name` satisfies `f`, watching it (kube's
+/// `await_condition`: a list, then the watch's events, no polling).
+async fn until(pods: &Api<Pod>, name: &str, what: &str, f: impl Fn(&Pod) -> bool) -> Pod {
+    let cond = move |p: Option<&Pod>| p.is_some_and(&f);
+    tokio::time::timeout(PATIENCE, kube::runtime::wait::await_condition(pods.clone(), name, cond))
+        .await
+        .unwrap_or_else(|_| panic!("{name}: timed out waiting for {what}"))
+        .expect("watch the Pod")
+        .unwrap_or_else(|| panic!("{name}: deleted while waiting for {what}"))
+}
+
+/// Creates Pod `name` on `node` and plays the kubelet: the loopback IP and
+/// the kubelet's conditions.
+async fn make_pod(pods: &Api<Pod>, name: &str, node: &str, port: u16) {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "readinessGates": [{"conditionType": "sonde.dev/ready"}],
+                 "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                 "ports": [{"name": "http", "containerPort": port}]}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.expect("create the Pod");
+    let status = json!({"status": {
+    "phase": "Running", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
+    "conditions": [
+        {"type": "ContainersReady", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    ]}});
+    let params = PatchParams {
+        field_manager: Some("e2e-kubelet".into()),
+        ..PatchParams::default()
+    };
+    pods.patch_status(name, &params, &Patch::Merge(&status))
+        .await
+        .expect("play the kubelet");
+}
+
+async fn start_agent(namespace: &str, client: Client, dir: &Path) -> (Agent, kubernetes::Handle) {
+    let config = dir.join("sonde.yaml");
+    std::fs::write(
+        &config,
+        format!("tenants:\n  - id: {namespace}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]}}\ntargets: []\n"),
+    )
+    .unwrap();
+    let options = AgentOptions {
+        config: Some(config),
+        api: None,
+        state_dir: None,
+        grace: Duration::from_secs(1),
+        jitter: true,
+        api_auth: Default::default(),
+    };
+    let agent = Agent::start(engine(), options).await.unwrap();
+    let settings = Settings {
+        node_name: NODE.into(),
+        plugins: vec!["http".into()],
+        namespaces: BTreeMap::new(),
+        qps: 5.0,
+        burst: 10,
+    };
+    let handle = kubernetes::spawn(client, agent.control.clone(), agent.results.clone(), settings);
+    handle.synced().await;
+    (agent, handle)
+}
+
+pub async fn run(kubeconfig: &Path) {
+    let client = client(kubeconfig).await;
+    let namespace = format!("sonde-e2e-{}", fastrand::u32(..));
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create the namespace");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let checks: Api<SondeCheck> = Api::namespaced(client.clone(), &namespace);
+    let server = HttpServer::start().await;
+    let check: SondeCheck = serde_json::from_value(json!({
+        "apiVersion": "sonde.dev/v1alpha1", "kind": "SondeCheck",
+        "metadata": {"name": "ready"},
+        "spec": {"plugin": "http", "config": {"path": "/health"}, "port": "http",
+                 "periodSeconds": 1, "failureThreshold": 2}
+    }))
+    .unwrap();
+    checks
+        .create(&PostParams::default(), &check)
+        .await
+        .expect("create the SondeCheck (is the CRD installed?)");
+    make_pod(&pods, "web-1", NODE, server.addr.port()).await;
+    make_pod(&pods, "elsewhere", "another-node", server.addr.port()).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = start_agent(&namespace, client.clone(), dir.path()).await;
+    let p = until(&pods, "web-1", "the gate True", |p| {
+        condition(p, "sonde.dev/ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(
+        condition(&p, "sonde.dev/ready").unwrap().reason.as_deref(),
+        Some("CheckPassed")
+    );
+    assert!(
+        condition(&p, "ContainersReady").is_some(),
+        "the kubelet's conditions survive"
+    );
+    assert_eq!(
+        condition(&p, "Ready").unwrap().reason.as_deref(),
+        Some("ReadinessGatesNotReady")
+    );
+    let managed: Vec<Value> = p
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some("sonde"))
+        .map(|m| serde_json::to_value(&m.fields_v1).unwrap())
+        .collect();
+    assert_eq!(managed.len(), 1, "{managed:?}");
+    let fields = managed[0].to_string();
+    assert!(fields.contains(r#"k:{\"type\":\"sonde.dev/ready\"}"#), "{fields}");
+    assert!(
+        !fields.contains("ContainersReady") && !fields.contains(r#"\"type\":\"Ready\""#),
+        "sonde owns only its condition: {fields}"
+    );
+
+    // Steady: no write while the result holds.
+    let rv = p.metadata.resource_version.clone();
+    crate::kubernetes::runs(&agent, &format!("k8s_{namespace}_web-1_ready"), 3).await;
+    assert_eq!(
+        pods.get("web-1").await.unwrap().metadata.resource_version,
+        rv,
+        "no write in steady state"
+    );
+
+    // Thresholds: two failures, then False.
+    server.set_healthy(false);
+    until(&pods, "web-1", "the gate False", |p| {
+        condition(p, "sonde.dev/ready").is_some_and(|c| c.status == "False")
+    })
+    .await;
+    server.set_healthy(true);
+    let p = until(&pods, "web-1", "the gate True again", |p| {
+        condition(p, "sonde.dev/ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+
+    // Restart without flips: a new agent, the same Pod, no write.
+    drop(gates);
+    agent.stop().await;
+    let rv = p.metadata.resource_version.clone();
+    let (agent, gates) = start_agent(&namespace, client.clone(), dir.path()).await;
+    crate::kubernetes::runs(&agent, &format!("k8s_{namespace}_web-1_ready"), 3).await;
+    assert_eq!(
+        pods.get("web-1").await.unwrap().metadata.resource_version,
+        rv,
+        "a restart writes nothing"
+    );
+
+    let other = pods.get("elsewhere").await.unwrap();
+    assert!(
+        condition(&other, "sonde.dev/ready").is_none(),
+        "another node's Pod is untouched"
+    );
+    drop(gates);
+    agent.stop().await;
+    let _ = namespaces.delete(&namespace, &DeleteParams::default()).await;
+}
