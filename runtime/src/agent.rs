@@ -314,8 +314,10 @@ async fn start_kubernetes(
     if spec.is_none() && !forced {
         return Ok(None);
     }
-    let settings = kubernetes::Settings::new(spec.as_ref(), std::env::var("NODE_NAME").ok())
-        .map_err(|e| AgentError::Start(e.to_string()))?;
+    let settings = kubernetes::Settings::new(spec.as_ref(), std::env::var("NODE_NAME").ok()).map_err(|e| {
+        let file = options.config.as_ref().map(|p| format!("{}: ", p.display()));
+        AgentError::Start(format!("{}{e}", file.unwrap_or_default()))
+    })?;
     let client = kubernetes::connect()
         .await
         .map_err(|e| AgentError::Start(e.to_string()))?;

@@ -95,6 +95,15 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
             for w in &reg.warnings {
                 eprintln!("warning: {w}");
             }
+            // The `kubernetes:` block: its allowlist and rates (the node name
+            // comes from the node the agent runs on, so it is not asked here).
+            if let Ok((file, _)) = crate::config::read(&args.config)
+                && let Some(spec) = &file.kubernetes
+                && let Err(e) = crate::kubernetes::Settings::new(Some(spec), Some("validate".into()))
+            {
+                eprintln!("{}: {e}", args.config.display());
+                return Ok(2);
+            }
             println!(
                 "{}: ok ({} targets, {} probes)",
                 args.config.display(),

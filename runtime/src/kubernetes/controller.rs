@@ -736,11 +736,14 @@ fn pod_subject(pod: &PodView) -> Subject {
 
 /// The messages of `errors`, joined (their place is the SondeCheck's
 /// name, which the text says already).
+/// The problems of a refused probe, for an Event and a condition that the
+/// namespace's users read: what is wrong, not where the agent keeps its
+/// config (a path on the node is none of their business).
 fn messages(errors: &crate::config::ConfigErrors) -> String {
     errors
         .0
         .iter()
-        .map(|e| format!("{}: {}", e.place.file.display(), e.message))
+        .map(|e| e.message.clone())
         .collect::<Vec<_>>()
         .join("; ")
 }

@@ -395,10 +395,21 @@ async fn agent(client: kube::Client, dir: &Path) -> (Agent, kubernetes::Handle) 
 
 /// [`agent`] with more top-level config (`extra`) and another allowlist.
 async fn agent_with(client: kube::Client, dir: &Path, extra: &str, plugins: &[&str]) -> (Agent, kubernetes::Handle) {
+    agent_configured(client, dir, extra, "", plugins).await
+}
+
+/// [`agent_with`], and `shop_ceiling` added to tenant `shop`'s ceiling.
+async fn agent_configured(
+    client: kube::Client,
+    dir: &Path,
+    extra: &str,
+    shop_ceiling: &str,
+    plugins: &[&str],
+) -> (Agent, kubernetes::Handle) {
     let config = dir.join("sonde.yaml");
     std::fs::write(
         &config,
-        format!("{extra}tenants:\n  - id: shop\n    quotas: {{max_probes: 200, max_concurrent_runs: 16}}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]}}\n  - id: poor\n    ceiling: {{net: [\"10.0.0.0/8:*\"]}}\ntargets: []\n"),
+        format!("{extra}tenants:\n  - id: shop\n    quotas: {{max_probes: 200, max_concurrent_runs: 16}}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]{shop_ceiling}}}\n  - id: poor\n    ceiling: {{net: [\"10.0.0.0/8:*\"]}}\ntargets: []\n"),
     )
     .unwrap();
     let options = AgentOptions {
@@ -740,6 +751,10 @@ async fn a_check_outside_its_namespace_ceiling_is_refused_with_an_event() {
         message.contains("127.0.0.1") && message.contains("ceiling"),
         "names the grant: {message}"
     );
+    assert!(
+        !message.contains(dir.path().to_str().unwrap()),
+        "the agent's config path is not the namespace's business: {message}"
+    );
     let allow = events
         .iter()
         .find(|e| e.body["involvedObject"]["namespace"] == "shop")
@@ -842,8 +857,10 @@ async fn pods_110_steady_state_writes_nothing_and_a_flap_writes_once_per_transit
     for i in 0..110 {
         runs(&agent, &format!("k8s_shop_web-{i}_ready"), 3).await;
     }
-    let steady = api.patches().len();
-    assert_eq!(steady, 0, "writes in steady state");
+    let writes = |api: &FakeApi| api.requests().into_iter().filter(|r| r.method != "GET").count();
+    let steady = writes(&api);
+    assert_eq!(steady, 0, "writes (patches or Events) in steady state");
+    let reads = api.requests().len();
 
     servers[7].set_healthy(false);
     api.wait("the down transition", |r| r.iter().any(|r| r.method == "PATCH"))
@@ -867,9 +884,13 @@ async fn pods_110_steady_state_writes_nothing_and_a_flap_writes_once_per_transit
         .map(|p| p.body["status"]["conditions"][0]["status"].as_str().unwrap())
         .collect();
     assert_eq!(statuses, ["False", "True"]);
+    let events = api.events();
+    assert!(events.len() <= 2, "at most one Event per transition: {events:#?}");
     eprintln!(
-        "110 Pods, 1 s checks: {steady} writes in steady state; flap of one target: {} patches for 2 transitions",
-        patches.len()
+        "110 Pods, 1 s checks: {steady} writes and {reads} reads (lists and watches) up to steady state; flap of one target: {} patches and {} Events for 2 transitions, {} requests in all",
+        patches.len(),
+        events.len(),
+        api.requests().len()
     );
     drop(gates);
     agent.stop().await;
@@ -933,7 +954,10 @@ async fn an_oci_check_covered_by_the_allowlist_drives_its_gate_and_another_is_re
         registry.addr
     );
     let scope = format!("oci://{}/acme/*", registry.addr);
-    let (agent, gates) = agent_with(client, dir.path(), &extra, &["tcp", &scope]).await;
+    // The tenant's own ceiling lets it pull from the whole registry; the
+    // allowlist narrows that to acme/.
+    let ceiling = format!(", registries: [\"{}/*\"]", registry.addr);
+    let (agent, gates) = agent_configured(client, dir.path(), &extra, &ceiling, &["tcp", &scope]).await;
     gates.synced().await;
     api.wait("the gate of the covered check turns True", |r| {
         r.iter().any(|r| {
@@ -974,4 +998,34 @@ async fn an_oci_check_covered_by_the_allowlist_drives_its_gate_and_another_is_re
     drop(gates);
     agent.stop().await;
     accepting.abort();
+}
+
+/// `sonde validate` checks the `kubernetes:` block's allowlist: an entry
+/// that a prefix test could be fooled by is refused, naming the file and
+/// the entry; a good block passes.
+#[test]
+fn validate_refuses_an_allowlist_entry_it_cannot_compare_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sonde.yaml");
+    for (entry, why) in [
+        ("/opt/sonde/../tmp/", "normal absolute path"),
+        ("oci://ghcr.io/acme/", "registry scope"),
+        ("sha256:abcd", "64 lowercase hex"),
+    ] {
+        std::fs::write(&config, format!("kubernetes:\n  plugins: [http, \"{entry}\"]\ntargets: []\n")).unwrap();
+        let out = crate::support::sonde(&["validate", config.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{entry}: {stderr}");
+        assert!(
+            stderr.contains(config.to_str().unwrap()) && stderr.contains(entry) && stderr.contains(why),
+            "{stderr}"
+        );
+    }
+    std::fs::write(
+        &config,
+        "kubernetes:\n  plugins: [http, \"oci://ghcr.io/acme/*\", /opt/sonde/plugins/]\ntargets: []\n",
+    )
+    .unwrap();
+    let out = crate::support::sonde(&["validate", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 }
