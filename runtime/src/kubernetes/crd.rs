@@ -19,13 +19,27 @@ pub const GATE_PREFIX: &str = "sonde.dev/";
 
 /// A `SondeCheck`: what to run against each Pod that names it in a
 /// readiness gate.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct SondeCheck {
     /// Its metadata (name, namespace, uid, resourceVersion).
     #[serde(default)]
     pub metadata: ObjectMeta,
     /// What to run.
     pub spec: SondeCheckSpec,
+}
+
+/// With `apiVersion` and `kind`, which the API server requires of an object
+/// it is sent (they are constants, so the struct does not carry them).
+impl Serialize for SondeCheck {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut out = s.serialize_struct("SondeCheck", 4)?;
+        out.serialize_field("apiVersion", &format!("{GROUP}/{VERSION}"))?;
+        out.serialize_field("kind", KIND)?;
+        out.serialize_field("metadata", &self.metadata)?;
+        out.serialize_field("spec", &self.spec)?;
+        out.end()
+    }
 }
 
 /// What a [`SondeCheck`] runs.

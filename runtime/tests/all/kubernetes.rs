@@ -884,8 +884,13 @@ async fn pods_110_steady_state_writes_nothing_and_a_flap_writes_once_per_transit
         .map(|p| p.body["status"]["conditions"][0]["status"].as_str().unwrap())
         .collect();
     assert_eq!(statuses, ["False", "True"]);
+    api.wait("one Event per transition", |r| {
+        r.iter().filter(|r| r.method == "POST" && r.path.ends_with("/events")).count() >= 2
+    })
+    .await;
     let events = api.events();
-    assert!(events.len() <= 2, "at most one Event per transition: {events:#?}");
+    let reasons: Vec<&str> = events.iter().map(|e| e.body["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["CheckFailed", "CheckPassed"], "{events:#?}");
     eprintln!(
         "110 Pods, 1 s checks: {steady} writes and {reads} reads (lists and watches) up to steady state; flap of one target: {} patches and {} Events for 2 transitions, {} requests in all",
         patches.len(),
