@@ -4,8 +4,8 @@
 //! registry checks like any other probe's.
 
 use super::crd::{GATE_PREFIX, Mode, SondeCheck};
-use crate::oci::{Reference, RegistryScope};
 use crate::config::KubernetesSpec;
+use crate::oci::{Reference, RegistryScope};
 use crate::tenants::DEFAULT_TENANT;
 use crate::thresholds::Counter;
 use crate::verdict::Status;
@@ -651,7 +651,10 @@ mod tests {
         assert!(s.allows(&format!("oci://ghcr.io/acme/check@{d2}")));
         assert!(s.allows("oci://ghcr.io/acme/team/check:1.0"));
         assert!(!s.allows(&format!("oci://ghcr.io/acmeevil/check@{d2}")));
-        assert!(!s.allows(&format!("oci://ghcr.io/acme@{d2}")), "the scope is under acme/");
+        assert!(
+            !s.allows(&format!("oci://ghcr.io/acme@{d2}")),
+            "the scope is under acme/"
+        );
         assert!(!s.allows(&format!("oci://ghcr.io.evil/acme/check@{d2}")));
         assert!(!s.allows("oci://ghcr.io/acme/../x:1"), "not a reference");
         assert!(s.allows(&format!("oci://elsewhere.io/x@{d1}")));
@@ -663,7 +666,13 @@ mod tests {
         assert!(s.allows("/srv/one.wasm"));
         assert!(!s.allows("/srv//one.wasm"));
         assert!(!s.allows("/srv/one.wasm/"));
-        for bad in ["oci://ghcr.io/acme/", "sha256:abcd", "/opt/../etc/", "./x.wasm", "ghcr.io/acme"] {
+        for bad in [
+            "oci://ghcr.io/acme/",
+            "sha256:abcd",
+            "/opt/../etc/",
+            "./x.wasm",
+            "ghcr.io/acme",
+        ] {
             let spec = KubernetesSpec {
                 plugins: Some(vec![bad.to_string()]),
                 ..Default::default()

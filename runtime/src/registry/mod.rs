@@ -182,9 +182,7 @@ pub const RESERVED_LABELS: &[&str] = &[
 /// What is wrong with label `name` = `value`, if anything.
 pub(crate) fn label_problem(name: &str, value: &str) -> Option<&'static str> {
     let mut chars = name.chars();
-    let well_formed = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    let well_formed = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !well_formed {
         return Some("is not a label name (`[a-zA-Z_][a-zA-Z0-9_]*`)");
@@ -193,7 +191,9 @@ pub(crate) fn label_problem(name: &str, value: &str) -> Option<&'static str> {
         return Some("starts with `__`, which Prometheus keeps for itself");
     }
     if RESERVED_LABELS.contains(&name) {
-        return Some("is one of sonde's own labels (probe, target, kind, tenant, status, reason, metric, unit, plugin)");
+        return Some(
+            "is one of sonde's own labels (probe, target, kind, tenant, status, reason, metric, unit, plugin)",
+        );
     }
     if value.is_empty() || value.len() > 256 {
         return Some("needs a value of 1-256 bytes");

@@ -308,10 +308,16 @@ async fn metrics_pass_promtool_and_carry_probe_runs_and_scheduler_lateness() {
     // A probe's extra labels follow sonde's own on every per-probe series,
     // and its API entry shows them.
     assert_eq!(
-        value(r#"sonde_probe_state{probe="web-tagged",target="web",kind="readiness",tenant="default",namespace="shop",team="payments"}"#),
+        value(
+            r#"sonde_probe_state{probe="web-tagged",target="web",kind="readiness",tenant="default",namespace="shop",team="payments"}"#
+        ),
         0.0
     );
-    assert!(value(r#"sonde_probe_runs_total{probe="web-tagged",status="success",reason="",namespace="shop",team="payments"}"#) >= 1.0);
+    assert!(
+        value(
+            r#"sonde_probe_runs_total{probe="web-tagged",status="success",reason="",namespace="shop",team="payments"}"#
+        ) >= 1.0
+    );
     assert!(
         s.iter()
             .any(|(k, _)| k == r#"sonde_probe_last_fuel{probe="web-tagged",namespace="shop",team="payments"}"#),
@@ -319,7 +325,10 @@ async fn metrics_pass_promtool_and_carry_probe_runs_and_scheduler_lateness() {
     );
     let (_, probe) = request(api, "GET", "/v1/probes/web-tagged").await;
     let probe: serde_json::Value = serde_json::from_str(&probe).unwrap();
-    assert_eq!(probe["labels"], serde_json::json!({"namespace": "shop", "team": "payments"}));
+    assert_eq!(
+        probe["labels"],
+        serde_json::json!({"namespace": "shop", "team": "payments"})
+    );
     assert!(value(r#"sonde_probe_runs_total{probe="web-ready",status="success",reason=""}"#) >= 1.0);
     assert!(value(r#"sonde_probe_runs_total{probe="web-ready",status="failure",reason=""}"#) >= 1.0);
     assert!(value("sonde_scheduler_start_lateness_seconds_count") >= 2.0);

@@ -885,7 +885,10 @@ async fn pods_110_steady_state_writes_nothing_and_a_flap_writes_once_per_transit
         .collect();
     assert_eq!(statuses, ["False", "True"]);
     api.wait("one Event per transition", |r| {
-        r.iter().filter(|r| r.method == "POST" && r.path.ends_with("/events")).count() >= 2
+        r.iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/events"))
+            .count()
+            >= 2
     })
     .await;
     let events = api.events();
@@ -982,11 +985,8 @@ async fn an_oci_check_covered_by_the_allowlist_drives_its_gate_and_another_is_re
         tcp.len()
     );
     api.wait("a refusal Event on the stray check", |r| {
-        r.iter().any(|r| {
-            r.method == "POST"
-                && r.body["reason"] == "Refused"
-                && r.body["involvedObject"]["name"] == "stray"
-        })
+        r.iter()
+            .any(|r| r.method == "POST" && r.body["reason"] == "Refused" && r.body["involvedObject"]["name"] == "stray")
     })
     .await;
     let refusal = api
@@ -1017,7 +1017,11 @@ fn validate_refuses_an_allowlist_entry_it_cannot_compare_safely() {
         ("oci://ghcr.io/acme/", "registry scope"),
         ("sha256:abcd", "64 lowercase hex"),
     ] {
-        std::fs::write(&config, format!("kubernetes:\n  plugins: [http, \"{entry}\"]\ntargets: []\n")).unwrap();
+        std::fs::write(
+            &config,
+            format!("kubernetes:\n  plugins: [http, \"{entry}\"]\ntargets: []\n"),
+        )
+        .unwrap();
         let out = crate::support::sonde(&["validate", config.to_str().unwrap()]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{entry}: {stderr}");
