@@ -16,6 +16,7 @@ mod first_contact;
 mod fuzz;
 mod grpc;
 mod http;
+mod instance_pool;
 mod oci;
 mod plugin_text;
 mod postgres;
