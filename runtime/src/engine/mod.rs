@@ -458,7 +458,8 @@ fn wasmtime_config(max_calls: u32) -> wasmtime::Config {
 /// (the former value) in each slot it ran in, and as calls of other plugins
 /// took its idle slots it moved on to fresh ones: the slots' resident
 /// memory grew by ~0.4 MiB/s for the whole run (148 MiB after 4 minutes,
-/// 368 MiB after 10, +27.6 % over the 5 % bound), towards 1 GiB.
+/// 368 MiB after 10: the soak's RSS +27.6 % where 5 % is allowed), towards
+/// 1 GiB.
 /// 32 KiB keeps the well-behaved plugins' pages resident as before and
 /// bounds the pool's idle memory at 16 MiB.
 pub const KEEP_RESIDENT: usize = 32 * 1024;
@@ -468,8 +469,9 @@ pub const KEEP_RESIDENT: usize = 32 * 1024;
 /// own took a fresh slot while fewer than 100 were idle, so plugins
 /// replaced through the API (each a new module) walked through fresh
 /// slots. With 0, a fresh slot is taken only when every used one is busy:
-/// the slots ever used are the most calls run at once, and a plugin without
-/// an idle slot of its own takes the least recently used one.
+/// the slots ever used are the most calls run at once (counted per
+/// allocator shard: wasmtime gives each core's threads one), and a plugin
+/// without an idle slot of its own takes the least recently used one.
 const UNUSED_WARM_SLOTS: u32 = 0;
 
 fn base_config() -> wasmtime::Config {
