@@ -218,6 +218,10 @@ impl Agent {
                     runs: run_metrics,
                     results: results.clone(),
                     scheduler: scheduler.clone(),
+                    pool: {
+                        let engine = cache_engine.clone();
+                        Arc::new(move || engine.pool_stats())
+                    },
                     cache: Arc::new(move || cache_engine.cache_stats()),
                     executor: executor.clone(),
                 },

@@ -22,12 +22,17 @@
 //! | `sonde_scheduler_start_lateness_seconds` | histogram | |
 //! | `sonde_scheduler_runs_in_flight` | gauge | |
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
+<<<<<<< HEAD
 //!
 //! Every per-probe series also carries the probe's extra `labels` (a
 //! Kubernetes gate's probe: `namespace`, `pod` and `check`).
+=======
+//! | `sonde_pool_memories_in_use`, `sonde_pool_idle_memories`, `sonde_pool_idle_resident_bytes` | gauge (absent without an instance pool) | |
+>>>>>>> soak
 
 use crate::auth::Principal;
 use crate::config::Kind;
+use crate::engine::PoolStats;
 use crate::executor::{Executor, TenantStats};
 use crate::registry::ProbeSpec;
 use crate::results::{Observation, ResultCache, RunCount};
@@ -135,6 +140,8 @@ pub struct Metrics {
     pub scheduler: scheduler::Handle,
     /// The compile cache's hits and misses.
     pub cache: Arc<dyn Fn() -> (u64, u64) + Send + Sync>,
+    /// What the engine's instance pool holds, if it has one.
+    pub pool: Arc<dyn Fn() -> Option<PoolStats> + Send + Sync>,
     /// Per-tenant run stats.
     pub executor: Executor,
 }
@@ -493,6 +500,29 @@ impl Collector for Scrape {
             MetricType::Counter,
         )?;
         ConstCounter::new(misses).encode(e)?;
+        if let Some(pool) = (m.pool)() {
+            let gauges: [(&str, &str, u64); 3] = [
+                (
+                    "sonde_pool_memories_in_use",
+                    "Linear memories of the instance pool that calls use now",
+                    pool.memories_in_use,
+                ),
+                (
+                    "sonde_pool_idle_memories",
+                    "Memory slots of the instance pool that calls have used and that are idle now",
+                    pool.idle_memories,
+                ),
+                (
+                    "sonde_pool_idle_resident_bytes",
+                    "Bytes the idle memory slots keep resident for the next call",
+                    pool.idle_bytes_resident,
+                ),
+            ];
+            for (name, help, value) in gauges {
+                let e = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+                ConstGauge::new(value as i64).encode(e)?;
+            }
+        }
         Ok(())
     }
 }

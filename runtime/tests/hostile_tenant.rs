@@ -169,6 +169,7 @@ targets:
         results,
         scheduler: handle.clone(),
         cache: Arc::new(|| (0, 0)),
+        pool: Arc::new(|| None),
         executor: executor.clone(),
     };
     let exposition = metrics.encode(&Principal::Operator);

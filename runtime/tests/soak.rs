@@ -141,6 +141,8 @@ targets:
         "  - name: hostile\n    tenant: hostile\n    address: {target}\n    probes:\n"
     ));
     for (g, path) in hostile.iter().enumerate() {
+        let path = private_copy(dir, Path::new(path));
+        let path = path.display();
         for i in 0..10 {
             yaml.push_str(&format!(
                 "      - {{name: h{g}-{i}, plugin: {path}, period: 5s, timeout: 300ms}}\n"
@@ -150,6 +152,25 @@ targets:
     let path = dir.join("sonde.yaml");
     std::fs::write(&path, yaml).unwrap();
     path
+}
+
+/// `file` copied into `dir` (once), and the copy's path. The soak runs
+/// for minutes on a target directory that other builds may rewrite: the
+/// agent, the compiler child it starts and every reload must see the same
+/// binary and guests from start to end.
+fn private_copy(dir: &Path, file: &Path) -> PathBuf {
+    let copy = dir.join(file.file_name().unwrap());
+    if !copy.exists() {
+        std::fs::copy(file, &copy).unwrap_or_else(|e| panic!("copy {}: {e}", file.display()));
+    }
+    copy
+}
+
+/// The value of the unlabelled series `name` in a `/metrics` text.
+fn gauge(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// One request; the status and body, or `None` if it failed.
@@ -287,9 +308,10 @@ async fn soak() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sonde"))
+    let sonde = private_copy(dir.path(), Path::new(env!("CARGO_BIN_EXE_sonde")));
+    let mut child = std::process::Command::new(&sonde)
         .arg("--cache-dir")
-        .arg(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache"))
+        .arg(dir.path().join("compile-cache"))
         .args(["run", "--grace", "1s", "--api", &api.to_string(), "--state-dir"])
         .arg(dir.path().join("state"))
         .arg("--config")
@@ -456,7 +478,8 @@ async fn soak() {
          soak: RSS after warm-up {:.1}-{:.1} MiB, at the end {:.1}-{:.1} MiB ({:+.1} % floor over peak)\n\
          soak: fds after warm-up {}-{}, at the end {}-{}; threads {}-{}, at the end {}-{}\n\
          soak: changes {changes}, watchers {WATCHERS} with {reconnects} reconnects, missed {missed}, resets {resets}\n\
-         soak: /livez failures {}",
+         soak: /livez failures {}\n\
+         soak: instance pool at the end: {} memories in use, {} idle holding {:.1} MiB",
         901 + 100,
         runs(&metrics),
         churned.load(Ordering::Relaxed),
@@ -474,6 +497,9 @@ async fn soak() {
         last_min.2,
         last_max.2,
         livez_failures.len(),
+        gauge(&metrics, "sonde_pool_memories_in_use").unwrap_or(f64::NAN),
+        gauge(&metrics, "sonde_pool_idle_memories").unwrap_or(f64::NAN),
+        gauge(&metrics, "sonde_pool_idle_resident_bytes").map_or(f64::NAN, |b| mib(b as u64)),
     );
     assert!(livez_failures.is_empty(), "/livez failed: {livez_failures:?}");
     assert!(

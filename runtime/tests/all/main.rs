@@ -16,6 +16,7 @@ mod first_contact;
 mod fuzz;
 mod grpc;
 mod http;
+mod instance_pool;
 mod kubernetes;
 mod kubernetes_e2e;
 mod oci;
