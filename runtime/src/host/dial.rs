@@ -87,13 +87,11 @@ pub(crate) enum DialError {
 /// seconds must not pile up TIME_WAIT sockets on either side.
 pub(crate) async fn dial(host: &str, port: u16) -> Result<Dialed, DialError> {
     let start = Instant::now();
-    let addr = match host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse::<std::net::IpAddr>()
-    {
-        Ok(ip) => std::net::SocketAddr::new(ip, port),
-        Err(_) => resolve(host, port).await?,
+    // An address in any spelling is reached as the grant check read it,
+    // never handed to a resolver that might read it otherwise.
+    let addr = match super::grants::host_address(host) {
+        Some(ip) => SocketAddr::new(ip, port),
+        None => resolve(host, port).await?,
     };
     let dns = start.elapsed();
     let stream = TcpStream::connect(addr)

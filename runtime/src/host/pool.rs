@@ -67,13 +67,12 @@ impl PoolKey {
 }
 
 /// `host` in the one spelling the pool keys on: lower case without a
-/// trailing dot; an IP address (bracketed or not) as its canonical text,
-/// a v4-mapped IPv6 address as its IPv4 address.
+/// trailing dot; an IP address in any spelling ([`super::grants::host_address`])
+/// as its canonical text.
 fn canonical_host(host: &str) -> String {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    match bare.parse::<std::net::IpAddr>() {
-        Ok(ip) => ip.to_canonical().to_string(),
-        Err(_) => host.trim_end_matches('.').to_ascii_lowercase(),
+    match super::grants::host_address(host) {
+        Some(ip) => ip.to_string(),
+        None => host.trim_end_matches('.').to_ascii_lowercase(),
     }
 }
 
