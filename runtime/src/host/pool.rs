@@ -184,15 +184,19 @@ impl Pool {
                 inner.forget(&tenant, n);
             }
         }
+        let bounds = super::bounds::limits();
         if !inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS {
             return;
         }
-        let full = inner.idle.get(&key).is_some_and(|l| l.len() >= MAX_IDLE_PER_HOST);
+        let full = inner
+            .idle
+            .get(&key)
+            .is_some_and(|l| l.len() >= bounds.keepalive_idle_per_host);
         if !full {
             // A new idle connection: within the tenant's and the agent's
             // bounds, or closed instead of kept.
             let of_tenant = inner.per_tenant.get(&key.tenant).copied().unwrap_or(0);
-            if of_tenant >= MAX_IDLE_PER_TENANT || inner.total >= MAX_IDLE {
+            if of_tenant >= bounds.keepalive_idle_per_tenant || inner.total >= bounds.keepalive_idle {
                 return;
             }
             *inner.per_tenant.entry(key.tenant.clone()).or_default() += 1;
