@@ -74,7 +74,14 @@ impl Runner for EngineRunner {
                 message: "no action".into(),
             };
         };
-        match crate::host::exec::run_program(&action.argv, &action.env, action.timeout).await {
+        match crate::host::exec::run_program(
+            &action.argv,
+            &action.env,
+            action.timeout,
+            crate::host::contain::RunLimits::default(),
+        )
+        .await
+        {
             Ok(out) if out.timed_out => ActionOutcome {
                 ok: false,
                 message: format!(
@@ -136,6 +143,12 @@ impl Agent {
         let (registry, skipped) = control::load(&engine, &options).await.map_err(AgentError::Config)?;
         for w in &registry.warnings {
             tracing::warn!("{w}");
+        }
+        // The sandbox's bounds are fixed for the life of the process.
+        if !crate::host::bounds::configure(registry.host_limits)
+            && *crate::host::bounds::limits() != registry.host_limits
+        {
+            tracing::warn!("sandbox: bounds already in force in this process are kept; restart to change them");
         }
         let state_dir = options.state_dir.clone().or_else(|| registry.state_dir.clone());
         let results = match &state_dir {

@@ -301,7 +301,16 @@ pub async fn load(engine: &Engine, options: &AgentOptions) -> Result<(Registry, 
         .collect();
     let state_dir = options.state_dir.clone().or_else(|| reg.state_dir.clone());
     if let Some(dir) = &state_dir {
-        let store = Store::new(dir);
+        let store = Store::open(dir).map_err(|e| {
+            ConfigErrors(vec![ConfigError {
+                place: config::Place {
+                    file: dir.join("managed"),
+                    line: 0,
+                    column: 0,
+                },
+                message: format!("the stored probes cannot be opened: {e}"),
+            }])
+        })?;
         for p in store.probes() {
             let change = managed::to_target(&store, &p)
                 .map_err(|e| e.to_string())
@@ -716,19 +725,8 @@ impl Control {
             .zip(replaced.iter().copied())
             .collect();
         let prepared = self.prepare(&reg, store, &probes, &names).await?;
-        // All stored, or none: a failure part way puts back what was there.
-        let before: Vec<Option<StoredProbe>> = probes.iter().map(|p| store.probe(tenant, &p.name)).collect();
-        for (i, p) in probes.iter().enumerate() {
-            if let Err(e) = store.put_probe(p) {
-                for (q, old) in probes[..i].iter().zip(&before) {
-                    let _ = match old {
-                        Some(old) => store.put_probe(old),
-                        None => store.delete_probe(tenant, &q.name).map(|_| ()),
-                    };
-                }
-                return Err(internal("store the probes")(e));
-            }
-        }
+        // All stored, or none, across a crash too (a journal).
+        store.put_probes(&probes).map_err(internal("store the probes"))?;
         tracing::info!(tenant, probes = probes.len(), "probes stored");
         let plain: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
         self.commit(&mut reg, prepared, &plain).await;

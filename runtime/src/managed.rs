@@ -9,22 +9,36 @@
 //!
 //! Every write goes to a temporary file in the same directory, is synced,
 //! then renamed over the old one: a crash leaves the old version or the
-//! new one, never half of either. Names are checked before they become
-//! paths. Nothing here decides whether an upload is acceptable; the agent
-//! validates first and stores after.
+//! new one, never half of either. A crash mid-write leaves the temporary
+//! file (`.sonde-tmp-…`); [`Store::open`] removes those. A batch of probes
+//! (`PUT /v1/probes`) is first written whole to one journal file
+//! (`probes.batch.json`, by the same atomic rename), then applied file by
+//! file, then the journal is removed: a crash before the journal is in
+//! place stores none of the batch, one after it stores all of it
+//! ([`Store::open`] finishes what the journal holds). Names are checked
+//! before they become paths. Nothing here decides whether an upload is
+//! acceptable; the agent validates first and stores after.
 
 use crate::config;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The largest plugin a tenant may upload.
-pub const MAX_PLUGIN_BYTES: usize = 32 * 1024 * 1024;
+/// The largest plugin a tenant may upload: the largest plugin file.
+pub const MAX_PLUGIN_BYTES: usize = crate::engine::MAX_PLUGIN_FILE_BYTES as usize;
 /// The largest probe spec a tenant may upload.
 pub const MAX_PROBE_BYTES: usize = 64 * 1024;
 /// The largest batch of probe specs (`PUT /v1/probes`).
 pub const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
 /// The most probes in one batch.
 pub const MAX_BATCH_PROBES: usize = 10_000;
+
+/// One probe of a batch's journal.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct JournalEntry {
+    tenant: String,
+    name: String,
+    spec: serde_json::Value,
+}
 
 /// One probe a tenant added.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,10 +68,15 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
+/// The prefix of the temporary files writes go through.
+const TMP_PREFIX: &str = ".sonde-tmp-";
+/// The journal of the batch being stored, in the store's directory.
+const BATCH_JOURNAL: &str = "probes.batch.json";
+
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     private_dir(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp = tempfile::Builder::new().prefix(TMP_PREFIX).tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
@@ -103,6 +122,111 @@ impl Store {
         Self {
             dir: state_dir.join("managed"),
         }
+    }
+
+    /// The store under `state_dir`, as the agent opens it at start: the
+    /// temporary files a crash left are removed, and a batch whose journal
+    /// is in place is stored whole.
+    pub fn open(state_dir: &Path) -> std::io::Result<Self> {
+        let store = Self::new(state_dir);
+        store.remove_stale_temporaries();
+        let journal = store.dir.join(BATCH_JOURNAL);
+        match std::fs::read(&journal) {
+            Ok(bytes) => {
+                let batch: Vec<StoredProbe> = serde_json::from_slice::<Vec<JournalEntry>>(&bytes)
+                    .map_err(std::io::Error::other)?
+                    .into_iter()
+                    .map(|e| StoredProbe {
+                        tenant: e.tenant,
+                        name: e.name,
+                        spec: e.spec,
+                    })
+                    .collect();
+                tracing::info!(
+                    probes = batch.len(),
+                    "finishing a batch of probes interrupted by a crash"
+                );
+                store.apply_batch(&batch)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok(store)
+    }
+
+    /// Removes the temporary files a write interrupted by a crash left
+    /// (only this store's own, by their prefix; tempfile's default `.tmp`
+    /// prefix, which earlier versions used, too).
+    fn remove_stale_temporaries(&self) {
+        let dirs = [self.dir.clone(), self.dir.join("plugins"), self.dir.join("probes")];
+        let mut all: Vec<PathBuf> = dirs.to_vec();
+        for d in &dirs[1..] {
+            if let Ok(rd) = std::fs::read_dir(d) {
+                all.extend(rd.flatten().filter(|e| e.path().is_dir()).map(|e| e.path()));
+            }
+        }
+        for dir in all {
+            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                if (name.starts_with(TMP_PREFIX) || name.starts_with(".tmp"))
+                    && e.file_type().is_ok_and(|t| t.is_file())
+                {
+                    match std::fs::remove_file(e.path()) {
+                        Ok(()) => {
+                            tracing::info!(file = %e.path().display(), "removed a temporary file left by a crash")
+                        }
+                        Err(err) => {
+                            tracing::warn!(file = %e.path().display(), error = %err, "cannot remove a temporary file left by a crash")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stores a batch of probes, all or none across a crash: the batch is
+    /// written whole to the journal first, then each probe, then the
+    /// journal is removed. On an error part way, what was there before is
+    /// put back.
+    pub fn put_probes(&self, batch: &[StoredProbe]) -> std::io::Result<()> {
+        let entries: Vec<JournalEntry> = batch
+            .iter()
+            .map(|p| JournalEntry {
+                tenant: p.tenant.clone(),
+                name: p.name.clone(),
+                spec: p.spec.clone(),
+            })
+            .collect();
+        let journal = serde_json::to_vec(&entries).map_err(std::io::Error::other)?;
+        let before: Vec<Option<StoredProbe>> = batch.iter().map(|p| self.probe(&p.tenant, &p.name)).collect();
+        write_atomically(&self.dir.join(BATCH_JOURNAL), &journal)?;
+        if let Err(e) = self.apply_batch(batch) {
+            for (p, old) in batch.iter().zip(&before) {
+                let _ = match old {
+                    Some(old) => self.put_probe(old),
+                    None => self.delete_probe(&p.tenant, &p.name).map(|_| ()),
+                };
+            }
+            let _ = remove(&self.dir.join(BATCH_JOURNAL));
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Writes each probe of a journalled batch, then removes the journal.
+    fn apply_batch(&self, batch: &[StoredProbe]) -> std::io::Result<()> {
+        for p in batch {
+            if !valid_name(&p.tenant) || !valid_name(&p.name) {
+                return Err(std::io::Error::other(format!(
+                    "the batch journal names {:?}/{:?}, which is not a name",
+                    p.tenant, p.name
+                )));
+            }
+            self.put_probe(p)?;
+        }
+        remove(&self.dir.join(BATCH_JOURNAL))?;
+        std::fs::File::open(&self.dir)?.sync_all()
     }
 
     /// Where tenant `tenant`'s plugin `name` is kept.
@@ -371,5 +495,44 @@ mod tests {
         assert!(store.delete_probe("acme", "shop").unwrap());
         assert!(!store.delete_probe("acme", "shop").unwrap());
         assert!(store.probes().is_empty());
+    }
+
+    #[test]
+    fn a_batch_journal_left_by_a_crash_is_finished_and_temporaries_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let probe = |name: &str, v: u32| StoredProbe {
+            tenant: "acme".into(),
+            name: name.into(),
+            spec: serde_json::json!({"address": "127.0.0.1:80", "plugin": "tcp", "groups": [format!("v{v}")]}),
+        };
+        store.put_probes(&[probe("a", 1), probe("b", 1)]).unwrap();
+        assert_eq!(store.probes(), vec![probe("a", 1), probe("b", 1)]);
+        assert!(!dir.path().join("managed").join(BATCH_JOURNAL).exists());
+        // A crash after the journal of a second batch was in place, after
+        // its first probe was written, and in the middle of a plugin
+        // upload (its temporary file).
+        let entries: Vec<JournalEntry> = [probe("a", 2), probe("b", 2)]
+            .into_iter()
+            .map(|p| JournalEntry {
+                tenant: p.tenant,
+                name: p.name,
+                spec: p.spec,
+            })
+            .collect();
+        write_atomically(
+            &dir.path().join("managed").join(BATCH_JOURNAL),
+            &serde_json::to_vec(&entries).unwrap(),
+        )
+        .unwrap();
+        store.put_probe(&probe("a", 2)).unwrap();
+        let plugins = dir.path().join("managed/plugins/acme");
+        private_dir(&plugins).unwrap();
+        std::fs::write(plugins.join(".sonde-tmp-abc123"), b"\0asm half").unwrap();
+        std::fs::write(plugins.join(".tmpXYZ"), b"\0asm half").unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.probes(), vec![probe("a", 2), probe("b", 2)]);
+        assert!(!dir.path().join("managed").join(BATCH_JOURNAL).exists());
+        assert_eq!(std::fs::read_dir(&plugins).unwrap().count(), 0);
     }
 }

@@ -193,22 +193,16 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> SignatureError + '_ {
 
 /// Reads a small text file, refusing large ones unread.
 fn read_small(path: &Path) -> Result<Vec<u8>, SignatureError> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(io_error(path))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io_error(path))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(SignatureError::Io {
-            path: path.display().to_string(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("larger than {MAX_FILE_BYTES} bytes"),
-            ),
-        });
-    }
-    Ok(bytes)
+    use crate::engine::ReadError;
+    let invalid = |why: String| SignatureError::Io {
+        path: path.display().to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, why),
+    };
+    crate::engine::read_regular(path, MAX_FILE_BYTES).map_err(|e| match e {
+        ReadError::Io(source) => io_error(path)(source),
+        ReadError::NotAFile(kind) => invalid(format!("not a regular file ({kind})")),
+        ReadError::TooLarge(_) => invalid(format!("larger than {MAX_FILE_BYTES} bytes")),
+    })
 }
 
 fn check_signer_name(name: &str) -> Result<(), SignatureError> {

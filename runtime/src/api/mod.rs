@@ -305,7 +305,8 @@ async fn metrics(who: Principal, State(state): State<ApiState>, headers: HeaderM
 
 /// `/livez` and `/healthz`, with kube-proxy's rule: healthy unless a run
 /// that is due has waited longer than the health timeout to start, or the
-/// host's name lookups for plugins have all been stuck that long.
+/// host's name lookups or blocking threads for plugins
+/// ([`crate::host::blocking`]) have all been stuck that long.
 fn health(state: &ApiState, check_draining: bool) -> Response {
     let progress = state.scheduler.progress();
     let overdue = progress.overdue();
@@ -313,15 +314,18 @@ fn health(state: &ApiState, check_draining: bool) -> Response {
     let now = SystemTime::now();
     let draining = state.draining.load(Ordering::Relaxed);
     let stalled = overdue > state.health_timeout;
-    // The sandbox's own capacity: every lookup slot held for longer than
-    // the health timeout means no probe that needs a name can run.
-    let lookups_exhausted = crate::host::dial::lookups_exhausted_for().unwrap_or_default();
-    let exhausted = lookups_exhausted > state.health_timeout;
+    // The sandbox's own capacity: every lookup slot, or every blocking
+    // thread for plugins, held for longer than the health timeout means no
+    // probe that needs one can run.
+    let lookups_exhausted = crate::host::blocking::lookups().exhausted_for().unwrap_or_default();
+    let blocking_exhausted = crate::host::blocking::threads().exhausted_for().unwrap_or_default();
+    let exhausted = lookups_exhausted.max(blocking_exhausted) > state.health_timeout;
     let body = serde_json::json!({
         "lastUpdated": humantime::format_rfc3339_millis(now - since_pass).to_string(),
         "currentTime": humantime::format_rfc3339_millis(now).to_string(),
         "overdueMs": overdue.as_millis() as u64,
         "lookupsExhaustedMs": lookups_exhausted.as_millis() as u64,
+        "blockingThreadsExhaustedMs": blocking_exhausted.as_millis() as u64,
         "draining": draining,
     });
     let healthy = !(stalled || exhausted || (check_draining && draining));

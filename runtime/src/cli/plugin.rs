@@ -258,7 +258,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             registry,
         } => {
             let key = SecretKey::read(&key)?;
-            let bytes = std::fs::read(&wasm).map_err(|e| CliError::file(&wasm, &e))?;
+            let bytes = crate::engine::read_plugin_file(&wasm)?;
             if !matches!(bytes.get(..8), Some([0, b'a', b's', b'm', _, _, 1, 0])) {
                 return Err(CliError(format!(
                     "{}: not a WebAssembly component; sign the .wasm built for wasm32-wasip2",
@@ -391,7 +391,7 @@ fn describe_location(location: &oci::SignatureLocation) -> String {
 /// `sonde plugin push FILE.wasm oci://…`.
 async fn push(config: EngineConfig, wasm: &Path, reference: &str, registry: &RegistryArgs) -> Result<i32, CliError> {
     let reference = Reference::parse(reference)?;
-    let bytes = std::fs::read(wasm).map_err(|e| CliError::file(wasm, &e))?;
+    let bytes = crate::engine::read_plugin_file(wasm)?;
     // Load it first: what is pushed must be a sonde plugin, and its imports
     // go into the artifact's config.
     let engine = Engine::new(config.clone())?;

@@ -55,7 +55,7 @@ impl Default for Limits {
 /// remembers that it did, so the trap that follows is reported as `memory`.
 ///
 /// The host memory a call's resources can pin
-/// ([`HOST_MEMORY_PER_CALL`](crate::host::bounds::HOST_MEMORY_PER_CALL))
+/// ([`HostLimits::host_memory_per_call`](crate::host::bounds::HostLimits::host_memory_per_call))
 /// counts against the cap: linear memory may grow to the rest, and never
 /// below half the cap.
 #[derive(Debug)]
@@ -68,7 +68,7 @@ impl MemoryCap {
     pub(crate) fn new(cap: u64) -> Self {
         let cap = cap.min(MAX_MEMORY);
         let linear = cap
-            .saturating_sub(crate::host::bounds::HOST_MEMORY_PER_CALL)
+            .saturating_sub(crate::host::bounds::limits().host_memory_per_call())
             .max(cap / 2);
         Self {
             cap: usize::try_from(linear).unwrap_or(usize::MAX),

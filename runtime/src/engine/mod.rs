@@ -135,6 +135,92 @@ pub enum LoadError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The path names no regular file (`/dev/zero`, a FIFO, a directory).
+    #[error("{plugin}: not a regular file ({kind}); a plugin is a .wasm file")]
+    NotAFile {
+        /// The plugin's path.
+        plugin: String,
+        /// What it names instead.
+        kind: &'static str,
+    },
+    /// The file is larger than a plugin may be.
+    #[error("{plugin}: {size} bytes, more than the {limit} bytes a plugin file may have")]
+    TooLarge {
+        /// The plugin's path.
+        plugin: String,
+        /// Its size.
+        size: u64,
+        /// [`MAX_PLUGIN_FILE_BYTES`].
+        limit: u64,
+    },
+}
+
+/// The largest plugin file sonde reads (from the config, the command line
+/// or an upload): far above any real component (the built-ins are a few
+/// hundred KiB), far below what would hurt the agent to hold.
+pub const MAX_PLUGIN_FILE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Reads the regular file at `path`, at most `limit` bytes: opened without
+/// blocking (a FIFO would wait for a writer), refused unless it is a
+/// regular file, and refused when larger than `limit` (checked before
+/// reading, and again while reading, should it grow).
+pub fn read_regular(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    use std::io::Read;
+    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| ReadError::Io(e.into()))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| ReadError::Io(e.into()))?;
+    let kind = match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => None,
+        FileType::Directory => Some("a directory"),
+        FileType::Fifo => Some("a FIFO"),
+        FileType::Socket => Some("a socket"),
+        FileType::CharacterDevice => Some("a character device"),
+        FileType::BlockDevice => Some("a block device"),
+        _ => Some("not a file"),
+    };
+    if let Some(kind) = kind {
+        return Err(ReadError::NotAFile(kind));
+    }
+    let size = u64::try_from(stat.st_size).unwrap_or(0);
+    if size > limit {
+        return Err(ReadError::TooLarge(size));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    std::fs::File::from(fd)
+        .take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(ReadError::Io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// Why [`read_regular`] refused a file.
+#[derive(Debug)]
+pub enum ReadError {
+    /// It could not be opened or read.
+    Io(std::io::Error),
+    /// It is not a regular file: what it is.
+    NotAFile(&'static str),
+    /// It is larger than the limit: its size.
+    TooLarge(u64),
+}
+
+/// Reads a plugin file ([`read_regular`] under [`MAX_PLUGIN_FILE_BYTES`]),
+/// the error naming it.
+pub fn read_plugin_file(path: &std::path::Path) -> Result<Vec<u8>, LoadError> {
+    let plugin = path.display().to_string();
+    read_regular(path, MAX_PLUGIN_FILE_BYTES).map_err(|e| match e {
+        ReadError::Io(source) => LoadError::Read { plugin, source },
+        ReadError::NotAFile(kind) => LoadError::NotAFile { plugin, kind },
+        ReadError::TooLarge(size) => LoadError::TooLarge {
+            plugin,
+            size,
+            limit: MAX_PLUGIN_FILE_BYTES,
+        },
+    })
 }
 
 /// What the engine could not set up.
@@ -569,10 +655,7 @@ impl Engine {
     /// Loads a plugin from a file (the once-per-digest phase).
     pub async fn load_file(&self, path: &std::path::Path) -> Result<Arc<Plugin>, LoadError> {
         let label = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            plugin: label.clone(),
-            source,
-        })?;
+        let bytes = read_plugin_file(path)?;
         self.load(&label, &bytes).await
     }
 
@@ -940,8 +1023,8 @@ fn classify_trap(e: &wasmtime::Error, store: &Store<CallState>, limits: &Limits)
             Reason::HostLimit,
             format!(
                 "the plugin held more than {} host resources at once, or more than {} bytes in one fields",
-                host::bounds::TABLE_ENTRIES_PER_CALL,
-                host::bounds::FIELDS_BYTES
+                host::bounds::limits().table_entries_per_call,
+                host::bounds::limits().fields_bytes
             ),
         )
     } else if store.data().memory.exceeded {

@@ -8,6 +8,7 @@
 
 use super::limits::MemoryCap;
 use crate::host::bounds::{self, CallBounds};
+use crate::host::contain::RunLimits;
 use crate::host::grants::CallGrants;
 use crate::host::{Shared, exec, filesystem, grpc, http, log, outgoing_handler, sockets, tcp, tls};
 use std::sync::Arc;
@@ -42,6 +43,8 @@ pub(crate) struct CallState {
     tls: tls::TlsCtx,
     /// What the call holds against the host's bounds.
     pub(crate) bounds: CallBounds,
+    /// What bounds the cgroup of each program the call runs.
+    exec_limits: RunLimits,
     // The store's own.
     pub(crate) memory: MemoryCap,
     stderr: MemoryOutputPipe,
@@ -65,18 +68,23 @@ impl CallState {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         builder.stderr(stderr.clone());
         let mut table = ResourceTable::new();
-        table.set_max_capacity(bounds::TABLE_ENTRIES_PER_CALL);
+        table.set_max_capacity(bounds::limits().table_entries_per_call);
         let mut wasi_http = WasiHttpCtx::new();
-        wasi_http.set_field_size_limit(bounds::FIELDS_BYTES);
+        wasi_http.set_field_size_limit(bounds::limits().fields_bytes);
+        let bounds = CallBounds::new(&shared.bounds);
         Ok(Self {
             wasi: builder.build(),
             table,
             wasi_http,
-            http_hooks: outgoing_handler::Hooks::new(grants.clone()),
+            http_hooks: outgoing_handler::Hooks::new(grants.clone(), bounds.clone()),
             sockets: sockets::SocketsCtx::default(),
             log: log::LogCtx::new(probe),
             tls: tls::TlsCtx::default(),
-            bounds: CallBounds::new(&shared.bounds),
+            bounds,
+            exec_limits: RunLimits {
+                pids: bounds::limits().exec_pids,
+                memory,
+            },
             memory: MemoryCap::new(memory),
             grants,
             deadline,
@@ -124,6 +132,10 @@ impl CallState {
         &self.grants
     }
 
+    fn call_bounds(&self) -> &CallBounds {
+        &self.bounds
+    }
+
     fn log_ctx(&mut self) -> &mut log::LogCtx {
         &mut self.log
     }
@@ -132,6 +144,7 @@ impl CallState {
         exec::ExecView {
             grants: &self.grants,
             deadline: self.deadline,
+            run_limits: self.exec_limits,
         }
     }
 
@@ -142,6 +155,7 @@ impl CallState {
             tls: &self.shared.tls,
             pool: &self.shared.pool,
             tenant: &self.tenant,
+            bounds: &self.bounds,
         }
     }
 
@@ -150,6 +164,7 @@ impl CallState {
             grants: &self.grants,
             deadline: self.deadline,
             tls: &self.shared.tls,
+            bounds: &self.bounds,
         }
     }
 
@@ -193,7 +208,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>, files_granted: bool)
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
     sockets::add_to_linker(linker, CallState::sockets_view)?;
     if files_granted {
-        filesystem::add_to_linker_guarded(linker, CallState::call_grants)?;
+        filesystem::add_to_linker_guarded(linker, CallState::call_grants, CallState::call_bounds)?;
     } else {
         filesystem::add_to_linker_denying(linker, CallState::filesystem_view)?;
     }

@@ -28,7 +28,7 @@
 //! runs `unknown` but cannot take the descriptors other tenants' probes and
 //! the API need.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Resource-table entries one call may hold at once. A `wasi:http` request
@@ -46,9 +46,128 @@ pub const HOST_MEMORY_PER_CALL: u64 = (TABLE_ENTRIES_PER_CALL * FIELDS_BYTES) as
 /// Sockets the host opens for one call, in all (a probe needs one or a
 /// few; retries within one call a few more).
 pub const SOCKETS_PER_CALL: usize = 64;
+/// `wasi:sockets` name lookups one call may have in flight at once (sonde's
+/// own transports look up one name at a time). Agent-wide, lookups are
+/// bounded by [`MAX_LOOKUPS_IN_FLIGHT`](super::dial::MAX_LOOKUPS_IN_FLIGHT).
+pub const LOOKUPS_PER_CALL: usize = 4;
 /// File descriptors kept out of the agent's socket budget for its own use
 /// (API connections, state, compile cache, logs).
 const FDS_RESERVED: u64 = 256;
+
+/// The bounds in force, agent-wide: the defaults above unless the
+/// config's `sandbox:` block sets others (read once, at start: a reload
+/// does not change them). What each bounds is in `docs/security.md`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostLimits {
+    /// `sandbox.table_entries_per_call` ([`TABLE_ENTRIES_PER_CALL`]).
+    pub table_entries_per_call: usize,
+    /// `sandbox.fields_bytes` ([`FIELDS_BYTES`]).
+    pub fields_bytes: usize,
+    /// `sandbox.sockets_per_call` ([`SOCKETS_PER_CALL`]).
+    pub sockets_per_call: usize,
+    /// `sandbox.lookups_per_call` ([`LOOKUPS_PER_CALL`]).
+    pub lookups_per_call: usize,
+    /// `sandbox.lookups_in_flight`
+    /// ([`MAX_LOOKUPS_IN_FLIGHT`](super::blocking::MAX_LOOKUPS_IN_FLIGHT)).
+    pub lookups_in_flight: usize,
+    /// `sandbox.blocking_threads`
+    /// ([`PLUGIN_BLOCKING_THREADS`](super::blocking::PLUGIN_BLOCKING_THREADS)).
+    pub blocking_threads: usize,
+    /// `sandbox.exec_pids` ([`MAX_RUN_PIDS`](super::contain::MAX_RUN_PIDS)).
+    pub exec_pids: u32,
+    /// `sandbox.keepalive_idle_per_host`
+    /// ([`MAX_IDLE_PER_HOST`](super::pool::MAX_IDLE_PER_HOST)).
+    pub keepalive_idle_per_host: usize,
+    /// `sandbox.keepalive_idle_per_tenant`
+    /// ([`MAX_IDLE_PER_TENANT`](super::pool::MAX_IDLE_PER_TENANT)).
+    pub keepalive_idle_per_tenant: usize,
+    /// `sandbox.keepalive_idle`
+    /// ([`MAX_IDLE`](super::pool::MAX_IDLE)).
+    pub keepalive_idle: usize,
+}
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        Self {
+            table_entries_per_call: TABLE_ENTRIES_PER_CALL,
+            fields_bytes: FIELDS_BYTES,
+            sockets_per_call: SOCKETS_PER_CALL,
+            lookups_per_call: LOOKUPS_PER_CALL,
+            lookups_in_flight: super::blocking::MAX_LOOKUPS_IN_FLIGHT,
+            blocking_threads: super::blocking::PLUGIN_BLOCKING_THREADS,
+            exec_pids: super::contain::MAX_RUN_PIDS,
+            keepalive_idle_per_host: super::pool::MAX_IDLE_PER_HOST,
+            keepalive_idle_per_tenant: super::pool::MAX_IDLE_PER_TENANT,
+            keepalive_idle: super::pool::MAX_IDLE,
+        }
+    }
+}
+
+impl HostLimits {
+    /// The host memory a call's resources can pin: every table entry a
+    /// full `fields`. Taken out of the call's memory cap.
+    pub fn host_memory_per_call(&self) -> u64 {
+        (self.table_entries_per_call as u64).saturating_mul(self.fields_bytes as u64)
+    }
+
+    /// Checks each bound's range; the error names the key
+    /// (`sandbox.sockets_per_call: must be from 1 to 65536`).
+    pub fn validate(&self) -> Result<(), String> {
+        let check = |key: &str, v: u64, min: u64, max: u64| {
+            if (min..=max).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("sandbox.{key}: must be from {min} to {max} (got {v})"))
+            }
+        };
+        check(
+            "table_entries_per_call",
+            self.table_entries_per_call as u64,
+            64,
+            1 << 16,
+        )?;
+        check("fields_bytes", self.fields_bytes as u64, 1024, 1 << 20)?;
+        check("sockets_per_call", self.sockets_per_call as u64, 1, 1 << 16)?;
+        check("lookups_per_call", self.lookups_per_call as u64, 1, 256)?;
+        check("lookups_in_flight", self.lookups_in_flight as u64, 1, 256)?;
+        // tokio keeps 512 blocking threads; the agent needs some of them.
+        check("blocking_threads", self.blocking_threads as u64, 1, 384)?;
+        check("exec_pids", u64::from(self.exec_pids), 1, 1 << 22)?;
+        check(
+            "keepalive_idle_per_host",
+            self.keepalive_idle_per_host as u64,
+            0,
+            1 << 16,
+        )?;
+        check(
+            "keepalive_idle_per_tenant",
+            self.keepalive_idle_per_tenant as u64,
+            0,
+            1 << 16,
+        )?;
+        check("keepalive_idle", self.keepalive_idle as u64, 0, 1 << 20)?;
+        if self.host_memory_per_call() > 256 << 20 {
+            return Err(format!(
+                "sandbox: table_entries_per_call × fields_bytes is the host memory a call may pin, at most 256MiB (got {} bytes)",
+                self.host_memory_per_call()
+            ));
+        }
+        Ok(())
+    }
+}
+
+static LIMITS: std::sync::OnceLock<HostLimits> = std::sync::OnceLock::new();
+
+/// Sets the bounds in force (the agent does, at start, from its config),
+/// before any call runs; `false` if they were already in use.
+pub fn configure(limits: HostLimits) -> bool {
+    LIMITS.set(limits).is_ok()
+}
+
+/// The bounds in force.
+pub fn limits() -> &'static HostLimits {
+    LIMITS.get_or_init(HostLimits::default)
+}
 
 /// The agent-wide socket budget: half of the file-descriptor limit (after
 /// raising the soft limit to the hard one, see [`raise_fd_limit`]), less
@@ -99,55 +218,123 @@ impl AgentBounds {
     }
 }
 
-/// What one call holds against the bounds (built per call, dropped with
-/// its store, which gives the permits back).
+/// What one call holds against the bounds (built per call; the clones a
+/// capability keeps share it). The permits go back when the last clone is
+/// dropped, with the store.
+#[derive(Clone)]
 pub(crate) struct CallBounds {
     agent: AgentBounds,
-    held: Option<OwnedSemaphorePermit>,
+    held: Arc<Mutex<Held>>,
+}
+
+#[derive(Default)]
+struct Held {
+    permit: Option<OwnedSemaphorePermit>,
     sockets: usize,
+    lookups: usize,
     breach: Option<String>,
+    /// Waits for an agent-wide bound in progress, and what they wait for.
+    waiting: usize,
+    waiting_for: Option<String>,
 }
 
 impl CallBounds {
     pub(crate) fn new(agent: &AgentBounds) -> Self {
         Self {
             agent: agent.clone(),
-            held: None,
-            sockets: 0,
-            breach: None,
+            held: Arc::default(),
         }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Counts one more socket for the call, or refuses it (and records
     /// why) past [`SOCKETS_PER_CALL`] or when the agent's budget is spent.
-    pub(crate) fn take_socket(&mut self) -> Result<(), String> {
-        if self.sockets >= SOCKETS_PER_CALL {
-            return Err(self.record(format!(
-                "the plugin opened more than {SOCKETS_PER_CALL} sockets in one call"
-            )));
+    pub(crate) fn take_socket(&self) -> Result<(), String> {
+        let mut held = self.held();
+        let bound = limits().sockets_per_call;
+        if held.sockets >= bound {
+            return Err(record(
+                &mut held,
+                format!("the plugin opened more than {bound} sockets in one call"),
+            ));
         }
         let Ok(permit) = self.agent.sockets.clone().try_acquire_owned() else {
-            return Err(self.record(format!(
+            let why = format!(
                 "the agent's budget of {} sockets is in use by other calls",
                 self.agent.total
-            )));
+            );
+            return Err(record(&mut held, why));
         };
-        match &mut self.held {
-            Some(held) => held.merge(permit),
-            None => self.held = Some(permit),
+        match &mut held.permit {
+            Some(p) => p.merge(permit),
+            None => held.permit = Some(permit),
         }
-        self.sockets += 1;
+        held.sockets += 1;
         Ok(())
     }
 
-    fn record(&mut self, why: String) -> String {
-        self.breach.get_or_insert_with(|| why.clone());
-        why
+    /// Counts one more name lookup in flight for the call, or refuses it
+    /// (and records why) past [`LOOKUPS_PER_CALL`]; the lookup counts
+    /// until the returned guard is dropped.
+    pub(crate) fn take_lookup(&self) -> Result<LookupSlot, String> {
+        let mut held = self.held();
+        let bound = limits().lookups_per_call;
+        if held.lookups >= bound {
+            return Err(record(
+                &mut held,
+                format!("the plugin had more than {bound} name lookups in flight"),
+            ));
+        }
+        held.lookups += 1;
+        Ok(LookupSlot(self.held.clone()))
     }
 
-    /// The first bound the call ran into, if any.
-    pub(crate) fn breach(&self) -> Option<&str> {
-        self.breach.as_deref()
+    /// Records that the call ran into a bound (the first one is kept), and
+    /// returns `why`.
+    pub(crate) fn record(&self, why: String) -> String {
+        record(&mut self.held(), why)
+    }
+
+    /// Notes that the call starts waiting for an agent-wide bound
+    /// (`why`: what, should it be cut off), or stops (`None`).
+    pub(crate) fn waiting(&self, why: Option<String>) {
+        let mut held = self.held();
+        match why {
+            Some(why) => {
+                held.waiting += 1;
+                held.waiting_for = Some(why);
+            }
+            None => held.waiting = held.waiting.saturating_sub(1),
+        }
+    }
+
+    /// The first bound the call ran into, if any; a call still waiting for
+    /// an agent-wide bound when it ends was cut off by it.
+    pub(crate) fn breach(&self) -> Option<String> {
+        let held = self.held();
+        match (&held.breach, held.waiting) {
+            (Some(b), _) => Some(b.clone()),
+            (None, 0) => None,
+            (None, _) => held.waiting_for.clone(),
+        }
+    }
+}
+
+fn record(held: &mut Held, why: String) -> String {
+    held.breach.get_or_insert_with(|| why.clone());
+    why
+}
+
+/// A name lookup the call has in flight ([`CallBounds::take_lookup`]).
+pub(crate) struct LookupSlot(Arc<Mutex<Held>>);
+
+impl Drop for LookupSlot {
+    fn drop(&mut self) {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        held.lookups = held.lookups.saturating_sub(1);
     }
 }
 
@@ -158,14 +345,14 @@ mod tests {
     #[test]
     fn sockets_are_bounded_per_call_and_per_agent_and_given_back() {
         let agent = AgentBounds::new(SOCKETS_PER_CALL + 10);
-        let mut one = CallBounds::new(&agent);
+        let one = CallBounds::new(&agent);
         for _ in 0..SOCKETS_PER_CALL {
             one.take_socket().unwrap();
         }
         assert!(one.breach().is_none());
         assert!(one.take_socket().unwrap_err().contains("more than 64 sockets"));
         assert!(one.breach().is_some());
-        let mut two = CallBounds::new(&agent);
+        let two = CallBounds::new(&agent);
         for _ in 0..10 {
             two.take_socket().unwrap();
         }
@@ -173,6 +360,37 @@ mod tests {
         assert_eq!(agent.sockets_in_use(), SOCKETS_PER_CALL + 10);
         drop((one, two));
         assert_eq!(agent.sockets_in_use(), 0);
+    }
+
+    #[test]
+    fn lookups_in_flight_are_bounded_per_call() {
+        let call = CallBounds::new(&AgentBounds::new(1));
+        let slots: Vec<_> = (0..LOOKUPS_PER_CALL).map(|_| call.take_lookup().unwrap()).collect();
+        assert!(call.take_lookup().err().unwrap().contains("name lookups in flight"));
+        assert!(call.breach().unwrap().contains("name lookups"));
+        drop(slots);
+        assert!(call.take_lookup().is_ok());
+    }
+
+    #[test]
+    fn limits_out_of_range_name_their_key() {
+        assert_eq!(HostLimits::default().validate(), Ok(()));
+        assert_eq!(HostLimits::default().host_memory_per_call(), HOST_MEMORY_PER_CALL);
+        let e = HostLimits {
+            sockets_per_call: 0,
+            ..HostLimits::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e, "sandbox.sockets_per_call: must be from 1 to 65536 (got 0)");
+        let e = HostLimits {
+            table_entries_per_call: 4096,
+            fields_bytes: 1 << 20,
+            ..HostLimits::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("at most 256MiB"), "{e}");
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!   run-<n>`, which the program enters before it executes. The run ends
 //!   with `cgroup.kill`, which kills every process in it at once, whatever
 //!   its session or parent. Where the `pids` and `memory` controllers are
-//!   delegated, `pids.max` and `memory.max` bound each run as well.
+//!   delegated, `pids.max` and `memory.max` bound each run as well
+//!   ([`RunLimits`]: for a plugin's `exec`, the probe's memory cap and the
+//!   agent's `sandbox.exec_pids`).
 //! - **subreaper**: elsewhere, the program is started under a small
 //!   supervisor, forked from the agent, that is a child subreaper
 //!   (`PR_SET_CHILD_SUBREAPER`): whatever the program leaves behind is
@@ -27,11 +29,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The most processes one run may have at once, where the `pids`
-/// controller is delegated.
+/// controller is delegated, by default (`sandbox.exec_pids`).
 pub const MAX_RUN_PIDS: u32 = 64;
 /// The most memory one run may use, where the `memory` controller is
-/// delegated.
+/// delegated, for a run that has no probe (a target's action).
 pub const MAX_RUN_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
+
+/// What bounds one run's cgroup: `pids.max` and `memory.max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    /// `pids.max`: the most processes at once.
+    pub pids: u32,
+    /// `memory.max`, in bytes.
+    pub memory: u64,
+}
+
+impl Default for RunLimits {
+    /// The bounds of a run that has no probe: [`MAX_RUN_PIDS`] and
+    /// [`MAX_RUN_MEMORY_BYTES`].
+    fn default() -> Self {
+        Self {
+            pids: MAX_RUN_PIDS,
+            memory: MAX_RUN_MEMORY_BYTES,
+        }
+    }
+}
 
 /// How the host contains the programs it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,6 +199,20 @@ fn cgroup_parent() -> Result<(PathBuf, Vec<&'static str>), String> {
     Ok((parent, limits))
 }
 
+/// Writes `run` into the cgroup `dir`, for each of the `controllers`
+/// delegated.
+fn write_limits(dir: &Path, controllers: &[&'static str], run: RunLimits) -> std::io::Result<()> {
+    if controllers.contains(&"pids") {
+        std::fs::write(dir.join("pids.max"), run.pids.to_string())?;
+    }
+    if controllers.contains(&"memory") {
+        std::fs::write(dir.join("memory.max"), run.memory.to_string())?;
+        // The memory of a run that exceeds it is not worth swapping.
+        let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+    }
+    Ok(())
+}
+
 /// One run's cgroup: created before the program starts, killed and
 /// removed when the run ends (or the guard is dropped).
 pub(crate) struct RunCgroup {
@@ -186,19 +222,13 @@ pub(crate) struct RunCgroup {
 }
 
 impl RunCgroup {
-    /// Creates the cgroup of a new run under `parent`, bounded by `limits`.
-    pub(crate) fn create(parent: &Path, limits: &[&'static str]) -> std::io::Result<Self> {
+    /// Creates the cgroup of a new run under `parent`, bounded by
+    /// `run` through the `controllers` delegated.
+    pub(crate) fn create(parent: &Path, controllers: &[&'static str], run: RunLimits) -> std::io::Result<Self> {
         static RUNS: AtomicU64 = AtomicU64::new(0);
         let dir = parent.join(format!("run-{}", RUNS.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir(&dir)?;
-        if limits.contains(&"pids") {
-            std::fs::write(dir.join("pids.max"), MAX_RUN_PIDS.to_string())?;
-        }
-        if limits.contains(&"memory") {
-            std::fs::write(dir.join("memory.max"), MAX_RUN_MEMORY_BYTES.to_string())?;
-            // The memory of a run that exceeds it is not worth swapping.
-            let _ = std::fs::write(dir.join("memory.swap.max"), "0");
-        }
+        write_limits(&dir, controllers, run)?;
         let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?;
         Ok(Self {
             dir,
@@ -387,5 +417,30 @@ unsafe fn exit_like(status: libc::c_int) -> ! {
             libc::_exit(128 + signal);
         }
         libc::_exit(libc::WEXITSTATUS(status))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_cgroup_is_bounded_by_the_limits_it_is_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunLimits {
+            pids: 7,
+            memory: 32 << 20,
+        };
+        write_limits(dir.path(), &["pids", "memory"], run).unwrap();
+        let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+        assert_eq!(read("pids.max"), "7");
+        assert_eq!(read("memory.max"), (32u64 << 20).to_string());
+        let only_pids = tempfile::tempdir().unwrap();
+        write_limits(only_pids.path(), &["pids"], RunLimits::default()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(only_pids.path().join("pids.max")).unwrap(),
+            "64"
+        );
+        assert!(!only_pids.path().join("memory.max").exists());
     }
 }

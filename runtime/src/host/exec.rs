@@ -11,7 +11,7 @@
 //! own and double forks included — and output is never awaited past the
 //! timeout.
 
-use super::contain::{self, Containment, RunCgroup};
+use super::contain::{self, Containment, RunCgroup, RunLimits};
 use super::grants::{CallGrants, Use};
 use crate::bindings::sonde::probe::exec::{self, Command, ExecError, Output};
 use std::process::Stdio;
@@ -29,6 +29,9 @@ pub(crate) struct ExecView<'a> {
     pub(crate) grants: &'a CallGrants,
     /// When the call ends.
     pub(crate) deadline: Instant,
+    /// What bounds each program's cgroup: the probe's memory cap and the
+    /// agent's `sandbox.exec_pids`.
+    pub(crate) run_limits: RunLimits,
 }
 
 struct Exec;
@@ -131,12 +134,14 @@ pub struct ProgramOutput {
 /// started — at `timeout`, at exit, or when the future is dropped. Output is
 /// read until the run ends, never past `timeout`. The caller checks that
 /// the program is allowed.
+/// Where runs get a cgroup, `limits` bound it.
 pub async fn run_program(
     argv: &[String],
     env: &[(String, String)],
     timeout: Duration,
+    limits: RunLimits,
 ) -> Result<ProgramOutput, String> {
-    run_contained(argv, env, timeout, Containment::in_force()).await
+    run_contained(argv, env, timeout, Containment::in_force(), limits).await
 }
 
 /// [`run_program`] in a given containment mode (tests force each mode).
@@ -145,6 +150,7 @@ pub async fn run_contained(
     env: &[(String, String)],
     timeout: Duration,
     containment: &Containment,
+    limits: RunLimits,
 ) -> Result<ProgramOutput, String> {
     let Some(program) = argv.first() else {
         return Err("empty argv".into());
@@ -161,9 +167,12 @@ pub async fn run_contained(
         .stderr(Stdio::piped())
         .process_group(0);
     let cgroup = match containment {
-        Containment::Cgroup { parent, limits } => {
-            let cgroup =
-                RunCgroup::create(parent, limits).map_err(|e| format!("{program}: creating its cgroup: {e}"))?;
+        Containment::Cgroup {
+            parent,
+            limits: controllers,
+        } => {
+            let cgroup = RunCgroup::create(parent, controllers, limits)
+                .map_err(|e| format!("{program}: creating its cgroup: {e}"))?;
             let procs = cgroup.procs_fd();
             // SAFETY: the hook only writes to a descriptor opened before
             // the fork (async-signal-safe), moving the child into the
@@ -243,7 +252,7 @@ impl ExecView<'_> {
             .map_err(|d| ExecError::Denied(d.0))?;
         let left = self.deadline.saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(cmd.timeout_ms).min(left);
-        let out = run_program(&cmd.argv, &self.grants.config().env, timeout)
+        let out = run_program(&cmd.argv, &self.grants.config().env, timeout, self.run_limits)
             .await
             .map_err(ExecError::Spawn)?;
         Ok(Output {

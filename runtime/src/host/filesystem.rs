@@ -14,7 +14,11 @@
 //! its type. A path that leads outside (`..`, an absolute symlink) and a
 //! FIFO, socket or device — whose opening or reading can block a host
 //! thread forever — are refused with `access` and recorded as denials.
+//! The open itself (on one of tokio's blocking threads) first takes a
+//! pass through the agent's gate of blocking threads for plugins
+//! ([`super::blocking::threads`]), so opens count with lookups against it.
 
+use super::bounds::CallBounds;
 use super::grants::{CallGrants, Use};
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use std::path::{Path, PathBuf};
@@ -166,10 +170,12 @@ pub(crate) fn check_open(dir: &std::fs::File, path: &str, follow: bool) -> Optio
 
 /// Puts the check of [`check_open`] in front of wasmtime-wasi's `open-at`,
 /// for the linker used by calls with a `files` grant (the once-per-process
-/// phase); `grants` finds the call's grants in the store's data.
+/// phase); `grants` and `bounds` find the call's grants and bounds in the
+/// store's data.
 pub(crate) fn add_to_linker_guarded<T: WasiFilesystemView + 'static>(
     linker: &mut Linker<T>,
     grants: fn(&T) -> &CallGrants,
+    bounds: fn(&T) -> &CallBounds,
 ) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let mut types = linker.instance(FILESYSTEM_TYPES)?;
@@ -198,6 +204,8 @@ pub(crate) fn add_to_linker_guarded<T: WasiFilesystemView + 'static>(
                     });
                     return Ok((Err(ErrorCode::Access),));
                 }
+                let call_bounds = bounds(data).clone();
+                let _thread = super::blocking::threads().enter(&call_bounds).await;
                 let mut view = data.filesystem();
                 match HostDescriptor::open_at(&mut view, fd, path_flags, path, oflags, flags).await {
                     Ok(fd) => Ok((Ok(fd),)),

@@ -147,6 +147,11 @@ impl FromStr for NetPattern {
             HostPattern::Cidr(ip, len)
         } else if let Ok(ip) = host.parse::<IpAddr>() {
             HostPattern::Cidr(ip, if ip.is_ipv4() { 32 } else { 128 })
+        } else if let Host::Ip(ip) = Host::parse(host) {
+            // `127.1`, `0177.0.0.1`: an address however it is spelled.
+            HostPattern::Cidr(ip, if ip.is_ipv4() { 32 } else { 128 })
+        } else if matches!(Host::parse(host), Host::Numeric) {
+            return Err(err("the host is a number but not an IP address"));
         } else if valid_name(host) {
             HostPattern::Name(normalize_name(host))
         } else {
@@ -185,22 +190,113 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
     ip.to_canonical()
 }
 
-/// A host as a plugin names it (`[::1]`, `DB.internal.`), split into an
-/// address or a name; names keep their case and trailing dot, which the
-/// comparisons ignore.
-enum Host<'a> {
+/// A host as a plugin or an operator names it, in the one canonical form
+/// every comparison and every connection uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Host<'a> {
+    /// An address: an IPv6 literal (bracketed or not) or any spelling a
+    /// resolver takes for an IPv4 address (`127.0.0.1`, `0177.0.0.1`,
+    /// `127.1`, `0x7f.1`, `2130706433`, with or without a trailing dot),
+    /// a v4-mapped IPv6 address as its IPv4 address.
     Ip(IpAddr),
+    /// A DNS name, as written (the comparisons ignore case and a trailing
+    /// dot).
     Name(&'a str),
+    /// Looks like a number but is no address (`999.1.1.1`, `1.2.3.4.5`):
+    /// neither a name nor an address, so only `*` covers it.
+    Numeric,
 }
 
 impl<'a> Host<'a> {
-    fn parse(host: &'a str) -> Self {
-        let bare = host.trim_start_matches('[').trim_end_matches(']');
-        match bare.parse::<IpAddr>() {
-            Ok(ip) => Self::Ip(canonical_ip(ip)),
-            Err(_) => Self::Name(host.trim_end_matches('.')),
+    /// Parses `host`: the one place where a host's spelling becomes an
+    /// address or a name.
+    pub(crate) fn parse(host: &'a str) -> Self {
+        if let Some(bare) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            return match bare.parse::<IpAddr>() {
+                Ok(ip) => Self::Ip(canonical_ip(ip)),
+                Err(_) => Self::Numeric,
+            };
+        }
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Self::Ip(canonical_ip(ip));
+        }
+        let name = host.strip_suffix('.').unwrap_or(host);
+        if looks_numeric(name) {
+            return match inet_aton(name) {
+                Some(v4) => Self::Ip(IpAddr::V4(v4)),
+                None => Self::Numeric,
+            };
+        }
+        Self::Name(name)
+    }
+
+    /// The address, if `self` is one.
+    pub(crate) fn ip(self) -> Option<IpAddr> {
+        match self {
+            Self::Ip(ip) => Some(ip),
+            _ => None,
         }
     }
+}
+
+/// The address `host` names, if it names one in any spelling
+/// ([`Host::parse`]); what the host connects to instead of asking a
+/// resolver, so that what is checked is what is reached.
+pub(crate) fn host_address(host: &str) -> Option<IpAddr> {
+    Host::parse(host).ip()
+}
+
+/// Whether every dot-separated part of `host` is a number as `inet_aton`
+/// reads one (decimal, `0` octal or `0x` hex): such a host is never a
+/// name, whether or not it is a valid address.
+fn looks_numeric(host: &str) -> bool {
+    !host.is_empty()
+        && host.split('.').all(|part| {
+            let hex = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X"));
+            match hex {
+                Some(h) => h.bytes().all(|b| b.is_ascii_hexdigit()),
+                None => !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()),
+            }
+        })
+}
+
+/// An IPv4 address in the forms `inet_aton` (and so a system resolver, and
+/// the WHATWG URL parser) takes: one to four parts, each decimal, octal
+/// (a leading `0`) or hex (`0x`); the last part fills the bytes the others
+/// leave (`127.1` is 127.0.0.1, `2130706433` too).
+fn inet_aton(host: &str) -> Option<std::net::Ipv4Addr> {
+    let parts: Vec<&str> = host.split('.').collect();
+    if parts.is_empty() || parts.len() > 4 {
+        return None;
+    }
+    let mut values = Vec::with_capacity(4);
+    for part in &parts {
+        let value = if let Some(h) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            if h.is_empty() {
+                0
+            } else {
+                u64::from_str_radix(h, 16).ok()?
+            }
+        } else if part.len() > 1 && part.starts_with('0') {
+            u64::from_str_radix(&part[1..], 8).ok()?
+        } else {
+            part.parse::<u64>().ok()?
+        };
+        values.push(value);
+    }
+    let (last, head) = values.split_last()?;
+    let mut n: u64 = 0;
+    for (i, v) in head.iter().enumerate() {
+        if *v > 0xff {
+            return None;
+        }
+        n |= v << (24 - 8 * i);
+    }
+    let room = 32 - 8 * head.len() as u32;
+    if room < 64 && *last >> room != 0 {
+        return None;
+    }
+    Some(std::net::Ipv4Addr::from((n | last) as u32))
 }
 
 /// Whether `name` (any case, no trailing dot) is a strict subdomain of
@@ -232,6 +328,7 @@ impl HostPattern {
             // An address is never a name, nor a name an address: a name may
             // resolve to anything, and an address literal is reached as is.
             (Self::Name(_) | Self::Suffix(_), Host::Ip(_)) | (Self::Cidr(..), Host::Name(_)) => false,
+            (_, Host::Numeric) => false,
         }
     }
 
@@ -695,6 +792,49 @@ mod tests {
         let g = call("10.0.0.1:80", &["*.1:80"]);
         assert!(!http(&g, "127.0.0.1", 80));
         assert!(http(&g, "host.1", 80));
+    }
+
+    /// issue 16: every spelling a resolver takes for an IPv4 address is
+    /// that address, in patterns, targets and the hosts plugins dial.
+    #[test]
+    fn a_numeric_host_is_an_address_in_every_spelling() {
+        let loopback = Some(IpAddr::from([127, 0, 0, 1]));
+        for spelled in [
+            "127.0.0.1",
+            "127.0.0.1.",
+            "0177.0.0.1",
+            "127.1",
+            "127.0.1",
+            "0x7f.1",
+            "0X7F.0.0.01",
+            "2130706433",
+            "0x7f000001",
+            "[127.0.0.1]",
+            "::ffff:127.0.0.1",
+        ] {
+            assert_eq!(host_address(spelled), loopback, "{spelled}");
+        }
+        for not_an_address in ["999.1.1.1", "1.2.3.4.5", "08.1", "4294967296", "127.256.1"] {
+            assert_eq!(Host::parse(not_an_address), Host::Numeric, "{not_an_address}");
+        }
+        assert_eq!(Host::parse("db.0x7f"), Host::Name("db.0x7f"));
+        assert_eq!(Host::parse("0x7g.1"), Host::Name("0x7g.1"));
+
+        let g = call("10.0.0.1:80", &["*.0.1:80", "*.1:80"]);
+        for spelled in ["127.0.0.1", "0177.0.0.1", "127.0.1", "2130706433."] {
+            assert!(!http(&g, spelled, 80), "{spelled}");
+            assert!(!lookup(&g, spelled), "{spelled}");
+        }
+        assert!(http(&g, "db.0.1", 80));
+        // The target, however spelled, is the address it names.
+        assert!(http(&g, "0xa.1", 80));
+        assert!(http(&g, "167772161", 80));
+        let g = call("0177.1:8080", &["10.1:443"]);
+        assert!(connect(&g, "127.0.0.1:8080"));
+        assert!(connect(&g, "10.0.0.1:443"));
+        assert!(http(&g, "127.0.0.1", 8080));
+        let e = "999.1.1.1:80".parse::<NetPattern>().unwrap_err();
+        assert!(e.to_string().contains("a number but not an IP address"), "{e}");
     }
 
     #[test]

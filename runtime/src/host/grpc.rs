@@ -9,6 +9,7 @@
 //! ([`CallGrants::authorize`], `Use::Grpc`) before any name lookup or
 //! connection.
 
+use super::bounds::CallBounds;
 use super::dial::{DialError, dial};
 use super::grants::{CallGrants, Use};
 use super::tls_client::{TlsClient, TlsError, TlsOptions};
@@ -33,6 +34,8 @@ pub(crate) struct GrpcView<'a> {
     pub(crate) deadline: Instant,
     /// The engine's TLS client.
     pub(crate) tls: &'a TlsClient,
+    /// The call's bounds: every connection counts as a socket.
+    pub(crate) bounds: &'a CallBounds,
 }
 
 struct Grpc;
@@ -252,7 +255,7 @@ struct Answer {
     first_byte: Instant,
 }
 
-async fn exchange(client: &TlsClient, call: Call) -> Result<GrpcResponse, GrpcError> {
+async fn exchange(client: &TlsClient, bounds: &CallBounds, call: Call) -> Result<GrpcResponse, GrpcError> {
     let Call {
         host,
         port,
@@ -262,7 +265,8 @@ async fn exchange(client: &TlsClient, call: Call) -> Result<GrpcResponse, GrpcEr
         tls,
     } = call;
     let start = Instant::now();
-    let dialed = dial(&host, port).await.map_err(|e| match e {
+    bounds.take_socket().map_err(GrpcError::Invalid)?;
+    let dialed = dial(&host, port, bounds).await.map_err(|e| match e {
         DialError::Dns(m) => GrpcError::Dns(m),
         DialError::Connect(m) => GrpcError::Connect(m),
     })?;
@@ -512,9 +516,9 @@ impl GrpcView<'_> {
         let timeout = Duration::from_millis(req.timeout_ms);
         let result = if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            exchange(self.tls, call).await
+            exchange(self.tls, self.bounds, call).await
         } else {
-            match tokio::time::timeout(timeout, exchange(self.tls, call)).await {
+            match tokio::time::timeout(timeout, exchange(self.tls, self.bounds, call)).await {
                 Ok(result) => result,
                 Err(_) => Err(GrpcError::Timeout(format!(
                     "no answer within {}ms",

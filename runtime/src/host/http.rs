@@ -3,6 +3,7 @@
 //! reset), or on request one from the keep-alive [`Pool`]; either way the
 //! URL's authority is checked against the grants before anything is sent.
 
+use super::bounds::CallBounds;
 use super::dial::{DialError, dial};
 use super::grants::{CallGrants, Use};
 use super::pool::{Conn, Pool, PoolKey};
@@ -29,6 +30,8 @@ pub(crate) struct HttpView<'a> {
     pub(crate) pool: &'a Pool,
     /// The tenant the call runs for: its pooled connections are its own.
     pub(crate) tenant: &'a Arc<str>,
+    /// The call's bounds: every new connection counts as a socket.
+    pub(crate) bounds: &'a CallBounds,
 }
 
 struct Http;
@@ -91,9 +94,12 @@ where
     Ok(Conn::new(sender, tls, task))
 }
 
-/// Opens a new connection to `target`, with TLS for `https://`.
-async fn open(client: &TlsClient, target: &Target) -> Result<(Conn, Phases), HttpError> {
-    let dialed = dial(&target.host, target.port).await.map_err(|e| match e {
+/// Opens a new connection to `target`, with TLS for `https://`; it counts
+/// against the call's socket bound (a pooled one does not: the pool's own
+/// bounds hold it).
+async fn open(client: &TlsClient, bounds: &CallBounds, target: &Target) -> Result<(Conn, Phases), HttpError> {
+    bounds.take_socket().map_err(HttpError::Invalid)?;
+    let dialed = dial(&target.host, target.port, bounds).await.map_err(|e| match e {
         DialError::Dns(m) => HttpError::Dns(m),
         DialError::Connect(m) => HttpError::Connect(m),
     })?;
@@ -138,6 +144,7 @@ fn build_request(req: &ProbeRequest, target: &Target) -> Result<http::Request<Fu
 
 async fn exchange(
     client: &TlsClient,
+    bounds: &CallBounds,
     pool: &Pool,
     tenant: &Arc<str>,
     req: ProbeRequest,
@@ -157,7 +164,7 @@ async fn exchange(
     let (mut conn, mut phases, mut reused) = match pooled {
         Some(conn) => (conn, Phases::default(), true),
         None => {
-            let (conn, phases) = open(client, &target).await?;
+            let (conn, phases) = open(client, bounds, &target).await?;
             (conn, phases, false)
         }
     };
@@ -169,7 +176,7 @@ async fn exchange(
             let Some(request) = e.take_message() else {
                 return Err(HttpError::Protocol(e.into_error().to_string()));
             };
-            (conn, phases) = open(client, &target).await?;
+            (conn, phases) = open(client, bounds, &target).await?;
             reused = false;
             conn.sender
                 .send_request(request)
@@ -278,9 +285,14 @@ impl HttpView<'_> {
         let timeout = Duration::from_millis(req.timeout_ms);
         if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            return exchange(self.tls, self.pool, self.tenant, req, target).await;
+            return exchange(self.tls, self.bounds, self.pool, self.tenant, req, target).await;
         }
-        match tokio::time::timeout(timeout, exchange(self.tls, self.pool, self.tenant, req, target)).await {
+        match tokio::time::timeout(
+            timeout,
+            exchange(self.tls, self.bounds, self.pool, self.tenant, req, target),
+        )
+        .await
+        {
             Ok(result) => result,
             Err(_) => Err(HttpError::Timeout(format!(
                 "no response within {}ms",

@@ -23,7 +23,8 @@
 //!
 //! [`grants`] holds the grants and their one check; [`bounds`] what a
 //! call may make the host hold (sockets, table entries, host memory),
-//! per call and per agent; [`contain`] keeps what `exec` runs from
+//! per call and per agent; [`blocking`] the agent's capacity for plugin
+//! work that holds a thread (lookups, file opens); [`contain`] keeps what `exec` runs from
 //! outliving its run; [`dial`] and
 //! [`tls_client`] are the connection and TLS client the transports share.
 //! What outlives a call (the TLS client, the pool) is in [`Shared`], built
@@ -35,6 +36,7 @@
 //! arguments, stdin closed, stdout discarded, stderr kept (bounded) so a
 //! plugin's panic message can be reported.
 
+pub mod blocking;
 pub mod bounds;
 pub mod contain;
 pub mod dial;

@@ -67,13 +67,12 @@ impl PoolKey {
 }
 
 /// `host` in the one spelling the pool keys on: lower case without a
-/// trailing dot; an IP address (bracketed or not) as its canonical text,
-/// a v4-mapped IPv6 address as its IPv4 address.
+/// trailing dot; an IP address in any spelling ([`super::grants::host_address`])
+/// as its canonical text.
 fn canonical_host(host: &str) -> String {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    match bare.parse::<std::net::IpAddr>() {
-        Ok(ip) => ip.to_canonical().to_string(),
-        Err(_) => host.trim_end_matches('.').to_ascii_lowercase(),
+    match super::grants::host_address(host) {
+        Some(ip) => ip.to_string(),
+        None => host.trim_end_matches('.').to_ascii_lowercase(),
     }
 }
 
@@ -185,15 +184,19 @@ impl Pool {
                 inner.forget(&tenant, n);
             }
         }
+        let bounds = super::bounds::limits();
         if !inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS {
             return;
         }
-        let full = inner.idle.get(&key).is_some_and(|l| l.len() >= MAX_IDLE_PER_HOST);
+        let full = inner
+            .idle
+            .get(&key)
+            .is_some_and(|l| l.len() >= bounds.keepalive_idle_per_host);
         if !full {
             // A new idle connection: within the tenant's and the agent's
             // bounds, or closed instead of kept.
             let of_tenant = inner.per_tenant.get(&key.tenant).copied().unwrap_or(0);
-            if of_tenant >= MAX_IDLE_PER_TENANT || inner.total >= MAX_IDLE {
+            if of_tenant >= bounds.keepalive_idle_per_tenant || inner.total >= bounds.keepalive_idle {
                 return;
             }
             *inner.per_tenant.entry(key.tenant.clone()).or_default() += 1;

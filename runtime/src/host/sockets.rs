@@ -8,18 +8,29 @@
 //! so it counts against the call's socket bound ([`super::bounds`]): past
 //! it, `create-tcp-socket` and `create-udp-socket` answer
 //! `new-socket-limit` and the run is reported as `host-limit`.
+//!
+//! A name lookup is the host's own ([`Lookup`]), not wasmtime-wasi's, so
+//! that it is bounded: an address in any spelling is answered at once (the
+//! one canonical parse of the grants), and a name is resolved through
+//! [`super::dial::lookup`] — agent-wide lookup slots and blocking threads
+//! — with at most [`LOOKUPS_PER_CALL`](super::bounds::LOOKUPS_PER_CALL)
+//! in flight per call. Past that, `resolve-addresses` answers
+//! `temporary-resolver-failure` and the run is reported as `host-limit`.
 
-use super::bounds::CallBounds;
-use super::grants::{CallGrants, Use};
+use super::bounds::{CallBounds, LookupSlot};
+use super::grants::{CallGrants, Host, Use};
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use wasmtime::component::{HasData, Linker, Resource};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::{self, ResolveAddressStream};
 use wasmtime_wasi::p2::bindings::sockets::network::{self, ErrorCode, IpAddress, IpAddressFamily, Network};
 use wasmtime_wasi::p2::bindings::sockets::{tcp_create_socket, udp_create_socket};
-use wasmtime_wasi::p2::{DynPollable, SocketError, TcpSocket, UdpSocket};
+use wasmtime_wasi::p2::{DynPollable, Pollable, SocketError, TcpSocket, UdpSocket};
 use wasmtime_wasi::sockets::{SocketAddrUse, WasiSocketsCtxView};
 
 /// The sockets state of one call (built per call): the names being
@@ -105,13 +116,6 @@ impl udp_create_socket::Host for SocketsView<'_> {
     }
 }
 
-fn to_std(ip: IpAddress) -> IpAddr {
-    match ip {
-        IpAddress::Ipv4((a, b, c, d)) => IpAddr::V4(Ipv4Addr::new(a, b, c, d)),
-        IpAddress::Ipv6((a, b, c, d, e, f, g, h)) => IpAddr::V6(Ipv6Addr::new(a, b, c, d, e, f, g, h)),
-    }
-}
-
 impl network::Host for SocketsView<'_> {
     fn convert_error_code(&mut self, error: SocketError) -> wasmtime::Result<ErrorCode> {
         network::Host::convert_error_code(&mut self.inner, error)
@@ -128,18 +132,81 @@ impl network::HostNetwork for SocketsView<'_> {
     }
 }
 
+type Resolving = Pin<Box<dyn Future<Output = Result<Vec<IpAddr>, ErrorCode>> + Send>>;
+
+/// One name lookup of a plugin (the host's `resolve-address-stream`): the
+/// lookup in flight, holding its per-call slot, or its answer.
+pub(crate) enum Lookup {
+    /// In flight; the slot counts it against the call's bound until done.
+    Pending { resolving: Resolving, _slot: LookupSlot },
+    /// Answered.
+    Done(Result<std::vec::IntoIter<IpAddr>, ErrorCode>),
+}
+
+impl Lookup {
+    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let Self::Pending { resolving, .. } = self {
+            match resolving.as_mut().poll(cx) {
+                Poll::Ready(r) => *self = Self::Done(r.map(Vec::into_iter)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Lookup {
+    async fn ready(&mut self) {
+        std::future::poll_fn(|cx| self.poll_done(cx)).await
+    }
+}
+
+/// The handle the guest holds, as the binding's type (a handle is its
+/// index in the table; the entry there is a [`Lookup`]).
+fn as_stream(lookup: &Resource<Lookup>) -> Resource<ResolveAddressStream> {
+    Resource::new_own(lookup.rep())
+}
+
+fn as_lookup(stream: &Resource<ResolveAddressStream>) -> Resource<Lookup> {
+    Resource::new_borrow(stream.rep())
+}
+
 impl ip_name_lookup::Host for SocketsView<'_> {
     fn resolve_addresses(
         &mut self,
         network: Resource<Network>,
         name: String,
     ) -> Result<Resource<ResolveAddressStream>, SocketError> {
+        self.inner.table.get(&network)?;
         if self.grants.authorize(Use::Lookup(&name)).is_err() {
             return Err(ErrorCode::AccessDenied.into());
         }
-        let stream = ip_name_lookup::Host::resolve_addresses(&mut self.inner, network, name.clone())?;
-        self.ctx.lookups.insert(stream.rep(), name);
-        Ok(stream)
+        let lookup = match Host::parse(&name) {
+            Host::Ip(ip) => Lookup::Done(Ok(vec![ip].into_iter())),
+            Host::Numeric => return Err(ErrorCode::InvalidArgument.into()),
+            Host::Name(_) => {
+                // An ASCII name as a resolver takes it (IDNA to punycode).
+                let Ok(url::Host::Domain(domain)) = url::Host::parse(&name) else {
+                    return Err(ErrorCode::InvalidArgument.into());
+                };
+                let slot = self
+                    .bounds
+                    .take_lookup()
+                    .map_err(|_| SocketError::from(ErrorCode::TemporaryResolverFailure))?;
+                let bounds = self.bounds.clone();
+                let resolving: Resolving = Box::pin(async move {
+                    super::dial::lookup(&domain, &bounds).await.map_err(|e| {
+                        tracing::debug!(error = %e, "name lookup failed");
+                        ErrorCode::NameUnresolvable
+                    })
+                });
+                Lookup::Pending { resolving, _slot: slot }
+            }
+        };
+        let lookup = self.inner.table.push(lookup)?;
+        self.ctx.lookups.insert(lookup.rep(), name);
+        Ok(as_stream(&lookup))
     }
 }
 
@@ -149,20 +216,30 @@ impl ip_name_lookup::HostResolveAddressStream for SocketsView<'_> {
         stream: Resource<ResolveAddressStream>,
     ) -> Result<Option<IpAddress>, SocketError> {
         let rep = stream.rep();
-        let next = ip_name_lookup::HostResolveAddressStream::resolve_next_address(&mut self.inner, stream)?;
-        if let (Some(ip), Some(name)) = (next, self.ctx.lookups.get(&rep)) {
-            self.grants.note_resolved(name, to_std(ip));
+        let lookup = self.inner.table.get_mut(&as_lookup(&stream))?;
+        let waker = std::task::Waker::noop();
+        if lookup.poll_done(&mut Context::from_waker(waker)).is_pending() {
+            return Err(ErrorCode::WouldBlock.into());
         }
-        Ok(next)
+        let next = match lookup {
+            Lookup::Done(Ok(addrs)) => addrs.next(),
+            Lookup::Done(Err(e)) => return Err((*e).into()),
+            Lookup::Pending { .. } => unreachable!("polled to completion above"),
+        };
+        if let (Some(ip), Some(name)) = (next, self.ctx.lookups.get(&rep)) {
+            self.grants.note_resolved(name, ip);
+        }
+        Ok(next.map(IpAddress::from))
     }
 
     fn subscribe(&mut self, stream: Resource<ResolveAddressStream>) -> wasmtime::Result<Resource<DynPollable>> {
-        ip_name_lookup::HostResolveAddressStream::subscribe(&mut self.inner, stream)
+        wasmtime_wasi::p2::subscribe(self.inner.table, as_lookup(&stream))
     }
 
     fn drop(&mut self, stream: Resource<ResolveAddressStream>) -> wasmtime::Result<()> {
         self.ctx.lookups.remove(&stream.rep());
-        ip_name_lookup::HostResolveAddressStream::drop(&mut self.inner, stream)
+        self.inner.table.delete(Resource::<Lookup>::new_own(stream.rep()))?;
+        Ok(())
     }
 }
 

@@ -160,11 +160,12 @@ fn wit_error(e: TlsError) -> WitError {
 
 async fn handshake(
     client: &TlsClient,
+    bounds: &CallBounds,
     host: &str,
     port: u16,
     options: &TlsOptions,
 ) -> Result<(TlsStream<TcpStream>, HandshakeResult), WitError> {
-    let dialed = dial(host, port).await.map_err(|e| match e {
+    let dialed = dial(host, port, bounds).await.map_err(|e| match e {
         DialError::Dns(m) => WitError::Dns(m),
         DialError::Connect(m) => WitError::Connect(m),
     })?;
@@ -207,9 +208,9 @@ impl TlsView<'_> {
         let timeout = Duration::from_millis(timeout_ms);
         if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            return handshake(self.tls, &host, port, &options).await;
+            return handshake(self.tls, self.bounds, &host, port, &options).await;
         }
-        match tokio::time::timeout(timeout, handshake(self.tls, &host, port, &options)).await {
+        match tokio::time::timeout(timeout, handshake(self.tls, self.bounds, &host, port, &options)).await {
             Ok(result) => result,
             Err(_) => Err(WitError::Timeout(format!(
                 "no handshake within {}ms",

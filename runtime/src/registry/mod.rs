@@ -341,6 +341,9 @@ pub struct Registry {
     pub api: Option<std::net::SocketAddr>,
     /// The API's limits (`api: {...}`), defaults filled in.
     pub api_limits: config::ApiLimits,
+    /// What plugins' calls may make the host hold (`sandbox: {...}`),
+    /// defaults filled in; applied once, at start.
+    pub host_limits: crate::host::bounds::HostLimits,
     /// `state_dir:` from the file.
     pub state_dir: Option<PathBuf>,
     /// `health_timeout:` from the file, if set.
@@ -400,6 +403,7 @@ impl Registry {
             source: Some(path.to_path_buf()),
             api: s.api,
             api_limits: s.api_limits,
+            host_limits: s.host_limits,
             state_dir: s.state_dir,
             health_timeout: s.health_timeout,
             require_signed: s.trust.required,

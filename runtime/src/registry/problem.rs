@@ -42,6 +42,9 @@ pub enum Problem {
     /// An `api:` limit out of range.
     #[error("{0}")]
     ApiLimit(String),
+    /// A `sandbox:` bound out of range; the message names the key.
+    #[error("{0}")]
+    SandboxLimit(String),
     /// `health_timeout:` under a second.
     #[error("health_timeout: must be at least 1s")]
     HealthTimeoutTooShort,

@@ -115,12 +115,7 @@ pub async fn plugin(engine: &Engine, base: &Path, name: &str, trust: &Trust) -> 
             return engine.load_file(&path).await.map_err(load);
         }
         let label = path.display().to_string();
-        let bytes = std::fs::read(&path).map_err(|source| {
-            load(LoadError::Read {
-                plugin: label.clone(),
-                source,
-            })
-        })?;
+        let bytes = crate::engine::read_plugin_file(&path).map_err(load)?;
         let sig = crate::signing::read_signature(&path).map_err(|e| ResolveError::Signature(Arc::new(e)))?;
         let unsigned = |e| ResolveError::Unsigned(Arc::new(e));
         let sig_name = crate::signing::signature_path(&path).display().to_string();

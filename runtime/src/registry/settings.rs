@@ -30,6 +30,31 @@ pub struct Settings {
     pub tenants: Tenants,
     /// `oci:`: how `oci://` plugins are pulled and where they are cached.
     pub oci: Option<crate::oci::Settings>,
+    /// `sandbox:`, defaults filled in.
+    pub host_limits: crate::host::bounds::HostLimits,
+}
+
+/// The bounds `spec` sets, the defaults elsewhere, checked: the error
+/// names the key out of range.
+pub fn host_limits(spec: &config::SandboxSpec) -> Result<crate::host::bounds::HostLimits, String> {
+    let d = crate::host::bounds::HostLimits::default();
+    let n = |v: Option<u32>, default: usize| v.map_or(default, |v| v as usize);
+    let limits = crate::host::bounds::HostLimits {
+        table_entries_per_call: n(spec.table_entries_per_call, d.table_entries_per_call),
+        fields_bytes: spec
+            .fields_bytes
+            .map_or(d.fields_bytes, |s| usize::try_from(s.0).unwrap_or(usize::MAX)),
+        sockets_per_call: n(spec.sockets_per_call, d.sockets_per_call),
+        lookups_per_call: n(spec.lookups_per_call, d.lookups_per_call),
+        lookups_in_flight: n(spec.lookups_in_flight, d.lookups_in_flight),
+        blocking_threads: n(spec.blocking_threads, d.blocking_threads),
+        exec_pids: spec.exec_pids.unwrap_or(d.exec_pids),
+        keepalive_idle_per_host: n(spec.keepalive_idle_per_host, d.keepalive_idle_per_host),
+        keepalive_idle_per_tenant: n(spec.keepalive_idle_per_tenant, d.keepalive_idle_per_tenant),
+        keepalive_idle: n(spec.keepalive_idle, d.keepalive_idle),
+    };
+    limits.validate()?;
+    Ok(limits)
 }
 
 /// Reads the agent-wide keys of `file`; paths are relative to `base`.
@@ -50,6 +75,12 @@ pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Ve
         match config::ApiLimits::from_spec(&api.value) {
             Ok(l) => out.api_limits = l,
             Err(e) => at(api.referenced, Problem::ApiLimit(e)),
+        }
+    }
+    if let Some(sandbox) = &file.sandbox {
+        match host_limits(&sandbox.value) {
+            Ok(l) => out.host_limits = l,
+            Err(e) => at(sandbox.referenced, Problem::SandboxLimit(e)),
         }
     }
     if let Some(t) = &file.health_timeout {

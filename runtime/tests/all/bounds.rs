@@ -5,7 +5,7 @@
 
 use crate::support::{check, guest, run_alone};
 use sonde_runtime::host::Grants;
-use sonde_runtime::host::bounds::{SOCKETS_PER_CALL, TABLE_ENTRIES_PER_CALL};
+use sonde_runtime::host::bounds::{LOOKUPS_PER_CALL, SOCKETS_PER_CALL, TABLE_ENTRIES_PER_CALL};
 use sonde_runtime::verdict::{Reason, Status};
 use sonde_tests::{CountingListener, guests};
 use std::collections::HashSet;
@@ -92,6 +92,62 @@ async fn a_fields_hoarder_ends_host_limit() {
     assert!(
         r.message
             .contains(&format!("more than {TABLE_ENTRIES_PER_CALL} host resources")),
+        "{}",
+        r.message
+    );
+}
+
+/// issue 16, finding 5: a connection the host opens for sonde's `http` or
+/// `grpc` is a socket like any other; a plugin opening one after another
+/// runs into the call's socket bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_through_http_and_grpc_count_against_the_socket_bound() {
+    let hoarder = guest(guests::HOARD_CONNECTIONS).await;
+    for transport in ["http", "grpc"] {
+        let listener = CountingListener::start().await;
+        let target = listener.addr.to_string();
+        let config = format!("{{\"transport\": \"{transport}\"}}");
+        let r = crate::support::run(&hoarder, &target, &config, &Grants::default(), Duration::from_secs(20)).await;
+        assert_eq!(
+            (r.status, r.reason),
+            (Status::Unknown, Some(Reason::HostLimit)),
+            "{transport}: {r:?}"
+        );
+        assert!(
+            r.message.contains(&format!("more than {SOCKETS_PER_CALL} sockets")),
+            "{transport}: {}",
+            r.message
+        );
+        let accepted = crate::support::accepted_before_now(listener.addr, || listener.accepted()).await;
+        assert!(
+            accepted <= SOCKETS_PER_CALL,
+            "{transport}: the host opened {accepted} connections for one call"
+        );
+    }
+}
+
+/// issue 16, finding 4: `wasi:sockets` name lookups are the host's own and
+/// bounded per call: the fifth in flight is refused and the run is
+/// `host-limit`.
+#[tokio::test]
+async fn wasi_lookups_in_flight_are_bounded_per_call() {
+    let flood = guest(guests::FLOOD_WASI_LOOKUPS).await;
+    let r = crate::support::run(
+        &flood,
+        "localhost:80",
+        "{}",
+        &Grants::default(),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.reason),
+        (Status::Unknown, Some(Reason::HostLimit)),
+        "{r:?}"
+    );
+    assert!(
+        r.message
+            .contains(&format!("more than {LOOKUPS_PER_CALL} name lookups in flight")),
         "{}",
         r.message
     );

@@ -244,3 +244,60 @@ async fn grpc_serving_exits_0_not_serving_exits_2() {
         "{out:?}"
     );
 }
+
+/// issue 16: a plugin path must name a regular file of bounded size.
+/// `/dev/zero` would be read forever, a FIFO would block the reader until
+/// a writer comes, and a huge file would be held whole in memory; each is
+/// refused at once, naming the file, from the command line and the config.
+#[test]
+fn a_plugin_path_that_is_no_regular_file_or_too_large_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("plugin.wasm");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let huge = dir.path().join("huge.wasm");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(sonde_runtime::engine::MAX_PLUGIN_FILE_BYTES + 1)
+        .unwrap();
+    let cases = [
+        ("/dev/zero".to_string(), "not a regular file (a character device)"),
+        (fifo.display().to_string(), "not a regular file (a FIFO)"),
+        (
+            huge.display().to_string(),
+            "more than the 33554432 bytes a plugin file may have",
+        ),
+    ];
+    for (path, why) in &cases {
+        let started = Instant::now();
+        let out = sonde(&["check", path, "--target", "127.0.0.1:1"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{path}: {out:?}");
+        assert!(
+            stderr.contains(path.as_str()) && stderr.contains(why),
+            "{path}: {stderr}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{path}: took {:?}",
+            started.elapsed()
+        );
+
+        let config = dir.path().join("sonde.yaml");
+        std::fs::write(
+            &config,
+            format!("targets:\n  - name: t\n    address: 127.0.0.1:1\n    probes:\n      - {{kind: readiness, plugin: {path}}}\n"),
+        )
+        .unwrap();
+        let out = sonde(&["validate", config.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{path}: {out:?}");
+        assert!(stderr.contains(why), "{path}: {stderr}");
+    }
+}

@@ -26,6 +26,7 @@ fn rule(p: &Problem) -> &'static str {
     match p {
         Problem::Api(_) => "Api",
         Problem::ApiLimit(_) => "ApiLimit",
+        Problem::SandboxLimit(_) => "SandboxLimit",
         Problem::HealthTimeoutTooShort => "HealthTimeoutTooShort",
         Problem::TrustKey(_) => "TrustKey",
         Problem::RequireSignedWithoutTrust => "RequireSignedWithoutTrust",
@@ -74,6 +75,7 @@ const RULES: &[&str] = &[
     "Parse",
     "Api",
     "ApiLimit",
+    "SandboxLimit",
     "HealthTimeoutTooShort",
     "TrustKey",
     "RequireSignedWithoutTrust",

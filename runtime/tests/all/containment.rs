@@ -5,6 +5,7 @@
 use crate::support::{builtin, cache_dir, run};
 use sonde_runtime::host::Grants;
 use sonde_runtime::host::contain::Containment;
+use sonde_runtime::host::contain::RunLimits;
 use sonde_runtime::host::exec::run_contained;
 use sonde_runtime::verdict::Status;
 use std::io::{BufRead, BufReader};
@@ -71,6 +72,7 @@ async fn what_a_program_leaves_behind_dies_when_it_exits() {
             &[],
             Duration::from_secs(60),
             &mode,
+            RunLimits::default(),
         )
         .await
         .unwrap();
@@ -91,9 +93,15 @@ async fn a_hanging_program_and_its_escapees_end_at_the_timeout() {
         let dir = tempfile::tempdir().unwrap();
         let timeout = Duration::from_millis(500);
         let started = Instant::now();
-        let out = run_contained(&sh(escaping_script(dir.path(), "sleep 1000")), &[], timeout, &mode)
-            .await
-            .unwrap();
+        let out = run_contained(
+            &sh(escaping_script(dir.path(), "sleep 1000")),
+            &[],
+            timeout,
+            &mode,
+            RunLimits::default(),
+        )
+        .await
+        .unwrap();
         let took = started.elapsed();
         assert!(out.timed_out, "{mode:?}: {out:?}");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n", "{mode:?}");
@@ -286,7 +294,7 @@ fn sonde_with_silent_resolver(dir: &Path, ip: &str) -> (std::net::UdpSocket, Com
 
 #[test]
 fn lookups_hold_a_bounded_number_of_threads() {
-    use sonde_runtime::host::dial::MAX_LOOKUPS_IN_FLIGHT;
+    use sonde_runtime::host::blocking::MAX_LOOKUPS_IN_FLIGHT;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("sonde.yaml");
     std::fs::write(
@@ -362,4 +370,88 @@ fn sonde_check_exits_with_its_answer_while_lookups_are_stuck() {
     // The stuck lookups last a minute (2 attempts of 30 s); the command
     // waits for none of them.
     assert!(took < Duration::from_secs(25), "sonde check took {took:?}");
+}
+
+/// `GET path` on the agent's API: the whole response, as text.
+fn get_text(api: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = api.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text
+}
+
+/// issue 16, finding 4: `wasi:sockets` name lookups against a resolver
+/// that never answers hold at most the agent's lookup slots (32 threads,
+/// whatever the plugins start); once they are all stuck, `/livez` fails
+/// and a call that waits for one until its deadline ends `unknown`,
+/// reason `host-limit`, naming the bound.
+#[test]
+fn wasi_lookups_hold_a_bounded_number_of_threads_and_a_starved_call_is_host_limit() {
+    use sonde_runtime::host::blocking::MAX_LOOKUPS_IN_FLIGHT;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sonde.yaml");
+    let probes: String = (0..6)
+        .map(|i| {
+            format!(
+                "      - {{name: flood{i}, kind: readiness, plugin: {}, config: {{wait: true}}, period: 1s, timeout: 2s}}\n",
+                sonde_tests::guests::FLOOD_WASI_LOOKUPS
+            )
+        })
+        .collect();
+    std::fs::write(
+        &config,
+        format!("health_timeout: 1s\ntargets:\n  - name: slow\n    address: slow.sonde-test:80\n    probes:\n{probes}"),
+    )
+    .unwrap();
+    let (resolver, mut command) = sonde_with_silent_resolver(dir.path(), "127.0.0.79");
+    let mut child = command
+        .args(["run", "--api", "127.0.0.1:0", "--no-jitter", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("unshare");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let api = loop {
+        let Some(Ok(line)) = lines.next() else {
+            let _ = child.kill();
+            panic!("no start line:\n{}", seen.join("\n"));
+        };
+        seen.push(line.clone());
+        if let Some(at) = line.find(" api=") {
+            break line[at + 5..].split(' ').next().unwrap().to_string();
+        }
+    };
+    // A run cut off waiting for a lookup slot is reported as such…
+    let waited = Instant::now();
+    let mut probes = get_text(&api, "/v1/probes");
+    while !probes.contains("name-lookup slots") && waited.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(100));
+        probes = get_text(&api, "/v1/probes");
+    }
+    // …while /livez says the sandbox is out of lookups…
+    let livez = get_status(&api, "/livez");
+    // …and the lookups held no more threads than the slots (plus the
+    // agent's own: workers, the API, the epoch ticker).
+    let threads = threads_of(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(resolver);
+    assert!(
+        probes.contains(&format!(
+            "cut off waiting for one of the agent's {MAX_LOOKUPS_IN_FLIGHT} name-lookup slots"
+        )),
+        "no run reported the starved lookups: {probes}"
+    );
+    assert!(probes.contains("host-limit"), "{probes}");
+    assert_eq!(livez, 503, "/livez never noticed the stuck lookups");
+    assert!(
+        threads < MAX_LOOKUPS_IN_FLIGHT + 40,
+        "{threads} threads: blocked lookups are not bounded"
+    );
 }

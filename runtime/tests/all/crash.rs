@@ -3,7 +3,9 @@
 //! its probes change state, then restarted on the same `state_dir`, many
 //! times. After each restart the state opens (nothing moved aside as
 //! corrupt), no upload is half there, and everything acknowledged with a
-//! 2xx is there (or was replaced by the one request in flight at the kill).
+//! 2xx is there (or was replaced by the one request in flight at the kill),
+//! a batch of probes (`PUT /v1/probes`) is there whole or not at all, and
+//! no temporary file of an interrupted write is left behind.
 //! `SONDE_CRASH_KILLS` sets the number of kills (default 20).
 
 use crate::abuse::{ACME, config};
@@ -192,6 +194,48 @@ async fn writer(
     }
 }
 
+/// The probes one batch writes, together.
+const BATCH: [&str; 3] = ["b-probe0", "b-probe1", "b-probe2"];
+
+/// One client PUTting the probes of [`BATCH`] together with one version,
+/// again and again, until the agent dies.
+async fn batch_writer(
+    api: SocketAddr,
+    server: SocketAddr,
+    book: Arc<Mutex<HashMap<(String, String), Expect>>>,
+    seed: u64,
+) -> usize {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut acked = 0;
+    loop {
+        let version = rng.u32(..);
+        let mut body = String::new();
+        for name in BATCH {
+            let spec = String::from_utf8(probe_spec(server, version)).unwrap();
+            body.push_str(&format!("- name: {name}\n"));
+            for line in spec.lines() {
+                body.push_str(&format!("  {line}\n"));
+            }
+        }
+        let content = serde_json::json!([format!("v{version}")]).to_string().into_bytes();
+        for name in BATCH {
+            let key = ("probes".to_string(), name.to_string());
+            book.lock().unwrap().entry(key).or_default().in_flight = Some(Some(content.clone()));
+        }
+        let Some((status, text)) = try_call(api, "PUT", "/v1/probes", body.as_bytes()).await else {
+            return acked;
+        };
+        assert!(matches!(status, 200 | 201), "PUT /v1/probes: {status} {text}");
+        let mut book = book.lock().unwrap();
+        for name in BATCH {
+            let e = book.get_mut(&("probes".to_string(), name.to_string())).unwrap();
+            e.in_flight = None;
+            e.acked = Some(content.clone());
+        }
+        acked += 1;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_random_moments_the_agent_keeps_everything_it_acknowledged() {
     let kills: u32 = std::env::var("SONDE_CRASH_KILLS")
@@ -232,6 +276,12 @@ async fn killed_at_random_moments_the_agent_keeps_everything_it_acknowledged() {
                 rng.u64(..),
             )));
         }
+        writers.push(tokio::spawn(batch_writer(
+            agent.api,
+            server.addr,
+            book.clone(),
+            rng.u64(..),
+        )));
         // A flapping target makes probe states change (and be persisted).
         server.set_healthy(round % 2 == 0);
         // A random moment: a random number of acknowledged writes in.
@@ -264,6 +314,26 @@ async fn check(
         .collect();
     assert!(corrupt.is_empty(), "round {round}: the state did not open: {corrupt:?}");
     assert_eq!(try_call(api, "GET", "/livez", b"").await.map(|a| a.0), Some(200));
+    // The agent has opened the store: no interrupted write's temporary
+    // file is left.
+    let leftovers: Vec<PathBuf> = walk(&state.join("managed"))
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "round {round}: temporary files left: {leftovers:?}"
+    );
+    // A batch is there whole or not at all.
+    let batch: Vec<Option<Vec<u8>>> = BATCH.iter().map(|n| stored(state, "probes", n)).collect();
+    assert!(
+        batch.iter().all(|b| *b == batch[0]),
+        "round {round}: a batch of probes is half there: {:?}",
+        batch
+            .iter()
+            .map(|b| b.as_ref().map(|b| String::from_utf8_lossy(b).to_string()))
+            .collect::<Vec<_>>()
+    );
     for ((kind, name), e) in &mut book {
         let now = stored(state, kind, name);
         let ok = now == e.acked || e.in_flight.as_ref().is_some_and(|f| *f == now);
@@ -292,4 +362,19 @@ async fn check(
         };
     }
     book
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else { return out };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

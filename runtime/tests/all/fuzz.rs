@@ -380,16 +380,19 @@ fn spellings(rng: &mut fastrand::Rng, ip: IpAddr) -> Vec<(String, Option<IpAddr>
             out.push((format!("0:0:0:0:0:ffff:{:x}:{:x}", n >> 16, n & 0xffff), Some(ip)));
             out.push((format!("0:0:0:0:0:FFFF:{:X}:{:X}", n >> 16, n & 0xffff), Some(ip)));
             out.push((format!("0000:0000:0000:0000:0000:ffff:{a}"), Some(ip)));
-            // Forms inet_aton takes (and so a resolver may): decimal, octal,
-            // hex and short. They name this address too, so they are never
-            // a name a name pattern may admit, and no IP pattern admits them
-            // unless canonical parsing says so.
-            out.push((n.to_string(), None));
-            out.push((format!("0{:o}.{}.{}.{}", o[0], o[1], o[2], o[3]), None));
-            out.push((format!("0x{:x}.{}.{}.{}", o[0], o[1], o[2], o[3]), None));
-            out.push((format!("0x{n:08x}"), None));
-            out.push((format!("{}.{}", o[0], n & 0x00ff_ffff), None));
-            out.push((format!("{}.{}.{}", o[0], o[1], n & 0xffff), None));
+            // Forms inet_aton takes (and so a resolver and a URL parser
+            // do): decimal, octal, hex and short. They name this address
+            // too, so an IP pattern admits them as it admits the address,
+            // and they are never a name a name pattern may admit.
+            out.push((n.to_string(), Some(ip)));
+            out.push((format!("{n}."), Some(ip)));
+            out.push((format!("0{:o}.{}.{}.{}", o[0], o[1], o[2], o[3]), Some(ip)));
+            out.push((format!("0x{:x}.{}.{}.{}", o[0], o[1], o[2], o[3]), Some(ip)));
+            out.push((format!("0X{:X}.0{:o}.{}.{}", o[0], o[1], o[2], o[3]), Some(ip)));
+            out.push((format!("0x{n:08x}"), Some(ip)));
+            out.push((format!("{}.{}", o[0], n & 0x00ff_ffff), Some(ip)));
+            out.push((format!("{}.{}.{}", o[0], o[1], n & 0xffff), Some(ip)));
+            out.push((format!("{}.{}.{}.", o[0], o[1], n & 0xffff), Some(ip)));
             // The v4-compatible form is another address (::a.b.c.d).
             out.push((format!("::{a}"), Some(IpAddr::V6(Ipv6Addr::from(u128::from(n))))));
         }
@@ -471,12 +474,11 @@ fn last_labels(host: &str, n: usize) -> String {
     labels[labels.len().saturating_sub(n)..].join(".")
 }
 
-/// Known failure, kept as the reproducer: `grants.rs` takes a host such as
-/// `0177.0.0.1`, `2130706433` or `127.1` for a DNS name, so a `*.0.1`
-/// pattern admits it, while the resolver reaches 127.0.0.1 (the inet_aton
-/// forms). Found by this target; to be fixed in `grants.rs` (issue 16).
+/// issue 16: `grants.rs` took a host such as `0177.0.0.1`, `2130706433`
+/// or `127.1` for a DNS name, so a `*.0.1` pattern admitted it, while the
+/// resolver reaches 127.0.0.1 (the inet_aton forms). Found by this target;
+/// every spelling is now an address, and only an address pattern admits it.
 #[test]
-#[ignore = "grants.rs takes numeric hosts (0177.0.0.1, 127.1) for names: issue 16, fix pending in grants.rs"]
 fn a_numeric_host_is_an_address_and_never_a_name_a_name_pattern_admits() {
     for (_case, mut rng) in cases(
         "a_numeric_host_is_an_address_and_never_a_name_a_name_pattern_admits",
@@ -496,6 +498,15 @@ fn a_numeric_host_is_an_address_and_never_a_name_a_name_pattern_admits() {
                         "the name pattern {text} admits {spelled:?}, which a resolver takes as the address {ip}"
                     );
                 }
+            }
+            // The address's own pattern, in any spelling, admits it.
+            let exact: NetPattern = format!("{ip}:80").parse().unwrap();
+            assert!(exact.admits(&spelled, 80), "{exact} does not admit {spelled:?}");
+            if let Ok(spelled_pattern) = format!("{spelled}:80").parse::<NetPattern>() {
+                assert!(
+                    spelled_pattern.admits(&ip.to_string(), 80),
+                    "{spelled}:80 does not admit {ip}"
+                );
             }
         }
     }
