@@ -7,6 +7,10 @@
 #   cargo build --release -p sonde-runtime -p sonde-tests   # sonde, and the test guests (always_up)
 #   scripts/bench.sh            # everything but the scheduler scale runs
 #   scripts/bench.sh scale      # also the 100,000 and 1,000,000 probe runs (~2 min)
+#   REPS=9 N=10000 scripts/bench.sh   # repetitions per row, runs per repetition
+#   RESULTS=dir scripts/bench.sh      # keep each row's JSON lines in dir
+#   ROWS="tcp http" scripts/bench.sh  # only these rows (trivial tcp http keepalive
+#                                     # keepalive-1 exec-true check_http blackbox)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +22,7 @@ if [ -z "$always_up" ]; then
   cargo build --release -p sonde-tests >/dev/null
   always_up=$(find "$target_dir" -name always_up.wasm -path '*/guests/*' ! -path '*/deps/*' | head -n 1)
 fi
-n="${N:-20000}"
+n="${N:-20000}"   # runs per repetition of the tcp and http rows
 work=$(mktemp -d)
 trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
 
@@ -42,26 +46,67 @@ EOF
 taskset -c 1 nginx -c "$work/nginx.conf" -p "$work"
 sleep 0.5
 
+# Each row runs REPS times (default 5). One repetition is one `sonde bench
+# --baseline` process: the sandboxed runs, then the same probes made
+# natively, seconds apart; the row reports the median of each figure and its
+# spread (min–max) over the repetitions, so a change can be told from noise
+# on a shared machine. The load average is printed before and after.
+reps="${REPS:-5}"
+results="${RESULTS:-$work/results}"
+mkdir -p "$results"
+echo "load: $(uptime)"
+want() { [ -z "${ROWS:-}" ] || [[ " $ROWS " == *" $1 "* ]]; }
+row() {
+  local name=$1
+  shift
+  want "$name" || return 0
+  echo "\$ sonde bench $*   (× $reps)"
+  : >"$results/$name.jsonl"
+  for _ in $(seq "$reps"); do
+    taskset -c 0 "$sonde" bench "$@" -o json >>"$results/$name.jsonl" || true
+  done
+  python3 - "$results/$name.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+if not rows:
+    print("  no result"); sys.exit()
+def fig(label, values, fmt):
+    values = sorted(values)
+    print(f"  {label:<14} median {fmt.format(statistics.median(values))}  ({fmt.format(values[0])}–{fmt.format(values[-1])})")
+fig("wasm runs/s", [r["runs_per_sec"] for r in rows], "{:,.0f}")
+fig("wasm cpu/run", [r["cpu_us_per_run"] for r in rows], "{:.1f}µs")
+base = [r["baseline"] for r in rows if "baseline" in r]
+if base:
+    fig("native runs/s", [b["runs_per_sec"] for b in base], "{:,.0f}")
+    fig("native cpu/run", [b["cpu_us_per_run"] for b in base], "{:.1f}µs")
+    fig("ratio", [b["ratio"] for b in base], "{:.2f}")
+    fig("cpu ratio", [b["cpu_us_per_run"] / max(r["cpu_us_per_run"], 1e-9) for r, b in zip(rows, base)], "{:.2f}")
+errors = sum(r["errors"] + r.get("baseline", {}).get("errors", 0) for r in rows)
+print(f"  {len(rows)} repetitions, fuel/run {rows[0]['fuel_per_run']:,.0f}, errors {errors}")
+PY
+  echo
+}
 run() { echo "\$ $*"; taskset -c 0 "$@"; echo; }
 
 # Sandbox overhead: a trivial plugin, instantiate + call + drop, one at a time.
-run "$sonde" bench "$always_up" -n 100000 -j 1
+row trivial "$always_up" -n $((n * 5)) -j 1
 # TCP connect probe, and HTTP GET on a new connection per probe, 16 in flight.
-run "$sonde" bench tcp --target 127.0.0.1:8081 -n "$n" -j 16 --baseline
-run "$sonde" bench http --target 127.0.0.1:8081 -n "$n" -j 16 --baseline
-# HTTP GET over the host's keep-alive pool.
-run "$sonde" bench http --target 127.0.0.1:8081 -n $((n * 5)) -j 16 --keepalive --baseline
+row tcp tcp --target 127.0.0.1:8081 -n "$n" -j 16 --baseline
+row http http --target 127.0.0.1:8081 -n "$n" -j 16 --baseline
+# HTTP GET over the host's keep-alive pool, 16 in flight and one at a time.
+row keepalive http --target 127.0.0.1:8081 -n $((n * 5)) -j 16 --keepalive --baseline
+row keepalive-1 http --target 127.0.0.1:8081 -n $((n * 2)) -j 1 --keepalive --baseline
 # Exec: the floor (/bin/true), and a Nagios plugin.
-run "$sonde" bench exec --config '{"command": ["/bin/true"]}' --allow-exec /bin/true -n 5000 -j 16 --baseline
+row exec-true exec --config '{"command": ["/bin/true"]}' --allow-exec /bin/true -n $((n / 4)) -j 16 --baseline
 if [ -x /usr/lib/nagios/plugins/check_http ]; then
   check_http=/usr/lib/nagios/plugins/check_http
-  run "$sonde" bench exec --config "{\"command\": [\"$check_http\", \"-H\", \"127.0.0.1\", \"-p\", \"8081\"]}" \
-    --allow-exec "$check_http" -n 3000 -j 16 --baseline
+  row check_http exec --config "{\"command\": [\"$check_http\", \"-H\", \"127.0.0.1\", \"-p\", \"8081\"]}" \
+    --allow-exec "$check_http" -n $((n * 3 / 20)) -j 16 --baseline
 fi
 
 # blackbox_exporter on core 0, driven over keep-alive from core 1; its own
 # CPU is read from /proc.
-if command -v prometheus-blackbox-exporter >/dev/null; then
+if want blackbox && command -v prometheus-blackbox-exporter >/dev/null; then
   cat >"$work/blackbox.yml" <<EOF
 modules:
   http_2xx:
@@ -90,3 +135,4 @@ if [ "${1:-}" = scale ]; then
   run "$sonde" bench "$always_up" --scheduler --probes 100000 --period 10s --duration 60s
   run "$sonde" bench "$always_up" --scheduler --probes 1000000 --period 1h --duration 10s
 fi
+echo "load: $(uptime)"

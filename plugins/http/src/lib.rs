@@ -225,35 +225,36 @@ impl Probe for Http {
             config.insecure_skip_verify,
             config.server_name.as_deref(),
         )?;
-        let mut url = url_for(req.target(), &config.path, config.scheme);
-        let mut method = config.method.to_ascii_uppercase();
-        let mut body = config.body.clone().into_bytes();
+        // One request, changed in place by each redirect: the SDK copies
+        // it into the host call, so no copy per hop is needed here.
+        let mut request = HttpRequest {
+            method: config.method.to_ascii_uppercase(),
+            url: url_for(req.target(), &config.path, config.scheme),
+            headers,
+            body: config.body.as_bytes().to_vec(),
+            // The call's deadline bounds the exchange, so a slow server
+            // is recorded by the host as reason `timeout`.
+            timeout: req.timeout(),
+            max_body: config.max_body,
+            tls,
+            keepalive: config.keepalive,
+        };
         let mut total = Duration::ZERO;
         let mut hops = 0;
         let response = loop {
-            let request = HttpRequest {
-                method: method.clone(),
-                url: url.clone(),
-                headers: headers.clone(),
-                body: body.clone(),
-                // The call's deadline bounds the exchange, so a slow server
-                // is recorded by the host as reason `timeout`.
-                timeout: req.timeout(),
-                max_body: config.max_body,
-                tls: tls.clone(),
-                keepalive: config.keepalive,
-            };
             let response = match send(&request) {
                 Ok(r) => r,
-                Err(ProbeError::Io(m)) => return Ok(Outcome::failure(format!("{method} {url}: {m}"))),
+                Err(ProbeError::Io(m)) => {
+                    return Ok(Outcome::failure(format!("{} {}: {m}", request.method, request.url)));
+                }
                 Err(e) => return Err(e),
             };
             total += Duration::from_secs_f64(response.timings.total);
             let location = response.header("location").map(str::to_string);
             match (response.status, location) {
                 (301 | 302 | 303 | 307 | 308, Some(location)) if hops < MAX_REDIRECTS => {
-                    let next = resolve(&url, &location);
-                    if origin(&next) != origin(&url) {
+                    let next = resolve(&request.url, &location);
+                    if origin(&next) != origin(&request.url) {
                         // As the kubelet: another host is not followed, and says so.
                         return Ok(with_metrics(
                             Outcome::warning(format!(
@@ -265,15 +266,16 @@ impl Probe for Http {
                         ));
                     }
                     if matches!(response.status, 301..=303) {
-                        method = "GET".into();
-                        body.clear();
+                        request.method = "GET".into();
+                        request.body.clear();
                     }
-                    url = next;
+                    request.url = next;
                     hops += 1;
                 }
                 _ => break response,
             }
         };
+        let (method, url) = (&request.method, &request.url);
 
         let status = response.status;
         let mut outcome = verdict(

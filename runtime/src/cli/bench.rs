@@ -59,6 +59,14 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 
+    /// Instance slots the engine reserves address space for (at least --concurrency); a small pool fits under valgrind, whose address space is too small for the default 256.
+    #[arg(long, default_value_t = crate::engine::EngineConfig::default().max_concurrent_calls, value_name = "N")]
+    pub slots: u32,
+
+    /// Bytes of each linear memory kept resident between runs by the pooling allocator (reset with memset instead of madvise), to compare reset strategies.
+    #[arg(long, default_value_t = crate::engine::KEEP_RESIDENT, value_name = "BYTES")]
+    pub keep_resident: usize,
+
     /// Measure the scheduler instead: register --probes probes of PLUGIN with --period and run them for --duration.
     #[arg(long)]
     pub scheduler: bool,
@@ -219,7 +227,13 @@ impl Job for WasmJob {
 /// RUSAGE_CHILDREN add up to): a program an exec probe runs is part of its
 /// cost.
 fn cpu_time() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    // Through libc rather than rustix: rustix finds the vDSO through the
+    // auxiliary vector, which crashes under valgrind (callgrind is how the
+    // per-phase instruction counts of BENCHMARKS.md are measured).
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid, writable timespec for the call's duration.
+    #[allow(unsafe_code)]
+    let _ = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32) + children_cpu_time()
 }
 
@@ -234,7 +248,9 @@ fn children_cpu_time() -> Duration {
         .iter()
         .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
         .sum();
-    let per_sec = rustix::param::clock_ticks_per_second().max(1);
+    // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
+    let per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
     Duration::from_secs_f64(ticks as f64 / per_sec as f64)
 }
 
@@ -359,7 +375,9 @@ fn config_with_keepalive(config: &str, keepalive: bool) -> Result<String, CliErr
     Ok(value.to_string())
 }
 
-pub(super) async fn run(config: EngineConfig, args: BenchArgs) -> Result<i32, CliError> {
+pub(super) async fn run(mut config: EngineConfig, args: BenchArgs) -> Result<i32, CliError> {
+    config.max_concurrent_calls = args.slots.max(1);
+    config.memory_keep_resident = args.keep_resident;
     if args.scheduler {
         return run_scheduler(config, args).await;
     }

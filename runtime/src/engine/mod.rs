@@ -56,6 +56,10 @@ pub struct EngineConfig {
     /// Where components are compiled: in this process, or in a child
     /// under a time and memory budget (what the `sonde` binary uses).
     pub compiler: Compiler,
+    /// Bytes of each linear memory the pooling allocator keeps resident
+    /// between calls, reset with `memset` (the dirty pages found with
+    /// `PAGEMAP_SCAN` where the kernel has it) rather than `madvise`.
+    pub memory_keep_resident: usize,
 }
 
 impl Default for EngineConfig {
@@ -64,6 +68,7 @@ impl Default for EngineConfig {
             cache_dir: cache::default_dir(),
             max_concurrent_calls: 256,
             compiler: Compiler::InProcess,
+            memory_keep_resident: KEEP_RESIDENT,
         }
     }
 }
@@ -506,7 +511,7 @@ pub struct Engine {
     inner: Arc<Inner>,
 }
 
-fn wasmtime_config(max_calls: u32) -> wasmtime::Config {
+fn wasmtime_config(max_calls: u32, keep_resident: usize) -> wasmtime::Config {
     let mut pool = wasmtime::PoolingAllocationConfig::new();
     // A Rust wasip2 component has a few core instances (the program and
     // wit-component's shims), one memory and a few tables.
@@ -523,7 +528,7 @@ fn wasmtime_config(max_calls: u32) -> wasmtime::Config {
         // with PAGEMAP_SCAN where the kernel has it) is cheaper than
         // madvise plus a page fault per page on the next call.
         .pagemap_scan(wasmtime::Enabled::Auto)
-        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .linear_memory_keep_resident(keep_resident)
         .table_keep_resident(64 * 1024)
         .max_unused_warm_slots(UNUSED_WARM_SLOTS);
     let mut config = base_config();
@@ -571,8 +576,8 @@ fn base_config() -> wasmtime::Config {
 
 /// The pooling engine, or, where the address space for its pool cannot be
 /// reserved (a low `ulimit -v`, valgrind), an engine that allocates per call.
-fn new_wasmtime_engine(max_calls: u32) -> Result<wasmtime::Engine, EngineError> {
-    match wasmtime::Engine::new(&wasmtime_config(max_calls)) {
+fn new_wasmtime_engine(max_calls: u32, keep_resident: usize) -> Result<wasmtime::Engine, EngineError> {
+    match wasmtime::Engine::new(&wasmtime_config(max_calls, keep_resident)) {
         Ok(engine) => Ok(engine),
         Err(e) => {
             tracing::warn!(error = %format!("{e:#}"), "cannot reserve the instance pool; allocating per call instead");
@@ -594,7 +599,7 @@ impl Engine {
         // Sockets held for plugins are bounded out of the fd limit; the
         // soft default (1024) would make that bound needlessly small.
         host::bounds::raise_fd_limit();
-        let engine = new_wasmtime_engine(max_calls)?;
+        let engine = new_wasmtime_engine(max_calls, config.memory_keep_resident)?;
         let mut linker_closed = Linker::new(&engine);
         store::add_to_linker(&mut linker_closed, false).map_err(EngineError)?;
         let mut linker_files = Linker::new(&engine);

@@ -72,6 +72,7 @@ async fn start(dir: &Path, budget: CompileBudget) -> (Agent, SocketAddr) {
             program: env!("CARGO_BIN_EXE_sonde").into(),
             budget,
         },
+        ..EngineConfig::default()
     })
     .unwrap();
     let options = AgentOptions {
