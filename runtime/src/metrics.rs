@@ -22,13 +22,10 @@
 //! | `sonde_scheduler_start_lateness_seconds` | histogram | |
 //! | `sonde_scheduler_runs_in_flight` | gauge | |
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
-<<<<<<< HEAD
+//! | `sonde_pool_memories_in_use`, `sonde_pool_idle_memories`, `sonde_pool_idle_resident_bytes` | gauge (absent without an instance pool) | |
 //!
 //! Every per-probe series also carries the probe's extra `labels` (a
 //! Kubernetes gate's probe: `namespace`, `pod` and `check`).
-=======
-//! | `sonde_pool_memories_in_use`, `sonde_pool_idle_memories`, `sonde_pool_idle_resident_bytes` | gauge (absent without an instance pool) | |
->>>>>>> soak
 
 use crate::auth::Principal;
 use crate::config::Kind;
