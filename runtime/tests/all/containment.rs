@@ -292,23 +292,23 @@ fn sonde_with_silent_resolver(dir: &Path, ip: &str) -> (std::net::UdpSocket, Com
     (resolver, command)
 }
 
-#[test]
-fn lookups_hold_a_bounded_number_of_threads() {
-    use sonde_runtime::host::blocking::MAX_LOOKUPS_IN_FLIGHT;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("sonde.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "health_timeout: 1s\ntargets:\n  - name: slow\n    address: slow.sonde-test:80\n    probes:\n      - {{name: flood, kind: readiness, plugin: {}, period: 1s, timeout: 3s}}\n",
-            sonde_tests::guests::FLOOD_LOOKUPS
-        ),
-    )
-    .unwrap();
-    let (resolver, mut command) = sonde_with_silent_resolver(dir.path(), "127.0.0.77");
+/// `sonde run` on `config` behind [`sonde_with_silent_resolver`] on `ip`:
+/// the resolver (to keep), the agent, the rest of its stderr (kept open)
+/// and its API address, read from its start line.
+fn agent_with_silent_resolver(
+    dir: &Path,
+    ip: &str,
+    config: &Path,
+) -> (
+    std::net::UdpSocket,
+    std::process::Child,
+    std::io::Lines<BufReader<std::process::ChildStderr>>,
+    String,
+) {
+    let (resolver, mut command) = sonde_with_silent_resolver(dir, ip);
     let mut child = command
         .args(["run", "--api", "127.0.0.1:0", "--no-jitter", "--config"])
-        .arg(&config)
+        .arg(config)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -325,6 +325,23 @@ fn lookups_hold_a_bounded_number_of_threads() {
             break line[at + 5..].split(' ').next().unwrap().to_string();
         }
     };
+    (resolver, child, lines, api)
+}
+
+#[test]
+fn lookups_hold_a_bounded_number_of_threads() {
+    use sonde_runtime::host::blocking::MAX_LOOKUPS_IN_FLIGHT;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "health_timeout: 1s\ntargets:\n  - name: slow\n    address: slow.sonde-test:80\n    probes:\n      - {{name: flood, kind: readiness, plugin: {}, period: 1s, timeout: 3s}}\n",
+            sonde_tests::guests::FLOOD_LOOKUPS
+        ),
+    )
+    .unwrap();
+    let (resolver, mut child, _stderr, api) = agent_with_silent_resolver(dir.path(), "127.0.0.77", &config);
     // /livez notices once every lookup slot has been stuck for longer than
     // health_timeout…
     let waited = Instant::now();
@@ -407,26 +424,7 @@ fn wasi_lookups_hold_a_bounded_number_of_threads_and_a_starved_call_is_host_limi
         format!("health_timeout: 1s\ntargets:\n  - name: slow\n    address: slow.sonde-test:80\n    probes:\n{probes}"),
     )
     .unwrap();
-    let (resolver, mut command) = sonde_with_silent_resolver(dir.path(), "127.0.0.79");
-    let mut child = command
-        .args(["run", "--api", "127.0.0.1:0", "--no-jitter", "--config"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("unshare");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = Vec::new();
-    let api = loop {
-        let Some(Ok(line)) = lines.next() else {
-            let _ = child.kill();
-            panic!("no start line:\n{}", seen.join("\n"));
-        };
-        seen.push(line.clone());
-        if let Some(at) = line.find(" api=") {
-            break line[at + 5..].split(' ').next().unwrap().to_string();
-        }
-    };
+    let (resolver, mut child, _stderr, api) = agent_with_silent_resolver(dir.path(), "127.0.0.79", &config);
     // A run cut off waiting for a lookup slot is reported as such…
     let waited = Instant::now();
     let mut probes = get_text(&api, "/v1/probes");

@@ -406,21 +406,9 @@ async fn agent_configured(
     shop_ceiling: &str,
     plugins: &[&str],
 ) -> (Agent, kubernetes::Handle) {
-    let config = dir.join("sonde.yaml");
-    std::fs::write(
-        &config,
-        format!("{extra}tenants:\n  - id: shop\n    quotas: {{max_probes: 200, max_concurrent_runs: 16}}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]{shop_ceiling}}}\n  - id: poor\n    ceiling: {{net: [\"10.0.0.0/8:*\"]}}\ntargets: []\n"),
-    )
-    .unwrap();
-    let options = AgentOptions {
-        config: Some(config),
-        api: None,
-        state_dir: None,
-        grace: Duration::from_secs(1),
-        jitter: false,
-        api_auth: Default::default(),
-    };
-    let agent = Agent::start(engine(), options).await.unwrap();
+    let config = format!(
+        "{extra}tenants:\n  - id: shop\n    quotas: {{max_probes: 200, max_concurrent_runs: 16}}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]{shop_ceiling}}}\n  - id: poor\n    ceiling: {{net: [\"10.0.0.0/8:*\"]}}\ntargets: []\n"
+    );
     let settings = Settings {
         node_name: NODE.into(),
         plugins: plugins.iter().map(|p| p.to_string()).collect(),
@@ -428,6 +416,29 @@ async fn agent_configured(
         qps: 200.0,
         burst: 200,
     };
+    start_gates(client, dir, &config, settings, false).await
+}
+
+/// An agent on config text `config` (written to `dir`), first runs jittered
+/// or not, and the readiness-gate controller on `client` with `settings`.
+pub(crate) async fn start_gates(
+    client: kube::Client,
+    dir: &Path,
+    config: &str,
+    settings: Settings,
+    jitter: bool,
+) -> (Agent, kubernetes::Handle) {
+    let path = dir.join("sonde.yaml");
+    std::fs::write(&path, config).unwrap();
+    let options = AgentOptions {
+        config: Some(path),
+        api: None,
+        state_dir: None,
+        grace: Duration::from_secs(1),
+        jitter,
+        api_auth: Default::default(),
+    };
+    let agent = Agent::start(engine(), options).await.unwrap();
     let handle = kubernetes::spawn(client, agent.control.clone(), agent.results.clone(), settings);
     (agent, handle)
 }

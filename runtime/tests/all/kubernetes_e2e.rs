@@ -9,13 +9,12 @@
 //! `status.podIP`/`podIPs` to the loopback where it serves the target and
 //! seeding the kubelet's own conditions, which must survive sonde's writes.
 
-use crate::support::engine;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use sonde_runtime::agent::{Agent, AgentOptions};
+use sonde_runtime::agent::Agent;
 use sonde_runtime::kubernetes::crd::SondeCheck;
 use sonde_runtime::kubernetes::{self, Settings};
 use sonde_tests::HttpServer;
@@ -83,21 +82,7 @@ async fn make_pod(pods: &Api<Pod>, name: &str, node: &str, port: u16) {
 }
 
 async fn start_agent(namespace: &str, client: Client, dir: &Path) -> (Agent, kubernetes::Handle) {
-    let config = dir.join("sonde.yaml");
-    std::fs::write(
-        &config,
-        format!("tenants:\n  - id: {namespace}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]}}\ntargets: []\n"),
-    )
-    .unwrap();
-    let options = AgentOptions {
-        config: Some(config),
-        api: None,
-        state_dir: None,
-        grace: Duration::from_secs(1),
-        jitter: true,
-        api_auth: Default::default(),
-    };
-    let agent = Agent::start(engine(), options).await.unwrap();
+    let config = format!("tenants:\n  - id: {namespace}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]}}\ntargets: []\n");
     let settings = Settings {
         node_name: NODE.into(),
         plugins: vec!["http".into()],
@@ -105,7 +90,7 @@ async fn start_agent(namespace: &str, client: Client, dir: &Path) -> (Agent, kub
         qps: 5.0,
         burst: 10,
     };
-    let handle = kubernetes::spawn(client, agent.control.clone(), agent.results.clone(), settings);
+    let (agent, handle) = crate::kubernetes::start_gates(client, dir, &config, settings, true).await;
     handle.synced().await;
     (agent, handle)
 }
