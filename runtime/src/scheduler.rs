@@ -691,7 +691,9 @@ impl<R: Runner> Core<R> {
                 }
                 Some(_) => {
                     self.unschedule(&p.name);
-                    self.results.remove(&p.name);
+                    // Replaced below by `insert`, never removed in between:
+                    // a reader of the API sees the old record, then the new.
+                    self.results.forget_saved(&p.name);
                     summary.changed.push(p.name.to_string());
                 }
                 None => summary.added.push(p.name.to_string()),

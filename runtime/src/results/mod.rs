@@ -375,12 +375,19 @@ impl ResultCache {
         );
     }
 
-    /// Drops a probe (removed from the config).
-    pub fn remove(&self, name: &str) {
-        self.write().remove(name);
+    /// Forgets what is saved of probe `name` on disk, keeping its record in
+    /// memory until [`ResultCache::insert`] replaces it: a probe changed by
+    /// a reload starts afresh without ever being missing from the API.
+    pub fn forget_saved(&self, name: &str) {
         if let Some(store) = &self.inner.store {
             let _ = store.tx.send(store::Write::Delete(name.to_string()));
         }
+    }
+
+    /// Drops a probe (removed from the config), in memory and on disk.
+    pub fn remove(&self, name: &str) {
+        self.write().remove(name);
+        self.forget_saved(name);
     }
 
     /// Records a run: its outcome, the counter after it, and, when the
