@@ -17,6 +17,11 @@
 //! It is `#[ignore]`d in `cargo test` (it takes minutes on purpose); run it
 //! with `scripts/soak.sh`.
 
+// The `all` suite's helpers (tokens, requests), of which the soak uses a few.
+#[allow(dead_code)]
+#[path = "all/support.rs"]
+mod support;
+
 use sonde_tests::guests;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -81,18 +86,6 @@ async fn answer(mut s: TcpStream) {
     let _ = s
         .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
         .await;
-}
-
-fn secret(dir: &Path, name: &str, token: &str) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(dir.join(name))
-        .unwrap();
-    std::io::Write::write_all(&mut f, token.as_bytes()).unwrap();
 }
 
 /// ~1,000 probes: 900 tcp and http probes of the flapping target every
@@ -173,22 +166,10 @@ fn gauge(metrics: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// One request; the status and body, or `None` if it failed.
+/// One request; the status and body, or `None` if it failed or took
+/// more than 10 s.
 async fn call(api: SocketAddr, method: &str, path: &str, token: &str, body: &[u8]) -> Option<(u16, String)> {
-    let go = async {
-        let mut s = TcpStream::connect(api).await.ok()?;
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: sonde\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        );
-        s.write_all(head.as_bytes()).await.ok()?;
-        s.write_all(body).await.ok()?;
-        let mut text = Vec::new();
-        s.read_to_end(&mut text).await.ok()?;
-        let text = String::from_utf8_lossy(&text).to_string();
-        let status = text.split(' ').nth(1)?.parse().ok()?;
-        Some((status, text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string()))
-    };
+    let go = support::try_call(api, method, path, Some(token), body);
     tokio::time::timeout(Duration::from_secs(10), go).await.ok().flatten()
 }
 
@@ -299,8 +280,8 @@ async fn soak() {
     let warmup = (total / 3).max(Duration::from_secs(40)).min(total * 2 / 3);
     let window = Duration::from_secs((seconds / 6).clamp(5, 60));
     let dir = tempfile::tempdir().unwrap();
-    secret(dir.path(), "op.token", OP);
-    secret(dir.path(), "churn.token", CHURN);
+    support::secret(dir.path(), "op.token", OP);
+    support::secret(dir.path(), "churn.token", CHURN);
     let target = Flapping::start().await;
     let mut generation = 0;
     let config = config(dir.path(), target.addr, generation);

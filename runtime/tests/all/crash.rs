@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A `sonde run` process and the address its API is on.
 struct Process {
@@ -83,20 +82,10 @@ impl Drop for Process {
     }
 }
 
-/// One request; `None` when the agent went away before answering.
+/// One request as tenant acme; `None` when the agent went away before
+/// answering.
 async fn try_call(api: SocketAddr, method: &str, path: &str, body: &[u8]) -> Option<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(api).await.ok()?;
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: sonde\r\nAuthorization: Bearer {ACME}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.ok()?;
-    s.write_all(body).await.ok()?;
-    let mut text = Vec::new();
-    s.read_to_end(&mut text).await.ok()?;
-    let text = String::from_utf8_lossy(&text).to_string();
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok())?;
-    Some((status, text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string()))
+    crate::support::try_call(api, method, path, Some(ACME), body).await
 }
 
 /// What one name should hold: the last acknowledged content (`None`:

@@ -183,6 +183,30 @@ pub async fn call(
     parse_response(&text)
 }
 
+/// [`call`] for a test that expects the agent to go away: `None` when it
+/// cannot be reached or closes without an answer, instead of a panic or
+/// status 0.
+pub async fn try_call(
+    api: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(api).await.ok()?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: sonde\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.ok()?;
+    let _ = s.write_all(body).await;
+    let mut text = Vec::new();
+    s.read_to_end(&mut text).await.ok()?;
+    Some(parse_response(&text)).filter(|(status, _)| *status != 0)
+}
+
 /// The status and body of a raw HTTP/1.1 response (status 0 if none).
 pub fn parse_response(text: &[u8]) -> (u16, String) {
     let text = String::from_utf8_lossy(text).to_string();
