@@ -266,7 +266,11 @@ fn samples(text: &str) -> Vec<(String, f64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_pass_promtool_and_carry_probe_runs_and_scheduler_lateness() {
     let server = HttpServer::start().await;
-    let tagged = "      - {name: web-tagged, plugin: tcp, period: 100ms, labels: {team: payments, namespace: shop}}\n";
+    // The second probe's label value tries to end its series and forge one.
+    let tagged = concat!(
+        "      - {name: web-tagged, plugin: tcp, period: 100ms, labels: {team: payments, namespace: shop}}\n",
+        "      - {name: web-forger, plugin: tcp, period: 100ms, labels: {note: \"x\\\"} 1\\nsonde_forged 1\"}}\n",
+    );
     let (agent, api, _dir) = start(&web(server.addr, tagged)).await;
     wait_status(api, "/v1/ready/edge", 200).await;
     server.set_healthy(false);
@@ -321,6 +325,13 @@ async fn metrics_pass_promtool_and_carry_probe_runs_and_scheduler_lateness() {
     assert!(
         s.iter()
             .any(|(k, _)| k == r#"sonde_probe_last_fuel{probe="web-tagged",namespace="shop",team="payments"}"#),
+        "{text}"
+    );
+    // A label value is data: escaped in its series, never a line of its own
+    // (and promtool, above, parsed the whole exposition).
+    assert!(!text.lines().any(|l| l.starts_with("sonde_forged")), "{text}");
+    assert!(
+        text.contains(r#"sonde_probe_state{probe="web-forger",target="web",kind="readiness",tenant="default",note="x\"} 1\nsonde_forged 1"}"#),
         "{text}"
     );
     let (_, probe) = request(api, "GET", "/v1/probes/web-tagged").await;
