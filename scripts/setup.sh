@@ -53,3 +53,26 @@ ensure_packages() {
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
+
+# Keeps a long-lived cargo target directory from filling the disk: drops
+# incremental state, and the whole debug build when the directory is over
+# SONDE_TARGET_MAX_GIB (default 30) or the disk has less than
+# SONDE_MIN_FREE_GIB (default 15) free. A full disk fails the build
+# halfway (the linker dies with SIGBUS on a truncated mmap), so a cold
+# rebuild is the cheaper outcome.
+prune_target_dir() {
+  local dir=$1 max=${SONDE_TARGET_MAX_GIB:-30} min_free=${SONDE_MIN_FREE_GIB:-15} used free
+  rm -rf "$dir"/debug/incremental "$dir"/release/incremental
+  used=$(( $(du -sk "$dir" | cut -f1) / 1048576 ))
+  free=$(( $(df -Pk "$dir" | awk 'NR == 2 { print $4 }') / 1048576 ))
+  echo "== target directory $dir: ${used} GiB, ${free} GiB free on its disk"
+  if [ "$used" -gt "$max" ] || [ "$free" -lt "$min_free" ]; then
+    echo "== pruning $dir/debug (over ${max} GiB, or under ${min_free} GiB free): the next build is a cold one"
+    rm -rf "$dir/debug"
+    free=$(( $(df -Pk "$dir" | awk 'NR == 2 { print $4 }') / 1048576 ))
+  fi
+  if [ "$free" -lt 5 ]; then
+    echo "sonde: only ${free} GiB free on the disk holding $dir; a build needs about 10 GiB. Free some space and run this again." >&2
+    exit 1
+  fi
+}
