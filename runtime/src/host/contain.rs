@@ -14,7 +14,8 @@
 //!   ([`RunLimits`]: for a plugin's `exec`, the probe's memory cap and the
 //!   agent's `sandbox.exec_pids`).
 //! - **subreaper**: elsewhere, the program is started under a small
-//!   supervisor, forked from the agent, that is a child subreaper
+//!   supervisor, started beside the agent ([`super::spawn`]: it shares the
+//!   agent's memory, so nothing is copied), that is a child subreaper
 //!   (`PR_SET_CHILD_SUBREAPER`): whatever the program leaves behind is
 //!   re-parented to the supervisor instead of escaping to init. When the
 //!   program exits, or the agent asks (SIGTERM, also sent by the kernel if
@@ -22,7 +23,7 @@
 //!   reaps them before it exits itself. Everything under it belongs to this
 //!   one run, so nothing else is ever killed.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -237,8 +238,8 @@ impl RunCgroup {
     }
 
     /// The descriptor the program writes `0` to, to enter the cgroup.
-    pub(crate) fn procs_fd(&self) -> i32 {
-        self.procs.as_raw_fd()
+    pub(crate) fn procs(&self) -> BorrowedFd<'_> {
+        self.procs.as_fd()
     }
 
     /// Kills every process in the cgroup.
@@ -284,140 +285,6 @@ async fn remove_when_empty(dir: PathBuf) {
         wait *= 2;
     }
     tracing::warn!(cgroup = %dir.display(), "an exec'd program's cgroup is still busy after its kill");
-}
-
-/// Runs in the forked child before `exec` (see
-/// [`tokio::process::Command::pre_exec`]): makes it the run's supervisor
-/// and forks the program, which returns to `exec`. The supervisor itself
-/// never returns.
-///
-/// # Safety
-///
-/// Only in a `pre_exec` hook: it calls only async-signal-safe functions and
-/// allocates nothing.
-#[allow(unsafe_code)]
-pub(crate) unsafe fn become_supervisor() -> std::io::Result<()> {
-    // SAFETY: plain system calls on values on the stack.
-    unsafe {
-        let agent = libc::getppid();
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGCHLD);
-        libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old);
-        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // The agent's death is a SIGTERM too: the run ends with it.
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
-        let program = libc::fork();
-        if program < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if program == 0 {
-            // The program: back to `exec`, with the signals as they were.
-            libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0);
-            libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-            return Ok(());
-        }
-        // The supervisor holds nothing of the program's: not its
-        // output pipes (their readers must see the end when the
-        // program's tree is gone), not std's exec-status pipe (the
-        // agent waits on it until the program has executed).
-        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
-        if libc::getppid() != agent {
-            // The agent died before the supervisor was set up.
-            libc::kill(program, libc::SIGKILL);
-        }
-        let status = supervise(program, &set);
-        exit_like(status)
-    }
-}
-
-/// Waits until the program exits or SIGTERM arrives, then kills and reaps
-/// every descendant; returns the program's wait status.
-#[allow(unsafe_code)]
-unsafe fn supervise(program: libc::pid_t, set: &libc::sigset_t) -> libc::c_int {
-    let status: libc::c_int;
-    // SAFETY: async-signal-safe calls on local values.
-    unsafe {
-        'wait: loop {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let signal = libc::sigwaitinfo(set, &mut info);
-            if signal == libc::SIGTERM {
-                libc::kill(program, libc::SIGKILL);
-            }
-            loop {
-                let mut st = 0;
-                match libc::waitpid(-1, &mut st, libc::WNOHANG) {
-                    pid if pid == program => {
-                        status = st;
-                        break 'wait;
-                    }
-                    pid if pid > 0 => continue,
-                    _ => break,
-                }
-            }
-        }
-        // Every process left is a descendant: kill the children (their
-        // own children are re-parented here as they die) until none is left.
-        loop {
-            kill_children();
-            let mut st = 0;
-            if libc::waitpid(-1, &mut st, 0) < 0 && *libc::__errno_location() == libc::ECHILD {
-                break;
-            }
-        }
-    }
-    status
-}
-
-/// Sends SIGKILL to each child of this (single-threaded) process, read from
-/// `/proc/thread-self/children` into a buffer on the stack.
-#[allow(unsafe_code)]
-unsafe fn kill_children() {
-    // SAFETY: async-signal-safe calls on a stack buffer.
-    unsafe {
-        let fd = libc::open(c"/proc/thread-self/children".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return;
-        }
-        let mut buf = [0u8; 4096];
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
-        let mut pid: libc::pid_t = 0;
-        for &b in buf.iter().take(n.max(0) as usize) {
-            if b.is_ascii_digit() {
-                pid = pid.saturating_mul(10).saturating_add(libc::pid_t::from(b - b'0'));
-            } else if pid > 0 {
-                libc::kill(pid, libc::SIGKILL);
-                pid = 0;
-            }
-        }
-        if pid > 0 {
-            libc::kill(pid, libc::SIGKILL);
-        }
-    }
-}
-
-/// Ends the supervisor the way the program ended: its exit code, or its
-/// signal.
-#[allow(unsafe_code)]
-unsafe fn exit_like(status: libc::c_int) -> ! {
-    // SAFETY: async-signal-safe calls.
-    unsafe {
-        if libc::WIFSIGNALED(status) {
-            let signal = libc::WTERMSIG(status);
-            libc::signal(signal, libc::SIG_DFL);
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-            libc::kill(libc::getpid(), signal);
-            libc::_exit(128 + signal);
-        }
-        libc::_exit(libc::WEXITSTATUS(status))
-    }
 }
 
 #[cfg(test)]

@@ -11,10 +11,11 @@
 //! own and double forks included — and output is never awaited past the
 //! timeout.
 
-use super::contain::{self, Containment, RunCgroup, RunLimits};
+use super::contain::{Containment, RunCgroup, RunLimits};
 use super::grants::{CallGrants, Use};
+use super::spawn::{self, How, Started};
 use crate::bindings::sonde::probe::exec::{self, Command, ExecError, Output};
-use std::process::Stdio;
+use rustix::process::Signal;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use wasmtime::component::{HasData, Linker};
@@ -64,57 +65,6 @@ async fn capture(mut stream: impl AsyncRead + Unpin, kept: &mut Vec<u8>) {
     }
 }
 
-/// Ends a run when dropped, whatever else happened (the call cancelled at
-/// its deadline included): kills its cgroup, or tells its supervisor.
-enum RunGuard {
-    Cgroup(Option<RunCgroup>),
-    Supervisor(Option<rustix::process::Pid>),
-}
-
-impl RunGuard {
-    /// The program has exited and been reaped: a supervisor exits only
-    /// after its sweep, so there is nothing left to tell (and its pid may
-    /// already be another process's).
-    fn exited(&mut self) {
-        if let Self::Supervisor(pid) = self {
-            *pid = None;
-        }
-    }
-
-    /// Ends the run: every process of it is dead when this returns (in the
-    /// subreaper mode, the supervisor's exit says so; the caller waits
-    /// for it).
-    async fn end(&mut self) {
-        match self {
-            Self::Cgroup(cgroup) => {
-                if let Some(cgroup) = cgroup.take() {
-                    cgroup.end().await;
-                }
-            }
-            Self::Supervisor(pid) => {
-                if let Some(pid) = pid.take() {
-                    // ESRCH (the supervisor is gone) is the common case.
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-                }
-            }
-        }
-    }
-}
-
-impl Drop for RunGuard {
-    fn drop(&mut self) {
-        match self {
-            // The cgroup's own drop kills it.
-            Self::Cgroup(cgroup) => drop(cgroup.take()),
-            Self::Supervisor(pid) => {
-                if let Some(pid) = pid.take() {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-                }
-            }
-        }
-    }
-}
-
 /// How a program run by the host ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProgramOutput {
@@ -156,75 +106,50 @@ pub async fn run_contained(
         return Err("empty argv".into());
     };
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut command = tokio::process::Command::new(program);
-    command
-        .args(&argv[1..])
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let cgroup = match containment {
+    // Dropped with the call (cancelled at its deadline), the cgroup kills
+    // every process in it, and the `Process` its supervisor (which sweeps)
+    // or its program.
+    let mut cgroup = match containment {
         Containment::Cgroup {
             parent,
             limits: controllers,
-        } => {
-            let cgroup = RunCgroup::create(parent, controllers, limits)
-                .map_err(|e| format!("{program}: creating its cgroup: {e}"))?;
-            let procs = cgroup.procs_fd();
-            // SAFETY: the hook only writes to a descriptor opened before
-            // the fork (async-signal-safe), moving the child into the
-            // run's cgroup before it executes the program.
-            #[allow(unsafe_code)]
-            unsafe {
-                command.pre_exec(move || {
-                    if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-            command.kill_on_drop(true);
-            Some(cgroup)
-        }
-        Containment::Subreaper => {
-            // SAFETY: `become_supervisor` is written for a `pre_exec` hook.
-            #[allow(unsafe_code)]
-            unsafe {
-                command.pre_exec(|| contain::become_supervisor());
-            }
-            // Not killed on drop: the supervisor must live to sweep.
-            None
-        }
+        } => Some(
+            RunCgroup::create(parent, controllers, limits)
+                .map_err(|e| format!("{program}: creating its cgroup: {e}"))?,
+        ),
+        Containment::Subreaper => None,
     };
-    let mut child = command.spawn().map_err(|e| format!("{program}: {e}"))?;
-    let pid = child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32));
-    let mut guard = match cgroup {
-        Some(cgroup) => RunGuard::Cgroup(Some(cgroup)),
-        None => RunGuard::Supervisor(pid),
+    let how = match &cgroup {
+        Some(cgroup) => How::Cgroup(cgroup.procs()),
+        None => How::Supervised,
     };
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
+    let Started {
+        mut process,
+        stdout,
+        stderr,
+    } = spawn::start(argv, env, how).map_err(|e| format!("{program}: {e}"))?;
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let reading = async { tokio::join!(capture(stdout, &mut out), capture(stderr, &mut err)) };
     let running = async {
-        let status = tokio::time::timeout_at(deadline, child.wait()).await;
-        if status.is_ok() {
-            guard.exited();
+        let status = tokio::time::timeout_at(deadline, process.wait()).await;
+        // At exit too: what the program left behind dies with it, and the
+        // output pipes close. A supervisor has swept its run before it
+        // exits; told to end early, it sweeps, then exits.
+        match cgroup.take() {
+            Some(cgroup) => cgroup.end().await,
+            None if status.is_err() => process.signal(Signal::TERM),
+            None => {}
         }
-        // At exit too: what the program left behind dies with it, and
-        // the output pipes close.
-        guard.end().await;
-        let _ = child.wait().await;
+        if status.is_err() {
+            let _ = process.wait().await;
+        }
         status
     };
     // Output is read while the program runs, and not past its timeout
     // (whatever still holds the pipes then is being killed).
     let (status, _) = tokio::join!(running, tokio::time::timeout_at(deadline, reading));
     let (exit_code, timed_out) = match status {
-        Ok(Ok(status)) => (status.code(), false),
+        Ok(Ok(code)) => (code, false),
         Ok(Err(e)) => return Err(format!("{program}: waiting: {e}")),
         Err(_) => (None, true),
     };

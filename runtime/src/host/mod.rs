@@ -49,6 +49,7 @@ pub mod log;
 pub mod outgoing_handler;
 pub mod pool;
 pub mod sockets;
+mod spawn;
 pub mod tcp;
 pub mod tls;
 pub mod tls_client;

@@ -46,14 +46,176 @@ fn escaping_script(dir: &Path, rest: &str) -> String {
     )
 }
 
-/// The modes this machine can run: what it detects, and the subreaper,
-/// which runs anywhere.
+/// The modes this machine can run: the subreaper, which runs anywhere, and
+/// a cgroup per run — where sonde would find one, else (as root) in a
+/// cgroup2 hierarchy mounted for the tests, kill-only as no controller is
+/// delegated there.
 fn modes() -> Vec<Containment> {
-    let mut modes = vec![Containment::detect()];
-    if modes[0] != Containment::Subreaper {
-        modes.push(Containment::Subreaper);
+    let mut modes = vec![Containment::Subreaper];
+    match Containment::detect() {
+        Containment::Subreaper => modes.extend(mounted_cgroup2()),
+        cgroup => modes.push(cgroup),
     }
     modes
+}
+
+/// A cgroup mode in a cgroup2 hierarchy mounted under the target directory
+/// (once; left mounted for the next run), for machines with cgroup v1 only.
+fn mounted_cgroup2() -> Option<Containment> {
+    static MODE: std::sync::OnceLock<Option<Containment>> = std::sync::OnceLock::new();
+    MODE.get_or_init(|| {
+        if rustix::process::geteuid().as_raw() != 0 {
+            return None;
+        }
+        let mount = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cgroup2");
+        std::fs::create_dir_all(&mount).ok()?;
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mounted = mounts
+            .lines()
+            .any(|l| l.contains(&format!(" {} ", mount.display())) && l.contains(" - cgroup2 "));
+        if !mounted {
+            let status = Command::new("mount")
+                .args(["-t", "cgroup2", "none"])
+                .arg(&mount)
+                .status()
+                .ok()?;
+            if !status.success() {
+                return None;
+            }
+        }
+        let parent = mount.join(format!("sonde-test.{}", std::process::id()));
+        std::fs::create_dir_all(&parent).ok()?;
+        parent.join("cgroup.kill").exists().then(|| Containment::Cgroup {
+            parent,
+            limits: Vec::new(),
+        })
+    })
+    .clone()
+}
+
+#[test]
+fn the_tests_contain_in_both_modes_as_root() {
+    if rustix::process::geteuid().as_raw() == 0 {
+        assert_eq!(modes().len(), 2, "{:?}", modes());
+    }
+}
+
+/// Runs `argv` in `mode` with `env`, a 30 s timeout and default limits.
+async fn run_in(
+    mode: &Containment,
+    argv: &[&str],
+    env: &[(String, String)],
+) -> Result<sonde_runtime::host::exec::ProgramOutput, String> {
+    let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+    run_contained(&argv, env, Duration::from_secs(30), mode, RunLimits::default()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_starts_clean_in_its_own_group_with_nothing_of_the_agents() {
+    let env = [("ONLY".to_string(), "this".to_string())];
+    // The report, one line each: pgrp and pid, cwd, stdin, environment,
+    // and the signal state (blocked, ignored).
+    let script = "echo $(cut -d' ' -f5 /proc/$$/stat) $$; pwd; readlink /proc/$$/fd/0; env | grep -v '^PWD=' | sort | tr '\\n' ' '; echo; grep -E '^Sig(Blk|Ign)' /proc/$$/status | tr -s '\\t' ' '";
+    for mode in modes() {
+        let out = run_in(&mode, &["/bin/sh", "-c", script], &env).await.unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.exit_code, Some(0), "{mode:?}: {out:?}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        let (pgrp, pid) = lines[0].split_once(' ').unwrap();
+        assert_eq!(pgrp, pid, "{mode:?}: not a group of its own");
+        assert_eq!(lines[1], "/", "{mode:?}");
+        assert_eq!(lines[2], "/dev/null", "{mode:?}");
+        assert_eq!(lines[3].trim(), "ONLY=this", "{mode:?}");
+        // The test binary ignores SIGPIPE (and what its parent ignored), the
+        // runtime handles SIGCHLD: the program gets nothing ignored and
+        // nothing blocked.
+        assert!(lines[4].contains("SigBlk: 0000000000000000"), "{mode:?}: {stdout}");
+        assert!(lines[5].contains("SigIgn: 0000000000000000"), "{mode:?}: {stdout}");
+        // Its descriptors: 0-2, and the one `ls` opens for the listing.
+        // Nothing of the agent's leaks in, not even what it (or cargo's
+        // jobserver, for this test binary) left without close-on-exec.
+        let leak = std::fs::File::open("/dev/null").unwrap();
+        let leak = std::os::fd::OwnedFd::from(leak);
+        rustix::io::fcntl_setfd(&leak, rustix::io::FdFlags::empty()).unwrap();
+        let out = run_in(&mode, &["/bin/ls", "/proc/self/fd"], &[]).await.unwrap();
+        let fds = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+        assert_eq!(fds, ["0", "1", "2", "3"], "{mode:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_cannot_execute_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_executable = dir.path().join("plain");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    let plain = not_executable.to_str().unwrap();
+    for mode in modes() {
+        let missing = run_in(&mode, &["/nonexistent/program"], &[]).await.unwrap_err();
+        assert!(
+            missing.contains("/nonexistent/program: No such file or directory"),
+            "{mode:?}: {missing}"
+        );
+        let denied = run_in(&mode, &[plain], &[]).await.unwrap_err();
+        assert!(denied.contains("Permission denied"), "{mode:?}: {denied}");
+        let relative = run_in(&mode, &["bin/true"], &[]).await.unwrap_err();
+        assert!(relative.contains("not an absolute path"), "{mode:?}: {relative}");
+        // And the next start is not disturbed by the failures.
+        let ok = run_in(&mode, &["/bin/true"], &[]).await.unwrap();
+        assert_eq!(ok.exit_code, Some(0), "{mode:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_midway_leaves_nothing_behind() {
+    for mode in modes() {
+        let dir = tempfile::tempdir().unwrap();
+        let argv = sh(escaping_script(dir.path(), "sleep 1000"));
+        let run = run_contained(&argv, &[], Duration::from_secs(600), &mode, RunLimits::default());
+        // Dropped (as a call cut off at its deadline is) once both escapees
+        // have recorded themselves.
+        let recorded = async {
+            while pids_in(dir.path()).len() < 2 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::select! {
+            out = run => panic!("{mode:?}: the run ended by itself: {out:?}"),
+            () = recorded => {}
+        }
+        let pids = pids_in(dir.path());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while pids.iter().any(|&p| alive(p)) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let survivors: Vec<i32> = pids.into_iter().filter(|&p| alive(p)).collect();
+        assert_eq!(
+            survivors,
+            Vec::<i32>::new(),
+            "{}: outlived the dropped call",
+            mode.describe()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_runs_at_once_each_get_their_own_output_and_status() {
+    for mode in modes() {
+        let runs = (0..32).map(|i| {
+            let mode = mode.clone();
+            async move {
+                let script = format!("echo out-{i}; echo err-{i} >&2; exit {}", i % 7);
+                (i, run_in(&mode, &["/bin/sh", "-c", &script], &[]).await.unwrap())
+            }
+        });
+        for (i, out) in futures_util::future::join_all(runs).await {
+            assert_eq!(out.exit_code, Some(i % 7), "{mode:?}: run {i}");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), format!("out-{i}\n"), "{mode:?}");
+            assert_eq!(String::from_utf8_lossy(&out.stderr), format!("err-{i}\n"), "{mode:?}");
+        }
+    }
 }
 
 fn sh(script: String) -> Vec<String> {
