@@ -169,6 +169,33 @@ async fn a_program_that_cannot_execute_says_why() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_run_cgroup_is_reused_and_one_left_busy_is_not() {
+    let Some(mode) = modes().into_iter().find(|m| matches!(m, Containment::Cgroup { .. })) else {
+        return; // no cgroup mode on this machine (not root): nothing to test
+    };
+    let cgroup_of = |out: sonde_runtime::host::exec::ProgramOutput| {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap_or_else(|| panic!("{text}"))
+            .to_owned()
+    };
+    let cat = ["/bin/cat", "/proc/self/cgroup"];
+    let first = cgroup_of(run_in(&mode, &cat, &[]).await.unwrap());
+    let second = cgroup_of(run_in(&mode, &cat, &[]).await.unwrap());
+    assert_eq!(first, second, "an empty cgroup was not reused");
+    // A run that leaves a process behind: its cgroup is killed and
+    // removed, never handed to the next run with the process in it.
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!("cat /proc/self/cgroup; {}", escaping_script(dir.path(), "exit 0"));
+    let busy = cgroup_of(run_in(&mode, &["/bin/sh", "-c", &script], &[]).await.unwrap());
+    let next = cgroup_of(run_in(&mode, &cat, &[]).await.unwrap());
+    assert_ne!(busy, next, "a cgroup with an escapee in it was reused");
+    let survivors: Vec<i32> = pids_in(dir.path()).into_iter().filter(|&p| alive(p)).collect();
+    assert_eq!(survivors, Vec::<i32>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_dropped_midway_leaves_nothing_behind() {
     for mode in modes() {
         let dir = tempfile::tempdir().unwrap();
@@ -214,6 +241,13 @@ async fn many_runs_at_once_each_get_their_own_output_and_status() {
             assert_eq!(out.exit_code, Some(i % 7), "{mode:?}: run {i}");
             assert_eq!(String::from_utf8_lossy(&out.stdout), format!("out-{i}\n"), "{mode:?}");
             assert_eq!(String::from_utf8_lossy(&out.stderr), format!("err-{i}\n"), "{mode:?}");
+        }
+        // A program a signal ends has no exit code (its supervisor, if it
+        // has one, ends the same way), and did not time out.
+        for signal in ["KILL", "TERM", "SEGV"] {
+            let script = format!("kill -{signal} $$");
+            let out = run_in(&mode, &["/bin/sh", "-c", &script], &[]).await.unwrap();
+            assert_eq!((out.exit_code, out.timed_out), (None, false), "{mode:?}: SIG{signal}");
         }
     }
 }
