@@ -32,11 +32,11 @@ pub const MAX_MESSAGE: usize = 256;
 pub struct Settings {
     /// The node whose Pods are checked.
     pub node_name: String,
-    /// The plugin allowlist (see [`allowed`]): built-in names, plugin
+    /// The plugin allowlist (see [`Allowlist::allows`]): built-in names, plugin
     /// files or directories (ending in `/`) on the agent's disk, registry
     /// scopes (`oci://ghcr.io/acme/*`, `oci://ghcr.io/acme/pg-check`) and
-    /// `sha256:` manifest digests.
-    pub plugins: Vec<String>,
+    /// `sha256:` manifest digests. Parsed once, here.
+    pub plugins: Allowlist,
     /// Namespace to tenant; others use the tenant of their own name.
     pub namespaces: BTreeMap<String, String>,
     /// Writes per second, agent-wide.
@@ -53,7 +53,7 @@ pub enum SettingsError {
         "kubernetes: no node name: set NODE_NAME (the downward API's spec.nodeName, see deploy/kubernetes/daemonset.yaml) or kubernetes.node_name"
     )]
     NoNodeName,
-    /// An allowlist entry that is none of the forms [`allowed`] takes.
+    /// An allowlist entry that is none of the forms [`Allowlist::allows`] takes.
     #[error("kubernetes.plugins: {entry:?} {why}")]
     Allowlist {
         /// The entry.
@@ -88,14 +88,7 @@ impl Settings {
         let plugins = spec
             .and_then(|s| s.plugins.clone())
             .unwrap_or_else(|| DEFAULT_PLUGINS.iter().map(|p| p.to_string()).collect());
-        for entry in &plugins {
-            if let Err(why) = allow_entry(entry) {
-                return Err(SettingsError::Allowlist {
-                    entry: entry.clone(),
-                    why,
-                });
-            }
-        }
+        let plugins = Allowlist::parse(&plugins)?;
         Ok(Self {
             node_name,
             plugins,
@@ -118,11 +111,69 @@ impl Settings {
 
     /// Whether the allowlist lets a SondeCheck name `plugin`.
     pub fn allows(&self, plugin: &str) -> bool {
-        allowed(&self.plugins, plugin)
+        self.plugins.allows(plugin)
+    }
+}
+
+/// The `kubernetes.plugins` allowlist, each entry parsed once: built-in
+/// names, plugin files or directories (ending in `/`) on the agent's disk,
+/// registry scopes (`oci://ghcr.io/acme/*`, `oci://ghcr.io/acme/pg-check`)
+/// and `sha256:` manifest digests.
+#[derive(Clone, PartialEq)]
+pub struct Allowlist(Vec<(String, Allow)>);
+
+impl std::fmt::Debug for Allowlist {
+    /// The entries as written.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|(text, _)| text)).finish()
+    }
+}
+
+impl Allowlist {
+    /// Parses every entry; the first that cannot be compared safely is
+    /// the error, named.
+    pub fn parse(entries: &[String]) -> Result<Self, SettingsError> {
+        let parsed = entries.iter().map(|entry| match allow_entry(entry) {
+            Ok(allow) => Ok((entry.clone(), allow)),
+            Err(why) => Err(SettingsError::Allowlist {
+                entry: entry.clone(),
+                why,
+            }),
+        });
+        Ok(Self(parsed.collect::<Result<_, _>>()?))
+    }
+
+    /// Whether the allowlist lets a SondeCheck name `plugin`. The plugin is
+    /// compared in its parsed form, never as text against a prefix: a
+    /// registry reference by registry and repository (so `acme/*` does not
+    /// cover `acme-evil/x`), a path only when lexically normal (so a
+    /// directory entry does not cover `dir/../elsewhere`), a digest only as
+    /// the digest a reference is pinned to.
+    pub fn allows(&self, plugin: &str) -> bool {
+        let entries = self.0.iter().map(|(_, allow)| allow);
+        if Reference::is_oci(plugin) {
+            let Ok(reference) = Reference::parse(plugin) else {
+                return false;
+            };
+            return entries.into_iter().any(|a| match a {
+                Allow::Scope(scope) => scope.covers(&reference),
+                Allow::Digest(d) => reference.digest() == Some(d.as_str()),
+                Allow::Exact(_) | Allow::Directory(_) => false,
+            });
+        }
+        if plugin.starts_with('/') && !lexically_normal(plugin) {
+            return false;
+        }
+        entries.into_iter().any(|a| match a {
+            Allow::Exact(e) => e == plugin,
+            Allow::Directory(d) => plugin.starts_with(d.as_str()),
+            Allow::Scope(_) | Allow::Digest(_) => false,
+        })
     }
 }
 
 /// One allowlist entry, parsed.
+#[derive(Clone, Debug, PartialEq)]
 enum Allow {
     /// A built-in's name, or a plugin file's absolute path: that exactly.
     Exact(String),
@@ -168,34 +219,6 @@ fn allow_entry(entry: &str) -> Result<Allow, String> {
 fn lexically_normal(path: &str) -> bool {
     path.strip_prefix('/')
         .is_some_and(|rest| rest.split('/').all(|c| !c.is_empty() && c != "." && c != ".."))
-}
-
-/// Whether `allowlist` lets a SondeCheck name `plugin`. The plugin is
-/// compared in its parsed form, never as text against a prefix: a
-/// registry reference by registry and repository (so `acme/*` does not
-/// cover `acme-evil/x`), a path only when lexically normal (so a directory
-/// entry does not cover `dir/../elsewhere`), a digest only as the digest a
-/// reference is pinned to. Unparseable entries allow nothing.
-pub fn allowed(allowlist: &[String], plugin: &str) -> bool {
-    let entries = allowlist.iter().filter_map(|e| allow_entry(e).ok());
-    if Reference::is_oci(plugin) {
-        let Ok(reference) = Reference::parse(plugin) else {
-            return false;
-        };
-        return entries.into_iter().any(|a| match a {
-            Allow::Scope(scope) => scope.covers(&reference),
-            Allow::Digest(d) => reference.digest() == Some(d.as_str()),
-            Allow::Exact(_) | Allow::Directory(_) => false,
-        });
-    }
-    if plugin.starts_with('/') && !lexically_normal(plugin) {
-        return false;
-    }
-    entries.into_iter().any(|a| match a {
-        Allow::Exact(e) => e == plugin,
-        Allow::Directory(d) => plugin.starts_with(d.as_str()),
-        Allow::Scope(_) | Allow::Digest(_) => false,
-    })
 }
 
 /// A Pod by namespace and name.
@@ -639,13 +662,14 @@ mod tests {
         let mut s = settings();
         let d1 = format!("sha256:{}", "a".repeat(64));
         let d2 = format!("sha256:{}", "b".repeat(64));
-        s.plugins = vec![
+        s.plugins = Allowlist::parse(&[
             "http".into(),
             "oci://ghcr.io/acme/*".into(),
             d1.clone(),
             "/opt/sonde/plugins/".into(),
             "/srv/one.wasm".into(),
-        ];
+        ])
+        .unwrap();
         assert!(s.allows("http"));
         assert!(!s.allows("tcp"));
         assert!(s.allows(&format!("oci://ghcr.io/acme/check@{d2}")));

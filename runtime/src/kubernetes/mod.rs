@@ -40,7 +40,7 @@ pub mod writer;
 use crate::control::Control;
 use crate::results::ResultCache;
 pub use controller::Stats;
-pub use mapping::{Settings, SettingsError};
+pub use mapping::{Allowlist, Settings, SettingsError};
 use std::sync::Arc;
 use tokio::sync::watch;
 

@@ -17,7 +17,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use serde_json::{Value, json};
 use sonde_runtime::agent::{Agent, AgentOptions};
-use sonde_runtime::kubernetes::{self, Settings};
+use sonde_runtime::kubernetes::{self, Allowlist, Settings};
 use sonde_tests::HttpServer;
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
@@ -411,7 +411,7 @@ async fn agent_configured(
     );
     let settings = Settings {
         node_name: NODE.into(),
-        plugins: plugins.iter().map(|p| p.to_string()).collect(),
+        plugins: Allowlist::parse(&plugins.iter().map(|p| p.to_string()).collect::<Vec<_>>()).unwrap(),
         namespaces: BTreeMap::new(),
         qps: 200.0,
         burst: 200,

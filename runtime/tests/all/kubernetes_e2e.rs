@@ -16,7 +16,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use sonde_runtime::agent::Agent;
 use sonde_runtime::kubernetes::crd::SondeCheck;
-use sonde_runtime::kubernetes::{self, Settings};
+use sonde_runtime::kubernetes::{self, Allowlist, Settings};
 use sonde_tests::HttpServer;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -85,7 +85,7 @@ async fn start_agent(namespace: &str, client: Client, dir: &Path) -> (Agent, kub
     let config = format!("tenants:\n  - id: {namespace}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]}}\ntargets: []\n");
     let settings = Settings {
         node_name: NODE.into(),
-        plugins: vec!["http".into()],
+        plugins: Allowlist::parse(&["http".into()]).unwrap(),
         namespaces: BTreeMap::new(),
         qps: 5.0,
         burst: 10,
