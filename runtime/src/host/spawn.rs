@@ -111,7 +111,8 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
     );
     let status_w = above_stdio(status_w.into())?;
     let stack = Stack::new()?;
-    let request = Request {
+    // On the heap, so that it can outlive this function if it must (below).
+    let request = Box::new(Request {
         path: args[0].as_ptr(),
         argv: arg_ptrs.as_ptr(),
         envp: var_ptrs.as_ptr(),
@@ -125,7 +126,7 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
         },
         agent: std::process::id() as i32,
         program_stack: stack.program_top(),
-    };
+    });
     let (child, flags, top): (extern "C" fn(*mut c_void) -> !, _, _) = match &how {
         How::Cgroup(_) => (program_main, libc::CLONE_VM | libc::CLONE_VFORK, stack.program_top()),
         How::Supervised => (supervisor_main, libc::CLONE_VM, stack.supervisor_top()),
@@ -145,7 +146,7 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
             top,
             &mut pidfd,
             child,
-            std::ptr::from_ref(&request).cast_mut().cast(),
+            std::ptr::from_ref::<Request>(&request).cast_mut().cast(),
         )
     };
     drop(blocked);
@@ -164,7 +165,13 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => {
+                // Not seen on a pipe; but a child may still be reading the
+                // request, the strings or the stack: leave them all, and
+                // the child, rather than free them under it.
+                std::mem::forget((request, args, vars, arg_ptrs, var_ptrs, stack, pidfd));
+                return Err(e);
+            }
         }
     }
     if got == errno.len() {
@@ -387,11 +394,16 @@ impl Drop for Process {
         // still sweeping its run runs on it.
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
+                // A task dropped unfinished (the runtime shutting down)
+                // leaks the stack rather than unmap it under a supervisor
+                // that may still be sweeping.
+                let stack = LeakUnlessTaken(stack);
                 rt.spawn(async move {
+                    let mut stack = stack;
                     let _ = pidfd.readable().await;
                     let _ = reap(pidfd.get_ref().as_fd(), true);
                     drop(pidfd);
-                    if let Some(stack) = stack {
+                    if let Some(stack) = stack.0.take() {
                         stack.release();
                     }
                 });
@@ -406,6 +418,15 @@ impl Drop for Process {
                 });
             }
         }
+    }
+}
+
+/// A stack that is leaked, not unmapped, unless taken out.
+struct LeakUnlessTaken(Option<Stack>);
+
+impl Drop for LeakUnlessTaken {
+    fn drop(&mut self) {
+        std::mem::forget(self.0.take());
     }
 }
 
