@@ -103,12 +103,7 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
     let (mut status_r, status_w) = std::io::pipe()?;
     let (out_r, out_w) = std::io::pipe()?;
     let (err_r, err_w) = std::io::pipe()?;
-    let null = std::fs::File::open("/dev/null")?;
-    let (stdin, stdout, stderr) = (
-        above_stdio(null.into())?,
-        above_stdio(out_w.into())?,
-        above_stdio(err_w.into())?,
-    );
+    let (stdout, stderr) = (above_stdio(out_w.into())?, above_stdio(err_w.into())?);
     let status_w = above_stdio(status_w.into())?;
     let stack = Stack::new()?;
     // On the heap, so that it can outlive this function if it must (below).
@@ -116,7 +111,7 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
         path: args[0].as_ptr(),
         argv: arg_ptrs.as_ptr(),
         envp: var_ptrs.as_ptr(),
-        stdin: stdin.as_raw_fd(),
+        stdin: dev_null()?.as_raw_fd(),
         stdout: stdout.as_raw_fd(),
         stderr: stderr.as_raw_fd(),
         status: status_w.as_raw_fd(),
@@ -156,7 +151,7 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
     // SAFETY: CLONE_PIDFD stored a new descriptor that nothing else owns.
     #[allow(unsafe_code)]
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    drop((stdin, stdout, stderr, status_w));
+    drop((stdout, stderr, status_w));
     // Until the pipe closes, a child may still read the request.
     let mut errno = [0u8; 4];
     let mut got = 0;
@@ -214,6 +209,17 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
         stdout: pipe::Receiver::from_owned_fd(out_r.into())?,
         stderr: pipe::Receiver::from_owned_fd(err_r.into())?,
     })
+}
+
+/// `/dev/null`, opened once for every program's stdin (above 2, so putting
+/// it in place never overwrites another descriptor).
+fn dev_null() -> io::Result<BorrowedFd<'static>> {
+    static NULL: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
+    if let Some(fd) = NULL.get() {
+        return Ok(fd.as_fd());
+    }
+    let fd = above_stdio(std::fs::File::open("/dev/null")?.into())?;
+    Ok(NULL.get_or_init(|| fd).as_fd())
 }
 
 /// Moves `fd` to a number above 2, so that putting the program's stdio in
