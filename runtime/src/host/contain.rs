@@ -214,10 +214,11 @@ fn write_limits(dir: &Path, controllers: &[&'static str], run: RunLimits) -> std
     Ok(())
 }
 
-/// The most empty run cgroups kept for reuse. Creating and removing a
+/// The most empty run cgroups kept for reuse, per parent (an agent has
+/// one). Creating and removing a
 /// cgroup is most of what containment costs a run (measured: ~150 µs of a
 /// `/bin/true` run's ~980 µs); an empty one is as good as a new one.
-const IDLE_RUN_CGROUPS: usize = 32;
+pub const IDLE_RUN_CGROUPS: usize = 32;
 
 /// Empty run cgroups, with their `cgroup.procs` open, for the next runs.
 static IDLE: std::sync::Mutex<Vec<RunCgroup>> = std::sync::Mutex::new(Vec::new());
@@ -229,6 +230,8 @@ pub(crate) struct RunCgroup {
     dir: PathBuf,
     /// `cgroup.procs`, open for the program to write itself into.
     procs: OwnedFd,
+    /// `cgroup.events`, open for reading whether the run left anything.
+    events: OwnedFd,
 }
 
 impl RunCgroup {
@@ -249,9 +252,11 @@ impl RunCgroup {
         std::fs::create_dir(&dir)?;
         write_limits(&dir, controllers, run)?;
         let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?;
+        let events = std::fs::File::open(dir.join("cgroup.events"))?;
         Ok(Self {
             dir,
             procs: procs.into(),
+            events: events.into(),
         })
     }
 
@@ -261,14 +266,19 @@ impl RunCgroup {
     }
 
     /// Kills every process in the cgroup.
-    pub(crate) fn kill(&self) {
+    fn kill(&self) {
         let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
     }
 
     /// Whether no process is left in the cgroup (`populated 0`).
     fn is_empty(&self) -> bool {
-        std::fs::read_to_string(self.dir.join("cgroup.events"))
-            .is_ok_and(|events| events.lines().any(|l| l == "populated 0"))
+        // One read of the descriptor opened with the cgroup (kernfs gives
+        // the current state at offset 0), not an open per run.
+        let mut buf = [0u8; 256];
+        let Ok(n) = rustix::io::pread(&self.events, &mut buf, 0) else {
+            return false;
+        };
+        buf[..n].split(|&b| b == b'\n').any(|l| l == b"populated 0")
     }
 
     /// Ends the run: a cgroup nothing is left in is kept for another run;
@@ -277,7 +287,8 @@ impl RunCgroup {
     pub(crate) async fn end(mut self) {
         if self.is_empty() {
             let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-            if idle.len() < IDLE_RUN_CGROUPS {
+            let parent = self.dir.parent();
+            if idle.iter().filter(|c| c.dir.parent() == parent).count() < IDLE_RUN_CGROUPS {
                 idle.push(self);
                 return;
             }

@@ -196,6 +196,39 @@ async fn an_empty_run_cgroup_is_reused_and_one_left_busy_is_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_runs_keeps_no_more_idle_cgroups_than_its_bound() {
+    use sonde_runtime::host::contain::IDLE_RUN_CGROUPS;
+    let Some(Containment::Cgroup { parent, .. }) =
+        modes().into_iter().find(|m| matches!(m, Containment::Cgroup { .. }))
+    else {
+        return; // no cgroup mode on this machine (not root): nothing to test
+    };
+    // A parent of its own, so that no other test's runs count.
+    let burst = parent.join("burst");
+    std::fs::create_dir(&burst).unwrap();
+    let mode = Containment::Cgroup {
+        parent: burst.clone(),
+        limits: Vec::new(),
+    };
+    // Three times the bound at once: each run needs a cgroup of its own.
+    let runs = (0..3 * IDLE_RUN_CGROUPS).map(|_| run_in(&mode, &["/bin/sleep", "0.2"], &[]));
+    for out in futures_util::future::join_all(runs).await {
+        assert_eq!(out.unwrap().exit_code, Some(0));
+    }
+    let left: Vec<_> = std::fs::read_dir(&burst)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("run-")))
+        .collect();
+    for run in &left {
+        let _ = std::fs::remove_dir(run);
+    }
+    let _ = std::fs::remove_dir(&burst);
+    assert!(left.len() <= IDLE_RUN_CGROUPS, "{} run cgroups left", left.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_dropped_midway_leaves_nothing_behind() {
     for mode in modes() {
         let dir = tempfile::tempdir().unwrap();
