@@ -7,7 +7,9 @@
 
 use crate::ProbeError;
 use crate::bindings::sonde::probe::exec::{self, Command, ExecError};
-use std::time::Duration;
+use alloc::string::ToString;
+use alloc::vec::Vec;
+use core::time::Duration;
 
 /// How a program ended.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -22,8 +22,11 @@
 use crate::ProbeError;
 use crate::http::Timings;
 use crate::tls::{TlsInfo, TlsOptions};
-use std::fmt;
-use std::time::Duration;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+use core::time::Duration;
 
 /// A unary call to make with [`call`].
 #[derive(Clone, Debug)]

@@ -10,7 +10,10 @@
 
 use crate::ProbeError;
 use crate::tls::{TlsInfo, TlsOptions};
-use std::time::Duration;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::time::Duration;
 
 /// A request to send with [`send`].
 #[derive(Clone, Debug)]
@@ -88,7 +91,7 @@ impl HttpResponse {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+            .and_then(|(_, v)| core::str::from_utf8(v).ok())
     }
 }
 

@@ -27,20 +27,31 @@
 //! binary for the plugin's own tests.
 
 #![deny(missing_docs)]
+#![cfg_attr(not(feature = "std"), no_std)]
+
+extern crate alloc;
+#[cfg(all(not(feature = "std"), not(target_arch = "wasm32")))]
+extern crate std;
 
 pub mod exec;
 pub mod grpc;
 pub mod http;
 pub mod log;
 pub mod net;
+#[cfg(all(target_arch = "wasm32", not(feature = "std")))]
+mod rt;
 pub mod tcp;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(feature = "std", not(target_arch = "wasm32")))]
 pub mod testing;
+pub mod time;
 pub mod tls;
 
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+use core::time::Duration;
 use serde::de::DeserializeOwned;
-use std::fmt;
-use std::time::{Duration, Instant};
+use time::Instant;
 
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
@@ -191,8 +202,9 @@ impl fmt::Display for ProbeError {
     }
 }
 
-impl std::error::Error for ProbeError {}
+impl core::error::Error for ProbeError {}
 
+#[cfg(feature = "std")]
 impl From<std::io::Error> for ProbeError {
     fn from(err: std::io::Error) -> Self {
         match err.kind() {

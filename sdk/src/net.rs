@@ -1,11 +1,18 @@
 //! TCP within the call's deadline.
 //!
-//! These are thin wrappers over `std::net`, which on `wasm32-wasip2` goes
+//! [`host_port`] works with or without `std`. The rest needs `std`: thin
+//! wrappers over `std::net`, which on `wasm32-wasip2` goes
 //! through the host's `wasi:sockets`: a connection to anything but the
 //! probe's target and its `net` grants fails with
 //! [`std::io::ErrorKind::PermissionDenied`], and the host records the run as
 //! `denied` whatever the plugin returns afterwards.
 
+use alloc::format;
+#[cfg(feature = "std")]
+pub use with_std::*;
+
+#[cfg(feature = "std")]
+mod with_std {
 use crate::Request;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -116,6 +123,8 @@ pub fn describe_error(err: &io::Error) -> String {
         io::ErrorKind::ConnectionReset => "connection reset".into(),
         _ => err.to_string(),
     }
+}
+
 }
 
 /// Splits a `host:port` target (`[v6]:port` in brackets) into its host and

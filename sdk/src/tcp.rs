@@ -6,7 +6,7 @@
 
 use crate::bindings::sonde::probe::tcp as host_tcp;
 use crate::tls::{HandshakeError, Session};
-use std::time::Duration;
+use core::time::Duration;
 
 /// Seconds each phase of a connection took.
 #[derive(Clone, Copy, Debug, PartialEq)]

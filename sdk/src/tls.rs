@@ -10,8 +10,10 @@
 
 use crate::ProbeError;
 use crate::bindings::sonde::probe::tls as host_tls;
-use std::io;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use alloc::format;
+use alloc::string::{String, ToString};
+use core::fmt;
+use core::time::Duration;
 
 /// How the host verifies a server.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -40,12 +42,7 @@ impl TlsOptions {
     ) -> Result<Self, ProbeError> {
         let ca_pem = match (ca_file, ca_pem) {
             (Some(_), Some(_)) => return Err(ProbeError::invalid_config("give ca_file or ca_pem, not both")),
-            (Some(path), None) => Some(std::fs::read_to_string(path).map_err(|e| match e.kind() {
-                std::io::ErrorKind::PermissionDenied => {
-                    ProbeError::denied(format!("ca_file {path:?}: {e} (grant it under files)"))
-                }
-                _ => ProbeError::invalid_config(format!("ca_file {path:?}: {e}")),
-            })?),
+            (Some(path), None) => Some(read_ca_file(path)?),
             (None, pem) => pem.map(str::to_string),
         };
         if ca_pem.is_some() && insecure_skip_verify {
@@ -69,6 +66,24 @@ impl TlsOptions {
     }
 }
 
+/// Reads a `ca_file`: through `std::fs`, or without `std` through the
+/// directories the host opened for the `files` grants.
+fn read_ca_file(path: &str) -> Result<String, ProbeError> {
+    let denied = |e: &dyn fmt::Display| ProbeError::denied(format!("ca_file {path:?}: {e} (grant it under files)"));
+    let invalid = |e: &dyn fmt::Display| ProbeError::invalid_config(format!("ca_file {path:?}: {e}"));
+    #[cfg(all(not(feature = "std"), target_arch = "wasm32"))]
+    {
+        crate::rt::read_to_string(path).map_err(|e| if e.denied { denied(&e.message) } else { invalid(&e.message) })
+    }
+    #[cfg(any(feature = "std", not(target_arch = "wasm32")))]
+    {
+        std::fs::read_to_string(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::PermissionDenied => denied(&e),
+            _ => invalid(&e),
+        })
+    }
+}
+
 /// What a TLS handshake established.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsInfo {
@@ -89,10 +104,7 @@ pub struct TlsInfo {
 impl TlsInfo {
     /// Seconds until the server certificate expires (negative once it has).
     pub fn expires_in_seconds(&self) -> f64 {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        self.not_after as f64 - now
+        self.not_after as f64 - crate::time::unix_seconds()
     }
 }
 
@@ -185,8 +197,10 @@ pub fn connect(
     ))
 }
 
-/// An open TLS connection the host holds for the plugin: `std::io::Read`
-/// and `Write` over it, so [`crate::net::send`] and
+/// An open connection the host holds for the plugin (TLS, or plain TCP
+/// from [`crate::tcp::connect`]). [`send`](Session::send) and
+/// [`read`](Session::read) work with or without `std`; with `std` it is
+/// also `std::io::Read` and `Write`, so [`crate::net::send`] and
 /// [`crate::net::read_until`] work as on a TCP stream. Dropping it closes
 /// the connection.
 pub struct Session {
@@ -200,39 +214,116 @@ impl Session {
     }
 
     /// How long a read waits for data before failing with
-    /// [`io::ErrorKind::TimedOut`]; the connect timeout until set.
+    /// [`SessionErrorKind::TimedOut`]; the connect timeout until set.
     pub fn set_read_timeout(&mut self, timeout: Duration) {
         self.read_timeout = timeout;
     }
-}
 
-fn io_error(e: host_tls::TlsError) -> io::Error {
-    use host_tls::TlsError;
-    match e {
-        TlsError::Timeout(m) => io::Error::new(io::ErrorKind::TimedOut, m),
-        TlsError::Denied(m) => io::Error::new(io::ErrorKind::PermissionDenied, m),
-        TlsError::Invalid(m) => io::Error::new(io::ErrorKind::InvalidInput, m),
-        TlsError::Dns(m) | TlsError::Connect(m) | TlsError::Handshake(m) => io::Error::other(m),
+    /// Sends all of `data`.
+    pub fn send(&mut self, data: &[u8]) -> Result<(), SessionError> {
+        self.inner.send(data).map_err(SessionError::from_wit)
     }
-}
 
-impl io::Read for Session {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Waits at most the read timeout for data and copies what arrived into
+    /// `buf`; 0 when the peer closed.
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, SessionError> {
         let max = u32::try_from(buf.len()).unwrap_or(u32::MAX);
-        let data = self.inner.receive(max, millis(self.read_timeout)).map_err(io_error)?;
+        let data = self
+            .inner
+            .receive(max, millis(self.read_timeout))
+            .map_err(SessionError::from_wit)?;
         let n = data.len().min(buf.len());
         buf[..n].copy_from_slice(&data[..n]);
         Ok(n)
     }
 }
 
-impl io::Write for Session {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.send(buf).map_err(io_error)?;
+/// What kind of failure a [`SessionError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionErrorKind {
+    /// No data came within the read timeout.
+    TimedOut,
+    /// The host refused.
+    Denied,
+    /// The request was malformed.
+    Invalid,
+    /// The connection failed.
+    Other,
+}
+
+/// Why a [`Session`] could not send or read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionError {
+    kind: SessionErrorKind,
+    message: String,
+}
+
+impl SessionError {
+    fn from_wit(e: host_tls::TlsError) -> Self {
+        use host_tls::TlsError;
+        let (kind, message) = match e {
+            TlsError::Timeout(m) => (SessionErrorKind::TimedOut, m),
+            TlsError::Denied(m) => (SessionErrorKind::Denied, m),
+            TlsError::Invalid(m) => (SessionErrorKind::Invalid, m),
+            TlsError::Dns(m) | TlsError::Connect(m) | TlsError::Handshake(m) => (SessionErrorKind::Other, m),
+        };
+        Self { kind, message }
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> SessionErrorKind {
+        self.kind
+    }
+
+    /// A short, person-readable reason, as [`crate::net::describe_error`]
+    /// gives for an I/O error: `timed out`, `denied by the host: not
+    /// granted`, or the host's message.
+    pub fn describe(&self) -> String {
+        match self.kind {
+            SessionErrorKind::TimedOut => "timed out".into(),
+            SessionErrorKind::Denied => "denied by the host: not granted".into(),
+            SessionErrorKind::Invalid | SessionErrorKind::Other => self.message.clone(),
+        }
+    }
+}
+
+impl fmt::Display for SessionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl core::error::Error for SessionError {}
+
+#[cfg(feature = "std")]
+impl From<SessionError> for std::io::Error {
+    fn from(e: SessionError) -> Self {
+        use std::io::ErrorKind;
+        let kind = match e.kind {
+            SessionErrorKind::TimedOut => ErrorKind::TimedOut,
+            SessionErrorKind::Denied => ErrorKind::PermissionDenied,
+            SessionErrorKind::Invalid => ErrorKind::InvalidInput,
+            SessionErrorKind::Other => return std::io::Error::other(e.message),
+        };
+        std::io::Error::new(kind, e.message)
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::io::Read for Session {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        Session::read(self, buf).map_err(Into::into)
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::io::Write for Session {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Session::send(self, buf)?;
         Ok(buf.len())
     }
 
-    fn flush(&mut self) -> io::Result<()> {
+    fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
 }

@@ -6,10 +6,18 @@
 //!   line of stdout is the message, and the performance data after `|` becomes
 //!   metrics — so the monitoring-plugins ecosystem runs unchanged.
 
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
+extern crate alloc;
+
+use alloc::vec;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::time::Duration;
 use serde::Deserialize;
 use sonde_sdk::exec::{ExecOutput, run};
 use sonde_sdk::{Capability, CapabilityKind, Outcome, PluginInfo, Probe, ProbeError, Request, Status};
-use std::time::Duration;
 
 #[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq, Debug)]
 #[serde(rename_all = "kebab-case")]
@@ -131,7 +139,7 @@ fn nagios(code: i32, stdout: &str) -> Outcome {
     let mut outcome = Outcome::new(status, message.trim());
     // Long output may carry more perfdata after a `|` on a later line.
     let more = lines.filter_map(|l| l.split_once('|').map(|(_, p)| p));
-    for item in std::iter::once(perf).chain(more).flat_map(split_perfdata) {
+    for item in core::iter::once(perf).chain(more).flat_map(split_perfdata) {
         if let Some((name, value, unit)) = parse_perf_item(&item) {
             outcome = outcome.with_metric(name, value, unit);
         }
@@ -152,7 +160,7 @@ fn split_perfdata(perf: &str) -> Vec<String> {
             }
             c if c.is_whitespace() && !quoted => {
                 if !cur.is_empty() {
-                    items.push(std::mem::take(&mut cur));
+                    items.push(core::mem::take(&mut cur));
                 }
             }
             c => cur.push(c),

@@ -13,13 +13,23 @@
 //! roots, or a CA from `ca_file` / `ca_pem`; `insecure_skip_verify` turns
 //! checks off. `keepalive` takes connections from the host's shared pool.
 
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
+extern crate alloc;
+
+mod duration;
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+use core::time::Duration;
 use regex::Regex;
 use serde::Deserialize;
 use sonde_sdk::http::{HttpRequest, HttpResponse, send};
 use sonde_sdk::tls::TlsOptions;
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
-use std::collections::BTreeMap;
-use std::time::Duration;
 
 const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"));
 const MAX_REDIRECTS: usize = 10;
@@ -211,7 +221,7 @@ impl Probe for Http {
             .warn_after
             .as_deref()
             .map(|d| {
-                humantime::parse_duration(d).map_err(|e| ProbeError::invalid_config(format!("warn_after {d:?}: {e}")))
+                duration::parse(d).map_err(|e| ProbeError::invalid_config(format!("warn_after {d:?}: {e}")))
             })
             .transpose()?;
 

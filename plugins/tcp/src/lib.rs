@@ -14,12 +14,19 @@
 //! the seconds until the server certificate expires. Send/expect steps then
 //! run over the TLS session, which the host holds for the plugin.
 
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
+extern crate alloc;
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::time::Duration;
 use regex::bytes::Regex;
 use serde::Deserialize;
-use sonde_sdk::tls::{HandshakeError, Session, TlsOptions};
-use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request, net};
-use std::io::{Read, Write};
-use std::time::{Duration, Instant};
+use sonde_sdk::time::Instant;
+use sonde_sdk::tls::{HandshakeError, Session, SessionError, TlsOptions};
+use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
 
 /// How much one `expect` reads at most.
 const MAX_READ: usize = 64 * 1024;
@@ -113,16 +120,24 @@ fn compile(pattern: &str) -> Result<Regex, ProbeError> {
     Regex::new(pattern).map_err(|e| ProbeError::invalid_config(format!("expect {pattern:?}: {e}")))
 }
 
-/// A connection the steps run over: a host session, plain or TLS.
-trait Conn: Read + Write {
-    fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()>;
-}
-
-impl Conn for Session {
-    fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
-        self.set_read_timeout(timeout);
-        Ok(())
+/// Reads from `session` until `done` accepts what was read so far, the peer
+/// closes, `max` bytes have arrived, or a read fails (such as at the read
+/// timeout). Returns what was read, and the error that ended it, if any.
+fn read_until(
+    session: &mut Session,
+    max: usize,
+    mut done: impl FnMut(&[u8]) -> bool,
+) -> (Vec<u8>, Option<SessionError>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while buf.len() < max && !done(&buf) {
+        match session.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n.min(max - buf.len())]),
+            Err(e) => return (buf, Some(e)),
+        }
     }
+    (buf, None)
 }
 
 fn with_metrics(mut outcome: Outcome, metrics: &[(&str, f64)]) -> Outcome {
@@ -132,26 +147,24 @@ fn with_metrics(mut outcome: Outcome, metrics: &[(&str, f64)]) -> Outcome {
     outcome
 }
 
-/// Runs `steps` over `conn`: the failure of the first that fails (with
+/// Runs `steps` over `session`: the failure of the first that fails (with
 /// `metrics`), or `None` when all passed.
-fn exchange(req: &Request, conn: &mut impl Conn, steps: &[Step], metrics: &[(&str, f64)]) -> Option<Outcome> {
+fn exchange(req: &Request, session: &mut Session, steps: &[Step], metrics: &[(&str, f64)]) -> Option<Outcome> {
     for (i, step) in steps.iter().enumerate() {
         match step {
             Step::Send(data) => {
-                if let Err(e) = net::send(conn, data.as_bytes()) {
-                    let failure = Outcome::failure(format!("step {}: send: {}", i + 1, net::describe_error(&e)));
+                if let Err(e) = session.send(data.as_bytes()) {
+                    let failure = Outcome::failure(format!("step {}: send: {}", i + 1, e.describe()));
                     return Some(with_metrics(failure, metrics));
                 }
             }
             Step::Expect(re) => {
                 let left = req.remaining().saturating_sub(MARGIN).max(Duration::from_millis(1));
-                let (bytes, error) = match conn.set_timeout(left) {
-                    Ok(()) => net::read_until(conn, MAX_READ, |buf| re.is_match(buf)),
-                    Err(e) => (Vec::new(), Some(e)),
-                };
+                session.set_read_timeout(left);
+                let (bytes, error) = read_until(session, MAX_READ, |buf| re.is_match(buf));
                 if !re.is_match(&bytes) {
                     let why = match error {
-                        Some(e) => format!("{} after {} bytes", net::describe_error(&e), bytes.len()),
+                        Some(e) => format!("{} after {} bytes", e.describe(), bytes.len()),
                         None => format!("no match in {} bytes", bytes.len()),
                     };
                     let failure = Outcome::failure(format!("step {}: expected /{}/: {why}", i + 1, re.as_str()));
@@ -193,7 +206,7 @@ fn check_tls(req: &Request, options: &TlsOptions, steps: &[Step]) -> Result<Outc
         h.info.version,
         req.target(),
         h.info.subject,
-        (expires / 86_400.0).floor(),
+        whole_days(expires),
         steps_done(steps)
     );
     Ok(with_metrics(Outcome::success(message), &metrics).with_metric(
@@ -201,6 +214,13 @@ fn check_tls(req: &Request, options: &TlsOptions, steps: &[Step]) -> Result<Outc
         h.dns_seconds + h.connect_seconds + h.tls_seconds,
         "seconds",
     ))
+}
+
+/// Whole days in `seconds`, rounded down (`f64::floor` is not in `core`).
+fn whole_days(seconds: f64) -> f64 {
+    let days = seconds / 86_400.0;
+    let truncated = days as i64 as f64;
+    if truncated > days { truncated - 1.0 } else { truncated }
 }
 
 /// Turns the config into steps, refusing ambiguous or empty ones.
@@ -234,7 +254,7 @@ fn excerpt(bytes: &[u8]) -> String {
     let text: String = bytes
         .iter()
         .take(256)
-        .flat_map(|b| std::ascii::escape_default(*b))
+        .flat_map(|b| core::ascii::escape_default(*b))
         .map(char::from)
         .collect();
     if bytes.len() > 256 { format!("{text}…") } else { text }
@@ -325,6 +345,14 @@ mod tests {
         assert_eq!(sonde_sdk::net::host_port("[::1]:443").unwrap(), ("::1", 443));
         assert_eq!(sonde_sdk::net::host_port("db:5432").unwrap(), ("db", 5432));
         assert!(sonde_sdk::net::host_port("db").is_err());
+    }
+
+    #[test]
+    fn days_round_down() {
+        assert_eq!(whole_days(89.9 * 86_400.0), 89.0);
+        assert_eq!(whole_days(-0.5 * 86_400.0), -1.0);
+        assert_eq!(whole_days(0.0), 0.0);
+        assert_eq!(whole_days(-2.0 * 86_400.0), -2.0);
     }
 
     #[test]

@@ -71,26 +71,16 @@ fn guest_target_dir() -> PathBuf {
 pub fn build(workspace: &Path, packages: &[&str]) -> Vec<Built> {
     require_target();
     let target_dir = guest_target_dir();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace)
-        .args(["build", "--release", "--target", TARGET, "--target-dir"])
-        .arg(&target_dir);
-    for p in packages {
-        cmd.args(["-p", p]);
+    // Packages built without std go in a cargo invocation of their own:
+    // in one invocation Cargo unifies features, and a std package would
+    // turn std on in the SDK and in serde for the no_std ones too.
+    let no_std = no_std_packages(workspace);
+    let (bare, with_std): (Vec<&str>, Vec<&str>) = packages.iter().partition(|p| no_std.contains(**p));
+    for group in [bare, with_std] {
+        if !group.is_empty() {
+            cargo_build(workspace, &target_dir, &group);
+        }
     }
-    // The outer build's flags are for the host, not for wasm.
-    for var in [
-        "CARGO_ENCODED_RUSTFLAGS",
-        "CARGO_BUILD_RUSTFLAGS",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "RUSTC_WORKSPACE_WRAPPER",
-    ] {
-        cmd.env_remove(var);
-    }
-    let status = cmd.status().expect("cannot run cargo to build the wasm plugins");
-    assert!(status.success(), "building {packages:?} for {TARGET} failed");
 
     println!("cargo:rerun-if-changed={}", workspace.join("sdk/src").display());
     println!("cargo:rerun-if-changed={}", workspace.join("sdk/wit").display());
@@ -107,6 +97,80 @@ pub fn build(workspace: &Path, packages: &[&str]) -> Vec<Built> {
         .collect()
 }
 
+fn cargo_build(workspace: &Path, target_dir: &Path, packages: &[&str]) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace)
+        .args(["build", "--release", "--target", TARGET, "--target-dir"])
+        .arg(target_dir);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    // The outer build's flags are for the host, not for wasm.
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTC_WORKSPACE_WRAPPER",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd.status().expect("cannot run cargo to build the wasm plugins");
+    assert!(status.success(), "building {packages:?} for {TARGET} failed");
+}
+
+/// The workspace's packages (within two directory levels of its root) that
+/// say they are built without std:
+///
+/// ```toml
+/// [package.metadata.sonde]
+/// no-std = true
+/// ```
+fn no_std_packages(workspace: &Path) -> std::collections::BTreeSet<String> {
+    let mut found = std::collections::BTreeSet::new();
+    let mut dirs = vec![(workspace.to_path_buf(), 0)];
+    while let Some((dir, depth)) = dirs.pop() {
+        if let Ok(text) = std::fs::read_to_string(dir.join("Cargo.toml"))
+            && let Some(name) = package_name(&text)
+            && says_no_std(&text)
+        {
+            found.insert(name);
+        }
+        if depth == 2 {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let skip = name == "target" || name.to_string_lossy().starts_with('.');
+            if !skip && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    found
+}
+
+/// The `name` of a manifest's `[package]`.
+fn package_name(manifest: &str) -> Option<String> {
+    manifest.lines().skip_while(|l| l.trim() != "[package]").find_map(|l| {
+        l.trim()
+            .strip_prefix("name")
+            .map(|r| r.trim_start_matches([' ', '=']).trim().trim_matches('"').to_string())
+    })
+}
+
+/// Whether a manifest's `[package.metadata.sonde]` has `no-std = true`.
+fn says_no_std(manifest: &str) -> bool {
+    manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[package.metadata.sonde]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .any(|l| l.split('#').next().unwrap_or("").replace(' ', "") == "no-std=true")
+}
+
 /// Lists the packages under `dir` (each subdirectory with a `Cargo.toml`),
 /// with their directories, and tells Cargo to rerun when any of them changes.
 pub fn packages_in(dir: &Path) -> Vec<(String, PathBuf)> {
@@ -120,16 +184,26 @@ pub fn packages_in(dir: &Path) -> Vec<(String, PathBuf)> {
         let Ok(text) = std::fs::read_to_string(&manifest) else {
             continue;
         };
-        let name = text.lines().skip_while(|l| l.trim() != "[package]").find_map(|l| {
-            l.trim()
-                .strip_prefix("name")
-                .map(|r| r.trim_start_matches([' ', '=']).trim().trim_matches('"').to_string())
-        });
-        if let Some(name) = name {
+        if let Some(name) = package_name(&text) {
             println!("cargo:rerun-if-changed={}", entry.path().display());
             found.push((name, entry.path()));
         }
     }
     found.sort();
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifests_say_no_std_in_their_sonde_metadata() {
+        let bare = "[package]\nname = \"a\"\n\n[package.metadata.sonde]\nno-std = true # why\n\n[lib]\n";
+        assert_eq!(package_name(bare).as_deref(), Some("a"));
+        assert!(says_no_std(bare));
+        assert!(!says_no_std("[package]\nname = \"b\"\n[features]\nno-std = true\n"));
+        assert!(!says_no_std("[package.metadata.sonde]\nno-std = false\n"));
+        assert!(!says_no_std("[package.metadata.sonde]\n[lib]\nno-std = true\n"));
+    }
 }

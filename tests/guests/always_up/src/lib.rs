@@ -1,5 +1,7 @@
 //! The plugin of the SDK's documentation: always up. The trivial plugin the
-//! sandbox-overhead benchmark runs.
+//! sandbox-overhead benchmark runs, built without std as the built-ins are.
+
+#![cfg_attr(target_arch = "wasm32", no_std)]
 
 use sonde_sdk::{Outcome, Probe, ProbeError, Request};
 

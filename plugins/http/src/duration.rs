@@ -1,0 +1,135 @@
+//! `warn_after` durations: `500ms`, `1.5s`, `1m 30s`, `2 hours`. The units
+//! and their spellings are humantime's (which the agent's own config
+//! uses), parsed here because humantime needs std and the plugin is built
+//! without it.
+
+use alloc::format;
+use alloc::string::String;
+use core::time::Duration;
+
+/// Parses a sum of `NUMBER UNIT` terms, the number a whole or decimal
+/// fraction, whitespace allowed between and within terms.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let mut rest = text.trim_start();
+    if rest.is_empty() {
+        return Err("value was empty".into());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let at = text.len() - rest.len();
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let (number, after) = rest.split_at(digits);
+        if number.is_empty() || number.starts_with('.') || number.matches('.').count() > 1 {
+            return Err(format!("expected number at {at}"));
+        }
+        let after = after.trim_start();
+        let letters = after.find(|c: char| !c.is_alphabetic()).unwrap_or(after.len());
+        let (unit, after) = after.split_at(letters);
+        let Some(nanos) = unit_nanos(unit) else {
+            return Err(if unit.is_empty() {
+                format!("time unit needed, for example {number}sec or {number}ms")
+            } else {
+                format!(
+                    "unknown time unit {unit:?}, supported units: ns, us/µs, ms, sec, min, hours, days, weeks, months, years"
+                )
+            });
+        };
+        total = total
+            .checked_add(term(number, nanos).ok_or_else(too_large)?)
+            .ok_or_else(too_large)?;
+        rest = after.trim_start();
+        if let Some(c) = rest.chars().next()
+            && !c.is_ascii_digit()
+        {
+            return Err(format!("expected number at {}", text.len() - rest.len()));
+        }
+    }
+    Ok(total)
+}
+
+fn too_large() -> String {
+    "number is too large or below 1ns".into()
+}
+
+/// `number` (digits, perhaps with one `.`) times `unit_nanos`, exactly.
+fn term(number: &str, unit_nanos: u128) -> Option<Duration> {
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let mut nanos = whole.parse::<u128>().ok()?.checked_mul(unit_nanos)?;
+    let mut scale = unit_nanos;
+    for digit in fraction.bytes() {
+        let part = u128::from(digit - b'0') * scale;
+        scale /= 10;
+        if part % 10 != 0 && scale == 0 {
+            return None;
+        }
+        nanos = nanos.checked_add(part / 10)?;
+    }
+    let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
+    Some(Duration::new(secs, (nanos % 1_000_000_000) as u32))
+}
+
+/// Nanoseconds in one `unit`: humantime's spellings, a month 30.44 days
+/// and a year 365.25.
+fn unit_nanos(unit: &str) -> Option<u128> {
+    const S: u128 = 1_000_000_000;
+    Some(match unit {
+        "nanos" | "nsec" | "ns" => 1,
+        "usec" | "us" | "µs" => 1_000,
+        "millis" | "msec" | "ms" => 1_000_000,
+        "seconds" | "second" | "secs" | "sec" | "s" => S,
+        "minutes" | "minute" | "min" | "mins" | "m" => 60 * S,
+        "hours" | "hour" | "hr" | "hrs" | "h" => 3_600 * S,
+        "days" | "day" | "d" => 86_400 * S,
+        "weeks" | "week" | "wk" | "wks" | "w" => 7 * 86_400 * S,
+        "months" | "month" | "M" => 2_630_016 * S,
+        "years" | "year" | "yr" | "yrs" | "y" => 31_557_600 * S,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_humantime_accepts() {
+        for (text, want) in [
+            ("500ms", Duration::from_millis(500)),
+            ("1s", Duration::from_secs(1)),
+            ("1.5s", Duration::from_millis(1_500)),
+            ("0.25 sec", Duration::from_millis(250)),
+            ("1m 30s", Duration::from_secs(90)),
+            ("1m30s", Duration::from_secs(90)),
+            ("2 hours", Duration::from_secs(7_200)),
+            ("1d", Duration::from_secs(86_400)),
+            ("250us", Duration::from_micros(250)),
+            ("7µs", Duration::from_micros(7)),
+            ("3ns", Duration::from_nanos(3)),
+            ("1.5ms", Duration::from_micros(1_500)),
+            ("  2s ", Duration::from_secs(2)),
+        ] {
+            assert_eq!(parse(text), Ok(want), "{text}");
+            assert_eq!(humantime::parse_duration(text).ok(), Some(want), "{text}");
+        }
+    }
+
+    #[test]
+    fn what_it_refuses_and_why() {
+        for (text, why) in [
+            ("", "value was empty"),
+            ("   ", "value was empty"),
+            ("500", "time unit needed, for example 500sec or 500ms"),
+            ("5 parsecs", "unknown time unit \"parsecs\""),
+            ("ms", "expected number at 0"),
+            ("1s x", "expected number at 3"),
+            ("1.2.3s", "expected number at 0"),
+            ("-1s", "expected number at 0"),
+            ("0.5ns", "too large or below 1ns"),
+            ("99999999999999999999999999999999999999years", "too large"),
+        ] {
+            let err = parse(text).expect_err(text);
+            assert!(err.contains(why), "{text}: {err}");
+            assert!(humantime::parse_duration(text).is_err(), "humantime accepts {text:?}");
+        }
+    }
+}

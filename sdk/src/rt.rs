@@ -1,0 +1,121 @@
+//! What `std` would otherwise give a plugin built without it, in the
+//! sandbox: the allocator, the panic handler, and reading a file through
+//! the `files` grants (for `ca_file`).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use wasip2::filesystem::preopens::get_directories;
+use wasip2::filesystem::types::{DescriptorFlags, ErrorCode, OpenFlags, PathFlags};
+
+// `memcmp` and `bcmp` (which `core` calls and wasm has no instruction
+// for) come from wasi-libc's static library, as they would with std; the
+// linker takes only those objects, which import nothing.
+#[link(name = "c")]
+unsafe extern "C" {}
+
+#[global_allocator]
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
+/// A panic ends the call with a trap, which the host records as the
+/// plugin's error; the message would have gone to stderr, which the host
+/// discards.
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+    core::arch::wasm32::unreachable()
+}
+
+/// The canonical ABI's allocator export, through which the host passes a
+/// call's arguments and results into the guest's memory. With std,
+/// wasi-libc defines it; without, the SDK does, on the global allocator.
+///
+/// # Safety
+///
+/// Called by the host only, as the canonical ABI specifies: `old` is null
+/// with `old_len` 0, or a block this function returned with that length
+/// and `align`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cabi_realloc(old: *mut u8, old_len: usize, align: usize, new_len: usize) -> *mut u8 {
+    use alloc::alloc::{Layout, alloc, realloc};
+    if new_len == 0 {
+        return align as *mut u8;
+    }
+    // SAFETY: the canonical ABI passes a power-of-two alignment and sizes
+    // that fit the guest's memory; `old` comes from this allocator.
+    let ptr = unsafe {
+        if old_len == 0 {
+            alloc(Layout::from_size_align_unchecked(new_len, align))
+        } else {
+            realloc(old, Layout::from_size_align_unchecked(old_len, align), new_len)
+        }
+    };
+    if ptr.is_null() {
+        core::arch::wasm32::unreachable();
+    }
+    ptr
+}
+
+/// Why a file could not be read.
+pub(crate) struct ReadError {
+    /// The host refused: no `files` grant covers the path.
+    pub denied: bool,
+    pub message: String,
+}
+
+/// Reads the file at absolute `path` as UTF-8 text, through the directory
+/// the host opened for the `files` grant that covers it (the longest).
+pub(crate) fn read_to_string(path: &str) -> Result<String, ReadError> {
+    let refused = |message: String| ReadError { denied: true, message };
+    let failed = |e: ErrorCode| ReadError {
+        denied: matches!(e, ErrorCode::Access | ErrorCode::NotPermitted),
+        message: String::from(describe(e)),
+    };
+    let mut best = None;
+    for (dir, root) in get_directories() {
+        let Some(rest) = within(path, &root) else { continue };
+        if best.as_ref().is_none_or(|(_, len, _)| root.len() > *len) {
+            best = Some((dir, root.len(), String::from(rest)));
+        }
+    }
+    let Some((dir, _, rest)) = best else {
+        return Err(refused(String::from("no files grant covers this path")));
+    };
+    let rel = if rest.is_empty() { "." } else { rest.as_str() };
+    let file = dir
+        .open_at(PathFlags::SYMLINK_FOLLOW, rel, OpenFlags::empty(), DescriptorFlags::READ)
+        .map_err(failed)?;
+    let mut bytes = Vec::new();
+    loop {
+        let (chunk, end) = file.read(64 * 1024, bytes.len() as u64).map_err(failed)?;
+        bytes.extend_from_slice(&chunk);
+        if end || chunk.is_empty() {
+            break;
+        }
+    }
+    String::from_utf8(bytes).map_err(|_| ReadError {
+        denied: false,
+        message: String::from("stream did not contain valid UTF-8"),
+    })
+}
+
+/// The wording `std` gives the common cases.
+fn describe(e: ErrorCode) -> &'static str {
+    match e {
+        ErrorCode::NoEntry => "No such file or directory",
+        ErrorCode::Access | ErrorCode::NotPermitted => "Permission denied",
+        ErrorCode::IsDirectory => "Is a directory",
+        ErrorCode::NotDirectory => "Not a directory",
+        e => e.name(),
+    }
+}
+
+/// `path` below `root`, relative, when `root` is `path` or one of its
+/// ancestors.
+fn within<'a>(path: &'a str, root: &str) -> Option<&'a str> {
+    let root = root.trim_end_matches('/');
+    let rest = path.strip_prefix(root)?;
+    if rest.is_empty() {
+        return Some(rest);
+    }
+    let rest = rest.strip_prefix('/')?;
+    Some(rest.trim_start_matches('/'))
+}
