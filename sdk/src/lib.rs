@@ -23,8 +23,16 @@
 //! the operator granted, nothing else; [`net`], [`http`], [`grpc`] and [`tls`]
 //! are the helpers, and `std::net` obeys the same grants.
 //!
-//! On the host, [`testing`] builds a plugin and runs it through the `sonde`
-//! binary for the plugin's own tests.
+//! On the host, `testing` (with the `std` feature) builds a plugin and runs
+//! it through the `sonde` binary for the plugin's own tests.
+//!
+//! Without the default `std` feature the SDK is `no_std` + `alloc`: in the
+//! sandbox it brings the allocator, the panic handler and the canonical
+//! ABI's `cabi_realloc`, and the plugin imports only the interfaces it
+//! calls, which makes every call cheaper. Everything but [`net`]'s
+//! `std::net` wrappers remains: [`tls::Session`] has `send` and `read`,
+//! [`time::Instant`] measures phases, and `ca_file` is read through the
+//! `files` grants.
 
 #![deny(missing_docs)]
 #![cfg_attr(not(feature = "std"), no_std)]

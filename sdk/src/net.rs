@@ -13,118 +13,117 @@ pub use with_std::*;
 
 #[cfg(feature = "std")]
 mod with_std {
-use crate::Request;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+    use crate::Request;
+    use std::io::{self, Read, Write};
+    use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+    use std::time::{Duration, Instant};
 
-/// Connects to `addr` (`host:port`), trying each resolved address in turn
-/// until `timeout` has passed. The stream's read and write timeouts are set
-/// to what is left of `timeout`.
-///
-/// The connect itself blocks: `std`'s `connect_timeout` on wasip2 reports
-/// success for connections that were refused, so it is not used. A connect
-/// that hangs is ended by the host's deadline, which records `timeout`.
-pub fn connect(addr: &str, timeout: Duration) -> io::Result<TcpStream> {
-    let start = Instant::now();
-    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
-    let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{addr}: no address"));
-    for sa in addrs {
-        let left = timeout.saturating_sub(start.elapsed());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{addr}: connect timed out"),
-            ));
-        }
-        match TcpStream::connect(sa) {
-            Ok(stream) => {
-                let left = timeout.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
-                stream.set_read_timeout(Some(left))?;
-                stream.set_write_timeout(Some(left))?;
-                return Ok(stream);
+    /// Connects to `addr` (`host:port`), trying each resolved address in turn
+    /// until `timeout` has passed. The stream's read and write timeouts are set
+    /// to what is left of `timeout`.
+    ///
+    /// The connect itself blocks: `std`'s `connect_timeout` on wasip2 reports
+    /// success for connections that were refused, so it is not used. A connect
+    /// that hangs is ended by the host's deadline, which records `timeout`.
+    pub fn connect(addr: &str, timeout: Duration) -> io::Result<TcpStream> {
+        let start = Instant::now();
+        let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{addr}: no address"));
+        for sa in addrs {
+            let left = timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("{addr}: connect timed out"),
+                ));
             }
-            Err(e) => last = e,
+            match TcpStream::connect(sa) {
+                Ok(stream) => {
+                    let left = timeout.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
+                    stream.set_read_timeout(Some(left))?;
+                    stream.set_write_timeout(Some(left))?;
+                    return Ok(stream);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Connects to the request's target within the time the call has left.
+    pub fn connect_target(req: &Request) -> io::Result<TcpStream> {
+        connect(req.target(), req.remaining())
+    }
+
+    /// Why [`open_target`] did not connect.
+    #[derive(Debug)]
+    pub enum ConnectError {
+        /// The target failed: refused, unreachable, timed out. The message
+        /// (`connect to TARGET: why`) is for a failure outcome.
+        Failed(String),
+        /// The check could not be made: the host denied the connection, or the
+        /// target is not an address.
+        Probe(crate::ProbeError),
+    }
+
+    /// Connects to the request's target within the time the call has left, and
+    /// sorts what went wrong: a denial or a malformed target is the check's
+    /// error, anything else the target's failure.
+    pub fn open_target(req: &Request) -> Result<TcpStream, ConnectError> {
+        connect_target(req).map_err(|e| match e.kind() {
+            io::ErrorKind::PermissionDenied => ConnectError::Probe(crate::ProbeError::denied(format!(
+                "connect to {}: {}",
+                req.target(),
+                describe_error(&e)
+            ))),
+            io::ErrorKind::InvalidInput => ConnectError::Probe(crate::ProbeError::invalid_config(format!(
+                "target {:?}: {e}",
+                req.target()
+            ))),
+            _ => ConnectError::Failed(format!("connect to {}: {}", req.target(), describe_error(&e))),
+        })
+    }
+
+    /// Writes all of `data` to `stream` (a [`TcpStream`], or a TLS
+    /// [`Session`](crate::tls::Session)).
+    pub fn send(stream: &mut impl Write, data: &[u8]) -> io::Result<()> {
+        stream.write_all(data)?;
+        stream.flush()
+    }
+
+    /// Reads from `stream` until `done` accepts what was read so far, the peer
+    /// closes, `max` bytes have arrived, or a read fails (such as at the read
+    /// timeout). Returns what was read, and the error that ended it, if any.
+    pub fn read_until(
+        stream: &mut impl Read,
+        max: usize,
+        mut done: impl FnMut(&[u8]) -> bool,
+    ) -> (Vec<u8>, Option<io::Error>) {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 1024];
+        while buf.len() < max && !done(&buf) {
+            match stream.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n.min(max - buf.len())]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (buf, Some(e)),
+            }
+        }
+        (buf, None)
+    }
+
+    /// A short, person-readable reason for a connection error, such as
+    /// `connection refused` or `timed out`.
+    pub fn describe_error(err: &io::Error) -> String {
+        match err.kind() {
+            io::ErrorKind::ConnectionRefused => "connection refused".into(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => "timed out".into(),
+            io::ErrorKind::PermissionDenied => "denied by the host: not granted".into(),
+            io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => "unreachable".into(),
+            io::ErrorKind::ConnectionReset => "connection reset".into(),
+            _ => err.to_string(),
         }
     }
-    Err(last)
-}
-
-/// Connects to the request's target within the time the call has left.
-pub fn connect_target(req: &Request) -> io::Result<TcpStream> {
-    connect(req.target(), req.remaining())
-}
-
-/// Why [`open_target`] did not connect.
-#[derive(Debug)]
-pub enum ConnectError {
-    /// The target failed: refused, unreachable, timed out. The message
-    /// (`connect to TARGET: why`) is for a failure outcome.
-    Failed(String),
-    /// The check could not be made: the host denied the connection, or the
-    /// target is not an address.
-    Probe(crate::ProbeError),
-}
-
-/// Connects to the request's target within the time the call has left, and
-/// sorts what went wrong: a denial or a malformed target is the check's
-/// error, anything else the target's failure.
-pub fn open_target(req: &Request) -> Result<TcpStream, ConnectError> {
-    connect_target(req).map_err(|e| match e.kind() {
-        io::ErrorKind::PermissionDenied => ConnectError::Probe(crate::ProbeError::denied(format!(
-            "connect to {}: {}",
-            req.target(),
-            describe_error(&e)
-        ))),
-        io::ErrorKind::InvalidInput => ConnectError::Probe(crate::ProbeError::invalid_config(format!(
-            "target {:?}: {e}",
-            req.target()
-        ))),
-        _ => ConnectError::Failed(format!("connect to {}: {}", req.target(), describe_error(&e))),
-    })
-}
-
-/// Writes all of `data` to `stream` (a [`TcpStream`], or a TLS
-/// [`Session`](crate::tls::Session)).
-pub fn send(stream: &mut impl Write, data: &[u8]) -> io::Result<()> {
-    stream.write_all(data)?;
-    stream.flush()
-}
-
-/// Reads from `stream` until `done` accepts what was read so far, the peer
-/// closes, `max` bytes have arrived, or a read fails (such as at the read
-/// timeout). Returns what was read, and the error that ended it, if any.
-pub fn read_until(
-    stream: &mut impl Read,
-    max: usize,
-    mut done: impl FnMut(&[u8]) -> bool,
-) -> (Vec<u8>, Option<io::Error>) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while buf.len() < max && !done(&buf) {
-        match stream.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => buf.extend_from_slice(&chunk[..n.min(max - buf.len())]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return (buf, Some(e)),
-        }
-    }
-    (buf, None)
-}
-
-/// A short, person-readable reason for a connection error, such as
-/// `connection refused` or `timed out`.
-pub fn describe_error(err: &io::Error) -> String {
-    match err.kind() {
-        io::ErrorKind::ConnectionRefused => "connection refused".into(),
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => "timed out".into(),
-        io::ErrorKind::PermissionDenied => "denied by the host: not granted".into(),
-        io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => "unreachable".into(),
-        io::ErrorKind::ConnectionReset => "connection reset".into(),
-        _ => err.to_string(),
-    }
-}
-
 }
 
 /// Splits a `host:port` target (`[v6]:port` in brackets) into its host and

@@ -81,7 +81,12 @@ pub(crate) fn read_to_string(path: &str) -> Result<String, ReadError> {
     };
     let rel = if rest.is_empty() { "." } else { rest.as_str() };
     let file = dir
-        .open_at(PathFlags::SYMLINK_FOLLOW, rel, OpenFlags::empty(), DescriptorFlags::READ)
+        .open_at(
+            PathFlags::SYMLINK_FOLLOW,
+            rel,
+            OpenFlags::empty(),
+            DescriptorFlags::READ,
+        )
         .map_err(failed)?;
     let mut bytes = Vec::new();
     loop {

@@ -15,7 +15,9 @@ pub struct Instant {
 impl Instant {
     /// Now.
     pub fn now() -> Self {
-        Self { nanos: monotonic_nanos() }
+        Self {
+            nanos: monotonic_nanos(),
+        }
     }
 
     /// The time since `self`; zero if the clock reads earlier.

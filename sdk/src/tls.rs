@@ -73,7 +73,13 @@ fn read_ca_file(path: &str) -> Result<String, ProbeError> {
     let invalid = |e: &dyn fmt::Display| ProbeError::invalid_config(format!("ca_file {path:?}: {e}"));
     #[cfg(all(not(feature = "std"), target_arch = "wasm32"))]
     {
-        crate::rt::read_to_string(path).map_err(|e| if e.denied { denied(&e.message) } else { invalid(&e.message) })
+        crate::rt::read_to_string(path).map_err(|e| {
+            if e.denied {
+                denied(&e.message)
+            } else {
+                invalid(&e.message)
+            }
+        })
     }
     #[cfg(any(feature = "std", not(target_arch = "wasm32")))]
     {

@@ -10,9 +10,9 @@
 
 extern crate alloc;
 
-use alloc::vec;
 use alloc::format;
 use alloc::string::{String, ToString};
+use alloc::vec;
 use alloc::vec::Vec;
 use core::time::Duration;
 use serde::Deserialize;

@@ -17,7 +17,9 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
     while !rest.is_empty() {
         let at = text.len() - rest.len();
-        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
         let (number, after) = rest.split_at(digits);
         if number.is_empty() || number.starts_with('.') || number.matches('.').count() > 1 {
             return Err(format!("expected number at {at}"));
@@ -59,7 +61,7 @@ fn term(number: &str, unit_nanos: u128) -> Option<Duration> {
     for digit in fraction.bytes() {
         let part = u128::from(digit - b'0') * scale;
         scale /= 10;
-        if part % 10 != 0 && scale == 0 {
+        if !part.is_multiple_of(10) && scale == 0 {
             return None;
         }
         nanos = nanos.checked_add(part / 10)?;

@@ -220,9 +220,7 @@ impl Probe for Http {
         let warn_after = config
             .warn_after
             .as_deref()
-            .map(|d| {
-                duration::parse(d).map_err(|e| ProbeError::invalid_config(format!("warn_after {d:?}: {e}")))
-            })
+            .map(|d| duration::parse(d).map_err(|e| ProbeError::invalid_config(format!("warn_after {d:?}: {e}"))))
             .transpose()?;
 
         let mut headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

@@ -1,6 +1,6 @@
 //! Hostile guests against the executor: every limit and every grant.
 
-use crate::support::{accepted_before_now, engine, guest, run, run_alone, run_with_limits};
+use crate::support::{accepted_before_now, builtin, engine, guest, run, run_alone, run_with_limits};
 use sonde_runtime::engine::{CacheOutcome, Engine, EngineConfig, Limits, LoadError};
 use sonde_runtime::host::Grants;
 use sonde_runtime::verdict::{Reason, Status};
@@ -261,6 +261,34 @@ async fn describe_defaults_to_the_crate_name_and_version() {
         "{:?}",
         p.imports()
     );
+}
+
+/// The built-ins the benchmarks measure are built without std, so they
+/// import what they call and nothing of std's (the CLI's stdio,
+/// environment and exit, the sockets, random): each import costs every
+/// instantiation (BENCHMARKS.md, "What std's WASI imports cost a call").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_std_builtins_import_only_what_they_call() {
+    for (name, wanted) in [
+        ("tcp", &["sonde:probe/tcp", "sonde:probe/tls"][..]),
+        ("http", &["sonde:probe/http"][..]),
+        ("exec", &["sonde:probe/exec"][..]),
+    ] {
+        let p = builtin(name).await;
+        let imports = p.imports();
+        for w in wanted {
+            assert!(imports.iter().any(|i| i.starts_with(w)), "{name}: {imports:?}");
+        }
+        for i in imports {
+            let allowed = ["sonde:probe/", "wasi:clocks/", "wasi:filesystem/", "wasi:io/"];
+            assert!(
+                allowed.iter().any(|a| i.starts_with(a)),
+                "{name} imports {i}: {imports:?}"
+            );
+        }
+    }
+    let p = guest(guests::ALWAYS_UP).await;
+    assert!(p.imports().len() <= 3, "{:?}", p.imports());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

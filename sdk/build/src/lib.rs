@@ -4,6 +4,11 @@
 //! compiled from source by build scripts that call [`build`]. A plugin
 //! author's tests can do the same.
 //!
+//! Packages whose manifest has `[package.metadata.sonde] no-std = true`
+//! (built against `sonde-sdk` without its `std` feature) are built in a
+//! cargo invocation of their own: Cargo unifies features within one, and a
+//! std package among them would turn std on for all.
+//!
 //! ```no_run
 //! // build.rs
 //! let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
