@@ -7,14 +7,66 @@ use alloc::vec::Vec;
 use wasip2::filesystem::preopens::get_directories;
 use wasip2::filesystem::types::{DescriptorFlags, ErrorCode, OpenFlags, PathFlags};
 
-// `memcmp` and `bcmp` (which `core` calls and wasm has no instruction
-// for) come from wasi-libc's static library, as they would with std; the
-// linker takes only those objects, which import nothing.
+// wasi-libc's static library, which std's guests link too: `memcmp` and
+// `bcmp` (which `core` calls and wasm has no instruction for), and its
+// `malloc`, which takes the initial memory's free tail before growing the
+// memory (the `dlmalloc` crate grows it at the first allocation, and every
+// growth costs the host an `mprotect` on the way up and another at the
+// reset). The linker takes only those objects; they import nothing.
 #[link(name = "c")]
-unsafe extern "C" {}
+unsafe extern "C" {
+    fn malloc(size: usize) -> *mut u8;
+    fn aligned_alloc(align: usize, size: usize) -> *mut u8;
+    fn realloc(ptr: *mut u8, size: usize) -> *mut u8;
+    fn free(ptr: *mut u8);
+}
+
+/// The largest alignment wasi-libc's `malloc` guarantees on wasm32.
+const MALLOC_ALIGN: usize = 16;
+
+/// The global allocator: wasi-libc's `malloc`, as std's `System` uses it.
+struct LibcMalloc;
+
+// SAFETY: each method passes the layout's size and alignment to the libc
+// function that honours them, as `GlobalAlloc` requires.
+unsafe impl core::alloc::GlobalAlloc for LibcMalloc {
+    unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
+        // SAFETY: plain libc calls; `aligned_alloc` wants a power-of-two
+        // alignment, which `Layout` guarantees.
+        unsafe {
+            if layout.align() <= MALLOC_ALIGN && layout.align() <= layout.size() {
+                malloc(layout.size())
+            } else {
+                aligned_alloc(layout.align(), layout.size())
+            }
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: core::alloc::Layout) {
+        // SAFETY: `ptr` came from `alloc` or `realloc` above.
+        unsafe { free(ptr) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: core::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr` came from this allocator with `layout`; `realloc`
+        // keeps `malloc`'s alignment, and a stricter one is copied by hand.
+        unsafe {
+            if layout.align() <= MALLOC_ALIGN && layout.align() <= new_size {
+                realloc(ptr, new_size)
+            } else {
+                let new = aligned_alloc(layout.align(), new_size);
+                if !new.is_null() {
+                    core::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                    free(ptr);
+                }
+                new
+            }
+        }
+    }
+}
 
 #[global_allocator]
-static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+static ALLOCATOR: LibcMalloc = LibcMalloc;
 
 /// A panic ends the call with a trap, which the host records as the
 /// plugin's error; the message would have gone to stderr, which the host

@@ -125,8 +125,8 @@ fn cargo_build(workspace: &Path, target_dir: &Path, packages: &[&str]) {
     assert!(status.success(), "building {packages:?} for {TARGET} failed");
 }
 
-/// The workspace's packages (within two directory levels of its root) that
-/// say they are built without std:
+/// The workspace's packages (within three directory levels of its root,
+/// as `tests/guests/NAME`) that say they are built without std:
 ///
 /// ```toml
 /// [package.metadata.sonde]
@@ -142,7 +142,7 @@ fn no_std_packages(workspace: &Path) -> std::collections::BTreeSet<String> {
         {
             found.insert(name);
         }
-        if depth == 2 {
+        if depth == 3 {
             continue;
         }
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
