@@ -55,6 +55,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub baseline: bool,
 
+    /// Which native probe `--baseline` makes for a plugin given by path (a
+    /// locally built tcp plugin, say): tcp, http or exec. A built-in's
+    /// name chooses its own.
+    #[arg(long, value_name = "KIND", requires = "baseline", value_parser = ["tcp", "http", "exec"])]
+    pub baseline_as: Option<String>,
+
     /// Each run's deadline, fuel, memory and grants (as `sonde check`).
     #[command(flatten)]
     pub sandbox: SandboxArgs,
@@ -394,7 +400,8 @@ pub(super) async fn run(mut config: EngineConfig, args: BenchArgs) -> Result<i32
     // The native side is set up first: a baseline that cannot run is a
     // usage error, found before the long part.
     let native = if args.baseline {
-        Some(native::Native::new(&args.plugin, &args.target, &plugin_config, args.keepalive).await?)
+        let kind = args.baseline_as.as_deref().unwrap_or(&args.plugin);
+        Some(native::Native::new(kind, &args.target, &plugin_config, args.keepalive).await?)
     } else {
         None
     };

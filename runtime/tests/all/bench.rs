@@ -1,8 +1,8 @@
 //! `sonde bench` as a user runs it: the figures it reports and the runs it
 //! really makes. No assertion on speed: benchmarks are not timed tests.
 
-use crate::support::{json, sonde, sonde_async};
-use sonde_tests::{HttpServer, closed_port, guests};
+use crate::support::{accepted_before_now, json, sonde, sonde_async};
+use sonde_tests::{CountingListener, HttpServer, closed_port, guests};
 
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
@@ -112,6 +112,39 @@ fn a_baseline_needs_a_native_equivalent() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no native equivalent"), "{stderr}");
+    assert!(stderr.contains("--baseline-as"), "{stderr}");
+    let out = sonde(&["bench", guests::ALWAYS_UP, "-n", "5", "--baseline-as", "tcp"]);
+    assert_eq!(out.status.code(), Some(2), "--baseline-as without --baseline: {out:?}");
+}
+
+/// A plugin given by path is compared with the native probe `--baseline-as`
+/// names: here the tcp baseline's connects reach the listener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baseline_as_names_the_native_probe_for_a_plugin_by_path() {
+    let listener = CountingListener::start().await;
+    let out = sonde_async(args(&[
+        "bench",
+        guests::ALWAYS_UP,
+        "--target",
+        &listener.addr.to_string(),
+        "-n",
+        "20",
+        "-j",
+        "2",
+        "--baseline",
+        "--baseline-as",
+        "tcp",
+        "-o",
+        "json",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = json(&out);
+    assert_figures(&v["baseline"], 20);
+    assert!(v["baseline"]["what"].as_str().unwrap().contains("TCP connect"), "{v}");
+    // always_up dials nothing: every connect is the baseline's (20 measured
+    // and 2 warm-up).
+    assert_eq!(accepted_before_now(listener.addr, || listener.accepted()).await, 22);
 }
 
 #[test]

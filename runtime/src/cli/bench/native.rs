@@ -84,7 +84,7 @@ impl Native {
                 Ok(Self::Exec(argv.into()))
             }
             other => Err(CliError(format!(
-                "--baseline: no native equivalent of {other:?} (there is one for tcp, http and exec)"
+                "--baseline: no native equivalent of {other:?} (there is one for tcp, http and exec; for a plugin given by path, name one with --baseline-as)"
             ))),
         }
     }
