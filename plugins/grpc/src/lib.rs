@@ -11,11 +11,18 @@
 //! The two health messages are encoded and decoded here by hand, so the
 //! plugin carries no protobuf runtime.
 
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
+extern crate alloc;
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
 use serde::Deserialize;
 use sonde_sdk::grpc::{Code, GrpcRequest, GrpcResponse, call};
 use sonde_sdk::tls::TlsOptions;
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
-use std::collections::BTreeMap;
 
 const CHECK: &str = "/grpc.health.v1.Health/Check";
 const SCHEMA: &str = include_str!("schema.json");

@@ -8,6 +8,12 @@
 //! fails — an untrusted chain, an expired certificate, a wrong name — is a
 //! failure that says why.
 
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
+extern crate alloc;
+
+use alloc::format;
+use alloc::string::String;
 use serde::Deserialize;
 use sonde_sdk::tls::{HandshakeError, TlsOptions};
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};

@@ -273,6 +273,8 @@ async fn no_std_builtins_import_only_what_they_call() {
         ("tcp", &["sonde:probe/tcp", "sonde:probe/tls"][..]),
         ("http", &["sonde:probe/http"][..]),
         ("exec", &["sonde:probe/exec"][..]),
+        ("grpc", &["sonde:probe/grpc"][..]),
+        ("tls-cert", &["sonde:probe/tls"][..]),
     ] {
         let p = builtin(name).await;
         let imports = p.imports();
