@@ -1,5 +1,6 @@
 //! What `std` would otherwise give a plugin built without it, in the
-//! sandbox: the allocator, the panic handler, and reading a file through
+//! sandbox: the allocator, the panic handler (its message goes to the
+//! host's log), and reading a file through
 //! the `files` grants (for `ca_file`).
 
 use alloc::string::String;
@@ -69,11 +70,41 @@ unsafe impl core::alloc::GlobalAlloc for LibcMalloc {
 static ALLOCATOR: LibcMalloc = LibcMalloc;
 
 /// A panic ends the call with a trap, which the host records as the
-/// plugin's error; the message would have gone to stderr, which the host
-/// discards.
+/// plugin's error. Without std there is no stderr to print the message
+/// to, so with the `panic-message` feature it goes to the host's log,
+/// where the host finds it and adds it to the trap's report, as it does
+/// with std's message on stderr.
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+    #[cfg(feature = "panic-message")]
+    log_panic(_info);
     core::arch::wasm32::unreachable()
+}
+
+/// Logs `info` as `panicked at FILE:LINE:COL: MESSAGE`, once: a panic
+/// while reporting one (an allocation failing) only traps.
+#[cfg(feature = "panic-message")]
+fn log_panic(info: &core::panic::PanicInfo<'_>) {
+    use crate::bindings::sonde::probe::log::{Level, log};
+    use core::fmt::Write;
+    use core::sync::atomic::{AtomicBool, Ordering};
+    static PANICKING: AtomicBool = AtomicBool::new(false);
+    if PANICKING.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let mut text = String::new();
+    let _ = match info.location() {
+        Some(at) => write!(
+            text,
+            "panicked at {}:{}:{}: {}",
+            at.file(),
+            at.line(),
+            at.column(),
+            info.message()
+        ),
+        None => write!(text, "panicked: {}", info.message()),
+    };
+    log(Level::Error, &text);
 }
 
 /// The canonical ABI's allocator export, through which the host passes a

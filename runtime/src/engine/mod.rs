@@ -1003,6 +1003,8 @@ fn trap_message(e: &wasmtime::Error, store: &Store<CallState>) -> String {
     let mut msg = describe_error(e);
     if let Some(tail) = store.data().stderr_tail() {
         msg = format!("{msg}: {tail}");
+    } else if let Some(panic) = store.data().logged_panic() {
+        msg = format!("{msg}: {panic}");
     }
     msg
 }

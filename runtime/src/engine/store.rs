@@ -95,6 +95,12 @@ impl CallState {
         })
     }
 
+    /// The plugin's panic message, as a plugin without std reports it
+    /// (through the log: it has no stderr).
+    pub(crate) fn logged_panic(&self) -> Option<&str> {
+        self.log.panic_message()
+    }
+
     /// The last line the plugin wrote to stderr, such as a panic message.
     pub(crate) fn stderr_tail(&self) -> Option<String> {
         let bytes = self.stderr.contents();

@@ -12,16 +12,29 @@ pub const MAX_LOG_RECORDS: usize = 64;
 /// Cap on one log record, in bytes.
 pub const MAX_LOG_RECORD_BYTES: usize = 1024;
 
-/// The log state of one call (built per call): whose records these are and
-/// how many the plugin wrote.
+/// The log state of one call (built per call): whose records these are,
+/// how many the plugin wrote, and the panic message it reported, if any.
 pub(crate) struct LogCtx {
     probe: Arc<str>,
     records: usize,
+    panic: Option<String>,
 }
 
 impl LogCtx {
     pub(crate) fn new(probe: Arc<str>) -> Self {
-        Self { probe, records: 0 }
+        Self {
+            probe,
+            records: 0,
+            panic: None,
+        }
+    }
+
+    /// The last error record that reads as a Rust panic (`panicked at
+    /// ...`): how a plugin without std reports one (the SDK's panic handler
+    /// logs it), for the trap's report. Kept whatever the record quota,
+    /// cut to a record's size.
+    pub(crate) fn panic_message(&self) -> Option<&str> {
+        self.panic.as_deref()
     }
 
     /// Counts a record and returns it cut to size, or `None` once the call
@@ -49,6 +62,9 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
 
 impl log::Host for LogCtx {
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        if matches!(level, Level::Error) && message.starts_with("panicked") {
+            self.panic = Some(plugin_text(message.clone(), MAX_LOG_RECORD_BYTES));
+        }
         let Some(message) = self.admit(message) else {
             return Ok(());
         };
@@ -74,5 +90,24 @@ mod tests {
         let admitted: Vec<String> = (0..1000).filter_map(|_| log.admit("l".repeat(100 * 1024))).collect();
         assert_eq!(admitted.len(), MAX_LOG_RECORDS);
         assert!(admitted.iter().all(|m| m.len() <= MAX_LOG_RECORD_BYTES));
+    }
+
+    #[test]
+    fn a_panic_record_is_kept_past_the_quota_and_cut_to_size() {
+        use log::Host;
+        let mut log = LogCtx::new("p".into());
+        log.log(Level::Warn, "panicked at but only a warning".into()).unwrap();
+        assert_eq!(log.panic_message(), None);
+        for _ in 0..2 * MAX_LOG_RECORDS {
+            log.log(Level::Error, "not a panic".into()).unwrap();
+        }
+        log.log(
+            Level::Error,
+            format!("panicked at src/lib.rs:1:1: {}", "x".repeat(4096)),
+        )
+        .unwrap();
+        let panic = log.panic_message().unwrap();
+        assert!(panic.starts_with("panicked at src/lib.rs:1:1: x"), "{panic}");
+        assert!(panic.len() <= MAX_LOG_RECORD_BYTES, "{}", panic.len());
     }
 }

@@ -92,6 +92,20 @@ async fn a_panic_is_a_trap_with_the_panic_message() {
     assert!(r.message.contains("the plugin has a bug"), "{}", r.message);
 }
 
+/// Without std the panic message cannot go to stderr: the SDK logs it and
+/// the host reports it with the trap all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_without_std_is_a_trap_with_the_panic_message() {
+    let r = run_alone(guests::PANIC_NO_STD).await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Trap)), "{r:?}");
+    assert!(r.message.contains("no_std plugin bug at attempt 1"), "{}", r.message);
+    assert!(
+        r.message.contains("panicked at") && r.message.contains("src/lib.rs"),
+        "{}",
+        r.message
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connecting_elsewhere_is_denied_and_never_reaches_the_listener() {
     let target = CountingListener::start().await;
@@ -289,8 +303,15 @@ async fn no_std_builtins_import_only_what_they_call() {
             );
         }
     }
+    // The trivial plugin is built without the SDK's `panic-message`, and
+    // so without the log import: the types and the clock of `remaining()`.
     let p = guest(guests::ALWAYS_UP).await;
-    assert!(p.imports().len() <= 3, "{:?}", p.imports());
+    assert_eq!(p.imports().len(), 2, "{:?}", p.imports());
+    assert!(
+        !p.imports().iter().any(|i| i.starts_with("sonde:probe/log")),
+        "{:?}",
+        p.imports()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
