@@ -25,7 +25,7 @@ use core::time::Duration;
 use regex::bytes::Regex;
 use serde::Deserialize;
 use sonde_sdk::time::Instant;
-use sonde_sdk::tls::{HandshakeError, Session, SessionError, TlsOptions};
+use sonde_sdk::tls::{HandshakeError, Session, TlsOptions};
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
 
 /// How much one `expect` reads at most.
@@ -120,26 +120,6 @@ fn compile(pattern: &str) -> Result<Regex, ProbeError> {
     Regex::new(pattern).map_err(|e| ProbeError::invalid_config(format!("expect {pattern:?}: {e}")))
 }
 
-/// Reads from `session` until `done` accepts what was read so far, the peer
-/// closes, `max` bytes have arrived, or a read fails (such as at the read
-/// timeout). Returns what was read, and the error that ended it, if any.
-fn read_until(
-    session: &mut Session,
-    max: usize,
-    mut done: impl FnMut(&[u8]) -> bool,
-) -> (Vec<u8>, Option<SessionError>) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while buf.len() < max && !done(&buf) {
-        match session.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => buf.extend_from_slice(&chunk[..n.min(max - buf.len())]),
-            Err(e) => return (buf, Some(e)),
-        }
-    }
-    (buf, None)
-}
-
 fn with_metrics(mut outcome: Outcome, metrics: &[(&str, f64)]) -> Outcome {
     for (name, value) in metrics {
         outcome = outcome.with_metric(*name, *value, "seconds");
@@ -161,7 +141,7 @@ fn exchange(req: &Request, session: &mut Session, steps: &[Step], metrics: &[(&s
             Step::Expect(re) => {
                 let left = req.remaining().saturating_sub(MARGIN).max(Duration::from_millis(1));
                 session.set_read_timeout(left);
-                let (bytes, error) = read_until(session, MAX_READ, |buf| re.is_match(buf));
+                let (bytes, error) = session.read_until(MAX_READ, |buf| re.is_match(buf));
                 if !re.is_match(&bytes) {
                     let why = match error {
                         Some(e) => format!("{} after {} bytes", e.describe(), bytes.len()),
