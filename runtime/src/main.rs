@@ -13,6 +13,11 @@ const AGENT_DEFAULT: &str = "warn,sonde_runtime=info,sonde=info,sonde::plugin=wa
 /// The other commands print their results themselves: only problems.
 const COMMAND_DEFAULT: &str = "warn";
 
+/// jemalloc: cheaper than glibc's malloc for the host's per-call
+/// allocations (runtime/Cargo.toml says by how much).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     let cli = Cli::parse();
     init_logging(&cli);
