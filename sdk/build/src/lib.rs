@@ -4,11 +4,20 @@
 //! compiled from source by build scripts that call [`build`]. A plugin
 //! author's tests can do the same.
 //!
-//! Packages whose manifest has `[package.metadata.sonde] no-std = true`
-//! (built against `sonde-sdk` without its `std` feature) are built in cargo
-//! invocations of their own, one per `sonde-sdk` dependency line: Cargo
-//! unifies features within one, and a std package among them would turn
-//! std on for all (as one package's SDK features would for the others).
+//! ```no_run
+//! // build.rs
+//! let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+//! let built = sonde_build::build(&root, &["sonde-plugin-tcp"]);
+//! for guest in &built {
+//!     println!("{} -> {}", guest.package, guest.wasm.display());
+//! }
+//! ```
+//!
+//! A package whose manifest has `[package.metadata.sonde] no-std = true`
+//! (built against `sonde-sdk` without its `std` feature) is built in a
+//! cargo invocation of its own: Cargo unifies features within one, so a std
+//! package beside it would turn std on for it, and another no-std package
+//! its own SDK features (`panic-message`).
 
 #![deny(missing_docs)]
 
@@ -68,18 +77,15 @@ fn guest_target_dir() -> PathBuf {
 pub fn build(workspace: &Path, packages: &[&str]) -> Vec<Built> {
     require_target();
     let target_dir = guest_target_dir();
-    // Packages built without std go in cargo invocations of their own, one
-    // per set of SDK features they ask for: in one invocation Cargo unifies
-    // features, and a std package would turn std on in the SDK and in serde
-    // for the no_std ones, as one asking for `panic-message` would for one
-    // that does not.
+    // Each package built without std goes in a cargo invocation of its own
+    // (Cargo unifies features within one); the std packages share one.
     let no_std = no_std_packages(workspace);
-    let mut groups: std::collections::BTreeMap<Option<&str>, Vec<&str>> = Default::default();
-    for p in packages {
-        groups.entry(no_std.get(*p).map(String::as_str)).or_default().push(p);
+    let (bare, with_std): (Vec<&str>, Vec<&str>) = packages.iter().partition(|p| no_std.contains(**p));
+    for p in bare {
+        cargo_build(workspace, &target_dir, &[p]);
     }
-    for group in groups.values() {
-        cargo_build(workspace, &target_dir, group);
+    if !with_std.is_empty() {
+        cargo_build(workspace, &target_dir, &with_std);
     }
 
     println!("cargo:rerun-if-changed={}", workspace.join("sdk/src").display());
@@ -127,18 +133,15 @@ fn cargo_build(workspace: &Path, target_dir: &Path, packages: &[&str]) {
 /// [package.metadata.sonde]
 /// no-std = true
 /// ```
-///
-/// Each with its `sonde-sdk` dependency line, which says the SDK features
-/// it asks for.
-fn no_std_packages(workspace: &Path) -> std::collections::BTreeMap<String, String> {
-    let mut found = std::collections::BTreeMap::new();
+fn no_std_packages(workspace: &Path) -> std::collections::BTreeSet<String> {
+    let mut found = std::collections::BTreeSet::new();
     let mut dirs = vec![(workspace.to_path_buf(), 0)];
     while let Some((dir, depth)) = dirs.pop() {
         if let Ok(text) = std::fs::read_to_string(dir.join("Cargo.toml"))
             && let Some(name) = package_name(&text)
             && says_no_std(&text)
         {
-            found.insert(name, sdk_dependency(&text));
+            found.insert(name);
         }
         if depth == 3 {
             continue;
@@ -162,15 +165,6 @@ fn package_name(manifest: &str) -> Option<String> {
             .strip_prefix("name")
             .map(|r| r.trim_start_matches([' ', '=']).trim().trim_matches('"').to_string())
     })
-}
-
-/// A manifest's `sonde-sdk = ...` line, without spaces.
-fn sdk_dependency(manifest: &str) -> String {
-    manifest
-        .lines()
-        .find(|l| l.trim_start().starts_with("sonde-sdk"))
-        .unwrap_or_default()
-        .replace(' ', "")
 }
 
 /// Whether a manifest's `[package.metadata.sonde]` has `no-std = true`.
@@ -217,12 +211,5 @@ mod tests {
         assert!(!says_no_std("[package]\nname = \"b\"\n[features]\nno-std = true\n"));
         assert!(!says_no_std("[package.metadata.sonde]\nno-std = false\n"));
         assert!(!says_no_std("[package.metadata.sonde]\n[lib]\nno-std = true\n"));
-        let with = "[dependencies]\nsonde-sdk = { path = \"../sdk\", default-features = false, features = [\"panic-message\"] }\n";
-        let without = "[dependencies]\nsonde-sdk = { path = \"../sdk\", default-features = false }\n";
-        assert_ne!(sdk_dependency(with), sdk_dependency(without));
-        assert_eq!(
-            sdk_dependency(without),
-            "sonde-sdk={path=\"../sdk\",default-features=false}"
-        );
     }
 }
