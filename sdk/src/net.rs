@@ -8,6 +8,7 @@
 //! `denied` whatever the plugin returns afterwards.
 
 use alloc::format;
+use alloc::vec::Vec;
 #[cfg(feature = "std")]
 pub use with_std::*;
 
@@ -97,19 +98,18 @@ mod with_std {
     pub fn read_until(
         stream: &mut impl Read,
         max: usize,
-        mut done: impl FnMut(&[u8]) -> bool,
+        done: impl FnMut(&[u8]) -> bool,
     ) -> (Vec<u8>, Option<io::Error>) {
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 1024];
-        while buf.len() < max && !done(&buf) {
-            match stream.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => buf.extend_from_slice(&chunk[..n.min(max - buf.len())]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return (buf, Some(e)),
-            }
-        }
-        (buf, None)
+        super::read_until_with(
+            |chunk| loop {
+                match stream.read(chunk) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    other => return other,
+                }
+            },
+            max,
+            done,
+        )
     }
 
     /// A short, person-readable reason for a connection error, such as
@@ -126,6 +126,26 @@ mod with_std {
     }
 }
 
+/// The loop of [`read_until`] and [`Session::read_until`](crate::tls::Session::read_until):
+/// reads with `read` until `done` accepts what arrived, `read` returns 0
+/// (the peer closed), `max` bytes have arrived, or `read` fails.
+pub(crate) fn read_until_with<E>(
+    mut read: impl FnMut(&mut [u8]) -> Result<usize, E>,
+    max: usize,
+    mut done: impl FnMut(&[u8]) -> bool,
+) -> (Vec<u8>, Option<E>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while buf.len() < max && !done(&buf) {
+        match read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n.min(max - buf.len())]),
+            Err(e) => return (buf, Some(e)),
+        }
+    }
+    (buf, None)
+}
+
 /// Splits a `host:port` target (`[v6]:port` in brackets) into its host and
 /// port; a target of another form is an invalid config.
 pub fn host_port(target: &str) -> Result<(&str, u16), crate::ProbeError> {
@@ -137,4 +157,43 @@ pub fn host_port(target: &str) -> Result<(&str, u16), crate::ProbeError> {
         return Err(bad());
     }
     Ok((host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source that hands out `data` in `step`-byte reads, then `end`.
+    fn source(
+        data: &[u8],
+        step: usize,
+        end: Result<usize, &'static str>,
+    ) -> impl FnMut(&mut [u8]) -> Result<usize, &'static str> {
+        let mut at = 0;
+        move |chunk: &mut [u8]| {
+            if at == data.len() {
+                return end;
+            }
+            let n = step.min(chunk.len()).min(data.len() - at);
+            chunk[..n].copy_from_slice(&data[at..at + n]);
+            at += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn reads_until_done_closed_cut_or_failed() {
+        let data = b"220 ready\r\nmore";
+        let (got, err) = read_until_with(source(data, 1, Ok(0)), 1024, |b| b.ends_with(b"\r\n"));
+        assert_eq!((got.as_slice(), err), (&b"220 ready\r\n"[..], None), "done");
+        // `done` sees whole reads: the one that completes the line may carry more.
+        let (got, _) = read_until_with(source(data, 3, Ok(0)), 1024, |b| b.windows(2).any(|w| w == b"\r\n"));
+        assert_eq!(got.as_slice(), &data[..12]);
+        let (got, err) = read_until_with(source(data, 4, Ok(0)), 1024, |_| false);
+        assert_eq!((got.as_slice(), err), (&data[..], None), "the peer closed");
+        let (got, err) = read_until_with(source(data, 4, Ok(0)), 6, |_| false);
+        assert_eq!((got.as_slice(), err), (&data[..6], None), "cut at max");
+        let (got, err) = read_until_with(source(data, 5, Err("timed out")), 1024, |_| false);
+        assert_eq!((got.as_slice(), err), (&data[..], Some("timed out")));
+    }
 }

@@ -153,17 +153,15 @@ pub(crate) fn read_to_string(path: &str) -> Result<String, ReadError> {
         denied: matches!(e, ErrorCode::Access | ErrorCode::NotPermitted),
         message: String::from(describe(e)),
     };
-    let mut best = None;
-    for (dir, root) in get_directories() {
-        let Some(rest) = within(path, &root) else { continue };
-        if best.as_ref().is_none_or(|(_, len, _)| root.len() > *len) {
-            best = Some((dir, root.len(), String::from(rest)));
-        }
-    }
-    let Some((dir, _, rest)) = best else {
+    // The deepest directory that covers `path`: its rest is the shortest.
+    let best = get_directories()
+        .into_iter()
+        .filter_map(|(dir, root)| within(path, &root).map(|rest| (dir, rest)))
+        .min_by_key(|(_, rest)| rest.len());
+    let Some((dir, rest)) = best else {
         return Err(refused(String::from("no files grant covers this path")));
     };
-    let rel = if rest.is_empty() { "." } else { rest.as_str() };
+    let rel = if rest.is_empty() { "." } else { rest };
     let file = dir
         .open_at(
             PathFlags::SYMLINK_FOLLOW,

@@ -242,9 +242,7 @@ impl Session {
         buf[..n].copy_from_slice(&data[..n]);
         Ok(n)
     }
-}
 
-impl Session {
     /// Reads until `done` accepts what was read so far, the peer closes,
     /// `max` bytes have arrived, or a read fails (such as at the read
     /// timeout). Returns what was read, and the error that ended it, if
@@ -252,18 +250,9 @@ impl Session {
     pub fn read_until(
         &mut self,
         max: usize,
-        mut done: impl FnMut(&[u8]) -> bool,
+        done: impl FnMut(&[u8]) -> bool,
     ) -> (alloc::vec::Vec<u8>, Option<SessionError>) {
-        let mut buf = alloc::vec::Vec::new();
-        let mut chunk = [0u8; 1024];
-        while buf.len() < max && !done(&buf) {
-            match self.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => buf.extend_from_slice(&chunk[..n.min(max - buf.len())]),
-                Err(e) => return (buf, Some(e)),
-            }
-        }
-        (buf, None)
+        crate::net::read_until_with(|chunk| self.read(chunk), max, done)
     }
 }
 
