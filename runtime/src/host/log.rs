@@ -29,10 +29,11 @@ impl LogCtx {
         }
     }
 
-    /// The last error record that reads as a Rust panic (`panicked at
+    /// The first error record that reads as a Rust panic (`panicked at
     /// ...`): how a plugin without std reports one (the SDK's panic handler
-    /// logs it), for the trap's report. Kept whatever the record quota,
-    /// cut to a record's size.
+    /// logs it, once), for the trap's report. Kept whatever the record
+    /// quota, cut to a record's size, and copied once per call whatever the
+    /// plugin logs.
     pub(crate) fn panic_message(&self) -> Option<&str> {
         self.panic.as_deref()
     }
@@ -62,7 +63,7 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
 
 impl log::Host for LogCtx {
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
-        if matches!(level, Level::Error) && message.starts_with("panicked") {
+        if self.panic.is_none() && matches!(level, Level::Error) && message.starts_with("panicked") {
             self.panic = Some(plugin_text(message.clone(), MAX_LOG_RECORD_BYTES));
         }
         let Some(message) = self.admit(message) else {
@@ -93,7 +94,7 @@ mod tests {
     }
 
     #[test]
-    fn a_panic_record_is_kept_past_the_quota_and_cut_to_size() {
+    fn the_first_panic_record_is_kept_past_the_quota_and_cut_to_size() {
         use log::Host;
         let mut log = LogCtx::new("p".into());
         log.log(Level::Warn, "panicked at but only a warning".into()).unwrap();
@@ -106,6 +107,7 @@ mod tests {
             format!("panicked at src/lib.rs:1:1: {}", "x".repeat(4096)),
         )
         .unwrap();
+        log.log(Level::Error, "panicked at a later record".into()).unwrap();
         let panic = log.panic_message().unwrap();
         assert!(panic.starts_with("panicked at src/lib.rs:1:1: x"), "{panic}");
         assert!(panic.len() <= MAX_LOG_RECORD_BYTES, "{}", panic.len());
