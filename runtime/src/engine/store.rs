@@ -5,6 +5,13 @@
 //!
 //! Only this module knows the whole; a capability sees its view alone
 //! (`host::exec::ExecView`, `host::tls::TlsView`…).
+//!
+//! wasmtime-wasi's context (stdio, random, sockets, environment) is built
+//! at its first use, not with the store: most calls never touch it. The
+//! clocks and `wasi:io` are linked to parts of their own (the call's
+//! [`WasiClocksCtx`] and resource table), so timing a check or polling a
+//! stream does not build it either. A call with `files` grants builds it
+//! up front, where opening a granted directory can fail.
 
 use super::limits::MemoryCap;
 use crate::host::bounds::{self, CallBounds};
@@ -14,10 +21,13 @@ use crate::host::{Shared, exec, filesystem, grpc, http, log, outgoing_handler, s
 use std::sync::Arc;
 use std::time::Instant;
 use wasmtime::component::{Linker, ResourceTable};
+use wasmtime_wasi::clocks::{WasiClocks, WasiClocksCtx, WasiClocksCtxView};
 use wasmtime_wasi::filesystem::Dir;
+use wasmtime_wasi::p2::bindings::clocks::{monotonic_clock, wall_clock};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use wasmtime_wasi_io::IoView;
 
 /// How much of a plugin's stderr the host keeps for error messages.
 const STDERR_CAPTURE_BYTES: usize = 4 * 1024;
@@ -35,7 +45,9 @@ pub(crate) struct CallState {
     /// The shared empty directory shown to calls without a `files` grant.
     empty_dir: Dir,
     // The capabilities' own states.
-    wasi: WasiCtx,
+    /// wasmtime-wasi's context, once something has used it.
+    wasi: Option<WasiCtx>,
+    clocks: WasiClocksCtx,
     wasi_http: WasiHttpCtx,
     http_hooks: outgoing_handler::Hooks,
     sockets: sockets::SocketsCtx,
@@ -47,12 +59,14 @@ pub(crate) struct CallState {
     exec_limits: RunLimits,
     // The store's own.
     pub(crate) memory: MemoryCap,
-    stderr: MemoryOutputPipe,
+    /// What the plugin wrote to stderr, once its WASI context is built.
+    stderr: Option<MemoryOutputPipe>,
 }
 
 impl CallState {
-    /// Builds the state of one call (the per-call phase): a WASI context
-    /// that denies everything the grants do not allow.
+    /// Builds the state of one call (the per-call phase). Its WASI context,
+    /// which denies everything the grants do not allow, is built now if the
+    /// call has `files` grants (opening one can fail), else at first use.
     pub(crate) fn new(
         probe: Arc<str>,
         tenant: Arc<str>,
@@ -62,18 +76,21 @@ impl CallState {
         memory: u64,
         deadline: Instant,
     ) -> Result<Self, String> {
-        let mut builder = WasiCtx::builder();
-        sockets::configure(&mut builder, grants.clone());
-        filesystem::configure(&mut builder, &grants.config().files)?;
-        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
-        builder.stderr(stderr.clone());
+        let (wasi, stderr) = if grants.config().files.is_empty() {
+            (None, None)
+        } else {
+            let (mut builder, stderr) = wasi_builder(&grants);
+            filesystem::configure(&mut builder, &grants.config().files)?;
+            (Some(builder.build()), Some(stderr))
+        };
         let mut table = ResourceTable::new();
         table.set_max_capacity(bounds::limits().table_entries_per_call);
         let mut wasi_http = WasiHttpCtx::new();
         wasi_http.set_field_size_limit(bounds::limits().fields_bytes);
         let bounds = CallBounds::new(&shared.bounds);
         Ok(Self {
-            wasi: builder.build(),
+            wasi,
+            clocks: WasiClocksCtx::default(),
             table,
             wasi_http,
             http_hooks: outgoing_handler::Hooks::new(grants.clone(), bounds.clone()),
@@ -103,7 +120,7 @@ impl CallState {
 
     /// The last line the plugin wrote to stderr, such as a panic message.
     pub(crate) fn stderr_tail(&self) -> Option<String> {
-        let bytes = self.stderr.contents();
+        let bytes = self.stderr.as_ref()?.contents();
         let text = String::from_utf8_lossy(&bytes);
         let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
         // A Rust panic prints "thread '<unnamed>' panicked at FILE:LINE:COL:"
@@ -114,10 +131,17 @@ impl CallState {
         }
     }
 
+    fn clocks_view(&mut self) -> WasiClocksCtxView<'_> {
+        WasiClocksCtxView {
+            ctx: &mut self.clocks,
+            table: &mut self.table,
+        }
+    }
+
     fn sockets_view(&mut self) -> sockets::SocketsView<'_> {
         sockets::SocketsView {
             inner: wasmtime_wasi::sockets::WasiSocketsCtxView {
-                ctx: self.wasi.sockets(),
+                ctx: wasi_ctx(&mut self.wasi, &mut self.stderr, &self.grants).sockets(),
                 table: &mut self.table,
             },
             grants: &self.grants,
@@ -191,10 +215,40 @@ impl CallState {
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: wasi_ctx(&mut self.wasi, &mut self.stderr, &self.grants),
             table: &mut self.table,
         }
     }
+}
+
+impl IoView for CallState {
+    fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
+}
+
+/// The call's WASI context, built now if this is its first use (the call
+/// has no `files` grant then: [`CallState::new`] built it otherwise).
+fn wasi_ctx<'a>(
+    wasi: &'a mut Option<WasiCtx>,
+    stderr: &mut Option<MemoryOutputPipe>,
+    grants: &Arc<CallGrants>,
+) -> &'a mut WasiCtx {
+    wasi.get_or_insert_with(|| {
+        let (mut builder, pipe) = wasi_builder(grants);
+        *stderr = Some(pipe);
+        builder.build()
+    })
+}
+
+/// A WASI context for one call whose sockets go through its grants and
+/// whose stderr is kept (the returned pipe), with nothing else granted.
+fn wasi_builder(grants: &Arc<CallGrants>) -> (WasiCtxBuilder, MemoryOutputPipe) {
+    let mut builder = WasiCtx::builder();
+    sockets::configure(&mut builder, grants.clone());
+    let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
+    builder.stderr(stderr.clone());
+    (builder, stderr)
 }
 
 impl WasiHttpView for CallState {
@@ -211,6 +265,13 @@ impl WasiHttpView for CallState {
 /// With `files_granted` false, every filesystem path operation is a denial.
 pub(crate) fn add_to_linker(linker: &mut Linker<CallState>, files_granted: bool) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
+    // The clocks and wasi:io again, on the call's own parts instead of
+    // the (lazily built) WASI context.
+    linker.allow_shadowing(true);
+    wasmtime_wasi_io::add_to_linker_async(linker)?;
+    wall_clock::add_to_linker::<_, WasiClocks>(linker, CallState::clocks_view)?;
+    monotonic_clock::add_to_linker::<_, WasiClocks>(linker, CallState::clocks_view)?;
+    linker.allow_shadowing(false);
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
     sockets::add_to_linker(linker, CallState::sockets_view)?;
     if files_granted {
@@ -225,4 +286,51 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>, files_granted: bool)
     tls::add_to_linker(linker, CallState::tls_view)?;
     tcp::add_to_linker(linker, CallState::tls_view)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::grants::Grants;
+    use std::path::PathBuf;
+
+    fn state(files: Vec<PathBuf>, empty: &Dir) -> Result<CallState, String> {
+        let grants = Grants {
+            files,
+            ..Grants::default()
+        };
+        CallState::new(
+            "p".into(),
+            "t".into(),
+            Arc::new(CallGrants::new(None, Arc::new(grants))),
+            Arc::new(Shared::new(16)),
+            empty,
+            1 << 20,
+            Instant::now(),
+        )
+    }
+
+    #[test]
+    fn the_wasi_context_is_built_at_first_use_unless_files_are_granted() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = filesystem::open_empty_dir(dir.path()).unwrap();
+
+        let mut lazy = state(Vec::new(), &empty).unwrap();
+        assert!(lazy.wasi.is_none() && lazy.stderr_tail().is_none());
+        // The clocks and wasi:io have parts of their own.
+        let _ = lazy.clocks_view();
+        let _ = IoView::table(&mut lazy);
+        assert!(lazy.wasi.is_none(), "built for the clocks or wasi:io");
+        // Anything else builds it, stderr capture included.
+        let _ = lazy.sockets_view();
+        assert!(lazy.wasi.is_some() && lazy.stderr.is_some());
+
+        let granted = state(vec![dir.path().to_path_buf()], &empty).unwrap();
+        assert!(granted.wasi.is_some() && granted.stderr.is_some());
+
+        // Opening a granted directory fails when the call starts, named.
+        let missing = dir.path().join("missing");
+        let err = state(vec![missing.clone()], &empty).err().unwrap();
+        assert!(err.contains(&missing.display().to_string()), "{err}");
+    }
 }
