@@ -314,6 +314,25 @@ async fn no_std_builtins_import_only_what_they_call() {
     );
 }
 
+/// wasmtime resets a function table of one page (512 entries) after each
+/// call by clearing it, and a larger one with a page scan, a syscall that
+/// cost the tcp and http plugins ~1 µs per call when regex's literal
+/// prefilters took their tables past 700 entries (BENCHMARKS.md).
+#[test]
+fn builtins_function_tables_fit_in_one_page() {
+    for name in sonde_runtime::builtins::names() {
+        let wasm = sonde_runtime::builtins::get(name).expect("built-in");
+        for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+            if let Ok(wasmparser::Payload::TableSection(tables)) = payload {
+                for table in tables {
+                    let entries = table.expect("table").ty.initial;
+                    assert!(entries <= 512, "{name}: a table of {entries} entries");
+                }
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_components_are_refused_with_the_reason() {
     let e = engine();
