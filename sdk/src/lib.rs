@@ -31,8 +31,9 @@
 //! ABI's `cabi_realloc`, and the plugin imports only the interfaces it
 //! calls, which makes every call cheaper. Everything but [`net`]'s
 //! `std::net` wrappers remains: [`tls::Session`] has `send` and `read`,
-//! [`time::Instant`] measures phases, and `ca_file` is read through the
-//! `files` grants.
+//! [`time::Instant`] measures phases, [`fs::metadata`] and `ca_file` read
+//! through the `files` grants, and [`duration`] parses and formats
+//! durations as humantime does.
 
 #![deny(missing_docs)]
 #![cfg_attr(not(feature = "std"), no_std)]
@@ -41,7 +42,9 @@ extern crate alloc;
 #[cfg(all(not(feature = "std"), not(target_arch = "wasm32")))]
 extern crate std;
 
+pub mod duration;
 pub mod exec;
+pub mod fs;
 pub mod grpc;
 pub mod http;
 pub mod log;

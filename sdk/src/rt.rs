@@ -6,7 +6,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 use wasip2::filesystem::preopens::get_directories;
-use wasip2::filesystem::types::{DescriptorFlags, ErrorCode, OpenFlags, PathFlags};
+use wasip2::filesystem::types::{Descriptor, DescriptorFlags, DescriptorStat, ErrorCode, OpenFlags, PathFlags};
 
 // wasi-libc's static library, which std's guests link too: `memcmp` and
 // `bcmp` (which `core` calls and wasm has no instruction for), and its
@@ -145,6 +145,25 @@ pub(crate) struct ReadError {
     pub message: String,
 }
 
+/// The directory the host opened for the `files` grant that covers
+/// absolute `path` (the deepest), and `path` relative to it (`.` for the
+/// directory itself).
+fn covering(path: &str) -> Option<(Descriptor, &str)> {
+    let (dir, rest) = get_directories()
+        .into_iter()
+        .filter_map(|(dir, root)| within(path, &root).map(|rest| (dir, rest)))
+        .min_by_key(|(_, rest)| rest.len())?;
+    Some((dir, if rest.is_empty() { "." } else { rest }))
+}
+
+/// The status of the file at absolute `path`, symlinks followed, through
+/// the directory of the `files` grant that covers it; `Err(None)` when
+/// none does.
+pub(crate) fn stat(path: &str) -> Result<DescriptorStat, Option<ErrorCode>> {
+    let (dir, rel) = covering(path).ok_or(None)?;
+    dir.stat_at(PathFlags::SYMLINK_FOLLOW, rel).map_err(Some)
+}
+
 /// Reads the file at absolute `path` as UTF-8 text, through the directory
 /// the host opened for the `files` grant that covers it (the longest).
 pub(crate) fn read_to_string(path: &str) -> Result<String, ReadError> {
@@ -153,15 +172,9 @@ pub(crate) fn read_to_string(path: &str) -> Result<String, ReadError> {
         denied: matches!(e, ErrorCode::Access | ErrorCode::NotPermitted),
         message: String::from(describe(e)),
     };
-    // The deepest directory that covers `path`: its rest is the shortest.
-    let best = get_directories()
-        .into_iter()
-        .filter_map(|(dir, root)| within(path, &root).map(|rest| (dir, rest)))
-        .min_by_key(|(_, rest)| rest.len());
-    let Some((dir, rest)) = best else {
+    let Some((dir, rel)) = covering(path) else {
         return Err(refused(String::from("no files grant covers this path")));
     };
-    let rel = if rest.is_empty() { "." } else { rest };
     let file = dir
         .open_at(
             PathFlags::SYMLINK_FOLLOW,
@@ -185,7 +198,7 @@ pub(crate) fn read_to_string(path: &str) -> Result<String, ReadError> {
 }
 
 /// The wording `std` gives the common cases.
-fn describe(e: ErrorCode) -> &'static str {
+pub(crate) fn describe(e: ErrorCode) -> &'static str {
     match e {
         ErrorCode::NoEntry => "No such file or directory",
         ErrorCode::Access | ErrorCode::NotPermitted => "Permission denied",

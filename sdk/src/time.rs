@@ -33,7 +33,13 @@ impl Instant {
 
 /// Seconds since the Unix epoch, by the wall clock.
 pub fn unix_seconds() -> f64 {
-    wall_clock_seconds()
+    since_unix_epoch().as_secs_f64()
+}
+
+/// The time since the Unix epoch, by the wall clock; zero if the clock
+/// reads earlier.
+pub fn since_unix_epoch() -> Duration {
+    wall_clock()
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -42,9 +48,9 @@ fn monotonic_nanos() -> u64 {
 }
 
 #[cfg(target_arch = "wasm32")]
-fn wall_clock_seconds() -> f64 {
+fn wall_clock() -> Duration {
     let now = wasip2::clocks::wall_clock::now();
-    now.seconds as f64 + f64::from(now.nanoseconds) / 1e9
+    Duration::new(now.seconds, now.nanoseconds)
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -56,10 +62,10 @@ fn monotonic_nanos() -> u64 {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-fn wall_clock_seconds() -> f64 {
+fn wall_clock() -> Duration {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -73,5 +79,6 @@ mod tests {
         assert!(b >= a);
         assert_eq!(a.duration_since(b), Duration::ZERO);
         assert!(unix_seconds() > 1.7e9);
+        assert!(since_unix_epoch() > Duration::from_secs(1_700_000_000));
     }
 }

@@ -6,10 +6,18 @@
 //! read-only `files` grant: without one, the host refuses the read and the
 //! run is `denied`.
 
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
+extern crate alloc;
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use core::time::Duration;
 use serde::Deserialize;
+use sonde_sdk::duration::format as shown;
+use sonde_sdk::fs::{FileKind, FsErrorKind};
 use sonde_sdk::{Capability, CapabilityKind, Outcome, PluginInfo, Probe, ProbeError, Request};
-use std::io;
-use std::time::{Duration, SystemTime};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -22,7 +30,7 @@ struct Config {
 }
 
 fn duration(field: &str, text: &str) -> Result<Duration, ProbeError> {
-    humantime::parse_duration(text).map_err(|e| ProbeError::invalid_config(format!("{field} {text:?}: {e}")))
+    sonde_sdk::duration::parse(text).map_err(|e| ProbeError::invalid_config(format!("{field} {text:?}: {e}")))
 }
 
 /// What the config asks, checked.
@@ -59,23 +67,20 @@ fn limits(config: &Config) -> Result<Limits, ProbeError> {
 
 /// Judges a file of `size` bytes last modified `age` ago.
 fn judge(path: &str, age: Duration, size: u64, limits: &Limits) -> Outcome {
-    let shown = humantime::format_duration(Duration::from_secs(age.as_secs()));
+    let age_shown = shown(Duration::from_secs(age.as_secs()));
     let outcome = if age > limits.max_age {
         Outcome::failure(format!(
-            "{path} was modified {shown} ago, more than {}",
-            humantime::format_duration(limits.max_age)
+            "{path} was modified {age_shown} ago, more than {}",
+            shown(limits.max_age)
         ))
     } else if size < limits.min_size {
         Outcome::failure(format!("{path} has {size} bytes, fewer than {}", limits.min_size))
     } else if let Some(w) = limits.warn_age
         && age > w
     {
-        Outcome::warning(format!(
-            "{path} was modified {shown} ago, more than {}",
-            humantime::format_duration(w)
-        ))
+        Outcome::warning(format!("{path} was modified {age_shown} ago, more than {}", shown(w)))
     } else {
-        Outcome::success(format!("{path} was modified {shown} ago"))
+        Outcome::success(format!("{path} was modified {age_shown} ago"))
     };
     outcome
         .with_metric("age_seconds", age.as_secs_f64(), "seconds")
@@ -103,27 +108,27 @@ impl Probe for FileAge {
         let config: Config = req.config()?;
         let limits = limits(&config)?;
         let path = &config.path;
-        let meta = match std::fs::metadata(path) {
+        let meta = match sonde_sdk::fs::metadata(path) {
             Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(e) if e.kind == FsErrorKind::NotFound => {
                 return Ok(Outcome::failure(format!("{path} does not exist")));
             }
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            Err(e) if e.kind == FsErrorKind::Denied => {
                 return Err(ProbeError::denied(format!(
                     "{path}: not readable; grant its directory read-only ({e})"
                 )));
             }
             Err(e) => return Err(ProbeError::io(format!("{path}: {e}"))),
         };
-        if !meta.is_file() {
+        if meta.kind != FileKind::File {
             return Ok(Outcome::failure(format!("{path} is not a regular file")));
         }
         let modified = meta
-            .modified()
-            .map_err(|e| ProbeError::io(format!("{path}: no modification time: {e}")))?;
+            .modified
+            .ok_or_else(|| ProbeError::io(format!("{path}: the filesystem keeps no modification time")))?;
         // A file modified in the future (clock skew) counts as fresh.
-        let age = SystemTime::now().duration_since(modified).unwrap_or_default();
-        Ok(judge(path, age, meta.len(), &limits))
+        let age = sonde_sdk::time::since_unix_epoch().saturating_sub(modified);
+        Ok(judge(path, age, meta.size, &limits))
     }
 }
 

@@ -17,8 +17,6 @@
 
 extern crate alloc;
 
-mod duration;
-
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -220,7 +218,9 @@ impl Probe for Http {
         let warn_after = config
             .warn_after
             .as_deref()
-            .map(|d| duration::parse(d).map_err(|e| ProbeError::invalid_config(format!("warn_after {d:?}: {e}"))))
+            .map(|d| {
+                sonde_sdk::duration::parse(d).map_err(|e| ProbeError::invalid_config(format!("warn_after {d:?}: {e}")))
+            })
             .transpose()?;
 
         let mut headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

@@ -53,6 +53,35 @@ async fn a_missing_file_is_a_failure() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_is_a_failure_and_a_relative_symlink_is_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let granted = vec![dir.path().to_path_buf()];
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let r = file_age(&sub, "5m", granted.clone()).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(r.message.ends_with("is not a regular file"), "{}", r.message);
+
+    let file = sub.join("status");
+    std::fs::write(&file, "ok").unwrap();
+    let link = dir.path().join("current");
+    std::os::unix::fs::symlink("sub/status", &link).unwrap();
+    let r = file_age(&link, "5m", granted.clone()).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(
+        r.metrics.iter().any(|m| m.name == "size_bytes" && m.value == 2.0),
+        "{r:?}"
+    );
+
+    // An absolute symlink is refused even where it points inside the
+    // grant: the host resolves every path beneath the granted directory.
+    let absolute = dir.path().join("absolute");
+    std::os::unix::fs::symlink(&file, &absolute).unwrap();
+    let r = file_age(&absolute, "5m", granted).await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_grant_the_read_is_denied() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("nodename");

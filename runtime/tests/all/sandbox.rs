@@ -289,6 +289,7 @@ async fn no_std_builtins_import_only_what_they_call() {
         ("exec", &["sonde:probe/exec"][..]),
         ("grpc", &["sonde:probe/grpc"][..]),
         ("tls-cert", &["sonde:probe/tls"][..]),
+        ("file-age", &["wasi:filesystem/preopens"][..]),
     ] {
         let p = builtin(name).await;
         let imports = p.imports();

@@ -1,10 +1,11 @@
-//! `warn_after` durations: `500ms`, `1.5s`, `1m 30s`, `2 hours`. The units
-//! and their spellings are humantime's (which the agent's own config
-//! uses), parsed here because humantime needs std and the plugin is built
-//! without it.
+//! Durations as people write them in a probe's config: `500ms`, `1.5s`,
+//! `1m 30s`, `2 hours`, and back. The units and their spellings are
+//! humantime's, which the agent's own config uses; they are parsed and
+//! formatted here, in both modes, because humantime needs std.
 
 use alloc::format;
 use alloc::string::String;
+use core::fmt::{self, Write as _};
 use core::time::Duration;
 
 /// Parses a sum of `NUMBER UNIT` terms, the number a whole or decimal
@@ -47,6 +48,51 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         }
     }
     Ok(total)
+}
+
+/// `d` as humantime writes it: the non-zero parts from years (365.25
+/// days) and months (30.44 days) down to nanoseconds, separated by spaces
+/// (`1h 2m 3s`, `2days`, `1year 1month`); zero is `0s`.
+pub fn format(d: Duration) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = write_to(&mut out, d);
+    out
+}
+
+fn write_to(out: &mut String, d: Duration) -> fmt::Result {
+    let secs = d.as_secs();
+    let nanos = d.subsec_nanos();
+    if secs == 0 && nanos == 0 {
+        return out.write_str("0s");
+    }
+    let (years, rest) = (secs / 31_557_600, secs % 31_557_600);
+    let (months, rest) = (rest / 2_630_016, rest % 2_630_016);
+    let (days, rest) = (rest / 86_400, rest % 86_400);
+    let parts: [(u64, &str, bool); 9] = [
+        (years, "year", true),
+        (months, "month", true),
+        (days, "day", true),
+        (rest / 3_600, "h", false),
+        (rest % 3_600 / 60, "m", false),
+        (rest % 60, "s", false),
+        (u64::from(nanos / 1_000_000), "ms", false),
+        (u64::from(nanos / 1_000 % 1_000), "us", false),
+        (u64::from(nanos % 1_000), "ns", false),
+    ];
+    for (value, unit, plural) in parts {
+        if value == 0 {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        write!(out, "{value}{unit}")?;
+        if plural && value > 1 {
+            out.push('s');
+        }
+    }
+    Ok(())
 }
 
 fn too_large() -> String {
@@ -132,6 +178,35 @@ mod tests {
             let err = parse(text).expect_err(text);
             assert!(err.contains(why), "{text}: {err}");
             assert!(humantime::parse_duration(text).is_err(), "humantime accepts {text:?}");
+        }
+    }
+
+    #[test]
+    fn formats_as_humantime_does() {
+        let day = 86_400;
+        for d in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_nanos(1_001_001),
+            Duration::from_millis(1_500),
+            Duration::from_secs(59),
+            Duration::from_secs(90),
+            Duration::from_secs(3_600),
+            Duration::from_secs(3_661),
+            Duration::from_secs(day),
+            Duration::from_secs(2 * day + 1),
+            Duration::from_secs(31 * day),
+            Duration::from_secs(61 * day),
+            Duration::from_secs(365 * day),
+            Duration::from_secs(800 * day + 7_322),
+            Duration::new(4 * 31_557_600 + 3, 999_999_999),
+            Duration::MAX,
+        ] {
+            assert_eq!(format(d), humantime::format_duration(d).to_string(), "{d:?}");
+        }
+        // What a formatted duration reads back as.
+        for text in ["5m", "1h 30m", "2days", "1year 2months 3days"] {
+            assert_eq!(format(parse(text).unwrap()), text);
         }
     }
 }

@@ -1,0 +1,137 @@
+//! File metadata, the same with or without `std`.
+//!
+//! A plugin sees the host's files only through the probe's read-only
+//! `files` grants, each mounted at its own path. With `std` this is
+//! `std::fs`; without it the SDK asks the directory the host opened for
+//! the grant that covers the path. Either way a path no grant covers does
+//! not exist for the plugin, and a call without any `files` grant is
+//! refused by the host (the run is reported `denied`).
+
+use alloc::string::{String, ToString};
+use core::fmt;
+use core::time::Duration;
+
+/// What kind of file a path names (symlinks followed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// Anything else: a device, FIFO or socket.
+    Other,
+}
+
+/// What [`metadata`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metadata {
+    /// The kind of file.
+    pub kind: FileKind,
+    /// Its size in bytes.
+    pub size: u64,
+    /// When its data was last modified, since the Unix epoch, where the
+    /// filesystem keeps it.
+    pub modified: Option<Duration>,
+}
+
+/// Why [`metadata`] found nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsErrorKind {
+    /// No such file, or no `files` grant covers the path.
+    NotFound,
+    /// The host refused: the probe has no `files` grant, or the file is
+    /// not readable.
+    Denied,
+    /// Anything else.
+    Other,
+}
+
+/// A failed file operation: its kind, and the system's words for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsError {
+    /// What went wrong.
+    pub kind: FsErrorKind,
+    /// The system's description (`No such file or directory`).
+    pub message: String,
+}
+
+impl fmt::Display for FsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The metadata of the file at absolute `path`, symlinks followed.
+pub fn metadata(path: &str) -> Result<Metadata, FsError> {
+    #[cfg(all(not(feature = "std"), target_arch = "wasm32"))]
+    {
+        use wasip2::filesystem::types::{DescriptorType, ErrorCode};
+        let stat = crate::rt::stat(path).map_err(|code| FsError {
+            kind: match code {
+                None | Some(ErrorCode::NoEntry) => FsErrorKind::NotFound,
+                Some(ErrorCode::Access | ErrorCode::NotPermitted) => FsErrorKind::Denied,
+                Some(_) => FsErrorKind::Other,
+            },
+            message: crate::rt::describe(code.unwrap_or(ErrorCode::NoEntry)).to_string(),
+        })?;
+        Ok(Metadata {
+            kind: match stat.type_ {
+                DescriptorType::RegularFile => FileKind::File,
+                DescriptorType::Directory => FileKind::Directory,
+                _ => FileKind::Other,
+            },
+            size: stat.size,
+            modified: stat
+                .data_modification_timestamp
+                .map(|t| Duration::new(t.seconds, t.nanoseconds)),
+        })
+    }
+    #[cfg(any(feature = "std", not(target_arch = "wasm32")))]
+    {
+        use std::io::ErrorKind;
+        let meta = std::fs::metadata(path).map_err(|e| FsError {
+            kind: match e.kind() {
+                ErrorKind::NotFound => FsErrorKind::NotFound,
+                ErrorKind::PermissionDenied => FsErrorKind::Denied,
+                _ => FsErrorKind::Other,
+            },
+            message: e.to_string(),
+        })?;
+        let kind = if meta.is_file() {
+            FileKind::File
+        } else if meta.is_dir() {
+            FileKind::Directory
+        } else {
+            FileKind::Other
+        };
+        Ok(Metadata {
+            kind,
+            size: meta.len(),
+            modified: meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_file_a_directory_and_a_missing_path() {
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!("sonde-sdk-fs-{}", std::process::id()));
+        std::fs::write(&path, "12345").unwrap();
+        let meta = metadata(path.to_str().unwrap()).unwrap();
+        assert_eq!((meta.kind, meta.size), (FileKind::File, 5));
+        let age = crate::time::since_unix_epoch().saturating_sub(meta.modified.unwrap());
+        assert!(age < Duration::from_secs(60), "{age:?}");
+        std::fs::remove_file(&path).unwrap();
+
+        assert_eq!(metadata(dir.to_str().unwrap()).unwrap().kind, FileKind::Directory);
+        let err = metadata(path.to_str().unwrap()).unwrap_err();
+        assert_eq!(err.kind, FsErrorKind::NotFound, "{err}");
+    }
+}
