@@ -138,6 +138,7 @@ fn unit_nanos(unit: &str) -> Option<u128> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::string::ToString;
 
     #[test]
     fn what_humantime_accepts() {

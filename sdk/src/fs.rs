@@ -118,6 +118,7 @@ pub fn metadata(path: &str) -> Result<Metadata, FsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::format;
 
     #[test]
     fn reads_a_file_a_directory_and_a_missing_path() {

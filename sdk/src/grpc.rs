@@ -171,6 +171,7 @@ pub fn call(req: &GrpcRequest) -> Result<GrpcResponse, ProbeError> {
 #[cfg(test)]
 mod tests {
     use super::Code;
+    use alloc::string::ToString;
 
     #[test]
     fn codes_have_grpc_names() {
