@@ -1163,6 +1163,68 @@ mod tests {
         assert_eq!(result.reason, Some(Reason::Timeout), "{result:?}");
     }
 
+    /// One call of `plugin` as [`Engine::run_for`] makes it, returning the
+    /// store, and whether `check` returned (rather than trapped).
+    async fn call_keeping_store(engine: &Engine, plugin: &Plugin, target: &str) -> (bool, Store<CallState>) {
+        let limits = Limits::default();
+        let grants = Arc::new(CallGrants::new(
+            Some(NetPattern::for_target(target).unwrap()),
+            Arc::default(),
+        ));
+        let state = CallState::new(
+            "p".into(),
+            no_tenant(),
+            grants,
+            engine.inner.host.clone(),
+            &engine.inner.empty_dir,
+            limits.memory,
+            Instant::now() + limits.timeout,
+        )
+        .unwrap();
+        let mut store = engine.new_store(state, &limits);
+        let _ticking = engine.inner.ticker.busy();
+        let req = wit::Request {
+            probe: "p".into(),
+            target: target.into(),
+            config: "{}".into(),
+            timeout_ms: 1_000,
+            attempt: 1,
+        };
+        let instance = plugin.pre_closed.instantiate_async(&mut store).await.unwrap();
+        let returned = instance.call_check(&mut store, &req).await.is_ok();
+        (returned, store)
+    }
+
+    /// The WASI context is built by a call that uses it, and only then:
+    /// the tcp plugin reads the clocks (linked to the call's own parts)
+    /// and builds none; a std plugin's panic goes to stderr, which builds
+    /// it, and the message is kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_a_call_that_uses_wasi_builds_its_context() {
+        let engine = Engine::new(EngineConfig {
+            cache_dir: None,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = listener.local_addr().unwrap().to_string();
+
+        let tcp = engine.load("tcp", crate::builtins::get("tcp").unwrap()).await.unwrap();
+        let (returned, store) = call_keeping_store(&engine, &tcp, &target).await;
+        assert!(returned);
+        assert!(!store.data().wasi_built(), "the tcp plugin built a WASI context");
+
+        let panics = engine
+            .load_file(sonde_tests::guests::PANIC_IN_CHECK.as_ref())
+            .await
+            .unwrap();
+        let (returned, store) = call_keeping_store(&engine, &panics, &target).await;
+        assert!(!returned);
+        assert!(store.data().wasi_built());
+        let tail = store.data().stderr_tail().unwrap_or_default();
+        assert!(tail.contains("panicked at"), "{tail}");
+    }
+
     /// The engine holds compiled code only while something uses it: a
     /// replaced or deleted plugin's code is freed with the old registry.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

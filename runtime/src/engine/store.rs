@@ -118,6 +118,12 @@ impl CallState {
         self.log.panic_message()
     }
 
+    /// Whether the call has built its WASI context (for tests).
+    #[cfg(test)]
+    pub(crate) fn wasi_built(&self) -> bool {
+        self.wasi.is_some()
+    }
+
     /// The last line the plugin wrote to stderr, such as a panic message.
     pub(crate) fn stderr_tail(&self) -> Option<String> {
         let bytes = self.stderr.as_ref()?.contents();
