@@ -1,4 +1,4 @@
-//! File metadata, the same with or without `std`.
+//! Files, the same with or without `std`: their metadata and contents.
 //!
 //! A plugin sees the host's files only through the probe's read-only
 //! `files` grants, each mounted at its own path. With `std` this is
@@ -7,7 +7,9 @@
 //! not exist for the plugin, and a call without any `files` grant is
 //! refused by the host (the run is reported `denied`).
 
-use alloc::string::{String, ToString};
+use alloc::string::String;
+#[cfg(any(feature = "std", not(target_arch = "wasm32")))]
+use alloc::string::ToString;
 use core::fmt;
 use core::time::Duration;
 
@@ -65,15 +67,8 @@ impl fmt::Display for FsError {
 pub fn metadata(path: &str) -> Result<Metadata, FsError> {
     #[cfg(all(not(feature = "std"), target_arch = "wasm32"))]
     {
-        use wasip2::filesystem::types::{DescriptorType, ErrorCode};
-        let stat = crate::rt::stat(path).map_err(|code| FsError {
-            kind: match code {
-                None | Some(ErrorCode::NoEntry) => FsErrorKind::NotFound,
-                Some(ErrorCode::Access | ErrorCode::NotPermitted) => FsErrorKind::Denied,
-                Some(_) => FsErrorKind::Other,
-            },
-            message: crate::rt::describe(code.unwrap_or(ErrorCode::NoEntry)).to_string(),
-        })?;
+        use wasip2::filesystem::types::DescriptorType;
+        let stat = crate::rt::stat(path)?;
         Ok(Metadata {
             kind: match stat.type_ {
                 DescriptorType::RegularFile => FileKind::File,
@@ -88,15 +83,7 @@ pub fn metadata(path: &str) -> Result<Metadata, FsError> {
     }
     #[cfg(any(feature = "std", not(target_arch = "wasm32")))]
     {
-        use std::io::ErrorKind;
-        let meta = std::fs::metadata(path).map_err(|e| FsError {
-            kind: match e.kind() {
-                ErrorKind::NotFound => FsErrorKind::NotFound,
-                ErrorKind::PermissionDenied => FsErrorKind::Denied,
-                _ => FsErrorKind::Other,
-            },
-            message: e.to_string(),
-        })?;
+        let meta = std::fs::metadata(path).map_err(from_io)?;
         let kind = if meta.is_file() {
             FileKind::File
         } else if meta.is_dir() {
@@ -113,6 +100,44 @@ pub fn metadata(path: &str) -> Result<Metadata, FsError> {
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()),
         })
     }
+}
+
+/// The contents of the file at absolute `path`, as UTF-8 text.
+pub fn read_to_string(path: &str) -> Result<String, FsError> {
+    #[cfg(all(not(feature = "std"), target_arch = "wasm32"))]
+    let bytes = crate::rt::read(path)?;
+    #[cfg(any(feature = "std", not(target_arch = "wasm32")))]
+    let bytes = std::fs::read(path).map_err(from_io)?;
+    String::from_utf8(bytes).map_err(|_| FsError {
+        kind: FsErrorKind::Other,
+        message: String::from("stream did not contain valid UTF-8"),
+    })
+}
+
+#[cfg(any(feature = "std", not(target_arch = "wasm32")))]
+fn from_io(e: std::io::Error) -> FsError {
+    use std::io::ErrorKind;
+    FsError {
+        kind: match e.kind() {
+            ErrorKind::NotFound => FsErrorKind::NotFound,
+            ErrorKind::PermissionDenied => FsErrorKind::Denied,
+            _ => FsErrorKind::Other,
+        },
+        message: e.to_string(),
+    }
+}
+
+/// `path` below `root`, relative, when `root` is `path` or one of its
+/// ancestors: how a path is matched to the `files` grant covering it.
+#[cfg(any(test, all(not(feature = "std"), target_arch = "wasm32")))]
+pub(crate) fn within<'a>(path: &'a str, root: &str) -> Option<&'a str> {
+    let root = root.trim_end_matches('/');
+    let rest = path.strip_prefix(root)?;
+    if rest.is_empty() {
+        return Some(rest);
+    }
+    let rest = rest.strip_prefix('/')?;
+    Some(rest.trim_start_matches('/'))
 }
 
 #[cfg(test)]
@@ -134,5 +159,32 @@ mod tests {
         assert_eq!(metadata(dir.to_str().unwrap()).unwrap().kind, FileKind::Directory);
         let err = metadata(path.to_str().unwrap()).unwrap_err();
         assert_eq!(err.kind, FsErrorKind::NotFound, "{err}");
+        let err = read_to_string(path.to_str().unwrap()).unwrap_err();
+        assert_eq!(err.kind, FsErrorKind::NotFound, "{err}");
+    }
+
+    #[test]
+    fn reads_text_and_refuses_what_is_not_utf8() {
+        let path = std::env::temp_dir().join(format!("sonde-sdk-read-{}", std::process::id()));
+        std::fs::write(&path, "pem").unwrap();
+        assert_eq!(read_to_string(path.to_str().unwrap()).unwrap(), "pem");
+        std::fs::write(&path, [0xff, 0xfe]).unwrap();
+        let err = read_to_string(path.to_str().unwrap()).unwrap_err();
+        assert_eq!(err.kind, FsErrorKind::Other, "{err}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_grant_covers_its_directory_and_what_is_below_only() {
+        assert_eq!(within("/etc/app/ca.pem", "/etc/app"), Some("ca.pem"));
+        assert_eq!(within("/etc/app/ca.pem", "/etc/app/"), Some("ca.pem"));
+        assert_eq!(within("/etc/app//x/y", "/etc/app"), Some("x/y"));
+        assert_eq!(within("/etc/app", "/etc/app"), Some(""));
+        assert_eq!(within("/anything", "/"), Some("anything"));
+        // A sibling that shares the prefix is not below it.
+        assert_eq!(within("/etc/apparmor/x", "/etc/app"), None);
+        assert_eq!(within("/etc", "/etc/app"), None);
+        // `..` is left for the host, which resolves beneath the grant.
+        assert_eq!(within("/etc/app/../shadow", "/etc/app"), Some("../shadow"));
     }
 }

@@ -1,8 +1,9 @@
 //! What `std` would otherwise give a plugin built without it, in the
 //! sandbox: the allocator, the panic handler (its message goes to the
-//! host's log), and reading a file through
-//! the `files` grants (for `ca_file`).
+//! host's log), and the files of the `files` grants, through the
+//! directories the host opened for them (for [`crate::fs`]).
 
+use crate::fs::{FsError, FsErrorKind, within};
 use alloc::string::String;
 use alloc::vec::Vec;
 use wasip2::filesystem::preopens::get_directories;
@@ -138,43 +139,47 @@ pub unsafe extern "C" fn cabi_realloc(old: *mut u8, old_len: usize, align: usize
     ptr
 }
 
-/// Why a file could not be read.
-pub(crate) struct ReadError {
-    /// The host refused: no `files` grant covers the path.
-    pub denied: bool,
-    pub message: String,
+/// A failed file operation without std, in the words std would use: no
+/// covering grant (`None`) reads as no such file, as with wasi-libc.
+fn fs_error(code: Option<ErrorCode>) -> FsError {
+    let (kind, message) = match code {
+        None | Some(ErrorCode::NoEntry) => (FsErrorKind::NotFound, "No such file or directory"),
+        Some(ErrorCode::Access | ErrorCode::NotPermitted) => (FsErrorKind::Denied, "Permission denied"),
+        Some(ErrorCode::IsDirectory) => (FsErrorKind::Other, "Is a directory"),
+        Some(ErrorCode::NotDirectory) => (FsErrorKind::Other, "Not a directory"),
+        Some(e) => (FsErrorKind::Other, e.name()),
+    };
+    FsError {
+        kind,
+        message: String::from(message),
+    }
 }
 
 /// The directory the host opened for the `files` grant that covers
 /// absolute `path` (the deepest), and `path` relative to it (`.` for the
 /// directory itself).
-fn covering(path: &str) -> Option<(Descriptor, &str)> {
+fn covering(path: &str) -> Result<(Descriptor, &str), FsError> {
     let (dir, rest) = get_directories()
         .into_iter()
         .filter_map(|(dir, root)| within(path, &root).map(|rest| (dir, rest)))
-        .min_by_key(|(_, rest)| rest.len())?;
-    Some((dir, if rest.is_empty() { "." } else { rest }))
+        .min_by_key(|(_, rest)| rest.len())
+        .ok_or_else(|| fs_error(None))?;
+    Ok((dir, if rest.is_empty() { "." } else { rest }))
 }
 
 /// The status of the file at absolute `path`, symlinks followed, through
-/// the directory of the `files` grant that covers it; `Err(None)` when
-/// none does.
-pub(crate) fn stat(path: &str) -> Result<DescriptorStat, Option<ErrorCode>> {
-    let (dir, rel) = covering(path).ok_or(None)?;
-    dir.stat_at(PathFlags::SYMLINK_FOLLOW, rel).map_err(Some)
+/// the directory of the `files` grant that covers it.
+pub(crate) fn stat(path: &str) -> Result<DescriptorStat, FsError> {
+    let (dir, rel) = covering(path)?;
+    dir.stat_at(PathFlags::SYMLINK_FOLLOW, rel)
+        .map_err(|e| fs_error(Some(e)))
 }
 
-/// Reads the file at absolute `path` as UTF-8 text, through the directory
-/// the host opened for the `files` grant that covers it (the longest).
-pub(crate) fn read_to_string(path: &str) -> Result<String, ReadError> {
-    let refused = |message: String| ReadError { denied: true, message };
-    let failed = |e: ErrorCode| ReadError {
-        denied: matches!(e, ErrorCode::Access | ErrorCode::NotPermitted),
-        message: String::from(describe(e)),
-    };
-    let Some((dir, rel)) = covering(path) else {
-        return Err(refused(String::from("no files grant covers this path")));
-    };
+/// Reads the file at absolute `path`, through the directory of the `files`
+/// grant that covers it.
+pub(crate) fn read(path: &str) -> Result<Vec<u8>, FsError> {
+    let failed = |e: ErrorCode| fs_error(Some(e));
+    let (dir, rel) = covering(path)?;
     let file = dir
         .open_at(
             PathFlags::SYMLINK_FOLLOW,
@@ -188,34 +193,7 @@ pub(crate) fn read_to_string(path: &str) -> Result<String, ReadError> {
         let (chunk, end) = file.read(64 * 1024, bytes.len() as u64).map_err(failed)?;
         bytes.extend_from_slice(&chunk);
         if end || chunk.is_empty() {
-            break;
+            return Ok(bytes);
         }
     }
-    String::from_utf8(bytes).map_err(|_| ReadError {
-        denied: false,
-        message: String::from("stream did not contain valid UTF-8"),
-    })
-}
-
-/// The wording `std` gives the common cases.
-pub(crate) fn describe(e: ErrorCode) -> &'static str {
-    match e {
-        ErrorCode::NoEntry => "No such file or directory",
-        ErrorCode::Access | ErrorCode::NotPermitted => "Permission denied",
-        ErrorCode::IsDirectory => "Is a directory",
-        ErrorCode::NotDirectory => "Not a directory",
-        e => e.name(),
-    }
-}
-
-/// `path` below `root`, relative, when `root` is `path` or one of its
-/// ancestors.
-fn within<'a>(path: &'a str, root: &str) -> Option<&'a str> {
-    let root = root.trim_end_matches('/');
-    let rest = path.strip_prefix(root)?;
-    if rest.is_empty() {
-        return Some(rest);
-    }
-    let rest = rest.strip_prefix('/')?;
-    Some(rest.trim_start_matches('/'))
 }

@@ -66,28 +66,13 @@ impl TlsOptions {
     }
 }
 
-/// Reads a `ca_file`: through `std::fs`, or without `std` through the
-/// directories the host opened for the `files` grants.
+/// Reads a `ca_file` ([`crate::fs::read_to_string`]: through the `files`
+/// grants).
 fn read_ca_file(path: &str) -> Result<String, ProbeError> {
-    let denied = |e: &dyn fmt::Display| ProbeError::denied(format!("ca_file {path:?}: {e} (grant it under files)"));
-    let invalid = |e: &dyn fmt::Display| ProbeError::invalid_config(format!("ca_file {path:?}: {e}"));
-    #[cfg(all(not(feature = "std"), target_arch = "wasm32"))]
-    {
-        crate::rt::read_to_string(path).map_err(|e| {
-            if e.denied {
-                denied(&e.message)
-            } else {
-                invalid(&e.message)
-            }
-        })
-    }
-    #[cfg(any(feature = "std", not(target_arch = "wasm32")))]
-    {
-        std::fs::read_to_string(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::PermissionDenied => denied(&e),
-            _ => invalid(&e),
-        })
-    }
+    crate::fs::read_to_string(path).map_err(|e| match e.kind {
+        crate::fs::FsErrorKind::Denied => ProbeError::denied(format!("ca_file {path:?}: {e} (grant it under files)")),
+        _ => ProbeError::invalid_config(format!("ca_file {path:?}: {e}")),
+    })
 }
 
 /// What a TLS handshake established.

@@ -153,6 +153,16 @@ async fn ca_file_is_read_through_a_files_grant() {
     assert_eq!(r.status, Status::Success, "{r:?}");
     let r = run(&http, &target, &config, &Grants::default(), TIMEOUT).await;
     assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
+    // Under a grant of another directory the file does not exist for the
+    // plugin (as std's wasi-libc has it): the config names a missing file.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = Grants {
+        files: vec![elsewhere.path().to_path_buf()],
+        ..Grants::default()
+    };
+    let r = run(&http, &target, &config, &other, TIMEOUT).await;
+    assert_eq!(r.reason, Some(Reason::InvalidConfig), "{r:?}");
+    assert!(r.message.contains("No such file"), "{}", r.message);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
