@@ -21,6 +21,7 @@
 
 #![deny(missing_docs)]
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -126,36 +127,37 @@ fn cargo_build(workspace: &Path, target_dir: &Path, packages: &[&str]) {
     assert!(status.success(), "building {packages:?} for {TARGET} failed");
 }
 
-/// The workspace's packages (within three directory levels of its root,
-/// as `tests/guests/NAME`) that say they are built without std:
+/// The workspace's members whose manifest says they are built without
+/// std, as `cargo metadata` reports them:
 ///
 /// ```toml
 /// [package.metadata.sonde]
 /// no-std = true
 /// ```
-fn no_std_packages(workspace: &Path) -> std::collections::BTreeSet<String> {
-    let mut found = std::collections::BTreeSet::new();
-    let mut dirs = vec![(workspace.to_path_buf(), 0)];
-    while let Some((dir, depth)) = dirs.pop() {
-        if let Ok(text) = std::fs::read_to_string(dir.join("Cargo.toml"))
-            && let Some(name) = package_name(&text)
-            && says_no_std(&text)
-        {
-            found.insert(name);
-        }
-        if depth == 3 {
-            continue;
-        }
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let skip = name == "target" || name.to_string_lossy().starts_with('.');
-            if !skip && entry.file_type().is_ok_and(|t| t.is_dir()) {
-                dirs.push((entry.path(), depth + 1));
-            }
-        }
-    }
-    found
+fn no_std_packages(workspace: &Path) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(workspace)
+        .args(["metadata", "--no-deps", "--format-version", "1", "--offline"])
+        .output()
+        .expect("cannot run cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata = serde_json::from_slice(&out.stdout).expect("cargo metadata printed JSON");
+    no_std_in(&metadata)
+}
+
+/// The packages of `cargo metadata`'s output marked `no-std`.
+fn no_std_in(metadata: &serde_json::Value) -> BTreeSet<String> {
+    let packages = metadata["packages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    packages
+        .iter()
+        .filter(|p| p["metadata"]["sonde"]["no-std"] == true)
+        .filter_map(|p| p["name"].as_str().map(str::to_string))
+        .collect()
 }
 
 /// The `name` of a manifest's `[package]`.
@@ -165,16 +167,6 @@ fn package_name(manifest: &str) -> Option<String> {
             .strip_prefix("name")
             .map(|r| r.trim_start_matches([' ', '=']).trim().trim_matches('"').to_string())
     })
-}
-
-/// Whether a manifest's `[package.metadata.sonde]` has `no-std = true`.
-fn says_no_std(manifest: &str) -> bool {
-    manifest
-        .lines()
-        .skip_while(|l| l.trim() != "[package.metadata.sonde]")
-        .skip(1)
-        .take_while(|l| !l.trim_start().starts_with('['))
-        .any(|l| l.split('#').next().unwrap_or("").replace(' ', "") == "no-std=true")
 }
 
 /// Lists the packages under `dir` (each subdirectory with a `Cargo.toml`),
@@ -204,12 +196,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn manifests_say_no_std_in_their_sonde_metadata() {
-        let bare = "[package]\nname = \"a\"\n\n[package.metadata.sonde]\nno-std = true # why\n\n[lib]\n";
-        assert_eq!(package_name(bare).as_deref(), Some("a"));
-        assert!(says_no_std(bare));
-        assert!(!says_no_std("[package]\nname = \"b\"\n[features]\nno-std = true\n"));
-        assert!(!says_no_std("[package.metadata.sonde]\nno-std = false\n"));
-        assert!(!says_no_std("[package.metadata.sonde]\n[lib]\nno-std = true\n"));
+    fn packages_say_no_std_in_their_sonde_metadata() {
+        let metadata = serde_json::json!({"packages": [
+            {"name": "a", "metadata": {"sonde": {"no-std": true}}},
+            {"name": "b", "metadata": {"sonde": {"no-std": false}}},
+            {"name": "c", "metadata": {"other": {"no-std": true}}},
+            {"name": "d", "metadata": null},
+        ]});
+        assert_eq!(no_std_in(&metadata), BTreeSet::from(["a".to_string()]));
+    }
+
+    /// This workspace, as Cargo sees it: the built-ins without std, the
+    /// ones on std not.
+    #[test]
+    fn the_workspace_s_no_std_packages() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let found = no_std_packages(&root);
+        for p in ["sonde-plugin-tcp", "sonde-plugin-http", "always_up"] {
+            assert!(found.contains(p), "{p}: {found:?}");
+        }
+        assert!(!found.contains("sonde-plugin-postgres"), "{found:?}");
     }
 }
