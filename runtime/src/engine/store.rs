@@ -9,8 +9,8 @@
 //! wasmtime-wasi's context (stdio, random, sockets, environment) is built
 //! at its first use, not with the store: most calls never touch it. The
 //! clocks and `wasi:io` are linked to parts of their own (the call's
-//! [`WasiClocksCtx`] and resource table), so timing a check or polling a
-//! stream does not build it either. A call with `files` grants builds it
+//! [`WasiClocksCtx`], itself built at the first clock read, and resource
+//! table), so timing a check or polling a stream does not build it either. A call with `files` grants builds it
 //! up front, where opening a granted directory can fail.
 
 use super::limits::MemoryCap;
@@ -47,7 +47,8 @@ pub(crate) struct CallState {
     // The capabilities' own states.
     /// wasmtime-wasi's context, once something has used it.
     wasi: Option<WasiCtx>,
-    clocks: WasiClocksCtx,
+    /// The clocks, once the plugin has read one.
+    clocks: Option<WasiClocksCtx>,
     wasi_http: WasiHttpCtx,
     http_hooks: outgoing_handler::Hooks,
     sockets: sockets::SocketsCtx,
@@ -90,7 +91,7 @@ impl CallState {
         let bounds = CallBounds::new(&shared.bounds);
         Ok(Self {
             wasi,
-            clocks: WasiClocksCtx::default(),
+            clocks: None,
             table,
             wasi_http,
             http_hooks: outgoing_handler::Hooks::new(grants.clone(), bounds.clone()),
@@ -139,7 +140,7 @@ impl CallState {
 
     fn clocks_view(&mut self) -> WasiClocksCtxView<'_> {
         WasiClocksCtxView {
-            ctx: &mut self.clocks,
+            ctx: self.clocks.get_or_insert_with(WasiClocksCtx::default),
             table: &mut self.table,
         }
     }
@@ -323,8 +324,11 @@ mod tests {
 
         let mut lazy = state(Vec::new(), &empty).unwrap();
         assert!(lazy.wasi.is_none() && lazy.stderr_tail().is_none());
-        // The clocks and wasi:io have parts of their own.
+        // The clocks and wasi:io have parts of their own, the clocks built
+        // at their first read.
+        assert!(lazy.clocks.is_none());
         let _ = lazy.clocks_view();
+        assert!(lazy.clocks.is_some());
         let _ = IoView::table(&mut lazy);
         assert!(lazy.wasi.is_none(), "built for the clocks or wasi:io");
         // Anything else builds it, stderr capture included.
