@@ -12,6 +12,11 @@ use alloc::vec::Vec;
 #[cfg(feature = "std")]
 pub use with_std::*;
 
+/// How `describe_error` (with std) and `tls::SessionError::describe` put a
+/// timeout and a denial.
+pub(crate) const TIMED_OUT: &str = "timed out";
+pub(crate) const NOT_GRANTED: &str = "denied by the host: not granted";
+
 #[cfg(feature = "std")]
 mod with_std {
     use crate::Request;
@@ -117,8 +122,8 @@ mod with_std {
     pub fn describe_error(err: &io::Error) -> String {
         match err.kind() {
             io::ErrorKind::ConnectionRefused => "connection refused".into(),
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => "timed out".into(),
-            io::ErrorKind::PermissionDenied => "denied by the host: not granted".into(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => super::TIMED_OUT.into(),
+            io::ErrorKind::PermissionDenied => super::NOT_GRANTED.into(),
             io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => "unreachable".into(),
             io::ErrorKind::ConnectionReset => "connection reset".into(),
             _ => err.to_string(),

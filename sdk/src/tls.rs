@@ -283,8 +283,8 @@ impl SessionError {
     /// granted`, or the host's message.
     pub fn describe(&self) -> String {
         match self.kind {
-            SessionErrorKind::TimedOut => "timed out".into(),
-            SessionErrorKind::Denied => "denied by the host: not granted".into(),
+            SessionErrorKind::TimedOut => crate::net::TIMED_OUT.into(),
+            SessionErrorKind::Denied => crate::net::NOT_GRANTED.into(),
             SessionErrorKind::Invalid | SessionErrorKind::Other => self.message.clone(),
         }
     }
