@@ -39,18 +39,22 @@ pub fn unix_seconds() -> f64 {
 /// The time since the Unix epoch, by the wall clock; zero if the clock
 /// reads earlier.
 pub fn since_unix_epoch() -> Duration {
-    wall_clock()
+    #[cfg(target_arch = "wasm32")]
+    {
+        let now = wasip2::clocks::wall_clock::now();
+        Duration::new(now.seconds, now.nanoseconds)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(target_arch = "wasm32")]
 fn monotonic_nanos() -> u64 {
     wasip2::clocks::monotonic_clock::now()
-}
-
-#[cfg(target_arch = "wasm32")]
-fn wall_clock() -> Duration {
-    let now = wasip2::clocks::wall_clock::now();
-    Duration::new(now.seconds, now.nanoseconds)
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -59,13 +63,6 @@ fn monotonic_nanos() -> u64 {
     static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
     let epoch = *EPOCH.get_or_init(std::time::Instant::now);
     u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-fn wall_clock() -> Duration {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
