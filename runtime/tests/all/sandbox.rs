@@ -106,6 +106,19 @@ async fn a_panic_without_std_is_a_trap_with_the_panic_message() {
     );
 }
 
+/// The SDK's allocator without std (wasi-libc's `malloc`, and
+/// `aligned_alloc` for stricter alignments, moved by hand on `realloc`)
+/// keeps blocks aligned and their contents through growth, and a plugin
+/// that exhausts it is stopped by the host's memory cap like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_allocator_without_std_aligns_keeps_and_is_capped() {
+    let plugin = guest(guests::ALLOC_NO_STD).await;
+    let r = run(&plugin, "", "\"aligned\"", &Grants::default(), 5 * SECOND).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let r = run(&plugin, "", "\"exhaust\"", &Grants::default(), 30 * SECOND).await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Memory)), "{r:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connecting_elsewhere_is_denied_and_never_reaches_the_listener() {
     let target = CountingListener::start().await;
