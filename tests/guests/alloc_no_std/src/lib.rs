@@ -30,7 +30,7 @@ fn grow<T: Copy>(n: usize, make: impl Fn(usize) -> T, read: impl Fn(&T) -> u8) -
     let mut v: Vec<T> = Vec::new();
     for i in 0..n {
         v.push(make(i));
-        if v.as_ptr() as usize % align != 0 {
+        if !(v.as_ptr() as usize).is_multiple_of(align) {
             return Err(format!(
                 "align {align}: a block at {:p} after {} pushes",
                 v.as_ptr(),
