@@ -63,9 +63,15 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
 
 impl log::Host for LogCtx {
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
-        if self.panic.is_none() && matches!(level, Level::Error) && message.starts_with("panicked") {
-            self.panic = Some(plugin_text(message.clone(), MAX_LOG_RECORD_BYTES));
-        }
+        // Cut before it is kept: the copy is of a record's size, not of
+        // whatever the plugin sent (cutting again in `admit` changes nothing).
+        let message = if self.panic.is_none() && matches!(level, Level::Error) && message.starts_with("panicked") {
+            let cut = plugin_text(message, MAX_LOG_RECORD_BYTES);
+            self.panic = Some(cut.clone());
+            cut
+        } else {
+            message
+        };
         let Some(message) = self.admit(message) else {
             return Ok(());
         };
