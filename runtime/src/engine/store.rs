@@ -18,6 +18,7 @@ use crate::host::bounds::{self, CallBounds};
 use crate::host::contain::RunLimits;
 use crate::host::grants::CallGrants;
 use crate::host::{Shared, exec, filesystem, grpc, http, log, outgoing_handler, sockets, tcp, tls};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use wasmtime::component::{Linker, ResourceTable};
@@ -46,7 +47,7 @@ pub(crate) struct CallState {
     empty_dir: Dir,
     // The capabilities' own states.
     /// wasmtime-wasi's context, once something has used it.
-    wasi: Option<WasiCtx>,
+    wasi: Option<Wasi>,
     /// The clocks, once the plugin has read one.
     clocks: Option<WasiClocksCtx>,
     wasi_http: WasiHttpCtx,
@@ -60,8 +61,37 @@ pub(crate) struct CallState {
     exec_limits: RunLimits,
     // The store's own.
     pub(crate) memory: MemoryCap,
-    /// What the plugin wrote to stderr, once its WASI context is built.
-    stderr: Option<MemoryOutputPipe>,
+}
+
+/// A call's WASI context, and the pipe its stderr goes to.
+struct Wasi {
+    ctx: WasiCtx,
+    stderr: MemoryOutputPipe,
+}
+
+impl Wasi {
+    /// A context whose sockets go through `grants` and whose stderr is
+    /// kept, with nothing else granted.
+    fn new(grants: &Arc<CallGrants>) -> Self {
+        Self::build(grants, |_| Ok::<(), core::convert::Infallible>(())).unwrap_or_else(|never| match never {})
+    }
+
+    /// The same, with `files` mounted read-only: opening one can fail.
+    fn with_files(grants: &Arc<CallGrants>, files: &[PathBuf]) -> Result<Self, String> {
+        Self::build(grants, |builder| filesystem::configure(builder, files))
+    }
+
+    fn build<E>(grants: &Arc<CallGrants>, more: impl FnOnce(&mut WasiCtxBuilder) -> Result<(), E>) -> Result<Self, E> {
+        let mut builder = WasiCtx::builder();
+        sockets::configure(&mut builder, grants.clone());
+        more(&mut builder)?;
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
+        builder.stderr(stderr.clone());
+        Ok(Self {
+            ctx: builder.build(),
+            stderr,
+        })
+    }
 }
 
 impl CallState {
@@ -77,12 +107,11 @@ impl CallState {
         memory: u64,
         deadline: Instant,
     ) -> Result<Self, String> {
-        let (wasi, stderr) = if grants.config().files.is_empty() {
-            (None, None)
+        let files = &grants.config().files;
+        let wasi = if files.is_empty() {
+            None
         } else {
-            let (mut builder, stderr) = wasi_builder(&grants);
-            filesystem::configure(&mut builder, &grants.config().files)?;
-            (Some(builder.build()), Some(stderr))
+            Some(Wasi::with_files(&grants, files)?)
         };
         let mut table = ResourceTable::new();
         table.set_max_capacity(bounds::limits().table_entries_per_call);
@@ -109,7 +138,6 @@ impl CallState {
             shared,
             tenant,
             empty_dir: empty_dir.clone(),
-            stderr,
         })
     }
 
@@ -127,7 +155,7 @@ impl CallState {
 
     /// The last line the plugin wrote to stderr, such as a panic message.
     pub(crate) fn stderr_tail(&self) -> Option<String> {
-        let bytes = self.stderr.as_ref()?.contents();
+        let bytes = self.wasi.as_ref()?.stderr.contents();
         let text = String::from_utf8_lossy(&bytes);
         let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
         // A Rust panic prints "thread '<unnamed>' panicked at FILE:LINE:COL:"
@@ -148,7 +176,7 @@ impl CallState {
     fn sockets_view(&mut self) -> sockets::SocketsView<'_> {
         sockets::SocketsView {
             inner: wasmtime_wasi::sockets::WasiSocketsCtxView {
-                ctx: wasi_ctx(&mut self.wasi, &mut self.stderr, &self.grants).sockets(),
+                ctx: wasi_ctx(&mut self.wasi, &self.grants).sockets(),
                 table: &mut self.table,
             },
             grants: &self.grants,
@@ -222,7 +250,7 @@ impl CallState {
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
-            ctx: wasi_ctx(&mut self.wasi, &mut self.stderr, &self.grants),
+            ctx: wasi_ctx(&mut self.wasi, &self.grants),
             table: &mut self.table,
         }
     }
@@ -236,26 +264,9 @@ impl IoView for CallState {
 
 /// The call's WASI context, built now if this is its first use (the call
 /// has no `files` grant then: [`CallState::new`] built it otherwise).
-fn wasi_ctx<'a>(
-    wasi: &'a mut Option<WasiCtx>,
-    stderr: &mut Option<MemoryOutputPipe>,
-    grants: &Arc<CallGrants>,
-) -> &'a mut WasiCtx {
-    wasi.get_or_insert_with(|| {
-        let (mut builder, pipe) = wasi_builder(grants);
-        *stderr = Some(pipe);
-        builder.build()
-    })
-}
-
-/// A WASI context for one call whose sockets go through its grants and
-/// whose stderr is kept (the returned pipe), with nothing else granted.
-fn wasi_builder(grants: &Arc<CallGrants>) -> (WasiCtxBuilder, MemoryOutputPipe) {
-    let mut builder = WasiCtx::builder();
-    sockets::configure(&mut builder, grants.clone());
-    let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
-    builder.stderr(stderr.clone());
-    (builder, stderr)
+fn wasi_ctx<'a>(wasi: &'a mut Option<Wasi>, grants: &Arc<CallGrants>) -> &'a mut WasiCtx {
+    let wasi = wasi.get_or_insert_with(|| Wasi::new(grants));
+    &mut wasi.ctx
 }
 
 impl WasiHttpView for CallState {
@@ -333,10 +344,10 @@ mod tests {
         assert!(lazy.wasi.is_none(), "built for the clocks or wasi:io");
         // Anything else builds it, stderr capture included.
         let _ = lazy.sockets_view();
-        assert!(lazy.wasi.is_some() && lazy.stderr.is_some());
+        assert!(lazy.wasi.is_some());
 
         let granted = state(vec![dir.path().to_path_buf()], &empty).unwrap();
-        assert!(granted.wasi.is_some() && granted.stderr.is_some());
+        assert!(granted.wasi.is_some());
 
         // Opening a granted directory fails when the call starts, named.
         let missing = dir.path().join("missing");
