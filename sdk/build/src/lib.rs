@@ -105,10 +105,8 @@ pub fn build(workspace: &Path, packages: &[&str]) -> Vec<Built> {
 }
 
 fn cargo_build(workspace: &Path, target_dir: &Path, packages: &[&str]) {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace)
-        .args(["build", "--release", "--target", TARGET, "--target-dir"])
+    let mut cmd = cargo(workspace);
+    cmd.args(["build", "--release", "--target", TARGET, "--target-dir"])
         .arg(target_dir);
     for p in packages {
         cmd.args(["-p", p]);
@@ -127,6 +125,14 @@ fn cargo_build(workspace: &Path, target_dir: &Path, packages: &[&str]) {
     assert!(status.success(), "building {packages:?} for {TARGET} failed");
 }
 
+/// The cargo that runs this build script (else the one on `PATH`), in
+/// `workspace`.
+fn cargo(workspace: &Path) -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(workspace);
+    cmd
+}
+
 /// The workspace's members whose manifest says they are built without
 /// std, as `cargo metadata` reports them:
 ///
@@ -135,9 +141,7 @@ fn cargo_build(workspace: &Path, target_dir: &Path, packages: &[&str]) {
 /// no-std = true
 /// ```
 fn no_std_packages(workspace: &Path) -> BTreeSet<String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .current_dir(workspace)
+    let out = cargo(workspace)
         .args(["metadata", "--no-deps", "--format-version", "1", "--offline"])
         .output()
         .expect("cannot run cargo metadata");
