@@ -42,6 +42,8 @@ extern crate alloc;
 #[cfg(all(not(feature = "std"), not(target_arch = "wasm32")))]
 extern crate std;
 
+#[cfg(any(test, all(target_arch = "wasm32", feature = "arena")))]
+mod arena;
 pub mod duration;
 pub mod exec;
 pub mod fs;

@@ -10,12 +10,16 @@ use wasip2::filesystem::preopens::get_directories;
 use wasip2::filesystem::types::{Descriptor, DescriptorFlags, DescriptorStat, ErrorCode, OpenFlags, PathFlags};
 
 // wasi-libc's static library, which std's guests link too: `memcmp` and
-// `bcmp` (which `core` calls and wasm has no instruction for), and its
-// `malloc`, which takes the initial memory's free tail before growing the
-// memory (the `dlmalloc` crate grows it at the first allocation, and every
-// growth costs the host an `mprotect` on the way up and another at the
-// reset). The linker takes only those objects; they import nothing.
+// `bcmp` (which `core` calls and wasm has no instruction for), and, unless
+// the `arena` feature is on, its `malloc`, which takes the initial memory's
+// free tail before growing the memory (the `dlmalloc` crate grows it at the
+// first allocation, and every growth costs the host an `mprotect` on the
+// way up and another at the reset). The linker takes only those objects;
+// they import nothing.
 #[link(name = "c")]
+unsafe extern "C" {}
+
+#[cfg(not(feature = "arena"))]
 unsafe extern "C" {
     fn malloc(size: usize) -> *mut u8;
     fn aligned_alloc(align: usize, size: usize) -> *mut u8;
@@ -25,13 +29,16 @@ unsafe extern "C" {
 
 /// The alignment `malloc` is relied on for, as std relies on it for
 /// wasm32; anything stricter goes to `aligned_alloc`.
+#[cfg(not(feature = "arena"))]
 const MALLOC_ALIGN: usize = 8;
 
 /// The global allocator: wasi-libc's `malloc`, as std's `System` uses it.
+#[cfg(not(feature = "arena"))]
 struct LibcMalloc;
 
 // SAFETY: each method passes the layout's size and alignment to the libc
 // function that honours them, as `GlobalAlloc` requires.
+#[cfg(not(feature = "arena"))]
 unsafe impl core::alloc::GlobalAlloc for LibcMalloc {
     unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
         // SAFETY: plain libc calls; `aligned_alloc` wants a power-of-two
@@ -68,8 +75,13 @@ unsafe impl core::alloc::GlobalAlloc for LibcMalloc {
     }
 }
 
+#[cfg(not(feature = "arena"))]
 #[global_allocator]
 static ALLOCATOR: LibcMalloc = LibcMalloc;
+
+#[cfg(feature = "arena")]
+#[global_allocator]
+static ALLOCATOR: crate::arena::Arena = crate::arena::Arena::new();
 
 /// A panic ends the call with a trap, which the host records as the
 /// plugin's error. Without std there is no stderr to print the message

@@ -117,6 +117,33 @@ async fn the_allocator_without_std_aligns_keeps_and_is_capped() {
     assert_eq!(r.status, Status::Success, "{r:?}");
     let r = run(&plugin, "", "\"exhaust\"", &Grants::default(), 30 * SECOND).await;
     assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Memory)), "{r:?}");
+    for config in ["\"lifo\"", "\"churn\""] {
+        let r = run(&plugin, "", config, &Grants::default(), 30 * SECOND).await;
+        assert_eq!(r.status, Status::Success, "{config}: {r:?}");
+    }
+}
+
+/// The SDK's `arena` allocator (without std, a bump allocator whose free
+/// only gives back the latest block) keeps the same promises: aligned
+/// blocks that keep their contents, the memory cap, and a block freed
+/// right after it was allocated taken again. What it gives up, reusing a
+/// block freed out of order, ends the call at the memory cap as
+/// documented, never beyond it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_arena_allocator_aligns_keeps_reuses_the_latest_and_is_capped() {
+    let plugin = guest(guests::ALLOC_ARENA).await;
+    for config in ["\"aligned\"", "\"lifo\""] {
+        let r = run(&plugin, "", config, &Grants::default(), 30 * SECOND).await;
+        assert_eq!(r.status, Status::Success, "{config}: {r:?}");
+    }
+    for config in ["\"exhaust\"", "\"churn\""] {
+        let r = run(&plugin, "", config, &Grants::default(), 30 * SECOND).await;
+        assert_eq!(
+            (r.status, r.reason),
+            (Status::Unknown, Some(Reason::Memory)),
+            "{config}: {r:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,13 @@
 //! through `realloc` (a stricter alignment than `malloc`'s is moved by
 //! hand), must stay aligned and keep their contents; with `"exhaust"`, the
 //! plugin allocates until the host's memory cap refuses more.
+//!
+//! Built twice: as `alloc_no_std` (wasi-libc's `malloc`) and as
+//! `alloc_arena` (the SDK's `arena` feature). Two more configs tell them
+//! apart: `"lifo"` allocates and frees 1 MiB 100 times (both reuse it),
+//! `"churn"` frees each 1 MiB block after allocating a small one (`malloc`
+//! reuses it; the arena keeps it until the call ends, so 100 of them
+//! meet the default 64 MiB memory cap).
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
@@ -56,6 +63,22 @@ impl Probe for AllocNoStd {
                     core::hint::black_box(&hoard);
                 }
             }
+            "\"lifo\"" => {
+                for i in 0..100u32 {
+                    let block = alloc::vec![i as u8; 1 << 20];
+                    core::hint::black_box(&block);
+                }
+                Ok(Outcome::success("100 MiB allocated and freed, 1 MiB at a time"))
+            }
+            "\"churn\"" => {
+                let mut kept: Vec<Vec<u8>> = Vec::with_capacity(100);
+                for i in 0..100u32 {
+                    let block = alloc::vec![i as u8; 1 << 20];
+                    kept.push(alloc::vec![i as u8; 8]);
+                    core::hint::black_box(&block);
+                }
+                Ok(Outcome::success(format!("{} small blocks kept", kept.len())))
+            }
             "\"aligned\"" => {
                 let checks = [
                     grow(3000, |i| i as u8, |x| *x),
@@ -70,7 +93,7 @@ impl Probe for AllocNoStd {
                 }
             }
             other => Err(ProbeError::invalid_config(format!(
-                "config {other}: \"aligned\" or \"exhaust\""
+                "config {other}: \"aligned\", \"exhaust\", \"lifo\" or \"churn\""
             ))),
         }
     }
