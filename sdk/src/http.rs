@@ -98,8 +98,27 @@ impl HttpResponse {
 /// Sends `req` through the host's probe transport and reads the response,
 /// within `req.timeout`.
 pub fn send(req: &HttpRequest) -> Result<HttpResponse, ProbeError> {
-    use crate::bindings::sonde::probe::http::{self as host, HttpError};
-    let request = host::Request {
+    use crate::bindings::sonde::probe::http as host;
+    from_wit(host::send(&to_wit(req)))
+}
+
+/// The most header names [`send_keeping`] takes.
+pub const MAX_KEPT_HEADERS: usize = 64;
+
+/// As [`send`], but the response carries only the headers named in `keep`
+/// (in any case; at most [`MAX_KEPT_HEADERS`] names, or the host answers
+/// [`ProbeError::InvalidConfig`]). Each header the host returns is copied
+/// into the plugin's memory, so a check that reads one or two of them is
+/// cheaper this way: the built-in `http` plugin keeps `location` and the
+/// headers its config matches.
+pub fn send_keeping(req: &HttpRequest, keep: &[&str]) -> Result<HttpResponse, ProbeError> {
+    use crate::bindings::sonde::probe::http as host;
+    let keep: Vec<String> = keep.iter().map(|&k| k.into()).collect();
+    from_wit(host::send_keeping(&to_wit(req), &keep))
+}
+
+fn to_wit(req: &HttpRequest) -> crate::bindings::sonde::probe::http::Request {
+    crate::bindings::sonde::probe::http::Request {
         method: req.method.clone(),
         url: req.url.clone(),
         headers: req.headers.clone(),
@@ -108,8 +127,14 @@ pub fn send(req: &HttpRequest) -> Result<HttpResponse, ProbeError> {
         max_body: u32::try_from(req.max_body).unwrap_or(u32::MAX),
         tls: req.tls.to_wit(),
         keepalive: req.keepalive,
-    };
-    match host::send(&request) {
+    }
+}
+
+fn from_wit(
+    result: Result<crate::bindings::sonde::probe::http::Response, crate::bindings::sonde::probe::http::HttpError>,
+) -> Result<HttpResponse, ProbeError> {
+    use crate::bindings::sonde::probe::http::HttpError;
+    match result {
         Ok(r) => Ok(HttpResponse {
             status: r.status,
             headers: r.headers.into_iter().map(|(n, v)| (n, v.into_bytes())).collect(),

@@ -25,7 +25,7 @@ use alloc::vec::Vec;
 use core::time::Duration;
 use regex::Regex;
 use serde::Deserialize;
-use sonde_sdk::http::{HttpRequest, HttpResponse, send};
+use sonde_sdk::http::{HttpRequest, HttpResponse, send_keeping};
 use sonde_sdk::tls::TlsOptions;
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
 
@@ -210,6 +210,14 @@ impl Probe for Http {
             .as_deref()
             .map(|p| regex("body_not_regex", p))
             .transpose()?;
+        // `location` and these are the headers the host returns.
+        if config.header_regex.len() >= sonde_sdk::http::MAX_KEPT_HEADERS {
+            return Err(ProbeError::invalid_config(format!(
+                "header_regex: {} headers, at most {}",
+                config.header_regex.len(),
+                sonde_sdk::http::MAX_KEPT_HEADERS - 1
+            )));
+        }
         let header_regex: Vec<(String, Regex)> = config
             .header_regex
             .iter()
@@ -247,10 +255,14 @@ impl Probe for Http {
             tls,
             keepalive: config.keepalive,
         };
+        // The headers the checks read: the host returns no others.
+        let keep: Vec<&str> = core::iter::once("location")
+            .chain(header_regex.iter().map(|(name, _)| name.as_str()))
+            .collect();
         let mut total = Duration::ZERO;
         let mut hops = 0;
         let response = loop {
-            let response = match send(&request) {
+            let response = match send_keeping(&request, &keep) {
                 Ok(r) => r,
                 Err(ProbeError::Io(m)) => {
                     return Ok(Outcome::failure(format!("{} {}: {m}", request.method, request.url)));

@@ -55,6 +55,15 @@ const ALPN: &[&[u8]] = &[b"http/1.1"];
 /// The most of a response body the host reads for a plugin.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// The most header names a `send-keeping` call may name.
+pub const MAX_KEPT_HEADERS: usize = 64;
+
+/// Whether the response header `name` goes back to the plugin: all of
+/// them for `send`, those named for `send-keeping`.
+fn kept(keep: Option<&[String]>, name: &str) -> bool {
+    keep.is_none_or(|names| names.iter().any(|k| k.eq_ignore_ascii_case(name)))
+}
+
 /// Where one request goes, as checked against the grants.
 struct Target {
     uri: http::Uri,
@@ -149,6 +158,7 @@ async fn exchange(
     tenant: &Arc<str>,
     req: ProbeRequest,
     target: Target,
+    keep: Option<&[String]>,
 ) -> Result<ProbeResponse, HttpError> {
     let start = Instant::now();
     let request = build_request(&req, &target)?;
@@ -190,6 +200,7 @@ async fn exchange(
     let headers = response
         .headers()
         .iter()
+        .filter(|(n, _)| kept(keep, n.as_str()))
         .map(|(n, v)| {
             (
                 n.as_str().to_string(),
@@ -245,12 +256,26 @@ async fn exchange(
 
 impl probe_http::Host for HttpView<'_> {
     async fn send(&mut self, req: ProbeRequest) -> wasmtime::Result<Result<ProbeResponse, HttpError>> {
-        Ok(self.send_checked(req).await)
+        Ok(self.send_checked(req, None).await)
+    }
+
+    async fn send_keeping(
+        &mut self,
+        req: ProbeRequest,
+        keep: Vec<String>,
+    ) -> wasmtime::Result<Result<ProbeResponse, HttpError>> {
+        if keep.len() > MAX_KEPT_HEADERS {
+            return Ok(Err(HttpError::Invalid(format!(
+                "{} response headers to keep, at most {MAX_KEPT_HEADERS}",
+                keep.len()
+            ))));
+        }
+        Ok(self.send_checked(req, Some(&keep)).await)
     }
 }
 
 impl HttpView<'_> {
-    async fn send_checked(&self, req: ProbeRequest) -> Result<ProbeResponse, HttpError> {
+    async fn send_checked(&self, req: ProbeRequest, keep: Option<&[String]>) -> Result<ProbeResponse, HttpError> {
         let uri: http::Uri = req
             .url
             .parse()
@@ -285,11 +310,11 @@ impl HttpView<'_> {
         let timeout = Duration::from_millis(req.timeout_ms);
         if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            return exchange(self.tls, self.bounds, self.pool, self.tenant, req, target).await;
+            return exchange(self.tls, self.bounds, self.pool, self.tenant, req, target, keep).await;
         }
         match tokio::time::timeout(
             timeout,
-            exchange(self.tls, self.bounds, self.pool, self.tenant, req, target),
+            exchange(self.tls, self.bounds, self.pool, self.tenant, req, target, keep),
         )
         .await
         {
@@ -299,5 +324,21 @@ impl HttpView<'_> {
                 timeout.as_millis()
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kept;
+
+    #[test]
+    fn headers_kept_are_those_named_in_any_case() {
+        let names = ["location".to_string(), "X-Trace".to_string()];
+        assert!(kept(None, "content-length"), "send keeps every header");
+        assert!(kept(Some(&names), "location"));
+        assert!(kept(Some(&names), "x-trace"));
+        assert!(!kept(Some(&names), "content-length"));
+        assert!(!kept(Some(&names), "locatio"));
+        assert!(!kept(Some(&[]), "location"));
     }
 }

@@ -1,8 +1,9 @@
 //! The built-in http plugin against a real hyper server.
 
-use crate::support::check;
+use crate::support::{check, guest, run};
+use sonde_runtime::host::Grants;
 use sonde_runtime::verdict::{Reason, RunResult, Status};
-use sonde_tests::{HttpServer, closed_port};
+use sonde_tests::{HttpServer, closed_port, guests};
 use std::time::{Duration, Instant};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -159,4 +160,37 @@ async fn a_closed_port_is_a_failure() {
     let r = check("http", &closed_port().to_string(), "{}", SECOND).await;
     assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
     assert!(r.message.contains("connect"), "{}", r.message);
+}
+
+/// `send-keeping` returns only the headers asked for, whatever their case,
+/// and refuses more names than the host takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_keeping_returns_only_the_headers_named() {
+    let server = HttpServer::start().await;
+    let plugin = guest(guests::HTTP_ELSEWHERE).await;
+    let url = format!("http://{}/ok", server.addr);
+    let target = server.addr.to_string();
+    let grants = Grants::default();
+    let message = |keep: serde_json::Value| {
+        let config = serde_json::json!({"url": url, "keep": keep}).to_string();
+        let (plugin, target, grants) = (&plugin, &target, &grants);
+        async move {
+            let r = run(plugin, target, &config, grants, SECOND).await;
+            assert_eq!(r.status, Status::Success, "{r:?}");
+            r.message
+        }
+    };
+    // hyper's server sends content-length and date.
+    assert!(
+        message(serde_json::json!(["Content-Length", "x-absent"]))
+            .await
+            .ends_with(r#"Ok((200, ["content-length"]))"#)
+    );
+    assert!(message(serde_json::json!([])).await.ends_with("Ok((200, []))"));
+    let names: Vec<String> = (0..65).map(|i| format!("x-{i}")).collect();
+    let too_many = message(serde_json::json!(names)).await;
+    assert!(
+        too_many.contains("InvalidConfig(\"65 response headers to keep, at most 64\")"),
+        "{too_many}"
+    );
 }

@@ -183,23 +183,25 @@ async fn looking_up_an_ungranted_name_is_denied() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_to_an_ungranted_host_is_denied_and_sends_nothing() {
-    // Through sonde's probe transport and through standard wasi:http.
-    for (plugin, key, value) in [
-        (guests::HTTP_ELSEWHERE, "url", "http://{}/"),
-        (guests::WASI_HTTP_ELSEWHERE, "authority", "{}"),
+    // Through sonde's probe transport (`send` and `send-keeping`) and
+    // through standard wasi:http.
+    for (plugin, config) in [
+        (guests::HTTP_ELSEWHERE, r#"{"url": "http://{}/"}"#),
+        (guests::HTTP_ELSEWHERE, r#"{"url": "http://{}/", "keep": ["location"]}"#),
+        (guests::WASI_HTTP_ELSEWHERE, r#"{"authority": "{}"}"#),
     ] {
         let elsewhere = CountingListener::start().await;
-        let config = serde_json::json!({ key: value.replace("{}", &elsewhere.addr.to_string()) }).to_string();
+        let config = config.replace("{}", &elsewhere.addr.to_string());
         let target = closed_port().to_string();
         let r = run(&guest(plugin).await, &target, &config, &Grants::default(), SECOND).await;
         assert_eq!(
             (r.status, r.reason),
             (Status::Unknown, Some(Reason::Denied)),
-            "{plugin}: {r:?}"
+            "{plugin} {config}: {r:?}"
         );
         assert!(r.message.contains("HTTP request"), "{}", r.message);
         let reached = accepted_before_now(elsewhere.addr, || elsewhere.accepted()).await;
-        assert_eq!(reached, 0, "{plugin}");
+        assert_eq!(reached, 0, "{plugin} {config}");
     }
 }
 
