@@ -71,6 +71,14 @@ async fn send_expect_against_a_real_redis() {
     assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
     assert!(r.message.contains("expected /^\\+PANG/"), "{}", r.message);
     assert_eq!(r.detail.as_deref(), Some("+PONG\\r\\n"));
+
+    // The deepest regex the plugin accepts (regex's nesting limit is 250)
+    // compiles within the built-ins' 256 KiB stack (.cargo/config.toml):
+    // with 64 KiB it trapped.
+    let deep = format!("{}\\+PONG{}", "(".repeat(249), ")".repeat(249));
+    let config = serde_json::json!({"send": "PING\r\n", "expect": deep}).to_string();
+    let r = check("tcp", &target, &config, SECOND).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
