@@ -16,7 +16,7 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 fn cases_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/cases/config")
+    crate::support::repo().join("tests/cases/config")
 }
 
 /// The rule a problem stands for: one name per variant. The match is

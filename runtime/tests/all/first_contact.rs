@@ -323,8 +323,7 @@ async fn status_exits_0_when_healthy_2_when_not_3_when_unreachable() {
 
 #[test]
 fn the_systemd_unit_verifies() {
-    let unit =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/systemd/sonde.service")).unwrap();
+    let unit = std::fs::read_to_string(crate::support::repo().join("deploy/systemd/sonde.service")).unwrap();
     for line in [
         "Type=notify",
         "ExecReload=/bin/kill -HUP $MAINPID",
@@ -403,7 +402,7 @@ fn completions_man_page_and_version_come_from_the_cli() {
     let version = String::from_utf8_lossy(&version.stdout);
     let commit = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(crate::support::repo())
         .output()
         .ok()
         .filter(|o| o.status.success())

@@ -204,7 +204,7 @@ const YAML_TOKENS: &[&str] = &[
 /// The valid config cases, the corpus the mutations start from. References
 /// to OCI registries are left out: a mutated one would wait on a network.
 fn config_corpus() -> Vec<(PathBuf, String)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/cases/config");
+    let dir = crate::support::repo().join("tests/cases/config");
     let mut out = Vec::new();
     for sub in ["valid", "invalid"] {
         for e in std::fs::read_dir(dir.join(sub)).unwrap().flatten() {

@@ -49,7 +49,7 @@ fn a_new_plugin_builds_and_passes_its_own_tests() {
     ] {
         assert!(demo.join(file).is_file(), "{file} missing");
     }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo = crate::support::repo();
     std::fs::copy(repo.join("Cargo.lock"), demo.join("Cargo.lock")).unwrap();
 
     let out = cargo(&demo, &["build", "--target", "wasm32-wasip2", "--release"]);
