@@ -4,8 +4,8 @@
 //! Every call of a plugin runs in a fresh instance whose memory is thrown
 //! away when the call ends, so nothing a call allocates needs to be reused
 //! by a later call. The arena hands out the memory after the plugin's data
-//! (`__heap_base`) in order, growing the memory a page at a time when it
-//! runs out; freeing the most recent block gives it back, any other free
+//! (`__heap_base`) in order, growing the memory by the pages a block
+//! lacks when it runs out; freeing the most recent block gives it back, any other free
 //! is a no-op. An allocation is a few instructions instead of `dlmalloc`'s
 //! bins and boundary tags, which were a tenth of the http plugin's wasm
 //! time (BENCHMARKS.md).
@@ -19,7 +19,7 @@
 /// The arena's bookkeeping, on addresses only: where the next block
 /// starts and where the memory ends. Growing the memory is the caller's
 /// (`grow` takes the bytes missing and returns the new end, or `None`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Bump {
     next: usize,
     end: usize,

@@ -19,69 +19,78 @@ use wasip2::filesystem::types::{Descriptor, DescriptorFlags, DescriptorStat, Err
 #[link(name = "c")]
 unsafe extern "C" {}
 
-#[cfg(not(feature = "arena"))]
-unsafe extern "C" {
-    fn malloc(size: usize) -> *mut u8;
-    fn aligned_alloc(align: usize, size: usize) -> *mut u8;
-    fn realloc(ptr: *mut u8, size: usize) -> *mut u8;
-    fn free(ptr: *mut u8);
-}
-
-/// The alignment `malloc` is relied on for, as std relies on it for
-/// wasm32; anything stricter goes to `aligned_alloc`.
-#[cfg(not(feature = "arena"))]
-const MALLOC_ALIGN: usize = 8;
-
-/// The global allocator: wasi-libc's `malloc`, as std's `System` uses it.
-#[cfg(not(feature = "arena"))]
-struct LibcMalloc;
-
-// SAFETY: each method passes the layout's size and alignment to the libc
-// function that honours them, as `GlobalAlloc` requires.
-#[cfg(not(feature = "arena"))]
-unsafe impl core::alloc::GlobalAlloc for LibcMalloc {
-    unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
-        // SAFETY: plain libc calls; `aligned_alloc` wants a power-of-two
-        // alignment, which `Layout` guarantees.
-        unsafe {
-            if layout.align() <= MALLOC_ALIGN && layout.align() <= layout.size() {
-                malloc(layout.size())
-            } else {
-                aligned_alloc(layout.align(), layout.size())
-            }
-        }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, _layout: core::alloc::Layout) {
-        // SAFETY: `ptr` came from `alloc` or `realloc` above.
-        unsafe { free(ptr) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: core::alloc::Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: `ptr` came from this allocator with `layout`; `realloc`
-        // keeps `malloc`'s alignment, and a stricter one is copied by hand.
-        unsafe {
-            if layout.align() <= MALLOC_ALIGN && layout.align() <= new_size {
-                realloc(ptr, new_size)
-            } else {
-                let new = aligned_alloc(layout.align(), new_size);
-                if !new.is_null() {
-                    core::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
-                    free(ptr);
-                }
-                new
-            }
-        }
-    }
-}
-
-#[cfg(not(feature = "arena"))]
-#[global_allocator]
-static ALLOCATOR: LibcMalloc = LibcMalloc;
-
+/// The global allocator: the `arena` feature's bump allocator, else
+/// wasi-libc's `malloc`.
 #[cfg(feature = "arena")]
+type Allocator = crate::arena::Arena;
+#[cfg(not(feature = "arena"))]
+type Allocator = libc_malloc::LibcMalloc;
+
 #[global_allocator]
-static ALLOCATOR: crate::arena::Arena = crate::arena::Arena::new();
+static ALLOCATOR: Allocator = Allocator::new();
+
+#[cfg(not(feature = "arena"))]
+mod libc_malloc {
+    use core::alloc::{GlobalAlloc, Layout};
+
+    unsafe extern "C" {
+        fn malloc(size: usize) -> *mut u8;
+        fn aligned_alloc(align: usize, size: usize) -> *mut u8;
+        fn realloc(ptr: *mut u8, size: usize) -> *mut u8;
+        fn free(ptr: *mut u8);
+    }
+
+    /// The alignment `malloc` is relied on for, as std relies on it for
+    /// wasm32; anything stricter goes to `aligned_alloc`.
+    const MALLOC_ALIGN: usize = 8;
+
+    /// wasi-libc's `malloc`, as std's `System` uses it.
+    pub(super) struct LibcMalloc;
+
+    impl LibcMalloc {
+        pub(super) const fn new() -> Self {
+            Self
+        }
+    }
+
+    // SAFETY: each method passes the layout's size and alignment to the libc
+    // function that honours them, as `GlobalAlloc` requires.
+    unsafe impl GlobalAlloc for LibcMalloc {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: plain libc calls; `aligned_alloc` wants a power-of-two
+            // alignment, which `Layout` guarantees.
+            unsafe {
+                if layout.align() <= MALLOC_ALIGN && layout.align() <= layout.size() {
+                    malloc(layout.size())
+                } else {
+                    aligned_alloc(layout.align(), layout.size())
+                }
+            }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+            // SAFETY: `ptr` came from `alloc` or `realloc` above.
+            unsafe { free(ptr) }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            // SAFETY: `ptr` came from this allocator with `layout`; `realloc`
+            // keeps `malloc`'s alignment, and a stricter one is copied by hand.
+            unsafe {
+                if layout.align() <= MALLOC_ALIGN && layout.align() <= new_size {
+                    realloc(ptr, new_size)
+                } else {
+                    let new = aligned_alloc(layout.align(), new_size);
+                    if !new.is_null() {
+                        core::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                        free(ptr);
+                    }
+                    new
+                }
+            }
+        }
+    }
+}
 
 /// A panic ends the call with a trap, which the host records as the
 /// plugin's error. Without std there is no stderr to print the message
