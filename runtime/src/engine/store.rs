@@ -10,8 +10,9 @@
 //! at its first use, not with the store: most calls never touch it. The
 //! clocks and `wasi:io` are linked to parts of their own (the call's
 //! [`WasiClocksCtx`], itself built at the first clock read, and resource
-//! table), so timing a check or polling a stream does not build it either. A call with `files` grants builds it
-//! up front, where opening a granted directory can fail.
+//! table), so timing a check or polling a stream does not build it
+//! either. A call with `files` grants builds it up front, where opening a
+//! granted directory can fail.
 
 use super::limits::MemoryCap;
 use crate::host::bounds::{self, CallBounds};
