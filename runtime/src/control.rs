@@ -412,6 +412,8 @@ fn uploaders_fault(e: &LoadError) -> bool {
             | LoadError::UnknownImport { .. }
             | LoadError::Compile { .. }
             | LoadError::OverBudget { .. }
+            // Its `describe` trapped, timed out or reached past its grants.
+            | LoadError::Describe { .. }
     )
 }
 

@@ -200,7 +200,9 @@ async fn tenants_add_plugins_and_probes_that_survive_a_restart_and_bad_uploads_s
     let not_a_plugin = std::fs::read(guests::NOT_A_PLUGIN).unwrap();
     let too_big = vec![0u8; sonde_runtime::managed::MAX_PLUGIN_BYTES + 1];
     let backdoor = std::fs::read(guests::IMPORT_BACKDOOR).unwrap();
-    let cases: [(&str, &[u8], u16, &str); 7] = [
+    let bad_describe = std::fs::read(guests::PANIC_IN_DESCRIBE).unwrap();
+    let cases: [(&str, &[u8], u16, &str); 8] = [
+        ("bad-describe", &bad_describe, 422, "describe() failed"),
         ("backdoor", &backdoor, 422, "evil:backdoor/door"),
         ("text", b"hello", 422, "not a WebAssembly file"),
         ("core", b"\0asm\x01\0\0\0", 422, "core WebAssembly module"),
