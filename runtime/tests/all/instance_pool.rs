@@ -2,7 +2,8 @@
 //! keeps at most a few pages resident however much its last call wrote,
 //! and the slots ever used are as many as calls ran at once, however many
 //! plugins came and went (the 10-minute soak grew past its 5 % bound on
-//! both before they were).
+//! both before they were). And what a slot keeps is never seen: a call
+//! finds nothing the calls before it left there.
 
 use sonde_runtime::engine::{Call, Engine, EngineConfig, Limits};
 use sonde_runtime::host::Grants;
@@ -73,5 +74,44 @@ async fn replaced_plugins_reuse_the_pools_idle_slots_instead_of_taking_fresh_one
         pool.idle_memories <= 2,
         "{} idle memory slots after {ROUNDS} one-at-a-time calls of replaced plugins: {pool:?}",
         pool.idle_memories
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_finds_nothing_an_earlier_call_left_in_its_slot() {
+    let engine = engine();
+    let grants = Arc::new(Grants::default());
+    let plugin = engine.load_file(guests::REMEMBER_CALLS.as_ref()).await.unwrap();
+    // The guest's scan finds its marker, and its statics changed, when the
+    // call itself left them: what the calls below look for is visible.
+    let own = engine
+        .run(
+            &plugin,
+            &Call {
+                config: "\"self-test\"",
+                ..call(&grants)
+            },
+        )
+        .await;
+    assert_eq!(own.status, Status::Failure, "{own:?}");
+    for trace in ["the marker at", ".data static 0x5eee", ".bss static 1"] {
+        assert!(own.message.contains(trace), "the self-test did not see {trace:?}: {own:?}");
+    }
+    // One call at a time, each in the slot the calls before it used (the
+    // pool keeps a module's slot for it), each leaving its traces.
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        let r = engine.run(&plugin, &call(&grants)).await;
+        assert_eq!(r.status, Status::Success, "{r:?}");
+        seen.push(r.message);
+    }
+    // The same memory size and the same heap position every time: nothing
+    // of the allocator's state carried over either.
+    seen.dedup();
+    assert_eq!(seen.len(), 1, "calls saw different memories: {seen:?}");
+    let pool = engine.pool_stats().expect("an instance pool");
+    assert!(
+        pool.idle_memories <= 2,
+        "the calls did not reuse a slot, so nothing was shown: {pool:?}"
     );
 }
