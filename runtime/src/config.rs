@@ -292,6 +292,7 @@ impl ApiLimits {
 ///   table_entries_per_call: 256     # resource-table entries per call (64..65536)
 ///   fields_bytes: 16KiB             # one wasi:http fields (1KiB..1MiB); entries × this
 ///                                   # is the host memory a call may pin (≤ 256MiB)
+///   argument_bytes: 4MiB            # what one host call copies out of the guest (64KiB..64MiB)
 ///   sockets_per_call: 64            # sockets the host opens for one call
 ///   lookups_per_call: 4             # wasi:sockets name lookups in flight per call
 ///   lookups_in_flight: 32           # name lookups for plugins, agent-wide
@@ -310,6 +311,9 @@ pub struct SandboxSpec {
     /// `fields_bytes: 16KiB`.
     #[serde(default)]
     pub fields_bytes: Option<Size>,
+    /// `argument_bytes: 4MiB`.
+    #[serde(default)]
+    pub argument_bytes: Option<Size>,
     /// `sockets_per_call: 64`.
     #[serde(default)]
     pub sockets_per_call: Option<u32>,

@@ -111,7 +111,7 @@ mod tests {
         let cap = MemoryCap::new(DEFAULT_MEMORY);
         assert_eq!(
             cap.cap as u64,
-            DEFAULT_MEMORY - 4 * 1024 * 1024,
+            DEFAULT_MEMORY - 8 * 1024 * 1024,
             "the host's share is taken out"
         );
     }

@@ -12,6 +12,16 @@
 //!   Bodies and messages the host reads for a plugin are capped where they
 //!   are read (`http::MAX_BODY_BYTES`, `grpc::MAX_MESSAGE_BYTES`) and
 //!   copied into the guest's memory, which its cap bounds.
+//! - **What one host call copies out of the guest**: the strings and lists
+//!   a plugin passes to a host function (and returns from `check` or
+//!   `describe`) are copied into host memory before any host code sees
+//!   them, at most [`ARGUMENT_BYTES`] per host call, counted by wasmtime as
+//!   it copies (each string's bytes, each list's elements at their host
+//!   size). Guest memory alone would not bound it: a list's strings may all
+//!   point at the same bytes, so a few MiB of guest memory could name
+//!   gigabytes. Past the bound the call traps and the run is `unknown`,
+//!   reason `host-limit`; the bound is also taken out of the call's memory
+//!   cap.
 //! - **Sockets**: every socket the host opens for a call (a `wasi:sockets`
 //!   socket, created or not connected; a `tcp`/`tls` session or handshake;
 //!   an `http` or `grpc` connection) counts: at most [`SOCKETS_PER_CALL`]
@@ -22,7 +32,7 @@
 //!   is `unknown`, reason `host-limit`, whatever the plugin makes of it.
 //!
 //! Per tenant, the per-call bounds multiply by the tenant's concurrent runs
-//! (`quotas.max_concurrent_runs`, default 4: 256 sockets, 16 MiB of host
+//! (`quotas.max_concurrent_runs`, default 4: 256 sockets, 32 MiB of host
 //! memory); the agent-wide socket budget keeps half of the file
 //! descriptors for everything else, so a hoarding tenant makes its own
 //! runs `unknown` but cannot take the descriptors other tenants' probes and
@@ -40,9 +50,15 @@ pub const TABLE_ENTRIES_PER_CALL: usize = 256;
 /// `fields` resource may hold: twice what HTTP servers usually accept for
 /// all of a request's headers.
 pub const FIELDS_BYTES: usize = 16 * 1024;
-/// The host memory a call's resources can pin: every table entry a full
-/// `fields` (4 MiB). Taken out of the call's memory cap.
-pub const HOST_MEMORY_PER_CALL: u64 = (TABLE_ENTRIES_PER_CALL * FIELDS_BYTES) as u64;
+/// Bytes one host call may copy out of the guest: its arguments, or the
+/// result of `check` or `describe` (wasmtime's "hostcall fuel", 128 MiB
+/// unless set). Room for the largest a plugin needs: a 1 MiB request
+/// body, or a 1 MiB message and detail with their metrics.
+pub const ARGUMENT_BYTES: usize = 4 * 1024 * 1024;
+/// The host memory a call can make the host hold: every table entry a
+/// full `fields` (4 MiB), and one host call's copied arguments (4 MiB).
+/// Taken out of the call's memory cap.
+pub const HOST_MEMORY_PER_CALL: u64 = (TABLE_ENTRIES_PER_CALL * FIELDS_BYTES + ARGUMENT_BYTES) as u64;
 /// Sockets the host opens for one call, in all (a probe needs one or a
 /// few; retries within one call a few more).
 pub const SOCKETS_PER_CALL: usize = 64;
@@ -63,6 +79,8 @@ pub struct HostLimits {
     pub table_entries_per_call: usize,
     /// `sandbox.fields_bytes` ([`FIELDS_BYTES`]).
     pub fields_bytes: usize,
+    /// `sandbox.argument_bytes` ([`ARGUMENT_BYTES`]).
+    pub argument_bytes: usize,
     /// `sandbox.sockets_per_call` ([`SOCKETS_PER_CALL`]).
     pub sockets_per_call: usize,
     /// `sandbox.lookups_per_call` ([`LOOKUPS_PER_CALL`]).
@@ -91,6 +109,7 @@ impl Default for HostLimits {
         Self {
             table_entries_per_call: TABLE_ENTRIES_PER_CALL,
             fields_bytes: FIELDS_BYTES,
+            argument_bytes: ARGUMENT_BYTES,
             sockets_per_call: SOCKETS_PER_CALL,
             lookups_per_call: LOOKUPS_PER_CALL,
             lookups_in_flight: super::blocking::MAX_LOOKUPS_IN_FLIGHT,
@@ -104,10 +123,13 @@ impl Default for HostLimits {
 }
 
 impl HostLimits {
-    /// The host memory a call's resources can pin: every table entry a
-    /// full `fields`. Taken out of the call's memory cap.
+    /// The host memory a call can make the host hold: every table entry a
+    /// full `fields`, and one host call's copied arguments. Taken out of
+    /// the call's memory cap.
     pub fn host_memory_per_call(&self) -> u64 {
-        (self.table_entries_per_call as u64).saturating_mul(self.fields_bytes as u64)
+        (self.table_entries_per_call as u64)
+            .saturating_mul(self.fields_bytes as u64)
+            .saturating_add(self.argument_bytes as u64)
     }
 
     /// Checks each bound's range; the error names the key
@@ -127,6 +149,7 @@ impl HostLimits {
             1 << 16,
         )?;
         check("fields_bytes", self.fields_bytes as u64, 1024, 1 << 20)?;
+        check("argument_bytes", self.argument_bytes as u64, 64 << 10, 64 << 20)?;
         check("sockets_per_call", self.sockets_per_call as u64, 1, 1 << 16)?;
         check("lookups_per_call", self.lookups_per_call as u64, 1, 256)?;
         check("lookups_in_flight", self.lookups_in_flight as u64, 1, 256)?;
@@ -148,7 +171,7 @@ impl HostLimits {
         check("keepalive_idle", self.keepalive_idle as u64, 0, 1 << 20)?;
         if self.host_memory_per_call() > 256 << 20 {
             return Err(format!(
-                "sandbox: table_entries_per_call × fields_bytes is the host memory a call may pin, at most 256MiB (got {} bytes)",
+                "sandbox: table_entries_per_call × fields_bytes + argument_bytes is the host memory a call may hold, at most 256MiB (got {} bytes)",
                 self.host_memory_per_call()
             ));
         }
@@ -383,6 +406,13 @@ mod tests {
         .validate()
         .unwrap_err();
         assert_eq!(e, "sandbox.sockets_per_call: must be from 1 to 65536 (got 0)");
+        let e = HostLimits {
+            argument_bytes: 1024,
+            ..HostLimits::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e, "sandbox.argument_bytes: must be from 65536 to 67108864 (got 1024)");
         let e = HostLimits {
             table_entries_per_call: 4096,
             fields_bytes: 1 << 20,

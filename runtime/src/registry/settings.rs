@@ -44,6 +44,9 @@ pub fn host_limits(spec: &config::SandboxSpec) -> Result<crate::host::bounds::Ho
         fields_bytes: spec
             .fields_bytes
             .map_or(d.fields_bytes, |s| usize::try_from(s.0).unwrap_or(usize::MAX)),
+        argument_bytes: spec
+            .argument_bytes
+            .map_or(d.argument_bytes, |s| usize::try_from(s.0).unwrap_or(usize::MAX)),
         sockets_per_call: n(spec.sockets_per_call, d.sockets_per_call),
         lookups_per_call: n(spec.lookups_per_call, d.lookups_per_call),
         lookups_in_flight: n(spec.lookups_in_flight, d.lookups_in_flight),
