@@ -4,8 +4,9 @@
 //! tenant's probe running at the same time.
 
 use crate::support::{check, guest, run_alone};
+use bytesize::ByteSize;
 use sonde_runtime::host::Grants;
-use sonde_runtime::host::bounds::{LOOKUPS_PER_CALL, SOCKETS_PER_CALL, TABLE_ENTRIES_PER_CALL};
+use sonde_runtime::host::bounds::{ARGUMENT_BYTES, LOOKUPS_PER_CALL, SOCKETS_PER_CALL, TABLE_ENTRIES_PER_CALL};
 use sonde_runtime::verdict::{Reason, Status};
 use sonde_tests::{CountingListener, guests};
 use std::collections::HashSet;
@@ -111,6 +112,38 @@ async fn wasi_lookups_in_flight_are_bounded_per_call() {
     )
     .await;
     assert_host_limit(&r, &format!("more than {LOOKUPS_PER_CALL} name lookups in flight"));
+}
+
+/// A `list<string>` whose strings all point at the same bytes: 120
+/// strings of 1 MiB in 960 bytes of guest memory, passed through a sonde
+/// interface, `exec` and `wasi:http`. The host copies arguments before any
+/// of its code runs; past `sandbox.argument_bytes` wasmtime stops copying
+/// and the run is `host-limit`. Under the bound the copy is made and the
+/// host refuses the call itself (too many names, no exec grant, a field
+/// too large), as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aliased_arguments_are_bounded_by_what_one_host_call_may_copy() {
+    let aliaser = guest(guests::ALIAS_ARGUMENTS).await;
+    // Under the bound, each host function's own answer.
+    let refusals = [
+        ("keep", "120 response headers to keep, at most 64"),
+        ("exec", "denied: exec aaaa"),
+        ("fields", "bytes in one fields"),
+    ];
+    for (via, refusal) in refusals {
+        let run = |bytes: usize| {
+            let config = format!(r#"{{"via": "{via}", "count": 120, "bytes": {bytes}}}"#);
+            let aliaser = aliaser.clone();
+            async move { crate::support::run(&aliaser, "", &config, &Grants::default(), Duration::from_secs(10)).await }
+        };
+        let r = run(1 << 20).await;
+        assert_host_limit(
+            &r,
+            &format!("more than {} to one host call", ByteSize(ARGUMENT_BYTES as u64)),
+        );
+        let r = run(1 << 10).await;
+        assert!(r.message.contains(refusal), "{via}: {r:?}");
+    }
 }
 
 /// The run ended `unknown`, reason `host-limit`, with a message naming the

@@ -95,7 +95,10 @@ async fn a_call_finds_nothing_an_earlier_call_left_in_its_slot() {
         .await;
     assert_eq!(own.status, Status::Failure, "{own:?}");
     for trace in ["the marker at", ".data static 0x5eee", ".bss static 1"] {
-        assert!(own.message.contains(trace), "the self-test did not see {trace:?}: {own:?}");
+        assert!(
+            own.message.contains(trace),
+            "the self-test did not see {trace:?}: {own:?}"
+        );
     }
     // One call at a time, each in the slot the calls before it used (the
     // pool keeps a module's slot for it), each leaving its traces.

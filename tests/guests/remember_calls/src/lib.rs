@@ -67,7 +67,8 @@ fn scan(key: u8) -> Vec<usize> {
     let mut at = 16;
     while at + MASKED.len() <= end {
         // SAFETY: every address below memory.size is readable in wasm.
-        let matches = (0..MASKED.len()).all(|i| unsafe { core::ptr::read_volatile((at + i) as *const u8) } == MASKED[i] ^ key);
+        let matches =
+            (0..MASKED.len()).all(|i| unsafe { core::ptr::read_volatile((at + i) as *const u8) } == MASKED[i] ^ key);
         if matches {
             found.push(at);
         }

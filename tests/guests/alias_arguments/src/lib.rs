@@ -1,0 +1,128 @@
+//! Makes the host copy far more than the plugin's memory holds: a list
+//! whose strings all point at the same bytes. The canonical ABI passes a
+//! `list<string>` as (pointer, length) pairs, and nothing stops every pair
+//! from naming one buffer; the host copies each string before any of its
+//! code runs. With config `{"via": V, "count": N, "bytes": B}` it passes N
+//! strings of B bytes (one buffer, 8 bytes of guest memory per string)
+//! through V:
+//!
+//! - `"keep"`: `http.send-keeping`'s header names;
+//! - `"exec"`: `exec.run`'s argv;
+//! - `"fields"`: `wasi:http` `fields.from-list`, names and values.
+//!
+//! None of them is granted or valid; the host refuses each after the copy.
+//! It reports what the host answered.
+
+use serde::Deserialize;
+use sonde_sdk::{Outcome, Probe, ProbeError, Request};
+use std::mem::ManuallyDrop;
+
+#[derive(Deserialize)]
+struct Config {
+    via: String,
+    count: usize,
+    bytes: usize,
+}
+
+/// `count` strings sharing one buffer of `bytes` bytes. Never dropped: the
+/// strings do not own their bytes.
+fn aliases(count: usize, bytes: usize) -> ManuallyDrop<Vec<String>> {
+    let buffer: &'static mut [u8] = Box::leak(vec![b'a'; bytes].into_boxed_slice());
+    let ptr = buffer.as_mut_ptr();
+    // SAFETY: each String points at the same valid UTF-8 bytes; none is
+    // ever written, grown or dropped.
+    ManuallyDrop::new(
+        (0..count)
+            .map(|_| unsafe { String::from_raw_parts(ptr, bytes, bytes) })
+            .collect(),
+    )
+}
+
+/// As [`aliases`], as byte vectors.
+#[cfg(target_arch = "wasm32")]
+fn byte_aliases(count: usize, bytes: usize) -> ManuallyDrop<Vec<Vec<u8>>> {
+    let buffer: &'static mut [u8] = Box::leak(vec![b'a'; bytes].into_boxed_slice());
+    let ptr = buffer.as_mut_ptr();
+    // SAFETY: as in `aliases`.
+    ManuallyDrop::new(
+        (0..count)
+            .map(|_| unsafe { Vec::from_raw_parts(ptr, bytes, bytes) })
+            .collect(),
+    )
+}
+
+#[cfg(target_arch = "wasm32")]
+fn pass(config: &Config) -> String {
+    use sonde_sdk::bindings::sonde::probe::{exec, http, tls};
+    let names = aliases(config.count, config.bytes);
+    match config.via.as_str() {
+        "keep" => {
+            let request = http::Request {
+                method: "GET".into(),
+                url: "http://127.0.0.1:9/".into(),
+                headers: Vec::new(),
+                body: Vec::new(),
+                timeout_ms: 100,
+                max_body: 0,
+                tls: tls::Options {
+                    ca_pem: None,
+                    insecure_skip_verify: false,
+                    server_name: None,
+                },
+                keepalive: false,
+            };
+            format!("{:?}", http::send_keeping(&request, &names).map(|r| r.status))
+        }
+        "exec" => {
+            let command = exec::Command {
+                argv: ManuallyDrop::into_inner(names),
+                timeout_ms: 100,
+            };
+            let answer = format!("{:?}", exec::run(&command).map(|o| o.exit_code));
+            std::mem::forget(command);
+            answer
+        }
+        "fields" => {
+            let values = byte_aliases(config.count, config.bytes);
+            let entries = ManuallyDrop::new(
+                names
+                    .iter()
+                    .zip(values.iter())
+                    .map(|(n, v)| {
+                        // SAFETY: as in `aliases`: copies of the handles, never dropped.
+                        unsafe {
+                            (
+                                String::from_raw_parts(n.as_ptr().cast_mut(), n.len(), n.len()),
+                                Vec::from_raw_parts(v.as_ptr().cast_mut(), v.len(), v.len()),
+                            )
+                        }
+                    })
+                    .collect::<Vec<_>>(),
+            );
+            format!("{:?}", wasi::http::types::Fields::from_list(&entries).map(|_| ()))
+        }
+        other => format!("unknown via {other:?}"),
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn pass(config: &Config) -> String {
+    let names = aliases(config.count, 0);
+    format!(
+        "nothing: {} names of {} bytes through {:?}, in wasm only",
+        names.len(),
+        config.bytes,
+        config.via
+    )
+}
+
+struct AliasArguments;
+
+impl Probe for AliasArguments {
+    fn check(req: Request) -> Result<Outcome, ProbeError> {
+        let config: Config = req.config()?;
+        Ok(Outcome::success(format!("the host answered {}", pass(&config))))
+    }
+}
+
+sonde_sdk::export!(AliasArguments);
