@@ -1044,6 +1044,14 @@ fn classify_trap(e: &wasmtime::Error, store: &Store<CallState>, limits: &Limits)
                 bytesize::ByteSize(host::bounds::limits().argument_bytes as u64)
             ),
         )
+    } else if random_too_large(e) {
+        (
+            Reason::HostLimit,
+            format!(
+                "the plugin asked for more than {} of random bytes at once",
+                bytesize::ByteSize(host::bounds::RANDOM_BYTES)
+            ),
+        )
     } else if store.data().memory.exceeded {
         (
             Reason::Memory,
@@ -1063,6 +1071,17 @@ fn arguments_too_large(e: &wasmtime::Error) -> bool {
     e.chain().any(|c| {
         c.to_string()
             .contains("fuel allocated for hostcalls has been exhausted")
+    })
+}
+
+/// wasmtime-wasi's refusal of a `wasi:random` call past
+/// [`host::bounds::RANDOM_BYTES`]; matched by its message, which the test
+/// `bounds::random_bytes_are_bounded_per_call` pins.
+fn random_too_large(e: &wasmtime::Error) -> bool {
+    let limit = format!("exceeds limit {}", host::bounds::RANDOM_BYTES);
+    e.chain().any(|c| {
+        let m = c.to_string();
+        m.starts_with("requested len") && m.ends_with(&limit)
     })
 }
 

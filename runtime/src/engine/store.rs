@@ -84,6 +84,7 @@ impl Wasi {
 
     fn build<E>(grants: &Arc<CallGrants>, more: impl FnOnce(&mut WasiCtxBuilder) -> Result<(), E>) -> Result<Self, E> {
         let mut builder = WasiCtx::builder();
+        builder.max_random_size(crate::host::bounds::RANDOM_BYTES);
         sockets::configure(&mut builder, grants.clone());
         more(&mut builder)?;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);

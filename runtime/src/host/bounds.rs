@@ -22,6 +22,10 @@
 //!   gigabytes. Past the bound the call traps and the run is `unknown`,
 //!   reason `host-limit`; the bound is also taken out of the call's memory
 //!   cap.
+//! - **What one host call hands back**: bodies and messages as above;
+//!   `wasi:random` at most [`RANDOM_BYTES`] per call (past it the call
+//!   traps, `host-limit`); WASI reads at most 64 KiB (wasmtime-wasi's own
+//!   cap); `tls`/`tcp` receives at most 64 KiB; `exec` output 4 KiB.
 //! - **Sockets**: every socket the host opens for a call (a `wasi:sockets`
 //!   socket, created or not connected; a `tcp`/`tls` session or handshake;
 //!   an `http` or `grpc` connection) counts: at most [`SOCKETS_PER_CALL`]
@@ -55,6 +59,11 @@ pub const FIELDS_BYTES: usize = 16 * 1024;
 /// unless set). Room for the largest a plugin needs: a 1 MiB request
 /// body, or a 1 MiB message and detail with their metrics.
 pub const ARGUMENT_BYTES: usize = 4 * 1024 * 1024;
+/// Bytes one `wasi:random` call may return. The host makes them, and holds
+/// them, before copying them into the guest (wasmtime-wasi allows 64 MiB,
+/// ~60 ms of generation that no deadline interrupts); a plugin needs a few
+/// dozen. As the largest body or message the host hands a plugin.
+pub const RANDOM_BYTES: u64 = 1024 * 1024;
 /// The host memory a call can make the host hold: every table entry a
 /// full `fields` (4 MiB), and one host call's copied arguments (4 MiB).
 /// Taken out of the call's memory cap.

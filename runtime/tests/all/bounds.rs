@@ -6,7 +6,9 @@
 use crate::support::{check, guest, run_alone};
 use bytesize::ByteSize;
 use sonde_runtime::host::Grants;
-use sonde_runtime::host::bounds::{ARGUMENT_BYTES, LOOKUPS_PER_CALL, SOCKETS_PER_CALL, TABLE_ENTRIES_PER_CALL};
+use sonde_runtime::host::bounds::{
+    ARGUMENT_BYTES, LOOKUPS_PER_CALL, RANDOM_BYTES, SOCKETS_PER_CALL, TABLE_ENTRIES_PER_CALL,
+};
 use sonde_runtime::verdict::{Reason, Status};
 use sonde_tests::{CountingListener, guests};
 use std::collections::HashSet;
@@ -144,6 +146,21 @@ async fn aliased_arguments_are_bounded_by_what_one_host_call_may_copy() {
         let r = run(1 << 10).await;
         assert!(r.message.contains(refusal), "{via}: {r:?}");
     }
+}
+
+/// `wasi:random` hands back at most `RANDOM_BYTES` per call: the host
+/// makes and holds them before the copy into the guest, whose memory cap
+/// comes too late to bound them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_bytes_are_bounded_per_call() {
+    let asker = guest(guests::HUGE_RANDOM).await;
+    let no_grants = Grants::default();
+    let timeout = Duration::from_secs(10);
+    let r = crate::support::run(&asker, "", &RANDOM_BYTES.to_string(), &no_grants, timeout).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert_eq!(r.message, format!("{RANDOM_BYTES} random bytes"));
+    let r = crate::support::run(&asker, "", "50331648", &no_grants, timeout).await;
+    assert_host_limit(&r, &format!("more than {} of random bytes", ByteSize(RANDOM_BYTES)));
 }
 
 /// The run ended `unknown`, reason `host-limit`, with a message naming the
