@@ -38,19 +38,6 @@ fn aliases(count: usize, bytes: usize) -> ManuallyDrop<Vec<String>> {
     )
 }
 
-/// As [`aliases`], as byte vectors.
-#[cfg(target_arch = "wasm32")]
-fn byte_aliases(count: usize, bytes: usize) -> ManuallyDrop<Vec<Vec<u8>>> {
-    let buffer: &'static mut [u8] = Box::leak(vec![b'a'; bytes].into_boxed_slice());
-    let ptr = buffer.as_mut_ptr();
-    // SAFETY: as in `aliases`.
-    ManuallyDrop::new(
-        (0..count)
-            .map(|_| unsafe { Vec::from_raw_parts(ptr, bytes, bytes) })
-            .collect(),
-    )
-}
-
 #[cfg(target_arch = "wasm32")]
 fn pass(config: &Config) -> String {
     use sonde_sdk::bindings::sonde::probe::{exec, http, tls};
@@ -83,17 +70,18 @@ fn pass(config: &Config) -> String {
             answer
         }
         "fields" => {
-            let values = byte_aliases(config.count, config.bytes);
+            // Each name and its value: the same buffer again.
             let entries = ManuallyDrop::new(
                 names
                     .iter()
-                    .zip(values.iter())
-                    .map(|(n, v)| {
-                        // SAFETY: as in `aliases`: copies of the handles, never dropped.
+                    .map(|n| {
+                        let (ptr, len) = (n.as_ptr().cast_mut(), n.len());
+                        // SAFETY: as in `aliases`: more handles on the same
+                        // bytes, never written or dropped.
                         unsafe {
                             (
-                                String::from_raw_parts(n.as_ptr().cast_mut(), n.len(), n.len()),
-                                Vec::from_raw_parts(v.as_ptr().cast_mut(), v.len(), v.len()),
+                                String::from_raw_parts(ptr, len, len),
+                                Vec::from_raw_parts(ptr, len, len),
                             )
                         }
                     })
