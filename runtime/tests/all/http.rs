@@ -153,6 +153,24 @@ async fn blackbox_checks() {
     assert_eq!(check(more).await.status, Status::Success);
     let r = check(serde_json::json!({"path": "/ok", "body_regex": "("})).await;
     assert_eq!(r.reason, Some(Reason::InvalidConfig), "{r:?}");
+    // header_regex names the headers the host returns, with `location`:
+    // 63 fit in what `send-keeping` takes, 64 are a config error.
+    let headers = |n: usize| -> serde_json::Map<String, serde_json::Value> {
+        (0..n)
+            .map(|i| (format!("x-{i}"), serde_json::json!(".")))
+            .chain([("content-length".to_string(), serde_json::json!("^2$"))])
+            .collect()
+    };
+    let r = check(serde_json::json!({"path": "/ok", "header_regex": headers(62)})).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(r.message.contains("x-"), "{}", r.message);
+    let r = check(serde_json::json!({"path": "/ok", "header_regex": headers(63)})).await;
+    assert_eq!(r.reason, Some(Reason::InvalidConfig), "{r:?}");
+    assert!(
+        r.message.contains("header_regex: 64 headers, at most 63"),
+        "{}",
+        r.message
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
