@@ -844,7 +844,26 @@ impl Engine {
         Ok((component, CacheOutcome::Miss))
     }
 
-    fn new_store(&self, state: CallState, limits: &Limits) -> Store<CallState> {
+    /// The store of one call of `probe` for `tenant`: its state (the
+    /// grants, the memory cap, the deadline `limits.timeout` from now) and
+    /// its fuel, hostcall fuel and epoch deadline. Fails when a `files`
+    /// grant cannot be opened.
+    fn call_store(
+        &self,
+        probe: &str,
+        tenant: &Arc<str>,
+        grants: Arc<CallGrants>,
+        limits: &Limits,
+    ) -> Result<Store<CallState>, String> {
+        let state = CallState::new(
+            probe.into(),
+            tenant.clone(),
+            grants,
+            self.inner.host.clone(),
+            &self.inner.empty_dir,
+            limits.memory,
+            Instant::now() + limits.timeout,
+        )?;
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.memory);
         // Fuel is on for every store of this engine, so setting it cannot fail.
@@ -853,22 +872,13 @@ impl Engine {
         store.set_hostcall_fuel(host::bounds::limits().argument_bytes);
         store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
         store.set_epoch_deadline(1);
-        store
+        Ok(store)
     }
 
     async fn describe(&self, pre: &bindings::PluginPre<CallState>) -> Result<PluginInfo, String> {
         let limits = Limits::default();
         let grants = Arc::new(CallGrants::new(None, Arc::default()));
-        let state = CallState::new(
-            "describe".into(),
-            no_tenant(),
-            grants.clone(),
-            self.inner.host.clone(),
-            &self.inner.empty_dir,
-            limits.memory,
-            Instant::now() + limits.timeout,
-        )?;
-        let mut store = self.new_store(state, &limits);
+        let mut store = self.call_store("describe", &no_tenant(), grants.clone(), &limits)?;
         let _slot = self.inner.slots.acquire().await.map_err(|e| e.to_string())?;
         let _ticking = self.inner.ticker.busy();
         let call = async {
@@ -906,22 +916,13 @@ impl Engine {
             },
         };
         let grants = Arc::new(CallGrants::new(target, call.grants.clone()));
-        let state = match CallState::new(
-            call.probe.into(),
-            tenant.clone(),
-            grants.clone(),
-            self.inner.host.clone(),
-            &self.inner.empty_dir,
-            call.limits.memory,
-            Instant::now() + call.limits.timeout,
-        ) {
-            Ok(s) => s,
-            Err(e) => return RunResult::error(Reason::Internal, e),
-        };
         let Ok(_slot) = self.inner.slots.acquire().await else {
             return RunResult::error(Reason::Internal, "the engine is shutting down");
         };
-        let mut store = self.new_store(state, &call.limits);
+        let mut store = match self.call_store(call.probe, tenant, grants.clone(), &call.limits) {
+            Ok(s) => s,
+            Err(e) => return RunResult::error(Reason::Internal, e),
+        };
         let _ticking = self.inner.ticker.busy();
         let req = wit::Request {
             probe: call.probe.to_string(),
@@ -1011,47 +1012,51 @@ fn trap_message(e: &wasmtime::Error, store: &Store<CallState>) -> String {
     msg
 }
 
-/// Whether `e` is a host bound refusing more: the call's resource table
-/// refusing one more entry, or wasmtime-wasi-http refusing to grow a
-/// `fields` past its size limit (a trap it raises with this message and
-/// no public error type).
-fn table_full(e: &wasmtime::Error) -> bool {
-    e.chain().any(|c| {
-        matches!(
+/// The host bound `e` ran into, described, if it is one:
+/// - the call's resource table refusing one more entry, or
+///   wasmtime-wasi-http refusing to grow a `fields` past its size limit;
+/// - wasmtime refusing to copy more than the store's hostcall fuel
+///   (`sandbox.argument_bytes`) out of the guest in one host call;
+/// - wasmtime-wasi refusing a `wasi:random` call past
+///   [`host::bounds::RANDOM_BYTES`].
+///
+/// All but the first are private error types or plain messages, so they
+/// are matched by their text; the tests of `bounds` pin each one.
+fn host_limit(e: &wasmtime::Error) -> Option<String> {
+    let limits = host::bounds::limits();
+    let random_refused = format!("exceeds limit {}", host::bounds::RANDOM_BYTES);
+    e.chain().find_map(|c| {
+        let text = c.to_string();
+        if matches!(
             c.downcast_ref::<wasmtime::component::ResourceTableError>(),
             Some(wasmtime::component::ResourceTableError::Full)
-        ) || c.to_string().contains("total size of fields exceeds limit")
+        ) || text.contains("total size of fields exceeds limit")
+        {
+            Some(format!(
+                "the plugin held more than {} host resources at once, or more than {} bytes in one fields",
+                limits.table_entries_per_call, limits.fields_bytes
+            ))
+        } else if text.contains("fuel allocated for hostcalls has been exhausted") {
+            Some(format!(
+                "the plugin passed more than {} to one host call, or returned more (sandbox.argument_bytes)",
+                bytesize::ByteSize(limits.argument_bytes as u64)
+            ))
+        } else if text.starts_with("requested len") && text.ends_with(&random_refused) {
+            Some(format!(
+                "the plugin asked for more than {} of random bytes at once",
+                bytesize::ByteSize(host::bounds::RANDOM_BYTES)
+            ))
+        } else {
+            None
+        }
     })
 }
 
 fn classify_trap(e: &wasmtime::Error, store: &Store<CallState>, limits: &Limits) -> RunResult {
     let (reason, message) = if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
         (Reason::Fuel, format!("fuel budget of {} exhausted", limits.fuel))
-    } else if table_full(e) {
-        (
-            Reason::HostLimit,
-            format!(
-                "the plugin held more than {} host resources at once, or more than {} bytes in one fields",
-                host::bounds::limits().table_entries_per_call,
-                host::bounds::limits().fields_bytes
-            ),
-        )
-    } else if arguments_too_large(e) {
-        (
-            Reason::HostLimit,
-            format!(
-                "the plugin passed more than {} to one host call, or returned more (sandbox.argument_bytes)",
-                bytesize::ByteSize(host::bounds::limits().argument_bytes as u64)
-            ),
-        )
-    } else if random_too_large(e) {
-        (
-            Reason::HostLimit,
-            format!(
-                "the plugin asked for more than {} of random bytes at once",
-                bytesize::ByteSize(host::bounds::RANDOM_BYTES)
-            ),
-        )
+    } else if let Some(breach) = host_limit(e) {
+        (Reason::HostLimit, breach)
     } else if store.data().memory.exceeded {
         (
             Reason::Memory,
@@ -1061,28 +1066,6 @@ fn classify_trap(e: &wasmtime::Error, store: &Store<CallState>, limits: &Limits)
         (Reason::Trap, format!("plugin trapped: {}", trap_message(e, store)))
     };
     RunResult::error(reason, plugin_text(message, MAX_MESSAGE_BYTES))
-}
-
-/// wasmtime's refusal to copy more than the store's hostcall fuel out of
-/// the guest in one host call. Its error type is private; the message is
-/// matched, and a test pins it
-/// (`bounds::aliased_arguments_are_bounded_by_what_one_host_call_may_copy`).
-fn arguments_too_large(e: &wasmtime::Error) -> bool {
-    e.chain().any(|c| {
-        c.to_string()
-            .contains("fuel allocated for hostcalls has been exhausted")
-    })
-}
-
-/// wasmtime-wasi's refusal of a `wasi:random` call past
-/// [`host::bounds::RANDOM_BYTES`]; matched by its message, which the test
-/// `bounds::random_bytes_are_bounded_per_call` pins.
-fn random_too_large(e: &wasmtime::Error) -> bool {
-    let limit = format!("exceeds limit {}", host::bounds::RANDOM_BYTES);
-    e.chain().any(|c| {
-        let m = c.to_string();
-        m.starts_with("requested len") && m.ends_with(&limit)
-    })
 }
 
 fn probe_error(e: wit::ProbeError) -> RunResult {
@@ -1166,11 +1149,7 @@ mod tests {
     /// thread.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sleeping_ticker_wakes_for_a_spinning_plugin() {
-        let engine = Engine::new(EngineConfig {
-            cache_dir: None,
-            ..EngineConfig::default()
-        })
-        .unwrap();
+        let engine = uncached_engine();
         let spin = engine
             .load_file(sonde_tests::guests::SPIN_FOREVER.as_ref())
             .await
@@ -1203,6 +1182,15 @@ mod tests {
         assert_eq!(result.reason, Some(Reason::Timeout), "{result:?}");
     }
 
+    /// An engine with the default config that keeps no compiled code on disk.
+    fn uncached_engine() -> Engine {
+        Engine::new(EngineConfig {
+            cache_dir: None,
+            ..EngineConfig::default()
+        })
+        .unwrap()
+    }
+
     /// One call of `plugin` as [`Engine::run_for`] makes it, returning the
     /// store, and whether `check` returned (rather than trapped).
     async fn call_keeping_store(engine: &Engine, plugin: &Plugin, target: &str) -> (bool, Store<CallState>) {
@@ -1211,17 +1199,7 @@ mod tests {
             Some(NetPattern::for_target(target).unwrap()),
             Arc::default(),
         ));
-        let state = CallState::new(
-            "p".into(),
-            no_tenant(),
-            grants,
-            engine.inner.host.clone(),
-            &engine.inner.empty_dir,
-            limits.memory,
-            Instant::now() + limits.timeout,
-        )
-        .unwrap();
-        let mut store = engine.new_store(state, &limits);
+        let mut store = engine.call_store("p", &no_tenant(), grants, &limits).unwrap();
         let _ticking = engine.inner.ticker.busy();
         let req = wit::Request {
             probe: "p".into(),
@@ -1241,11 +1219,7 @@ mod tests {
     /// it, and the message is kept.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn only_a_call_that_uses_wasi_builds_its_context() {
-        let engine = Engine::new(EngineConfig {
-            cache_dir: None,
-            ..EngineConfig::default()
-        })
-        .unwrap();
+        let engine = uncached_engine();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let target = listener.local_addr().unwrap().to_string();
 
