@@ -36,7 +36,7 @@ pub struct Metadata {
     pub modified: Option<Duration>,
 }
 
-/// Why [`metadata`] found nothing.
+/// Why [`metadata`] or [`read_to_string`] failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FsErrorKind {
     /// No such file, or no `files` grant covers the path.

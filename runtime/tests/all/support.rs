@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-/// Runs the `sonde` binary with `args` and this binary's compile cache.
 /// The repository's root, found at run time: a test binary reused from
 /// another checkout's target dir (the metadata hash of a workspace member
 /// leaves its path out) would otherwise look in that checkout.
@@ -16,6 +15,7 @@ pub fn repo() -> PathBuf {
     PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// Runs the `sonde` binary with `args` and this binary's compile cache.
 pub fn sonde(args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_sonde"))
         .arg("--cache-dir")
