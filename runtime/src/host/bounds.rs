@@ -408,28 +408,34 @@ mod tests {
     fn limits_out_of_range_name_their_key() {
         assert_eq!(HostLimits::default().validate(), Ok(()));
         assert_eq!(HostLimits::default().host_memory_per_call(), HOST_MEMORY_PER_CALL);
-        let e = HostLimits {
-            sockets_per_call: 0,
-            ..HostLimits::default()
+        let d = HostLimits::default();
+        for (limits, refusal) in [
+            (
+                HostLimits {
+                    sockets_per_call: 0,
+                    ..d
+                },
+                "sandbox.sockets_per_call: must be from 1 to 65536 (got 0)",
+            ),
+            (
+                HostLimits {
+                    argument_bytes: 1024,
+                    ..d
+                },
+                "sandbox.argument_bytes: must be from 65536 to 67108864 (got 1024)",
+            ),
+            (
+                HostLimits {
+                    table_entries_per_call: 4096,
+                    fields_bytes: 1 << 20,
+                    ..d
+                },
+                "is the host memory a call may hold, at most 256MiB",
+            ),
+        ] {
+            let e = limits.validate().unwrap_err();
+            assert!(e.contains(refusal), "{e}");
         }
-        .validate()
-        .unwrap_err();
-        assert_eq!(e, "sandbox.sockets_per_call: must be from 1 to 65536 (got 0)");
-        let e = HostLimits {
-            argument_bytes: 1024,
-            ..HostLimits::default()
-        }
-        .validate()
-        .unwrap_err();
-        assert_eq!(e, "sandbox.argument_bytes: must be from 65536 to 67108864 (got 1024)");
-        let e = HostLimits {
-            table_entries_per_call: 4096,
-            fields_bytes: 1 << 20,
-            ..HostLimits::default()
-        }
-        .validate()
-        .unwrap_err();
-        assert!(e.contains("at most 256MiB"), "{e}");
     }
 
     #[test]
