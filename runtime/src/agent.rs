@@ -182,7 +182,7 @@ impl Agent {
         let auth = match api_addr {
             Some(addr) => options
                 .api_auth
-                .resolve(addr, registry.tenants.has_tokens())
+                .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
                 .map_err(AgentError::Start)?,
             None => ApiAuth::None,
         };
@@ -245,7 +245,7 @@ impl Agent {
                 limits: api_limits,
                 watches: api::WatchStreams::default(),
             };
-            let (bound, task) = api::serve(addr, state).await.map_err(|e| {
+            let (bound, task) = api::serve(addr, state, engine.own_listeners()).await.map_err(|e| {
                 AgentError::Start(format!(
                     "{e}; is another sonde (or another program) serving there? Stop it, or choose another address with --api or the file's `api`"
                 ))
@@ -300,6 +300,9 @@ impl Agent {
         self.scheduler.shutdown(self.options.grace).await;
         for t in &self.tasks {
             t.abort();
+        }
+        if let Some(addr) = self.api {
+            self.control.engine.own_listeners().remove(addr);
         }
         let results = self.results.clone();
         let _ = tokio::task::spawn_blocking(move || results.flush()).await;

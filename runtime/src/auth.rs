@@ -44,13 +44,25 @@ pub enum ApiAuth {
 
 impl ApiAuth {
     /// What this means for an API on `addr` with or without tokens
-    /// configured: `Token` or `None`, or why it cannot be.
-    pub fn resolve(self, addr: SocketAddr, has_tokens: bool) -> Result<Self, String> {
+    /// configured, and with or without tenants besides the operator:
+    /// `Token` or `None`, or why it cannot be.
+    ///
+    /// An API without tokens makes every caller the operator, so it is
+    /// refused off loopback, and refused once tenants exist: a tenant's
+    /// plugin never connects to the agent's own listeners, but a service
+    /// on the node that a tenant may reach could forward to the API, and
+    /// would then act as the operator.
+    pub fn resolve(self, addr: SocketAddr, has_tokens: bool, has_tenants: bool) -> Result<Self, String> {
         let open = match self {
             Self::Auto => !has_tokens,
             Self::Token => false,
             Self::None => true,
         };
+        if open && has_tenants {
+            return Err(format!(
+                "the API on {addr} would answer without a token while tenants are configured: every caller would be the operator, including a local service a tenant's probe may reach; configure operator_token_file (or operator_token_env) and the tenants' token_file, or leave `api` out"
+            ));
+        }
         if open && !addr.ip().is_loopback() {
             return Err(format!(
                 "the API on {addr} would answer anyone without a token: configure operator_token_file (or tenant tokens), or serve it on a loopback address such as 127.0.0.1"

@@ -562,6 +562,24 @@ pub struct CeilingSpec {
     /// prefix ending in `/*`. Default: nowhere.
     #[serde(default)]
     pub registries: Vec<Spanned<String>>,
+    /// `names_may_reach: [public]` (default) — where a name its probes are
+    /// granted may lead: `public` addresses, `private` ones (10.0.0.0/8,
+    /// 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, fc00::/7), both, or
+    /// none (`[]`: only address grants reach anything). Loopback,
+    /// link-local, unspecified, multicast and broadcast addresses, and the
+    /// agent's own listeners, are never reached through a name.
+    #[serde(default)]
+    pub names_may_reach: Option<Vec<AddressKind>>,
+}
+
+/// A kind of address a name may lead to (`ceiling.names_may_reach`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AddressKind {
+    /// Addresses outside every private and special range.
+    Public,
+    /// RFC 1918, shared address space and unique-local IPv6 addresses.
+    Private,
 }
 
 /// A service on the node and its probes.

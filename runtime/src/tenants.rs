@@ -34,6 +34,7 @@
 use crate::auth::{Principal, Token};
 use crate::engine::{Limits, limits};
 use crate::host::grants::path_within;
+use crate::host::reach::Reach;
 use crate::host::{GrantError, Grants, NetPattern};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -115,7 +116,7 @@ impl Quotas {
 }
 
 /// The widest grants a tenant's probes may have.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ceiling {
     /// Addresses its probes may reach, targets included (`net`).
     pub net: Vec<NetPattern>,
@@ -127,6 +128,25 @@ pub struct Ceiling {
     pub files: Vec<PathBuf>,
     /// Where its probes' `oci://` plugins may come from (`registries`).
     pub registries: Vec<crate::oci::RegistryScope>,
+    /// Whether a name its probes are granted may lead to a private address
+    /// (`names_may_reach: [.., private]`; default no).
+    pub names_reach_private: bool,
+    /// Whether such a name may lead to a public address
+    /// (`names_may_reach: [public, ..]`; default yes).
+    pub names_reach_public: bool,
+}
+
+impl Default for Ceiling {
+    fn default() -> Self {
+        Self {
+            net: Vec::new(),
+            exec: Vec::new(),
+            files: Vec::new(),
+            registries: Vec::new(),
+            names_reach_private: Reach::TENANT.names_private,
+            names_reach_public: Reach::TENANT.names_public,
+        }
+    }
 }
 
 impl Ceiling {
@@ -136,7 +156,7 @@ impl Ceiling {
             net: net.iter().map(|n| n.parse()).collect::<Result<_, _>>()?,
             exec: exec.iter().map(PathBuf::from).collect(),
             files: files.iter().map(PathBuf::from).collect(),
-            registries: Vec::new(),
+            ..Self::default()
         })
     }
 
@@ -243,6 +263,20 @@ impl Tenant {
             quotas,
             ceiling: Some(ceiling),
             token: None,
+        }
+    }
+
+    /// What its probes' names may lead to, and whether they may reach the
+    /// agent's own listeners ([`crate::host::reach`]): the operator's
+    /// probes may, through an address grant; a tenant's never.
+    pub fn reach(&self) -> Reach {
+        match &self.ceiling {
+            None => Reach::OPERATOR,
+            Some(c) => Reach {
+                names_public: c.names_reach_public,
+                names_private: c.names_reach_private,
+                own_listeners: false,
+            },
         }
     }
 
@@ -532,7 +566,7 @@ mod tests {
             net: vec![pat("10.0.0.1:22"), pat("*:443"), pat("11.0.0.0/8:1")],
             exec: vec!["/usr/bin/true".into(), "/bin/sh".into(), "/usr/bin/../../bin/sh".into()],
             files: vec!["/etc/ssl".into(), "/var".into()],
-            env: Vec::new(),
+            ..Grants::default()
         };
         let over = Limits {
             timeout: Duration::from_secs(3),

@@ -101,12 +101,19 @@ pub struct ApiError {
 pub type Body = axum::body::Body;
 
 /// Binds `addr` and serves the API until the task is dropped; returns the
-/// bound address (useful with port 0).
-pub async fn serve(addr: SocketAddr, state: ApiState) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ApiError> {
+/// bound address (useful with port 0). The bound address joins `own`, the
+/// agent's listeners no plugin may reach, before the first connection is
+/// accepted.
+pub async fn serve(
+    addr: SocketAddr,
+    state: ApiState,
+    own: &crate::host::reach::OwnListeners,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ApiError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ApiError { addr, source })?;
     let bound = listener.local_addr().map_err(|source| ApiError { addr, source })?;
+    own.add(bound);
     let api_limits = state.limits;
     // A trailing slash names the same endpoint; the router never sees it.
     let app = tower::ServiceExt::<Request>::map_request(router(state), trim_trailing_slash);

@@ -6,6 +6,7 @@ use super::CliError;
 use crate::config::{Dur, Size};
 use crate::engine::{Limits, limits};
 use crate::host::Grants;
+use crate::host::reach::Reach;
 use clap::Args;
 use serde::Deserialize;
 use serde::de::IntoDeserializer;
@@ -63,6 +64,8 @@ impl SandboxArgs {
             files: self.allow_file.clone(),
             exec: self.allow_exec.clone(),
             env: self.exec_env.clone(),
+            // `sonde check` and `sonde bench` run as the operator.
+            reach: Reach::OPERATOR,
         };
         for p in &grants.exec {
             if !p.is_absolute() || !p.is_file() {

@@ -877,7 +877,7 @@ impl Engine {
 
     async fn describe(&self, pre: &bindings::PluginPre<CallState>) -> Result<PluginInfo, String> {
         let limits = Limits::default();
-        let grants = Arc::new(CallGrants::new(None, Arc::default()));
+        let grants = Arc::new(CallGrants::new(None, Arc::default(), self.own_listeners().clone()));
         let mut store = self.call_store("describe", &no_tenant(), grants.clone(), &limits)?;
         let _slot = self.inner.slots.acquire().await.map_err(|e| e.to_string())?;
         let _ticking = self.inner.ticker.busy();
@@ -894,6 +894,13 @@ impl Engine {
             Ok(Ok(_)) if grants.denial_message().is_some() => Err(grants.denial_message().unwrap_or_default()),
             Ok(Ok(info)) => Ok(info.into()),
         }
+    }
+
+    /// The addresses the agent running this engine listens on, which no
+    /// plugin's connection may reach ([`crate::host::reach`]); the agent
+    /// adds its API's once it is bound.
+    pub fn own_listeners(&self) -> &Arc<host::reach::OwnListeners> {
+        &self.inner.host.listeners
     }
 
     /// Runs one call of `plugin`'s `check` in a fresh sandbox (the per-call
@@ -915,7 +922,11 @@ impl Engine {
                 Err(e) => return RunResult::error(Reason::InvalidConfig, e.to_string()),
             },
         };
-        let grants = Arc::new(CallGrants::new(target, call.grants.clone()));
+        let grants = Arc::new(CallGrants::new(
+            target,
+            call.grants.clone(),
+            self.own_listeners().clone(),
+        ));
         let Ok(_slot) = self.inner.slots.acquire().await else {
             return RunResult::error(Reason::Internal, "the engine is shutting down");
         };
@@ -1198,6 +1209,7 @@ mod tests {
         let grants = Arc::new(CallGrants::new(
             Some(NetPattern::for_target(target).unwrap()),
             Arc::default(),
+            engine.own_listeners().clone(),
         ));
         let mut store = engine.call_store("p", &no_tenant(), grants, &limits).unwrap();
         let _ticking = engine.inner.ticker.busy();

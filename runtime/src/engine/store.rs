@@ -125,7 +125,7 @@ impl CallState {
             clocks: None,
             table,
             wasi_http,
-            http_hooks: outgoing_handler::Hooks::new(grants.clone(), bounds.clone()),
+            http_hooks: outgoing_handler::Hooks::new(grants.clone(), bounds.clone(), shared.clone()),
             sockets: sockets::SocketsCtx::default(),
             log: log::LogCtx::new(probe),
             tls: tls::TlsCtx::default(),
@@ -322,7 +322,7 @@ mod tests {
         CallState::new(
             "p".into(),
             "t".into(),
-            Arc::new(CallGrants::new(None, Arc::new(grants))),
+            Arc::new(CallGrants::new(None, Arc::new(grants), Arc::default())),
             Arc::new(Shared::new(16)),
             empty,
             1 << 20,

@@ -1,11 +1,16 @@
-//! How the host connects for a plugin (`http`, `tcp`, `tls`, `grpc`): one
-//! name lookup (bounded agent-wide by [`blocking::lookups`] and run on
-//! [`blocking::threads`]), one TCP connection, the time of each, and a
-//! socket that closes with a reset. The caller has checked the grants and
-//! counted the socket.
+//! How the host connects for a plugin (`http`, `tcp`, `tls`, `grpc`,
+//! `wasi:http`): one name lookup (bounded agent-wide by
+//! [`blocking::lookups`] and run on [`blocking::threads`]), one check of the
+//! addresses it found ([`CallGrants::authorize_peer`]), a TCP connection
+//! to an address so checked (the first that answers) — never a second
+//! lookup —, the time of each,
+//! and a socket that closes with a reset. The caller has checked the
+//! grants for what the plugin asked ([`CallGrants::authorize`]) and counted
+//! the socket.
 
 use super::blocking;
 use super::bounds::CallBounds;
+use super::grants::{CallGrants, Host, Use};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -34,17 +39,11 @@ pub(crate) async fn lookup(host: &str, bounds: &CallBounds) -> Result<Vec<IpAddr
     }
 }
 
-/// Resolves `host` to its first address ([`lookup`]).
-async fn resolve(host: &str, port: u16, bounds: &CallBounds) -> Result<SocketAddr, DialError> {
-    match lookup(host, bounds).await.map_err(DialError::Dns)?.first() {
-        Some(ip) => Ok(SocketAddr::new(*ip, port)),
-        None => Err(DialError::Dns(format!("{host}: no address"))),
-    }
-}
-
 /// A connection the host opened for a plugin, and the time each phase took.
 pub(crate) struct Dialed {
     pub(crate) stream: TcpStream,
+    /// The address connected to, as checked.
+    pub(crate) peer: SocketAddr,
     pub(crate) dns: Duration,
     pub(crate) connect: Duration,
 }
@@ -54,25 +53,59 @@ pub(crate) struct Dialed {
 pub(crate) enum DialError {
     /// The name did not resolve.
     Dns(String),
+    /// Every address found is one the probe may not reach; the denial is
+    /// recorded.
+    Denied(String),
     /// The connection failed.
     Connect(String),
 }
 
-/// Resolves `host` and connects to `host:port` for a plugin; the caller has
-/// checked the grants. The socket closes with a reset: a probe every few
-/// seconds must not pile up TIME_WAIT sockets on either side.
-pub(crate) async fn dial(host: &str, port: u16, bounds: &CallBounds) -> Result<Dialed, DialError> {
+/// Connects for a plugin to the host and port of `what` (an `http`, `tcp`,
+/// `tls` or `grpc` use the caller has authorized): an address as it is
+/// written, a name through one lookup whose addresses are checked, to the
+/// first address allowed that answers. The socket closes with a reset: a probe every
+/// few seconds must not pile up TIME_WAIT sockets on either side.
+pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds) -> Result<Dialed, DialError> {
+    let Some((host, port)) = what.authority() else {
+        return Err(DialError::Connect(format!("{what:?} names no host to connect to")));
+    };
     let start = Instant::now();
     // An address in any spelling is reached as the grant check read it,
     // never handed to a resolver that might read it otherwise.
-    let addr = match super::grants::host_address(host) {
-        Some(ip) => SocketAddr::new(ip, port),
-        None => resolve(host, port, bounds).await?,
+    let (name, candidates) = match Host::parse(host) {
+        Host::Ip(ip) => (None, vec![SocketAddr::new(ip, port)]),
+        _ => {
+            let found = lookup(host, bounds).await.map_err(DialError::Dns)?;
+            if found.is_empty() {
+                return Err(DialError::Dns(format!("{host}: no address")));
+            }
+            (
+                Some(host),
+                found.into_iter().map(|ip| SocketAddr::new(ip, port)).collect(),
+            )
+        }
     };
+    let allowed = grants
+        .authorize_peer(what, name, &candidates)
+        .map_err(|d| DialError::Denied(d.0))?;
     let dns = start.elapsed();
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| DialError::Connect(format!("{addr}: {e}")))?;
+    // The addresses allowed, in the resolver's order, until one answers
+    // (`localhost` is often ::1 first, while the service listens on IPv4);
+    // the caller's deadline bounds the whole.
+    let mut failed = None;
+    let mut connected = None;
+    for addr in allowed {
+        match TcpStream::connect(addr).await {
+            Ok(stream) => {
+                connected = Some((stream, addr));
+                break;
+            }
+            Err(e) => failed = Some(format!("{addr}: {e}")),
+        }
+    }
+    let Some((stream, addr)) = connected else {
+        return Err(DialError::Connect(failed.unwrap_or_default()));
+    };
     // tokio deprecates SO_LINGER because a non-zero linger blocks on drop;
     // a zero linger never does.
     #[allow(deprecated)]
@@ -80,6 +113,7 @@ pub(crate) async fn dial(host: &str, port: u16, bounds: &CallBounds) -> Result<D
     let _ = stream.set_nodelay(true);
     Ok(Dialed {
         stream,
+        peer: addr,
         dns,
         connect: start.elapsed() - dns,
     })

@@ -10,6 +10,7 @@
 //! ceilings) and of a path in granted paths ([`path_within`]) live here too,
 //! so the matching rules exist once.
 
+use super::reach::{self, OwnListeners, Reach};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
@@ -451,6 +452,10 @@ pub struct Grants {
     pub exec: Vec<PathBuf>,
     /// The environment of those programs (`grants.env`); empty by default.
     pub env: Vec<(String, String)>,
+    /// What the probe's names may lead to, and whether it may reach the
+    /// agent's own listeners: its tenant's ([`super::reach`]); the
+    /// operator's by default.
+    pub reach: Reach,
 }
 
 /// The most denials one call keeps; the rest are counted.
@@ -519,30 +524,94 @@ pub(crate) enum Use<'a> {
     },
 }
 
+/// Why a use of a capability is refused.
+#[derive(Debug)]
+enum Refusal {
+    /// Nothing grants it.
+    NotGranted,
+    /// A rule refuses it; the words say which.
+    Because(String),
+}
+
+/// What `what` is, as a denial names it: `TCP connection to db:5432`.
+fn describe(what: Use<'_>) -> String {
+    match what {
+        Use::Lookup(name) => format!("look up {name:?}"),
+        Use::Connect(addr) => format!("connect to {addr}"),
+        Use::Bind(addr) => format!("bind {addr}"),
+        Use::Listen(addr) => format!("listen on {addr}"),
+        Use::Http { host, port } => format!("HTTP request to {host}:{port}"),
+        Use::Tcp { host, port } => format!("TCP connection to {host}:{port}"),
+        Use::Tls { host, port } => format!("TLS handshake with {host}:{port}"),
+        Use::Grpc { host, port } => format!("gRPC call to {host}:{port}"),
+        Use::Exec(program) => format!("exec {program}"),
+        Use::FileRefused { method, path, .. } => format!("filesystem {method} {path}"),
+        Use::File { method, path } => {
+            format!(
+                "filesystem {method} /{}",
+                path.unwrap_or_default().trim_start_matches('/')
+            )
+        }
+    }
+}
+
+impl<'a> Use<'a> {
+    /// The host and port a connection for this use goes to: for `http`,
+    /// `tcp`, `tls` and `grpc`.
+    pub(crate) fn authority(self) -> Option<(&'a str, u16)> {
+        match self {
+            Use::Http { host, port } | Use::Tcp { host, port } | Use::Tls { host, port } | Use::Grpc { host, port } => {
+                Some((host, port))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A use of a capability the grants do not allow; it has been recorded.
 /// The message is what the plugin is told.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct Denied(pub(crate) String);
 
+/// The most addresses one call's `wasi:sockets` lookups may add to what it
+/// may connect to (and the most refused ones kept to explain a denial).
+const MAX_RESOLVED: usize = 256;
+
 /// The grants of one call, consulted by every host capability through
-/// [`CallGrants::authorize`]. Names the plugin resolves through a granted
-/// pattern extend what it may connect to, so a name grant covers the
-/// addresses the name resolved to in this call.
+/// [`CallGrants::authorize`] (what a plugin asks for) and
+/// [`CallGrants::authorize_peer`] (the address a connection is about to
+/// reach). Names the plugin resolves through a granted pattern extend what
+/// it may connect to, so a name grant covers the addresses the name
+/// resolved to in this call — those a name may lead to ([`super::reach`]).
 #[derive(Debug)]
 pub(crate) struct CallGrants {
     target: Option<NetPattern>,
     config: Arc<Grants>,
-    resolved: Mutex<Vec<(IpAddr, PortPattern)>>,
+    /// The agent's own listeners, which the engine keeps.
+    listeners: Arc<OwnListeners>,
+    resolved: Mutex<Resolved>,
     denials: Mutex<(Vec<String>, usize)>,
 }
 
+/// What this call's `wasi:sockets` lookups found: the addresses admitted
+/// (with the ports the name was granted for) and, to explain a later
+/// connection to one, those refused.
+#[derive(Debug, Default)]
+struct Resolved {
+    admitted: Vec<(IpAddr, PortPattern)>,
+    refused: Vec<(IpAddr, String)>,
+}
+
 impl CallGrants {
-    pub(crate) fn new(target: Option<NetPattern>, config: Arc<Grants>) -> Self {
+    /// The grants of one call of a probe whose target is `target`, on an
+    /// agent listening on `listeners`.
+    pub(crate) fn new(target: Option<NetPattern>, config: Arc<Grants>, listeners: Arc<OwnListeners>) -> Self {
         Self {
             target,
             config,
-            resolved: Mutex::new(Vec::new()),
+            listeners,
+            resolved: Mutex::new(Resolved::default()),
             denials: Mutex::new((Vec::new(), 0)),
         }
     }
@@ -560,66 +629,20 @@ impl CallGrants {
     /// is recorded (so the run is reported as `denied` whatever the plugin
     /// makes of it) and returned with the message for the plugin.
     pub(crate) fn authorize(&self, what: Use<'_>) -> Result<(), Denied> {
-        if self.allows(what) {
-            return Ok(());
+        match self.refusal(what) {
+            None => Ok(()),
+            Some(refusal) => Err(self.refuse(what, refusal)),
         }
-        let not_granted = "not the target and not granted";
-        let (record, tell) = match what {
-            Use::Lookup(name) => (
-                format!("look up {name:?}: {not_granted}"),
-                format!("{name:?} is {not_granted}"),
-            ),
-            Use::Connect(addr) => (
-                format!("connect to {addr}: {not_granted}"),
-                format!("{addr} is {not_granted}"),
-            ),
-            Use::Bind(addr) => (format!("bind {addr}"), format!("binding {addr} is not allowed")),
-            Use::Listen(addr) => (
-                format!("listen on {addr}"),
-                format!("listening on {addr} is not allowed"),
-            ),
-            Use::Http { host, port } => (
-                format!("HTTP request to {host}:{port}: {not_granted}"),
-                format!("{host}:{port} is {not_granted}"),
-            ),
-            Use::Tcp { host, port } => (
-                format!("TCP connection to {host}:{port}: {not_granted}"),
-                format!("{host}:{port} is {not_granted}"),
-            ),
-            Use::Tls { host, port } => (
-                format!("TLS handshake with {host}:{port}: {not_granted}"),
-                format!("{host}:{port} is {not_granted}"),
-            ),
-            Use::Grpc { host, port } => (
-                format!("gRPC call to {host}:{port}: {not_granted}"),
-                format!("{host}:{port} is {not_granted}"),
-            ),
-            Use::Exec(program) => (
-                format!("exec {program}: not granted"),
-                format!("{program} is not in the probe's exec grant"),
-            ),
-            Use::FileRefused { method, path, why } => {
-                (format!("filesystem {method} {path}: {why}"), format!("{path}: {why}"))
-            }
-            Use::File { method, path } => {
-                let path = path.unwrap_or_default().trim_start_matches('/');
-                (
-                    format!("filesystem {method} /{path}: no `files` granted"),
-                    format!("/{path} is not in the probe's files grant"),
-                )
-            }
-        };
-        self.record(record);
-        Err(Denied(tell))
     }
 
-    fn allows(&self, what: Use<'_>) -> bool {
-        match what {
+    fn refusal(&self, what: Use<'_>) -> Option<Refusal> {
+        let allowed = match what {
             Use::Lookup(name) => {
                 let host = Host::parse(name);
                 self.patterns().any(|p| p.host.matches(&host))
             }
-            Use::Connect(addr) => self.allows_addr(addr),
+            // A plugin's own socket: the address is all there is to check.
+            Use::Connect(addr) => return self.peer_refusal(None, addr),
             Use::Bind(addr) => addr.port() == 0,
             Use::Listen(_) => false,
             Use::Http { host, port } | Use::Tcp { host, port } | Use::Tls { host, port } | Use::Grpc { host, port } => {
@@ -633,30 +656,189 @@ impl CallGrants {
             // The filesystem shows only the granted paths, read-only; a path
             // operation reaches this check only where none is granted.
             Use::File { .. } | Use::FileRefused { .. } => false,
-        }
+        };
+        (!allowed).then_some(Refusal::NotGranted)
     }
 
-    /// Whether the plugin may connect to `addr` through its own sockets:
-    /// a granted address, or one a granted name resolved to in this call.
-    fn allows_addr(&self, addr: SocketAddr) -> bool {
+    /// Records `what` as refused, and returns the denial for the plugin.
+    fn refuse(&self, what: Use<'_>, refusal: Refusal) -> Denied {
+        let not_granted = "not the target and not granted";
+        let (reason, tell) = match (refusal, what) {
+            (Refusal::Because(why), _) => (why.clone(), why),
+            (_, Use::Lookup(name)) => (not_granted.into(), format!("{name:?} is {not_granted}")),
+            (_, Use::Connect(addr)) => (not_granted.into(), format!("{addr} is {not_granted}")),
+            (_, Use::Bind(addr)) => (
+                "only port 0 may be bound".into(),
+                format!("binding {addr} is not allowed"),
+            ),
+            (_, Use::Listen(addr)) => (
+                "a plugin never listens".into(),
+                format!("listening on {addr} is not allowed"),
+            ),
+            (
+                _,
+                Use::Http { host, port } | Use::Tcp { host, port } | Use::Tls { host, port } | Use::Grpc { host, port },
+            ) => (not_granted.into(), format!("{host}:{port} is {not_granted}")),
+            (_, Use::Exec(program)) => (
+                "not granted".into(),
+                format!("{program} is not in the probe's exec grant"),
+            ),
+            (_, Use::FileRefused { path, why, .. }) => (why.to_string(), format!("{path}: {why}")),
+            (_, Use::File { path, .. }) => (
+                "no `files` granted".into(),
+                format!(
+                    "/{} is not in the probe's files grant",
+                    path.unwrap_or_default().trim_start_matches('/')
+                ),
+            ),
+        };
+        self.record(format!("{}: {reason}", describe(what)));
+        Denied(tell)
+    }
+
+    /// Whether a pattern that names addresses (an IP, a CIDR or `*`) lets
+    /// the probe reach `ip` on `port`; `explicit` leaves `*` out.
+    fn address_granted(&self, ip: IpAddr, port: u16, explicit: bool) -> bool {
+        let host = Host::Ip(canonical_ip(ip));
+        self.patterns()
+            .filter(|p| !explicit || matches!(p.host, HostPattern::Cidr(..)))
+            .any(|p| p.matches(&host, port))
+    }
+
+    /// Why a connection to `addr` may not be made, or `None` if it may:
+    /// the rule every connection a plugin makes the host open obeys, by
+    /// any path. `name` is the name `addr` was resolved from by the host,
+    /// if it was; a plugin's own socket connects to an address, which its
+    /// own lookups in this call may have admitted.
+    ///
+    /// The agent's own listeners come first: never a tenant's, and the
+    /// operator's only through an IP or CIDR grant. Then an address grant
+    /// (IP, CIDR or `*`) reaches any address it covers, and a granted name
+    /// only the addresses its [`Reach`] allows.
+    fn peer_refusal(&self, name: Option<&str>, addr: SocketAddr) -> Option<Refusal> {
         let (ip, port) = (canonical_ip(addr.ip()), addr.port());
-        if self.patterns().any(|p| p.matches(&Host::Ip(ip), port)) {
-            return true;
+        let shown = SocketAddr::new(ip, port);
+        if let Some(listener) = self.listeners.reached_by(shown) {
+            let via = name.map_or_else(String::new, |n| format!("{n} resolved to {ip}: "));
+            if !self.config.reach.own_listeners {
+                return Some(Refusal::Because(format!(
+                    "{via}{shown} reaches the agent's own listener {listener}, which no tenant's probe may reach"
+                )));
+            }
+            if !self.address_granted(ip, port, true) {
+                return Some(Refusal::Because(format!(
+                    "{via}{shown} reaches the agent's own listener {listener}: only an IP or CIDR grant of it reaches it, not a name or `*`"
+                )));
+            }
+            return None;
         }
-        let resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
-        resolved.iter().any(|(r, p)| *r == ip && p.matches(port))
+        if self.address_granted(ip, port, false) {
+            return None;
+        }
+        match name {
+            Some(name) => {
+                let host = Host::parse(name);
+                if !self.patterns().any(|p| p.matches(&host, port)) {
+                    return Some(Refusal::NotGranted);
+                }
+                reach::name_refusal(self.config.reach, name, ip).map(Refusal::Because)
+            }
+            None => {
+                let resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
+                if resolved.admitted.iter().any(|(r, p)| *r == ip && p.matches(port)) {
+                    return None;
+                }
+                let refused = resolved.refused.iter().find(|(r, _)| *r == ip);
+                Some(refused.map_or(Refusal::NotGranted, |(_, why)| Refusal::Because(why.clone())))
+            }
+        }
     }
 
-    /// Records that `name` resolved to `ip`: the ports granted for `name`
-    /// now also hold for `ip`.
-    pub(crate) fn note_resolved(&self, name: &str, ip: IpAddr) {
-        let host = Host::parse(name);
-        let ip = canonical_ip(ip);
-        let mut resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
-        for p in self.patterns().filter(|p| p.host.matches(&host)) {
-            if resolved.len() < 256 && !resolved.contains(&(ip, p.port)) {
-                resolved.push((ip, p.port));
+    /// The one check of the addresses a connection is about to try, by any
+    /// path (the host's `tcp`, `tls`, `http` and `grpc`, `wasi:http`): those
+    /// of `candidates` (the addresses `name` resolved to, in the resolver's
+    /// order, or the one address the plugin wrote) that
+    /// [`Self::peer_refusal`] allows, in order and in canonical form. When
+    /// none is allowed, the first refusal is recorded as the denial of
+    /// `what`; addresses left out while another is allowed are not (a name
+    /// may resolve to several, and the host connects only to one it
+    /// checked).
+    pub(crate) fn authorize_peer(
+        &self,
+        what: Use<'_>,
+        name: Option<&str>,
+        candidates: &[SocketAddr],
+    ) -> Result<Vec<SocketAddr>, Denied> {
+        let mut allowed = Vec::with_capacity(candidates.len());
+        let mut first_refusal = None;
+        for addr in candidates {
+            match self.peer_refusal(name, *addr) {
+                None => allowed.push(SocketAddr::new(canonical_ip(addr.ip()), addr.port())),
+                Some(refusal) => {
+                    tracing::debug!(name, %addr, ?refusal, "address left out");
+                    first_refusal.get_or_insert(refusal);
+                }
             }
+        }
+        if !allowed.is_empty() {
+            return Ok(allowed);
+        }
+        let refusal = first_refusal
+            .unwrap_or_else(|| Refusal::Because(format!("{} resolved to no address", name.unwrap_or("the host"))));
+        Err(self.refuse(what, refusal))
+    }
+
+    /// Whether a connection already open to `peer` (a pooled one, opened
+    /// for the name `name` by another call) may serve this call: the same
+    /// rule as [`Self::authorize_peer`], recording nothing (a refused
+    /// connection is set aside and a new one checked and opened).
+    pub(crate) fn permits_peer(&self, name: Option<&str>, peer: SocketAddr) -> bool {
+        self.peer_refusal(name, peer).is_none()
+    }
+
+    /// Admits what a plugin's `wasi:sockets` lookup of the granted `name`
+    /// found: the addresses the name may lead to ([`super::reach`]) are
+    /// returned and may be connected to on the ports granted for `name`;
+    /// the others are left out. When every address is left out, the first
+    /// refusal is recorded as a denial of the lookup.
+    pub(crate) fn admit_resolved(&self, name: &str, ips: Vec<IpAddr>) -> Result<Vec<IpAddr>, Denied> {
+        let host = Host::parse(name);
+        let ports: Vec<PortPattern> = self
+            .patterns()
+            .filter(|p| p.host.matches(&host))
+            .map(|p| p.port)
+            .collect();
+        let mut admitted = Vec::with_capacity(ips.len());
+        let mut first_refusal = None;
+        let mut resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
+        for ip in ips {
+            let ip = canonical_ip(ip);
+            let refusal = if self.patterns().any(|p| p.host.matches(&Host::Ip(ip))) {
+                None
+            } else {
+                reach::name_refusal(self.config.reach, name, ip)
+            };
+            match refusal {
+                None => {
+                    for port in &ports {
+                        if resolved.admitted.len() < MAX_RESOLVED && !resolved.admitted.contains(&(ip, *port)) {
+                            resolved.admitted.push((ip, *port));
+                        }
+                    }
+                    admitted.push(ip);
+                }
+                Some(why) => {
+                    if resolved.refused.len() < MAX_RESOLVED {
+                        resolved.refused.push((ip, why.clone()));
+                    }
+                    first_refusal.get_or_insert(why);
+                }
+            }
+        }
+        drop(resolved);
+        match (admitted.is_empty(), first_refusal) {
+            (true, Some(why)) => Err(self.refuse(Use::Lookup(name), Refusal::Because(why))),
+            _ => Ok(admitted),
         }
     }
 
@@ -687,12 +869,22 @@ impl CallGrants {
 mod tests {
     use super::*;
 
+    impl CallGrants {
+        fn allows(&self, what: Use<'_>) -> bool {
+            self.refusal(what).is_none()
+        }
+    }
+
     fn call(target: &str, net: &[&str]) -> CallGrants {
         let grants = Grants {
             net: net.iter().map(|s| s.parse().unwrap()).collect(),
             ..Grants::default()
         };
-        CallGrants::new(Some(NetPattern::for_target(target).unwrap()), Arc::new(grants))
+        CallGrants::new(
+            Some(NetPattern::for_target(target).unwrap()),
+            Arc::new(grants),
+            Arc::default(),
+        )
     }
 
     fn connect(g: &CallGrants, addr: &str) -> bool {
@@ -705,6 +897,141 @@ mod tests {
 
     fn http(g: &CallGrants, host: &str, port: u16) -> bool {
         g.allows(Use::Http { host, port })
+    }
+
+    fn sock(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    /// A call of a probe with `reach` on an agent listening on `listening`.
+    fn call_with(target: &str, net: &[&str], reach: Reach, listening: &[&str]) -> CallGrants {
+        let grants = Grants {
+            net: net.iter().map(|s| s.parse().unwrap()).collect(),
+            reach,
+            ..Grants::default()
+        };
+        let listeners = Arc::new(OwnListeners::default());
+        for l in listening {
+            listeners.add(sock(l));
+        }
+        CallGrants::new(
+            Some(NetPattern::for_target(target).unwrap()),
+            Arc::new(grants),
+            listeners,
+        )
+    }
+
+    fn tcp(host: &str, port: u16) -> Use<'_> {
+        Use::Tcp { host, port }
+    }
+
+    #[test]
+    fn a_name_leads_only_where_an_address_grant_would() {
+        let g = call("lo.acme.test:80", &[]);
+        let lo = sock("127.0.0.1:80");
+        let denied = g
+            .authorize_peer(tcp("lo.acme.test", 80), Some("lo.acme.test"), &[lo])
+            .unwrap_err();
+        let why = "lo.acme.test resolved to 127.0.0.1: loopback is not reachable through a name; grant the address";
+        assert_eq!(denied.0, why);
+        assert_eq!(
+            g.denial_message().unwrap(),
+            format!("denied: TCP connection to lo.acme.test:80: {why}")
+        );
+        // Of several addresses, the first one allowed; those left out are
+        // not denials.
+        let g = call("mixed.acme.test:80", &[]);
+        let picked = g.authorize_peer(
+            tcp("mixed.acme.test", 80),
+            Some("mixed.acme.test"),
+            &[sock("[::ffff:169.254.169.254]:80"), lo, sock("10.0.0.1:80")],
+        );
+        assert_eq!(picked, Ok(vec![sock("10.0.0.1:80")]));
+        assert_eq!(g.denial_message(), None);
+        // An address grant reaches the address, whatever name led there;
+        // `*` is every address.
+        let g = call("lo.acme.test:80", &["127.0.0.1:80"]);
+        assert_eq!(
+            g.authorize_peer(tcp("lo.acme.test", 80), Some("lo.acme.test"), &[lo]),
+            Ok(vec![lo])
+        );
+        let g = call("lo.acme.test:80", &["*:80"]);
+        assert!(g.permits_peer(Some("lo.acme.test"), lo));
+        // The name itself must be granted, on that port.
+        let g = call("db.acme.test:80", &["127.0.0.1:81"]);
+        assert!(!g.permits_peer(Some("other.acme.test"), sock("8.8.8.8:80")));
+        assert!(!g.permits_peer(Some("db.acme.test"), sock("8.8.8.8:81")));
+        assert!(g.permits_peer(Some("db.acme.test"), sock("8.8.8.8:80")));
+    }
+
+    #[test]
+    fn a_tenant_s_names_lead_to_public_addresses_unless_its_ceiling_says_more() {
+        let private = sock("10.1.2.3:443");
+        let public = sock("93.184.216.34:443");
+        let g = call_with("www.acme.test:443", &[], Reach::TENANT, &[]);
+        assert!(g.permits_peer(Some("www.acme.test"), public));
+        assert!(!g.permits_peer(Some("www.acme.test"), private));
+        let both = Reach {
+            names_private: true,
+            ..Reach::TENANT
+        };
+        let g = call_with("www.acme.test:443", &[], both, &[]);
+        assert!(g.permits_peer(Some("www.acme.test"), private));
+        let none = Reach {
+            names_public: false,
+            ..Reach::TENANT
+        };
+        let g = call_with("www.acme.test:443", &["10.0.0.0/8:443"], none, &[]);
+        assert!(!g.permits_peer(Some("www.acme.test"), public));
+        assert!(g.permits_peer(Some("www.acme.test"), private), "an address grant");
+    }
+
+    #[test]
+    fn wasi_lookups_answer_only_where_the_name_may_lead() {
+        let g = call("lo.acme.test:6379", &[]);
+        let ips = |s: &[&str]| s.iter().map(|a| a.parse().unwrap()).collect::<Vec<IpAddr>>();
+        assert_eq!(
+            g.admit_resolved("lo.acme.test", ips(&["127.0.0.1", "10.0.0.7", "::1"])),
+            Ok(ips(&["10.0.0.7"]))
+        );
+        assert_eq!(g.denial_message(), None, "left out, not denied");
+        assert!(g.allows(Use::Connect(sock("10.0.0.7:6379"))));
+        assert!(!g.allows(Use::Connect(sock("10.0.0.7:6380"))));
+        // A connection to an address left out says why.
+        let denied = g.authorize(Use::Connect(sock("127.0.0.1:6379"))).unwrap_err();
+        assert!(
+            denied.0.starts_with("lo.acme.test resolved to 127.0.0.1: loopback"),
+            "{}",
+            denied.0
+        );
+        // A name that leads only where it may not is a denial of the lookup.
+        let g = call("lo.acme.test:6379", &[]);
+        assert!(g.admit_resolved("lo.acme.test", ips(&["127.0.0.1"])).is_err());
+        assert_eq!(
+            g.denial_message().unwrap(),
+            "denied: look up \"lo.acme.test\": lo.acme.test resolved to 127.0.0.1: loopback is not reachable through a name; grant the address"
+        );
+    }
+
+    #[test]
+    fn the_agent_s_own_listeners_are_the_operator_s_by_address_only() {
+        let api = "127.0.0.1:9464";
+        let g = call_with(api, &[], Reach::OPERATOR, &[api]);
+        assert!(g.permits_peer(None, sock(api)), "the embedded default config");
+        let g = call_with("lo.acme.test:9464", &["*:*"], Reach::OPERATOR, &[api]);
+        assert!(!g.permits_peer(Some("lo.acme.test"), sock(api)));
+        assert!(!g.permits_peer(None, sock(api)), "`*` is no address grant of it");
+        let g = call_with(api, &[], Reach::TENANT, &[api]);
+        let denied = g.authorize(Use::Connect(sock(api))).unwrap_err();
+        assert_eq!(
+            denied.0,
+            "127.0.0.1:9464 reaches the agent's own listener 127.0.0.1:9464, which no tenant's probe may reach"
+        );
+        // A listener on every address is reached through any of the node's.
+        let g = call_with("127.0.0.1:1", &["127.0.0.0/8:*"], Reach::TENANT, &["0.0.0.0:9464"]);
+        assert!(!g.permits_peer(None, sock("127.0.0.5:9464")));
+        assert!(!g.permits_peer(None, sock("[::ffff:127.0.0.1]:9464")));
+        assert!(g.permits_peer(None, sock("127.0.0.5:9465")));
     }
 
     #[test]
@@ -722,7 +1049,8 @@ mod tests {
         assert!(lookup(&g, "LOCALHOST."));
         assert!(!lookup(&g, "example.com"));
         assert!(!connect(&g, "127.0.0.1:6379"));
-        g.note_resolved("localhost", "127.0.0.1".parse().unwrap());
+        let found = g.admit_resolved("localhost", vec!["127.0.0.1".parse().unwrap()]);
+        assert_eq!(found, Ok(vec!["127.0.0.1".parse().unwrap()]), "localhost is loopback");
         assert!(connect(&g, "127.0.0.1:6379"));
         assert!(connect(&g, "[::ffff:127.0.0.1]:6379"));
         assert!(!connect(&g, "127.0.0.1:6380"));
@@ -905,7 +1233,7 @@ mod tests {
             exec: vec!["/bin/true".into()],
             ..Grants::default()
         };
-        let g = CallGrants::new(None, Arc::new(grants));
+        let g = CallGrants::new(None, Arc::new(grants), Arc::default());
         assert!(g.authorize(Use::Exec("/bin/true")).is_ok());
         assert!(g.authorize(Use::Exec("true")).is_err());
         assert!(g.authorize(Use::Exec("/bin/false")).is_err());

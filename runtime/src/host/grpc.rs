@@ -255,7 +255,12 @@ struct Answer {
     first_byte: Instant,
 }
 
-async fn exchange(client: &TlsClient, bounds: &CallBounds, call: Call) -> Result<GrpcResponse, GrpcError> {
+async fn exchange(
+    client: &TlsClient,
+    grants: &CallGrants,
+    bounds: &CallBounds,
+    call: Call,
+) -> Result<GrpcResponse, GrpcError> {
     let Call {
         host,
         port,
@@ -266,10 +271,13 @@ async fn exchange(client: &TlsClient, bounds: &CallBounds, call: Call) -> Result
     } = call;
     let start = Instant::now();
     bounds.take_socket().map_err(GrpcError::Invalid)?;
-    let dialed = dial(&host, port, bounds).await.map_err(|e| match e {
-        DialError::Dns(m) => GrpcError::Dns(m),
-        DialError::Connect(m) => GrpcError::Connect(m),
-    })?;
+    let dialed = dial(grants, Use::Grpc { host: &host, port }, bounds)
+        .await
+        .map_err(|e| match e {
+            DialError::Dns(m) => GrpcError::Dns(m),
+            DialError::Denied(m) => GrpcError::Denied(m),
+            DialError::Connect(m) => GrpcError::Connect(m),
+        })?;
     let connected = Instant::now();
     let (answer, info) = match &tls {
         None => (unary(dialed.stream, uri, headers, body).await?, None),
@@ -516,9 +524,9 @@ impl GrpcView<'_> {
         let timeout = Duration::from_millis(req.timeout_ms);
         let result = if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            exchange(self.tls, self.bounds, call).await
+            exchange(self.tls, self.grants, self.bounds, call).await
         } else {
-            match tokio::time::timeout(timeout, exchange(self.tls, self.bounds, call)).await {
+            match tokio::time::timeout(timeout, exchange(self.tls, self.grants, self.bounds, call)).await {
                 Ok(result) => result,
                 Err(_) => Err(GrpcError::Timeout(format!(
                     "no answer within {}ms",

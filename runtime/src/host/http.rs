@@ -12,6 +12,7 @@ use crate::bindings::sonde::probe::http as probe_http;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Body as _;
 use probe_http::{HttpError, Request as ProbeRequest, Response as ProbeResponse, Timings};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -88,9 +89,9 @@ fn tls_error(e: TlsError) -> HttpError {
     }
 }
 
-/// Starts HTTP/1.1 over `io`; the connection's task runs until the
-/// returned [`Conn`] is dropped.
-async fn http1<I>(io: I, tls: Option<Arc<TlsInfo>>) -> Result<Conn, HttpError>
+/// Starts HTTP/1.1 over `io`, a connection to `peer`; the connection's
+/// task runs until the returned [`Conn`] is dropped.
+async fn http1<I>(io: I, peer: SocketAddr, tls: Option<Arc<TlsInfo>>) -> Result<Conn, HttpError>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -100,25 +101,36 @@ where
     let task = tokio::spawn(async move {
         let _ = conn.await;
     });
-    Ok(Conn::new(sender, tls, task))
+    Ok(Conn::new(sender, peer, tls, task))
 }
 
 /// Opens a new connection to `target`, with TLS for `https://`; it counts
 /// against the call's socket bound (a pooled one does not: the pool's own
 /// bounds hold it).
-async fn open(client: &TlsClient, bounds: &CallBounds, target: &Target) -> Result<(Conn, Phases), HttpError> {
+async fn open(
+    client: &TlsClient,
+    grants: &CallGrants,
+    bounds: &CallBounds,
+    target: &Target,
+) -> Result<(Conn, Phases), HttpError> {
     bounds.take_socket().map_err(HttpError::Invalid)?;
-    let dialed = dial(&target.host, target.port, bounds).await.map_err(|e| match e {
+    let what = Use::Http {
+        host: &target.host,
+        port: target.port,
+    };
+    let dialed = dial(grants, what, bounds).await.map_err(|e| match e {
         DialError::Dns(m) => HttpError::Dns(m),
+        DialError::Denied(m) => HttpError::Denied(m),
         DialError::Connect(m) => HttpError::Connect(m),
     })?;
+    let peer = dialed.peer;
     let mut phases = Phases {
         dns: dialed.dns,
         connect: dialed.connect,
         tls: Duration::ZERO,
     };
     let conn = match &target.tls {
-        None => http1(dialed.stream, None).await?,
+        None => http1(dialed.stream, peer, None).await?,
         Some(options) => {
             let start = Instant::now();
             let (stream, info) = client
@@ -126,7 +138,7 @@ async fn open(client: &TlsClient, bounds: &CallBounds, target: &Target) -> Resul
                 .await
                 .map_err(tls_error)?;
             phases.tls = start.elapsed();
-            http1(stream, Some(Arc::new(info))).await?
+            http1(stream, peer, Some(Arc::new(info))).await?
         }
     };
     Ok((conn, phases))
@@ -152,20 +164,37 @@ fn build_request(req: &ProbeRequest, target: &Target) -> Result<http::Request<Fu
 }
 
 async fn exchange(
-    client: &TlsClient,
-    bounds: &CallBounds,
-    pool: &Pool,
-    tenant: &Arc<str>,
+    view: &HttpView<'_>,
     req: ProbeRequest,
     target: Target,
     keep: Option<&[String]>,
 ) -> Result<ProbeResponse, HttpError> {
+    let HttpView {
+        grants,
+        tls: client,
+        pool,
+        tenant,
+        bounds,
+        ..
+    } = *view;
     let start = Instant::now();
     let request = build_request(&req, &target)?;
     let key = req
         .keepalive
         .then(|| PoolKey::new(tenant, &target.host, target.port, target.tls.as_ref()));
     let mut pooled = key.as_ref().and_then(|k| pool.checkout(k));
+    // A pooled connection was checked for the call that opened it; it
+    // serves this one only if this call may reach where it goes. If not,
+    // it goes back for the calls it may serve, and this one dials (and is
+    // checked) anew.
+    let name = super::grants::host_address(&target.host)
+        .is_none()
+        .then_some(target.host.as_str());
+    if let Some(refused) = pooled.take_if(|c| !grants.permits_peer(name, c.peer))
+        && let Some(key) = &key
+    {
+        pool.checkin(key.clone(), refused);
+    }
     if let Some(conn) = &mut pooled
         && conn.sender.ready().await.is_err()
     {
@@ -174,7 +203,7 @@ async fn exchange(
     let (mut conn, mut phases, mut reused) = match pooled {
         Some(conn) => (conn, Phases::default(), true),
         None => {
-            let (conn, phases) = open(client, bounds, &target).await?;
+            let (conn, phases) = open(client, grants, bounds, &target).await?;
             (conn, phases, false)
         }
     };
@@ -186,7 +215,7 @@ async fn exchange(
             let Some(request) = e.take_message() else {
                 return Err(HttpError::Protocol(e.into_error().to_string()));
             };
-            (conn, phases) = open(client, bounds, &target).await?;
+            (conn, phases) = open(client, grants, bounds, &target).await?;
             reused = false;
             conn.sender
                 .send_request(request)
@@ -310,14 +339,9 @@ impl HttpView<'_> {
         let timeout = Duration::from_millis(req.timeout_ms);
         if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            return exchange(self.tls, self.bounds, self.pool, self.tenant, req, target, keep).await;
+            return exchange(self, req, target, keep).await;
         }
-        match tokio::time::timeout(
-            timeout,
-            exchange(self.tls, self.bounds, self.pool, self.tenant, req, target, keep),
-        )
-        .await
-        {
+        match tokio::time::timeout(timeout, exchange(self, req, target, keep)).await {
             Ok(result) => result,
             Err(_) => Err(HttpError::Timeout(format!(
                 "no response within {}ms",

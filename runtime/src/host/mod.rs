@@ -21,7 +21,8 @@
 //! - [`exec`]: sonde's `exec`, for granted programs only;
 //! - [`log`]: sonde's `log`, capped per call.
 //!
-//! [`grants`] holds the grants and their one check; [`bounds`] what a
+//! [`grants`] holds the grants and their one check, and [`reach`] the
+//! classes of address a name never leads to; [`bounds`] what a
 //! call may make the host hold (sockets, table entries, host memory),
 //! per call and per agent; [`blocking`] the agent's capacity for plugin
 //! work that holds a thread (lookups, file opens); [`contain`] keeps what `exec` runs from
@@ -48,6 +49,7 @@ pub mod http;
 pub mod log;
 pub mod outgoing_handler;
 pub mod pool;
+pub mod reach;
 pub mod sockets;
 mod spawn;
 pub mod tcp;
@@ -57,12 +59,14 @@ pub mod tls_client;
 pub use grants::{GrantError, Grants, NetPattern};
 
 /// What every call of an engine shares (built once per engine): the TLS
-/// client with its trust roots, the HTTP keep-alive pool, and the agent's
-/// socket budget.
+/// client with its trust roots, the HTTP keep-alive pool, the agent's
+/// socket budget, and the agent's own listeners, which no plugin's
+/// connection may reach ([`reach`]).
 pub(crate) struct Shared {
     pub(crate) tls: tls_client::TlsClient,
     pub(crate) pool: pool::Pool,
     pub(crate) bounds: bounds::AgentBounds,
+    pub(crate) listeners: std::sync::Arc<reach::OwnListeners>,
 }
 
 impl Shared {
@@ -72,6 +76,7 @@ impl Shared {
             tls: tls_client::TlsClient::default(),
             pool: pool::Pool::default(),
             bounds: bounds::AgentBounds::new(sockets),
+            listeners: Default::default(),
         }
     }
 }

@@ -22,6 +22,7 @@ use super::tls_client::{TlsInfo, TlsOptions};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -80,6 +81,9 @@ fn canonical_host(host: &str) -> String {
 /// when the connection is dropped.
 pub(crate) struct Conn {
     pub(crate) sender: SendRequest<Full<Bytes>>,
+    /// The address it is connected to, as checked when it was opened; a
+    /// call that takes it from the pool checks it again for itself.
+    pub(crate) peer: SocketAddr,
     pub(crate) tls: Option<Arc<TlsInfo>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -87,10 +91,16 @@ pub(crate) struct Conn {
 impl Conn {
     pub(crate) fn new(
         sender: SendRequest<Full<Bytes>>,
+        peer: SocketAddr,
         tls: Option<Arc<TlsInfo>>,
         task: tokio::task::JoinHandle<()>,
     ) -> Self {
-        Self { sender, tls, task }
+        Self {
+            sender,
+            peer,
+            tls,
+            task,
+        }
     }
 }
 
@@ -239,7 +249,7 @@ mod tests {
         let task = tokio::spawn(async move {
             let _ = connection.await;
         });
-        Conn::new(sender, None, task)
+        Conn::new(sender, listener.local_addr().unwrap(), None, task)
     }
 
     #[tokio::test]

@@ -16,6 +16,10 @@
 //! — with at most [`LOOKUPS_PER_CALL`](super::bounds::LOOKUPS_PER_CALL)
 //! in flight per call. Past that, `resolve-addresses` answers
 //! `temporary-resolver-failure` and the run is reported as `host-limit`.
+//! What a lookup finds is admitted once, by
+//! [`CallGrants::admit_resolved`]: the plugin sees (and may connect to)
+//! only the addresses its name may lead to ([`super::reach`]); a name that
+//! leads nowhere it may answers `access-denied`, recorded as a denial.
 
 use super::bounds::{CallBounds, LookupSlot};
 use super::grants::{CallGrants, Host, Use};
@@ -34,8 +38,7 @@ use wasmtime_wasi::p2::{DynPollable, Pollable, SocketError, TcpSocket, UdpSocket
 use wasmtime_wasi::sockets::{SocketAddrUse, WasiSocketsCtxView};
 
 /// The sockets state of one call (built per call): the names being
-/// resolved, by lookup-stream handle, so each address they resolve to can
-/// be granted.
+/// resolved, by lookup-stream handle, until their answer is admitted.
 #[derive(Default)]
 pub(crate) struct SocketsCtx {
     lookups: HashMap<u32, String>,
@@ -221,14 +224,23 @@ impl ip_name_lookup::HostResolveAddressStream for SocketsView<'_> {
         if lookup.poll_done(&mut Context::from_waker(waker)).is_pending() {
             return Err(ErrorCode::WouldBlock.into());
         }
+        // The first answer is admitted once: the addresses the name may
+        // lead to are kept (and may be connected to), the others left out;
+        // a name that leads only where it may not is a denial.
+        if let Some(name) = self.ctx.lookups.remove(&rep)
+            && let Lookup::Done(Ok(addrs)) = lookup
+        {
+            let found: Vec<IpAddr> = addrs.collect();
+            *lookup = match self.grants.admit_resolved(&name, found) {
+                Ok(admitted) => Lookup::Done(Ok(admitted.into_iter())),
+                Err(_) => Lookup::Done(Err(ErrorCode::AccessDenied)),
+            };
+        }
         let next = match lookup {
             Lookup::Done(Ok(addrs)) => addrs.next(),
             Lookup::Done(Err(e)) => return Err((*e).into()),
             Lookup::Pending { .. } => unreachable!("polled to completion above"),
         };
-        if let (Some(ip), Some(name)) = (next, self.ctx.lookups.get(&rep)) {
-            self.grants.note_resolved(name, ip);
-        }
         Ok(next.map(IpAddress::from))
     }
 
@@ -253,6 +265,7 @@ mod tests {
         let g = CallGrants::new(
             Some(NetPattern::for_target("127.0.0.1:80").unwrap()),
             Arc::new(Grants::default()),
+            Arc::default(),
         );
         let allows = |addr: &str, usage| g.authorize(use_of(addr.parse().unwrap(), usage)).is_ok();
         assert!(allows("0.0.0.0:0", SocketAddrUse::TcpBind));

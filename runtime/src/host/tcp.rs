@@ -47,9 +47,11 @@ impl TlsView<'_> {
             .map_err(|d| WitError::Denied(d.0))?;
         self.bounds.take_socket().map_err(WitError::Invalid)?;
         let timeout = Duration::from_millis(timeout_ms);
-        let dialed = match tokio::time::timeout(timeout, dial(host, port, self.bounds)).await {
+        let dialed = match tokio::time::timeout(timeout, dial(self.grants, Use::Tcp { host, port }, self.bounds)).await
+        {
             Ok(Ok(d)) => d,
             Ok(Err(DialError::Dns(m))) => return Err(WitError::Dns(m)),
+            Ok(Err(DialError::Denied(m))) => return Err(WitError::Denied(m)),
             Ok(Err(DialError::Connect(m))) => return Err(WitError::Connect(reason(&m))),
             Err(_) => {
                 return Err(WitError::Timeout(format!(

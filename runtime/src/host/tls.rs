@@ -160,15 +160,19 @@ fn wit_error(e: TlsError) -> WitError {
 
 async fn handshake(
     client: &TlsClient,
+    grants: &CallGrants,
     bounds: &CallBounds,
     host: &str,
     port: u16,
     options: &TlsOptions,
 ) -> Result<(TlsStream<TcpStream>, HandshakeResult), WitError> {
-    let dialed = dial(host, port, bounds).await.map_err(|e| match e {
-        DialError::Dns(m) => WitError::Dns(m),
-        DialError::Connect(m) => WitError::Connect(m),
-    })?;
+    let dialed = dial(grants, Use::Tls { host, port }, bounds)
+        .await
+        .map_err(|e| match e {
+            DialError::Dns(m) => WitError::Dns(m),
+            DialError::Denied(m) => WitError::Denied(m),
+            DialError::Connect(m) => WitError::Connect(m),
+        })?;
     let start = Instant::now();
     let (stream, info) = client
         .connect(dialed.stream, host, options, &[])
@@ -208,9 +212,14 @@ impl TlsView<'_> {
         let timeout = Duration::from_millis(timeout_ms);
         if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
-            return handshake(self.tls, self.bounds, &host, port, &options).await;
+            return handshake(self.tls, self.grants, self.bounds, &host, port, &options).await;
         }
-        match tokio::time::timeout(timeout, handshake(self.tls, self.bounds, &host, port, &options)).await {
+        match tokio::time::timeout(
+            timeout,
+            handshake(self.tls, self.grants, self.bounds, &host, port, &options),
+        )
+        .await
+        {
             Ok(result) => result,
             Err(_) => Err(WitError::Timeout(format!(
                 "no handshake within {}ms",

@@ -165,7 +165,7 @@ async fn target(
     };
     let mut startup_seen = false;
     for p in &t.probes {
-        let d = probe::probe(&draft.name, &draft.address, p, &quotas, problems);
+        let mut d = probe::probe(&draft.name, &draft.address, p, &quotas, problems);
         if d.kind == Kind::Startup {
             if startup_seen && let Some(k) = &p.kind {
                 problems.push(Located {
@@ -202,6 +202,7 @@ async fn target(
             });
         }
         if let Some(tenant) = &tenant {
+            d.grants.reach = tenant.reach();
             for error in tenant.check(&d.name, &d.address, &d.grants, &d.limits) {
                 let (key, at) = probe::ceiling_key(&error, t, p, &d);
                 problems.push(Located {

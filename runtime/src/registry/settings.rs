@@ -304,6 +304,10 @@ fn quotas(id: &str, q: &config::QuotasSpec, at: &mut impl FnMut(Location, Proble
 /// A tenant's capability ceiling, parsed.
 fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Problem)) -> tenants::Ceiling {
     let mut ceiling = tenants::Ceiling::default();
+    if let Some(kinds) = &c.names_may_reach {
+        ceiling.names_reach_public = kinds.contains(&config::AddressKind::Public);
+        ceiling.names_reach_private = kinds.contains(&config::AddressKind::Private);
+    }
     for n in &c.net {
         match n.value.parse() {
             Ok(p) => ceiling.net.push(p),

@@ -2,7 +2,7 @@
 //! (in each containment mode this machine can run), and the agent keeps no
 //! token in its environment.
 
-use crate::support::{builtin, cache_dir, run};
+use crate::support::{builtin, cache_dir, run, sonde_with_mounts};
 use sonde_runtime::host::Grants;
 use sonde_runtime::host::contain::Containment;
 use sonde_runtime::host::contain::RunLimits;
@@ -507,18 +507,7 @@ fn sonde_with_silent_resolver(dir: &Path, ip: &str) -> (std::net::UdpSocket, Com
     let resolver = std::net::UdpSocket::bind((ip, 53)).expect("bind the silent resolver");
     let resolv = dir.join("resolv.conf");
     std::fs::write(&resolv, format!("nameserver {ip}\noptions timeout:30 attempts:2\n")).unwrap();
-    let script = format!(
-        "mount --bind {} /etc/resolv.conf && exec \"$0\" \"$@\"",
-        resolv.display()
-    );
-    let mut command = Command::new("unshare");
-    command
-        .args(["--mount", "sh", "-c", &script, env!("CARGO_BIN_EXE_sonde")])
-        .arg("--cache-dir")
-        .arg(cache_dir())
-        .env_remove("RUST_LOG")
-        .env_remove("NOTIFY_SOCKET");
-    (resolver, command)
+    (resolver, sonde_with_mounts(&[(&resolv, "/etc/resolv.conf")]))
 }
 
 /// `sonde run` on `config` behind [`sonde_with_silent_resolver`] on `ip`:

@@ -19,6 +19,7 @@ mod http;
 mod instance_pool;
 mod kubernetes;
 mod kubernetes_e2e;
+mod names;
 mod oci;
 mod plugin_text;
 mod postgres;

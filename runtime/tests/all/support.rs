@@ -25,6 +25,27 @@ pub fn sonde(args: &[&str]) -> std::process::Output {
         .expect("run sonde")
 }
 
+/// A `sonde` command (with this binary's compile cache) that runs in a
+/// mount namespace of its own, where each `(file, over)` of `binds` is
+/// bind-mounted over the system file `over`: an `/etc/hosts` or
+/// `/etc/resolv.conf` a test writes, so the system resolver answers what
+/// the test says without touching the machine's own files.
+pub fn sonde_with_mounts(binds: &[(&std::path::Path, &str)]) -> std::process::Command {
+    let mounts: Vec<String> = binds
+        .iter()
+        .map(|(file, over)| format!("mount --bind '{}' {over}", file.display()))
+        .collect();
+    let script = format!("{} && exec \"$0\" \"$@\"", mounts.join(" && "));
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args(["--mount", "sh", "-c", &script, env!("CARGO_BIN_EXE_sonde")])
+        .arg("--cache-dir")
+        .arg(cache_dir())
+        .env_remove("RUST_LOG")
+        .env_remove("NOTIFY_SOCKET");
+    command
+}
+
 pub fn cache_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache")
 }

@@ -371,10 +371,15 @@ async fn a_batch_of_probes_is_stored_whole_or_not_at_all() {
 fn an_open_api_only_on_loopback() {
     let public: SocketAddr = "0.0.0.0:9464".parse().unwrap();
     let local: SocketAddr = "127.0.0.1:9464".parse().unwrap();
-    assert!(ApiAuth::None.resolve(public, true).is_err());
-    assert!(ApiAuth::Auto.resolve(public, false).is_err());
-    assert_eq!(ApiAuth::Auto.resolve(public, true), Ok(ApiAuth::Token));
-    assert_eq!(ApiAuth::Auto.resolve(local, false), Ok(ApiAuth::None));
-    assert_eq!(ApiAuth::None.resolve(local, true), Ok(ApiAuth::None));
-    assert!(ApiAuth::Token.resolve(local, false).is_err());
+    assert!(ApiAuth::None.resolve(public, true, false).is_err());
+    assert!(ApiAuth::Auto.resolve(public, false, false).is_err());
+    assert_eq!(ApiAuth::Auto.resolve(public, true, false), Ok(ApiAuth::Token));
+    assert_eq!(ApiAuth::Auto.resolve(local, false, false), Ok(ApiAuth::None));
+    assert_eq!(ApiAuth::None.resolve(local, true, false), Ok(ApiAuth::None));
+    assert!(ApiAuth::Token.resolve(local, false, false).is_err());
+    // issue 26: with tenants, never without a token, even on loopback.
+    assert_eq!(ApiAuth::Auto.resolve(local, true, true), Ok(ApiAuth::Token));
+    let e = ApiAuth::Auto.resolve(local, false, true).unwrap_err();
+    assert!(e.contains("while tenants are configured"), "{e}");
+    assert!(ApiAuth::None.resolve(local, true, true).is_err());
 }
