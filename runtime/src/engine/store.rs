@@ -15,7 +15,7 @@
 //! granted directory can fail.
 
 use super::limits::MemoryCap;
-use crate::host::bounds::{self, CallBounds};
+use crate::host::bounds::CallBounds;
 use crate::host::contain::RunLimits;
 use crate::host::grants::CallGrants;
 use crate::host::{Shared, exec, filesystem, grpc, http, log, outgoing_handler, sockets, tcp, tls};
@@ -115,11 +115,13 @@ impl CallState {
         } else {
             Some(Wasi::with_files(&grants, files)?)
         };
-        let mut table = ResourceTable::new();
-        table.set_max_capacity(bounds::limits().table_entries_per_call);
-        let mut wasi_http = WasiHttpCtx::new();
-        wasi_http.set_field_size_limit(bounds::limits().fields_bytes);
+        // The engine's bounds in force now, for the whole call.
         let bounds = CallBounds::new(&shared.bounds);
+        let limits = *bounds.limits();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limits.table_entries_per_call);
+        let mut wasi_http = WasiHttpCtx::new();
+        wasi_http.set_field_size_limit(limits.fields_bytes);
         Ok(Self {
             wasi,
             clocks: None,
@@ -131,10 +133,10 @@ impl CallState {
             tls: tls::TlsCtx::default(),
             bounds,
             exec_limits: RunLimits {
-                pids: bounds::limits().exec_pids,
+                pids: limits.exec_pids,
                 memory,
             },
-            memory: MemoryCap::new(memory),
+            memory: MemoryCap::new(memory, limits.host_memory_per_call()),
             grants,
             deadline,
             shared,
@@ -323,7 +325,7 @@ mod tests {
             "p".into(),
             "t".into(),
             Arc::new(CallGrants::new(None, Arc::new(grants))),
-            Arc::new(Shared::new(16)),
+            Arc::new(Shared::new(16, crate::host::bounds::HostLimits::default())),
             empty,
             1 << 20,
             Instant::now(),

@@ -57,8 +57,8 @@ pub mod tls_client;
 pub use grants::{GrantError, Grants, NetPattern};
 
 /// What every call of an engine shares (built once per engine): the TLS
-/// client with its trust roots, the HTTP keep-alive pool, and the agent's
-/// socket budget.
+/// client with its trust roots, the HTTP keep-alive pool, and the bounds
+/// in force with the agent's socket budget and gates.
 pub(crate) struct Shared {
     pub(crate) tls: tls_client::TlsClient,
     pub(crate) pool: pool::Pool,
@@ -66,12 +66,23 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// What calls share, with an agent-wide budget of `sockets`.
-    pub(crate) fn new(sockets: usize) -> Self {
+    /// What calls share, with an agent-wide budget of `sockets`, under
+    /// `limits`.
+    pub(crate) fn new(sockets: usize, limits: bounds::HostLimits) -> Self {
+        let pool = pool::Pool::default();
+        pool.set_limits(&limits);
         Self {
             tls: tls_client::TlsClient::default(),
-            pool: pool::Pool::default(),
-            bounds: bounds::AgentBounds::new(sockets),
+            pool,
+            bounds: bounds::AgentBounds::new(sockets, limits),
         }
+    }
+
+    /// Puts `limits` in force for the calls that start from now, the
+    /// pool's idle bounds at its next check-in and the gates' sizes as
+    /// [`bounds::AgentBounds::set_limits`] says.
+    pub(crate) fn set_limits(&self, limits: bounds::HostLimits) {
+        self.pool.set_limits(&limits);
+        self.bounds.set_limits(limits);
     }
 }
