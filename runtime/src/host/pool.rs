@@ -201,7 +201,11 @@ impl Pool {
             }
         }
         let bounds = inner.limits;
-        if !inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS {
+        // None kept per key: the key's first would otherwise find no list
+        // to be full.
+        if bounds.keepalive_idle_per_host == 0
+            || (!inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS)
+        {
             return;
         }
         let full = inner
