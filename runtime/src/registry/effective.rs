@@ -6,7 +6,8 @@
 //! file sets but the registry drops shows its default here, so the golden
 //! cases of `tests/cases/config/valid/` (which hold this output) catch it.
 //! Durations are written as `humantime` does (`1m 30s`), sizes in bytes.
-//! Tokens are never printed: `token` says whether one is set.
+//! Tokens are never printed: `token` (a tenant's) and `operator_token` say
+//! whether one is set.
 
 use super::Registry;
 use serde_json::{Value, json};
@@ -123,6 +124,10 @@ pub fn effective(reg: &Registry) -> Value {
         "state_dir": reg.state_dir,
         "health_timeout": dur(reg.health_timeout.unwrap_or(crate::api::DEFAULT_HEALTH_TIMEOUT)),
         "require_signed": reg.require_signed,
+        "operator_token": reg
+            .tenants
+            .credentials()
+            .any(|(_, who)| who == crate::auth::Principal::Operator),
         "sandbox": sandbox,
         "tenants": tenants,
         "targets": targets,
