@@ -769,7 +769,10 @@ pub fn parse(file: &Path, text: &str) -> Result<File, ConfigErrors> {
 /// `limits: {memory: 8388608}`).
 fn key_before(text: &str, line: u64, column: u64) -> Option<String> {
     let line = text.lines().nth(usize::try_from(line).ok()?.checked_sub(1)?)?;
-    let before: String = line.chars().take(usize::try_from(column).ok()?.checked_sub(1)?).collect();
+    let before: String = line
+        .chars()
+        .take(usize::try_from(column).ok()?.checked_sub(1)?)
+        .collect();
     let before = before.trim_end().strip_suffix(':')?;
     let key: String = before
         .chars()

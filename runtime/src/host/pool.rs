@@ -203,9 +203,7 @@ impl Pool {
         let bounds = inner.limits;
         // None kept per key: the key's first would otherwise find no list
         // to be full.
-        if bounds.keepalive_idle_per_host == 0
-            || (!inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS)
-        {
+        if bounds.keepalive_idle_per_host == 0 || (!inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS) {
             return;
         }
         let full = inner
