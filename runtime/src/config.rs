@@ -119,9 +119,9 @@ impl Size {
     /// say what it means.
     fn no_unit(n: u64) -> String {
         let mut hint = format!("{n}B");
-        if n >= 1 << 20 && n % (1 << 20) == 0 {
+        if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
             hint = format!("{}MiB (or {hint})", n >> 20);
-        } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+        } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
             hint = format!("{}KiB (or {hint})", n >> 10);
         }
         format!("{n} has no unit: write the size with one, such as {hint}")
