@@ -3,10 +3,11 @@
 //! [`RunResult`].
 //!
 //! Lifecycle, as the types encode it:
-//! - [`Engine::new`] — once per process: the wasmtime engine (pooling
-//!   allocator, fuel, epoch interruption driven by a ticker thread that
-//!   sleeps while no call runs), the
-//!   linker with every host capability, and the compile cache.
+//! - [`Engine::new`] — once per engine (one per agent; a process may hold
+//!   several, each with its own [`EngineConfig`] and host bounds): the
+//!   wasmtime engine (pooling allocator, fuel, epoch interruption driven by
+//!   a ticker thread that sleeps while no call runs), the linker with every
+//!   host capability, and the compile cache.
 //! - [`Engine::load`] — once per plugin digest: compile (or load from the
 //!   cache), check the plugin's world and imports, pre-instantiate, and call
 //!   `describe`.

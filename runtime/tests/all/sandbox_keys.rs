@@ -329,3 +329,22 @@ async fn sonde_run_enforces_the_files_sandbox_block() {
     assert!(!seen.iter().any(|l| l.contains("already in force")), "{seen:?}");
     assert_host_limit(&last, "more than 2 sockets");
 }
+
+/// A reload that changes `sandbox:` puts the new bounds in force for the
+/// runs that start after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_a_changed_sandbox_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let probes = [probe("p", guests::HOARD_SOCKETS, "{}")];
+    let path = config(dir.path(), "{sockets_per_call: 3}", "127.0.0.1:9", &probes);
+    let engine = engine_with(HostLimits::default());
+    let (agent, api) = start_agent_on(engine.clone(), &path).await;
+    assert_host_limit(&last_run(api, "p").await, "more than 3 sockets");
+    config(dir.path(), "{sockets_per_call: 5}", "127.0.0.1:9", &probes);
+    agent.reload().await.unwrap();
+    assert_eq!(engine.host_limits().sockets_per_call, 5);
+    let (status, body) = call(api, "POST", "/v1/probes/p/run", None, b"").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("more than 5 sockets"), "{body}");
+    agent.stop().await;
+}
