@@ -78,6 +78,14 @@ impl MemoryCap {
     }
 }
 
+impl MemoryCap {
+    /// The bytes linear memory may grow to.
+    #[cfg(test)]
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+}
+
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.cap {

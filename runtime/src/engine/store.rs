@@ -358,4 +358,32 @@ mod tests {
         let err = state(vec![missing.clone()], &empty).err().unwrap();
         assert!(err.contains(&missing.display().to_string()), "{err}");
     }
+
+    /// A call's state takes its engine's bounds in force when it starts:
+    /// the table's capacity, the `fields` size, the exec'd programs'
+    /// `pids.max` and the host's share of the memory cap.
+    #[test]
+    fn a_call_runs_under_its_engines_bounds_in_force_when_it_starts() {
+        use crate::host::bounds::HostLimits;
+        let dir = tempfile::tempdir().unwrap();
+        let empty = filesystem::open_empty_dir(dir.path()).unwrap();
+        let shared = Arc::new(Shared::new(16, HostLimits::default()));
+        let limits = HostLimits {
+            table_entries_per_call: 100,
+            fields_bytes: 2048,
+            exec_pids: 7,
+            ..HostLimits::default()
+        };
+        shared.set_limits(limits);
+        let grants = Arc::new(CallGrants::new(None, Arc::default()));
+        let memory = 64 << 20;
+        let state = CallState::new("p".into(), "t".into(), grants, shared, &empty, memory, Instant::now()).unwrap();
+        assert_eq!(state.exec_limits.pids, 7);
+        assert_eq!(*state.bounds.limits(), limits);
+        assert_eq!(
+            state.memory.cap() as u64,
+            memory - limits.host_memory_per_call(),
+            "the host's share of 100 × 2 KiB + 4 MiB is taken out"
+        );
+    }
 }

@@ -112,6 +112,27 @@ pub fn effective(reg: &Registry) -> Value {
             "burst": k.burst.unwrap_or(DEFAULT_BURST),
         })
     });
+    let oci = reg.oci_settings().map(|o| {
+        let registries: serde_json::Map<String, Value> = o
+            .registries
+            .iter()
+            .map(|(host, r)| {
+                let r = json!({
+                    "username": r.username,
+                    "password_file": r.password_file,
+                    "ca_file": r.ca_file,
+                    "insecure": r.insecure,
+                });
+                (host.clone(), r)
+            })
+            .collect();
+        json!({
+            "registries": registries,
+            "cache_dir": o.cache_dir,
+            "cache_max": o.cache_max_bytes,
+            "timeout": dur(o.timeout),
+        })
+    });
     json!({
         "api": {
             "listen": reg.api.map(|a| a.to_string()),
@@ -123,7 +144,9 @@ pub fn effective(reg: &Registry) -> Value {
         },
         "state_dir": reg.state_dir,
         "health_timeout": dur(reg.health_timeout.unwrap_or(crate::api::DEFAULT_HEALTH_TIMEOUT)),
+        "trust": reg.trusted_keys(),
         "require_signed": reg.require_signed,
+        "oci": oci,
         "operator_token": reg
             .tenants
             .credentials()

@@ -385,6 +385,16 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// How `oci://` plugins are pulled (`oci:`, defaults filled in).
+    pub fn oci_settings(&self) -> Option<&crate::oci::Settings> {
+        self.oci.as_deref()
+    }
+
+    /// The key ids of `trust:`, in the file's order.
+    pub fn trusted_keys(&self) -> Vec<&str> {
+        self.trust.keys.iter().map(|k| k.key_id()).collect()
+    }
+
     /// Reads, parses and resolves the config file at `path`.
     pub async fn load_file(engine: &Engine, path: &Path) -> Result<Self, ConfigErrors> {
         let (file, _) = config::read(path)?;

@@ -166,6 +166,14 @@ fn describe(reg: &Registry) -> String {
     out
 }
 
+/// `text` without the scratch directory and with the user's cache (the
+/// default `oci.cache_dir` without a `state_dir`) as `<user cache>`.
+fn normalise(text: &str, scratch: &Path) -> String {
+    let user_cache = sonde_runtime::registry::settings::oci_cache_dir(None);
+    text.replace(&format!("{}/", scratch.display()), "")
+        .replace(&user_cache.display().to_string(), "<user cache>/oci")
+}
+
 fn check(case: &Path, actual: &str) -> Option<String> {
     let expected_path = cases_dir()
         .join(case.parent().unwrap().file_name().unwrap())
@@ -193,7 +201,7 @@ async fn config_cases() {
             Ok(reg) => describe(&reg),
             Err(e) => format!("refused:\n{e}\n"),
         };
-        failures.extend(check(&case, &actual.replace(&format!("{}/", dir.path().display()), "")));
+        failures.extend(check(&case, &normalise(&actual, dir.path())));
     }
     for case in yamls(&dir.path().join("invalid")) {
         let text = std::fs::read_to_string(&case).unwrap();
