@@ -12,7 +12,7 @@ import json
 
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import http, types
+from wit_world.imports import http, tls, types
 
 SCHEMA = json.dumps({
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -62,6 +62,9 @@ class WitWorld(wit_world.WitWorld):
             body=b"",
             timeout_ms=req.timeout_ms,
             max_body=10 * 1024,
+            # https:// targets are verified against the system's roots.
+            tls=tls.Options(ca_pem=None, insecure_skip_verify=False, server_name=None),
+            keepalive=False,
         )
         try:
             response = http.send(request)

@@ -331,11 +331,11 @@ fn health(state: &ApiState, check_draining: bool) -> Response {
     );
     let exhausted = lookups_exhausted.max(blocking_exhausted) > state.health_timeout;
     let body = serde_json::json!({
-        "lastUpdated": humantime::format_rfc3339_millis(now - since_pass).to_string(),
-        "currentTime": humantime::format_rfc3339_millis(now).to_string(),
-        "overdueMs": overdue.as_millis() as u64,
-        "lookupsExhaustedMs": lookups_exhausted.as_millis() as u64,
-        "blockingThreadsExhaustedMs": blocking_exhausted.as_millis() as u64,
+        "last_updated": humantime::format_rfc3339_millis(now - since_pass).to_string(),
+        "current_time": humantime::format_rfc3339_millis(now).to_string(),
+        "overdue_ms": overdue.as_millis() as u64,
+        "lookups_exhausted_ms": lookups_exhausted.as_millis() as u64,
+        "blocking_threads_exhausted_ms": blocking_exhausted.as_millis() as u64,
         "draining": draining,
     });
     let healthy = !(stalled || exhausted || (check_draining && draining));

@@ -27,6 +27,10 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub no_cache: bool,
 
+    /// The longest one plugin may take to compile; the compiler (a child process) is killed past it and the plugin refused.
+    #[arg(long, global = true, default_value = "20s", value_parser = args::parse_positive_duration, value_name = "DURATION")]
+    pub compile_timeout: std::time::Duration,
+
     /// Log level or filter, as RUST_LOG (`debug`, `warn,sonde_runtime=debug`) [default: $RUST_LOG, else `info` for `sonde run` and `warn` for the rest].
     #[arg(long, alias = "log", global = true, value_name = "FILTER")]
     pub log_level: Option<String>,
@@ -140,14 +144,18 @@ pub fn main(cli: Cli) -> i32 {
 }
 
 async fn dispatch(cli: Cli) -> Result<i32, CliError> {
+    // Plugins are compiled in a child under a time and memory budget.
+    let mut compiler = crate::engine::Compiler::this_binary();
+    if let crate::engine::Compiler::Child { budget, .. } = &mut compiler {
+        budget.timeout = cli.compile_timeout;
+    }
     let config = EngineConfig {
         cache_dir: if cli.no_cache {
             None
         } else {
             cli.cache_dir.clone().or_else(crate::engine::cache::default_dir)
         },
-        // Plugins are compiled in a child under a time and memory budget.
-        compiler: crate::engine::Compiler::this_binary(),
+        compiler,
         ..EngineConfig::default()
     };
     match cli.command {

@@ -1001,8 +1001,13 @@ impl Engine {
             Ok(Ok(Ok(o))) => from_outcome(o),
         };
         // A denial, or a host bound the plugin ran into, is surfaced
-        // whatever the plugin made of it.
-        if let Some(message) = grants.denial_message() {
+        // whatever the plugin made of it. A trap after a denial is named
+        // too: an interpreter's traceback reads its source files, so the
+        // denial may be only the echo of the bug that stopped the plugin.
+        if let Some(mut message) = grants.denial_message() {
+            if result.reason == Some(Reason::Trap) {
+                message = truncate(format!("{message}; then {}", result.message), MAX_MESSAGE_BYTES);
+            }
             result = RunResult::error(Reason::Denied, message);
         } else if let Some(why) = store.data().bounds.breach() {
             result = RunResult::error(Reason::HostLimit, why.to_string());

@@ -106,19 +106,28 @@ pub(crate) fn add_to_linker_denying<T: Send + 'static>(
     preopens::add_to_linker::<T, Empty>(linker, get)?;
     let mut types = linker.instance(FILESYSTEM_TYPES)?;
     for method in PATH_METHODS {
-        types.func_new(
+        types.func_new_async(
             &format!("[method]descriptor.{method}"),
             move |mut store, _ty, params, results| {
-                let path = params.iter().find_map(|v| match v {
-                    Val::String(s) => Some(s.as_str()),
-                    _ => None,
-                });
-                // Always refused: this linker serves calls with no `files`.
-                let _ = get(store.data_mut()).grants.authorize(Use::File { method, path });
-                if let Some(slot) = results.first_mut() {
-                    *slot = Val::Result(Err(Some(Box::new(Val::Enum("access".into())))));
-                }
-                Ok(())
+                Box::new(async move {
+                    let path = params.iter().find_map(|v| match v {
+                        Val::String(s) => Some(s.as_str()),
+                        _ => None,
+                    });
+                    // Always refused: this linker serves calls with no `files`.
+                    let _ = get(store.data_mut()).grants.authorize(Use::File { method, path });
+                    // The descriptor is lent for the call: the lending ends
+                    // here, or the guest traps when the call returns.
+                    for v in params {
+                        if let Val::Resource(r) = v {
+                            r.resource_drop_async(&mut store).await?;
+                        }
+                    }
+                    if let Some(slot) = results.first_mut() {
+                        *slot = Val::Result(Err(Some(Box::new(Val::Enum("access".into())))));
+                    }
+                    Ok(())
+                })
             },
         )?;
     }

@@ -170,7 +170,7 @@ pub enum SignatureLocation {
         /// The signature manifest's digest.
         manifest: String,
     },
-    /// The `sha256-HEX.sig` tag (cosign's convention).
+    /// The `sha256-HEX.sonde-sig` tag (sonde's own; cosign's is `.sig`).
     Tag {
         /// The tag.
         tag: String,
@@ -816,7 +816,7 @@ impl Client {
     }
 
     /// Looks for a sonde signature of the manifest `pinned` names: first the
-    /// OCI 1.1 referrers, then the `sha256-HEX.sig` tag.
+    /// OCI 1.1 referrers, then the `sha256-HEX.sonde-sig` tag.
     async fn fetch_signature(
         &self,
         registry: &Registry,
@@ -1013,7 +1013,7 @@ impl Client {
     /// `reference` names, after checking that the artifact's component is
     /// `wasm_digest` (what the signature signs). It goes as an OCI 1.1
     /// referrer; when the registry does not list referrers, it is also
-    /// tagged `sha256-HEX.sig` (cosign's convention), replacing an older one.
+    /// tagged `sha256-HEX.sonde-sig`, replacing an older one.
     pub async fn push_signature(
         &self,
         reference: &Reference,
@@ -1090,7 +1090,8 @@ impl Client {
     }
 }
 
-/// cosign's tag for what is attached to manifest `digest`: `sha256-HEX.sig`.
+/// sonde's tag for the signature of manifest `digest`: `sha256-HEX.sonde-sig`,
+/// beside (never over) cosign's `sha256-HEX.sig` for the same manifest.
 pub fn signature_tag(digest: &str) -> String {
-    format!("{}.sig", digest.replacen(':', "-", 1))
+    format!("{}.sonde-sig", digest.replacen(':', "-", 1))
 }

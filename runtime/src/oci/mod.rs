@@ -15,8 +15,9 @@
 //! one layer is the component ([`WASM_LAYER_MEDIA_TYPE`]); tools such as
 //! `wkg` and Spin push and pull the same layout. A sonde signature
 //! ([`crate::signing`]) travels as an OCI 1.1 referrer of that manifest, or,
-//! on a registry without the referrers API, under the `sha256-HEX.sig` tag
-//! that cosign uses.
+//! on a registry without the referrers API, under the tag
+//! `sha256-HEX.sonde-sig` (cosign's own signatures use `sha256-HEX.sig`; the
+//! two never replace each other).
 //!
 //! This module does not decide trust: [`Resolved::verify`] hands the bytes and
 //! the signature to [`crate::signing::verify`], which does.

@@ -378,14 +378,14 @@ async fn livez_fails_while_the_scheduler_is_stalled_and_recovers() {
     let (agent, api, _dir) = start(&web(server.addr, "health_timeout: 1s\n")).await;
     let body = wait_status(api, "/livez", 200).await;
     assert!(
-        body["lastUpdated"].is_string() && body["currentTime"].is_string(),
+        body["last_updated"].is_string() && body["current_time"].is_string(),
         "{body}"
     );
     agent.scheduler.stall(Duration::from_secs(4));
     let body = wait_status(api, "/livez", 503).await;
     // 503 once overdue passes the 1 s health_timeout; the body shows whole
     // milliseconds, so 1000.4 ms reads as 1000.
-    assert!(body["overdueMs"].as_u64().unwrap() >= 1000, "{body}");
+    assert!(body["overdue_ms"].as_u64().unwrap() >= 1000, "{body}");
     assert_eq!(get(api, "/healthz").await.0, 503);
     // The API itself still answers while the scheduler is stuck.
     assert_eq!(get(api, "/v1/probes").await.0, 200);

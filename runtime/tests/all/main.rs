@@ -10,6 +10,7 @@ mod compile_budget;
 mod config_cases;
 mod containment;
 mod crash;
+mod examples;
 mod exec;
 mod file_age;
 mod first_contact;

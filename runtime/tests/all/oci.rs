@@ -358,7 +358,8 @@ async fn signatures_travel_with_the_artifact() {
     assert!(e.to_string().contains(&unsigned.digest), "{e}");
 
     // Present and trusted: docker-registry 2.8 has no referrers API, so the
-    // signature goes under cosign's tag.
+    // signature goes under sonde's own tag, never cosign's `sha256-HEX.sig`
+    // (each would overwrite the other).
     let signed = client
         .push(&reg.reference("acme/signed:1"), tcp_component(), &info())
         .await
@@ -368,12 +369,9 @@ async fn signatures_travel_with_the_artifact() {
         .push_signature(&reg.reference("acme/signed:1"), &signed.wasm_digest, sig.as_bytes())
         .await
         .unwrap();
-    assert_eq!(
-        attached.location,
-        SignatureLocation::Tag {
-            tag: oci::signature_tag(&signed.digest)
-        }
-    );
+    let tag = format!("sha256-{}.sonde-sig", signed.digest.trim_start_matches("sha256:"));
+    assert_eq!(oci::signature_tag(&signed.digest), tag);
+    assert_eq!(attached.location, SignatureLocation::Tag { tag });
     let fresh = tempfile::tempdir().unwrap();
     let r = reg.client(fresh.path()).resolve(&signed.reference).await.unwrap();
     assert!(matches!(r.signature, Some((_, SignatureLocation::Tag { .. }))));

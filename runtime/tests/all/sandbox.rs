@@ -277,6 +277,24 @@ async fn opening_a_file_without_a_grant_is_denied() {
     assert!(r.message.contains("Ok("), "{}", r.message);
 }
 
+/// A plugin that trips over a denial on its way to a trap (a Python
+/// traceback reads its source files) is `denied`, and the message says
+/// why it stopped too: the denial alone sends its author looking for a
+/// grant instead of the bug.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trap_after_a_denial_is_denied_and_says_why_it_trapped() {
+    let r = run_alone(guests::STAT_SOURCE_THEN_PANIC).await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
+    assert!(r.message.starts_with("denied: filesystem "), "{}", r.message);
+    assert!(r.message.contains("/0/app.py: no `files` granted"), "{}", r.message);
+    assert!(r.message.contains("trapped"), "{}", r.message);
+    assert!(
+        r.message.contains("missing 2 required positional arguments"),
+        "{}",
+        r.message
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_outputs_are_cut_to_the_caps() {
     use sonde_runtime::engine::limits::{MAX_DETAIL_BYTES, MAX_MESSAGE_BYTES, MAX_METRICS};
