@@ -20,6 +20,7 @@ mod instance_pool;
 mod kubernetes;
 mod kubernetes_e2e;
 mod oci;
+mod oci_hostile;
 mod plugin_text;
 mod postgres;
 mod redis;
