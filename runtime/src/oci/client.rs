@@ -749,6 +749,7 @@ impl Client {
     /// A blob from the cache, else fetched (checked, then cached), and
     /// whether it was fetched. With the registry down, a blob not cached is
     /// [`OciError::NotCached`].
+    #[allow(clippy::too_many_arguments)]
     async fn blob_or_fetch(
         &self,
         registry: &Registry,

@@ -31,6 +31,14 @@ pub(crate) fn refusal(ip: IpAddr, allow_loopback: bool) -> Option<&'static str> 
     }
 }
 
+fn article(word: &str) -> &'static str {
+    if word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
 /// A v4-mapped IPv6 address is its IPv4 address.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
@@ -53,7 +61,7 @@ pub(crate) fn is_local_registry(registry: &str) -> bool {
 /// A refused destination: the error a redirect policy or the resolver
 /// hands the HTTP client, found again in its error chain.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{what} {place} is refused: it is {why}")]
+#[error("{what} {place} is refused: {why}")]
 pub(crate) struct Refusal {
     /// What pointed there (`a redirect to`, `the name`, …).
     pub what: &'static str,
@@ -81,16 +89,16 @@ impl Guard {
             why,
         };
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(refuse(format!("not http or https but {}", url.scheme())));
+            return Err(refuse(format!("it is not http or https but {}", url.scheme())));
         }
         let ip = match url.host() {
             Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
             Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
             Some(url::Host::Domain(_)) => return Ok(()),
-            None => return Err(refuse("without a host".into())),
+            None => return Err(refuse("it has no host".into())),
         };
         match refusal(ip, self.allow_loopback) {
-            Some(kind) => Err(refuse(format!("a {kind} address"))),
+            Some(kind) => Err(refuse(format!("it is {} {kind} address", article(kind)))),
             None => Ok(()),
         }
     }
@@ -115,9 +123,9 @@ impl reqwest::dns::Resolve for Guard {
                 .collect();
             if allowed.is_empty() {
                 let why = if refused.is_empty() {
-                    "resolves to no address".to_string()
+                    "it resolves to no address".to_string()
                 } else {
-                    format!("resolves only to refused addresses: {}", refused.join(", "))
+                    format!("it resolves only to refused addresses: {}", refused.join(", "))
                 };
                 return Err(Box::new(Refusal {
                     what: "the name",

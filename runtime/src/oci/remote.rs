@@ -124,7 +124,7 @@ impl Remote {
                 return attempt.error(Refusal {
                     what: "a redirect to",
                     place,
-                    why: format!("more than {MAX_REDIRECTS} redirects in a row"),
+                    why: format!("it is more than {MAX_REDIRECTS} redirects in a row"),
                 });
             }
             let downgrade =
@@ -133,7 +133,7 @@ impl Remote {
                 return attempt.error(Refusal {
                     what: "a redirect to",
                     place,
-                    why: "plain HTTP after HTTPS".into(),
+                    why: "it is plain HTTP after HTTPS".into(),
                 });
             }
             match policy_guard.check_url("a redirect to", attempt.url()) {
@@ -350,6 +350,21 @@ impl Remote {
 
     /// A status that is not 200 as an error: 404 is [`OciError::NotFound`].
     fn status_error(&self, resp: &reqwest::Response, reference: &Reference, doing: &str) -> OciError {
+        if resp.status().is_redirection() {
+            // A redirect the client did not follow: not to http or https.
+            let to = resp
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("nowhere");
+            return OciError::Refused {
+                registry: self.name.clone(),
+                detail: format!(
+                    "{doing}: a redirect to {} is refused: not http or https",
+                    to.chars().take(200).collect::<String>()
+                ),
+            };
+        }
         match resp.status().as_u16() {
             404 => OciError::NotFound {
                 reference: reference.to_string(),
