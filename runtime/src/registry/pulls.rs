@@ -133,10 +133,11 @@ impl Pulls {
         self.entries().retain(|_, e| matches!(e, Entry::Pulling { .. }));
     }
 
-    /// A plugin already resolved (a pinned reference, or a fresh tag).
-    pub(crate) fn ready(&self, name: &str) -> Option<Ready> {
-        match self.entries().get(name)? {
-            Entry::Landed(l) if l.pinned => Some(l.ready.clone()),
+    /// A pinned plugin already resolved, and what its pull cost when this
+    /// is the first ask since it landed (charged once).
+    pub(crate) fn ready(&self, name: &str) -> Option<(Ready, Option<PullCost>)> {
+        match self.entries().get_mut(name)? {
+            Entry::Landed(l) if l.pinned => Some((l.ready.clone(), l.cost.take())),
             _ => None,
         }
     }

@@ -274,8 +274,9 @@ impl Cache {
             }
             return Ok(OciPlugin::Ready(resolved, Some(cost)));
         };
-        if let Some(ready) = pulls.ready(name) {
-            return Ok(OciPlugin::Ready(ready, None));
+        if let Some((ready, cost)) = pulls.ready(name) {
+            self.lock().pinned.insert(name.to_string(), ready.clone());
+            return Ok(OciPlugin::Ready(ready, cost));
         }
         // Whole in the disk cache: no registry needed, no wait.
         if reference.is_pinned()
