@@ -35,8 +35,11 @@ pub(crate) enum Hostile {
     Redirect(&'static str),
     /// The blob redirects to itself, forever.
     RedirectLoop,
-    /// The manifest comes one byte every 300 ms.
+    /// The manifest comes one byte every 300 ms, forever.
     Trickle,
+    /// Every manifest and blob comes in 5 pieces 400 ms apart: each
+    /// answer within any per-answer timeout of 3 s, the whole pull not.
+    SlowAnswers,
     /// A `401` whose token realm is on this server and answers forever.
     EndlessToken,
     /// A `401` whose token realm is this URL.
@@ -200,6 +203,23 @@ async fn serve(mut stream: TcpStream, how: Hostile, addr: SocketAddr, counter: A
             if write(&mut stream, counter, b"HTTP/1.1 200 OK\r\n").await {
                 let line = format!("X-Pad: {}\r\n", "a".repeat(1000));
                 while write(&mut stream, counter, line.as_bytes()).await {}
+            }
+        }
+        Hostile::SlowAnswers if is_manifest || is_blob => {
+            let body = if is_manifest { manifest() } else { layer() };
+            let ct = if is_manifest { manifest_type } else { "" };
+            let head = format!(
+                "HTTP/1.1 200 OK\r\n{ct}Content-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            if !write(&mut stream, counter, head.as_bytes()).await {
+                return;
+            }
+            for piece in body.chunks(body.len().div_ceil(5)) {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                if !write(&mut stream, counter, piece).await {
+                    return;
+                }
             }
         }
         _ if is_manifest => answer(&mut stream, counter, "200 OK", manifest_type, &manifest()).await,
@@ -404,6 +424,29 @@ async fn a_trickle_is_cut_off_by_the_whole_pulls_deadline() {
     );
 }
 
+/// Answers that each come within any per-answer timeout still end at the
+/// whole pull's deadline: 2 s per answer, a 3 s deadline for all of them.
+#[tokio::test]
+async fn slow_answers_end_at_the_whole_pulls_deadline_not_one_timeout_per_answer() {
+    let server = Server::start(Hostile::SlowAnswers).await;
+    let cache = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let e = client(&server, cache.path(), Duration::from_secs(3))
+        .resolve(&server.reference())
+        .await
+        .expect_err("the pull takes longer than its deadline");
+    let took = started.elapsed();
+    eprintln!("SlowAnswers: {e} ({} ms)", took.as_millis());
+    assert!(
+        matches!(e, OciError::NotCached { ref source, .. } if matches!(**source, OciError::Timeout { .. })),
+        "{e}"
+    );
+    assert!(
+        (Duration::from_secs(3)..Duration::from_secs(5)).contains(&took),
+        "{took:?}"
+    );
+}
+
 #[tokio::test]
 async fn token_endpoints_are_bounded_and_checked_like_redirects() {
     let (e, took, sent) = pull(Hostile::EndlessToken).await;
@@ -497,8 +540,6 @@ async fn sonde_check_under_an_endless_manifest_stays_within_the_cap_in_memory() 
     let (status, stderr, baseline, _) = run(missing.reference()).await.unwrap();
     assert!(!status.success() && stderr.contains("not found"), "{stderr}");
     let (status, stderr, peak, took) = run(endless.reference()).await.unwrap();
-    assert!(!status.success());
-    assert!(stderr.contains("manifest") && stderr.contains("limit"), "{stderr}");
     let cap = sonde_runtime::oci::MAX_MANIFEST_BYTES;
     eprintln!(
         "sonde check peak RSS: {} KiB against a 404, {} KiB under an endless manifest ({} ms, {} bytes sent)",
@@ -507,6 +548,8 @@ async fn sonde_check_under_an_endless_manifest_stays_within_the_cap_in_memory() 
         took.as_millis(),
         endless.sent()
     );
+    assert!(!status.success());
+    assert!(stderr.contains("manifest") && stderr.contains("limit"), "{stderr}");
     assert!(
         peak < baseline + cap + (32 << 20),
         "peak RSS {peak} under an endless manifest, {baseline} against a 404: more than the {cap}-byte cap + 32 MiB"
@@ -556,6 +599,7 @@ async fn an_agent_with_a_silent_registry_serves_livez_and_runs_unrelated_probes_
     .unwrap();
     let started = Instant::now();
     let (agent, api) = support::start_agent(&config).await;
+    eprintln!("Agent::start returned after {} ms", started.elapsed().as_millis());
     let (code, _) = support::call(api, "GET", "/livez", None, b"").await;
     assert_eq!(code, 200);
     let probes = loop {
