@@ -329,6 +329,7 @@ pub async fn load(
     cache: &crate::registry::resolve::Cache,
 ) -> Result<(Registry, Vec<LeftOut>), ConfigErrors> {
     let (path, file) = read_config(options)?;
+    cache.release_unused();
     let mut reg = Registry::load_with(engine, &path, file, cache.clone()).await?;
     if options.config.is_none() {
         reg.source = None;

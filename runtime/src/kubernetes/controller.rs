@@ -549,7 +549,7 @@ impl Controller {
         }
     }
 
-    /// A pull ended (`None`: some pulls): the Pods whose gates waited on
+    /// A pull ended, or its backoff passed: the Pods whose gates waited on
     /// one, or whose pull failed, are reconciled again.
     async fn on_pull_ended(&mut self) {
         let pods: Vec<PodKey> = self.retry_pods.drain().collect();

@@ -133,26 +133,25 @@ impl Pulls {
         self.entries().retain(|_, e| matches!(e, Entry::Pulling { .. }));
     }
 
-    /// A pinned plugin already resolved, and what its pull cost when this
-    /// is the first ask since it landed (charged once).
-    pub(crate) fn ready(&self, name: &str) -> Option<(Ready, Option<PullCost>)> {
-        match self.entries().get_mut(name)? {
-            Entry::Landed(l) if l.pinned => Some((l.ready.clone(), l.cost.take())),
+    /// A pinned plugin whose pull landed, handed over (the caller keeps
+    /// it from now on) with what its pull cost.
+    pub(crate) fn take_pinned(&self, name: &str) -> Option<(Ready, Option<PullCost>)> {
+        let mut entries = self.entries();
+        if !matches!(entries.get(name)?, Entry::Landed(l) if l.pinned) {
+            return None;
+        }
+        match entries.remove(name) {
+            Some(Entry::Landed(l)) => Some((l.ready, l.cost)),
             _ => None,
         }
     }
 
-    /// Records a plugin resolved without a pull (whole in the disk cache).
-    pub(crate) fn insert(&self, name: &str, ready: Ready, pinned: bool) {
-        self.entries().insert(
-            name.to_string(),
-            Entry::Landed(Box::new(Landed {
-                ready,
-                cost: None,
-                at: Instant::now(),
-                pinned,
-            })),
-        );
+    /// Forgets the resolved tags nothing else holds (no probe in force), so
+    /// that their compiled code is freed. A pull that landed and was not
+    /// taken up yet (its cost not charged) is kept for the load to come.
+    pub(crate) fn release_unused(&self) {
+        self.entries()
+            .retain(|_, e| !matches!(e, Entry::Landed(l) if l.cost.is_none() && Arc::strong_count(&l.ready.0) == 1));
     }
 
     /// Asks for `name` on behalf of `tenant`: what is known, or a new pull
@@ -163,11 +162,17 @@ impl Pulls {
     {
         let mut entries = self.entries();
         let now = Instant::now();
+        if matches!(entries.get(name), Some(Entry::Landed(l)) if l.pinned)
+            && let Some(Entry::Landed(l)) = entries.remove(name)
+        {
+            // Handed over: the caller keeps a pinned plugin from now on.
+            return Asked::Ready(l.ready, l.cost);
+        }
         match entries.get_mut(name) {
             Some(Entry::Landed(l)) => {
                 let cost = l.cost.take();
                 let ready = l.ready.clone();
-                if l.pinned || now.duration_since(l.at) < TAG_FRESH {
+                if now.duration_since(l.at) < TAG_FRESH {
                     return Asked::Ready(ready, cost);
                 }
                 // A tag due for a refresh: used meanwhile.

@@ -274,7 +274,7 @@ impl Cache {
             }
             return Ok(OciPlugin::Ready(resolved, Some(cost)));
         };
-        if let Some((ready, cost)) = pulls.ready(name) {
+        if let Some((ready, cost)) = pulls.take_pinned(name) {
             self.lock().pinned.insert(name.to_string(), ready.clone());
             return Ok(OciPlugin::Ready(ready, cost));
         }
@@ -295,7 +295,6 @@ impl Cache {
                 .map_err(|e| ResolveError::Load(Arc::new(e)))?;
             let ready = (plugin, pinned);
             self.lock().pinned.insert(name.to_string(), ready.clone());
-            pulls.insert(name, ready.clone(), true);
             return Ok(OciPlugin::Ready(ready, Some(PullCost::default())));
         }
         let (engine, trust, owned) = (engine.clone(), trust.clone(), name.to_string());
@@ -318,6 +317,17 @@ impl Cache {
             Asked::Pulling(since) => OciPlugin::Pulling(since),
             Asked::Failed(e) => return Err(e),
         })
+    }
+
+    /// Forgets the `oci://` plugins nothing else holds any more (no probe
+    /// of the registry in force, no run), so that their compiled code is
+    /// freed: called before each whole load, while the registry in force
+    /// still holds what it uses.
+    pub fn release_unused(&self) {
+        self.lock().pinned.retain(|_, (p, _)| Arc::strong_count(p) > 1);
+        if let Some(p) = &self.pulls {
+            p.release_unused();
+        }
     }
 
     fn oci_client(&self, settings: &crate::oci::Settings) -> Result<Arc<crate::oci::Client>, ResolveError> {
