@@ -48,6 +48,9 @@ pub(crate) enum Hostile {
     EndlessHeaders,
     /// `404` to everything.
     NotFound,
+    /// An honest registry of the built-in `tcp` component, which answers
+    /// each manifest and blob after this many milliseconds.
+    Honest(u64),
     /// A good artifact whose referrer list never ends.
     EndlessReferrers,
 }
@@ -62,12 +65,17 @@ fn digest(bytes: &[u8]) -> String {
 }
 
 fn manifest() -> Vec<u8> {
+    manifest_of(&layer())
+}
+
+/// A CNCF wasm manifest whose one layer is `layer`.
+fn manifest_of(layer: &[u8]) -> Vec<u8> {
     let config = b"{}";
     serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": digest(config), "size": 2},
-        "layers": [{"mediaType": "application/wasm", "digest": digest(&layer()), "size": 1000}],
+        "layers": [{"mediaType": "application/wasm", "digest": digest(layer), "size": layer.len()}],
     }))
     .unwrap()
 }
@@ -162,6 +170,15 @@ async fn serve(mut stream: TcpStream, how: Hostile, addr: SocketAddr, counter: A
     let is_manifest = path.contains("/manifests/");
     let is_blob = path.contains("/blobs/");
     match how {
+        Hostile::Honest(delay) if is_manifest || is_blob => {
+            let tcp = sonde_runtime::builtins::get("tcp").unwrap();
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            if is_manifest {
+                answer(&mut stream, counter, "200 OK", manifest_type, &manifest_of(tcp)).await
+            } else {
+                answer(&mut stream, counter, "200 OK", "", tcp).await
+            }
+        }
         Hostile::NotFound => answer(&mut stream, counter, "404 Not Found", "", b"{}").await,
         Hostile::Silent => {
             // Holds the connection, says nothing.
@@ -650,6 +667,82 @@ async fn an_agent_with_a_silent_registry_serves_livez_and_runs_unrelated_probes_
             .lines()
             .any(|l| l.starts_with("pulled") && l.contains("pulling") && l.contains("being pulled")),
         "{table}"
+    );
+    agent.stop().await;
+    accepting.abort();
+}
+
+/// A probe whose plugin is being pulled waits, visibly, and runs when the
+/// pull lands: `pulling` in `/v1/probes` and the metrics until then, gone
+/// after; the unrelated probe ran all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_waits_for_its_pull_visibly_and_runs_when_it_lands() {
+    let slow = Server::start(Hostile::Honest(1500)).await;
+    let (target, accepting) = accepting().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pulled = slow.reference().to_string();
+    let config = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir: {state}\noci:\n  registries:\n    \"{addr}\": {{ insecure: true }}\ntargets:\n  - name: svc\n    address: {target}\n    probes:\n      - {{ name: plain, plugin: tcp, period: 100ms }}\n      - {{ name: pulled, plugin: \"{pulled}\", period: 100ms }}\n",
+            state = dir.path().join("state").display(),
+            addr = slow.addr,
+        ),
+    )
+    .unwrap();
+    let (agent, api) = support::start_agent(&config).await;
+    let get = |path: &'static str| async move { support::call(api, "GET", path, None, b"").await.1 };
+    let probes: serde_json::Value = serde_json::from_str(&get("/v1/probes").await).unwrap();
+    let waiting = probes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "pulled")
+        .cloned();
+    assert!(
+        waiting
+            .as_ref()
+            .is_some_and(|p| p["pulling"]["plugin"] == pulled.as_str()),
+        "{probes:#}"
+    );
+    let started = Instant::now();
+    let probes = loop {
+        let probes: serde_json::Value = serde_json::from_str(&get("/v1/probes").await).unwrap();
+        let ran = |n: &str| {
+            probes
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == n && p["last"]["status"] == "success")
+        };
+        if ran("pulled") {
+            assert!(ran("plain"), "{probes:#}");
+            break probes;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{probes:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let landed = probes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "pulled")
+        .unwrap();
+    assert!(landed["pulling"].is_null(), "{landed:#}");
+    assert!(
+        landed["plugin"].as_str().unwrap().contains("@sha256:"),
+        "runs the digest: {landed:#}"
+    );
+    let status: serde_json::Value = serde_json::from_str(&get("/v1/status").await).unwrap();
+    assert_eq!(status["pulling"], serde_json::json!([]), "{status:#}");
+    let metrics = get("/metrics").await;
+    assert!(!metrics.contains("sonde_probe_waiting_for_plugin{"), "{metrics}");
+    assert!(metrics.contains("sonde_oci_pulls_in_flight 0"), "{metrics}");
+    let charged = agent.executor.tenant_stats("default").unwrap().pull_bytes;
+    assert!(
+        charged >= sonde_runtime::builtins::get("tcp").unwrap().len() as u64,
+        "the pull is charged to the tenant once it is taken up: {charged}"
     );
     agent.stop().await;
     accepting.abort();
