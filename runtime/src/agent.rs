@@ -242,7 +242,13 @@ impl Agent {
         options: AgentOptions,
         kubernetes: Option<KubernetesStart>,
     ) -> Result<Self, AgentError> {
-        let (registry, skipped) = control::load(&engine, &options).await.map_err(AgentError::Config)?;
+        // Shared by every load: a pull started by one lands for the next,
+        // and none is waited for (the API and every probe at hand start now).
+        let cache = crate::registry::resolve::Cache::background();
+        let ended = cache.pulls().map(|p| p.subscribe());
+        let (registry, skipped) = control::load(&engine, &options, &cache)
+            .await
+            .map_err(AgentError::Config)?;
         let problems = start_problems(
             &registry,
             &StartOptions {
@@ -278,6 +284,7 @@ impl Agent {
             loaded_at: Some(SystemTime::now()),
             reload_error: None,
             left_out: skipped,
+            pulling: registry.waiting.clone(),
             probes: registry.probes().len(),
             version: env!("CARGO_PKG_VERSION"),
         }));
@@ -328,9 +335,13 @@ impl Agent {
             registry: tokio::sync::Mutex::new(registry),
             compiling: Default::default(),
             reloads: tokio::sync::watch::Sender::new(0),
+            cache,
         });
         let draining = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
+        if let Some(ended) = ended {
+            tasks.push(tokio::spawn(take_up_pulls(control.clone(), ended)));
+        }
         let mut api = None;
         if let Some(addr) = api_addr {
             let cache_engine = engine.clone();
@@ -348,6 +359,13 @@ impl Agent {
                     },
                     cache: Arc::new(move || cache_engine.cache_stats()),
                     executor: executor.clone(),
+                    pulls: {
+                        let (control, status) = (control.clone(), status.clone());
+                        Arc::new(move || {
+                            let waiting = status.lock().unwrap_or_else(|e| e.into_inner()).pulling.clone();
+                            (waiting, control.pulls_in_flight())
+                        })
+                    },
                 },
                 draining: draining.clone(),
                 health_timeout,
@@ -417,6 +435,20 @@ impl Agent {
         }
         let results = self.results.clone();
         let _ = tokio::task::spawn_blocking(move || results.flush()).await;
+    }
+}
+
+/// Takes up the probes of the file and the store that wait on a background
+/// pull: when one ends (or its backoff passes), the config is loaded again,
+/// from memory and the cache, so that they run (or show why not).
+async fn take_up_pulls(control: Arc<Control>, mut ended: tokio::sync::broadcast::Receiver<Arc<str>>) {
+    loop {
+        let reference = match ended.recv().await {
+            Ok(r) => Some(r),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        control.take_up(reference.as_deref()).await;
     }
 }
 

@@ -524,9 +524,14 @@ pub struct OciSpec {
     /// `cache_max: 1GiB` (default) — unused blobs past it are evicted.
     #[serde(default)]
     pub cache_max: Option<Spanned<Size>>,
-    /// `timeout: 60s` (default) — the longest one pull may take.
+    /// `timeout: 60s` (default) — the longest one whole pull may take
+    /// (tag, manifest, component and signature together).
     #[serde(default)]
     pub timeout: Option<Spanned<Dur>>,
+    /// `idle_timeout: 10s` (default) — the longest a registry may stay
+    /// silent: before the first byte of an answer, and between two reads.
+    #[serde(default)]
+    pub idle_timeout: Option<Spanned<Dur>>,
 }
 
 /// How to reach one OCI registry.

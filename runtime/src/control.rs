@@ -63,6 +63,9 @@ pub struct AgentStatus {
     /// longer fitting, or naming an `oci://` plugin its registry could not
     /// give at load (nothing cached).
     pub left_out: Vec<LeftOut>,
+    /// Probes waiting for their `oci://` plugin, being pulled in the
+    /// background; each runs when its pull lands.
+    pub pulling: Vec<crate::registry::Waiting>,
     /// The number of probes.
     pub probes: usize,
     /// The agent's version.
@@ -89,6 +92,9 @@ pub struct LeftOut {
     pub tenant: TenantId,
     /// Why it does not load.
     pub reason: String,
+    /// The `oci://` plugin whose pull failed, when that is why (it is
+    /// tried again when the pull's backoff has passed).
+    pub plugin: Option<String>,
 }
 
 impl fmt::Display for LeftOut {
@@ -218,6 +224,15 @@ pub enum ControlError {
         /// The config's errors.
         source: ConfigErrors,
     },
+    /// The probe's `oci://` plugin is being pulled in the background;
+    /// nothing was stored. The same request succeeds once it has landed.
+    #[error("plugin {plugin} is being pulled (since {}); nothing was stored: send the probe again once it has landed", humantime::format_rfc3339_seconds(*.since))]
+    Pulling {
+        /// The plugin, as written.
+        plugin: String,
+        /// When the pull started.
+        since: SystemTime,
+    },
     /// The agent failed on its own side: the state directory, the engine.
     #[error("cannot {action}: {source}")]
     Internal {
@@ -226,6 +241,30 @@ pub enum ControlError {
         /// Why it failed.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+}
+
+/// Why [`Control::apply_change`] did not apply a change.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The change breaks a rule (every error found).
+    #[error("{0}")]
+    Invalid(ConfigErrors),
+    /// A probe's `oci://` plugin is being pulled in the background.
+    #[error("{}", pulling_text(.0))]
+    Pulling(Vec<crate::registry::Waiting>),
+}
+
+fn pulling_text(waiting: &[crate::registry::Waiting]) -> String {
+    let mut plugins: Vec<&str> = waiting.iter().map(|w| w.plugin.as_str()).collect();
+    plugins.dedup();
+    format!(
+        "plugin {} is being pulled (since {}); the probe runs when it lands",
+        plugins.join(", "),
+        waiting
+            .first()
+            .map(|w| humantime::format_rfc3339_seconds(w.since).to_string())
+            .unwrap_or_default()
+    )
 }
 
 /// One thing wrong with a plugin or probe.
@@ -284,9 +323,14 @@ fn read_config(options: &AgentOptions) -> Result<(PathBuf, config::File), Config
 /// starting. The file's own errors are the caller's.
 ///
 /// This is the one place a [`Registry`] is built from the config.
-pub async fn load(engine: &Engine, options: &AgentOptions) -> Result<(Registry, Vec<LeftOut>), ConfigErrors> {
+pub async fn load(
+    engine: &Engine,
+    options: &AgentOptions,
+    cache: &crate::registry::resolve::Cache,
+) -> Result<(Registry, Vec<LeftOut>), ConfigErrors> {
     let (path, file) = read_config(options)?;
-    let mut reg = Registry::load(engine, &path, file).await?;
+    cache.release_unused();
+    let mut reg = Registry::load_with(engine, &path, file, cache.clone()).await?;
     if options.config.is_none() {
         reg.source = None;
     }
@@ -297,6 +341,7 @@ pub async fn load(engine: &Engine, options: &AgentOptions) -> Result<(Registry, 
             probe: u.probe.to_string(),
             tenant: u.tenant.clone(),
             reason: u.error.to_string(),
+            plugin: u.plugin.clone(),
         })
         .collect();
     let state_dir = options.state_dir.clone().or_else(|| reg.state_dir.clone());
@@ -320,6 +365,10 @@ pub async fn load(engine: &Engine, options: &AgentOptions) -> Result<(Registry, 
                 Err(e) => Err(e),
             };
             match prepared {
+                Ok(prepared) if !prepared.waiting().is_empty() => {
+                    reg.pulls.extend_from_slice(prepared.pulls());
+                    reg.waiting.extend_from_slice(prepared.waiting());
+                }
                 Ok(prepared) => {
                     reg.pulls.extend_from_slice(prepared.pulls());
                     let _ = reg.commit(prepared);
@@ -328,6 +377,10 @@ pub async fn load(engine: &Engine, options: &AgentOptions) -> Result<(Registry, 
                     probe: p.name,
                     tenant: p.tenant.as_str().into(),
                     reason,
+                    plugin: p.spec["plugin"]
+                        .as_str()
+                        .filter(|n| crate::registry::resolve::is_oci(n))
+                        .map(str::to_string),
                 }),
             }
         }
@@ -375,6 +428,8 @@ pub struct Control {
     /// Counts whole-registry replacements (reloads), which drop the probes
     /// of [`Control::apply_change`].
     pub(crate) reloads: tokio::sync::watch::Sender<u64>,
+    /// What every load shares: resolved plugins and the background pulls.
+    pub(crate) cache: crate::registry::resolve::Cache,
 }
 
 impl fmt::Debug for Control {
@@ -443,6 +498,7 @@ impl Control {
             s.loaded_at = Some(SystemTime::now());
             s.reload_error = None;
             s.left_out = left_out;
+            s.pulling = reg.waiting.clone();
             s.probes = reg.probes().len();
         }
         *current = reg;
@@ -469,12 +525,29 @@ impl Control {
     /// error is kept in the status.
     pub async fn reload(&self) -> Result<ReloadSummary, ConfigErrors> {
         let mut current = self.registry.lock().await;
-        match load(&self.engine, &self.options).await {
+        self.reload_locked(&mut current).await
+    }
+
+    /// After the pull of `reference` ended (`None`: of some references):
+    /// loads the config again if a probe of the file or the store waits on
+    /// it. Checked under the registry's lock, so that a reload in progress
+    /// that saw the pull running is never missed.
+    pub async fn take_up(&self, reference: Option<&str>) {
+        let mut current = self.registry.lock().await;
+        let due = reference.is_none_or(|r| self.waits_on(r));
+        if due {
+            tracing::debug!(plugin = %reference.unwrap_or("(several)"), "a pull ended: loading the config again");
+            let _ = self.reload_locked(&mut current).await;
+        }
+    }
+
+    async fn reload_locked(&self, current: &mut Registry) -> Result<ReloadSummary, ConfigErrors> {
+        match load(&self.engine, &self.options, &self.cache).await {
             Ok((reg, left_out)) => {
                 for w in &reg.warnings {
                     tracing::warn!("{w}");
                 }
-                let summary = self.apply(&mut current, reg, left_out).await;
+                let summary = self.apply(current, reg, left_out).await;
                 let (config, probes) = {
                     let st = self.status.lock().unwrap_or_else(|e| e.into_inner());
                     (st.config.clone(), st.probes)
@@ -505,7 +578,7 @@ impl Control {
     /// After a stored plugin changed: loads and applies everything again,
     /// since any probe may use it.
     async fn reload_after_change(&self, current: &mut Registry) -> Result<(), ControlError> {
-        let (reg, left_out) = load(&self.engine, &self.options)
+        let (reg, left_out) = load(&self.engine, &self.options, &self.cache)
             .await
             .map_err(|source| ControlError::Unavailable { stored: true, source })?;
         self.apply(current, reg, left_out).await;
@@ -804,10 +877,17 @@ impl Control {
             change.add.push(target);
         }
         let batch = probes.len() > 1;
-        reg.prepare(&self.engine, change).await.map_err(|errors| {
+        let prepared = reg.prepare(&self.engine, change).await.map_err(|errors| {
             let name = if batch { "" } else { names[0].0 };
             invalid(name, errors.0)
-        })
+        })?;
+        match prepared.waiting().first() {
+            Some(w) => Err(ControlError::Pulling {
+                plugin: w.plugin.clone(),
+                since: w.since,
+            }),
+            None => Ok(prepared),
+        }
     }
 
     /// Applies `change` to the registry in force as one incremental change,
@@ -816,10 +896,39 @@ impl Control {
     /// Pod gate). Refused whole, with every error, or committed and handed
     /// to the scheduler. A reload of the config file drops such probes;
     /// the controller puts them back (it follows [`Control::reloads`]).
-    pub async fn apply_change(&self, change: Change) -> Result<ReloadSummary, ConfigErrors> {
+    ///
+    /// A change whose `oci://` plugin is being pulled is not applied
+    /// ([`ChangeError::Pulling`]); [`Control::pulls_ended`] tells when to
+    /// send it again. Nothing here waits on a registry.
+    pub async fn apply_change(&self, change: Change) -> Result<ReloadSummary, ChangeError> {
         let mut reg = self.registry.lock().await;
-        let prepared = reg.prepare(&self.engine, change).await?;
+        let prepared = reg.prepare(&self.engine, change).await.map_err(ChangeError::Invalid)?;
+        if !prepared.waiting().is_empty() {
+            return Err(ChangeError::Pulling(prepared.waiting().to_vec()));
+        }
         Ok(self.commit(&mut reg, prepared, &[]).await)
+    }
+
+    /// Tells of each `oci://` reference whose background pull ended (landed
+    /// or failed) or whose backoff passed.
+    pub fn pulls_ended(&self) -> tokio::sync::broadcast::Receiver<Arc<str>> {
+        match self.cache.pulls() {
+            Some(p) => p.subscribe(),
+            None => tokio::sync::broadcast::channel(1).1,
+        }
+    }
+
+    /// Background pulls running or waiting for a slot.
+    pub fn pulls_in_flight(&self) -> usize {
+        self.cache.pulls().map_or(0, |p| p.in_flight())
+    }
+
+    /// Whether a reload would take up a probe of the file or the store that
+    /// waits on (or was left out by) a pull of `reference`.
+    fn waits_on(&self, reference: &str) -> bool {
+        let s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        s.pulling.iter().any(|w| w.plugin == reference)
+            || s.left_out.iter().any(|l| l.plugin.as_deref() == Some(reference))
     }
 
     /// Follows whole-registry replacements: the count changes after each

@@ -141,6 +141,9 @@ pub struct Metrics {
     pub pool: Arc<dyn Fn() -> Option<PoolStats> + Send + Sync>,
     /// Per-tenant run stats.
     pub executor: Executor,
+    /// The probes waiting for their `oci://` plugin's background pull, and
+    /// the pulls in flight.
+    pub pulls: Arc<dyn Fn() -> (Vec<crate::registry::Waiting>, usize) + Send + Sync>,
 }
 
 impl fmt::Debug for Metrics {
@@ -439,9 +442,34 @@ impl Collector for Scrape {
         }
 
         self.tenant_series(&mut enc)?;
+        let (waiting, in_flight) = (m.pulls)();
+        let mut e = enc.encode_descriptor(
+            "sonde_probe_waiting_for_plugin",
+            "1 for each probe left out until its oci:// plugin, being pulled in the background, lands",
+            None,
+            MetricType::Gauge,
+        )?;
+        for w in waiting.iter().filter(|w| who.sees(&w.tenant)) {
+            let kind = format!("{:?}", w.kind).to_lowercase();
+            let labels = [
+                ("probe", &*w.probe),
+                ("target", &*w.target),
+                ("kind", kind.as_str()),
+                ("tenant", &*w.tenant),
+                ("plugin", w.plugin.as_str()),
+            ];
+            ConstGauge::new(1).encode(e.encode_family(&labels)?)?;
+        }
         if *who != Principal::Operator {
             return Ok(());
         }
+        let e = enc.encode_descriptor(
+            "sonde_oci_pulls_in_flight",
+            "Background pulls of oci:// plugins running or waiting for a slot",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(in_flight as i64).encode(e)?;
         let plugins = m.runs.by_plugin.read().unwrap_or_else(|e| e.into_inner());
         let histograms: [(&str, &str, Pick); 2] = [
             (

@@ -171,6 +171,7 @@ targets:
         cache: Arc::new(|| (0, 0)),
         pool: Arc::new(|| None),
         executor: executor.clone(),
+        pulls: Arc::new(|| (Vec::new(), 0)),
     };
     let exposition = metrics.encode(&Principal::Operator);
 

@@ -7,7 +7,7 @@
 //! | endpoint | what |
 //! | --- | --- |
 //! | `GET /` | the status page (HTML, live from `/v1/watch`) |
-//! | `GET /v1/probes` | every probe: state, stale, consecutive, last outcome |
+//! | `GET /v1/probes` | every probe: state, stale, consecutive, last outcome; a probe whose `oci://` plugin is being pulled shows `pulling` |
 //! | `GET /v1/probes/{name}` | one probe, with its history |
 //! | `PUT`, `DELETE /v1/probes/{name}` | add, replace or remove a probe of the caller's (with a `state_dir`) |
 //! | `PUT /v1/probes` | add or replace a list of the caller's probes, all or none |
@@ -200,7 +200,7 @@ fn refused(e: ControlError) -> Response {
         ControlError::NotFound { .. } => StatusCode::NOT_FOUND,
         ControlError::Conflict(_) => StatusCode::CONFLICT,
         ControlError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-        ControlError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        ControlError::Unavailable { .. } | ControlError::Pulling { .. } => StatusCode::SERVICE_UNAVAILABLE,
         ControlError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error(status, e.to_string())
@@ -356,19 +356,51 @@ async fn healthz(State(state): State<ApiState>) -> Response {
 }
 
 async fn list_probes(who: Principal, State(state): State<ApiState>) -> Response {
-    let list: Vec<ProbeView> = state
+    let mut list: Vec<serde_json::Value> = state
         .results
         .list()
         .into_iter()
         .filter(|p| who.sees(&p.tenant))
+        .map(|p| serde_json::to_value(p).unwrap_or_default())
         .collect();
+    list.extend(waiting(&state, &who, None));
     json(StatusCode::OK, &list)
+}
+
+/// The probes waiting for their `oci://` plugin's pull (of `name` only,
+/// when given), shown as probes in state `unknown` with a `pulling` field.
+fn waiting(state: &ApiState, who: &Principal, name: Option<&str>) -> Vec<serde_json::Value> {
+    let status = state.status.lock().unwrap_or_else(|e| e.into_inner());
+    status
+        .pulling
+        .iter()
+        .filter(|w| who.sees(&w.tenant) && name.is_none_or(|n| *w.probe == *n))
+        .map(|w| {
+            serde_json::json!({
+                "name": w.probe,
+                "target": w.target,
+                "kind": w.kind,
+                "groups": [],
+                "tenant": &*w.tenant,
+                "plugin": w.plugin,
+                "state": Status::Unknown,
+                "stale": false,
+                "consecutive": 0,
+                "last": null,
+                "last_transition": null,
+                "pulling": w,
+            })
+        })
+        .collect()
 }
 
 async fn get_probe(who: Principal, State(state): State<ApiState>, Path(name): Path<String>) -> Response {
     match visible_probe(&state, &who, &name) {
         Some(p) => json(StatusCode::OK, &p),
-        None => not_found("probe", &name),
+        None => match waiting(&state, &who, Some(&name)).pop() {
+            Some(w) => json(StatusCode::OK, &w),
+            None => not_found("probe", &name),
+        },
     }
 }
 
@@ -570,6 +602,7 @@ async fn agent_status(who: Principal, State(state): State<ApiState>) -> Response
         status.config = String::new();
         status.reload_error = None;
         status.left_out.retain(|l| l.tenant == *t);
+        status.pulling.retain(|w| w.tenant == *t);
         status.probes = state.results.list().iter().filter(|p| who.sees(&p.tenant)).count();
     }
     json(StatusCode::OK, &status)

@@ -26,9 +26,12 @@ pub struct RegistryArgs {
     /// For oci:// references: speak plain HTTP to the registry (loopback and dev registries only).
     #[arg(long)]
     pub insecure_registry: bool,
-    /// For oci:// references: the longest a pull or push may take.
+    /// For oci:// references: the longest a whole pull or push may take.
     #[arg(long, default_value = "60s", value_parser = super::args::parse_duration, value_name = "DURATION")]
     pub registry_timeout: Duration,
+    /// For oci:// references: the longest the registry may stay silent (its first byte, or between two reads).
+    #[arg(long, default_value = "10s", value_parser = super::args::parse_positive_duration, value_name = "DURATION")]
+    pub registry_idle_timeout: Duration,
     /// Where pulled blobs are cached, by digest [default: CACHE_DIR/oci].
     #[arg(long, value_name = "DIR")]
     pub oci_cache: Option<PathBuf>,
@@ -45,6 +48,9 @@ impl RegistryArgs {
         };
         let mut settings = oci::Settings::new(cache_dir);
         settings.timeout = self.registry_timeout;
+        if !self.registry_idle_timeout.is_zero() {
+            settings.limits.idle = self.registry_idle_timeout;
+        }
         settings.registries.insert(
             reference.registry().to_string(),
             oci::RegistrySettings {

@@ -212,10 +212,18 @@ fn table(probes: &[serde_json::Value], agent: &serde_json::Value, colour: bool) 
     );
     for (p, plugin) in probes.iter().zip(&plugins) {
         let stale = if p["stale"].as_bool() == Some(true) { "*" } else { "" };
-        let raw = p["state"].as_str().unwrap_or("?");
+        let pulling = &p["pulling"];
+        let raw = if pulling.is_object() {
+            "pulling"
+        } else {
+            p["state"].as_str().unwrap_or("?")
+        };
         let state = paint(raw, &format!("{:<8}", format!("{raw}{stale}")), colour);
         let last = &p["last"];
-        let message = last["message"].as_str().unwrap_or("").replace('\n', " ");
+        let message = match pulling["since"].as_str() {
+            Some(since) => format!("its plugin is being pulled (since {since}); it runs when the pull lands"),
+            None => last["message"].as_str().unwrap_or("").replace('\n', " "),
+        };
         let reason = last["reason"].as_str().map(|r| format!("({r}) ")).unwrap_or_default();
         let _ = writeln!(
             out,

@@ -13,7 +13,7 @@ use super::events::{Recorder, Subject};
 use super::mapping::{Cond, CondStatus, PodKey, PodView, Settings, condition_type, desired};
 use super::writer::{Outcome, TokenBucket, backoff, patch_body};
 use crate::config;
-use crate::control::Control;
+use crate::control::{ChangeError, Control};
 use crate::registry::Change;
 use crate::results::{ResultCache, StateChange};
 use crate::verdict::{Reason, Status};
@@ -74,6 +74,14 @@ struct Pending {
     not_before: Option<Instant>,
 }
 
+/// Why a registry change of the controller's was not applied.
+enum Applied {
+    /// Refused: the messages.
+    Refused(String),
+    /// Its plugin is being pulled: the text for the gate and the Event.
+    Pulling(String),
+}
+
 /// What a spawned patch reports.
 pub(super) struct Done {
     pod: PodKey,
@@ -96,6 +104,9 @@ pub struct Controller {
     done: HashSet<(String, String)>,
     /// The last refusal recorded on each SondeCheck, so it is recorded once.
     refusals: HashMap<PodKey, String>,
+    /// Pods with a gate whose `oci://` plugin is being pulled, or failed to
+    /// pull: reconciled again when a pull ends, never waited for.
+    retry_pods: HashSet<PodKey>,
     /// Unknown override annotations already reported, by (Pod UID, key).
     overrides_reported: HashSet<(String, String)>,
     pending: HashMap<PodKey, Pending>,
@@ -138,6 +149,7 @@ impl Controller {
                 bindings: HashMap::new(),
                 done: HashSet::new(),
                 refusals: HashMap::new(),
+                retry_pods: HashSet::new(),
                 overrides_reported: HashSet::new(),
                 pending: HashMap::new(),
                 order: VecDeque::new(),
@@ -167,6 +179,7 @@ impl Controller {
         let mut check_events = std::pin::pin!(check_events);
         let mut changes = self.results.subscribe();
         let mut reloads = self.control.reloads();
+        let mut pulls = self.control.pulls_ended();
         loop {
             let wake = self.wake.take();
             tokio::select! {
@@ -196,6 +209,10 @@ impl Controller {
                     self.bindings.clear();
                     self.reconcile_all().await;
                 }
+                ended = pulls.recv() => match ended {
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.on_pull_ended().await,
+                    Err(broadcast::error::RecvError::Closed) => {}
+                },
                 Some(done) = done_rx.recv() => self.on_done(done),
                 _ = sleep_until(wake), if wake.is_some() => {}
             }
@@ -404,7 +421,21 @@ impl Controller {
             };
             // The state already on the Pod: no write until a threshold is crossed again.
             self.results.seed(&name, Cond::seed(pod.conditions.get(&ctype)));
+            let oci = crate::registry::resolve::is_oci(d.target["probes"][0]["plugin"].as_str().unwrap_or(""));
             match self.apply(change).await {
+                Err(Applied::Pulling(message)) => {
+                    // Never waited for: the gate says so, the pull goes on in
+                    // the background, and its end brings this Pod back.
+                    self.retry_pods.insert(key.clone());
+                    if replaces {
+                        self.apply(Change::remove([name.as_str()])).await.ok();
+                        self.bindings.remove(&name);
+                    }
+                    if let Some(c) = self.checks.get(&(key.0.clone(), check.clone())).cloned() {
+                        self.note(&c, "PluginPulling", false, &message);
+                    }
+                    unavailable.push((check.clone(), message));
+                }
                 Ok(()) => {
                     self.bindings.insert(
                         name.clone(),
@@ -417,7 +448,11 @@ impl Controller {
                         },
                     );
                 }
-                Err(e) => {
+                Err(Applied::Refused(e)) => {
+                    if oci {
+                        // A failed pull is tried again when its backoff passes.
+                        self.retry_pods.insert(key.clone());
+                    }
                     self.refused(&check, key, e, replaces, &name).await;
                     unavailable.push((check.clone(), self.refusal_text(key, &check)));
                 }
@@ -453,6 +488,11 @@ impl Controller {
 
     /// Records (once per message) that SondeCheck `c` is refused.
     fn refuse(&mut self, c: &SondeCheck, message: &str) {
+        self.note(c, "Refused", true, message);
+    }
+
+    /// Records an Event on SondeCheck `c`, once per message.
+    fn note(&mut self, c: &SondeCheck, reason: &str, warning: bool, message: &str) {
         let key = (
             c.metadata.namespace.clone().unwrap_or_default(),
             c.metadata.name.clone().unwrap_or_default(),
@@ -460,7 +500,7 @@ impl Controller {
         if self.refusals.get(&key).map(String::as_str) == Some(message) {
             return;
         }
-        tracing::warn!(namespace = %key.0, check = %key.1, reason = %message, "SondeCheck refused");
+        tracing::warn!(namespace = %key.0, check = %key.1, event = reason, message = %message, "SondeCheck not applied");
         self.refusals.insert(key.clone(), message.to_string());
         let subject = Subject {
             kind: super::crd::KIND,
@@ -469,7 +509,7 @@ impl Controller {
             name: key.1,
             uid: c.metadata.uid.clone().unwrap_or_default(),
         };
-        self.recorder.record(&subject, true, "Refused", message);
+        self.recorder.record(&subject, warning, reason, message);
     }
 
     fn report_overrides(&mut self, pod: &PodView, check: &str) {
@@ -498,13 +538,23 @@ impl Controller {
             .map_err(|e| messages(&e))
     }
 
-    async fn apply(&mut self, change: Change) -> Result<(), String> {
+    async fn apply(&mut self, change: Change) -> Result<(), Applied> {
         match self.control.apply_change(change).await {
             Ok(_) => {
                 self.stats.changes.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
-            Err(e) => Err(messages(&e)),
+            Err(ChangeError::Invalid(e)) => Err(Applied::Refused(messages(&e))),
+            Err(e @ ChangeError::Pulling(_)) => Err(Applied::Pulling(e.to_string())),
+        }
+    }
+
+    /// A pull ended, or its backoff passed: the Pods whose gates waited on
+    /// one, or whose pull failed, are reconciled again.
+    async fn on_pull_ended(&mut self) {
+        let pods: Vec<PodKey> = self.retry_pods.drain().collect();
+        for key in pods {
+            self.reconcile_pod(&key).await;
         }
     }
 

@@ -3,14 +3,14 @@
 //! client), which speaks the distribution API and the token flow.
 
 use super::cache::Cache;
+use super::remote::{Limits, Remote, Secret};
 use super::{
     MAX_COMPONENT_BYTES, MAX_METADATA_BYTES, OCI_MANIFEST_MEDIA_TYPE, OciError, Reference, SIGNATURE_MEDIA_TYPE,
     WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, digest_of, is_digest,
 };
 use crate::signing::{PublicKey, SignatureError, Signer};
-use futures_util::StreamExt;
-use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
-use oci_client::manifest::{OciDescriptor, OciImageManifest};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::manifest::{OciDescriptor, OciImageIndex, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -22,10 +22,12 @@ use std::time::{Duration, SystemTime};
 /// manifest carries (image-spec 1.1).
 const EMPTY_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
 const EMPTY_CONFIG: &[u8] = b"{}";
-const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"));
+/// The most signature referrers of one manifest that are read.
+const MAX_SIGNATURE_REFERRERS: usize = 8;
+pub(crate) const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"));
 
 /// How sonde reaches registries and where it caches what it pulls.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// The cache directory (`STATE_DIR/oci` for the agent, the user cache
     /// for `sonde check`).
@@ -36,9 +38,13 @@ pub struct Settings {
     /// CA, plain HTTP. A registry not listed is reached anonymously over
     /// HTTPS with the system roots.
     pub registries: BTreeMap<String, RegistrySettings>,
-    /// The longest each exchange with the registry may take (a tag lookup,
-    /// a manifest, the component, the signature; a whole push) [default: 60s].
+    /// The longest a whole pull may take (the tag, the manifest, the
+    /// component and the signature together), and a whole push
+    /// [default: 60s].
     pub timeout: Duration,
+    /// The per-step bounds within it: connecting, and each wait for data
+    /// (a silent registry is given up on after [`Limits::idle`]).
+    pub limits: Limits,
     /// The largest component accepted [default: 32 MiB].
     pub max_bytes: u64,
 }
@@ -51,6 +57,7 @@ impl Settings {
             cache_max_bytes: 1 << 30,
             registries: BTreeMap::new(),
             timeout: Duration::from_secs(60),
+            limits: Limits::default(),
             max_bytes: MAX_COMPONENT_BYTES,
         }
     }
@@ -219,20 +226,13 @@ enum Fetch<'a> {
     },
 }
 
-/// A password, kept out of `Debug` output.
-#[derive(Clone)]
-struct Secret(String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
 /// One registry's client and credentials.
 struct Registry {
     name: String,
+    /// For pushes.
     client: oci_client::Client,
+    /// For everything read: bounded in size, time and place.
+    remote: Remote,
     username: Option<String>,
     password: Option<Secret>,
 }
@@ -344,7 +344,7 @@ impl std::fmt::Debug for Client {
     }
 }
 
-fn build_registry(name: &str, s: &RegistrySettings, timeout: Duration) -> Result<Registry, OciError> {
+fn build_registry(name: &str, s: &RegistrySettings, limits: Limits) -> Result<Registry, OciError> {
     // reqwest is built without a default crypto provider; sonde uses ring
     // everywhere. Installing fails only when one is already installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -372,11 +372,13 @@ fn build_registry(name: &str, s: &RegistrySettings, timeout: Duration) -> Result
         });
     }
     let mut extra_roots = Vec::new();
+    let mut roots = Vec::new();
     if let Some(ca) = &s.ca_file {
         let pem = std::fs::read(ca).map_err(|e| settings_error(ca, e.to_string()))?;
         if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
             return Err(settings_error(ca, "not a PEM file of certificates".into()));
         }
+        roots = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| settings_error(ca, e.to_string()))?;
         extra_roots.push(oci_client::client::Certificate {
             encoding: oci_client::client::CertificateEncoding::Pem,
             data: pem,
@@ -399,8 +401,8 @@ fn build_registry(name: &str, s: &RegistrySettings, timeout: Duration) -> Result
         // An image index is not a wasm artifact; sonde refuses it rather
         // than picking a platform.
         platform_resolver: None,
-        connect_timeout: Some(timeout.min(Duration::from_secs(10))),
-        read_timeout: Some(timeout),
+        connect_timeout: Some(limits.connect),
+        read_timeout: Some(limits.idle),
         user_agent: USER_AGENT,
         ..Default::default()
     };
@@ -408,9 +410,11 @@ fn build_registry(name: &str, s: &RegistrySettings, timeout: Duration) -> Result
         registry: name.to_string(),
         detail: format!("cannot build the HTTP client: {e}"),
     })?;
+    let remote = Remote::new(name, s.insecure, roots, s.username.clone(), password.clone(), limits)?;
     Ok(Registry {
         name: name.to_string(),
         client,
+        remote,
         username: s.username.clone(),
         password,
     })
@@ -493,7 +497,7 @@ impl Client {
         let cache = Cache::open(&settings.cache_dir, settings.cache_max_bytes)?;
         let mut registries = HashMap::new();
         for (name, s) in &settings.registries {
-            registries.insert(name.clone(), Arc::new(build_registry(name, s, settings.timeout)?));
+            registries.insert(name.clone(), Arc::new(build_registry(name, s, settings.limits)?));
         }
         Ok(Self {
             settings,
@@ -516,7 +520,7 @@ impl Client {
         let r = Arc::new(build_registry(
             name,
             &RegistrySettings::default(),
-            self.settings.timeout,
+            self.settings.limits,
         )?);
         map.insert(name.to_string(), r.clone());
         Ok(r)
@@ -536,18 +540,24 @@ impl Client {
         self.cache.prune(&in_use)
     }
 
+    /// `f`, given up on at `deadline` (the whole pull's or push's).
     async fn bounded<T>(
         &self,
+        deadline: tokio::time::Instant,
         registry: &str,
         f: impl std::future::Future<Output = Result<T, OciError>>,
     ) -> Result<T, OciError> {
-        match tokio::time::timeout(self.settings.timeout, f).await {
+        match tokio::time::timeout_at(deadline, f).await {
             Ok(r) => r,
             Err(_) => Err(OciError::Timeout {
                 registry: registry.to_string(),
                 after: self.settings.timeout,
             }),
         }
+    }
+
+    fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.settings.timeout
     }
 
     /// Resolves `reference` to a verified component: a tag to its manifest
@@ -570,6 +580,7 @@ impl Client {
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Resolved, OciError> {
         let registry = self.registry(reference.registry())?;
+        let deadline = self.deadline();
         let mut source = Source::Cache;
         let mut offline: Option<OciError> = None;
         let mut transferred = 0u64;
@@ -578,7 +589,7 @@ impl Client {
         let digest = match reference.digest() {
             Some(d) => d.to_string(),
             None => match self
-                .bounded(registry.name.as_str(), self.fetch_tag(&registry, reference))
+                .bounded(deadline, registry.name.as_str(), self.fetch_tag(&registry, reference))
                 .await
             {
                 Ok((digest, manifest)) => {
@@ -612,7 +623,15 @@ impl Client {
 
         // 2. The manifest, then 3. the component.
         let (manifest_bytes, fetched) = self
-            .blob_or_fetch(&registry, &pinned, &digest, Fetch::Manifest, &mut source, &offline)
+            .blob_or_fetch(
+                &registry,
+                &pinned,
+                &digest,
+                Fetch::Manifest,
+                &mut source,
+                &offline,
+                deadline,
+            )
             .await?;
         transferred += if fetched { manifest_bytes.len() as u64 } else { 0 };
         let manifest = parse_manifest(&pinned, &manifest_bytes)?;
@@ -623,7 +642,15 @@ impl Client {
             progress,
         };
         let (wasm, fetched) = self
-            .blob_or_fetch(&registry, &pinned, &layer.digest, component, &mut source, &offline)
+            .blob_or_fetch(
+                &registry,
+                &pinned,
+                &layer.digest,
+                component,
+                &mut source,
+                &offline,
+                deadline,
+            )
             .await?;
         transferred += if fetched { wasm.len() as u64 } else { 0 };
 
@@ -637,7 +664,11 @@ impl Client {
             signature = Some((bytes, SignatureLocation::Cache));
         } else if offline.is_none() {
             match self
-                .bounded(registry.name.as_str(), self.fetch_signature(&registry, &pinned))
+                .bounded(
+                    deadline,
+                    registry.name.as_str(),
+                    self.fetch_signature(&registry, &pinned),
+                )
                 .await
             {
                 Ok(Some((bytes, loc))) => {
@@ -677,9 +708,48 @@ impl Client {
         })
     }
 
+    /// Resolves a pinned `reference` from the cache alone, without a
+    /// byte of network: `None` unless its manifest and component are
+    /// cached (and its signature too, when `need_signature`).
+    pub fn resolve_cached(&self, reference: &Reference, need_signature: bool) -> Result<Option<Resolved>, OciError> {
+        let Some(digest) = reference.digest() else {
+            return Ok(None);
+        };
+        let Some(manifest) = self.cache.get(digest)? else {
+            return Ok(None);
+        };
+        let pinned = reference.with_digest(digest);
+        let layer = wasm_layer(&pinned, &parse_manifest(&pinned, &manifest)?, self.settings.max_bytes)?;
+        let Some(wasm) = self.cache.get(&layer.digest)? else {
+            return Ok(None);
+        };
+        let mut signature = None;
+        if let Some(sig_digest) = self.cache.recall_signature(digest)?
+            && let Some(bytes) = self.cache.get(&sig_digest)?
+        {
+            self.mark_in_use(&sig_digest);
+            signature = Some((bytes, SignatureLocation::Cache));
+        }
+        if need_signature && signature.is_none() {
+            return Ok(None);
+        }
+        self.mark_in_use(digest);
+        self.mark_in_use(&layer.digest);
+        Ok(Some(Resolved {
+            reference: reference.clone(),
+            digest: digest.to_string(),
+            wasm_digest: layer.digest,
+            bytes: wasm.into(),
+            signature,
+            source: Source::Cache,
+            transferred: 0,
+        }))
+    }
+
     /// A blob from the cache, else fetched (checked, then cached), and
     /// whether it was fetched. With the registry down, a blob not cached is
     /// [`OciError::NotCached`].
+    #[allow(clippy::too_many_arguments)]
     async fn blob_or_fetch(
         &self,
         registry: &Registry,
@@ -688,6 +758,7 @@ impl Client {
         what: Fetch<'_>,
         source: &mut Source,
         offline: &Option<OciError>,
+        deadline: tokio::time::Instant,
     ) -> Result<(Vec<u8>, bool), OciError> {
         if let Some(bytes) = self.cache.get(digest)? {
             return Ok((bytes, false));
@@ -703,11 +774,12 @@ impl Client {
         }
         let fetched = match what {
             Fetch::Manifest => {
-                self.bounded(&registry.name, Self::fetch_manifest(registry, pinned))
+                self.bounded(deadline, &registry.name, Self::fetch_manifest(registry, pinned))
                     .await
             }
             Fetch::Component { layer, max, progress } => {
                 self.bounded(
+                    deadline,
                     &registry.name,
                     Self::fetch_blob(registry, pinned, layer, max, "component", progress),
                 )
@@ -744,24 +816,14 @@ impl Client {
         Ok((digest_of(&bytes), bytes))
     }
 
+    /// A manifest, read up to [`super::MAX_MANIFEST_BYTES`].
     async fn fetch_manifest(registry: &Registry, reference: &Reference) -> Result<Vec<u8>, OciError> {
-        let (bytes, _) = registry
-            .client
-            .pull_manifest_raw(&reference.to_client(), &registry.auth(), &[OCI_MANIFEST_MEDIA_TYPE])
-            .await
-            .map_err(|e| registry.error(reference, e))?;
-        if bytes.len() as u64 > MAX_METADATA_BYTES {
-            return Err(OciError::TooLarge {
-                reference: reference.to_string(),
-                what: "manifest",
-                size: bytes.len() as u64,
-                limit: MAX_METADATA_BYTES,
-            });
-        }
-        Ok(bytes.to_vec())
+        registry.remote.manifest(reference, false).await
     }
 
-    /// Streams a blob, refusing it as soon as it passes `max` bytes.
+    /// A blob at its declared size, hashed as it streams: refused as soon
+    /// as it passes `layer.size`, when it ends short or hashes wrong, and
+    /// when it declares more than `max` bytes.
     async fn fetch_blob(
         registry: &Registry,
         reference: &Reference,
@@ -770,49 +832,18 @@ impl Client {
         what: &'static str,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Vec<u8>, OciError> {
-        let mut stream = registry
-            .client
-            .pull_blob_stream(&reference.to_client(), layer)
-            .await
-            .map_err(|e| registry.error(reference, e))?;
-        let total = stream.content_length.unwrap_or(layer.size.max(0) as u64);
-        let too_large = |size| OciError::TooLarge {
-            reference: reference.to_string(),
-            what,
-            size,
-            limit: max,
-        };
-        if total > max {
-            return Err(too_large(total));
-        }
-        let mut out = Vec::with_capacity(total as usize);
-        while let Some(chunk) = stream.stream.next().await {
-            // oci-client checks the digest as the stream ends and reports a
-            // mismatch as an I/O error wrapping a DigestError; sonde checks
-            // it again itself once the bytes are in.
-            let chunk = chunk.map_err(
-                |e| match e.get_ref().and_then(|inner| inner.downcast_ref::<DigestError>()) {
-                    Some(DigestError::VerificationError { expected, actual }) => OciError::DigestMismatch {
-                        reference: reference.to_string(),
-                        expected: expected.clone(),
-                        actual: actual.clone(),
-                    },
-                    _ => OciError::Unreachable {
-                        registry: registry.name.clone(),
-                        detail: registry.scrub(format!("download of {} broke off: {e}", layer.digest)),
-                    },
-                },
-            )?;
-            if (out.len() + chunk.len()) as u64 > max {
-                return Err(too_large((out.len() + chunk.len()) as u64));
-            }
-            out.extend_from_slice(&chunk);
-            progress(Progress {
-                done: out.len() as u64,
-                total,
+        if layer.size < 0 || layer.size as u64 > max {
+            return Err(OciError::TooLarge {
+                reference: reference.to_string(),
+                what,
+                size: layer.size.max(0) as u64,
+                limit: max,
             });
         }
-        Ok(out)
+        registry
+            .remote
+            .blob(reference, &layer.digest, layer.size as u64, what, progress)
+            .await
     }
 
     /// Looks for a sonde signature of the manifest `pinned` names: first the
@@ -823,18 +854,25 @@ impl Client {
         pinned: &Reference,
     ) -> Result<Option<(Vec<u8>, SignatureLocation)>, OciError> {
         let digest = pinned.digest().unwrap_or_default().to_string();
-        let index = registry
-            .client
-            .pull_referrers(&pinned.to_client(), Some(SIGNATURE_MEDIA_TYPE))
-            .await;
-        if let Ok(index) = index {
-            // The newest last, as registries list them in push order.
-            for entry in index.manifests.iter().rev() {
+        let index = match registry.remote.referrers(pinned, SIGNATURE_MEDIA_TYPE).await {
+            Ok(Some(bytes)) => serde_json::from_slice::<OciImageIndex>(&bytes).ok(),
+            Ok(None) => None,
+            // A registry that fails the referrers API may still have the tag.
+            Err(e @ (OciError::Registry { .. } | OciError::NotFound { .. })) => {
+                tracing::debug!(reference = %pinned, error = %e, "no referrers; trying the signature tag");
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(index) = index {
+            // The newest last, as registries list them in push order; a
+            // registry listing more than a few is not read further.
+            for entry in index.manifests.iter().rev().take(MAX_SIGNATURE_REFERRERS) {
                 if !is_digest(&entry.digest) {
                     continue;
                 }
                 let sig_ref = pinned.with_digest(&entry.digest);
-                let bytes = Self::fetch_manifest(registry, &sig_ref).await?;
+                let bytes = registry.remote.manifest(&sig_ref, true).await?;
                 if digest_of(&bytes) != entry.digest {
                     continue;
                 }
@@ -853,7 +891,7 @@ impl Client {
         }
         let tag = signature_tag(&digest);
         let tag_ref = pinned.with_tag(&tag);
-        let bytes = match Self::fetch_manifest(registry, &tag_ref).await {
+        let bytes = match registry.remote.manifest(&tag_ref, true).await {
             Ok(b) => b,
             Err(OciError::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(e),
@@ -887,14 +925,6 @@ impl Client {
             return Ok(None);
         }
         let bytes = Self::fetch_blob(registry, at, layer, MAX_METADATA_BYTES, "signature", &|_| {}).await?;
-        let actual = digest_of(&bytes);
-        if actual != layer.digest {
-            return Err(OciError::DigestMismatch {
-                reference: at.to_string(),
-                expected: layer.digest.clone(),
-                actual,
-            });
-        }
         Ok(Some(bytes))
     }
 
@@ -958,7 +988,7 @@ impl Client {
             Some(t) => reference.with_tag(t),
             None => reference.clone(),
         };
-        self.bounded(registry.name.as_str(), async {
+        self.bounded(self.deadline(), registry.name.as_str(), async {
             self.push_blobs(&registry, &target, &blobs).await?;
             self.push_manifest(&registry, &target, &manifest_bytes).await
         })
@@ -1021,7 +1051,7 @@ impl Client {
         signature: &[u8],
     ) -> Result<SignaturePushed, OciError> {
         let registry = self.registry(reference.registry())?;
-        self.bounded(registry.name.as_str(), async {
+        self.bounded(self.deadline(), registry.name.as_str(), async {
             let subject_bytes = Self::fetch_manifest(&registry, reference).await?;
             let subject_digest = digest_of(&subject_bytes);
             if let Some(d) = reference.digest()

@@ -66,7 +66,42 @@ pub enum OciError {
         /// What is wrong.
         detail: String,
     },
-    /// The registry did not answer within the timeout.
+    /// A blob's body was not the size its descriptor declared: longer
+    /// (refused as soon as it passed the size) or shorter.
+    #[error("{reference}: the {what} is declared {declared} bytes, but the registry {}; refusing it", if *.early { format!("sent (or announced) {got}") } else { format!("ended after {got}") })]
+    SizeMismatch {
+        /// The reference.
+        reference: String,
+        /// `component` or `signature`.
+        what: &'static str,
+        /// The size the descriptor declares.
+        declared: u64,
+        /// The bytes seen (or the length announced) when it was refused.
+        got: u64,
+        /// Whether it was refused before the body ended (too long).
+        early: bool,
+    },
+    /// The registry (or where it pointed: a redirect, a token realm, what
+    /// its name resolves to) is a place the agent does not go.
+    #[error("registry {registry}: {detail}")]
+    Refused {
+        /// `HOST[:PORT]`.
+        registry: String,
+        /// What was refused and why.
+        detail: String,
+    },
+    /// The registry went silent: no connection, no first byte, or no next
+    /// byte within the step's timeout.
+    #[error("registry {registry}: {step}: nothing within {}", humantime::format_duration(*.after))]
+    Stalled {
+        /// `HOST[:PORT]`.
+        registry: String,
+        /// What the agent was waiting for.
+        step: String,
+        /// The step's timeout.
+        after: Duration,
+    },
+    /// The whole pull did not finish within its deadline.
     #[error("registry {registry}: no answer within {}", humantime::format_duration(*.after))]
     Timeout {
         /// `HOST[:PORT]`.
@@ -114,7 +149,10 @@ impl OciError {
     /// Whether the registry itself could not be asked (unreachable, timed
     /// out), so that what the cache holds may stand in for it.
     pub fn is_offline(&self) -> bool {
-        matches!(self, Self::Unreachable { .. } | Self::Timeout { .. })
+        matches!(
+            self,
+            Self::Unreachable { .. } | Self::Timeout { .. } | Self::Stalled { .. }
+        )
     }
 
     /// Whether the artifact could not be had for reasons outside the

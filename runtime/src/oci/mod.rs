@@ -39,7 +39,9 @@
 mod cache;
 mod client;
 mod error;
+mod guard;
 mod reference;
+mod remote;
 
 pub use cache::{Cache, TagMemo};
 pub use client::{
@@ -48,11 +50,14 @@ pub use client::{
 };
 pub use error::OciError;
 pub use reference::{Reference, RegistryScope};
+pub use remote::{Limits, MAX_MANIFEST_BYTES, MAX_REDIRECTS, MAX_TOKEN_BYTES};
 
 /// The media type of the wasm artifact's config (CNCF wasm OCI artifact layout).
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 /// The media type of the artifact's one layer: the component.
 pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
+/// The media type of an OCI image index (a referrer list).
+pub const OCI_INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 /// The media type of an OCI image manifest.
 pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The artifact type of a sonde signature manifest, and the media type of its
@@ -60,7 +65,7 @@ pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1
 pub const SIGNATURE_MEDIA_TYPE: &str = "application/vnd.sonde.signature.v1+json";
 /// The largest component sonde pulls or pushes: 32 MiB, as for uploads.
 pub const MAX_COMPONENT_BYTES: u64 = 32 * 1024 * 1024;
-/// The largest manifest or signature accepted.
+/// The largest signature (the `FILE.wasm.sig` blob) accepted.
 pub const MAX_METADATA_BYTES: u64 = 64 * 1024;
 
 /// `sha256:` and the hex SHA-256 of `bytes`: an OCI content digest.

@@ -106,6 +106,7 @@ pub(super) async fn prepare(
         probes: Vec::new(),
         warnings: Vec::new(),
         unavailable: Vec::new(),
+        waiting: Vec::new(),
         pulls: Vec::new(),
     };
     // Plugin files and OCI tags are resolved once per change; built-ins
@@ -228,7 +229,7 @@ async fn target(
             });
             continue;
         }
-        let (resolved, cost) = resolve_plugin(reg, engine, files, &p.plugin.value).await;
+        let (resolved, cost) = resolve_plugin(reg, engine, files, &p.plugin.value, &tenant_id).await;
         if let Some(cost) = cost {
             out.pulls.push(super::Pull {
                 tenant: tenant_id.clone(),
@@ -237,11 +238,28 @@ async fn target(
             });
         }
         let (plugin, plugin_ref) = match resolved {
-            Ok(pl) => pl,
-            Err(e) if e.is_unavailable() => {
+            Ok(Resolution::Ready(pl)) => pl,
+            Ok(Resolution::Pulling(since)) => {
+                out.waiting.push(super::Waiting {
+                    probe: d.name.as_str().into(),
+                    target: target_name.clone(),
+                    tenant: tenant_id.clone(),
+                    kind: d.kind,
+                    plugin: p.plugin.value.clone(),
+                    since,
+                });
+                continue;
+            }
+            // In the agent a failed pull leaves its probes out, whatever
+            // the registry did wrong: a remote cannot refuse the config.
+            Err(e)
+                if e.is_unavailable()
+                    || (reg.cache.pulls().is_some() && resolve::is_oci(&p.plugin.value) && e.is_remote()) =>
+            {
                 out.unavailable.push(super::Unavailable {
                     probe: d.name.as_str().into(),
                     tenant: tenant_id.clone(),
+                    plugin: Some(p.plugin.value.clone()),
                     error: Located {
                         at: p.plugin.referenced,
                         problem: Problem::Plugin(e),
@@ -332,9 +350,16 @@ fn tenant_of(reg: &Registry, t: &config::Target, problems: &mut Vec<Located>) ->
     }
 }
 
+/// A plugin resolved, or being pulled since then (in the agent).
+#[derive(Clone)]
+enum Resolution {
+    Ready((Arc<Plugin>, String)),
+    Pulling(std::time::SystemTime),
+}
+
 /// What a change resolved, by plugin as written: the plugin and its
 /// reference as shown (an `oci://` one pinned to its digest).
-type Resolved = HashMap<String, Result<(Arc<Plugin>, String), resolve::ResolveError>>;
+type Resolved = HashMap<String, Result<Resolution, resolve::ResolveError>>;
 
 /// Resolves `name` once per change. An `oci://` plugin resolved now (not
 /// by an earlier probe of the change) comes with what its pull cost.
@@ -343,10 +368,8 @@ async fn resolve_plugin(
     engine: &Engine,
     files: &mut Resolved,
     name: &str,
-) -> (
-    Result<(Arc<Plugin>, String), resolve::ResolveError>,
-    Option<resolve::PullCost>,
-) {
+    tenant: &TenantId,
+) -> (Result<Resolution, resolve::ResolveError>, Option<resolve::PullCost>) {
     if let Some(r) = files.get(name) {
         return (r.clone(), None);
     }
@@ -357,22 +380,25 @@ async fn resolve_plugin(
             .clone()
             .unwrap_or_else(|| Arc::new(crate::oci::Settings::new(super::settings::oci_cache_dir(None))));
         reg.cache
-            .oci_plugin(engine, &settings, name, &reg.trust)
+            .oci_plugin(engine, &settings, name, &reg.trust, tenant)
             .await
-            .map(|(resolved, c)| {
-                cost = Some(c);
-                resolved
+            .map(|outcome| match outcome {
+                resolve::OciPlugin::Ready(resolved, c) => {
+                    cost = c;
+                    Resolution::Ready(resolved)
+                }
+                resolve::OciPlugin::Pulling(since) => Resolution::Pulling(since),
             })
     } else if resolve::is_path(name) {
         resolve::plugin(engine, &reg.base, name, &reg.trust)
             .await
-            .map(|p| (p, name.to_string()))
+            .map(|p| Resolution::Ready((p, name.to_string())))
     } else {
         let builtin = reg
             .cache
             .plugin(engine, &reg.base, name, &reg.trust)
             .await
-            .map(|p| (p, name.to_string()));
+            .map(|p| Resolution::Ready((p, name.to_string())));
         return (builtin, None);
     };
     files.insert(name.to_string(), r.clone());

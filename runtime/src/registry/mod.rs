@@ -50,6 +50,7 @@ pub mod effective;
 pub mod mounts;
 pub mod probe;
 pub mod problem;
+pub mod pulls;
 pub mod resolve;
 pub mod settings;
 
@@ -264,8 +265,39 @@ pub struct Prepared {
     /// Probes whose `oci://` plugin its registry could not give now: left
     /// out of a whole load, refusing an incremental change.
     unavailable: Vec<Unavailable>,
+    /// Probes whose `oci://` plugin is being pulled in the background (in
+    /// the agent): not in the change; added when the pull lands.
+    waiting: Vec<Waiting>,
     /// What the change's `oci://` plugins cost to resolve, by tenant.
     pulls: Vec<Pull>,
+}
+
+/// A probe left out for now because its `oci://` plugin is being pulled in
+/// the background; it is added when the pull lands.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Waiting {
+    /// The probe.
+    pub probe: Arc<str>,
+    /// Its target.
+    pub target: Arc<str>,
+    /// The tenant that owns it.
+    #[serde(serialize_with = "as_str")]
+    pub tenant: TenantId,
+    /// Its kind.
+    pub kind: Kind,
+    /// The plugin, as written.
+    pub plugin: String,
+    /// When the pull started.
+    #[serde(serialize_with = "rfc3339")]
+    pub since: std::time::SystemTime,
+}
+
+fn as_str<S: serde::Serializer>(t: &TenantId, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(t)
+}
+
+fn rfc3339<S: serde::Serializer>(t: &std::time::SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&humantime::format_rfc3339_seconds(*t))
 }
 
 /// One `oci://` plugin resolved for a change, and what it cost: charged to
@@ -288,6 +320,9 @@ pub struct Unavailable {
     pub probe: Arc<str>,
     /// The tenant that owns it.
     pub tenant: TenantId,
+    /// The `oci://` plugin, as written, whose pull failed (none when the
+    /// probe is left out for another reason).
+    pub plugin: Option<String>,
     /// Where and why, as a config error would say it.
     pub error: ConfigError,
 }
@@ -302,6 +337,11 @@ impl Prepared {
     /// it is then committed: the pulls happened).
     pub fn pulls(&self) -> &[Pull] {
         &self.pulls
+    }
+
+    /// The probes it leaves out until their plugin's pull lands.
+    pub fn waiting(&self) -> &[Waiting] {
+        &self.waiting
     }
 }
 
@@ -364,6 +404,9 @@ pub struct Registry {
     /// Probes of the file left out because their `oci://` plugin could not
     /// be pulled and was not cached (the registry down at start).
     pub unavailable: Vec<Unavailable>,
+    /// Probes of the file left out until their `oci://` plugin, being
+    /// pulled in the background, lands (in the agent).
+    pub waiting: Vec<Waiting>,
     /// What the last whole load's `oci://` plugins cost to resolve, by
     /// tenant; for the agent to account and clear.
     pub pulls: Vec<Pull>,
@@ -409,7 +452,21 @@ impl Registry {
 
     /// Resolves a parsed file: the agent-wide settings, then every target
     /// as one change on an empty registry. Returns every error found.
-    pub async fn load(engine: &Engine, path: &Path, mut file: config::File) -> Result<Self, ConfigErrors> {
+    /// Every `oci://` plugin is resolved before it returns.
+    pub async fn load(engine: &Engine, path: &Path, file: config::File) -> Result<Self, ConfigErrors> {
+        Self::load_with(engine, path, file, resolve::Cache::default()).await
+    }
+
+    /// As [`Registry::load`], keeping what `cache` resolved before; with a
+    /// [`resolve::Cache::background`] (the agent's) no `oci://` plugin is
+    /// waited for: the probes that need one not at hand are
+    /// [`Registry::waiting`] while it is pulled.
+    pub async fn load_with(
+        engine: &Engine,
+        path: &Path,
+        mut file: config::File,
+        cache: resolve::Cache,
+    ) -> Result<Self, ConfigErrors> {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut located = Vec::new();
         let s = settings::settings(path, &base, &file, &mut located);
@@ -428,6 +485,7 @@ impl Registry {
             trust: Arc::new(s.trust),
             oci: s.oci.map(Arc::new),
             kubernetes: file.kubernetes.take(),
+            cache,
             ..Registry::default()
         };
         let targets = std::mem::take(&mut file.targets);
@@ -438,6 +496,7 @@ impl Registry {
         }
         reg.warnings = prepared.warnings.clone();
         reg.unavailable = std::mem::take(&mut prepared.unavailable);
+        reg.waiting = std::mem::take(&mut prepared.waiting);
         for u in &reg.unavailable {
             let mut w = u.error.clone();
             w.message = format!("{}; probe {} left out until its plugin can be had", w.message, u.probe);
@@ -487,6 +546,7 @@ impl Registry {
         let mut errors = Vec::new();
         let mut prepared = admit::prepare(self, engine, change, &mut errors).await;
         // One probe asked for now: a plugin that cannot be had refuses it.
+        // One being pulled is the caller's to tell ([`Prepared::waiting`]).
         errors.extend(prepared.unavailable.drain(..).map(|u| u.error));
         if errors.is_empty() {
             Ok(prepared)

@@ -111,9 +111,12 @@ pub enum Problem {
         /// Why.
         error: crate::oci::OciError,
     },
-    /// `oci.timeout: 0s`.
-    #[error("oci.timeout: must be more than zero")]
-    OciTimeoutZero,
+    /// `oci.timeout: 0s` or `oci.idle_timeout: 0s`.
+    #[error("oci.{key}: must be more than zero")]
+    OciTimeoutZero {
+        /// `timeout` or `idle_timeout`.
+        key: &'static str,
+    },
     /// A probe of a tenant names an `oci://` plugin outside its
     /// `ceiling.registries`.
     #[error("plugin: tenant {tenant:?}: probe {probe:?}: {reference} is outside the tenant's registries ceiling")]

@@ -4,6 +4,7 @@
 //! digest. Built-ins never change, so a registry keeps them by name; files
 //! are read again on every change, since they may have been replaced.
 
+use super::pulls::{Asked, Pulls};
 use crate::engine::{Engine, LoadError, Plugin};
 use crate::signing::{PublicKey, SignatureError};
 use std::collections::HashMap;
@@ -46,6 +47,20 @@ pub enum ResolveError {
 }
 
 impl ResolveError {
+    /// Whether the error came from a registry (or what it sent), not from
+    /// the reference or the agent's settings: in the agent such a failure
+    /// leaves its probes out rather than refusing the config.
+    pub fn is_remote(&self) -> bool {
+        match self {
+            Self::Oci(e) => !matches!(
+                **e,
+                crate::oci::OciError::InvalidReference { .. } | crate::oci::OciError::Settings { .. }
+            ),
+            Self::Unsigned(_) | Self::Load(_) => true,
+            Self::UnknownBuiltin { .. } | Self::Signature(_) => false,
+        }
+    }
+
     /// Whether the plugin is an `oci://` reference its registry could not
     /// give now, with nothing cached ([`OciError::is_unavailable`](crate::oci::OciError::is_unavailable)).
     pub fn is_unavailable(&self) -> bool {
@@ -130,11 +145,16 @@ pub async fn plugin(engine: &Engine, base: &Path, name: &str, trust: &Trust) -> 
     }
 }
 
-/// What a registry keeps between changes: built-ins by name, and each
-/// digest's compiled config schema. Clones share it.
+/// What a registry keeps between changes: built-ins by name, each
+/// digest's compiled config schema, the registry client, and — in the
+/// agent, where it outlives reloads — the background [`Pulls`]. Clones
+/// share it.
 #[derive(Clone, Default)]
 pub struct Cache {
     inner: Arc<Mutex<CacheInner>>,
+    /// Set in the agent: `oci://` plugins not at hand are pulled in the
+    /// background instead of waited for.
+    pulls: Option<Pulls>,
 }
 
 #[derive(Default)]
@@ -143,7 +163,18 @@ struct CacheInner {
     /// Digest-pinned `oci://` references never change: resolved once.
     pinned: HashMap<String, (Arc<Plugin>, String)>,
     schemas: HashMap<String, Option<Arc<jsonschema::Validator>>>,
-    oci: Option<Arc<crate::oci::Client>>,
+    oci: Option<(crate::oci::Settings, Arc<crate::oci::Client>)>,
+    /// The trust settings the resolved plugins were checked under.
+    trust: Option<(bool, Vec<String>)>,
+}
+
+/// What asking for an `oci://` plugin gives.
+pub enum OciPlugin {
+    /// Resolved, with what it cost (when this change is the one charged).
+    Ready((Arc<Plugin>, String), Option<PullCost>),
+    /// Being pulled in the background since then; the probes that need it
+    /// wait ([`Cache::pulls`] says when it ends).
+    Pulling(std::time::SystemTime),
 }
 
 impl std::fmt::Debug for Cache {
@@ -153,6 +184,20 @@ impl std::fmt::Debug for Cache {
 }
 
 impl Cache {
+    /// A cache whose `oci://` plugins are pulled in the background (the
+    /// agent's): a change never waits on a registry.
+    pub fn background() -> Self {
+        Self {
+            pulls: Some(Pulls::default()),
+            ..Self::default()
+        }
+    }
+
+    /// The background pulls, in the agent.
+    pub fn pulls(&self) -> Option<&Pulls> {
+        self.pulls.as_ref()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -177,42 +222,123 @@ impl Cache {
         Ok(p)
     }
 
+    /// Drops what was resolved under other trust settings than `trust`.
+    fn check_trust(&self, trust: &Trust) {
+        let now = (
+            trust.required,
+            trust.keys.iter().map(|k| k.key_id().to_string()).collect::<Vec<_>>(),
+        );
+        let mut inner = self.lock();
+        if inner.trust.as_ref().is_some_and(|t| *t != now) {
+            inner.pinned.clear();
+            if let Some(p) = &self.pulls {
+                p.forget();
+            }
+        }
+        inner.trust = Some(now);
+    }
+
     /// Resolves the `oci://` reference `name` as [`oci_plugin`] does, with
-    /// the registry's client (built on first use from `settings`), once
-    /// for a digest-pinned reference.
+    /// the registry's client (built from `settings`, again when they
+    /// change), once for a digest-pinned reference.
     ///
-    /// Returns what it cost (nothing for a pinned reference already resolved).
+    /// In the agent ([`Cache::background`]) it never waits on a registry:
+    /// a plugin not resolved yet and not whole in the disk cache is pulled
+    /// in the background for `tenant` and [`OciPlugin::Pulling`] returned;
+    /// a pull that failed is its error until its backoff passes.
     pub async fn oci_plugin(
         &self,
         engine: &Engine,
         settings: &crate::oci::Settings,
         name: &str,
-        trust: &Trust,
-    ) -> Result<((Arc<Plugin>, String), PullCost), ResolveError> {
+        trust: &Arc<Trust>,
+        tenant: &crate::tenants::TenantId,
+    ) -> Result<OciPlugin, ResolveError> {
+        let oci = |e| ResolveError::Oci(Arc::new(e));
+        self.check_trust(trust);
         if let Some(p) = self.lock().pinned.get(name) {
-            return Ok((p.clone(), PullCost::default()));
+            return Ok(OciPlugin::Ready(p.clone(), None));
         }
+        let reference = crate::oci::Reference::parse(name).map_err(oci)?;
         let client = self.oci_client(settings)?;
-        let started = std::time::Instant::now();
-        let (plugin, pinned, bytes) = oci_plugin(engine, &client, name, trust).await?;
-        let cost = PullCost {
-            bytes,
-            elapsed: started.elapsed(),
+        let Some(pulls) = &self.pulls else {
+            let started = std::time::Instant::now();
+            let (plugin, pinned, bytes) = oci_plugin(engine, &client, name, trust).await?;
+            let cost = PullCost {
+                bytes,
+                elapsed: started.elapsed(),
+            };
+            let resolved = (plugin, pinned);
+            if reference.is_pinned() {
+                self.lock().pinned.insert(name.to_string(), resolved.clone());
+            }
+            return Ok(OciPlugin::Ready(resolved, Some(cost)));
         };
-        let resolved = (plugin, pinned);
-        if crate::oci::Reference::parse(name).is_ok_and(|r| r.is_pinned()) {
-            self.lock().pinned.insert(name.to_string(), resolved.clone());
+        if let Some((ready, cost)) = pulls.take_pinned(name) {
+            self.lock().pinned.insert(name.to_string(), ready.clone());
+            return Ok(OciPlugin::Ready(ready, cost));
         }
-        Ok((resolved, cost))
+        // Whole in the disk cache: no registry needed, no wait.
+        if reference.is_pinned()
+            && let Some(resolved) = client.resolve_cached(&reference, trust.required).map_err(oci)?
+        {
+            let pinned = resolved.pinned().to_string();
+            if trust.required {
+                let signer = resolved
+                    .verify(&trust.keys)
+                    .map_err(|e| ResolveError::Unsigned(Arc::new(e)))?;
+                tracing::info!(plugin = %pinned, signer = %signer.name, key = %signer.key_id, "plugin signature verified");
+            }
+            let plugin = engine
+                .load(&pinned, &resolved.bytes)
+                .await
+                .map_err(|e| ResolveError::Load(Arc::new(e)))?;
+            let ready = (plugin, pinned);
+            self.lock().pinned.insert(name.to_string(), ready.clone());
+            return Ok(OciPlugin::Ready(ready, Some(PullCost::default())));
+        }
+        let (engine, trust, owned) = (engine.clone(), trust.clone(), name.to_string());
+        let pull = async move {
+            let started = std::time::Instant::now();
+            let (plugin, pinned, bytes) = oci_plugin(&engine, &client, &owned, &trust).await?;
+            let cost = PullCost {
+                bytes,
+                elapsed: started.elapsed(),
+            };
+            Ok(((plugin, pinned), cost))
+        };
+        Ok(match pulls.ask(name, tenant, reference.is_pinned(), pull) {
+            Asked::Ready(ready, cost) => {
+                if reference.is_pinned() {
+                    self.lock().pinned.insert(name.to_string(), ready.clone());
+                }
+                OciPlugin::Ready(ready, cost)
+            }
+            Asked::Pulling(since) => OciPlugin::Pulling(since),
+            Asked::Failed(e) => return Err(e),
+        })
+    }
+
+    /// Forgets the `oci://` plugins nothing else holds any more (no probe
+    /// of the registry in force, no run), so that their compiled code is
+    /// freed: called before each whole load, while the registry in force
+    /// still holds what it uses.
+    pub fn release_unused(&self) {
+        self.lock().pinned.retain(|_, (p, _)| Arc::strong_count(p) > 1);
+        if let Some(p) = &self.pulls {
+            p.release_unused();
+        }
     }
 
     fn oci_client(&self, settings: &crate::oci::Settings) -> Result<Arc<crate::oci::Client>, ResolveError> {
         let mut inner = self.lock();
-        if let Some(c) = &inner.oci {
+        if let Some((s, c)) = &inner.oci
+            && s == settings
+        {
             return Ok(c.clone());
         }
         let client = Arc::new(crate::oci::Client::new(settings.clone()).map_err(|e| ResolveError::Oci(Arc::new(e)))?);
-        inner.oci = Some(client.clone());
+        inner.oci = Some((settings.clone(), client.clone()));
         Ok(client)
     }
 

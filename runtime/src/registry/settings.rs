@@ -127,10 +127,19 @@ fn oci(
         if t.value.0.is_zero() {
             problems.push(Located {
                 at: t.referenced,
-                problem: Problem::OciTimeoutZero,
+                problem: Problem::OciTimeoutZero { key: "timeout" },
             });
         }
         out.timeout = t.value.0;
+    }
+    if let Some(t) = &spec.idle_timeout {
+        if t.value.0.is_zero() {
+            problems.push(Located {
+                at: t.referenced,
+                problem: Problem::OciTimeoutZero { key: "idle_timeout" },
+            });
+        }
+        out.limits.idle = t.value.0;
     }
     for (name, r) in &spec.registries {
         out.registries.insert(

@@ -41,7 +41,7 @@ fn rule(p: &Problem) -> &'static str {
         Problem::CeilingNet { .. } => "CeilingNet",
         Problem::CeilingPath { .. } => "CeilingPath",
         Problem::CeilingRegistry { .. } => "CeilingRegistry",
-        Problem::OciTimeoutZero => "OciTimeoutZero",
+        Problem::OciTimeoutZero { .. } => "OciTimeoutZero",
         Problem::RegistryOutsideCeiling { .. } => "RegistryOutsideCeiling",
         Problem::NameInvalid(_) => "NameInvalid",
         Problem::TargetDuplicate { .. } => "TargetDuplicate",

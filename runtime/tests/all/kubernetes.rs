@@ -1049,3 +1049,87 @@ fn validate_refuses_an_allowlist_entry_it_cannot_compare_safely() {
     let out = crate::support::sonde(&["validate", config.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// The issue's fourth finding: namespace A's SondeCheck names a pinned
+/// `oci://` plugin on a silent registry; namespace B then adds a plain
+/// `tcp` check and a Pod with its gate. No reconcile waits on A's pull:
+/// B's gate turns True within two of its periods, and A's gate says that
+/// its plugin is being pulled (`Unknown`/`CheckUnavailable`, one Event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_registry_in_one_namespace_holds_up_no_other() {
+    use crate::oci_hostile::{Hostile, Server, accepting, pinned_on};
+    let silent = Server::start(Hostile::Silent).await;
+    let (target, accepting) = accepting().await;
+    let (client, api) = FakeApi::start();
+    let mut a = check("shop", "pulled", 1, 1);
+    a["spec"]["plugin"] = pinned_on(&silent).into();
+    a["spec"]["config"] = json!({});
+    api.put(a, false);
+    api.put(
+        pod("shop", "a-1", "uid-a", NODE, target.port(), &["pulled"], json!([])),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "state_dir: {state}\noci:\n  registries:\n    \"{addr}\": {{ insecure: true }}\ntenants:\n  - id: shop\n    ceiling: {{net: [\"127.0.0.0/8:*\"], registries: [\"{addr}/*\"]}}\n  - id: other\n    ceiling: {{net: [\"127.0.0.0/8:*\"]}}\ntargets: []\n",
+        state = dir.path().join("state").display(),
+        addr = silent.addr,
+    );
+    let scope = format!("oci://{}/acme/*", silent.addr);
+    let settings = Settings {
+        node_name: NODE.into(),
+        plugins: Allowlist::parse(&["tcp".to_string(), scope]).unwrap(),
+        namespaces: BTreeMap::new(),
+        qps: 200.0,
+        burst: 200,
+    };
+    let (agent, gates) = start_gates(client, dir.path(), &config, settings, false).await;
+    gates.synced().await;
+    api.wait("A's gate says its plugin is being pulled", |r| {
+        r.iter().any(|r| {
+            r.method == "PATCH"
+                && r.path == "/api/v1/namespaces/shop/pods/a-1/status"
+                && r.body["status"]["conditions"][0]["status"] == "Unknown"
+                && r.body["status"]["conditions"][0]["reason"] == "CheckUnavailable"
+                && r.body["status"]["conditions"][0]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("being pulled"))
+        })
+    })
+    .await;
+    // Namespace B comes while A's pull hangs.
+    let started = std::time::Instant::now();
+    let mut b = check("other", "ready", 1, 1);
+    b["spec"]["plugin"] = "tcp".into();
+    b["spec"]["config"] = json!({});
+    api.put(b, false);
+    api.put(
+        pod("other", "b-1", "uid-b", NODE, target.port(), &["ready"], json!([])),
+        false,
+    );
+    api.wait("B's gate turns True", |r| {
+        r.iter().any(|r| {
+            r.method == "PATCH"
+                && r.path == "/api/v1/namespaces/other/pods/b-1/status"
+                && r.body["status"]["conditions"][0]["status"] == "True"
+        })
+    })
+    .await;
+    let took = started.elapsed();
+    eprintln!("B's gate True {} ms after its Pod came", took.as_millis());
+    assert!(took < Duration::from_secs(2), "two of B's 1 s periods: {took:?}");
+    let pulling: Vec<Recorded> = api
+        .events()
+        .into_iter()
+        .filter(|e| e.body["reason"] == "PluginPulling")
+        .collect();
+    assert_eq!(pulling.len(), 1, "one Event for the pull: {pulling:#?}");
+    assert_eq!(pulling[0].body["involvedObject"]["name"], "pulled");
+    assert!(
+        agent.results.get("k8s_shop_a-1_pulled").is_none(),
+        "A's probe waits, not run"
+    );
+    drop(gates);
+    agent.stop().await;
+    accepting.abort();
+}

@@ -22,6 +22,7 @@ mod kubernetes;
 mod kubernetes_e2e;
 mod names;
 mod oci;
+mod oci_hostile;
 mod plugin_text;
 mod postgres;
 mod redis;
