@@ -101,17 +101,13 @@ impl Example {
         path
     }
 
-    /// The API paths the file's comments tell a reader to GET.
+    /// The API paths (`/v1/…`) the file's comments tell a reader to read.
     fn documented_gets(&self) -> Vec<String> {
         let mut paths = Vec::new();
         for line in self.text.lines().filter(|l| l.trim_start().starts_with('#')) {
-            for (i, _) in line.match_indices("GET ") {
-                let url = line[i + 4..].split_whitespace().next().unwrap_or("");
-                let path = url.find("/v1/").map(|at| &url[at..]).unwrap_or(url);
-                let path = path.trim_end_matches(['.', ',', ')', ';']);
-                if path.starts_with('/') {
-                    paths.push(path.to_string());
-                }
+            for (i, _) in line.match_indices("/v1/") {
+                let path = line[i..].split_whitespace().next().unwrap_or("");
+                paths.push(path.trim_end_matches(['.', ',', ')', ';', '`']).to_string());
             }
         }
         paths
@@ -270,7 +266,8 @@ async fn wait_states(
     }
 }
 
-/// Every documented GET of `example` answers 200 (with `token`).
+/// Every API path the comments of `example` name answers 200 (with
+/// `token`).
 async fn documented_gets_answer(example: &Example, api: SocketAddr, token: Option<&str>) {
     let gets = example.documented_gets();
     assert!(!gets.is_empty(), "{} documents no API path to read", example.name);
