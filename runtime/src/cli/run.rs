@@ -136,7 +136,11 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
     }
     match args.output {
         super::Output::Json => {
-            let effective = crate::registry::effective::effective(&reg);
+            let mut effective = crate::registry::effective::effective(&reg);
+            // As `sonde run --api` would serve it.
+            if let Some(addr) = args.api {
+                effective["api"]["listen"] = addr.to_string().into();
+            }
             println!("{}", serde_json::to_string_pretty(&effective).unwrap_or_default());
         }
         super::Output::Text => println!(
