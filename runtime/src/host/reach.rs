@@ -74,16 +74,71 @@ impl Default for Reach {
     }
 }
 
+/// An address no name leads to by itself (and the registry client never
+/// reaches: `crate::oci`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Special {
+    /// 0.0.0.0/8, `::`: this host.
+    Unspecified,
+    /// 127.0.0.0/8, `::1`.
+    Loopback,
+    /// 169.254.0.0/16 (cloud metadata), fe80::/10.
+    LinkLocal,
+    /// 224.0.0.0/4, ff00::/8.
+    Multicast,
+    /// 255.255.255.255.
+    Broadcast,
+    /// 240.0.0.0/4.
+    Reserved,
+    /// `::a.b.c.d`, deprecated.
+    V4Compatible,
+}
+
+impl Special {
+    /// The kind in one or two words: `loopback`, `link-local`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Unspecified => "unspecified",
+            Self::Loopback => "loopback",
+            Self::LinkLocal => "link-local",
+            Self::Multicast => "multicast",
+            Self::Broadcast => "broadcast",
+            Self::Reserved => "reserved",
+            Self::V4Compatible => "IPv4-compatible",
+        }
+    }
+
+    /// The kind as a denial explains it.
+    fn described(self) -> &'static str {
+        match self {
+            Self::Unspecified => "the unspecified address (0.0.0.0/8 or ::, \"this host\")",
+            Self::Loopback => "loopback",
+            Self::LinkLocal => "link-local (cloud metadata lives there)",
+            Self::Multicast => "multicast",
+            Self::Broadcast => "broadcast",
+            Self::Reserved => "reserved (240.0.0.0/4)",
+            Self::V4Compatible => "an IPv4-compatible IPv6 address (deprecated, ::/96)",
+        }
+    }
+}
+
 /// The class of an address, as far as reaching it through a name goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
-    /// Never reached through a name (only through an address grant): the
-    /// words say which (`loopback`, `link-local`…).
-    Special(&'static str),
+    /// Never reached through a name (only through an address grant).
+    Special(Special),
     /// A private network: the words name the range.
     Private(&'static str),
     /// Anything else.
     Public,
+}
+
+/// The kind of special address `ip` is, if it is one ([`classify`]).
+pub fn special(ip: IpAddr) -> Option<Special> {
+    match classify(ip) {
+        Class::Special(what) => Some(what),
+        _ => None,
+    }
 }
 
 /// The class of `ip`. An IPv6 address that carries an IPv4 address (the
@@ -102,13 +157,13 @@ fn in_v4(ip: Ipv4Addr, net: [u8; 4], len: u32) -> bool {
 }
 
 fn classify_v4(ip: Ipv4Addr) -> Class {
-    const SPECIAL: &[([u8; 4], u32, &str)] = &[
-        ([0, 0, 0, 0], 8, "the unspecified address (0.0.0.0/8, \"this host\")"),
-        ([127, 0, 0, 0], 8, "loopback"),
-        ([169, 254, 0, 0], 16, "link-local (cloud metadata lives there)"),
-        ([224, 0, 0, 0], 4, "multicast"),
-        ([255, 255, 255, 255], 32, "broadcast"),
-        ([240, 0, 0, 0], 4, "reserved (240.0.0.0/4)"),
+    const SPECIAL: &[([u8; 4], u32, Special)] = &[
+        ([0, 0, 0, 0], 8, Special::Unspecified),
+        ([127, 0, 0, 0], 8, Special::Loopback),
+        ([169, 254, 0, 0], 16, Special::LinkLocal),
+        ([224, 0, 0, 0], 4, Special::Multicast),
+        ([255, 255, 255, 255], 32, Special::Broadcast),
+        ([240, 0, 0, 0], 4, Special::Reserved),
     ];
     const PRIVATE: &[([u8; 4], u32, &str)] = &[
         ([10, 0, 0, 0], 8, "10.0.0.0/8"),
@@ -117,7 +172,7 @@ fn classify_v4(ip: Ipv4Addr) -> Class {
         ([100, 64, 0, 0], 10, "100.64.0.0/10 (shared address space)"),
     ];
     if let Some((_, _, what)) = SPECIAL.iter().find(|(net, len, _)| in_v4(ip, *net, *len)) {
-        return Class::Special(what);
+        return Class::Special(*what);
     }
     if let Some((_, _, what)) = PRIVATE.iter().find(|(net, len, _)| in_v4(ip, *net, *len)) {
         return Class::Private(what);
@@ -130,22 +185,22 @@ fn classify_v6(ip: Ipv6Addr) -> Class {
     let prefix = |len: u32| bits >> (128 - len);
     let low_v4 = Ipv4Addr::from(bits as u32);
     if ip.is_unspecified() {
-        return Class::Special("the unspecified address (::)");
+        return Class::Special(Special::Unspecified);
     }
     if ip.is_loopback() {
-        return Class::Special("loopback");
+        return Class::Special(Special::Loopback);
     }
     if prefix(10) == 0xfe80 >> 6 {
-        return Class::Special("link-local");
+        return Class::Special(Special::LinkLocal);
     }
     if prefix(8) == 0xff {
-        return Class::Special("multicast");
+        return Class::Special(Special::Multicast);
     }
     // ::a.b.c.d, the deprecated IPv4-compatible form.
     if prefix(96) == 0 {
         return match classify_v4(low_v4) {
             Class::Special(what) => Class::Special(what),
-            _ => Class::Special("an IPv4-compatible IPv6 address (deprecated, ::/96)"),
+            _ => Class::Special(Special::V4Compatible),
         };
     }
     // NAT64: the well-known prefix 64:ff9b::/96 and the local-use
@@ -182,13 +237,14 @@ pub fn is_localhost(name: &str) -> bool {
 pub fn name_refusal(reach: Reach, name: &str, ip: IpAddr) -> Option<String> {
     let ip = ip.to_canonical();
     let class = classify(ip);
-    if reach.names_reach(class) || is_localhost(name) && class == Class::Special("loopback") {
+    if reach.names_reach(class) || is_localhost(name) && class == Class::Special(Special::Loopback) {
         return None;
     }
     Some(match class {
-        Class::Special(what) => {
-            format!("{name} resolved to {ip}: {what} is not reachable through a name; grant the address")
-        }
+        Class::Special(what) => format!(
+            "{name} resolved to {ip}: {} is not reachable through a name; grant the address",
+            what.described()
+        ),
         Class::Private(range) => format!(
             "{name} resolved to {ip}: a private address ({range}) is not reachable through a name for this tenant; grant the address, or add `private` to the tenant's ceiling.names_may_reach"
         ),

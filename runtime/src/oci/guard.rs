@@ -2,8 +2,9 @@
 //! chooses; what it answers must not steer the agent at itself or at the
 //! node's neighbours: a redirect, a token realm or a registry name that
 //! resolves to loopback, an unspecified, link-local (the cloud metadata
-//! service at 169.254.169.254), multicast or broadcast address is refused,
-//! before any connection is made.
+//! service at 169.254.169.254), multicast, broadcast or reserved address,
+//! in any IPv6 spelling, is refused before any connection is made — the
+//! classes of [`crate::host::reach`], the one home of that rule.
 //!
 //! One exception: a registry the operator names by a loopback address or
 //! `localhost` (`oci://127.0.0.1:5000/…`, a local or test registry) may use
@@ -14,20 +15,17 @@
 //! checked as they resolve ([`Guard`] is the HTTP client's resolver), and
 //! the connection goes to an address so checked, never to a second lookup.
 
+use crate::host::reach::{Special, special};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-/// Why an address is refused, as shown in errors.
+/// Why an address is refused, as shown in errors: the kinds of address no
+/// name leads a plugin to ([`crate::host::reach::special`]), loopback
+/// excepted for a registry on loopback.
 pub(crate) fn refusal(ip: IpAddr, allow_loopback: bool) -> Option<&'static str> {
-    let ip = canonical(ip);
-    match ip {
-        _ if ip.is_unspecified() => Some("unspecified"),
-        _ if ip.is_loopback() && !allow_loopback => Some("loopback"),
-        _ if ip.is_multicast() => Some("multicast"),
-        IpAddr::V4(v4) if v4.is_link_local() => Some("link-local"),
-        IpAddr::V4(v4) if v4.is_broadcast() => Some("broadcast"),
-        IpAddr::V6(v6) if v6.is_unicast_link_local() => Some("link-local"),
-        _ => None,
+    match special(ip)? {
+        Special::Loopback if allow_loopback => None,
+        kind => Some(kind.word()),
     }
 }
 
@@ -39,14 +37,6 @@ fn article(word: &str) -> &'static str {
     }
 }
 
-/// A v4-mapped IPv6 address is its IPv4 address.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
-
 /// Whether a registry named `registry` (`HOST[:PORT]`, as in references)
 /// may use loopback: it is `localhost` or a loopback address itself.
 pub(crate) fn is_local_registry(registry: &str) -> bool {
@@ -55,7 +45,7 @@ pub(crate) fn is_local_registry(registry: &str) -> bool {
         _ => registry,
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| canonical(ip).is_loopback())
+    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.to_canonical().is_loopback())
 }
 
 /// A refused destination: the error a redirect policy or the resolver
