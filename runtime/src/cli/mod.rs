@@ -6,6 +6,7 @@ mod bench;
 mod check;
 pub mod client;
 mod completions;
+pub mod effective;
 mod plugin;
 mod run;
 mod scaffold;

@@ -136,7 +136,7 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
     }
     match args.output {
         super::Output::Json => {
-            let mut effective = crate::registry::effective::effective(&reg);
+            let mut effective = super::effective::effective(&reg);
             // As `sonde run --api` would serve it.
             if let Some(addr) = args.api {
                 effective["api"]["listen"] = addr.to_string().into();

@@ -46,7 +46,6 @@
 //! ```
 
 mod admit;
-pub mod effective;
 pub mod mounts;
 pub mod probe;
 pub mod problem;

@@ -11,7 +11,7 @@
 //! diff before committing it.
 
 use crate::support::engine;
-use sonde_runtime::registry::effective::effective;
+use sonde_runtime::cli::effective::effective;
 use sonde_runtime::registry::{Problem, Registry};
 use std::collections::BTreeSet;
 use std::fmt::Write;

@@ -9,7 +9,7 @@
 //! Tokens are never printed: `token` (a tenant's) and `operator_token` say
 //! whether one is set.
 
-use super::Registry;
+use crate::registry::Registry;
 use serde_json::{Value, json};
 use std::time::Duration;
 
