@@ -92,6 +92,20 @@ pub async fn oci_plugin(
     let oci = |e| ResolveError::Oci(Arc::new(e));
     let reference = crate::oci::Reference::parse(name).map_err(oci)?;
     let resolved = client.resolve(&reference).await.map_err(oci)?;
+    if let crate::oci::Source::CacheRegistryDown { error, .. } = &resolved.source {
+        tracing::warn!(plugin = %resolved.pinned(), error = %error, "registry unreachable; the plugin is loaded from the cache");
+    }
+    let (plugin, pinned) = verify_and_load(engine, &resolved, trust).await?;
+    Ok((plugin, pinned, resolved.transferred))
+}
+
+/// Checks `resolved`'s signature when `trust.required`, then loads it:
+/// the plugin and its pinned reference.
+async fn verify_and_load(
+    engine: &Engine,
+    resolved: &crate::oci::Resolved,
+    trust: &Trust,
+) -> Result<(Arc<Plugin>, String), ResolveError> {
     let pinned = resolved.pinned().to_string();
     if trust.required {
         let signer = resolved
@@ -99,14 +113,11 @@ pub async fn oci_plugin(
             .map_err(|e| ResolveError::Unsigned(Arc::new(e)))?;
         tracing::info!(plugin = %pinned, signer = %signer.name, key = %signer.key_id, "plugin signature verified");
     }
-    if let crate::oci::Source::CacheRegistryDown { error, .. } = &resolved.source {
-        tracing::warn!(plugin = %pinned, error = %error, "registry unreachable; the plugin is loaded from the cache");
-    }
     let plugin = engine
         .load(&pinned, &resolved.bytes)
         .await
         .map_err(|e| ResolveError::Load(Arc::new(e)))?;
-    Ok((plugin, pinned, resolved.transferred))
+    Ok((plugin, pinned))
 }
 
 /// What resolving one `oci://` plugin cost: charged to the tenant whose
@@ -282,18 +293,7 @@ impl Cache {
         if reference.is_pinned()
             && let Some(resolved) = client.resolve_cached(&reference, trust.required).map_err(oci)?
         {
-            let pinned = resolved.pinned().to_string();
-            if trust.required {
-                let signer = resolved
-                    .verify(&trust.keys)
-                    .map_err(|e| ResolveError::Unsigned(Arc::new(e)))?;
-                tracing::info!(plugin = %pinned, signer = %signer.name, key = %signer.key_id, "plugin signature verified");
-            }
-            let plugin = engine
-                .load(&pinned, &resolved.bytes)
-                .await
-                .map_err(|e| ResolveError::Load(Arc::new(e)))?;
-            let ready = (plugin, pinned);
+            let ready = verify_and_load(engine, &resolved, trust).await?;
             self.lock().pinned.insert(name.to_string(), ready.clone());
             return Ok(OciPlugin::Ready(ready, Some(PullCost::default())));
         }
