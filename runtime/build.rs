@@ -41,16 +41,27 @@ fn commit() {
     };
     let id = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=SONDE_COMMIT={id}");
-    // A worktree's HEAD lives in its own git dir; the branch refs in the
-    // common one (packed or loose).
-    for (flag, files) in [
-        ("--git-dir", &["HEAD"][..]),
-        ("--git-common-dir", &["packed-refs", "refs/heads"][..]),
-    ] {
-        if let Some(dir) = git(&["rev-parse", "--path-format=absolute", flag]) {
-            for f in files {
-                println!("cargo:rerun-if-changed={}", Path::new(&dir).join(f).display());
+    // A worktree's HEAD lives in its own git dir; the branch it points at
+    // in the common one, loose or packed. Only files that exist are named:
+    // Cargo takes a missing one as changed, and would rerun this script
+    // (and rebuild the crate) on every build.
+    let path = |flag: &str| git(&["rev-parse", "--path-format=absolute", flag]).map(std::path::PathBuf::from);
+    let mut watched = Vec::new();
+    if let Some(dir) = path("--git-dir") {
+        watched.push(dir.join("HEAD"));
+    }
+    if let Some(common) = path("--git-common-dir") {
+        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            let loose = common.join(branch);
+            // Where a packed branch's next commit writes its loose file.
+            if let Some(dir) = loose.parent().filter(|d| d.is_dir()) {
+                watched.push(dir.to_path_buf());
             }
+            watched.push(loose);
         }
+        watched.push(common.join("packed-refs"));
+    }
+    for file in watched.iter().filter(|f| f.exists()) {
+        println!("cargo:rerun-if-changed={}", file.display());
     }
 }
