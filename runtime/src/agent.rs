@@ -182,9 +182,20 @@ impl Agent {
         let auth = match api_addr {
             Some(addr) => options
                 .api_auth
+                .or_file(registry.api_auth)
                 .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
                 .map_err(AgentError::Start)?,
             None => ApiAuth::None,
+        };
+        let reviews = match auth {
+            ApiAuth::Kubernetes => {
+                let client = kubernetes::connect()
+                    .await
+                    .map_err(|e| AgentError::Start(format!("api: auth kubernetes: {e}")))?;
+                let limits = kubernetes::review::ReviewLimits::default();
+                Some(Arc::new(kubernetes::review::Reviewer::new(client, limits)))
+            }
+            _ => None,
         };
         let run_metrics = Arc::new(RunMetrics::default());
         let executor = Executor::new(ExecutorConfig::default()).map_err(|e| {
@@ -242,6 +253,7 @@ impl Agent {
                 health_timeout,
                 control: control.clone(),
                 auth,
+                reviews,
                 limits: api_limits,
                 watches: api::WatchStreams::default(),
             };
