@@ -342,8 +342,14 @@ mod tests {
         // No token configured, tenants configured, off loopback: refused
         // without reviews, accepted with them.
         assert!(ApiAuth::Auto.resolve(public, false, true).is_err());
-        assert_eq!(ApiAuth::Kubernetes.resolve(public, false, true), Ok(ApiAuth::Kubernetes));
-        assert_eq!(ApiAuth::Kubernetes.resolve(public, true, false), Ok(ApiAuth::Kubernetes));
+        assert_eq!(
+            ApiAuth::Kubernetes.resolve(public, false, true),
+            Ok(ApiAuth::Kubernetes)
+        );
+        assert_eq!(
+            ApiAuth::Kubernetes.resolve(public, true, false),
+            Ok(ApiAuth::Kubernetes)
+        );
         // The flag wins unless it is left at auto.
         assert_eq!(ApiAuth::Auto.or_file(Some(ApiAuth::Kubernetes)), ApiAuth::Kubernetes);
         assert_eq!(ApiAuth::Token.or_file(Some(ApiAuth::Kubernetes)), ApiAuth::Token);

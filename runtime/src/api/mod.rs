@@ -263,7 +263,8 @@ async fn reviewed(
                 tracing::warn!(error = %e, "api: cannot review a caller's token");
             }
             let mut r = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             Err(r)
         }
     }

@@ -127,7 +127,10 @@ impl<K: Hash + Eq + Clone, V: Clone> Expiring<K, V> {
     }
 
     fn get(&self, k: &K, now: Instant) -> Option<V> {
-        self.map.get(k).filter(|(_, until)| *until > now).map(|(v, _)| v.clone())
+        self.map
+            .get(k)
+            .filter(|(_, until)| *until > now)
+            .map(|(v, _)| v.clone())
     }
 
     fn insert(&mut self, k: K, v: V, until: Instant, now: Instant) {
@@ -166,7 +169,9 @@ pub struct Reviewer {
 
 impl std::fmt::Debug for Reviewer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reviewer").field("limits", &self.limits).finish_non_exhaustive()
+        f.debug_struct("Reviewer")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
     }
 }
 

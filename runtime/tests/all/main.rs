@@ -28,6 +28,7 @@ mod registry;
 mod sandbox;
 mod scaffold;
 mod scheduler;
+mod shipped_install;
 mod signing;
 mod support;
 mod tcp;
