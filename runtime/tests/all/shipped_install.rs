@@ -297,6 +297,34 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
         };
         env.insert(name, value);
     }
+    // `sonde validate` takes the config `sonde run` is given, as that user.
+    let config = args
+        .iter()
+        .skip_while(|a| *a != "--config")
+        .nth(1)
+        .expect("--config in the DaemonSet's args");
+    let validated = std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            &uid.to_string(),
+            "--regid",
+            &gid.to_string(),
+            "--clear-groups",
+            "--",
+        ])
+        .arg(&bin)
+        .args(["validate", config])
+        .env_clear()
+        .envs(&env)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(
+        validated.status.success(),
+        "sonde validate refused the shipped config: {}",
+        String::from_utf8_lossy(&validated.stderr)
+    );
+
     let log_path = fake.path().join("sonde.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let mut child = tokio::process::Command::new("setpriv")
