@@ -13,7 +13,7 @@ use crate::engine::Engine;
 use crate::executor::{Executor, ExecutorConfig};
 use crate::kubernetes;
 use crate::metrics::{Metrics, RunMetrics};
-use crate::registry::{ProbeSpec, TargetSpec};
+use crate::registry::{ProbeSpec, Registry, TargetSpec};
 use crate::results::{DEFAULT_HISTORY, ResultCache};
 use crate::scheduler::{self, ActionOutcome, Runner};
 use crate::verdict::RunResult;
@@ -110,9 +110,100 @@ pub enum AgentError {
     /// The config is invalid.
     #[error("{0}")]
     Config(ConfigErrors),
+    /// The config is valid, but what it asks for cannot start this way
+    /// ([`start_problems`]: `sonde validate` says the same).
+    #[error("{}", StartProblem::list(.0))]
+    Refused(Vec<StartProblem>),
     /// Something else failed at start.
     #[error("{0}")]
     Start(String),
+}
+
+/// Something `sonde run` refuses at start in a config that loads: what
+/// [`start_problems`] finds, `sonde run` and `sonde validate` alike.
+#[derive(Debug, thiserror::Error)]
+pub enum StartProblem {
+    /// The API would answer without a token where anyone can reach it, or
+    /// a token is asked for (`--api-auth token`) and none is configured.
+    #[error("{why}")]
+    ApiAuth {
+        /// Where the API would listen.
+        addr: SocketAddr,
+        /// What [`ApiAuth::resolve`] said.
+        why: String,
+    },
+    /// Readiness gates would be served (a `kubernetes:` block, or
+    /// `--kubernetes`) with settings that cannot work.
+    #[error("{file}{source}")]
+    Kubernetes {
+        /// The config file and `: `, or nothing for the embedded default.
+        file: String,
+        /// What is wrong.
+        source: kubernetes::SettingsError,
+    },
+}
+
+impl StartProblem {
+    /// The problems, one a line.
+    pub fn list(problems: &[StartProblem]) -> String {
+        problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// What `sonde run` was asked besides the config file that decides
+/// whether it can start ([`start_problems`]).
+#[derive(Clone, Debug)]
+pub struct StartOptions {
+    /// `--api`: overrides the file's `api`.
+    pub api: Option<SocketAddr>,
+    /// `--api-auth`.
+    pub api_auth: ApiAuth,
+    /// Whether readiness gates are served: `Some` for `sonde run`, with
+    /// `--kubernetes` and `$NODE_NAME`; `None` for an agent that serves
+    /// none (the library's [`Agent::start`]), whose `kubernetes:` block is
+    /// then not checked.
+    pub kubernetes: Option<KubernetesStart>,
+}
+
+/// How `sonde run` would serve readiness gates.
+#[derive(Clone, Debug, Default)]
+pub struct KubernetesStart {
+    /// `--kubernetes`: serve them without a `kubernetes:` block.
+    pub forced: bool,
+    /// `$NODE_NAME`, where the block names no node.
+    pub node_name: Option<String>,
+}
+
+/// Everything `sonde run` refuses at start in a config that loads: the one
+/// place these rules live, called by [`Agent::start`] (which refuses to
+/// start on any) and by `sonde validate` (which reports them as errors), so
+/// the two cannot disagree. Empty when the agent can start.
+///
+/// What is left to the start itself, because only running finds it: a
+/// state directory another sonde holds, an address already in use, the
+/// API server out of reach.
+pub fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartProblem> {
+    let mut problems = Vec::new();
+    if let Some(addr) = options.api.or(registry.api)
+        && let Err(why) = options
+            .api_auth
+            .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
+    {
+        problems.push(StartProblem::ApiAuth { addr, why });
+    }
+    if let Some(k) = &options.kubernetes
+        && (k.forced || registry.kubernetes.is_some())
+        && let Err(source) = kubernetes::Settings::new(registry.kubernetes.as_ref(), k.node_name.clone())
+    {
+        problems.push(StartProblem::Kubernetes {
+            file: registry
+                .source
+                .as_ref()
+                .map_or(String::new(), |p| format!("{}: ", p.display())),
+            source,
+        });
+    }
+    problems
 }
 
 /// A running agent: what tests and `sonde run` hold on to.
@@ -138,18 +229,37 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Loads everything and starts scheduling and serving.
+    /// Loads everything and starts scheduling and serving (no readiness
+    /// gates: [`run_with`] serves those).
     pub async fn start(engine: Engine, options: AgentOptions) -> Result<Self, AgentError> {
+        Self::start_with(engine, options, None).await
+    }
+
+    /// As [`Agent::start`], refusing what [`start_problems`] finds with
+    /// `kubernetes` (how readiness gates would be served, if they are).
+    pub async fn start_with(
+        engine: Engine,
+        options: AgentOptions,
+        kubernetes: Option<KubernetesStart>,
+    ) -> Result<Self, AgentError> {
         let (registry, skipped) = control::load(&engine, &options).await.map_err(AgentError::Config)?;
+        let problems = start_problems(
+            &registry,
+            &StartOptions {
+                api: options.api,
+                api_auth: options.api_auth,
+                kubernetes,
+            },
+        );
+        if !problems.is_empty() {
+            return Err(AgentError::Refused(problems));
+        }
         for w in &registry.warnings {
             tracing::warn!("{w}");
         }
-        // The sandbox's bounds are fixed for the life of the process.
-        if !crate::host::bounds::configure(registry.host_limits)
-            && *crate::host::bounds::limits() != registry.host_limits
-        {
-            tracing::warn!("sandbox: bounds already in force in this process are kept; restart to change them");
-        }
+        // The sandbox's bounds are the engine's: every call from now runs
+        // under the config's.
+        engine.set_host_limits(registry.host_limits);
         let state_dir = options.state_dir.clone().or_else(|| registry.state_dir.clone());
         let results = match &state_dir {
             Some(dir) => ResultCache::open(dir, DEFAULT_HISTORY).map_err(|e| {
@@ -179,6 +289,7 @@ impl Agent {
         let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
         let api_limits = registry.api_limits;
         let require_signed = registry.require_signed;
+        // Checked above (start_problems): this cannot fail.
         let auth = match api_addr {
             Some(addr) => options
                 .api_auth
@@ -372,7 +483,11 @@ pub async fn run_with(engine: Engine, options: AgentOptions, kubernetes: bool) -
     let mut hup = sig(SignalKind::hangup())?;
     let mut term = sig(SignalKind::terminate())?;
     let mut int = sig(SignalKind::interrupt())?;
-    let agent = Agent::start(engine, options.clone()).await?;
+    let start = KubernetesStart {
+        forced: kubernetes,
+        node_name: std::env::var("NODE_NAME").ok(),
+    };
+    let agent = Agent::start_with(engine, options.clone(), Some(start)).await?;
     let gates = start_kubernetes(&agent, &options, kubernetes).await?;
     // Under systemd (Type=notify), `systemctl start` returns now: the API
     // is up and every probe is scheduled.

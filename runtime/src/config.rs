@@ -108,9 +108,25 @@ impl<'de> Deserialize<'de> for Dur {
     }
 }
 
-/// A size written with its unit: `64MiB`, `512KiB`.
+/// A size written with its unit: `64MiB`, `512KiB`, `4096B`. A bare
+/// number (`1048576`, `"1048576"`) is refused, as a duration without its
+/// unit is: bytes or mebibytes is the reader's guess otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Size(pub u64);
+
+impl Size {
+    /// The refusal of a bare number `n`, suggesting the spellings that
+    /// say what it means.
+    fn no_unit(n: u64) -> String {
+        let mut hint = format!("{n}B");
+        if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+            hint = format!("{}MiB (or {hint})", n >> 20);
+        } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
+            hint = format!("{}KiB (or {hint})", n >> 10);
+        }
+        format!("{n} has no unit: write the size with one, such as {hint}")
+    }
+}
 
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -118,16 +134,27 @@ impl<'de> Deserialize<'de> for Size {
         impl de::Visitor<'_> for V {
             type Value = Size;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a size such as 64MiB")
+                f.write_str("a size with its unit, such as 64MiB")
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Size, E> {
-                s.trim()
-                    .parse::<bytesize::ByteSize>()
+                let t = s.trim();
+                if let Ok(n) = t.parse::<u64>() {
+                    return Err(E::custom(Size::no_unit(n)));
+                }
+                t.parse::<bytesize::ByteSize>()
                     .map(|b| Size(b.as_u64()))
                     .map_err(|e| E::custom(format!("{s:?} is not a size such as 64MiB: {e}")))
             }
             fn visit_u64<E: de::Error>(self, n: u64) -> Result<Size, E> {
-                Ok(Size(n))
+                Err(E::custom(Size::no_unit(n)))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Size, E> {
+                match u64::try_from(n) {
+                    Ok(n) => self.visit_u64(n),
+                    Err(_) => Err(E::custom(format!(
+                        "{n} is not a size: write one with its unit, such as 64MiB"
+                    ))),
+                }
             }
         }
         d.deserialize_any(V)
@@ -419,7 +446,8 @@ pub struct File {
     #[serde(default)]
     pub oci: Option<OciSpec>,
     /// `sandbox: {sockets_per_call: 64, ...}` — what a plugin's call may
-    /// make the host hold ([`SandboxSpec`]); read at start only. Default:
+    /// make the host hold ([`SandboxSpec`]); put in force at start and at
+    /// every reload. Default:
     /// every bound at its default.
     #[serde(default)]
     pub sandbox: Option<Spanned<SandboxSpec>>,
@@ -437,7 +465,7 @@ pub struct File {
 }
 
 /// The `kubernetes:` block: how the agent serves Pod readiness gates.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KubernetesSpec {
     /// `node_name: worker-1` — the node whose Pods are checked; default
@@ -748,12 +776,37 @@ pub fn parse(file: &Path, text: &str) -> Result<File, ConfigErrors> {
             },
             |l| place(file, &l),
         );
-        ConfigError {
-            place,
-            message: first_line(&e),
+        let mut message = first_line(&e);
+        // A value's error names its key, as the registry's do.
+        if let Some(key) = key_before(text, place.line, place.column)
+            && !message.starts_with(&format!("{key}:"))
+            && !message.contains(&format!("`{key}`"))
+        {
+            message = format!("{key}: {message}");
         }
-        .into()
+        ConfigError { place, message }.into()
     })
+}
+
+/// The key a value at `line`:`column` (1-based) is the value of, when the
+/// text before it on its line ends with `key:` (`memory: 8388608`,
+/// `limits: {memory: 8388608}`).
+fn key_before(text: &str, line: u64, column: u64) -> Option<String> {
+    let line = text.lines().nth(usize::try_from(line).ok()?.checked_sub(1)?)?;
+    let before: String = line
+        .chars()
+        .take(usize::try_from(column).ok()?.checked_sub(1)?)
+        .collect();
+    let before = before.trim_end().strip_suffix(':')?;
+    let key: String = before
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    (!key.is_empty()).then_some(key)
 }
 
 /// Reads and parses `file`.
@@ -832,6 +885,29 @@ mod tests {
         let e =
             err("targets:\n  - name: web\n    address: a:1\n    probes:\n      - plugin: tcp\n        timeout: 10x\n");
         assert!(e.contains("\"10x\" is not a duration"), "{e}");
+    }
+
+    #[test]
+    fn a_size_needs_a_unit() {
+        let probe = |memory: &str| {
+            format!(
+                "targets:\n  - name: web\n    address: a:1\n    probes:\n      - plugin: tcp\n        limits: {{memory: {memory}}}\n"
+            )
+        };
+        for bare in ["8388608", "\"8388608\""] {
+            let e = err(&probe(bare));
+            assert!(e.starts_with("sonde.yaml:6:"), "{e}");
+            assert!(e.contains("memory"), "the field is named: {e}");
+            assert!(
+                e.contains("8388608 has no unit") && e.contains("8MiB (or 8388608B)"),
+                "{e}"
+            );
+        }
+        let e = err("sandbox: {fields_bytes: 1000}\n");
+        assert!(e.contains("fields_bytes") && e.contains("1000B"), "{e}");
+        let f = parse(Path::new("sonde.yaml"), &probe("8388608B")).unwrap();
+        let memory = f.targets[0].probes[0].limits.memory.as_ref().map(|m| m.value.0);
+        assert_eq!(memory, Some(8 << 20));
     }
 
     #[test]

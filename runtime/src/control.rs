@@ -426,6 +426,14 @@ impl Control {
     /// Puts a whole new registry in force (in `current`): tenants, status,
     /// then the scheduler.
     async fn apply(&self, current: &mut Registry, reg: Registry, left_out: Vec<LeftOut>) -> ReloadSummary {
+        let before = self.engine.host_limits();
+        if before != reg.host_limits {
+            self.engine.set_host_limits(reg.host_limits);
+            tracing::info!(
+                changed = %crate::host::bounds::changes(&before, &reg.host_limits),
+                "sandbox: the new bounds are in force for every call that starts from now; calls in flight finish under theirs, and a smaller lookups_in_flight or blocking_threads takes effect as the work holding the gate ends"
+            );
+        }
         self.executor.configure(&reg.tenants);
         self.executor.record_pulls(&reg.pulls);
         *self.tenants.lock().unwrap_or_else(|e| e.into_inner()) = reg.tenants.clone();

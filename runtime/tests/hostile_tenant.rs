@@ -224,8 +224,11 @@ targets:
     assert_eq!((b.reserved, a.reserved), (8, 85));
     // Fair: a few ms. Starved behind A's 1 s calls: hundreds of ms.
     assert!(p99 < Duration::from_millis(100), "B's start lateness p99 is {p99:?}");
+    // A permit wait starved behind A's 1 s calls lands in the 500 ms or
+    // 1 s bucket; a fair one in the 10-50 ms buckets on a quiet machine,
+    // and 100 ms on one whose other core compiles (seen twice).
     assert!(
-        b_wait_p99 <= Duration::from_millis(50),
+        b_wait_p99 <= Duration::from_millis(250),
         "B's calls waited for a permit: p99 <= {b_wait_p99:?}"
     );
     // B's calls get their share of the sandbox threads: a few ms each

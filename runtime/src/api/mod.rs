@@ -368,8 +368,11 @@ fn health(state: &ApiState, check_draining: bool) -> Response {
     // The sandbox's own capacity: every lookup slot, or every blocking
     // thread for plugins, held for longer than the health timeout means no
     // probe that needs one can run.
-    let lookups_exhausted = crate::host::blocking::lookups().exhausted_for().unwrap_or_default();
-    let blocking_exhausted = crate::host::blocking::threads().exhausted_for().unwrap_or_default();
+    let (lookups_exhausted, blocking_exhausted) = state.control.engine.gates_exhausted_for();
+    let (lookups_exhausted, blocking_exhausted) = (
+        lookups_exhausted.unwrap_or_default(),
+        blocking_exhausted.unwrap_or_default(),
+    );
     let exhausted = lookups_exhausted.max(blocking_exhausted) > state.health_timeout;
     let body = serde_json::json!({
         "lastUpdated": humantime::format_rfc3339_millis(now - since_pass).to_string(),

@@ -161,5 +161,6 @@ mod tests {
         assert_eq!(parse_memory("64MiB"), Ok(64 << 20));
         assert!(parse_memory("2GiB").unwrap_err().contains("1GiB"));
         assert!(parse_size("lots").unwrap_err().contains("not a size"));
+        assert!(parse_size("1024").unwrap_err().contains("1KiB (or 1024B)"));
     }
 }

@@ -47,6 +47,22 @@ pub struct RunArgs {
 pub struct ValidateArgs {
     /// The config file to check (plugins are loaded, configs checked against their schemas).
     pub config: PathBuf,
+
+    /// As `sonde run --api`: check the API as it would be served there.
+    #[arg(long, value_name = "ADDR")]
+    pub api: Option<SocketAddr>,
+
+    /// As `sonde run --api-auth`.
+    #[arg(long, value_enum, default_value_t = crate::api::ApiAuth::Auto)]
+    pub api_auth: crate::api::ApiAuth,
+
+    /// As `sonde run --kubernetes`: check the readiness-gate settings even without a `kubernetes:` block (the node name is the running node's, so it is not asked for).
+    #[arg(long)]
+    pub kubernetes: bool,
+
+    /// `json`: print the effective config, every key with its value after defaults and normalisation.
+    #[arg(long, short, value_enum, default_value_t = super::Output::Text)]
+    pub output: super::Output,
 }
 
 /// Arguments of `sonde status`.
@@ -77,7 +93,7 @@ pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliE
     };
     match agent::run_with(engine, options, args.kubernetes).await {
         Ok(()) => Ok(0),
-        Err(AgentError::Config(e)) => {
+        Err(e @ (AgentError::Config(_) | AgentError::Refused(_))) => {
             eprintln!("{e}");
             eprintln!(
                 "sonde: the config was refused; fix what is listed above (`sonde validate FILE` checks a file without running it)"
@@ -90,33 +106,47 @@ pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliE
 
 pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result<i32, CliError> {
     let engine = Engine::new(config)?;
-    match crate::registry::Registry::load_file(&engine, &args.config).await {
-        Ok(reg) => {
-            for w in &reg.warnings {
-                eprintln!("warning: {w}");
-            }
-            // The `kubernetes:` block: its allowlist and rates (the node name
-            // comes from the node the agent runs on, so it is not asked here).
-            if let Ok((file, _)) = crate::config::read(&args.config)
-                && let Some(spec) = &file.kubernetes
-                && let Err(e) = crate::kubernetes::Settings::new(Some(spec), Some("validate".into()))
-            {
-                eprintln!("{}: {e}", args.config.display());
-                return Ok(2);
-            }
-            println!(
-                "{}: ok ({} targets, {} probes)",
-                args.config.display(),
-                reg.targets().len(),
-                reg.probes().len()
-            );
-            Ok(0)
-        }
+    let reg = match crate::registry::Registry::load_file(&engine, &args.config).await {
+        Ok(reg) => reg,
         Err(e) => {
             eprintln!("{e}");
-            Ok(2)
+            return Ok(2);
         }
+    };
+    for w in &reg.warnings {
+        eprintln!("warning: {w}");
     }
+    // What `sonde run` would refuse at start, by the very rules it uses.
+    let problems = agent::start_problems(
+        &reg,
+        &agent::StartOptions {
+            api: args.api,
+            api_auth: args.api_auth,
+            kubernetes: Some(agent::KubernetesStart {
+                forced: args.kubernetes,
+                // The node the agent will run on names itself; a stand-in
+                // here, so only the block's own settings are checked.
+                node_name: Some(std::env::var("NODE_NAME").unwrap_or_else(|_| "validate".into())),
+            }),
+        },
+    );
+    if !problems.is_empty() {
+        eprintln!("{}", agent::StartProblem::list(&problems));
+        return Ok(2);
+    }
+    match args.output {
+        super::Output::Json => {
+            let effective = crate::registry::effective::effective(&reg);
+            println!("{}", serde_json::to_string_pretty(&effective).unwrap_or_default());
+        }
+        super::Output::Text => println!(
+            "{}: ok ({} targets, {} probes)",
+            args.config.display(),
+            reg.targets().len(),
+            reg.probes().len()
+        ),
+    }
+    Ok(0)
 }
 
 fn age(at: Option<&str>) -> String {

@@ -65,15 +65,24 @@ pub(crate) struct MemoryCap {
 }
 
 impl MemoryCap {
-    pub(crate) fn new(cap: u64) -> Self {
+    /// A cap of `cap` bytes, of which `host_memory` (the call's
+    /// [`HostLimits::host_memory_per_call`](crate::host::bounds::HostLimits::host_memory_per_call))
+    /// is kept for what the host holds for the call.
+    pub(crate) fn new(cap: u64, host_memory: u64) -> Self {
         let cap = cap.min(MAX_MEMORY);
-        let linear = cap
-            .saturating_sub(crate::host::bounds::limits().host_memory_per_call())
-            .max(cap / 2);
+        let linear = cap.saturating_sub(host_memory).max(cap / 2);
         Self {
             cap: usize::try_from(linear).unwrap_or(usize::MAX),
             exceeded: false,
         }
+    }
+}
+
+impl MemoryCap {
+    /// The bytes linear memory may grow to.
+    #[cfg(test)]
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
     }
 }
 
@@ -94,10 +103,11 @@ impl ResourceLimiter for MemoryCap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::bounds::HOST_MEMORY_PER_CALL;
 
     #[test]
     fn memory_cap_refuses_and_remembers() {
-        let mut cap = MemoryCap::new(1024 * 1024);
+        let mut cap = MemoryCap::new(1024 * 1024, HOST_MEMORY_PER_CALL);
         assert!(cap.memory_growing(0, 65536, None).unwrap());
         assert!(!cap.exceeded);
         assert!(!cap.memory_growing(65536, 1024 * 1024, None).unwrap());
@@ -106,9 +116,9 @@ mod tests {
 
     #[test]
     fn memory_cap_is_clamped() {
-        let cap = MemoryCap::new(u64::MAX);
-        assert_eq!(cap.cap as u64, MAX_MEMORY - crate::host::bounds::HOST_MEMORY_PER_CALL);
-        let cap = MemoryCap::new(DEFAULT_MEMORY);
+        let cap = MemoryCap::new(u64::MAX, HOST_MEMORY_PER_CALL);
+        assert_eq!(cap.cap as u64, MAX_MEMORY - HOST_MEMORY_PER_CALL);
+        let cap = MemoryCap::new(DEFAULT_MEMORY, HOST_MEMORY_PER_CALL);
         assert_eq!(
             cap.cap as u64,
             DEFAULT_MEMORY - 8 * 1024 * 1024,

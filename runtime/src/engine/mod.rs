@@ -3,10 +3,11 @@
 //! [`RunResult`].
 //!
 //! Lifecycle, as the types encode it:
-//! - [`Engine::new`] — once per process: the wasmtime engine (pooling
-//!   allocator, fuel, epoch interruption driven by a ticker thread that
-//!   sleeps while no call runs), the
-//!   linker with every host capability, and the compile cache.
+//! - [`Engine::new`] — once per engine (one per agent; a process may hold
+//!   several, each with its own [`EngineConfig`] and host bounds): the
+//!   wasmtime engine (pooling allocator, fuel, epoch interruption driven by
+//!   a ticker thread that sleeps while no call runs), the linker with every
+//!   host capability, and the compile cache.
 //! - [`Engine::load`] — once per plugin digest: compile (or load from the
 //!   cache), check the plugin's world and imports, pre-instantiate, and call
 //!   `describe`.
@@ -45,7 +46,8 @@ use wasmtime_wasi::filesystem::Dir;
 /// this long at a time.
 pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 
-/// Process-wide executor settings.
+/// An engine's settings, fixed when it is built but for its host bounds
+/// ([`Engine::set_host_limits`]).
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// Where compiled components are cached; `None` disables the cache.
@@ -60,6 +62,10 @@ pub struct EngineConfig {
     /// between calls, reset with `memset` (the dirty pages found with
     /// `PAGEMAP_SCAN` where the kernel has it) rather than `madvise`.
     pub memory_keep_resident: usize,
+    /// What a plugin's call may make the host hold (the config's
+    /// `sandbox:` block): this engine's own, handed to each call's store;
+    /// [`Engine::set_host_limits`] changes them for later calls.
+    pub host_limits: host::bounds::HostLimits,
 }
 
 impl Default for EngineConfig {
@@ -69,6 +75,7 @@ impl Default for EngineConfig {
             max_concurrent_calls: 256,
             compiler: Compiler::InProcess,
             memory_keep_resident: KEEP_RESIDENT,
+            host_limits: host::bounds::HostLimits::default(),
         }
     }
 }
@@ -505,7 +512,8 @@ impl Drop for TickerGuard {
     }
 }
 
-/// The sandboxed executor. One per process; clones share it.
+/// The sandboxed executor; clones share it. Engines in one process share
+/// nothing of their configuration: each enforces its own bounds.
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
@@ -634,10 +642,36 @@ impl Engine {
                 empty_dir,
                 plugins: Mutex::new(HashMap::new()),
                 slots: Semaphore::new(max_calls as usize),
-                host: Arc::new(host::Shared::new(host::bounds::agent_sockets())),
+                host: Arc::new(host::Shared::new(host::bounds::agent_sockets(), config.host_limits)),
                 ticker,
             }),
         })
+    }
+
+    /// The bounds this engine's calls run under now (`sandbox:`).
+    pub fn host_limits(&self) -> host::bounds::HostLimits {
+        self.inner.host.bounds.limits()
+    }
+
+    /// Puts `limits` in force: every call that starts from now runs under
+    /// them, and the agent-wide bounds take their new sizes (the pool's
+    /// idle bounds at its next check-in; a narrower gate of lookups or
+    /// blocking threads as the work in flight gives its permits back).
+    /// Calls in flight finish under the per-call bounds they started with.
+    /// `limits` are expected to have passed [`HostLimits::validate`]
+    /// (a gate is never narrower than 1).
+    ///
+    /// [`HostLimits::validate`]: host::bounds::HostLimits::validate
+    pub fn set_host_limits(&self, limits: host::bounds::HostLimits) {
+        self.inner.host.set_limits(limits);
+    }
+
+    /// How long the engine's gate of name lookups and of blocking threads
+    /// for plugins have each been full (`None` while one is free):
+    /// `/livez` fails when either passes the health timeout.
+    pub fn gates_exhausted_for(&self) -> (Option<Duration>, Option<Duration>) {
+        let gates = self.inner.host.bounds.gates();
+        (gates.lookups().exhausted_for(), gates.threads().exhausted_for())
     }
 
     /// Compile cache hits and misses since start.
@@ -869,7 +903,7 @@ impl Engine {
         // Fuel is on for every store of this engine, so setting it cannot fail.
         let _ = store.set_fuel(limits.fuel);
         // What one host call may copy out of the guest (host::bounds).
-        store.set_hostcall_fuel(host::bounds::limits().argument_bytes);
+        store.set_hostcall_fuel(store.data().bounds.limits().argument_bytes);
         store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
         store.set_epoch_deadline(1);
         Ok(store)
@@ -1033,8 +1067,7 @@ fn trap_message(e: &wasmtime::Error, store: &Store<CallState>) -> String {
 ///
 /// All but the first are private error types or plain messages, so they
 /// are matched by their text; the tests of `bounds` pin each one.
-fn host_limit(e: &wasmtime::Error) -> Option<String> {
-    let limits = host::bounds::limits();
+fn host_limit(e: &wasmtime::Error, limits: &host::bounds::HostLimits) -> Option<String> {
     let random_refused = format!("exceeds limit {}", host::bounds::RANDOM_BYTES);
     e.chain().find_map(|c| {
         let text = c.to_string();
@@ -1066,7 +1099,7 @@ fn host_limit(e: &wasmtime::Error) -> Option<String> {
 fn classify_trap(e: &wasmtime::Error, store: &Store<CallState>, limits: &Limits) -> RunResult {
     let (reason, message) = if e.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
         (Reason::Fuel, format!("fuel budget of {} exhausted", limits.fuel))
-    } else if let Some(breach) = host_limit(e) {
+    } else if let Some(breach) = host_limit(e, store.data().bounds.limits()) {
         (Reason::HostLimit, breach)
     } else if store.data().memory.exceeded {
         (

@@ -15,7 +15,7 @@
 //! granted directory can fail.
 
 use super::limits::MemoryCap;
-use crate::host::bounds::{self, CallBounds};
+use crate::host::bounds::CallBounds;
 use crate::host::contain::RunLimits;
 use crate::host::grants::CallGrants;
 use crate::host::{Shared, exec, filesystem, grpc, http, log, outgoing_handler, sockets, tcp, tls};
@@ -115,11 +115,13 @@ impl CallState {
         } else {
             Some(Wasi::with_files(&grants, files)?)
         };
-        let mut table = ResourceTable::new();
-        table.set_max_capacity(bounds::limits().table_entries_per_call);
-        let mut wasi_http = WasiHttpCtx::new();
-        wasi_http.set_field_size_limit(bounds::limits().fields_bytes);
+        // The engine's bounds in force now, for the whole call.
         let bounds = CallBounds::new(&shared.bounds);
+        let limits = *bounds.limits();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limits.table_entries_per_call);
+        let mut wasi_http = WasiHttpCtx::new();
+        wasi_http.set_field_size_limit(limits.fields_bytes);
         Ok(Self {
             wasi,
             clocks: None,
@@ -131,10 +133,10 @@ impl CallState {
             tls: tls::TlsCtx::default(),
             bounds,
             exec_limits: RunLimits {
-                pids: bounds::limits().exec_pids,
+                pids: limits.exec_pids,
                 memory,
             },
-            memory: MemoryCap::new(memory),
+            memory: MemoryCap::new(memory, limits.host_memory_per_call()),
             grants,
             deadline,
             shared,
@@ -323,7 +325,7 @@ mod tests {
             "p".into(),
             "t".into(),
             Arc::new(CallGrants::new(None, Arc::new(grants), Arc::default())),
-            Arc::new(Shared::new(16)),
+            Arc::new(Shared::new(16, crate::host::bounds::HostLimits::default())),
             empty,
             1 << 20,
             Instant::now(),
@@ -355,5 +357,33 @@ mod tests {
         let missing = dir.path().join("missing");
         let err = state(vec![missing.clone()], &empty).err().unwrap();
         assert!(err.contains(&missing.display().to_string()), "{err}");
+    }
+
+    /// A call's state takes its engine's bounds in force when it starts:
+    /// the table's capacity, the `fields` size, the exec'd programs'
+    /// `pids.max` and the host's share of the memory cap.
+    #[test]
+    fn a_call_runs_under_its_engines_bounds_in_force_when_it_starts() {
+        use crate::host::bounds::HostLimits;
+        let dir = tempfile::tempdir().unwrap();
+        let empty = filesystem::open_empty_dir(dir.path()).unwrap();
+        let shared = Arc::new(Shared::new(16, HostLimits::default()));
+        let limits = HostLimits {
+            table_entries_per_call: 100,
+            fields_bytes: 2048,
+            exec_pids: 7,
+            ..HostLimits::default()
+        };
+        shared.set_limits(limits);
+        let grants = Arc::new(CallGrants::new(None, Arc::default(), Arc::default()));
+        let memory = 64 << 20;
+        let state = CallState::new("p".into(), "t".into(), grants, shared, &empty, memory, Instant::now()).unwrap();
+        assert_eq!(state.exec_limits.pids, 7);
+        assert_eq!(*state.bounds.limits(), limits);
+        assert_eq!(
+            state.memory.cap() as u64,
+            memory - limits.host_memory_per_call(),
+            "the host's share of 100 × 2 KiB + 4 MiB is taken out"
+        );
     }
 }

@@ -3,22 +3,22 @@
 //! is dead) and whatever else the host does for a plugin on a blocking
 //! thread (opening a file in a `files` grant).
 //!
-//! Each kind of work passes a [`Gate`]: at most `size` at once
-//! agent-wide, each holding its permit on the blocking thread until the
-//! work ends, even when the call that asked has given up. So plugins hold
-//! at most [`lookups`]' and [`threads`]' sizes of tokio's blocking threads
-//! (512 by default); the rest stay the agent's (result persistence,
-//! compiles, its own lookups).
+//! Each kind of work passes a [`Gate`]: at most `size` at once per engine
+//! (the engine's [`Gates`], sized by its `sandbox:` bounds), each holding
+//! its permit on the blocking thread until the work ends, even when the
+//! call that asked has given up. So plugins hold at most the lookup and
+//! thread gates' sizes of tokio's blocking threads (512 by default); the
+//! rest stay the agent's (result persistence, compiles, its own lookups).
 //!
 //! A call that finds a gate full waits for a permit, up to its deadline
 //! (or the timeout it asked for); cut off while waiting, it is recorded as
 //! having run into a host bound, so the run is `unknown`, reason
 //! `host-limit`, with the gate named. A gate full for longer than the
-//! agent's `health_timeout` makes `/livez` fail ([`exhausted_for`]): the
-//! sandbox can no longer serve the probes that need it.
+//! agent's `health_timeout` makes `/livez` fail ([`Gate::exhausted_for`]):
+//! the sandbox can no longer serve the probes that need it.
 
-use super::bounds::CallBounds;
-use std::sync::{Arc, Mutex, OnceLock};
+use super::bounds::{CallBounds, HostLimits};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -27,30 +27,68 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub const MAX_LOOKUPS_IN_FLIGHT: usize = 32;
 /// The most blocking threads plugin work holds at once, agent-wide, by
 /// default (`sandbox.blocking_threads`): lookups and file opens
-/// together. The sizes in force are [`super::bounds::limits`]'.
+/// together. The sizes in force are the engine's
+/// ([`super::bounds::HostLimits`]).
 pub const PLUGIN_BLOCKING_THREADS: usize = 64;
 
-/// A bounded kind of blocking work, with the time it has been full.
+/// A bounded kind of blocking work, with the time it has been full. Its
+/// size can change while permits are out ([`Gate::resize`]): a smaller
+/// size takes effect as the permits in use come back.
 pub struct Gate {
     what: &'static str,
     permits: Arc<Semaphore>,
+    state: Mutex<GateState>,
+}
+
+struct GateState {
     size: usize,
-    full_since: Mutex<Option<Instant>>,
+    /// Permits to forget as they come back (a shrink while they were out).
+    owed: usize,
+    full_since: Option<Instant>,
 }
 
 impl Gate {
-    fn new(what: &'static str, size: usize) -> Self {
-        Self {
+    fn new(what: &'static str, size: usize) -> Arc<Self> {
+        let size = size.max(1);
+        Arc::new(Self {
             what,
             permits: Arc::new(Semaphore::new(size)),
-            size,
-            full_since: Mutex::new(None),
-        }
+            state: Mutex::new(GateState {
+                size,
+                owed: 0,
+                full_since: None,
+            }),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// How many may pass at once.
     pub fn size(&self) -> usize {
-        self.size
+        self.state().size
+    }
+
+    /// Makes the gate `size` wide (at least 1): a wider gate admits more
+    /// at once; a narrower one forgets free permits now and the rest as
+    /// the work holding them ends, so what passes never exceeds the new
+    /// size once that work is done, and never the old one before.
+    pub(crate) fn resize(&self, size: usize) {
+        let size = size.max(1);
+        let mut state = self.state();
+        if size > state.size {
+            let more = size - state.size;
+            let repaid = more.min(state.owed);
+            state.owed -= repaid;
+            self.permits.add_permits(more - repaid);
+        } else {
+            let fewer = state.size - size;
+            let forgotten = self.permits.forget_permits(fewer);
+            state.owed += fewer - forgotten;
+        }
+        state.size = size;
+        self.note(&mut state);
     }
 
     /// How long every permit has been taken (`None` when one is free).
@@ -58,31 +96,30 @@ impl Gate {
         if self.permits.available_permits() > 0 {
             return None;
         }
-        let since = *self.full_since.lock().unwrap_or_else(|e| e.into_inner());
-        since.map(|t| t.elapsed())
+        self.state().full_since.map(|t| t.elapsed())
     }
 
     fn cut_off(&self) -> String {
         format!(
             "cut off waiting for one of the agent's {} {}: all were in use",
-            self.size, self.what
+            self.size(),
+            self.what
         )
     }
 
-    fn note(&self) {
-        let mut since = self.full_since.lock().unwrap_or_else(|e| e.into_inner());
-        match (self.permits.available_permits(), *since) {
-            (0, None) => *since = Some(Instant::now()),
-            (n, Some(_)) if n > 0 => *since = None,
+    fn note(&self, state: &mut GateState) {
+        match (self.permits.available_permits(), state.full_since) {
+            (0, None) => state.full_since = Some(Instant::now()),
+            (n, Some(_)) if n > 0 => state.full_since = None,
             _ => {}
         }
     }
 
     /// Waits for a permit. Cut off while waiting (the future dropped), it
     /// records the breach in `bounds`.
-    pub(crate) async fn enter(&'static self, bounds: &CallBounds) -> Permit {
+    pub(crate) async fn enter(self: &Arc<Self>, bounds: &CallBounds) -> Permit {
         struct Waiting<'a> {
-            gate: &'static Gate,
+            gate: &'a Gate,
             bounds: &'a CallBounds,
             done: bool,
         }
@@ -107,58 +144,79 @@ impl Gate {
             .await
             .expect("a gate's semaphore is never closed");
         waiting.done = true;
-        self.note();
+        self.note(&mut self.state());
         Permit {
-            gate: self,
+            gate: self.clone(),
             permit: Some(permit),
         }
     }
 }
 
-/// A pass through a [`Gate`], given back when dropped.
+/// A pass through a [`Gate`], given back when dropped (or forgotten, when
+/// the gate has shrunk since it was taken).
 pub(crate) struct Permit {
-    gate: &'static Gate,
+    gate: Arc<Gate>,
     permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        drop(self.permit.take());
-        self.gate.note();
+        let mut state = self.gate.state();
+        if let Some(permit) = self.permit.take() {
+            if state.owed > 0 {
+                state.owed -= 1;
+                permit.forget();
+            } else {
+                drop(permit);
+            }
+        }
+        self.gate.note(&mut state);
     }
 }
 
-struct Gates {
-    lookups: Gate,
-    threads: Gate,
+/// An engine's gates: the name lookups and the blocking threads its
+/// plugins may hold at once (`sandbox.lookups_in_flight`,
+/// `sandbox.blocking_threads`). Clones share them.
+#[derive(Clone)]
+pub(crate) struct Gates {
+    lookups: Arc<Gate>,
+    threads: Arc<Gate>,
 }
 
-static GATES: OnceLock<Gates> = OnceLock::new();
-
-fn gates() -> &'static Gates {
-    GATES.get_or_init(|| {
-        let limits = super::bounds::limits();
-        Gates {
-            lookups: Gate::new("name-lookup slots", limits.lookups_in_flight.max(1)),
-            threads: Gate::new("blocking threads for plugins", limits.blocking_threads.max(1)),
+impl Gates {
+    /// Gates as wide as `limits` say.
+    pub(crate) fn new(limits: &HostLimits) -> Self {
+        Self {
+            lookups: Gate::new("name-lookup slots", limits.lookups_in_flight),
+            threads: Gate::new("blocking threads for plugins", limits.blocking_threads),
         }
-    })
+    }
+
+    /// Makes them as wide as `limits` say ([`Gate::resize`]).
+    pub(crate) fn resize(&self, limits: &HostLimits) {
+        self.lookups.resize(limits.lookups_in_flight);
+        self.threads.resize(limits.blocking_threads);
+    }
+
+    /// The gate of name lookups for plugins.
+    pub fn lookups(&self) -> &Arc<Gate> {
+        &self.lookups
+    }
+
+    /// The gate of blocking threads for plugins.
+    pub fn threads(&self) -> &Arc<Gate> {
+        &self.threads
+    }
 }
 
-/// The gate of name lookups for plugins.
-pub fn lookups() -> &'static Gate {
-    &gates().lookups
+/// The gate of name lookups for the plugins of `bounds`' engine.
+pub(crate) fn lookups(bounds: &CallBounds) -> &Arc<Gate> {
+    bounds.gates().lookups()
 }
 
-/// The gate of blocking threads for plugins.
-pub fn threads() -> &'static Gate {
-    &gates().threads
-}
-
-/// How long a gate has been full, the longest of them: `/livez` fails when
-/// this passes the health timeout.
-pub fn exhausted_for() -> Option<Duration> {
-    [lookups(), threads()].iter().filter_map(|g| g.exhausted_for()).max()
+/// The gate of blocking threads for the plugins of `bounds`' engine.
+pub(crate) fn threads(bounds: &CallBounds) -> &Arc<Gate> {
+    bounds.gates().threads()
 }
 
 /// Runs `work` on a blocking thread for a plugin's call, once the call has
@@ -170,7 +228,7 @@ where
     R: Send + 'static,
     F: FnOnce() -> R + Send + 'static,
 {
-    let permit = threads().enter(bounds).await;
+    let permit = threads(bounds).enter(bounds).await;
     let task = tokio::task::spawn_blocking(move || {
         let result = work();
         drop((permit, held));
@@ -186,8 +244,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_gate_is_noticed_and_a_cut_off_wait_is_recorded() {
-        let gate: &'static Gate = Box::leak(Box::new(Gate::new("test slots", 1)));
-        let bounds = CallBounds::new(&AgentBounds::new(1));
+        let gate = Gate::new("test slots", 1);
+        let bounds = CallBounds::new(&AgentBounds::new(1, HostLimits::default()));
         let first = gate.enter(&bounds).await;
         assert!(gate.exhausted_for().is_some());
         assert!(bounds.breach().is_none());
@@ -206,5 +264,33 @@ mod tests {
         drop(first);
         assert_eq!(gate.exhausted_for(), None);
         drop(gate.enter(&bounds).await);
+    }
+
+    #[tokio::test]
+    async fn a_gate_resized_while_in_use_shrinks_as_its_permits_come_back() {
+        let gate = Gate::new("test slots", 3);
+        let bounds = CallBounds::new(&AgentBounds::new(1, HostLimits::default()));
+        let held: Vec<Permit> = vec![gate.enter(&bounds).await, gate.enter(&bounds).await];
+        // Two of three in use; down to one: the free one goes now, one of
+        // the two in use when it comes back.
+        gate.resize(1);
+        assert_eq!(gate.size(), 1);
+        assert!(gate.exhausted_for().is_some());
+        let mut held = held.into_iter();
+        drop(held.next());
+        assert!(gate.exhausted_for().is_some(), "one is still in use, the new size");
+        drop(held.next());
+        assert_eq!(gate.exhausted_for(), None);
+        let one = gate.enter(&bounds).await;
+        let mut waiting = Box::pin(gate.enter(&bounds));
+        assert!(futures_util::FutureExt::now_or_never(&mut waiting).is_none());
+        drop(waiting);
+        // Wider again: two more at once.
+        gate.resize(3);
+        let _two = gate.enter(&bounds).await;
+        let _three = gate.enter(&bounds).await;
+        assert!(gate.exhausted_for().is_some());
+        drop(one);
+        assert_eq!(gate.exhausted_for(), None);
     }
 }

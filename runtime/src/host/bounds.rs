@@ -79,9 +79,11 @@ pub const LOOKUPS_PER_CALL: usize = 4;
 /// (API connections, state, compile cache, logs).
 const FDS_RESERVED: u64 = 256;
 
-/// The bounds in force, agent-wide: the defaults above unless the
-/// config's `sandbox:` block sets others (read once, at start: a reload
-/// does not change them). What each bounds is in `docs/security.md`.
+/// The bounds an engine enforces: the defaults above unless the config's
+/// `sandbox:` block sets others. They belong to the engine that uses them
+/// (`EngineConfig::host_limits`, `Engine::set_host_limits`), never to the
+/// process: two engines in one process each enforce their own. What each
+/// bounds is in `docs/security.md`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostLimits {
     /// `sandbox.table_entries_per_call` ([`TABLE_ENTRIES_PER_CALL`]).
@@ -141,6 +143,24 @@ impl HostLimits {
             .saturating_add(self.argument_bytes as u64)
     }
 
+    /// Every bound with its `sandbox:` key, in the order of
+    /// `docs/config.md`.
+    pub fn entries(&self) -> [(&'static str, u64); 11] {
+        [
+            ("table_entries_per_call", self.table_entries_per_call as u64),
+            ("fields_bytes", self.fields_bytes as u64),
+            ("argument_bytes", self.argument_bytes as u64),
+            ("sockets_per_call", self.sockets_per_call as u64),
+            ("lookups_per_call", self.lookups_per_call as u64),
+            ("lookups_in_flight", self.lookups_in_flight as u64),
+            ("blocking_threads", self.blocking_threads as u64),
+            ("exec_pids", u64::from(self.exec_pids)),
+            ("keepalive_idle_per_host", self.keepalive_idle_per_host as u64),
+            ("keepalive_idle_per_tenant", self.keepalive_idle_per_tenant as u64),
+            ("keepalive_idle", self.keepalive_idle as u64),
+        ]
+    }
+
     /// Checks each bound's range; the error names the key
     /// (`sandbox.sockets_per_call: must be from 1 to 65536`).
     pub fn validate(&self) -> Result<(), String> {
@@ -188,17 +208,16 @@ impl HostLimits {
     }
 }
 
-static LIMITS: std::sync::OnceLock<HostLimits> = std::sync::OnceLock::new();
-
-/// Sets the bounds in force (the agent does, at start, from its config),
-/// before any call runs; `false` if they were already in use.
-pub fn configure(limits: HostLimits) -> bool {
-    LIMITS.set(limits).is_ok()
-}
-
-/// The bounds in force.
-pub fn limits() -> &'static HostLimits {
-    LIMITS.get_or_init(HostLimits::default)
+/// What differs between `before` and `after`, as `key: old -> new`
+/// (for the log line of a reload that changes `sandbox:`).
+pub fn changes(before: &HostLimits, after: &HostLimits) -> String {
+    let (b, a) = (before.entries(), after.entries());
+    b.iter()
+        .zip(&a)
+        .filter(|(x, y)| x.1 != y.1)
+        .map(|(x, y)| format!("{}: {} -> {}", x.0, x.1, y.1))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The agent-wide socket budget: half of the file-descriptor limit (after
@@ -228,19 +247,45 @@ pub fn raise_fd_limit() -> u64 {
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
-/// The agent's share of what calls may hold (built once per engine).
+/// What an engine's calls share against the bounds (built once per
+/// engine; clones share it): the bounds in force, the agent's socket
+/// budget and the gates of blocking work ([`super::blocking::Gates`]).
 #[derive(Clone)]
 pub(crate) struct AgentBounds {
     sockets: Arc<Semaphore>,
     total: usize,
+    limits: Arc<Mutex<HostLimits>>,
+    gates: super::blocking::Gates,
 }
 
 impl AgentBounds {
-    pub(crate) fn new(sockets: usize) -> Self {
+    /// A budget of `sockets` for calls, under `limits`.
+    pub(crate) fn new(sockets: usize, limits: HostLimits) -> Self {
         Self {
             sockets: Arc::new(Semaphore::new(sockets)),
             total: sockets,
+            limits: Arc::new(Mutex::new(limits)),
+            gates: super::blocking::Gates::new(&limits),
         }
+    }
+
+    /// The bounds in force: what a call that starts now gets.
+    pub(crate) fn limits(&self) -> HostLimits {
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts `limits` in force: calls that start from now get them, and the
+    /// gates take their new sizes (a narrower gate as the work in flight
+    /// gives its permits back). Calls in flight keep the per-call bounds
+    /// they started with.
+    pub(crate) fn set_limits(&self, limits: HostLimits) {
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = limits;
+        self.gates.resize(&limits);
+    }
+
+    /// The gates of blocking work for plugins.
+    pub(crate) fn gates(&self) -> &super::blocking::Gates {
+        &self.gates
     }
 
     /// Sockets of the agent's budget held by calls now.
@@ -256,6 +301,8 @@ impl AgentBounds {
 #[derive(Clone)]
 pub(crate) struct CallBounds {
     agent: AgentBounds,
+    /// The bounds in force when the call started, for all of it.
+    limits: HostLimits,
     held: Arc<Mutex<Held>>,
 }
 
@@ -274,8 +321,19 @@ impl CallBounds {
     pub(crate) fn new(agent: &AgentBounds) -> Self {
         Self {
             agent: agent.clone(),
+            limits: agent.limits(),
             held: Arc::default(),
         }
+    }
+
+    /// The bounds the call runs under.
+    pub(crate) fn limits(&self) -> &HostLimits {
+        &self.limits
+    }
+
+    /// The gates of the call's engine.
+    pub(crate) fn gates(&self) -> &super::blocking::Gates {
+        self.agent.gates()
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {
@@ -283,10 +341,10 @@ impl CallBounds {
     }
 
     /// Counts one more socket for the call, or refuses it (and records
-    /// why) past [`SOCKETS_PER_CALL`] or when the agent's budget is spent.
+    /// why) past `sockets_per_call` ([`SOCKETS_PER_CALL`]) or when the agent's budget is spent.
     pub(crate) fn take_socket(&self) -> Result<(), String> {
         let mut held = self.held();
-        let bound = limits().sockets_per_call;
+        let bound = self.limits.sockets_per_call;
         if held.sockets >= bound {
             return Err(record(
                 &mut held,
@@ -309,11 +367,11 @@ impl CallBounds {
     }
 
     /// Counts one more name lookup in flight for the call, or refuses it
-    /// (and records why) past [`LOOKUPS_PER_CALL`]; the lookup counts
+    /// (and records why) past `lookups_per_call` ([`LOOKUPS_PER_CALL`]); the lookup counts
     /// until the returned guard is dropped.
     pub(crate) fn take_lookup(&self) -> Result<LookupSlot, String> {
         let mut held = self.held();
-        let bound = limits().lookups_per_call;
+        let bound = self.limits.lookups_per_call;
         if held.lookups >= bound {
             return Err(record(
                 &mut held,
@@ -376,7 +434,7 @@ mod tests {
 
     #[test]
     fn sockets_are_bounded_per_call_and_per_agent_and_given_back() {
-        let agent = AgentBounds::new(SOCKETS_PER_CALL + 10);
+        let agent = AgentBounds::new(SOCKETS_PER_CALL + 10, HostLimits::default());
         let one = CallBounds::new(&agent);
         for _ in 0..SOCKETS_PER_CALL {
             one.take_socket().unwrap();
@@ -396,7 +454,7 @@ mod tests {
 
     #[test]
     fn lookups_in_flight_are_bounded_per_call() {
-        let call = CallBounds::new(&AgentBounds::new(1));
+        let call = CallBounds::new(&AgentBounds::new(1, HostLimits::default()));
         let slots: Vec<_> = (0..LOOKUPS_PER_CALL).map(|_| call.take_lookup().unwrap()).collect();
         assert!(call.take_lookup().err().unwrap().contains("name lookups in flight"));
         assert!(call.breach().unwrap().contains("name lookups"));
@@ -436,6 +494,29 @@ mod tests {
             let e = limits.validate().unwrap_err();
             assert!(e.contains(refusal), "{e}");
         }
+    }
+
+    #[test]
+    fn new_limits_apply_to_the_calls_that_start_after_them() {
+        let agent = AgentBounds::new(100, HostLimits::default());
+        let before = CallBounds::new(&agent);
+        agent.set_limits(HostLimits {
+            sockets_per_call: 1,
+            lookups_in_flight: 2,
+            blocking_threads: 3,
+            ..HostLimits::default()
+        });
+        let after = CallBounds::new(&agent);
+        after.take_socket().unwrap();
+        assert!(after.take_socket().unwrap_err().contains("more than 1 sockets"));
+        // A call in flight keeps the bounds it started with.
+        for _ in 0..SOCKETS_PER_CALL {
+            before.take_socket().unwrap();
+        }
+        assert!(before.take_socket().unwrap_err().contains("more than 64 sockets"));
+        assert_eq!(agent.gates().lookups().size(), 2);
+        assert_eq!(agent.gates().threads().size(), 3);
+        assert_eq!(agent.limits().sockets_per_call, 1);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub use super::blocking::MAX_LOOKUPS_IN_FLIGHT;
 /// the wait with its deadline; cut off while waiting, the call is recorded
 /// as having run into the bound.
 pub(crate) async fn lookup(host: &str, bounds: &CallBounds) -> Result<Vec<IpAddr>, String> {
-    let slot = blocking::lookups().enter(bounds).await;
+    let slot = blocking::lookups(bounds).enter(bounds).await;
     let name = host.to_string();
     let addrs = blocking::run(bounds, Some(slot), move || {
         (name.as_str(), 0)

@@ -205,7 +205,7 @@ pub(crate) fn add_to_linker_guarded<T: WasiFilesystemView + 'static>(
                     return Ok((Err(ErrorCode::Access),));
                 }
                 let call_bounds = bounds(data).clone();
-                let _thread = super::blocking::threads().enter(&call_bounds).await;
+                let _thread = super::blocking::threads(&call_bounds).enter(&call_bounds).await;
                 let mut view = data.filesystem();
                 match HostDescriptor::open_at(&mut view, fd, path_flags, path, oflags, flags).await {
                     Ok(fd) => Ok((Ok(fd),)),

@@ -59,9 +59,9 @@ pub mod tls_client;
 pub use grants::{GrantError, Grants, NetPattern};
 
 /// What every call of an engine shares (built once per engine): the TLS
-/// client with its trust roots, the HTTP keep-alive pool, the agent's
-/// socket budget, and the agent's own listeners, which no plugin's
-/// connection may reach ([`reach`]).
+/// client with its trust roots, the HTTP keep-alive pool, the bounds in
+/// force with the agent's socket budget and gates, and the agent's own
+/// listeners, which no plugin's connection may reach ([`reach`]).
 pub(crate) struct Shared {
     pub(crate) tls: tls_client::TlsClient,
     pub(crate) pool: pool::Pool,
@@ -70,13 +70,24 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// What calls share, with an agent-wide budget of `sockets`.
-    pub(crate) fn new(sockets: usize) -> Self {
+    /// What calls share, with an agent-wide budget of `sockets`, under
+    /// `limits`.
+    pub(crate) fn new(sockets: usize, limits: bounds::HostLimits) -> Self {
+        let pool = pool::Pool::default();
+        pool.set_limits(&limits);
         Self {
             tls: tls_client::TlsClient::default(),
-            pool: pool::Pool::default(),
-            bounds: bounds::AgentBounds::new(sockets),
+            pool,
+            bounds: bounds::AgentBounds::new(sockets, limits),
             listeners: Default::default(),
         }
+    }
+
+    /// Puts `limits` in force for the calls that start from now, the
+    /// pool's idle bounds at its next check-in and the gates' sizes as
+    /// [`bounds::AgentBounds::set_limits`] says.
+    pub(crate) fn set_limits(&self, limits: bounds::HostLimits) {
+        self.pool.set_limits(&limits);
+        self.bounds.set_limits(limits);
     }
 }

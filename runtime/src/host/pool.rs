@@ -135,6 +135,9 @@ struct Inner {
     per_tenant: HashMap<Arc<str>, usize>,
     total: usize,
     last_sweep: Option<Instant>,
+    /// The engine's bounds: `keepalive_idle_per_host`, `_per_tenant` and
+    /// `keepalive_idle` are the pool's.
+    limits: super::bounds::HostLimits,
 }
 
 impl Inner {
@@ -154,6 +157,13 @@ impl Inner {
 }
 
 impl Pool {
+    /// Bounds idle connections as `limits` say, from the next check-in on
+    /// (connections idle past a smaller bound are closed as they expire or
+    /// are taken).
+    pub(crate) fn set_limits(&self, limits: &super::bounds::HostLimits) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).limits = *limits;
+    }
+
     /// An idle connection for `key` that is still open, if any. The caller
     /// has already checked the grants for the request it will send.
     pub(crate) fn checkout(&self, key: &PoolKey) -> Option<Conn> {
@@ -200,8 +210,10 @@ impl Pool {
                 inner.forget(&tenant, n);
             }
         }
-        let bounds = super::bounds::limits();
-        if !inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS {
+        let bounds = inner.limits;
+        // None kept per key: the key's first would otherwise find no list
+        // to be full.
+        if bounds.keepalive_idle_per_host == 0 || (!inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS) {
             return;
         }
         let full = inner

@@ -46,6 +46,7 @@
 //! ```
 
 mod admit;
+pub mod effective;
 pub mod mounts;
 pub mod probe;
 pub mod problem;
@@ -344,8 +345,12 @@ pub struct Registry {
     /// `api: {auth: ...}` from the file, if set (`--api-auth` overrides it).
     pub api_auth: Option<crate::auth::ApiAuth>,
     /// What plugins' calls may make the host hold (`sandbox: {...}`),
-    /// defaults filled in; applied once, at start.
+    /// defaults filled in; the agent puts them in force in its engine at
+    /// start and at every reload.
     pub host_limits: crate::host::bounds::HostLimits,
+    /// `kubernetes:` from the file, as written (`sonde run` checks it
+    /// with [`crate::agent::start_problems`]).
+    pub kubernetes: Option<config::KubernetesSpec>,
     /// `state_dir:` from the file.
     pub state_dir: Option<PathBuf>,
     /// `health_timeout:` from the file, if set.
@@ -382,6 +387,16 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// How `oci://` plugins are pulled (`oci:`, defaults filled in).
+    pub fn oci_settings(&self) -> Option<&crate::oci::Settings> {
+        self.oci.as_deref()
+    }
+
+    /// The key ids of `trust:`, in the file's order.
+    pub fn trusted_keys(&self) -> Vec<&str> {
+        self.trust.keys.iter().map(|k| k.key_id()).collect()
+    }
+
     /// Reads, parses and resolves the config file at `path`.
     pub async fn load_file(engine: &Engine, path: &Path) -> Result<Self, ConfigErrors> {
         let (file, _) = config::read(path)?;
@@ -415,6 +430,7 @@ impl Registry {
             base,
             trust: Arc::new(s.trust),
             oci: s.oci.map(Arc::new),
+            kubernetes: file.kubernetes.take(),
             ..Registry::default()
         };
         let targets = std::mem::take(&mut file.targets);

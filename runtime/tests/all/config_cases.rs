@@ -1,5 +1,6 @@
 //! Golden config cases: every `tests/cases/config/valid/*.yaml` loads into
-//! the registry its `.expected` file describes, and every
+//! the registry its `.expected` file describes (the effective config, as
+//! `sonde validate -o json` prints it, and the warnings), and every
 //! `tests/cases/config/invalid/*.yaml` is refused with exactly the error
 //! text of its `.expected` file (file:line:column: key: what). Each invalid
 //! case names the rules it breaks in a `# rules:` line, and every refusal
@@ -10,6 +11,7 @@
 //! diff before committing it.
 
 use crate::support::engine;
+use sonde_runtime::registry::effective::effective;
 use sonde_runtime::registry::{Problem, Registry};
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -153,77 +155,23 @@ fn yamls(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// What a loaded registry holds, one line a target, probe and warning.
+/// What a loaded registry puts in force: its effective config, as
+/// `sonde validate -o json` prints it, then one line a warning.
 fn describe(reg: &Registry) -> String {
-    let mut out = String::new();
-    let d = |d: std::time::Duration| humantime::format_duration(d).to_string();
-    writeln!(
-        out,
-        "api {:?} state_dir {:?} health_timeout {:?} require_signed {}",
-        reg.api.map(|a| a.to_string()),
-        reg.state_dir
-            .as_ref()
-            .map(|p| p.file_name().unwrap_or_default().to_string_lossy().to_string()),
-        reg.health_timeout.map(d),
-        reg.require_signed
-    )
-    .unwrap();
-    for t in reg.tenants.iter() {
-        let q = &t.quotas;
-        let c = t.ceiling.as_ref();
-        writeln!(
-            out,
-            "tenant {} token {} max_probes {} max_concurrent_runs {} timeout {} fuel {} memory {} ceiling net {:?} exec {:?} files {:?}",
-            t.id,
-            t.token.is_some(),
-            q.max_probes,
-            q.max_concurrent_runs,
-            d(q.timeout),
-            q.fuel,
-            q.memory,
-            c.map(|c| c.net.iter().map(|n| n.to_string()).collect::<Vec<_>>()),
-            c.map(|c| &c.exec),
-            c.map(|c| &c.files),
-        )
-        .unwrap();
-    }
-    for t in reg.targets() {
-        writeln!(
-            out,
-            "target {} tenant {} address {} on_failure {:?}",
-            t.name, t.tenant, t.address, t.on_failure
-        )
-        .unwrap();
-        for p in reg.probes_of(&t.name) {
-            writeln!(
-                out,
-                "  probe {} {} plugin {} address {} config {} period {} initial_delay {} thresholds {}/{} timeout {} fuel {} memory {} net {:?} exec {:?} files {:?} env {:?} groups {:?} labels {:?}",
-                p.name,
-                p.kind,
-                p.plugin_ref.rsplit('/').next().unwrap_or_default(),
-                p.address,
-                p.config,
-                d(p.period),
-                d(p.initial_delay),
-                p.success_threshold,
-                p.failure_threshold,
-                d(p.limits.timeout),
-                p.limits.fuel,
-                p.limits.memory,
-                p.grants.net.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
-                p.grants.exec,
-                p.grants.files,
-                p.grants.env,
-                p.groups,
-                p.labels,
-            )
-            .unwrap();
-        }
-    }
+    let mut out = serde_json::to_string_pretty(&effective(reg)).unwrap();
+    out.push('\n');
     for w in &reg.warnings {
         writeln!(out, "warning {w}").unwrap();
     }
     out
+}
+
+/// `text` without the scratch directory and with the user's cache (the
+/// default `oci.cache_dir` without a `state_dir`) as `<user cache>`.
+fn normalise(text: &str, scratch: &Path) -> String {
+    let user_cache = sonde_runtime::registry::settings::oci_cache_dir(None);
+    text.replace(&format!("{}/", scratch.display()), "")
+        .replace(&user_cache.display().to_string(), "<user cache>/oci")
 }
 
 fn check(case: &Path, actual: &str) -> Option<String> {
@@ -253,7 +201,7 @@ async fn config_cases() {
             Ok(reg) => describe(&reg),
             Err(e) => format!("refused:\n{e}\n"),
         };
-        failures.extend(check(&case, &actual.replace(&format!("{}/", dir.path().display()), "")));
+        failures.extend(check(&case, &normalise(&actual, dir.path())));
     }
     for case in yamls(&dir.path().join("invalid")) {
         let text = std::fs::read_to_string(&case).unwrap();
@@ -277,4 +225,148 @@ async fn config_cases() {
     // `rule` names exactly RULES (less Parse): a variant added to Problem
     // fails to compile above until it is named, and then this list.
     let _ = rule;
+}
+
+/// The keys of `docs/config.md`'s tables (those whose first column is
+/// `key`): each cell's backquoted names, `a` / `b` cells split, with the
+/// table's prefix (`sandbox.`) where the names carry it.
+fn documented_keys() -> Vec<String> {
+    let text = std::fs::read_to_string(crate::support::repo().join("docs/config.md")).unwrap();
+    let mut keys = Vec::new();
+    let mut in_table = false;
+    for line in text.lines() {
+        if !line.starts_with('|') {
+            in_table = false;
+            continue;
+        }
+        let first = line.split('|').nth(1).unwrap_or_default().trim();
+        if first == "key" {
+            in_table = true;
+            continue;
+        }
+        if !in_table || first.starts_with("---") {
+            continue;
+        }
+        for part in first.split('/') {
+            if let Some(key) = part.trim().strip_prefix('`').and_then(|k| k.strip_suffix('`')) {
+                keys.push(key.to_string());
+            }
+        }
+    }
+    keys
+}
+
+/// Every dotted path of object keys in `v` (array elements share their
+/// array's path).
+fn paths(v: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                out.insert(path.clone());
+                paths(v, &path, out);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| paths(v, prefix, out)),
+        _ => {}
+    }
+}
+
+/// issue 27: every key `docs/config.md` documents shows in the effective
+/// config of some golden valid case, so a key parsed and then dropped
+/// (the golden case sets it to a value other than its default) shows as a
+/// diff there. A token is in force, never printed: `token_file` and
+/// `token_env` (the operator's too) show as the tenant's `token`.
+#[test]
+fn every_documented_key_is_in_a_golden_case() {
+    let mut seen = BTreeSet::new();
+    for case in yamls(&cases_dir().join("valid")) {
+        let expected = std::fs::read_to_string(case.with_extension("expected")).unwrap();
+        let json = expected.split("\nwarning ").next().unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(json).unwrap_or_else(|e| panic!("{}: not JSON: {e}", case.display()));
+        paths(&v, "", &mut seen);
+    }
+    let keys = documented_keys();
+    assert!(keys.len() > 40, "the tables of docs/config.md were not found: {keys:?}");
+    let missing: Vec<&String> = keys
+        .iter()
+        .filter(|k| {
+            let effective = match k.as_str() {
+                "token_file" | "token_env" => "token",
+                "operator_token_file" | "operator_token_env" => "operator_token",
+                other => other,
+            };
+            !seen
+                .iter()
+                .any(|p| p == effective || p.ends_with(&format!(".{effective}")))
+        })
+        .collect();
+    assert!(missing.is_empty(), "documented keys no golden case shows: {missing:?}");
+}
+
+/// `sonde validate -o json` prints the effective config the golden case
+/// holds.
+#[test]
+fn validate_prints_the_effective_config() {
+    let dir = scratch();
+    let case = dir.path().join("valid/full.yaml");
+    let out = crate::support::sonde(&["validate", "-o", "json", case.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8(out.stdout)
+        .unwrap()
+        .replace(&format!("{}/", dir.path().display()), "");
+    let expected = std::fs::read_to_string(cases_dir().join("valid/full.expected")).unwrap();
+    let expected = expected.split("\nwarning ").next().unwrap().trim_end();
+    assert_eq!(printed.trim_end(), expected);
+}
+
+/// issue 27: what `sonde run` refuses at start, `sonde validate` refuses
+/// too, with the same message (one function decides for both): an API on
+/// every address without a token, `--api-auth token` without a token, and
+/// `--kubernetes` with a `kubernetes:` block that cannot work.
+#[test]
+fn validate_refuses_what_run_refuses_with_the_same_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = "targets:\n  - name: web\n    address: 127.0.0.1:9\n    probes: [{plugin: tcp}]\n";
+    let cases: [(&str, &[&str], &str); 3] = [
+        (
+            "api: 0.0.0.0:9464\n",
+            &[],
+            "the API on 0.0.0.0:9464 would answer anyone without a token",
+        ),
+        (
+            "api: 127.0.0.1:0\n",
+            &["--api-auth", "token"],
+            "--api-auth token, but no token is configured",
+        ),
+        (
+            "kubernetes: {node_name: n1, qps: 0}\n",
+            &[],
+            "kubernetes: qps and burst must be positive",
+        ),
+    ];
+    for (i, (head, flags, refusal)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("case{i}.yaml"));
+        std::fs::write(&path, format!("{head}{target}")).unwrap();
+        let path = path.to_str().unwrap();
+        let validate = crate::support::sonde(&[&["validate", path][..], flags].concat());
+        let run = crate::support::sonde(&[&["run", "--no-jitter", "--config", path][..], flags].concat());
+        for (what, out) in [("validate", &validate), ("run", &run)] {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{what} {head}: {stderr}");
+            assert!(stderr.contains(refusal), "{what} {head}: {stderr}");
+        }
+        let line = |out: &std::process::Output| {
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .find(|l| l.contains(refusal))
+                .map(str::to_string)
+        };
+        assert_eq!(line(&validate), line(&run), "{head}: not the same message");
+    }
 }

@@ -513,7 +513,7 @@ fn sonde_with_silent_resolver(dir: &Path, ip: &str) -> (std::net::UdpSocket, Com
 /// `sonde run` on `config` behind [`sonde_with_silent_resolver`] on `ip`:
 /// the resolver (to keep), the agent, the rest of its stderr (kept open)
 /// and its API address, read from its start line.
-fn agent_with_silent_resolver(
+pub(crate) fn agent_with_silent_resolver(
     dir: &Path,
     ip: &str,
     config: &Path,
@@ -608,7 +608,7 @@ fn sonde_check_exits_with_its_answer_while_lookups_are_stuck() {
 }
 
 /// `GET path` on the agent's API: the whole response, as text.
-fn get_text(api: &str, path: &str) -> String {
+pub(crate) fn get_text(api: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let addr = api.trim_start_matches("http://");
     let mut stream = std::net::TcpStream::connect(addr).unwrap();

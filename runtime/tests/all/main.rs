@@ -26,6 +26,7 @@ mod postgres;
 mod redis;
 mod registry;
 mod sandbox;
+mod sandbox_keys;
 mod scaffold;
 mod scheduler;
 mod shipped_install;

@@ -373,7 +373,8 @@ targets:
 }
 
 /// The config as found (tenants, and an API without tokens, so
-/// every local caller would be the operator) is refused at start.
+/// every local caller would be the operator) is refused at start, by
+/// `sonde validate` as by `sonde run`.
 #[test]
 fn tenants_with_an_api_without_tokens_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -383,11 +384,15 @@ fn tenants_with_an_api_without_tokens_are_refused() {
         "api: 127.0.0.1:0\ntenants:\n  - id: acme\n    ceiling: { net: [\"*.acme.test:*\"] }\ntargets:\n  - name: api\n    tenant: acme\n    address: api.acme.test:80\n    probes:\n      - { name: sneaky, plugin: tcp }\n",
     )
     .unwrap();
-    let out = crate::support::sonde(&["run", "--config", config.to_str().unwrap()]);
-    assert!(!out.status.success(), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("would answer without a token while tenants are configured"),
-        "{stderr}"
-    );
+    let path = config.to_str().unwrap();
+    for args in [&["validate", path][..], &["run", "--config", path]] {
+        let command = args[0];
+        let out = crate::support::sonde(args);
+        assert!(!out.status.success(), "{command}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("would answer without a token while tenants are configured"),
+            "{command}: {stderr}"
+        );
+    }
 }

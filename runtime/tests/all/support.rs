@@ -63,6 +63,35 @@ pub fn engine() -> Engine {
         .clone()
 }
 
+/// An engine of its own, under `limits`: what it enforces is its own,
+/// whatever the other engines of this process do (a small instance pool:
+/// a test runs a few calls at once).
+pub fn engine_with(limits: sonde_runtime::host::bounds::HostLimits) -> Engine {
+    Engine::new(EngineConfig {
+        cache_dir: Some(cache_dir()),
+        max_concurrent_calls: 8,
+        host_limits: limits,
+        ..EngineConfig::default()
+    })
+    .expect("engine")
+}
+
+/// Runs `plugin` (loaded by `engine`) once on `engine`.
+pub async fn run_on(engine: &Engine, plugin: &Arc<Plugin>, target: &str, config: &str, timeout: Duration) -> RunResult {
+    let call = Call {
+        probe: "test",
+        target,
+        config,
+        limits: Limits {
+            timeout,
+            ..Limits::default()
+        },
+        grants: &Arc::new(Grants::default()),
+        attempt: 1,
+    };
+    engine.run(plugin, &call).await
+}
+
 pub async fn guest(path: &str) -> Arc<Plugin> {
     engine().load_file(path.as_ref()).await.expect("load guest")
 }
@@ -173,6 +202,14 @@ pub fn secret(dir: &std::path::Path, name: &str, token: &str) {
 /// (tokens as the config has them, no jitter), and returns it with that
 /// address.
 pub async fn start_agent(config: &std::path::Path) -> (sonde_runtime::agent::Agent, std::net::SocketAddr) {
+    start_agent_on(engine(), config).await
+}
+
+/// [`start_agent`] on `engine`.
+pub async fn start_agent_on(
+    engine: Engine,
+    config: &std::path::Path,
+) -> (sonde_runtime::agent::Agent, std::net::SocketAddr) {
     let options = sonde_runtime::agent::AgentOptions {
         config: Some(config.to_path_buf()),
         api: Some("127.0.0.1:0".parse().unwrap()),
@@ -181,7 +218,7 @@ pub async fn start_agent(config: &std::path::Path) -> (sonde_runtime::agent::Age
         jitter: false,
         api_auth: sonde_runtime::api::ApiAuth::Auto,
     };
-    let agent = sonde_runtime::agent::Agent::start(engine(), options).await.unwrap();
+    let agent = sonde_runtime::agent::Agent::start(engine, options).await.unwrap();
     let api = agent.api.unwrap();
     (agent, api)
 }
