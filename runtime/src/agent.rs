@@ -185,9 +185,11 @@ pub struct KubernetesStart {
 pub fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartProblem> {
     let mut problems = Vec::new();
     if let Some(addr) = options.api.or(registry.api)
-        && let Err(why) = options
-            .api_auth
-            .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
+        && let Err(why) = options.api_auth.or_file(registry.api_auth).resolve(
+            addr,
+            registry.tenants.has_tokens(),
+            registry.tenants.len() > 1,
+        )
     {
         problems.push(StartProblem::ApiAuth { addr, why });
     }

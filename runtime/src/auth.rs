@@ -32,7 +32,7 @@ use subtle::ConstantTimeEq;
 
 /// Whether API callers must present a bearer token, and who checks it:
 /// `--api-auth` or the file's `api: {auth: ...}` (the flag wins).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ApiAuth {
     /// `token` when the config has any token, else `none`.
