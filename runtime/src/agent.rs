@@ -185,9 +185,11 @@ pub struct KubernetesStart {
 pub fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartProblem> {
     let mut problems = Vec::new();
     if let Some(addr) = options.api.or(registry.api)
-        && let Err(why) = options
-            .api_auth
-            .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
+        && let Err(why) = options.api_auth.or_file(registry.api_auth).resolve(
+            addr,
+            registry.tenants.has_tokens(),
+            registry.tenants.len() > 1,
+        )
     {
         problems.push(StartProblem::ApiAuth { addr, why });
     }
@@ -300,9 +302,20 @@ impl Agent {
         let auth = match api_addr {
             Some(addr) => options
                 .api_auth
+                .or_file(registry.api_auth)
                 .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
                 .map_err(AgentError::Start)?,
             None => ApiAuth::None,
+        };
+        let reviews = match auth {
+            ApiAuth::Kubernetes => {
+                let client = kubernetes::connect()
+                    .await
+                    .map_err(|e| AgentError::Start(format!("api: auth kubernetes: {e}")))?;
+                let limits = kubernetes::review::ReviewLimits::default();
+                Some(Arc::new(kubernetes::review::Reviewer::new(client, limits)))
+            }
+            _ => None,
         };
         let run_metrics = Arc::new(RunMetrics::default());
         let executor = Executor::new(ExecutorConfig::default()).map_err(|e| {
@@ -371,6 +384,7 @@ impl Agent {
                 health_timeout,
                 control: control.clone(),
                 auth,
+                reviews,
                 limits: api_limits,
                 watches: api::WatchStreams::default(),
             };

@@ -30,8 +30,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
-/// Whether API callers must present a bearer token.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+/// Whether API callers must present a bearer token, and who checks it:
+/// `--api-auth` or the file's `api: {auth: ...}` (the flag wins).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ApiAuth {
     /// `token` when the config has any token, else `none`.
     #[default]
@@ -40,9 +42,26 @@ pub enum ApiAuth {
     Token,
     /// No token: every caller is the operator. Only on a loopback address.
     None,
+    /// Every endpoint but `/livez` and `/healthz` needs a bearer token: a
+    /// configured token as with `token`, or a Kubernetes token that the API
+    /// server's `TokenReview` authenticates and whose holder RBAC lets
+    /// `get` (`put`, ...) the request's path, asked with a
+    /// `SubjectAccessReview` on that non-resource URL
+    /// (`crate::kubernetes::review`). Such a caller acts as the operator
+    /// for that request.
+    Kubernetes,
 }
 
 impl ApiAuth {
+    /// The flag's choice, or the file's `api: {auth: ...}` when the flag
+    /// is left at `auto`.
+    pub fn or_file(self, file: Option<Self>) -> Self {
+        match (self, file) {
+            (Self::Auto, Some(f)) => f,
+            (flag, _) => flag,
+        }
+    }
+
     /// What this means for an API on `addr` with or without tokens
     /// configured, and with or without tenants besides the operator:
     /// `Token` or `None`, or why it cannot be.
@@ -52,11 +71,15 @@ impl ApiAuth {
     /// plugin never connects to the agent's own listeners, but a service
     /// on the node that a tenant may reach could forward to the API, and
     /// would then act as the operator.
+    ///
+    /// `Kubernetes` is always an authenticated API: it resolves to itself.
+    /// Call it on [`ApiAuth::or_file`]'s answer.
     pub fn resolve(self, addr: SocketAddr, has_tokens: bool, has_tenants: bool) -> Result<Self, String> {
         let open = match self {
             Self::Auto => !has_tokens,
             Self::Token => false,
             Self::None => true,
+            Self::Kubernetes => return Ok(Self::Kubernetes),
         };
         if open && has_tenants {
             return Err(format!(
@@ -311,6 +334,26 @@ mod tests {
         assert_eq!(authenticate("nobody", known()), None);
         assert!(Principal::Operator.sees("acme"));
         assert!(!Principal::Tenant("acme".into()).sees("other"));
+    }
+
+    #[test]
+    fn kubernetes_reviews_count_as_authentication() {
+        let public: SocketAddr = "0.0.0.0:9464".parse().unwrap();
+        // No token configured, tenants configured, off loopback: refused
+        // without reviews, accepted with them.
+        assert!(ApiAuth::Auto.resolve(public, false, true).is_err());
+        assert_eq!(
+            ApiAuth::Kubernetes.resolve(public, false, true),
+            Ok(ApiAuth::Kubernetes)
+        );
+        assert_eq!(
+            ApiAuth::Kubernetes.resolve(public, true, false),
+            Ok(ApiAuth::Kubernetes)
+        );
+        // The flag wins unless it is left at auto.
+        assert_eq!(ApiAuth::Auto.or_file(Some(ApiAuth::Kubernetes)), ApiAuth::Kubernetes);
+        assert_eq!(ApiAuth::Token.or_file(Some(ApiAuth::Kubernetes)), ApiAuth::Token);
+        assert_eq!(ApiAuth::Auto.or_file(None), ApiAuth::Auto);
     }
 
     #[test]

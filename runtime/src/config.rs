@@ -172,6 +172,7 @@ impl<'de> Deserialize<'de> for Size {
 ///   max_connections: 1024       # open connections, agent-wide
 ///   max_header_bytes: 16KiB     # a request's head (at least 8KiB)
 ///   max_watch_streams: 64       # open GET /v1/watch streams per token
+///   auth: kubernetes            # auto (default), token, none or kubernetes (--api-auth overrides it)
 /// ```
 ///
 /// Each key is optional; the defaults are [`ApiLimits::default`]'s.
@@ -189,6 +190,8 @@ pub struct ApiSpec {
     pub max_header_bytes: Option<Size>,
     /// `max_watch_streams: 64`.
     pub max_watch_streams: Option<u32>,
+    /// `auth: kubernetes` — who may call ([`crate::auth::ApiAuth`]).
+    pub auth: Option<crate::auth::ApiAuth>,
 }
 
 /// The block form of [`ApiSpec`], as written.
@@ -207,6 +210,8 @@ struct ApiBlock {
     max_header_bytes: Option<Size>,
     #[serde(default)]
     max_watch_streams: Option<u32>,
+    #[serde(default)]
+    auth: Option<crate::auth::ApiAuth>,
 }
 
 impl<'de> Deserialize<'de> for ApiSpec {
@@ -232,6 +237,7 @@ impl<'de> Deserialize<'de> for ApiSpec {
                     max_connections: b.max_connections,
                     max_header_bytes: b.max_header_bytes,
                     max_watch_streams: b.max_watch_streams,
+                    auth: b.auth,
                 })
             }
         }

@@ -22,8 +22,13 @@
 //!
 //! Routes, methods, 404 and 405 come from axum's [`Router`]; each handler
 //! is a few lines over [`Control`], the [`ResultCache`] and the scheduler.
-//! Errors are JSON `{"error": "..."}` (400, 401, 404, 405, 408, 409, 413,
-//! 422, 429, 503); [`ControlError`]s become status codes in one place.
+//! Errors are JSON `{"error": "..."}` (400, 401, 403, 404, 405, 408, 409,
+//! 413, 422, 429, 503); [`ControlError`]s become status codes in one place.
+//!
+//! Callers prove who they are with a bearer token ([`auth`]); with
+//! [`ApiAuth::Kubernetes`] a token sonde does not know is reviewed by the
+//! API server ([`crate::kubernetes::review`]) and the request allowed by
+//! RBAC on its path.
 //!
 //! The connections are served by [`limits`]'s accept loop under the
 //! [`ApiLimits`] of the file's `api:` block: a head read timeout, a body
@@ -79,8 +84,12 @@ pub struct ApiState {
     pub health_timeout: Duration,
     /// Reloads and runtime management.
     pub control: Arc<Control>,
-    /// Whether callers need a token ([`ApiAuth::Token`] or [`ApiAuth::None`]).
+    /// Whether callers need a token ([`ApiAuth::Token`], [`ApiAuth::None`]
+    /// or [`ApiAuth::Kubernetes`]).
     pub auth: ApiAuth,
+    /// With [`ApiAuth::Kubernetes`]: who reviews the tokens sonde does not
+    /// know itself.
+    pub reviews: Option<Arc<crate::kubernetes::review::Reviewer>>,
     /// The limits that keep the API answering (`api: {...}`).
     pub limits: ApiLimits,
     /// The watch streams open now, per caller.
@@ -212,17 +221,52 @@ impl FromRequestParts<ApiState> for Principal {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Response> {
-        if state.auth != ApiAuth::Token {
+        if !matches!(state.auth, ApiAuth::Token | ApiAuth::Kubernetes) {
             return Ok(Principal::Operator);
         }
-        let tenants = state.control.tenants();
-        parts
+        let token = parts
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(auth::bearer)
-            .and_then(|token| auth::authenticate(token, tenants.credentials()))
-            .ok_or_else(unauthorized)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(unauthorized)?;
+        let known = auth::authenticate(token, state.control.tenants().credentials());
+        match (known, &state.reviews) {
+            (Some(who), _) => Ok(who),
+            (None, Some(reviews)) => reviewed(reviews, token, &parts.method, parts.uri.path()).await,
+            (None, None) => Err(unauthorized()),
+        }
+    }
+}
+
+/// A token sonde does not know, reviewed by the API server: the operator
+/// for this request when RBAC allows it, else 401 (not authenticated) or
+/// 403 (not allowed); 503 when the review cannot be made now.
+async fn reviewed(
+    reviews: &crate::kubernetes::review::Reviewer,
+    token: &str,
+    method: &Method,
+    path: &str,
+) -> Result<Principal, Response> {
+    use crate::kubernetes::review::{Decision, ReviewError};
+    let verb = method.as_str().to_ascii_lowercase();
+    match reviews.review(token, &verb, path).await {
+        Ok(Decision::Allowed { .. }) => Ok(Principal::Operator),
+        Ok(Decision::Unauthenticated) => Err(unauthorized()),
+        Ok(Decision::Denied { user }) => Err(error(
+            StatusCode::FORBIDDEN,
+            format!("{user} may not {verb} {path} (RBAC: nonResourceURLs [\"{path}\"], verbs [\"{verb}\"])"),
+        )),
+        Err(e) => {
+            if !matches!(e, ReviewError::Busy { .. }) {
+                tracing::warn!(error = %e, "api: cannot review a caller's token");
+            }
+            let mut r = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            Err(r)
+        }
     }
 }
 

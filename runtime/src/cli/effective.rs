@@ -142,6 +142,7 @@ pub fn effective(reg: &Registry) -> Value {
             "max_connections": a.max_connections,
             "max_header_bytes": a.max_header_bytes,
             "max_watch_streams": a.max_watch_streams,
+            "auth": reg.api_auth.unwrap_or_default(),
         },
         "state_dir": reg.state_dir,
         "health_timeout": dur(reg.health_timeout.unwrap_or(crate::api::DEFAULT_HEALTH_TIMEOUT)),

@@ -11,7 +11,8 @@
 //!   probe of a (Pod, gate) pair — pure functions;
 //! - [`controller`]: the watches, the registry changes and the write queue;
 //! - [`writer`]: the strategic-merge patch, rate limit and backoff;
-//! - [`events`]: Kubernetes Events on Pods and SondeChecks.
+//! - [`events`]: Kubernetes Events on Pods and SondeChecks;
+//! - [`review`]: the API's callers, by `TokenReview` and `SubjectAccessReview`.
 //!
 //! Namespaces map to tenants (by default the tenant of the namespace's
 //! name), so a check is held to its tenant's quotas and ceiling like any
@@ -35,6 +36,7 @@ pub mod controller;
 pub mod crd;
 pub mod events;
 pub mod mapping;
+pub mod review;
 pub mod writer;
 
 use crate::control::Control;

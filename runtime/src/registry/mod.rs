@@ -381,6 +381,8 @@ pub struct Registry {
     pub api: Option<std::net::SocketAddr>,
     /// The API's limits (`api: {...}`), defaults filled in.
     pub api_limits: config::ApiLimits,
+    /// `api: {auth: ...}` from the file, if set (`--api-auth` overrides it).
+    pub api_auth: Option<crate::auth::ApiAuth>,
     /// What plugins' calls may make the host hold (`sandbox: {...}`),
     /// defaults filled in; the agent puts them in force in its engine at
     /// start and at every reload.
@@ -474,6 +476,7 @@ impl Registry {
             source: Some(path.to_path_buf()),
             api: s.api,
             api_limits: s.api_limits,
+            api_auth: s.api_auth,
             host_limits: s.host_limits,
             state_dir: s.state_dir,
             health_timeout: s.health_timeout,

@@ -20,6 +20,8 @@ pub struct Settings {
     pub api: Option<std::net::SocketAddr>,
     /// The limits of `api: {...}`, defaults filled in.
     pub api_limits: config::ApiLimits,
+    /// `api: {auth: ...}`, when set.
+    pub api_auth: Option<crate::auth::ApiAuth>,
     /// `state_dir:`, relative to the file's directory.
     pub state_dir: Option<PathBuf>,
     /// `health_timeout:`.
@@ -75,6 +77,7 @@ pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Ve
                 Err(_) => at(api.referenced, Problem::Api(listen.clone())),
             }
         }
+        out.api_auth = api.value.auth;
         match config::ApiLimits::from_spec(&api.value) {
             Ok(l) => out.api_limits = l,
             Err(e) => at(api.referenced, Problem::ApiLimit(e)),

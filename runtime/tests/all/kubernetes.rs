@@ -30,16 +30,16 @@ const NODE: &str = "node-1";
 /// How long a test waits for something that should happen within seconds.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-type Body = BoxBody<Bytes, Infallible>;
+pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
 /// One request the agent made.
 #[derive(Clone, Debug)]
-struct Recorded {
-    method: String,
-    path: String,
+pub(crate) struct Recorded {
+    pub(crate) method: String,
+    pub(crate) path: String,
     query: String,
     content_type: String,
-    body: Value,
+    pub(crate) body: Value,
 }
 
 #[derive(Default)]
@@ -57,12 +57,12 @@ struct World {
 
 /// The mocked API server.
 #[derive(Clone)]
-struct FakeApi {
+pub(crate) struct FakeApi {
     world: Arc<Mutex<World>>,
     log: Arc<watch::Sender<Vec<Recorded>>>,
 }
 
-fn full(status: u16, body: &Value) -> Response<Body> {
+pub(crate) fn full(status: u16, body: &Value) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("content-type", "application/json")
@@ -87,12 +87,17 @@ fn key_of(v: &Value) -> (String, String) {
 }
 
 impl FakeApi {
-    fn start() -> (kube::Client, Self) {
-        let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<Body>>();
-        let api = Self {
+    /// An API server with no objects, answering through [`FakeApi::answer`].
+    pub(crate) fn new() -> Self {
+        Self {
             world: Arc::default(),
             log: Arc::new(watch::Sender::new(Vec::new())),
-        };
+        }
+    }
+
+    fn start() -> (kube::Client, Self) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<Body>>();
+        let api = Self::new();
         let server = api.clone();
         tokio::spawn(async move {
             while let Some((req, send)) = handle.next_request().await {
@@ -107,9 +112,14 @@ impl FakeApi {
         self.world.lock().unwrap()
     }
 
-    async fn answer(&self, req: Request<kube::client::Body>) -> Response<Body> {
+    /// Answers one request as the API server would, and records it.
+    pub(crate) async fn answer<B>(&self, req: Request<B>) -> Response<Body>
+    where
+        B: hyper::body::Body,
+        B::Error: std::fmt::Debug,
+    {
         let (parts, body) = req.into_parts();
-        let bytes = body.collect_bytes().await.unwrap();
+        let bytes = body.collect().await.unwrap().to_bytes();
         let rec = Recorded {
             method: parts.method.to_string(),
             path: parts.uri.path().to_string(),
@@ -250,7 +260,7 @@ impl FakeApi {
     }
 
     /// Adds or replaces an object and tells the watches (`silently`: not).
-    fn put(&self, obj: Value, silently: bool) {
+    pub(crate) fn put(&self, obj: Value, silently: bool) {
         let mut w = self.world();
         w.rv += 1;
         let mut obj = obj;
@@ -287,7 +297,7 @@ impl FakeApi {
         }
     }
 
-    fn pod(&self, ns: &str, name: &str) -> Value {
+    pub(crate) fn pod(&self, ns: &str, name: &str) -> Value {
         self.world().pods[&(ns.to_string(), name.to_string())].clone()
     }
 
@@ -307,7 +317,7 @@ impl FakeApi {
     }
 
     /// Waits until the requests so far satisfy `f`.
-    async fn wait(&self, what: &str, f: impl Fn(&[Recorded]) -> bool) {
+    pub(crate) async fn wait(&self, what: &str, f: impl Fn(&[Recorded]) -> bool) {
         let mut rx = self.log.subscribe();
         tokio::time::timeout(PATIENCE, rx.wait_for(|l| f(l)))
             .await
@@ -379,7 +389,7 @@ fn passed() -> Value {
             "lastTransitionTime": "2026-01-01T00:00:00Z"}])
 }
 
-fn cond<'a>(pod: &'a Value, t: &str) -> Option<&'a Value> {
+pub(crate) fn cond<'a>(pod: &'a Value, t: &str) -> Option<&'a Value> {
     pod["status"]["conditions"]
         .as_array()
         .unwrap()

@@ -31,6 +31,7 @@ mod sandbox;
 mod sandbox_keys;
 mod scaffold;
 mod scheduler;
+mod shipped_install;
 mod signing;
 mod support;
 mod tcp;
