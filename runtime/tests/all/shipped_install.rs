@@ -3,8 +3,10 @@
 //! it — its args and env, the ConfigMap's config, the DaemonSet's user and
 //! group, no home directory, an empty environment besides, and each of its
 //! volumes as a directory under a fake root (a mount path in an arg, an env
-//! value or the ConfigMap's config is rewritten to that directory: the only
-//! change made).
+//! value or the ConfigMap's config is rewritten to that directory). The one
+//! other change: the ceiling's Pod network, `10.0.0.0/8`, becomes
+//! `127.0.0.0/8`, where this test's Pod listens (a test sends no traffic
+//! off loopback).
 //!
 //! The API server is [`FakeApi`] served over HTTP on loopback (the agent
 //! finds it through `$KUBECONFIG`, where in a Pod it would use its
@@ -27,6 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const NODE: &str = "node-7";
+/// The ConfigMap's ceiling: the Pod network.
+const POD_NETWORK: &str = "10.0.0.0/8:*";
 const PATIENCE: Duration = Duration::from_secs(60);
 /// The agent's own ServiceAccount token (from the kubeconfig).
 const AGENT_TOKEN: &str = "sonde-serviceaccount-token";
@@ -235,6 +239,13 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
                 for (mount, dir) in &mounts {
                     text = text.replace(mount.as_str(), &dir.display().to_string());
                 }
+                if file == "sonde.yaml" {
+                    assert!(
+                        text.contains(POD_NETWORK),
+                        "the ConfigMap's ceiling no longer names {POD_NETWORK}"
+                    );
+                    text = text.replace(POD_NETWORK, "127.0.0.0/8:*");
+                }
                 std::fs::write(dir.join(file), text).unwrap();
                 chmod(&dir.join(file), 0o644);
             }
@@ -250,22 +261,25 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
     let api = FakeApi::new();
     let reviews = Arc::new(Reviews::default());
     let server = serve(api.clone(), reviews.clone()).await;
+    // The Pod's service: a real listener at its IP.
+    let app = sonde_tests::CountingListener::start().await;
     api.put(
         json!({
             "apiVersion": "sonde.dev/v1alpha1", "kind": "SondeCheck",
             "metadata": {"namespace": "default", "name": "ready", "uid": "check-ready"},
-            "spec": {"plugin": "tcp", "port": 8080, "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 1}
+            "spec": {"plugin": "tcp", "port": app.addr.port(), "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 1}
         }),
         true,
     );
-    // In the ConfigMap's ceiling (10.0.0.0/8): a check the tenant may run.
+    // In the ceiling (the Pod network, here on loopback): a check the
+    // tenant may run.
     api.put(
         json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"namespace": "default", "name": "web-0", "uid": "uid-web-0"},
             "spec": {"nodeName": NODE, "readinessGates": [{"conditionType": "sonde.dev/ready"}],
                      "containers": [{"name": "app", "image": "app"}]},
-            "status": {"phase": "Running", "podIP": "10.255.255.1", "podIPs": [{"ip": "10.255.255.1"}],
+            "status": {"phase": "Running", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
                        "conditions": [{"type": "ContainersReady", "status": "True"}]}
         }),
         true,
@@ -379,11 +393,18 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
     )
     .await;
     assert!(waited.is_ok(), "no gate written:\n{}", logs());
-    let pod = api.pod("default", "web-0");
-    // True or False depends on the machine's network (some sandboxes
-    // accept any connection); that it is written at all is the point.
-    let c = cond(&pod, "sonde.dev/ready").expect("the gate's condition");
-    assert!(c["status"] == "True" || c["status"] == "False", "{c}");
+    // True once a run has reached the Pod (the first write may come first).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let c = loop {
+        let pod = api.pod("default", "web-0");
+        let c = cond(&pod, "sonde.dev/ready").expect("the gate's condition").clone();
+        if c["status"] == "True" || tokio::time::Instant::now() > deadline {
+            break c;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(c["status"], "True", "{c}\n{}", logs());
+    assert!(app.accepted() >= 1, "the check never reached the Pod");
 
     // /metrics: 401 without a token or with one the API server does not
     // know, 403 for a user RBAC does not allow, 200 for Prometheus.
