@@ -255,6 +255,23 @@ impl Reviewer {
         Ok(decision(&user, allowed))
     }
 
+    /// Creates `review` (a `kind` of `resource`) within the review timeout,
+    /// and returns what the API server answered.
+    async fn create<K>(&self, kind: &'static str, resource: &'static str, review: &K) -> Result<K, ReviewError>
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        tokio::time::timeout(self.limits.timeout, api.create(&PostParams::default(), review))
+            .await
+            .map_err(|_| ReviewError::Timeout {
+                kind,
+                timeout: self.limits.timeout,
+            })?
+            .map_err(|source| ReviewError::Failed { kind, resource, source })
+    }
+
     async fn token_review(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
         const KIND: &str = "TokenReview";
         let review = TokenReview {
@@ -264,18 +281,7 @@ impl Reviewer {
             },
             ..TokenReview::default()
         };
-        let api: Api<TokenReview> = Api::all(self.client.clone());
-        let done = tokio::time::timeout(self.limits.timeout, api.create(&PostParams::default(), &review))
-            .await
-            .map_err(|_| ReviewError::Timeout {
-                kind: KIND,
-                timeout: self.limits.timeout,
-            })?
-            .map_err(|source| ReviewError::Failed {
-                kind: KIND,
-                resource: "tokenreviews.authentication.k8s.io",
-                source,
-            })?;
+        let done = self.create(KIND, "tokenreviews.authentication.k8s.io", &review).await?;
         let status = done.status.unwrap_or_default();
         if let Some(e) = status.error.as_deref().filter(|e| !e.is_empty()) {
             tracing::debug!(error = %e, "api: a token the API server did not authenticate");
@@ -302,18 +308,9 @@ impl Reviewer {
             },
             ..SubjectAccessReview::default()
         };
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let done = tokio::time::timeout(self.limits.timeout, api.create(&PostParams::default(), &review))
-            .await
-            .map_err(|_| ReviewError::Timeout {
-                kind: KIND,
-                timeout: self.limits.timeout,
-            })?
-            .map_err(|source| ReviewError::Failed {
-                kind: KIND,
-                resource: "subjectaccessreviews.authorization.k8s.io",
-                source,
-            })?;
+        let done = self
+            .create(KIND, "subjectaccessreviews.authorization.k8s.io", &review)
+            .await?;
         let status = done.status.unwrap_or_default();
         if let Some(e) = status.evaluation_error.as_deref().filter(|e| !e.is_empty()) {
             tracing::debug!(error = %e, "api: the API server's authoriser reported an error");
