@@ -80,7 +80,9 @@ echo "pinned: $pinned"
 
 step "operator: pull, verify and run (the registry itself is the TCP target)"
 agent=(--oci-cache "$work/agent-cache" "${flags[@]}")
-"$sonde" plugin inspect "$pinned" "${agent[@]}" | head -n 5
+# Whole, then its first lines: `| head` would close the pipe on sonde mid-write.
+inspected=$("$sonde" plugin inspect "$pinned" "${agent[@]}")
+sed -n 1,5p <<<"$inspected"
 "$sonde" check "$pinned" --trust "$work/acme.key.pub" --target "$REGISTRY" "${agent[@]}"
 
 step "operator: an untrusted key is refused"
