@@ -451,20 +451,25 @@ pub(super) async fn run(mut config: EngineConfig, args: BenchArgs) -> Result<i32
 }
 
 fn print_measured(label: &str, m: &Measured) {
-    println!(
+    out!(
         "{label:<7} {:>10.0} runs/s  p50 {:.3}ms  p99 {:.3}ms  max {:.3}ms  cpu {:.1}µs/run  errors {}",
-        m.runs_per_sec, m.p50_ms, m.p99_ms, m.max_ms, m.cpu_us_per_run, m.errors
+        m.runs_per_sec,
+        m.p50_ms,
+        m.p99_ms,
+        m.max_ms,
+        m.cpu_us_per_run,
+        m.errors
     );
     if let Some(e) = &m.first_error {
-        println!("        first error: {e}");
+        out!("        first error: {e}");
     }
 }
 
 fn print_report(r: &Report, output: Output) {
     match output {
-        Output::Json => println!("{}", serde_json::to_string(r).unwrap_or_default()),
+        Output::Json => out!("{}", serde_json::to_string(r).unwrap_or_default()),
         Output::Text => {
-            println!(
+            out!(
                 "{} → {} ({} runs, {} in flight{})",
                 r.plugin,
                 if r.target.is_empty() { "no target" } else { &r.target },
@@ -473,14 +478,14 @@ fn print_report(r: &Report, output: Output) {
                 if r.keepalive { ", keep-alive" } else { "" }
             );
             print_measured("wasm", &r.wasm);
-            println!(
+            out!(
                 "        fuel {:.0}/run  peak RSS {}",
                 r.fuel_per_run,
                 bytesize::ByteSize(r.peak_rss_bytes)
             );
             if let Some(b) = &r.baseline {
                 print_measured("native", &b.measured);
-                println!("        ({}); wasm/native = {:.2}", b.what, b.ratio);
+                out!("        ({}); wasm/native = {:.2}", b.what, b.ratio);
             }
         }
     }
@@ -676,9 +681,9 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
         late_max_ms: late.last().map_or(0.0, |&us| f64::from(us) / 1000.0),
     };
     match args.output {
-        Output::Json => println!("{}", serde_json::to_string(&report).unwrap_or_default()),
+        Output::Json => out!("{}", serde_json::to_string(&report).unwrap_or_default()),
         Output::Text => {
-            println!(
+            out!(
                 "{} probes of {} every {}, registered in {:.2}s, measured for {:.1}s after {:.0}s: {} runs, {} errors",
                 report.probes,
                 report.plugin,
@@ -690,9 +695,9 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
                 report.errors
             );
             if let Some(e) = &report.first_error {
-                println!("  first error: {e}");
+                out!("  first error: {e}");
             }
-            println!(
+            out!(
                 "  CPU {:.3} cores ({:.1}µs/run)  RSS {} (peak {}), {:.0} bytes/probe registered",
                 report.cpu_cores,
                 report.cpu_us_per_run,
@@ -700,9 +705,11 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
                 bytesize::ByteSize(report.peak_rss_bytes),
                 report.rss_per_probe_bytes
             );
-            println!(
+            out!(
                 "  start lateness p50 {:.3}ms  p99 {:.3}ms  max {:.3}ms",
-                report.late_p50_ms, report.late_p99_ms, report.late_max_ms
+                report.late_p50_ms,
+                report.late_p99_ms,
+                report.late_max_ms
             );
         }
     }

@@ -64,20 +64,20 @@ pub(super) async fn group(args: &CheckArgs, group: &str) -> Result<i32, CliError
     let (status, body) = super::client::get(&args.api, &path).await?;
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     if args.output == Output::Json {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     }
     match status.as_u16() {
         200 => {
             if args.output == Output::Text {
-                println!("group {group}: {kind} ({} probes)", v["probes"].as_u64().unwrap_or(0));
+                out!("group {group}: {kind} ({} probes)", v["probes"].as_u64().unwrap_or(0));
             }
             Ok(0)
         }
         503 => {
             if args.output == Output::Text {
-                println!("group {group}: not {kind}");
+                out!("group {group}: not {kind}");
                 for f in v["failing"].as_array().into_iter().flatten() {
-                    println!(
+                    out!(
                         "  {} ({}{}): {}",
                         f["probe"].as_str().unwrap_or("?"),
                         f["state"].as_str().unwrap_or("?"),
@@ -160,10 +160,10 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
 
 fn print(result: &RunResult, output: Output) {
     match output {
-        Output::Json => println!("{}", serde_json::to_string(result).unwrap_or_default()),
+        Output::Json => out!("{}", serde_json::to_string(result).unwrap_or_default()),
         Output::Text => {
             let reason = result.reason.map(|r| format!(" ({r})")).unwrap_or_default();
-            println!(
+            out!(
                 "{}{reason}: {} [{:.1}ms, fuel {}]",
                 result.status.as_str().to_uppercase(),
                 result.message,
@@ -171,10 +171,10 @@ fn print(result: &RunResult, output: Output) {
                 result.fuel_consumed
             );
             for m in &result.metrics {
-                println!("  {} = {} {}", m.name, m.value, m.unit);
+                out!("  {} = {} {}", m.name, m.value, m.unit);
             }
             if let Some(d) = &result.detail {
-                println!("  detail: {d}");
+                out!("  detail: {d}");
             }
         }
     }

@@ -1,6 +1,23 @@
 //! The `sonde` command line. Exit codes follow the Nagios convention:
 //! 0 success, 1 warning, 2 failure, 3 unknown or error.
 
+/// `println!` for what a command prints on stdout ([`write_out`]).
+macro_rules! out {
+    () => {
+        $crate::cli::write_out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for the same, without the newline.
+macro_rules! out_part {
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!($($arg)*))
+    };
+}
+
 mod args;
 mod bench;
 mod check;
@@ -91,6 +108,23 @@ pub enum Output {
     Text,
     /// One JSON object.
     Json,
+}
+
+/// Writes a command's output on stdout. A reader that closed the pipe
+/// (`sonde … | head`) ends the command quietly with exit 0, as it ends a
+/// C tool, instead of the panic `println!` makes of it; any other write
+/// error is one line and exit 3.
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("sonde: cannot write to stdout: {e}");
+            std::process::exit(3);
+        }
+    }
 }
 
 /// A command-line error: printed as one line, exit code 3.

@@ -233,7 +233,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
     match cmd {
         PluginCommand::New { name, dir, sdk, vendor } => {
             let dir = super::scaffold::create(super::scaffold::NewPlugin { name, dir, sdk, vendor })?;
-            println!(
+            out!(
                 "created {0}\n  cd {0}\n  cargo build --target wasm32-wasip2 --release\n  cargo test",
                 dir.display()
             );
@@ -248,7 +248,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
                     .unwrap_or_default(),
             };
             let public = signing::keygen(&keyfile, &signer)?;
-            println!(
+            out!(
                 "wrote {} (secret, keep it private) and {} (public, give it to operators); signer {:?}, key id {}",
                 keyfile.display(),
                 signing::public_key_path(&keyfile).display(),
@@ -272,7 +272,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
                 )));
             }
             let sig = signing::sign_file(&key, &wasm, std::time::SystemTime::now())?;
-            println!(
+            out!(
                 "signed {} as {:?} (key id {}): {}",
                 wasm.display(),
                 key.signer(),
@@ -286,7 +286,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
                 let pushed = client
                     .push_signature(&reference, &oci::digest_of(&bytes), &sig_text)
                     .await?;
-                println!(
+                out!(
                     "attached to {} as {}",
                     pushed.artifact,
                     describe_location(&pushed.location)
@@ -309,7 +309,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             let trusted = key.iter().map(|k| PublicKey::read(k)).collect::<Result<Vec<_>, _>>()?;
             match signing::verify_file(&wasm, &trusted) {
                 Ok(signer) => {
-                    println!(
+                    out!(
                         "valid: {} signed by {:?} (key id {}) at {}, {}",
                         wasm.display(),
                         signer.name,
@@ -320,7 +320,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
                     Ok(0)
                 }
                 Err(e) if e.is_verdict() => {
-                    println!("invalid: {e}");
+                    out!("invalid: {e}");
                     Ok(2)
                 }
                 Err(e) => Err(e.into()),
@@ -330,7 +330,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             let engine = Engine::new(config)?;
             for name in crate::builtins::names() {
                 let p = load_plugin(&engine, name).await?;
-                println!("{name:<12} {} {}", p.info().version, p.info().description);
+                out!("{name:<12} {} {}", p.info().version, p.info().description);
             }
             Ok(0)
         }
@@ -354,30 +354,30 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
                         "info": info,
                         "imports": p.imports(),
                     });
-                    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                    out!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
                 }
                 Output::Text => {
-                    println!("plugin:       {}", p.label());
-                    println!("digest:       sha256:{}", p.digest());
-                    println!("name:         {}", info.name);
-                    println!("version:      {}", info.version);
-                    println!("vendor:       {}", info.vendor);
-                    println!("description:  {}", info.description);
+                    out!("plugin:       {}", p.label());
+                    out!("digest:       sha256:{}", p.digest());
+                    out!("name:         {}", info.name);
+                    out!("version:      {}", info.version);
+                    out!("vendor:       {}", info.vendor);
+                    out!("description:  {}", info.description);
                     if info.capabilities.is_empty() {
-                        println!("capabilities: none beyond its target");
+                        out!("capabilities: none beyond its target");
                     } else {
-                        println!("capabilities:");
+                        out!("capabilities:");
                         for c in &info.capabilities {
-                            println!("  {:?} {}: {}", c.kind, c.value, c.why);
+                            out!("  {:?} {}: {}", c.kind, c.value, c.why);
                         }
                     }
-                    println!("imports:");
+                    out!("imports:");
                     for i in p.imports() {
-                        println!("  {i}");
+                        out!("  {i}");
                     }
                     match &info.config_schema {
-                        Some(s) => println!("config schema:\n{s}"),
-                        None => println!("config schema: none"),
+                        Some(s) => out!("config schema:\n{s}"),
+                        None => out!("config schema: none"),
                     }
                 }
             }
@@ -409,7 +409,7 @@ async fn push(config: EngineConfig, wasm: &Path, reference: &str, registry: &Reg
     };
     let client = registry.client(&config, &reference)?;
     let pushed = client.push(&reference, &bytes, &info).await?;
-    println!(
+    out!(
         "pushed {} ({} bytes, component {})",
         pushed.reference,
         bytes.len(),
@@ -419,7 +419,7 @@ async fn push(config: EngineConfig, wasm: &Path, reference: &str, registry: &Reg
         let attached = client
             .push_signature(&pushed.reference, &pushed.wasm_digest, &sig)
             .await?;
-        println!(
+        out!(
             "attached {} as {}",
             signing::signature_path(wasm).display(),
             describe_location(&attached.location)
@@ -448,9 +448,9 @@ async fn pull(
     report_source(&resolved);
     if !trusted.is_empty() {
         match resolved.verify(&trusted) {
-            Ok(signer) => println!("valid signature by {:?} (key id {})", signer.name, signer.key_id),
+            Ok(signer) => out!("valid signature by {:?} (key id {})", signer.name, signer.key_id),
             Err(e) if e.is_verdict() => {
-                println!("invalid: {e}");
+                out!("invalid: {e}");
                 return Ok(2);
             }
             Err(e) => return Err(e.into()),
@@ -471,7 +471,7 @@ async fn pull(
             Err(e) => return Err(CliError::file(&sig_path, &e)),
         },
     }
-    println!(
+    out!(
         "pulled {} from {} to {} ({} bytes, component {}){}",
         resolved.pinned(),
         source_text(&resolved.source),

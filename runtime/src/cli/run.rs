@@ -141,9 +141,9 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
             if let Some(addr) = args.api {
                 effective["api"]["listen"] = addr.to_string().into();
             }
-            println!("{}", serde_json::to_string_pretty(&effective).unwrap_or_default());
+            out!("{}", serde_json::to_string_pretty(&effective).unwrap_or_default());
         }
-        super::Output::Text => println!(
+        super::Output::Text => out!(
             "{}: ok ({} targets, {} probes)",
             args.config.display(),
             reg.targets().len(),
@@ -268,9 +268,9 @@ pub(super) async fn status(args: StatusArgs) -> Result<i32, CliError> {
     let healthy = client::healthy(&probes);
     if args.output == super::Output::Json {
         let all = serde_json::json!({ "healthy": healthy, "agent": agent, "probes": probes });
-        println!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
+        out!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
     } else {
-        print!("{}", table(&probes, &agent, colour()));
+        out_part!("{}", table(&probes, &agent, colour()));
     }
     Ok(if healthy { 0 } else { 2 })
 }
@@ -324,11 +324,11 @@ async fn watch(args: StatusArgs) -> Result<i32, CliError> {
                         if live {
                             dirty = true;
                         } else if ev.event == "change" && args.output == super::Output::Json {
-                            println!("{}", ev.data);
+                            out!("{}", ev.data);
                         } else if ev.event == "change" {
                             let v: serde_json::Value = serde_json::from_str(&ev.data).unwrap_or_default();
                             let to = v["to"].as_str().unwrap_or("?");
-                            println!(
+                            out!(
                                 "{}  {}  {} -> {}  {}",
                                 v["at"].as_str().unwrap_or(""),
                                 v["probe"].as_str().unwrap_or("?"),
@@ -345,7 +345,7 @@ async fn watch(args: StatusArgs) -> Result<i32, CliError> {
                     if dirty {
                         dirty = false;
                         let (probes, agent) = fetch(&args.api).await?;
-                        print!("\x1b[H\x1b[2J{}\n(watching {}; Ctrl-C to stop)\n", table(&probes, &agent, colour), args.api);
+                        out_part!("\x1b[H\x1b[2J{}\n(watching {}; Ctrl-C to stop)\n", table(&probes, &agent, colour), args.api);
                     }
                 }
             }

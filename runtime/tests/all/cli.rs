@@ -301,3 +301,24 @@ fn a_plugin_path_that_is_no_regular_file_or_too_large_is_refused_at_once() {
         assert!(stderr.contains(why), "{path}: {stderr}");
     }
 }
+
+/// `sonde … | head`: a reader that has closed the pipe ends the command
+/// quietly (exit 0, nothing on stderr) instead of a panic with a
+/// backtrace; `examples/oci-vendor/vendor-flow.sh` failed so in CI.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    // No reader at all: the first write fails with EPIPE.
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .arg("--cache-dir")
+        .arg(crate::support::cache_dir())
+        .args(["plugin", "inspect", "http"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
