@@ -26,6 +26,8 @@ const HOSTS: &str = "\
 ::ffff:127.0.0.1 mapped.acme.test
 169.254.169.254 meta.acme.test
 224.0.0.1 mc.acme.test
+10.11.12.13 private.acme.test
+192.0.2.7 public.acme.test
 ";
 
 /// A directory with the test's hosts file in it.
@@ -370,6 +372,59 @@ targets:
     // found it and gave it back: one connection, or two if the two probes
     // ran at the same moment.
     assert!(server.accepted() <= 2, "{} connections", server.accepted());
+}
+
+/// `ceiling.names_may_reach`, as a config sets it: by default a tenant's
+/// name leads to public addresses only (a private one is refused), and
+/// `[]` refuses public ones too. Both refusals happen before any
+/// connection, so nothing here leaves loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_may_reach_decides_where_a_tenant_s_name_leads() {
+    let (dir, hosts) = hosts_dir();
+    secret(dir.path(), "op.token", OP);
+    let api_port = sonde_tests::closed_port().port();
+    let config = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"api: 127.0.0.1:{api_port}
+operator_token_file: {dir}/op.token
+tenants:
+  - id: acme
+    ceiling: {{ net: ["*.acme.test:*"] }}
+  - id: closed
+    ceiling: {{ net: ["*.acme.test:*"], names_may_reach: [] }}
+targets:
+  - name: inside
+    tenant: acme
+    address: private.acme.test:80
+    probes: [{{ name: by-default, plugin: tcp, period: 1s }}]
+  - name: outside
+    tenant: closed
+    address: public.acme.test:80
+    probes: [{{ name: reaches-nothing, plugin: tcp, period: 1s }}]
+"#,
+            dir = dir.path().display()
+        ),
+    )
+    .unwrap();
+    let (mut child, api) = agent(&hosts, &config).await;
+    let last = results(api, &["by-default", "reaches-nothing"]).await;
+    let _ = child.kill().await;
+    for (name, why) in [
+        (
+            "by-default",
+            "private.acme.test resolved to 10.11.12.13: a private address (10.0.0.0/8) is not reachable through a name for this tenant",
+        ),
+        (
+            "reaches-nothing",
+            "public.acme.test resolved to 192.0.2.7: a public address is not reachable through a name for this tenant",
+        ),
+    ] {
+        let r = &last[name];
+        assert_eq!(r["reason"], "denied", "{name}: {r}");
+        assert!(r["message"].as_str().unwrap().contains(why), "{name}: {r}");
+    }
 }
 
 /// The issue's config as found (tenants, and an API without tokens, so
