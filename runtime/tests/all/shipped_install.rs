@@ -317,22 +317,25 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
         .skip_while(|a| *a != "--config")
         .nth(1)
         .expect("--config in the DaemonSet's args");
-    let validated = std::process::Command::new("setpriv")
-        .args([
-            "--reuid",
-            &uid.to_string(),
-            "--regid",
-            &gid.to_string(),
-            "--clear-groups",
-            "--",
-        ])
-        .arg(&bin)
-        .args(["validate", config])
-        .env_clear()
-        .envs(&env)
-        .current_dir("/")
-        .output()
-        .unwrap();
+    // The binary as the DaemonSet's user and group, with its env only.
+    let as_daemonset = || {
+        let mut command = std::process::Command::new("setpriv");
+        command
+            .args([
+                "--reuid",
+                &uid.to_string(),
+                "--regid",
+                &gid.to_string(),
+                "--clear-groups",
+                "--",
+            ])
+            .arg(&bin)
+            .env_clear()
+            .envs(&env)
+            .current_dir("/");
+        command
+    };
+    let validated = as_daemonset().args(["validate", config]).output().unwrap();
     assert!(
         validated.status.success(),
         "sonde validate refused the shipped config: {}",
@@ -341,21 +344,9 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
 
     let log_path = fake.path().join("sonde.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = tokio::process::Command::new("setpriv")
-        .args([
-            "--reuid",
-            &uid.to_string(),
-            "--regid",
-            &gid.to_string(),
-            "--clear-groups",
-            "--",
-        ])
-        .arg(&bin)
+    let mut child = tokio::process::Command::from(as_daemonset())
         .args(&args)
-        .env_clear()
-        .envs(&env)
         .env("KUBECONFIG", &kubeconfig)
-        .current_dir("/")
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .kill_on_drop(true)
