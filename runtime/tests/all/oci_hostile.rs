@@ -305,6 +305,18 @@ async fn pull(how: Hostile) -> (OciError, Duration, u64) {
 /// socket buffers on loopback and one chunk.
 const SLACK: u64 = 16 << 20;
 
+/// A pull from `how` is refused as a `what` over `cap`, within 5 s and
+/// having been sent no more than the cap and [`SLACK`].
+async fn refused_at_cap(how: Hostile, what: &str, cap: u64) {
+    let (e, took, sent) = pull(how).await;
+    assert!(
+        matches!(e, OciError::TooLarge { what: w, limit, .. } if w == what && limit == cap),
+        "{e}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(sent < cap + SLACK, "{sent} bytes sent");
+}
+
 #[tokio::test]
 async fn a_silent_registry_is_given_up_on_after_the_idle_timeout_not_the_pull_deadline() {
     let (e, took, _) = pull(Hostile::Silent).await;
@@ -318,16 +330,7 @@ async fn a_silent_registry_is_given_up_on_after_the_idle_timeout_not_the_pull_de
 #[tokio::test]
 async fn an_endless_manifest_is_refused_at_its_cap() {
     for how in [Hostile::EndlessManifest, Hostile::HugeManifest] {
-        let (e, took, sent) = pull(how).await;
-        assert!(
-            matches!(e, OciError::TooLarge { what: "manifest", limit, .. } if limit == sonde_runtime::oci::MAX_MANIFEST_BYTES),
-            "{how:?}: {e}"
-        );
-        assert!(took < Duration::from_secs(5), "{how:?}: {took:?}");
-        assert!(
-            sent < sonde_runtime::oci::MAX_MANIFEST_BYTES + SLACK,
-            "{how:?}: {sent} bytes sent"
-        );
+        refused_at_cap(how, "manifest", sonde_runtime::oci::MAX_MANIFEST_BYTES).await;
     }
 }
 
@@ -457,21 +460,12 @@ async fn slow_answers_end_at_the_whole_pulls_deadline_not_one_timeout_per_answer
 
 #[tokio::test]
 async fn token_endpoints_are_bounded_and_checked_like_redirects() {
-    let (e, took, sent) = pull(Hostile::EndlessToken).await;
-    assert!(
-        matches!(
-            e,
-            OciError::TooLarge {
-                what: "token answer",
-                ..
-            }
-        ),
-        "{e}"
-    );
-    assert!(
-        took < Duration::from_secs(5) && sent < sonde_runtime::oci::MAX_TOKEN_BYTES + SLACK,
-        "{took:?} {sent}"
-    );
+    refused_at_cap(
+        Hostile::EndlessToken,
+        "token answer",
+        sonde_runtime::oci::MAX_TOKEN_BYTES,
+    )
+    .await;
     let (e, ..) = pull(Hostile::Realm("http://169.254.169.254/token")).await;
     assert!(
         matches!(e, OciError::Refused { .. }) && e.to_string().contains("token realm"),
@@ -483,21 +477,12 @@ async fn token_endpoints_are_bounded_and_checked_like_redirects() {
 async fn an_endless_response_head_and_an_endless_referrer_list_are_bounded() {
     let (e, took, sent) = pull(Hostile::EndlessHeaders).await;
     assert!(took < Duration::from_secs(5) && sent < SLACK, "{e}: {took:?} {sent}");
-    let (e, took, sent) = pull(Hostile::EndlessReferrers).await;
-    assert!(
-        matches!(
-            e,
-            OciError::TooLarge {
-                what: "referrer list",
-                ..
-            }
-        ),
-        "{e}"
-    );
-    assert!(
-        took < Duration::from_secs(5) && sent < sonde_runtime::oci::MAX_MANIFEST_BYTES + SLACK,
-        "{took:?} {sent}"
-    );
+    refused_at_cap(
+        Hostile::EndlessReferrers,
+        "referrer list",
+        sonde_runtime::oci::MAX_MANIFEST_BYTES,
+    )
+    .await;
 }
 
 /// Runs `sonde check REFERENCE` and returns its exit, stderr, peak RSS
