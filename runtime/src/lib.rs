@@ -3,7 +3,7 @@
 //! fresh sandbox under a deadline, a fuel budget and a memory cap, with
 //! nothing reachable but the probe's target and what the operator granted.
 //!
-//! The modules follow the data path of one probe run (DESIGN.md): the
+//! The modules follow the data path of one probe run (docs/architecture.md): the
 //! [`config`] file is resolved by the [`registry`] into probe specs; the
 //! [`scheduler`] decides when each runs; the [`engine`] runs each call in a
 //! sandbox whose [`host`] capabilities check every use of the network,

@@ -1,5 +1,5 @@
 //! The scheduler: when each probe runs, with the kubelet prober's semantics
-//! (DESIGN.md, "Scheduling semantics").
+//! (docs/architecture.md, "The life of one probe run").
 //!
 //! One task owns every probe's timing: a heap of due times, so a probe that
 //! is waiting costs a heap entry and a small record — no task, no thread.

@@ -1,7 +1,7 @@
 //! What one probe run produced: a [`Status`], the [`Reason`] when the run did
 //! not end with the plugin's own verdict, and the measurements.
 //!
-//! The mapping follows DESIGN.md's "Verdicts and errors" table: a plugin's
+//! The mapping (docs/architecture.md, "The life of one probe run"): a plugin's
 //! `success | warning | failure` stands; a missed deadline is a `failure` with
 //! reason `timeout`; everything else that went wrong (a `probe-error`, a trap,
 //! fuel, memory, a denied capability, a host bound) is `unknown` with its reason and never
