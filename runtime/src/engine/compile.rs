@@ -78,7 +78,7 @@ impl Compiler {
 }
 
 /// Compiles `wasm` in a child process into `out` under `budget`; the child
-/// builds the engine configuration of [`super::base_config`], which
+/// builds the engine configuration of [`super::pool::base_config`], which
 /// compiles the same code as the agent's.
 pub(crate) async fn in_child(
     plugin: &str,
@@ -246,7 +246,7 @@ pub fn worker(args: WorkerArgs) -> i32 {
             return 1;
         }
     };
-    let engine = match wasmtime::Engine::new(&super::base_config()) {
+    let engine = match wasmtime::Engine::new(&super::pool::base_config()) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("cannot set up the compiler: {e:#}");

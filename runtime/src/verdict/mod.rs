@@ -11,6 +11,17 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
+pub(crate) mod from_wit;
+
+/// Cap on an outcome's message, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
+/// Cap on an outcome's detail excerpt, in bytes.
+pub const MAX_DETAIL_BYTES: usize = 4 * 1024;
+/// Cap on the number of metrics one outcome may carry.
+pub const MAX_METRICS: usize = 64;
+/// Cap on a metric's name and unit, in bytes.
+pub const MAX_METRIC_NAME_BYTES: usize = 128;
+
 /// The verdict of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
