@@ -3,6 +3,7 @@
 
 use super::{CliError, Output, load_plugin};
 use crate::engine::{Engine, EngineConfig, Plugin};
+use crate::identity::{self, Digest, WasmKind};
 use crate::oci::{self, Reference};
 use crate::signing::{self, PublicKey, SecretKey};
 use clap::{Args, Subcommand};
@@ -264,8 +265,8 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             registry,
         } => {
             let key = SecretKey::read(&key)?;
-            let bytes = crate::engine::read_plugin_file(&wasm)?;
-            if !matches!(bytes.get(..8), Some([0, b'a', b's', b'm', _, _, 1, 0])) {
+            let bytes = crate::engine::read_plugin_file(&wasm).await?;
+            if identity::sniff(&bytes) != WasmKind::Component {
                 return Err(CliError(format!(
                     "{}: not a WebAssembly component; sign the .wasm built for wasm32-wasip2",
                     wasm.display()
@@ -284,7 +285,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
                 let client = registry.client(&config, &reference)?;
                 let sig_text = std::fs::read(&sig).map_err(|e| CliError::file(&sig, &e))?;
                 let pushed = client
-                    .push_signature(&reference, &oci::digest_of(&bytes), &sig_text)
+                    .push_signature(&reference, &Digest::of(&bytes).to_string(), &sig_text)
                     .await?;
                 out!(
                     "attached to {} as {}",
@@ -350,7 +351,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
                 Output::Json => {
                     let v = serde_json::json!({
                         "plugin": p.label(),
-                        "digest": format!("sha256:{}", p.digest()),
+                        "digest": p.digest().to_string(),
                         "info": info,
                         "imports": p.imports(),
                     });
@@ -358,7 +359,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
                 }
                 Output::Text => {
                     out!("plugin:       {}", p.label());
-                    out!("digest:       sha256:{}", p.digest());
+                    out!("digest:       {}", p.digest());
                     out!("name:         {}", info.name);
                     out!("version:      {}", info.version);
                     out!("vendor:       {}", info.vendor);
@@ -397,7 +398,7 @@ fn describe_location(location: &oci::SignatureLocation) -> String {
 /// `sonde plugin push FILE.wasm oci://…`.
 async fn push(config: EngineConfig, wasm: &Path, reference: &str, registry: &RegistryArgs) -> Result<i32, CliError> {
     let reference = Reference::parse(reference)?;
-    let bytes = crate::engine::read_plugin_file(wasm)?;
+    let bytes = crate::engine::read_plugin_file(wasm).await?;
     // Load it first: what is pushed must be a sonde plugin, and its imports
     // go into the artifact's config.
     let engine = Engine::new(config.clone())?;

@@ -5,7 +5,7 @@ use super::compile::{self, CompileBudget, Compiler};
 use super::store::CallState;
 use super::{CacheOutcome, Engine, Plugin};
 use crate::bindings;
-use sha2::{Digest, Sha256};
+use crate::identity::{self, Digest, ReadError, WasmKind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use wasmtime::component::{Component, Linker};
@@ -92,76 +92,20 @@ pub enum LoadError {
         plugin: String,
         /// Its size.
         size: u64,
-        /// [`MAX_PLUGIN_FILE_BYTES`].
+        /// [`identity::MAX_PLUGIN_BYTES`].
         limit: u64,
     },
 }
 
-/// The largest plugin file sonde reads (from the config, the command line
-/// or an upload): far above any real component (the built-ins are a few
-/// hundred KiB), far below what would hurt the agent to hold.
-pub const MAX_PLUGIN_FILE_BYTES: u64 = 32 * 1024 * 1024;
-
-/// Reads the regular file at `path`, at most `limit` bytes: opened without
-/// blocking (a FIFO would wait for a writer), refused unless it is a
-/// regular file, and refused when larger than `limit` (checked before
-/// reading, and again while reading, should it grow).
-pub fn read_regular(path: &std::path::Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    use rustix::fs::{FileType, Mode, OFlags};
-    use std::io::Read;
-    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| ReadError::Io(e.into()))?;
-    let stat = rustix::fs::fstat(&fd).map_err(|e| ReadError::Io(e.into()))?;
-    let kind = match FileType::from_raw_mode(stat.st_mode) {
-        FileType::RegularFile => None,
-        FileType::Directory => Some("a directory"),
-        FileType::Fifo => Some("a FIFO"),
-        FileType::Socket => Some("a socket"),
-        FileType::CharacterDevice => Some("a character device"),
-        FileType::BlockDevice => Some("a block device"),
-        _ => Some("not a file"),
-    };
-    if let Some(kind) = kind {
-        return Err(ReadError::NotAFile(kind));
-    }
-    let size = u64::try_from(stat.st_size).unwrap_or(0);
-    if size > limit {
-        return Err(ReadError::TooLarge(size));
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    std::fs::File::from(fd)
-        .take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(ReadError::Io)?;
-    if bytes.len() as u64 > limit {
-        return Err(ReadError::TooLarge(bytes.len() as u64));
-    }
-    Ok(bytes)
-}
-
-/// Why [`read_regular`] refused a file.
-#[derive(Debug)]
-pub enum ReadError {
-    /// It could not be opened or read.
-    Io(std::io::Error),
-    /// It is not a regular file: what it is.
-    NotAFile(&'static str),
-    /// It is larger than the limit: its size.
-    TooLarge(u64),
-}
-
-/// Reads a plugin file ([`read_regular`] under [`MAX_PLUGIN_FILE_BYTES`]),
-/// the error naming it.
-pub fn read_plugin_file(path: &std::path::Path) -> Result<Vec<u8>, LoadError> {
+/// Reads a plugin file ([`identity::read_plugin`]: a regular file of at
+/// most [`identity::MAX_PLUGIN_BYTES`], read off the async runtime), the
+/// error naming it.
+pub async fn read_plugin_file(path: &std::path::Path) -> Result<Vec<u8>, LoadError> {
     let plugin = path.display().to_string();
-    read_regular(path, MAX_PLUGIN_FILE_BYTES).map_err(|e| match e {
+    identity::read_plugin(path).await.map_err(|e| match e {
         ReadError::Io(source) => LoadError::Read { plugin, source },
         ReadError::NotAFile(kind) => LoadError::NotAFile { plugin, kind },
-        ReadError::TooLarge(size) => LoadError::TooLarge {
-            plugin,
-            size,
-            limit: MAX_PLUGIN_FILE_BYTES,
-        },
+        ReadError::TooLarge { size, limit } => LoadError::TooLarge { plugin, size, limit },
     })
 }
 
@@ -175,7 +119,7 @@ impl Engine {
     /// Loads a plugin from a file (the once-per-digest phase).
     pub async fn load_file(&self, path: &std::path::Path) -> Result<Arc<Plugin>, LoadError> {
         let label = path.display().to_string();
-        let bytes = read_plugin_file(path)?;
+        let bytes = read_plugin_file(path).await?;
         self.load(&label, &bytes).await
     }
 
@@ -184,12 +128,12 @@ impl Engine {
     /// concurrent loads of one digest compile it once.
     pub async fn load(&self, label: &str, wasm: &[u8]) -> Result<Arc<Plugin>, LoadError> {
         let plugin = label.to_string();
-        match wasm.get(..8) {
-            Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => return Err(LoadError::CoreModule { plugin }),
-            Some([0, b'a', b's', b'm', _, _, 1, 0]) => {}
-            _ => return Err(LoadError::NotWasm { plugin }),
+        match identity::sniff(wasm) {
+            WasmKind::CoreModule => return Err(LoadError::CoreModule { plugin }),
+            WasmKind::Component => {}
+            WasmKind::Other => return Err(LoadError::NotWasm { plugin }),
         }
-        let digest = hex(&Sha256::digest(wasm));
+        let digest = Digest::of(wasm);
         let cell = {
             let mut plugins = self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner());
             // Forget the plugins nobody holds any more.
@@ -211,12 +155,12 @@ impl Engine {
             }
             .unwrap_or_else(|| {
                 let cell = Arc::new(tokio::sync::OnceCell::new());
-                plugins.insert(digest.clone(), Loaded::Loading(cell.clone()));
+                plugins.insert(digest, Loaded::Loading(cell.clone()));
                 cell
             })
         };
         let loaded = cell
-            .get_or_try_init(|| self.load_new(plugin, wasm, digest.clone()))
+            .get_or_try_init(|| self.load_new(plugin, wasm, digest))
             .await
             .cloned();
         let mut plugins = self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner());
@@ -244,12 +188,12 @@ impl Engine {
             .count()
     }
 
-    /// Removes the compile-cache file of the plugin with `digest` (hex),
+    /// Removes the compile-cache file of the plugin with `digest`,
     /// now, or when the last holder of the loaded plugin drops it (a run
     /// in flight): called when a stored plugin is replaced or deleted, so
     /// the cache does not keep what no one runs. A plugin of the same
     /// digest loaded again before then keeps it.
-    pub fn forget(&self, digest: &str) {
+    pub fn forget(&self, digest: &Digest) {
         let live = match self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner()).get(digest) {
             Some(Loaded::Loading(_)) => return,
             Some(Loaded::Ready(p)) => p.upgrade(),
@@ -258,21 +202,22 @@ impl Engine {
         match live {
             Some(plugin) => plugin.forgotten.store(true, Ordering::Relaxed),
             None => {
-                self.inner.cache.remove(digest);
+                self.inner.cache.remove(&digest.hex());
             }
         }
     }
 
     /// Compiles (or loads from the cache), checks, pre-instantiates and
     /// describes a plugin not loaded before.
-    async fn load_new(&self, plugin: String, wasm: &[u8], digest: String) -> Result<Arc<Plugin>, LoadError> {
+    async fn load_new(&self, plugin: String, wasm: &[u8], digest: Digest) -> Result<Arc<Plugin>, LoadError> {
         let (component, cache) = if let Compiler::Child { program, budget } = &self.inner.compiler {
-            self.compile_in_child(&plugin, program, *budget, wasm, &digest).await?
+            self.compile_in_child(&plugin, program, *budget, wasm, &digest.hex())
+                .await?
         } else {
             // Compiling takes long enough that it must not hold an async worker.
             let inner = self.inner.clone();
-            let (wasm, digest) = (wasm.to_vec(), digest.clone());
-            tokio::task::spawn_blocking(move || inner.cache.load(&inner.engine, &wasm, &digest))
+            let (wasm, digest_hex) = (wasm.to_vec(), digest.hex());
+            tokio::task::spawn_blocking(move || inner.cache.load(&inner.engine, &wasm, &digest_hex))
                 .await
                 .map_err(|e| LoadError::Compile {
                     plugin: plugin.clone(),
@@ -304,7 +249,7 @@ impl Engine {
             detail,
         })?;
         Ok(Arc::new(Plugin {
-            cache_file: self.inner.cache.entry(&digest),
+            cache_file: self.inner.cache.entry(&digest.hex()),
             label: plugin,
             digest,
             info,
@@ -358,16 +303,6 @@ impl Engine {
         })?;
         Ok((component, CacheOutcome::Miss))
     }
-}
-
-/// The digest a plugin's bytes are known by (SHA-256, hex), as
-/// [`Plugin::digest`] says it.
-pub fn digest_of(wasm: &[u8]) -> String {
-    hex(&Sha256::digest(wasm))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn component_imports(engine: &wasmtime::Engine, component: &Component) -> Vec<String> {

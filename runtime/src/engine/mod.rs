@@ -28,12 +28,13 @@ pub use cache::CacheOutcome;
 pub use compile::{CompileBudget, Compiler};
 pub use epoch::EPOCH_TICK;
 pub use limits::Limits;
-pub use load::{LoadError, MAX_PLUGIN_FILE_BYTES, ReadError, digest_of, read_plugin_file, read_regular};
+pub use load::{LoadError, read_plugin_file};
 pub use plugin::{Capability, CapabilityKind, Plugin, PluginInfo};
 pub use pool::{KEEP_RESIDENT, PoolStats};
 pub use run::Call;
 
 use crate::host;
+use crate::identity::Digest;
 use epoch::Ticker;
 use load::Loaded;
 use pool::new_wasmtime_engine;
@@ -100,7 +101,7 @@ struct Inner {
     /// several loads of one digest race), or loaded and held by someone
     /// (the registry, a call). The engine itself holds a loaded plugin
     /// weakly, so its compiled code is freed once nothing uses it.
-    plugins: Mutex<HashMap<String, Loaded>>,
+    plugins: Mutex<HashMap<Digest, Loaded>>,
     slots: Semaphore,
     /// The TLS client and keep-alive pool every call shares.
     host: Arc<host::Shared>,

@@ -3,6 +3,7 @@
 use super::CacheOutcome;
 use super::store::CallState;
 use crate::bindings::{self, sonde::probe::types as wit};
+use crate::identity::Digest;
 use crate::verdict::{plugin_text, truncate};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -88,7 +89,7 @@ impl From<wit::PluginInfo> for PluginInfo {
 /// A loaded plugin: compiled, checked and pre-instantiated. Cheap to share.
 pub struct Plugin {
     pub(super) label: String,
-    pub(super) digest: String,
+    pub(super) digest: Digest,
     pub(super) info: PluginInfo,
     pub(super) imports: Vec<String>,
     /// Pre-instantiated against the linker for calls without a `files` grant.
@@ -118,9 +119,9 @@ impl Plugin {
         &self.label
     }
 
-    /// The SHA-256 of its bytes, in hex.
-    pub fn digest(&self) -> &str {
-        &self.digest
+    /// The digest of its bytes.
+    pub fn digest(&self) -> Digest {
+        self.digest
     }
 
     /// What its `describe` said.

@@ -5,9 +5,10 @@
 use super::cache::Cache;
 use super::remote::{Limits, Remote, Secret};
 use super::{
-    MAX_COMPONENT_BYTES, MAX_METADATA_BYTES, OCI_MANIFEST_MEDIA_TYPE, OciError, Reference, SIGNATURE_MEDIA_TYPE,
-    WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, digest_of, is_digest,
+    MAX_METADATA_BYTES, OCI_MANIFEST_MEDIA_TYPE, OciError, Reference, SIGNATURE_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE,
+    WASM_LAYER_MEDIA_TYPE,
 };
+use crate::identity::{self, Digest, WasmKind};
 use crate::signing::{PublicKey, SignatureError, Signer};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::{OciDescriptor, OciImageIndex, OciImageManifest};
@@ -58,7 +59,7 @@ impl Settings {
             registries: BTreeMap::new(),
             timeout: Duration::from_secs(60),
             limits: Limits::default(),
-            max_bytes: MAX_COMPONENT_BYTES,
+            max_bytes: identity::MAX_PLUGIN_BYTES,
         }
     }
 }
@@ -434,7 +435,7 @@ struct WasmConfig<'a> {
 fn descriptor(media_type: &str, bytes: &[u8]) -> OciDescriptor {
     OciDescriptor {
         media_type: media_type.to_string(),
-        digest: digest_of(bytes),
+        digest: Digest::of(bytes).to_string(),
         size: bytes.len() as i64,
         ..Default::default()
     }
@@ -468,7 +469,7 @@ fn wasm_layer(reference: &Reference, manifest: &OciImageManifest, max: u64) -> R
             wasm.len()
         )));
     };
-    if !is_digest(&layer.digest) {
+    if Digest::parse(&layer.digest).is_err() {
         return Err(not_wasm(format!("layer digest {:?} is not sha256", layer.digest)));
     }
     if layer.size < 0 || layer.size as u64 > max {
@@ -673,7 +674,7 @@ impl Client {
             {
                 Ok(Some((bytes, loc))) => {
                     transferred += bytes.len() as u64;
-                    let d = digest_of(&bytes);
+                    let d = Digest::of(&bytes).to_string();
                     self.cache.put(&d, &bytes)?;
                     self.cache.remember_signature(&digest, &d)?;
                     self.mark_in_use(&d);
@@ -788,7 +789,7 @@ impl Client {
         };
         match fetched {
             Ok(bytes) => {
-                let actual = digest_of(&bytes);
+                let actual = Digest::of(&bytes).to_string();
                 if actual != digest {
                     return Err(OciError::DigestMismatch {
                         reference: pinned.to_string(),
@@ -813,7 +814,7 @@ impl Client {
     /// Asks the registry what a tag points at: (digest, manifest bytes).
     async fn fetch_tag(&self, registry: &Registry, reference: &Reference) -> Result<(String, Vec<u8>), OciError> {
         let bytes = Self::fetch_manifest(registry, reference).await?;
-        Ok((digest_of(&bytes), bytes))
+        Ok((Digest::of(&bytes).to_string(), bytes))
     }
 
     /// A manifest, read up to [`super::MAX_MANIFEST_BYTES`].
@@ -868,12 +869,12 @@ impl Client {
             // The newest last, as registries list them in push order; a
             // registry listing more than a few is not read further.
             for entry in index.manifests.iter().rev().take(MAX_SIGNATURE_REFERRERS) {
-                if !is_digest(&entry.digest) {
+                if Digest::parse(&entry.digest).is_err() {
                     continue;
                 }
                 let sig_ref = pinned.with_digest(&entry.digest);
                 let bytes = registry.remote.manifest(&sig_ref, true).await?;
-                if digest_of(&bytes) != entry.digest {
+                if Digest::of(&bytes).to_string() != entry.digest {
                     continue;
                 }
                 if let Some(sig) = self
@@ -921,7 +922,7 @@ impl Client {
         let Some(layer) = m.layers.iter().find(|l| l.media_type == SIGNATURE_MEDIA_TYPE) else {
             return Ok(None);
         };
-        if !is_digest(&layer.digest) {
+        if Digest::parse(&layer.digest).is_err() {
             return Ok(None);
         }
         let bytes = Self::fetch_blob(registry, at, layer, MAX_METADATA_BYTES, "signature", &|_| {}).await?;
@@ -940,7 +941,7 @@ impl Client {
                 limit: self.settings.max_bytes,
             });
         }
-        if !matches!(wasm.get(..8), Some([0, b'a', b's', b'm', _, _, 1, 0])) {
+        if identity::sniff(wasm) != WasmKind::Component {
             return Err(OciError::NotWasm {
                 reference: reference.to_string(),
                 detail: "the file is not a WebAssembly component (build for wasm32-wasip2)".into(),
@@ -973,7 +974,7 @@ impl Client {
             )])),
         };
         let manifest_bytes = serde_json::to_vec(&manifest).unwrap_or_default();
-        let digest = digest_of(&manifest_bytes);
+        let digest = Digest::of(&manifest_bytes).to_string();
         if let Some(d) = reference.digest()
             && d != digest
         {
@@ -1053,7 +1054,7 @@ impl Client {
         let registry = self.registry(reference.registry())?;
         self.bounded(self.deadline(), registry.name.as_str(), async {
             let subject_bytes = Self::fetch_manifest(&registry, reference).await?;
-            let subject_digest = digest_of(&subject_bytes);
+            let subject_digest = Digest::of(&subject_bytes).to_string();
             if let Some(d) = reference.digest()
                 && d != subject_digest
             {
@@ -1092,8 +1093,8 @@ impl Client {
                 )])),
             };
             let bytes = serde_json::to_vec(&manifest).unwrap_or_default();
-            let sig_manifest = digest_of(&bytes);
-            let empty_digest = digest_of(EMPTY_CONFIG);
+            let sig_manifest = Digest::of(&bytes).to_string();
+            let empty_digest = Digest::of(EMPTY_CONFIG).to_string();
             let blobs = [(EMPTY_CONFIG, &empty_digest), (signature, &sig_layer.digest)];
             self.push_blobs(&registry, &pinned, &blobs).await?;
             self.push_manifest(&registry, &pinned.with_digest(&sig_manifest), &bytes)

@@ -63,19 +63,5 @@ pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1
 /// The artifact type of a sonde signature manifest, and the media type of its
 /// one layer (the `FILE.wasm.sig` JSON).
 pub const SIGNATURE_MEDIA_TYPE: &str = "application/vnd.sonde.signature.v1+json";
-/// The largest component sonde pulls or pushes: 32 MiB, as for uploads.
-pub const MAX_COMPONENT_BYTES: u64 = 32 * 1024 * 1024;
 /// The largest signature (the `FILE.wasm.sig` blob) accepted.
 pub const MAX_METADATA_BYTES: u64 = 64 * 1024;
-
-/// `sha256:` and the hex SHA-256 of `bytes`: an OCI content digest.
-pub fn digest_of(bytes: &[u8]) -> String {
-    format!("sha256:{}", crate::signing::digest(bytes))
-}
-
-/// Whether `s` is a `sha256:` digest of 64 lowercase hex digits (the only
-/// algorithm sonde accepts).
-pub fn is_digest(s: &str) -> bool {
-    s.strip_prefix("sha256:")
-        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-}

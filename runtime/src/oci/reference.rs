@@ -1,6 +1,7 @@
 //! `oci://` references and the registry patterns of a tenant's ceiling.
 
-use super::{OciError, is_digest};
+use super::OciError;
+use crate::identity::Digest;
 use std::fmt;
 
 /// A plugin in an OCI registry: `oci://HOST[:PORT]/REPO[:TAG][@sha256:HEX]`.
@@ -35,7 +36,7 @@ impl Reference {
         check_registry(registry).map_err(|d| bad(&d))?;
         let (name_tag, digest) = match path.split_once('@') {
             Some((n, d)) => {
-                if !is_digest(d) {
+                if Digest::parse(d).is_err() {
                     return Err(bad("the digest must be sha256: and 64 lowercase hex digits"));
                 }
                 (n, Some(d.to_string()))

@@ -141,7 +141,7 @@ pub async fn plugin(engine: &Engine, base: &Path, name: &str, trust: &Trust) -> 
             return engine.load_file(&path).await.map_err(load);
         }
         let label = path.display().to_string();
-        let bytes = crate::engine::read_plugin_file(&path).map_err(load)?;
+        let bytes = crate::engine::read_plugin_file(&path).await.map_err(load)?;
         let sig = crate::signing::read_signature(&path).map_err(|e| ResolveError::Signature(Arc::new(e)))?;
         let unsigned = |e| ResolveError::Unsigned(Arc::new(e));
         let sig_name = crate::signing::signature_path(&path).display().to_string();
@@ -173,7 +173,7 @@ struct CacheInner {
     builtins: HashMap<String, Arc<Plugin>>,
     /// Digest-pinned `oci://` references never change: resolved once.
     pinned: HashMap<String, (Arc<Plugin>, String)>,
-    schemas: HashMap<String, Option<Arc<jsonschema::Validator>>>,
+    schemas: HashMap<crate::identity::Digest, Option<Arc<jsonschema::Validator>>>,
     oci: Option<(crate::oci::Settings, Arc<crate::oci::Client>)>,
     /// The trust settings the resolved plugins were checked under.
     trust: Option<(bool, Vec<String>)>,
@@ -347,7 +347,7 @@ impl Cache {
     pub fn schema(&self, plugin: &Plugin) -> Option<Arc<jsonschema::Validator>> {
         self.lock()
             .schemas
-            .entry(plugin.digest().to_string())
+            .entry(plugin.digest())
             .or_insert_with(|| {
                 let schema = plugin.info().config_schema.as_deref()?;
                 let schema: serde_json::Value = serde_json::from_str(schema).ok()?;

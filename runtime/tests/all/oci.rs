@@ -5,6 +5,7 @@
 
 use crate::support::{self, sonde};
 use sonde_runtime::host::Grants;
+use sonde_runtime::identity::Digest;
 use sonde_runtime::oci::{self, Client, OciError, Reference, RegistrySettings, Settings, SignatureLocation, Source};
 use sonde_runtime::signing::{SecretKey, SignatureError};
 use sonde_runtime::verdict::Status;
@@ -249,7 +250,7 @@ async fn push_then_pull_and_run_by_tag_and_by_digest() {
     let client = reg.client(cache.path());
     let tagged = reg.reference("acme/tcp-check:1.0");
     let pushed = client.push(&tagged, tcp_component(), &info()).await.unwrap();
-    assert_eq!(pushed.wasm_digest, oci::digest_of(tcp_component()));
+    assert_eq!(pushed.wasm_digest, Digest::of(tcp_component()).to_string());
 
     let by_tag = client.resolve(&tagged).await.unwrap();
     assert_eq!(by_tag.digest, pushed.digest);
@@ -400,7 +401,7 @@ async fn signatures_travel_with_the_artifact() {
     let http = sonde_runtime::builtins::get("http").unwrap();
     let wrong = acme.sign(http, SystemTime::now()).to_text();
     let e = client
-        .push_signature(&unsigned.reference, &oci::digest_of(http), wrong.as_bytes())
+        .push_signature(&unsigned.reference, &Digest::of(http).to_string(), wrong.as_bytes())
         .await
         .unwrap_err();
     assert!(matches!(e, OciError::DigestMismatch { .. }), "{e}");
@@ -581,7 +582,7 @@ fn the_cli_signs_pushes_pulls_checks_and_inspects() {
         .and_then(|s| s.split_whitespace().next())
         .unwrap()
         .to_string();
-    assert!(oci::is_digest(&digest), "{pushed}");
+    assert!(Digest::parse(&digest).is_ok(), "{pushed}");
 
     // Unsigned: a check that requires a trusted signature refuses it.
     let target = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -641,7 +642,7 @@ fn the_cli_signs_pushes_pulls_checks_and_inspects() {
     assert!(out.status.success(), "{}", stderr(&out));
     let v = support::json(&out);
     assert_eq!(v["plugin"], pinned.as_str());
-    assert_eq!(v["digest"], oci::digest_of(tcp_component()).as_str());
+    assert_eq!(v["digest"], Digest::of(tcp_component()).to_string().as_str());
     drop(target);
 }
 

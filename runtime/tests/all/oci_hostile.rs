@@ -6,6 +6,7 @@
 //! that does not need that registry.
 
 use crate::support;
+use sonde_runtime::identity::Digest;
 use sonde_runtime::oci::{Client, Limits, OciError, Reference, RegistrySettings, Settings};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -61,7 +62,7 @@ fn layer() -> Vec<u8> {
 }
 
 fn digest(bytes: &[u8]) -> String {
-    sonde_runtime::oci::digest_of(bytes)
+    Digest::of(bytes).to_string()
 }
 
 fn manifest() -> Vec<u8> {
