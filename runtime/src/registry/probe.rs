@@ -122,7 +122,62 @@ pub fn probe(
     if !super::valid_name(&name) {
         at(name_at, Problem::NameInvalid(name.clone()));
     }
-    let success_threshold = p.success_threshold.as_ref().map_or(1, |s| s.value);
+    check_numbers(p, kind, problems);
+    let address = match &p.target {
+        Some(t) => {
+            if let Err(error) = NetPattern::for_target(&t.value) {
+                problems.push(Located {
+                    at: t.referenced,
+                    problem: Problem::Address { key: "target", error },
+                });
+            }
+            t.value.trim().to_string()
+        }
+        None => address.to_string(),
+    };
+    let (grants, net_at) = grants(p, problems);
+    for g in &p.groups {
+        if !super::valid_name(&g.value) {
+            problems.push(Located {
+                at: g.referenced,
+                problem: Problem::Group(g.value.clone()),
+            });
+        }
+    }
+    let labels = labels(p, problems);
+    ProbeDraft {
+        name,
+        defaulted: p.name.is_none(),
+        name_at,
+        kind,
+        address,
+        config: p
+            .config
+            .as_ref()
+            .map_or_else(|| serde_json::json!({}), |c| c.value.clone()),
+        period: p.period.as_ref().map_or(DEFAULT_PERIOD, |d| d.value.0),
+        initial_delay: p.initial_delay.map_or(Duration::ZERO, |d| d.0),
+        success_threshold: p.success_threshold.as_ref().map_or(1, |s| s.value),
+        failure_threshold: p
+            .failure_threshold
+            .as_ref()
+            .map_or(DEFAULT_FAILURE_THRESHOLD, |s| s.value),
+        limits: Limits {
+            timeout: p.timeout.as_ref().map_or(defaults.timeout, |d| d.value.0),
+            fuel: p.limits.fuel.as_ref().map_or(defaults.fuel, |f| f.value),
+            memory: p.limits.memory.as_ref().map_or(defaults.memory, |m| m.value.0),
+        },
+        grants,
+        net_at,
+        groups: p.groups.iter().map(|g| g.value.clone()).collect(),
+        labels,
+    }
+}
+
+/// The probe's thresholds, period, timeout and memory, each within its
+/// bounds.
+fn check_numbers(p: &config::Probe, kind: Kind, problems: &mut Vec<Located>) {
+    let mut at = |at: Location, problem| problems.push(Located { at, problem });
     if let Some(s) = &p.success_threshold {
         if s.value == 0 {
             at(s.referenced, Problem::SuccessThresholdZero);
@@ -130,42 +185,32 @@ pub fn probe(
             at(s.referenced, Problem::SuccessThresholdNotOne { kind, value: s.value });
         }
     }
-    let failure_threshold = p
-        .failure_threshold
-        .as_ref()
-        .map_or(DEFAULT_FAILURE_THRESHOLD, |s| s.value);
     if let Some(f) = &p.failure_threshold
         && f.value == 0
     {
         at(f.referenced, Problem::FailureThresholdZero);
     }
-    let period = p.period.as_ref().map_or(DEFAULT_PERIOD, |d| d.value.0);
     if let Some(d) = &p.period
         && d.value.0 < MIN_PERIOD
     {
         at(d.referenced, Problem::PeriodTooShort(d.value.0));
     }
-    let timeout = p.timeout.as_ref().map_or(defaults.timeout, |d| d.value.0);
     if let Some(d) = &p.timeout
         && d.value.0.is_zero()
     {
         at(d.referenced, Problem::TimeoutZero);
     }
-    let memory = p.limits.memory.as_ref().map_or(defaults.memory, |m| m.value.0);
     if let Some(m) = &p.limits.memory
         && m.value.0 > limits::MAX_MEMORY
     {
         at(m.referenced, Problem::MemoryOverMax(m.value.0));
     }
-    let address = match &p.target {
-        Some(t) => {
-            if let Err(error) = NetPattern::for_target(&t.value) {
-                at(t.referenced, Problem::Address { key: "target", error });
-            }
-            t.value.trim().to_string()
-        }
-        None => address.to_string(),
-    };
+}
+
+/// The probe's grants, each checked, and where each of its `net` grants
+/// is written.
+fn grants(p: &config::Probe, problems: &mut Vec<Located>) -> (Grants, Vec<Location>) {
+    let mut at = |at: Location, problem| problems.push(Located { at, problem });
     let mut grants = Grants::default();
     let mut net_at = Vec::new();
     for n in &p.grants.net {
@@ -199,11 +244,12 @@ pub fn probe(
         grants.files.push(f.value.clone());
     }
     grants.env = p.grants.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    for g in &p.groups {
-        if !super::valid_name(&g.value) {
-            at(g.referenced, Problem::Group(g.value.clone()));
-        }
-    }
+    (grants, net_at)
+}
+
+/// The probe's labels that pass their checks.
+fn labels(p: &config::Probe, problems: &mut Vec<Located>) -> Vec<(String, String)> {
+    let mut at = |at: Location, problem| problems.push(Located { at, problem });
     let mut labels = Vec::new();
     if let Some(l) = &p.labels {
         if l.value.len() > super::MAX_LABELS {
@@ -222,30 +268,7 @@ pub fn probe(
             }
         }
     }
-    ProbeDraft {
-        name,
-        defaulted: p.name.is_none(),
-        name_at,
-        kind,
-        address,
-        config: p
-            .config
-            .as_ref()
-            .map_or_else(|| serde_json::json!({}), |c| c.value.clone()),
-        period,
-        initial_delay: p.initial_delay.map_or(Duration::ZERO, |d| d.0),
-        success_threshold,
-        failure_threshold,
-        limits: Limits {
-            timeout,
-            fuel: p.limits.fuel.as_ref().map_or(defaults.fuel, |f| f.value),
-            memory,
-        },
-        grants,
-        net_at,
-        groups: p.groups.iter().map(|g| g.value.clone()).collect(),
-        labels,
-    }
+    labels
 }
 
 /// The source location of the key a [`crate::tenants::CeilingError`] is
