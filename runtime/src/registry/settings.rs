@@ -5,6 +5,7 @@
 
 use super::problem::{Located, Problem};
 use super::resolve::Trust;
+use crate::auth::Token;
 use crate::config::{self, Spanned};
 use crate::engine::limits;
 use crate::tenants::{self, Quotas, Tenant, Tenants};
@@ -165,31 +166,6 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
     let mut list: Vec<Tenant> = Vec::new();
     // Where each tenant of `list` is defined.
     let mut id_at: Vec<Location> = Vec::new();
-    let read = |problems: &mut Vec<Located>,
-                who: &str,
-                f: &Option<Spanned<PathBuf>>,
-                env: &Option<Spanned<String>>,
-                fallback: Location| {
-        let token_path = f.as_ref().map(|f| base.join(&f.value));
-        let at = f
-            .as_ref()
-            .map(|f| f.referenced)
-            .or(env.as_ref().map(|e| e.referenced))
-            .unwrap_or(fallback);
-        match tenants::read_token(token_path.as_deref(), env.as_ref().map(|e| e.value.trim())) {
-            Ok(t) => t,
-            Err(error) => {
-                problems.push(Located {
-                    at,
-                    problem: Problem::Token {
-                        who: who.to_string(),
-                        error,
-                    },
-                });
-                None
-            }
-        }
-    };
     for t in &file.tenants {
         let id = t.id.value.trim();
         let id_problem = if !super::valid_name(id) {
@@ -212,7 +188,8 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
                 problem,
             });
         }
-        let token = read(
+        let token = token(
+            base,
             problems,
             &format!("tenant {id:?}"),
             &t.token_file,
@@ -233,18 +210,57 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
             token,
         });
     }
-    let operator = read(
+    let operator = token(
+        base,
         problems,
         "operator token",
         &file.operator_token_file,
         &file.operator_token_env,
         Location::UNKNOWN,
     );
-    // One token, one principal: a token shared by two would let one act as
-    // the other.
+    check_tokens_distinct(&list, &id_at, operator.as_ref(), problems);
+    Tenants::new(list, operator)
+}
+
+/// A token read from its file (relative to `base`) or environment
+/// variable; `None` when none is set, or when it cannot be read (a
+/// problem of `who`'s, at its key or else at `fallback`).
+fn token(
+    base: &Path,
+    problems: &mut Vec<Located>,
+    who: &str,
+    f: &Option<Spanned<PathBuf>>,
+    env: &Option<Spanned<String>>,
+    fallback: Location,
+) -> Option<Token> {
+    let token_path = f.as_ref().map(|f| base.join(&f.value));
+    let at = f
+        .as_ref()
+        .map(|f| f.referenced)
+        .or(env.as_ref().map(|e| e.referenced))
+        .unwrap_or(fallback);
+    match tenants::read_token(token_path.as_deref(), env.as_ref().map(|e| e.value.trim())) {
+        Ok(t) => t,
+        Err(error) => {
+            problems.push(Located {
+                at,
+                problem: Problem::Token {
+                    who: who.to_string(),
+                    error,
+                },
+            });
+            None
+        }
+    }
+}
+
+/// One token, one principal: a token shared by two would let one act as
+/// the other. Each tenant in `list` (defined at `id_at`) whose token is the
+/// operator's or an earlier tenant's is named.
+fn check_tokens_distinct(list: &[Tenant], id_at: &[Location], operator: Option<&Token>, problems: &mut Vec<Located>) {
     for (i, t) in list.iter().enumerate() {
         let Some(token) = &t.token else { continue };
-        let clash = if operator.as_ref() == Some(token) {
+        let clash = if operator == Some(token) {
             Some("the operator".to_string())
         } else {
             list[..i]
@@ -262,7 +278,6 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
             });
         }
     }
-    Tenants::new(list, operator)
 }
 
 /// A tenant's quotas, defaults filled in; zeros refused.
