@@ -227,8 +227,19 @@ enum Fetch<'a> {
     },
 }
 
+/// One resolve under way: the registry it asks, its deadline, where its
+/// bytes have come from so far, the error that showed the registry down
+/// (then only the cache is read), and the bytes that came over the network.
+struct Resolving {
+    registry: Arc<RegistryClient>,
+    deadline: tokio::time::Instant,
+    source: Source,
+    offline: Option<OciError>,
+    transferred: u64,
+}
+
 /// One registry's client and credentials.
-struct Registry {
+struct RegistryClient {
     name: String,
     /// For pushes.
     client: oci_client::Client,
@@ -238,7 +249,7 @@ struct Registry {
     password: Option<Secret>,
 }
 
-impl Registry {
+impl RegistryClient {
     fn auth(&self) -> RegistryAuth {
         match (&self.username, &self.password) {
             (Some(u), Some(p)) => RegistryAuth::Basic(u.clone(), p.0.clone()),
@@ -331,7 +342,7 @@ impl Registry {
 pub struct Client {
     settings: Settings,
     cache: Cache,
-    registries: Mutex<HashMap<String, Arc<Registry>>>,
+    registries: Mutex<HashMap<String, Arc<RegistryClient>>>,
     /// Blobs resolved by this process: never evicted while it runs.
     in_use: Mutex<HashSet<String>>,
 }
@@ -345,7 +356,7 @@ impl std::fmt::Debug for Client {
     }
 }
 
-fn build_registry(name: &str, s: &RegistrySettings, limits: Limits) -> Result<Registry, OciError> {
+fn build_registry(name: &str, s: &RegistrySettings, limits: Limits) -> Result<RegistryClient, OciError> {
     // reqwest is built without a default crypto provider; sonde uses ring
     // everywhere. Installing fails only when one is already installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -412,7 +423,7 @@ fn build_registry(name: &str, s: &RegistrySettings, limits: Limits) -> Result<Re
         detail: format!("cannot build the HTTP client: {e}"),
     })?;
     let remote = Remote::new(name, s.insecure, roots, s.username.clone(), password.clone(), limits)?;
-    Ok(Registry {
+    Ok(RegistryClient {
         name: name.to_string(),
         client,
         remote,
@@ -513,7 +524,7 @@ impl Client {
         &self.cache
     }
 
-    fn registry(&self, name: &str) -> Result<Arc<Registry>, OciError> {
+    fn registry(&self, name: &str) -> Result<Arc<RegistryClient>, OciError> {
         let mut map = self.registries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = map.get(name) {
             return Ok(r.clone());
@@ -580,61 +591,19 @@ impl Client {
         reference: &Reference,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Resolved, OciError> {
-        let registry = self.registry(reference.registry())?;
-        let deadline = self.deadline();
-        let mut source = Source::Cache;
-        let mut offline: Option<OciError> = None;
-        let mut transferred = 0u64;
-
-        // 1. The manifest digest.
-        let digest = match reference.digest() {
-            Some(d) => d.to_string(),
-            None => match self
-                .bounded(deadline, registry.name.as_str(), self.fetch_tag(&registry, reference))
-                .await
-            {
-                Ok((digest, manifest)) => {
-                    transferred += manifest.len() as u64;
-                    self.cache.put(&digest, &manifest)?;
-                    self.cache.remember_tag(reference, &digest)?;
-                    source = Source::Registry;
-                    digest
-                }
-                Err(e) if e.is_offline() => match self.cache.recall_tag(reference)? {
-                    Some(memo) => {
-                        tracing::warn!(reference = %reference, digest = %memo.digest, resolved_at = %memo.resolved_at, error = %e, "registry down; using the digest this tag last resolved to");
-                        source = Source::CacheRegistryDown {
-                            error: e.to_string(),
-                            tag_resolved_at: Some(memo.resolved_at),
-                        };
-                        offline = Some(e);
-                        memo.digest
-                    }
-                    None => {
-                        return Err(OciError::NotCached {
-                            reference: reference.to_string(),
-                            source: Box::new(e),
-                        });
-                    }
-                },
-                Err(e) => return Err(e),
-            },
+        let mut r = Resolving {
+            registry: self.registry(reference.registry())?,
+            deadline: self.deadline(),
+            source: Source::Cache,
+            offline: None,
+            transferred: 0,
         };
+        // 1. The manifest digest.
+        let digest = self.manifest_digest(&mut r, reference).await?;
         let pinned = reference.with_digest(&digest);
 
         // 2. The manifest, then 3. the component.
-        let (manifest_bytes, fetched) = self
-            .blob_or_fetch(
-                &registry,
-                &pinned,
-                &digest,
-                Fetch::Manifest,
-                &mut source,
-                &offline,
-                deadline,
-            )
-            .await?;
-        transferred += if fetched { manifest_bytes.len() as u64 } else { 0 };
+        let manifest_bytes = self.blob_or_fetch(&mut r, &pinned, &digest, Fetch::Manifest).await?;
         let manifest = parse_manifest(&pinned, &manifest_bytes)?;
         let layer = wasm_layer(&pinned, &manifest, self.settings.max_bytes)?;
         let component = Fetch::Component {
@@ -642,57 +611,10 @@ impl Client {
             max: self.settings.max_bytes,
             progress,
         };
-        let (wasm, fetched) = self
-            .blob_or_fetch(
-                &registry,
-                &pinned,
-                &layer.digest,
-                component,
-                &mut source,
-                &offline,
-                deadline,
-            )
-            .await?;
-        transferred += if fetched { wasm.len() as u64 } else { 0 };
+        let wasm = self.blob_or_fetch(&mut r, &pinned, &layer.digest, component).await?;
 
-        // 4. The signature: cached, else asked for (absence is not cached,
-        // so a signature attached later is found).
-        let mut signature = None;
-        if let Some(sig_digest) = self.cache.recall_signature(&digest)?
-            && let Some(bytes) = self.cache.get(&sig_digest)?
-        {
-            self.mark_in_use(&sig_digest);
-            signature = Some((bytes, SignatureLocation::Cache));
-        } else if offline.is_none() {
-            match self
-                .bounded(
-                    deadline,
-                    registry.name.as_str(),
-                    self.fetch_signature(&registry, &pinned),
-                )
-                .await
-            {
-                Ok(Some((bytes, loc))) => {
-                    transferred += bytes.len() as u64;
-                    let d = Digest::of(&bytes).to_string();
-                    self.cache.put(&d, &bytes)?;
-                    self.cache.remember_signature(&digest, &d)?;
-                    self.mark_in_use(&d);
-                    signature = Some((bytes, loc));
-                }
-                Ok(None) => {}
-                Err(e) if e.is_offline() => {
-                    tracing::warn!(reference = %pinned, error = %e, "registry down; cannot look for a signature");
-                    if source == Source::Cache {
-                        source = Source::CacheRegistryDown {
-                            error: e.to_string(),
-                            tag_resolved_at: None,
-                        };
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        // 4. The signature.
+        let signature = self.signature_of(&mut r, &pinned, &digest).await?;
         self.mark_in_use(&digest);
         self.mark_in_use(&layer.digest);
         if let Err(e) = self.prune_cache() {
@@ -704,9 +626,97 @@ impl Client {
             wasm_digest: layer.digest,
             bytes: wasm.into(),
             signature,
-            source,
-            transferred,
+            source: r.source,
+            transferred: r.transferred,
         })
+    }
+
+    /// The manifest digest `reference` names: its own, or what its tag
+    /// resolves to now (cached with the manifest), or, with the registry
+    /// down, what the tag last resolved to.
+    async fn manifest_digest(&self, r: &mut Resolving, reference: &Reference) -> Result<String, OciError> {
+        if let Some(d) = reference.digest() {
+            return Ok(d.to_string());
+        }
+        let registry = r.registry.clone();
+        match self
+            .bounded(r.deadline, registry.name.as_str(), self.fetch_tag(&registry, reference))
+            .await
+        {
+            Ok((digest, manifest)) => {
+                r.transferred += manifest.len() as u64;
+                self.cache.put(&digest, &manifest)?;
+                self.cache.remember_tag(reference, &digest)?;
+                r.source = Source::Registry;
+                Ok(digest)
+            }
+            Err(e) if e.is_offline() => match self.cache.recall_tag(reference)? {
+                Some(memo) => {
+                    tracing::warn!(reference = %reference, digest = %memo.digest, resolved_at = %memo.resolved_at, error = %e, "registry down; using the digest this tag last resolved to");
+                    r.source = Source::CacheRegistryDown {
+                        error: e.to_string(),
+                        tag_resolved_at: Some(memo.resolved_at),
+                    };
+                    r.offline = Some(e);
+                    Ok(memo.digest)
+                }
+                None => Err(OciError::NotCached {
+                    reference: reference.to_string(),
+                    source: Box::new(e),
+                }),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The signature of the manifest `digest`: cached, else asked for
+    /// (absence is not cached, so a signature attached later is found);
+    /// not asked for with the registry down.
+    async fn signature_of(
+        &self,
+        r: &mut Resolving,
+        pinned: &Reference,
+        digest: &str,
+    ) -> Result<Option<(Vec<u8>, SignatureLocation)>, OciError> {
+        if let Some(sig_digest) = self.cache.recall_signature(digest)?
+            && let Some(bytes) = self.cache.get(&sig_digest)?
+        {
+            self.mark_in_use(&sig_digest);
+            return Ok(Some((bytes, SignatureLocation::Cache)));
+        }
+        if r.offline.is_some() {
+            return Ok(None);
+        }
+        let registry = r.registry.clone();
+        match self
+            .bounded(
+                r.deadline,
+                registry.name.as_str(),
+                self.fetch_signature(&registry, pinned),
+            )
+            .await
+        {
+            Ok(Some((bytes, loc))) => {
+                r.transferred += bytes.len() as u64;
+                let d = Digest::of(&bytes).to_string();
+                self.cache.put(&d, &bytes)?;
+                self.cache.remember_signature(digest, &d)?;
+                self.mark_in_use(&d);
+                Ok(Some((bytes, loc)))
+            }
+            Ok(None) => Ok(None),
+            Err(e) if e.is_offline() => {
+                tracing::warn!(reference = %pinned, error = %e, "registry down; cannot look for a signature");
+                if r.source == Source::Cache {
+                    r.source = Source::CacheRegistryDown {
+                        error: e.to_string(),
+                        tag_resolved_at: None,
+                    };
+                }
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Resolves a pinned `reference` from the cache alone, without a
@@ -747,24 +757,22 @@ impl Client {
         }))
     }
 
-    /// A blob from the cache, else fetched (checked, then cached), and
-    /// whether it was fetched. With the registry down, a blob not cached is
+    /// A blob from the cache, else fetched (checked, then cached, and
+    /// counted in `r`). With the registry down, a blob not cached is
     /// [`OciError::NotCached`].
-    #[allow(clippy::too_many_arguments)]
     async fn blob_or_fetch(
         &self,
-        registry: &Registry,
+        r: &mut Resolving,
         pinned: &Reference,
         digest: &str,
         what: Fetch<'_>,
-        source: &mut Source,
-        offline: &Option<OciError>,
-        deadline: tokio::time::Instant,
-    ) -> Result<(Vec<u8>, bool), OciError> {
+    ) -> Result<Vec<u8>, OciError> {
         if let Some(bytes) = self.cache.get(digest)? {
-            return Ok((bytes, false));
+            return Ok(bytes);
         }
-        if let Some(e) = offline {
+        let registry = &*r.registry;
+        let deadline = r.deadline;
+        if let Some(e) = &r.offline {
             return Err(OciError::NotCached {
                 reference: pinned.to_string(),
                 source: Box::new(OciError::Unreachable {
@@ -798,10 +806,11 @@ impl Client {
                     });
                 }
                 self.cache.put(digest, &bytes)?;
-                if *source == Source::Cache {
-                    *source = Source::Registry;
+                if r.source == Source::Cache {
+                    r.source = Source::Registry;
                 }
-                Ok((bytes, true))
+                r.transferred += bytes.len() as u64;
+                Ok(bytes)
             }
             Err(e) if e.is_offline() => Err(OciError::NotCached {
                 reference: pinned.to_string(),
@@ -812,13 +821,13 @@ impl Client {
     }
 
     /// Asks the registry what a tag points at: (digest, manifest bytes).
-    async fn fetch_tag(&self, registry: &Registry, reference: &Reference) -> Result<(String, Vec<u8>), OciError> {
+    async fn fetch_tag(&self, registry: &RegistryClient, reference: &Reference) -> Result<(String, Vec<u8>), OciError> {
         let bytes = Self::fetch_manifest(registry, reference).await?;
         Ok((Digest::of(&bytes).to_string(), bytes))
     }
 
     /// A manifest, read up to [`super::MAX_MANIFEST_BYTES`].
-    async fn fetch_manifest(registry: &Registry, reference: &Reference) -> Result<Vec<u8>, OciError> {
+    async fn fetch_manifest(registry: &RegistryClient, reference: &Reference) -> Result<Vec<u8>, OciError> {
         registry.remote.manifest(reference, false).await
     }
 
@@ -826,7 +835,7 @@ impl Client {
     /// as it passes `layer.size`, when it ends short or hashes wrong, and
     /// when it declares more than `max` bytes.
     async fn fetch_blob(
-        registry: &Registry,
+        registry: &RegistryClient,
         reference: &Reference,
         layer: &OciDescriptor,
         max: u64,
@@ -851,7 +860,7 @@ impl Client {
     /// OCI 1.1 referrers, then the `sha256-HEX.sonde-sig` tag.
     async fn fetch_signature(
         &self,
-        registry: &Registry,
+        registry: &RegistryClient,
         pinned: &Reference,
     ) -> Result<Option<(Vec<u8>, SignatureLocation)>, OciError> {
         let digest = pinned.digest().unwrap_or_default().to_string();
@@ -906,7 +915,7 @@ impl Client {
     /// The signature blob of a signature manifest, if it is one for `subject`.
     async fn signature_from_manifest(
         &self,
-        registry: &Registry,
+        registry: &RegistryClient,
         at: &Reference,
         manifest: &[u8],
         subject: &str,
@@ -1003,7 +1012,7 @@ impl Client {
 
     async fn push_blobs(
         &self,
-        registry: &Registry,
+        registry: &RegistryClient,
         reference: &Reference,
         blobs: &[(&[u8], &String)],
     ) -> Result<(), OciError> {
@@ -1030,7 +1039,12 @@ impl Client {
         Ok(())
     }
 
-    async fn push_manifest(&self, registry: &Registry, reference: &Reference, bytes: &[u8]) -> Result<(), OciError> {
+    async fn push_manifest(
+        &self,
+        registry: &RegistryClient,
+        reference: &Reference,
+        bytes: &[u8],
+    ) -> Result<(), OciError> {
         let content_type = http::HeaderValue::from_static(OCI_MANIFEST_MEDIA_TYPE);
         registry
             .client
