@@ -2,6 +2,7 @@
 //! compile cache), checking its world and imports, and pre-instantiating it.
 
 use super::compile::{self, CompileBudget, Compiler};
+use super::run::DescribeError;
 use super::store::CallState;
 use super::{CacheOutcome, Engine, Plugin};
 use crate::bindings;
@@ -62,12 +63,12 @@ pub enum LoadError {
         detail: String,
     },
     /// `describe` failed.
-    #[error("{plugin}: describe() failed: {detail}")]
+    #[error("{plugin}: describe() failed: {source}")]
     Describe {
         /// The plugin's file or built-in name.
         plugin: String,
-        /// The run's message.
-        detail: String,
+        /// What happened instead of an answer.
+        source: DescribeError,
     },
     /// The file could not be read.
     #[error("{plugin}: {source}")]
@@ -244,9 +245,9 @@ impl Engine {
         };
         let pre_closed = prepare(&self.inner.linker_closed)?;
         let pre_files = prepare(&self.inner.linker_files)?;
-        let info = self.describe(&pre_closed).await.map_err(|detail| LoadError::Describe {
+        let info = self.describe(&pre_closed).await.map_err(|source| LoadError::Describe {
             plugin: plugin.clone(),
-            detail,
+            source,
         })?;
         Ok(Arc::new(Plugin {
             cache_file: self.inner.cache.entry(&digest.hex()),

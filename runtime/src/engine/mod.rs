@@ -31,7 +31,8 @@ pub use limits::Limits;
 pub use load::{LoadError, read_plugin_file};
 pub use plugin::{Capability, CapabilityKind, Plugin, PluginInfo};
 pub use pool::{KEEP_RESIDENT, PoolStats};
-pub use run::Call;
+pub use run::{Call, DescribeError};
+pub use store::CallSetupError;
 
 use crate::host;
 use crate::identity::Digest;

@@ -2,7 +2,7 @@
 //! became of it (a trap, a host bound, the deadline) as a [`RunResult`].
 
 use super::limits::MAX_MESSAGE_BYTES;
-use super::store::CallState;
+use super::store::{CallSetupError, CallState};
 use super::{Engine, Limits, Plugin, PluginInfo, no_tenant};
 use crate::bindings::{self, sonde::probe::types as wit};
 use crate::host::grants::CallGrants;
@@ -31,6 +31,26 @@ pub struct Call<'a> {
     pub attempt: u32,
 }
 
+/// Why a plugin's `describe` gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum DescribeError {
+    /// Its sandbox could not be set up.
+    #[error(transparent)]
+    Setup(#[from] CallSetupError),
+    /// The engine is shutting down.
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+    /// No answer within the default call deadline.
+    #[error("no answer within {}", humantime::format_duration(*.0))]
+    Timeout(std::time::Duration),
+    /// It trapped: what went wrong, with what the plugin said on stderr.
+    #[error("{0}")]
+    Trapped(String),
+    /// It tried something no plugin is granted while describing itself.
+    #[error("{0}")]
+    Denied(String),
+}
+
 impl Engine {
     /// The store of one call of `probe` for `tenant`: its state (the
     /// grants, the memory cap, the deadline `limits.timeout` from now) and
@@ -42,7 +62,7 @@ impl Engine {
         tenant: &Arc<str>,
         grants: Arc<CallGrants>,
         limits: &Limits,
-    ) -> Result<Store<CallState>, String> {
+    ) -> Result<Store<CallState>, CallSetupError> {
         let state = CallState::new(
             probe.into(),
             tenant.clone(),
@@ -63,24 +83,28 @@ impl Engine {
         Ok(store)
     }
 
-    pub(super) async fn describe(&self, pre: &bindings::PluginPre<CallState>) -> Result<PluginInfo, String> {
+    pub(super) async fn describe(&self, pre: &bindings::PluginPre<CallState>) -> Result<PluginInfo, DescribeError> {
         let limits = Limits::default();
         let grants = Arc::new(CallGrants::new(None, Arc::default(), self.own_listeners().clone()));
         let mut store = self.call_store("describe", &no_tenant(), grants.clone(), &limits)?;
-        let _slot = self.inner.slots.acquire().await.map_err(|e| e.to_string())?;
+        let _slot = self
+            .inner
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| DescribeError::ShuttingDown)?;
         let _ticking = self.inner.ticker.busy();
         let call = async {
             let instance = pre.instantiate_async(&mut store).await?;
             instance.call_describe(&mut store).await
         };
         match tokio::time::timeout(limits.timeout, call).await {
-            Err(_) => Err(format!(
-                "no answer within {}",
-                humantime::format_duration(limits.timeout)
-            )),
-            Ok(Err(e)) => Err(trap_message(&e, &store)),
-            Ok(Ok(_)) if grants.denial_message().is_some() => Err(grants.denial_message().unwrap_or_default()),
-            Ok(Ok(info)) => Ok(info.into()),
+            Err(_) => Err(DescribeError::Timeout(limits.timeout)),
+            Ok(Err(e)) => Err(DescribeError::Trapped(trap_message(&e, &store))),
+            Ok(Ok(info)) => match grants.denial_message() {
+                Some(denial) => Err(DescribeError::Denied(denial)),
+                None => Ok(info.into()),
+            },
         }
     }
 
@@ -113,7 +137,7 @@ impl Engine {
         };
         let mut store = match self.call_store(call.probe, tenant, grants.clone(), &call.limits) {
             Ok(s) => s,
-            Err(e) => return RunResult::error(Reason::Internal, e),
+            Err(e) => return RunResult::error(Reason::Internal, e.to_string()),
         };
         let _ticking = self.inner.ticker.busy();
         let req = wit::Request {
