@@ -33,7 +33,7 @@ impl Reference {
         let (registry, path) = rest
             .split_once('/')
             .ok_or_else(|| bad("expected oci://HOST/REPOSITORY:TAG or @sha256:DIGEST"))?;
-        check_registry(registry).map_err(|d| bad(&d))?;
+        check_registry(registry).map_err(|d| bad(&d.to_string()))?;
         let (name_tag, digest) = match path.split_once('@') {
             Some((n, d)) => {
                 if Digest::parse(d).is_err() {
@@ -47,9 +47,9 @@ impl Reference {
             Some((r, t)) if !t.contains('/') => (r, Some(t.to_string())),
             _ => (name_tag, None),
         };
-        check_repository(repository).map_err(|d| bad(&d))?;
+        check_repository(repository).map_err(|d| bad(&d.to_string()))?;
         if let Some(t) = &tag {
-            check_tag(t).map_err(|d| bad(&d))?;
+            check_tag(t).map_err(|d| bad(&d.to_string()))?;
         }
         if tag.is_none() && digest.is_none() {
             return Err(bad(
@@ -145,7 +145,22 @@ impl std::str::FromStr for Reference {
     }
 }
 
-fn check_registry(registry: &str) -> Result<(), String> {
+/// What is wrong with one part of a reference.
+#[derive(Debug, thiserror::Error)]
+enum PartError {
+    #[error("registry port {0:?} is not a port number")]
+    Port(String),
+    #[error("registry host {0:?} is not a host name or IPv4 address")]
+    Host(String),
+    #[error("the repository must be 1 to 255 characters")]
+    RepositoryLength,
+    #[error("repository component {0:?} must be lowercase letters and digits separated by . _ __ or -")]
+    RepositoryComponent(String),
+    #[error("tag {0:?} must be 1 to 128 of letters, digits, . _ - (not starting with . or -)")]
+    Tag(String),
+}
+
+fn check_registry(registry: &str) -> Result<(), PartError> {
     let (host, port) = match registry.rsplit_once(':') {
         Some((h, p)) => (h, Some(p)),
         None => (registry, None),
@@ -153,7 +168,7 @@ fn check_registry(registry: &str) -> Result<(), String> {
     if let Some(p) = port
         && !matches!(p.parse::<u16>(), Ok(n) if n != 0)
     {
-        return Err(format!("registry port {p:?} is not a port number"));
+        return Err(PartError::Port(p.to_string()));
     }
     let label_ok = |l: &str| {
         !l.is_empty()
@@ -163,7 +178,7 @@ fn check_registry(registry: &str) -> Result<(), String> {
             && !l.ends_with('-')
     };
     if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
-        return Err(format!("registry host {host:?} is not a host name or IPv4 address"));
+        return Err(PartError::Host(host.to_string()));
     }
     Ok(())
 }
@@ -200,19 +215,17 @@ fn component_ok(c: &str) -> bool {
     true
 }
 
-fn check_repository(repository: &str) -> Result<(), String> {
+fn check_repository(repository: &str) -> Result<(), PartError> {
     if repository.is_empty() || repository.len() > 255 {
-        return Err("the repository must be 1 to 255 characters".into());
+        return Err(PartError::RepositoryLength);
     }
     match repository.split('/').find(|c| !component_ok(c)) {
-        Some(c) => Err(format!(
-            "repository component {c:?} must be lowercase letters and digits separated by . _ __ or -"
-        )),
+        Some(c) => Err(PartError::RepositoryComponent(c.to_string())),
         None => Ok(()),
     }
 }
 
-fn check_tag(tag: &str) -> Result<(), String> {
+fn check_tag(tag: &str) -> Result<(), PartError> {
     let b = tag.as_bytes();
     let ok = !b.is_empty()
         && b.len() <= 128
@@ -222,9 +235,7 @@ fn check_tag(tag: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "tag {tag:?} must be 1 to 128 of letters, digits, . _ - (not starting with . or -)"
-        ))
+        Err(PartError::Tag(tag.to_string()))
     }
 }
 
@@ -253,7 +264,7 @@ impl RegistryScope {
         let (registry, path) = rest
             .split_once('/')
             .ok_or_else(|| bad("expected HOST/REPOSITORY, HOST/PREFIX/* or HOST/*"))?;
-        check_registry(registry).map_err(|d| bad(&d))?;
+        check_registry(registry).map_err(|d| bad(&d.to_string()))?;
         let (path, subtree) = match path.strip_suffix('*') {
             Some("") => (String::new(), true),
             Some(p) => match p.strip_suffix('/') {
@@ -266,7 +277,7 @@ impl RegistryScope {
             return Err(bad("* is allowed only at the end, as in acme/*"));
         }
         if !path.is_empty() {
-            check_repository(&path).map_err(|d| bad(&d))?;
+            check_repository(&path).map_err(|d| bad(&d.to_string()))?;
         } else if !subtree {
             return Err(bad("name a repository, PREFIX/* or * after the host"));
         }

@@ -41,7 +41,7 @@ pub enum Problem {
     Api(String),
     /// An `api:` limit out of range.
     #[error("{0}")]
-    ApiLimit(String),
+    ApiLimit(crate::config::ApiLimitError),
     /// A `sandbox:` bound out of range; the message names the key.
     #[error("{0}")]
     SandboxLimit(String),
