@@ -141,7 +141,7 @@ fn kubernetes(k: &crate::config::KubernetesSpec) -> Value {
 }
 
 /// The `oci:` block.
-fn oci(o: &crate::oci::Settings) -> Value {
+fn oci(o: &crate::oci::ClientSettings) -> Value {
     let registries: serde_json::Map<String, Value> = o
         .registries
         .iter()

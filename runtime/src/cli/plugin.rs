@@ -47,14 +47,14 @@ impl RegistryArgs {
             (None, Some(d)) => d.join("oci"),
             (None, None) => std::env::temp_dir().join("sonde-oci"),
         };
-        let mut settings = oci::Settings::new(cache_dir);
+        let mut settings = oci::ClientSettings::new(cache_dir);
         settings.timeout = self.registry_timeout;
         if !self.registry_idle_timeout.is_zero() {
             settings.limits.idle = self.registry_idle_timeout;
         }
         settings.registries.insert(
             reference.registry().to_string(),
-            oci::RegistrySettings {
+            oci::RegistryAccess {
                 username: self.registry_user.clone(),
                 password_file: self.registry_password_file.clone(),
                 ca_file: self.registry_ca.clone(),

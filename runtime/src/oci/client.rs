@@ -29,7 +29,7 @@ pub(crate) const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"))
 
 /// How sonde reaches registries and where it caches what it pulls.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub struct ClientSettings {
     /// The cache directory (`STATE_DIR/oci` for the agent, the user cache
     /// for `sonde check`).
     pub cache_dir: PathBuf,
@@ -38,7 +38,7 @@ pub struct Settings {
     /// Per registry (`HOST` or `HOST:PORT`, as in references): credentials,
     /// CA, plain HTTP. A registry not listed is reached anonymously over
     /// HTTPS with the system roots.
-    pub registries: BTreeMap<String, RegistrySettings>,
+    pub registries: BTreeMap<String, RegistryAccess>,
     /// The longest a whole pull may take (the tag, the manifest, the
     /// component and the signature together), and a whole push
     /// [default: 60s].
@@ -50,7 +50,7 @@ pub struct Settings {
     pub max_bytes: u64,
 }
 
-impl Settings {
+impl ClientSettings {
     /// The defaults, caching in `cache_dir`.
     pub fn new(cache_dir: PathBuf) -> Self {
         Self {
@@ -66,7 +66,7 @@ impl Settings {
 
 /// How to reach one registry.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RegistrySettings {
+pub struct RegistryAccess {
     /// The user for basic auth (and the token flow, which starts from it).
     pub username: Option<String>,
     /// The file holding the password (its first line). Read once, when the
@@ -340,7 +340,7 @@ impl RegistryClient {
 /// Lifecycle: built once per process ([`Client::new`] reads password and CA
 /// files then); [`Client::resolve`] per plugin load.
 pub struct Client {
-    settings: Settings,
+    settings: ClientSettings,
     cache: Cache,
     registries: Mutex<HashMap<String, Arc<RegistryClient>>>,
     /// Blobs resolved by this process: never evicted while it runs.
@@ -356,7 +356,7 @@ impl std::fmt::Debug for Client {
     }
 }
 
-fn build_registry(name: &str, s: &RegistrySettings, limits: Limits) -> Result<RegistryClient, OciError> {
+fn build_registry(name: &str, s: &RegistryAccess, limits: Limits) -> Result<RegistryClient, OciError> {
     // reqwest is built without a default crypto provider; sonde uses ring
     // everywhere. Installing fails only when one is already installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -505,7 +505,7 @@ impl Client {
     /// Builds the client: opens the cache and reads every configured
     /// registry's password and CA file (errors name the file, never its
     /// contents).
-    pub fn new(settings: Settings) -> Result<Self, OciError> {
+    pub fn new(settings: ClientSettings) -> Result<Self, OciError> {
         let cache = Cache::open(&settings.cache_dir, settings.cache_max_bytes)?;
         let mut registries = HashMap::new();
         for (name, s) in &settings.registries {
@@ -529,11 +529,7 @@ impl Client {
         if let Some(r) = map.get(name) {
             return Ok(r.clone());
         }
-        let r = Arc::new(build_registry(
-            name,
-            &RegistrySettings::default(),
-            self.settings.limits,
-        )?);
+        let r = Arc::new(build_registry(name, &RegistryAccess::default(), self.settings.limits)?);
         map.insert(name.to_string(), r.clone());
         Ok(r)
     }

@@ -25,10 +25,10 @@
 //! # Examples
 //!
 //! ```no_run
-//! use sonde_runtime::oci::{Client, Reference, Settings};
+//! use sonde_runtime::oci::{Client, Reference, ClientSettings};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = Client::new(Settings::new("/var/lib/sonde/oci".into()))?;
+//! let client = Client::new(ClientSettings::new("/var/lib/sonde/oci".into()))?;
 //! let reference = Reference::parse("oci://registry.example.com/acme/pg-check:1.4")?;
 //! let resolved = client.resolve(&reference).await?;
 //! println!("{} is {} ({} bytes)", reference, resolved.digest, resolved.bytes.len());
@@ -45,8 +45,8 @@ mod remote;
 
 pub use cache::{Cache, TagMemo};
 pub use client::{
-    Client, ComponentInfo, Progress, Pushed, RegistrySettings, Resolved, Settings, SignatureLocation, SignaturePushed,
-    Source, signature_tag,
+    Client, ClientSettings, ComponentInfo, Progress, Pushed, RegistryAccess, Resolved, SignatureLocation,
+    SignaturePushed, Source, signature_tag,
 };
 pub use error::OciError;
 pub use reference::{Reference, RegistryScope};

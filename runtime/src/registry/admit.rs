@@ -4,7 +4,7 @@
 //! [`RegistryOverlay`], so a change of one probe costs one probe's checks
 //! whatever the registry holds.
 
-use super::problem::{Located, Problem};
+use super::problem::{ConfigProblem, Located};
 use super::{Change, Prepared, ProbeSpec, Registry, TargetEntry, TargetSpec, probe, resolve};
 use crate::config::{self, ConfigError, Kind, Place};
 use crate::engine::{CapabilityKind, Engine, Plugin, PluginInfo};
@@ -194,7 +194,7 @@ impl Admission<'_, '_> {
         match self.overlay.target_place(name) {
             Some(first) => problems.push(Located {
                 at: t.name.referenced,
-                problem: Problem::TargetDuplicate {
+                problem: ConfigProblem::TargetDuplicate {
                     name: name.to_string(),
                     first,
                 },
@@ -255,7 +255,7 @@ impl Admission<'_, '_> {
         match self.overlay.probe_place(&d.name) {
             Some(first) => problems.push(Located {
                 at: d.name_at,
-                problem: Problem::ProbeDuplicate {
+                problem: ConfigProblem::ProbeDuplicate {
                     name: d.name.clone(),
                     defaulted: d.defaulted,
                     first,
@@ -273,7 +273,7 @@ impl Admission<'_, '_> {
         if self.overlay.count(&target.tenant_id) == target.quotas.max_probes.saturating_add(1) {
             problems.push(Located {
                 at: d.name_at,
-                problem: Problem::OverQuota {
+                problem: ConfigProblem::OverQuota {
                     tenant: target.tenant_id.clone(),
                     probe: d.name.clone(),
                     max: target.quotas.max_probes,
@@ -323,14 +323,14 @@ impl Admission<'_, '_> {
                     plugin: Some(p.plugin.value.clone()),
                     error: Located {
                         at: p.plugin.referenced,
-                        problem: Problem::Plugin(e),
+                        problem: ConfigProblem::Plugin(e),
                     }
                     .into_error(target.path),
                 });
             }
             Err(e) => problems.push(Located {
                 at: p.plugin.referenced,
-                problem: Problem::Plugin(e),
+                problem: ConfigProblem::Plugin(e),
             }),
         }
         None
@@ -345,7 +345,7 @@ impl Admission<'_, '_> {
         for (pointer, message) in resolve::schema_errors(&v, &d.config) {
             problems.push(Located {
                 at,
-                problem: Problem::Schema {
+                problem: ConfigProblem::Schema {
                     at: pointer,
                     message,
                     plugin: p.plugin.value.clone(),
@@ -367,7 +367,7 @@ impl Admission<'_, '_> {
             self.out.warnings.push(
                 Located {
                     at: p.plugin.referenced,
-                    problem: Problem::Ungranted {
+                    problem: ConfigProblem::Ungranted {
                         probe: d.name.clone(),
                         plugin: p.plugin.value.clone(),
                         missing,
@@ -393,7 +393,7 @@ fn check_one_startup(
     if *startup_seen && let Some(k) = &p.kind {
         problems.push(Located {
             at: k.referenced,
-            problem: Problem::SecondStartup(target.name.to_string()),
+            problem: ConfigProblem::SecondStartup(target.name.to_string()),
         });
     }
     *startup_seen = true;
@@ -412,7 +412,7 @@ fn check_ceiling(
         let (key, at) = probe::ceiling_key(&error, target.config, p, d);
         problems.push(Located {
             at,
-            problem: Problem::Ceiling { key, error },
+            problem: ConfigProblem::Ceiling { key, error },
         });
     }
 }
@@ -436,7 +436,7 @@ fn registry_allowed(
     }
     problems.push(Located {
         at: p.plugin.referenced,
-        problem: Problem::RegistryOutsideCeiling {
+        problem: ConfigProblem::RegistryOutsideCeiling {
             tenant: target.tenant_id.clone(),
             probe: d.name.clone(),
             reference: p.plugin.value.clone(),
@@ -459,7 +459,7 @@ fn tenant_of(reg: &Registry, t: &config::Target, problems: &mut Vec<Located>) ->
         None => {
             problems.push(Located {
                 at: id.referenced,
-                problem: Problem::UnknownTenant {
+                problem: ConfigProblem::UnknownTenant {
                     id: name.to_string(),
                     known: reg.tenants.iter().skip(1).map(|t| t.id.to_string()).collect(),
                 },
@@ -497,7 +497,7 @@ async fn resolve_plugin(
         let settings = reg
             .oci
             .clone()
-            .unwrap_or_else(|| Arc::new(crate::oci::Settings::new(super::settings::oci_cache_dir(None))));
+            .unwrap_or_else(|| Arc::new(crate::oci::ClientSettings::new(super::settings::oci_cache_dir(None))));
         reg.cache
             .oci_plugin(engine, &settings, name, &reg.trust, tenant)
             .await

@@ -64,7 +64,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use problem::{Located, Problem};
+pub use problem::{ConfigProblem, Located};
 pub use resolve::{PullCost, ResolveError, Trust};
 
 /// The shortest period a probe may have.
@@ -417,7 +417,7 @@ pub struct Registry {
     base: PathBuf,
     trust: Arc<Trust>,
     /// How `oci://` plugins are pulled.
-    oci: Option<Arc<crate::oci::Settings>>,
+    oci: Option<Arc<crate::oci::ClientSettings>>,
     cache: resolve::Cache,
     targets: IndexMap<Arc<str>, TargetEntry>,
     probes: IndexMap<Arc<str>, Arc<ProbeSpec>>,
@@ -430,7 +430,7 @@ pub struct Registry {
 
 impl Registry {
     /// How `oci://` plugins are pulled (`oci:`, defaults filled in).
-    pub fn oci_settings(&self) -> Option<&crate::oci::Settings> {
+    pub fn oci_settings(&self) -> Option<&crate::oci::ClientSettings> {
         self.oci.as_deref()
     }
 

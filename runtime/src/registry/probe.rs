@@ -6,7 +6,7 @@
 //! names, quotas, ceilings) is [`super::pending`]'s; the plugin and its
 //! schema, [`super::resolve`]'s.
 
-use super::problem::{Located, Problem};
+use super::problem::{ConfigProblem, Located};
 use super::{ActionSpec, DEFAULT_ACTION_TIMEOUT, DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, MIN_PERIOD};
 use crate::config::{self, Kind};
 use crate::engine::{Limits, limits};
@@ -33,20 +33,22 @@ pub fn target(t: &config::Target, problems: &mut Vec<Located>) -> TargetDraft {
     if !super::valid_name(name) {
         problems.push(Located {
             at: t.name.referenced,
-            problem: Problem::NameInvalid(name.to_string()),
+            problem: ConfigProblem::NameInvalid(name.to_string()),
         });
     }
     if let Err(error) = NetPattern::for_target(&t.address.value) {
         problems.push(Located {
             at: t.address.referenced,
-            problem: Problem::Address { key: "address", error },
+            problem: ConfigProblem::Address { key: "address", error },
         });
     }
     let on_failure = t.on_failure.as_ref().and_then(|a| {
         let argv = &a.command.value;
         let problem = match argv.first() {
-            None => Problem::ActionEmpty,
-            Some(p) if !Path::new(p).is_absolute() || !Path::new(p).is_file() => Problem::ActionProgram(p.clone()),
+            None => ConfigProblem::ActionEmpty,
+            Some(p) if !Path::new(p).is_absolute() || !Path::new(p).is_file() => {
+                ConfigProblem::ActionProgram(p.clone())
+            }
             Some(_) => {
                 return Some(ActionSpec {
                     argv: argv.clone(),
@@ -120,7 +122,7 @@ pub fn probe(
         None => (format!("{target}-{kind}"), p.plugin.referenced),
     };
     if !super::valid_name(&name) {
-        at(name_at, Problem::NameInvalid(name.clone()));
+        at(name_at, ConfigProblem::NameInvalid(name.clone()));
     }
     check_numbers(p, kind, problems);
     let address = match &p.target {
@@ -128,7 +130,7 @@ pub fn probe(
             if let Err(error) = NetPattern::for_target(&t.value) {
                 problems.push(Located {
                     at: t.referenced,
-                    problem: Problem::Address { key: "target", error },
+                    problem: ConfigProblem::Address { key: "target", error },
                 });
             }
             t.value.trim().to_string()
@@ -140,7 +142,7 @@ pub fn probe(
         if !super::valid_name(&g.value) {
             problems.push(Located {
                 at: g.referenced,
-                problem: Problem::Group(g.value.clone()),
+                problem: ConfigProblem::Group(g.value.clone()),
             });
         }
     }
@@ -180,30 +182,33 @@ fn check_numbers(p: &config::Probe, kind: Kind, problems: &mut Vec<Located>) {
     let mut at = |at: Location, problem| problems.push(Located { at, problem });
     if let Some(s) = &p.success_threshold {
         if s.value == 0 {
-            at(s.referenced, Problem::SuccessThresholdZero);
+            at(s.referenced, ConfigProblem::SuccessThresholdZero);
         } else if s.value != 1 && kind != Kind::Readiness {
-            at(s.referenced, Problem::SuccessThresholdNotOne { kind, value: s.value });
+            at(
+                s.referenced,
+                ConfigProblem::SuccessThresholdNotOne { kind, value: s.value },
+            );
         }
     }
     if let Some(f) = &p.failure_threshold
         && f.value == 0
     {
-        at(f.referenced, Problem::FailureThresholdZero);
+        at(f.referenced, ConfigProblem::FailureThresholdZero);
     }
     if let Some(d) = &p.period
         && d.value.0 < MIN_PERIOD
     {
-        at(d.referenced, Problem::PeriodTooShort(d.value.0));
+        at(d.referenced, ConfigProblem::PeriodTooShort(d.value.0));
     }
     if let Some(d) = &p.timeout
         && d.value.0.is_zero()
     {
-        at(d.referenced, Problem::TimeoutZero);
+        at(d.referenced, ConfigProblem::TimeoutZero);
     }
     if let Some(m) = &p.limits.memory
         && m.value.0 > limits::MAX_MEMORY
     {
-        at(m.referenced, Problem::MemoryOverMax(m.value.0));
+        at(m.referenced, ConfigProblem::MemoryOverMax(m.value.0));
     }
 }
 
@@ -219,22 +224,22 @@ fn grants(p: &config::Probe, problems: &mut Vec<Located>) -> (Grants, Vec<Locati
                 grants.net.push(g);
                 net_at.push(n.referenced);
             }
-            Err(e) => at(n.referenced, Problem::GrantNet(e)),
+            Err(e) => at(n.referenced, ConfigProblem::GrantNet(e)),
         }
     }
     for x in &p.grants.exec {
         if !x.value.is_absolute() || !x.value.is_file() {
-            at(x.referenced, Problem::GrantExec(x.value.clone()));
+            at(x.referenced, ConfigProblem::GrantExec(x.value.clone()));
         }
         grants.exec.push(x.value.clone());
     }
     for f in &p.grants.files {
         if !f.value.is_absolute() || !f.value.is_dir() {
-            at(f.referenced, Problem::GrantFiles(f.value.clone()));
+            at(f.referenced, ConfigProblem::GrantFiles(f.value.clone()));
         } else if let Some((mount, fstype)) = super::mounts::pseudo_within(&f.value) {
             at(
                 f.referenced,
-                Problem::GrantFilesPseudo {
+                ConfigProblem::GrantFilesPseudo {
                     path: f.value.clone(),
                     mount,
                     fstype,
@@ -255,7 +260,7 @@ fn labels(p: &config::Probe, problems: &mut Vec<Located>) -> Vec<(String, String
         if l.value.len() > super::MAX_LABELS {
             at(
                 l.referenced,
-                Problem::Label {
+                ConfigProblem::Label {
                     key: l.value.keys().nth(super::MAX_LABELS).cloned().unwrap_or_default(),
                     why: "is one label too many (at most 8 per probe)",
                 },
@@ -263,7 +268,7 @@ fn labels(p: &config::Probe, problems: &mut Vec<Located>) -> Vec<(String, String
         }
         for (k, v) in &l.value {
             match super::label_problem(k, v) {
-                Some(why) => at(l.referenced, Problem::Label { key: k.clone(), why }),
+                Some(why) => at(l.referenced, ConfigProblem::Label { key: k.clone(), why }),
                 None => labels.push((k.clone(), v.clone())),
             }
         }

@@ -174,7 +174,7 @@ struct CacheInner {
     /// Digest-pinned `oci://` references never change: resolved once.
     pinned: HashMap<String, (Arc<Plugin>, String)>,
     schemas: HashMap<crate::identity::Digest, Option<Arc<jsonschema::Validator>>>,
-    oci: Option<(crate::oci::Settings, Arc<crate::oci::Client>)>,
+    oci: Option<(crate::oci::ClientSettings, Arc<crate::oci::Client>)>,
     /// The trust settings the resolved plugins were checked under.
     trust: Option<(bool, Vec<String>)>,
 }
@@ -260,7 +260,7 @@ impl Cache {
     pub async fn oci_plugin(
         &self,
         engine: &Engine,
-        settings: &crate::oci::Settings,
+        settings: &crate::oci::ClientSettings,
         name: &str,
         trust: &Arc<Trust>,
         tenant: &crate::tenants::TenantId,
@@ -330,7 +330,7 @@ impl Cache {
         }
     }
 
-    fn oci_client(&self, settings: &crate::oci::Settings) -> Result<Arc<crate::oci::Client>, ResolveError> {
+    fn oci_client(&self, settings: &crate::oci::ClientSettings) -> Result<Arc<crate::oci::Client>, ResolveError> {
         let mut inner = self.lock();
         if let Some((s, c)) = &inner.oci
             && s == settings

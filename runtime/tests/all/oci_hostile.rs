@@ -7,7 +7,7 @@
 
 use crate::support;
 use sonde_runtime::identity::Digest;
-use sonde_runtime::oci::{Client, Limits, OciError, Reference, RegistrySettings, Settings};
+use sonde_runtime::oci::{Client, ClientSettings, Limits, OciError, Reference, RegistryAccess};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -270,7 +270,7 @@ async fn serve(mut stream: TcpStream, how: Hostile, addr: SocketAddr, counter: A
 /// A client of `server` with its own cache, plain HTTP, a 1 s idle timeout
 /// and a whole-pull deadline of `deadline`.
 fn client(server: &Server, cache: &std::path::Path, deadline: Duration) -> Client {
-    let mut settings = Settings::new(cache.to_path_buf());
+    let mut settings = ClientSettings::new(cache.to_path_buf());
     settings.timeout = deadline;
     settings.limits = Limits {
         connect: Duration::from_secs(1),
@@ -278,9 +278,9 @@ fn client(server: &Server, cache: &std::path::Path, deadline: Duration) -> Clien
     };
     settings.registries.insert(
         server.addr.to_string(),
-        RegistrySettings {
+        RegistryAccess {
             insecure: true,
-            ..RegistrySettings::default()
+            ..RegistryAccess::default()
         },
     );
     Client::new(settings).unwrap()
