@@ -1,11 +1,12 @@
 //! What one probe run produced: a [`Status`], the [`Reason`] when the run did
 //! not end with the plugin's own verdict, and the measurements.
 //!
-//! The mapping follows DESIGN.md's "Verdicts and errors" table: a plugin's
+//! The rule (see also `docs/architecture.md`): a plugin's
 //! `success | warning | failure` stands; a missed deadline is a `failure` with
 //! reason `timeout`; everything else that went wrong (a `probe-error`, a trap,
-//! fuel, memory, a denied capability, a host bound) is `unknown` with its reason and never
-//! counts against the target.
+//! fuel, memory, a denied capability, a host bound) is `unknown` with its
+//! reason and never counts against the target. `from_wit` maps a plugin's
+//! own answer to these.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
