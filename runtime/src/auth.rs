@@ -81,7 +81,7 @@ pub enum ApiAuthError {
 impl ApiAuth {
     /// The flag's choice, or the file's `api: {auth: ...}` when the flag
     /// is left at `auto`.
-    pub fn or_file(self, file: Option<Self>) -> Self {
+    pub(crate) fn or_file(self, file: Option<Self>) -> Self {
         match (self, file) {
             (Self::Auto, Some(f)) => f,
             (flag, _) => flag,

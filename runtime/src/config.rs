@@ -307,7 +307,7 @@ pub enum ApiLimitError {
 impl ApiLimits {
     /// The smallest `max_header_bytes`: below it, ordinary requests (long
     /// cookies, tokens) would be refused.
-    pub const MIN_HEADER_BYTES: usize = 8 * 1024;
+    pub(crate) const MIN_HEADER_BYTES: usize = 8 * 1024;
 
     /// The limits `spec` sets, the defaults elsewhere; what is out of range
     /// is named in the error.

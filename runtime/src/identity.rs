@@ -34,7 +34,7 @@ impl Digest {
     }
 
     /// A digest from its 32 bytes (a hash computed piece by piece).
-    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+    pub(crate) fn from_bytes(bytes: [u8; 32]) -> Self {
         Self(bytes)
     }
 
@@ -51,7 +51,7 @@ impl Digest {
     }
 
     /// Parses 64 lower-case hex digits (the digest without `sha256:`).
-    pub fn from_hex(hex: &str) -> Result<Self, DigestError> {
+    pub(crate) fn from_hex(hex: &str) -> Result<Self, DigestError> {
         let bad = |why| DigestError {
             text: hex.to_string(),
             why,
@@ -131,7 +131,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// What a file's first bytes say it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WasmKind {
+pub(crate) enum WasmKind {
     /// A WebAssembly component (what a plugin must be).
     Component,
     /// A core WebAssembly module (a plugin built for the wrong target).
@@ -143,7 +143,7 @@ pub enum WasmKind {
 /// What `bytes` are, from the WebAssembly preamble: the magic `\0asm`,
 /// then a version and a layer (`1 0 0 0` for a core module, `.. .. 1 0`
 /// for a component).
-pub fn sniff(bytes: &[u8]) -> WasmKind {
+pub(crate) fn sniff(bytes: &[u8]) -> WasmKind {
     match bytes.get(..8) {
         Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => WasmKind::CoreModule,
         Some([0, b'a', b's', b'm', _, _, 1, 0]) => WasmKind::Component,
@@ -153,7 +153,7 @@ pub fn sniff(bytes: &[u8]) -> WasmKind {
 
 /// Why a file was not read.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     /// It could not be opened or read.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -176,7 +176,7 @@ pub enum ReadError {
 /// reading, and again while reading, should it grow). The calling thread
 /// blocks while the file is read: for a small file, or off the async
 /// runtime ([`read_plugin`] is the async form).
-pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+pub(crate) fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     use rustix::fs::{FileType, Mode, OFlags};
     use std::io::Read;
     let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())
@@ -212,7 +212,7 @@ pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
 /// Reads a plugin file ([`read_regular`] under [`MAX_PLUGIN_BYTES`]) on a
 /// blocking thread, so a slow disk or a large file never holds an async
 /// worker.
-pub async fn read_plugin(path: &Path) -> Result<Vec<u8>, ReadError> {
+pub(crate) async fn read_plugin(path: &Path) -> Result<Vec<u8>, ReadError> {
     let owned = path.to_path_buf();
     tokio::task::spawn_blocking(move || read_regular(&owned, MAX_PLUGIN_BYTES))
         .await

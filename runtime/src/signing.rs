@@ -59,11 +59,11 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 /// The first line of a secret key file.
-pub const SECRET_KEY_HEADER: &str = "sonde-secret-key v1 ed25519";
+pub(crate) const SECRET_KEY_HEADER: &str = "sonde-secret-key v1 ed25519";
 /// The first line of a public key file.
 pub const PUBLIC_KEY_HEADER: &str = "sonde-public-key v1 ed25519";
 /// The `format` of a signature file, and the first line of what is signed.
-pub const SIGNATURE_FORMAT: &str = "sonde-signature-v1";
+pub(crate) const SIGNATURE_FORMAT: &str = "sonde-signature-v1";
 
 /// Key and signature files larger than this are refused unread.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -172,7 +172,7 @@ impl SignatureError {
     /// Whether the error says the plugin must not be trusted (unsigned,
     /// tampered, untrusted or a malformed signature), rather than that
     /// the check itself could not be made (a key file missing, say).
-    pub fn is_verdict(&self) -> bool {
+    pub(crate) fn is_verdict(&self) -> bool {
         matches!(
             self,
             Self::Unsigned { .. }
@@ -436,7 +436,7 @@ pub struct SignatureFile {
 
 impl SignatureFile {
     /// The text the signature covers.
-    pub fn signed_message(&self) -> String {
+    pub(crate) fn signed_message(&self) -> String {
         format!(
             "{SIGNATURE_FORMAT}\nsigner: {}\nkey_id: {}\nsigned_at: {}\ndigest: {}\n",
             self.signer, self.key_id, self.signed_at, self.digest
@@ -568,7 +568,7 @@ pub fn verify(
 /// Reads the signature file of the component at `wasm` (`FILE.wasm.sig`):
 /// `None` when there is none, an error when it cannot be read or is larger
 /// than 64 KiB.
-pub fn read_signature(wasm: &Path) -> Result<Option<Vec<u8>>, SignatureError> {
+pub(crate) fn read_signature(wasm: &Path) -> Result<Option<Vec<u8>>, SignatureError> {
     match read_small(&signature_path(wasm)) {
         Ok(s) => Ok(Some(s)),
         Err(SignatureError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),

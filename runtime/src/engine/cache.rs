@@ -30,7 +30,7 @@ pub(crate) struct CompileCache {
 
 /// The default cache directory: `$SONDE_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/sonde`, else `$HOME/.cache/sonde`.
-pub fn default_dir() -> Option<PathBuf> {
+pub(crate) fn default_dir() -> Option<PathBuf> {
     let env = |k| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     env("SONDE_CACHE_DIR")
         .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("sonde")))

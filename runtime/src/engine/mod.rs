@@ -197,7 +197,7 @@ impl Engine {
     /// How long the engine's gate of name lookups and of blocking threads
     /// for plugins have each been full (`None` while one is free):
     /// `/livez` fails when either passes the health timeout.
-    pub fn gates_exhausted_for(&self) -> (Option<Duration>, Option<Duration>) {
+    pub(crate) fn gates_exhausted_for(&self) -> (Option<Duration>, Option<Duration>) {
         let gates = self.inner.host.bounds.gates();
         (gates.lookups().exhausted_for(), gates.threads().exhausted_for())
     }
@@ -222,7 +222,7 @@ impl Engine {
     /// The addresses the agent running this engine listens on, which no
     /// plugin's connection may reach ([`crate::host::reach`]); the agent
     /// adds its API's once it is bound.
-    pub fn own_listeners(&self) -> &Arc<host::reach::OwnListeners> {
+    pub(crate) fn own_listeners(&self) -> &Arc<host::reach::OwnListeners> {
         &self.inner.host.listeners
     }
 }

@@ -119,7 +119,7 @@ impl Engine {
     /// (the per-call phase); what outlives the call (pooled connections)
     /// is the tenant's own. Never fails and never panics: whatever the
     /// plugin does ends up in the [`RunResult`].
-    pub async fn run_for(&self, tenant: &Arc<str>, plugin: &Plugin, call: &Call<'_>) -> RunResult {
+    pub(crate) async fn run_for(&self, tenant: &Arc<str>, plugin: &Plugin, call: &Call<'_>) -> RunResult {
         let target = match call.target {
             "" => None,
             t => match NetPattern::for_target(t) {

@@ -75,7 +75,7 @@ impl Cache {
     }
 
     /// Where the blob `digest` lives (whether or not it is there).
-    pub fn blob_path(&self, digest: &str) -> PathBuf {
+    pub(crate) fn blob_path(&self, digest: &str) -> PathBuf {
         let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
         self.dir.join("blobs/sha256").join(hex)
     }
@@ -146,7 +146,7 @@ impl Cache {
     }
 
     /// Records that the tag of `reference` resolved to `digest` just now.
-    pub fn remember_tag(&self, reference: &Reference, digest: &str) -> Result<(), OciError> {
+    pub(crate) fn remember_tag(&self, reference: &Reference, digest: &str) -> Result<(), OciError> {
         let memo = TagMemo {
             reference: reference.with_tag(reference.tag().unwrap_or_default()).to_string(),
             digest: digest.to_string(),
@@ -157,7 +157,7 @@ impl Cache {
     }
 
     /// What the tag of `reference` last resolved to, if it ever did here.
-    pub fn recall_tag(&self, reference: &Reference) -> Result<Option<TagMemo>, OciError> {
+    pub(crate) fn recall_tag(&self, reference: &Reference) -> Result<Option<TagMemo>, OciError> {
         let path = self.tag_path(reference);
         match std::fs::read(&path) {
             Ok(b) => Ok(serde_json::from_slice::<TagMemo>(&b)
@@ -169,13 +169,13 @@ impl Cache {
     }
 
     /// Records that the signature of manifest `manifest` is blob `signature`.
-    pub fn remember_signature(&self, manifest: &str, signature: &str) -> Result<(), OciError> {
+    pub(crate) fn remember_signature(&self, manifest: &str, signature: &str) -> Result<(), OciError> {
         let path = self.signature_path(manifest);
         self.write_atomic(&path, signature.as_bytes())
     }
 
     /// The digest of the signature blob recorded for manifest `manifest`.
-    pub fn recall_signature(&self, manifest: &str) -> Result<Option<String>, OciError> {
+    pub(crate) fn recall_signature(&self, manifest: &str) -> Result<Option<String>, OciError> {
         let path = self.signature_path(manifest);
         match std::fs::read_to_string(&path) {
             Ok(s) => Ok(Some(s.trim().to_string()).filter(|d| Digest::parse(d).is_ok())),
@@ -215,7 +215,7 @@ impl Cache {
     /// Evicts the least recently used blobs not in `in_use` until the cache
     /// is within its limit. Returns the bytes freed. Blobs in use are never
     /// evicted, even when they alone exceed the limit.
-    pub fn prune(&self, in_use: &HashSet<String>) -> Result<u64, OciError> {
+    pub(crate) fn prune(&self, in_use: &HashSet<String>) -> Result<u64, OciError> {
         let mut blobs = self.blobs()?;
         let mut total: u64 = blobs.iter().map(|b| b.2).sum();
         if total <= self.max_bytes {

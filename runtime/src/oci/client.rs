@@ -543,7 +543,7 @@ impl Client {
 
     /// Evicts least recently used blobs this process has not resolved until
     /// the cache is within `cache_max_bytes`. Returns the bytes freed.
-    pub fn prune_cache(&self) -> Result<u64, OciError> {
+    pub(crate) fn prune_cache(&self) -> Result<u64, OciError> {
         let in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.cache.prune(&in_use)
     }
@@ -582,7 +582,7 @@ impl Client {
     }
 
     /// As [`Client::resolve`], calling `progress` as the component downloads.
-    pub async fn resolve_with_progress(
+    pub(crate) async fn resolve_with_progress(
         &self,
         reference: &Reference,
         progress: &(dyn Fn(Progress) + Sync),
@@ -718,7 +718,7 @@ impl Client {
     /// Resolves a pinned `reference` from the cache alone, without a
     /// byte of network: `None` unless its manifest and component are
     /// cached (and its signature too, when `need_signature`).
-    pub fn resolve_cached(&self, reference: &Reference, need_signature: bool) -> Result<Option<Resolved>, OciError> {
+    pub(crate) fn resolve_cached(&self, reference: &Reference, need_signature: bool) -> Result<Option<Resolved>, OciError> {
         let Some(digest) = reference.digest() else {
             return Ok(None);
         };

@@ -57,11 +57,11 @@ pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 /// The media type of the artifact's one layer: the component.
 pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
 /// The media type of an OCI image index (a referrer list).
-pub const OCI_INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const OCI_INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 /// The media type of an OCI image manifest.
-pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The artifact type of a sonde signature manifest, and the media type of its
 /// one layer (the `FILE.wasm.sig` JSON).
-pub const SIGNATURE_MEDIA_TYPE: &str = "application/vnd.sonde.signature.v1+json";
+pub(crate) const SIGNATURE_MEDIA_TYPE: &str = "application/vnd.sonde.signature.v1+json";
 /// The largest signature (the `FILE.wasm.sig` blob) accepted.
-pub const MAX_METADATA_BYTES: u64 = 64 * 1024;
+pub(crate) const MAX_METADATA_BYTES: u64 = 64 * 1024;

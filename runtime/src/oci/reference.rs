@@ -18,7 +18,7 @@ pub struct Reference {
 }
 
 /// The scheme every registry reference starts with.
-pub const SCHEME: &str = "oci://";
+pub(crate) const SCHEME: &str = "oci://";
 
 impl Reference {
     /// Parses `oci://HOST[:PORT]/REPO[:TAG][@sha256:HEX]`. The host is a DNS
@@ -65,7 +65,7 @@ impl Reference {
     }
 
     /// Whether `s` is meant as a registry reference (starts with `oci://`).
-    pub fn is_oci(s: &str) -> bool {
+    pub(crate) fn is_oci(s: &str) -> bool {
         s.starts_with(SCHEME)
     }
 
@@ -90,7 +90,7 @@ impl Reference {
     }
 
     /// Whether the reference names a digest, so it cannot change.
-    pub fn is_pinned(&self) -> bool {
+    pub(crate) fn is_pinned(&self) -> bool {
         self.digest.is_some()
     }
 
@@ -103,7 +103,7 @@ impl Reference {
     }
 
     /// The same repository at another tag, with no digest.
-    pub fn with_tag(&self, tag: &str) -> Self {
+    pub(crate) fn with_tag(&self, tag: &str) -> Self {
         Self {
             tag: Some(tag.to_string()),
             digest: None,

@@ -278,7 +278,7 @@ fn labels(p: &config::Probe, problems: &mut Vec<Located>) -> Vec<(String, String
 
 /// The source location of the key a [`crate::tenants::CeilingError`] is
 /// about, and the key's name.
-pub fn ceiling_key(
+pub(crate) fn ceiling_key(
     e: &crate::tenants::CeilingError,
     t: &config::Target,
     p: &config::Probe,

@@ -22,7 +22,7 @@ pub struct Located {
 
 impl Located {
     /// The problem as a person reads it, in `file`.
-    pub fn into_error(self, file: &std::path::Path) -> ConfigError {
+    pub(crate) fn into_error(self, file: &std::path::Path) -> ConfigError {
         ConfigError {
             place: crate::config::place(file, &self.at),
             message: self.problem.to_string(),

@@ -50,7 +50,7 @@ impl ResolveError {
     /// Whether the error came from a registry (or what it sent), not from
     /// the reference or the agent's settings: in the agent such a failure
     /// leaves its probes out rather than refusing the config.
-    pub fn is_remote(&self) -> bool {
+    pub(crate) fn is_remote(&self) -> bool {
         match self {
             Self::Oci(e) => !matches!(
                 **e,
@@ -63,19 +63,19 @@ impl ResolveError {
 
     /// Whether the plugin is an `oci://` reference its registry could not
     /// give now, with nothing cached ([`OciError::is_unavailable`](crate::oci::OciError::is_unavailable)).
-    pub fn is_unavailable(&self) -> bool {
+    pub(crate) fn is_unavailable(&self) -> bool {
         matches!(self, Self::Oci(e) if e.is_unavailable())
     }
 }
 
 /// Whether `name` is written as a file rather than a built-in's name or
 /// an OCI reference.
-pub fn is_path(name: &str) -> bool {
+pub(crate) fn is_path(name: &str) -> bool {
     !is_oci(name) && (name.contains('/') || name.ends_with(".wasm"))
 }
 
 /// Whether `name` is an OCI reference (`oci://…`).
-pub fn is_oci(name: &str) -> bool {
+pub(crate) fn is_oci(name: &str) -> bool {
     crate::oci::Reference::is_oci(name)
 }
 
@@ -83,7 +83,7 @@ pub fn is_oci(name: &str) -> bool {
 /// checks its signature first when `trust.required`, and loads it.
 /// Returns it with its reference pinned to the digest that runs, and the
 /// bytes that came from the registry (0 when the cache had everything).
-pub async fn oci_plugin(
+pub(crate) async fn oci_plugin(
     engine: &Engine,
     client: &crate::oci::Client,
     name: &str,
@@ -180,7 +180,7 @@ struct CacheInner {
 }
 
 /// What asking for an `oci://` plugin gives.
-pub enum OciPlugin {
+pub(crate) enum OciPlugin {
     /// Resolved, with what it cost (when this change is the one charged).
     Ready((Arc<Plugin>, String), Option<PullCost>),
     /// Being pulled in the background since then; the probes that need it
@@ -257,7 +257,7 @@ impl Cache {
     /// a plugin not resolved yet and not whole in the disk cache is pulled
     /// in the background for `tenant` and [`OciPlugin::Pulling`] returned;
     /// a pull that failed is its error until its backoff passes.
-    pub async fn oci_plugin(
+    pub(crate) async fn oci_plugin(
         &self,
         engine: &Engine,
         settings: &crate::oci::ClientSettings,
@@ -323,7 +323,7 @@ impl Cache {
     /// of the registry in force, no run), so that their compiled code is
     /// freed: called before each whole load, while the registry in force
     /// still holds what it uses.
-    pub fn release_unused(&self) {
+    pub(crate) fn release_unused(&self) {
         self.lock().pinned.retain(|_, (p, _)| Arc::strong_count(p) > 1);
         if let Some(p) = &self.pulls {
             p.release_unused();
@@ -359,7 +359,7 @@ impl Cache {
 
 /// The first five ways `config` does not fit `validator`, as (JSON pointer,
 /// message) pairs.
-pub fn schema_errors(validator: &jsonschema::Validator, config: &serde_json::Value) -> Vec<(String, String)> {
+pub(crate) fn schema_errors(validator: &jsonschema::Validator, config: &serde_json::Value) -> Vec<(String, String)> {
     validator
         .iter_errors(config)
         .take(5)

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 const PROBES: TableDefinition<&str, &[u8]> = TableDefinition::new("probes");
 
 /// The file name of the state database inside `state_dir`.
-pub const FILE_NAME: &str = "state.redb";
+pub(crate) const FILE_NAME: &str = "state.redb";
 
 /// Why the state directory could not be used at all.
 #[derive(Debug, thiserror::Error)]
