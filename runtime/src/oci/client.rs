@@ -25,7 +25,6 @@ const EMPTY_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
 const EMPTY_CONFIG: &[u8] = b"{}";
 /// The most signature referrers of one manifest that are read.
 const MAX_SIGNATURE_REFERRERS: usize = 8;
-pub(crate) const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"));
 
 /// How sonde reaches registries and where it caches what it pulls.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -415,7 +414,7 @@ fn build_registry(name: &str, s: &RegistryAccess, limits: Limits) -> Result<Regi
         platform_resolver: None,
         connect_timeout: Some(limits.connect),
         read_timeout: Some(limits.idle),
-        user_agent: USER_AGENT,
+        user_agent: super::USER_AGENT,
         ..Default::default()
     };
     let client = oci_client::Client::try_from(config).map_err(|e| OciError::Registry {
@@ -718,7 +717,11 @@ impl Client {
     /// Resolves a pinned `reference` from the cache alone, without a
     /// byte of network: `None` unless its manifest and component are
     /// cached (and its signature too, when `need_signature`).
-    pub(crate) fn resolve_cached(&self, reference: &Reference, need_signature: bool) -> Result<Option<Resolved>, OciError> {
+    pub(crate) fn resolve_cached(
+        &self,
+        reference: &Reference,
+        need_signature: bool,
+    ) -> Result<Option<Resolved>, OciError> {
         let Some(digest) = reference.digest() else {
             return Ok(None);
         };

@@ -52,6 +52,8 @@ pub use error::OciError;
 pub use reference::{Reference, RegistryScope};
 pub use remote::{Limits, MAX_MANIFEST_BYTES, MAX_REDIRECTS, MAX_TOKEN_BYTES};
 
+/// What sonde calls itself to a registry.
+pub(crate) const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"));
 /// The media type of the wasm artifact's config (CNCF wasm OCI artifact layout).
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 /// The media type of the artifact's one layer: the component.

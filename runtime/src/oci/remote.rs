@@ -12,7 +12,7 @@
 //! - **Time.** Connecting has [`Limits::connect`], each read (the first
 //!   byte of the answer, then every next one) has [`Limits::idle`]; a
 //!   silent peer is given up on in seconds. The whole pull's deadline is
-//!   the caller's ([`super::Settings::timeout`]).
+//!   the caller's ([`super::ClientSettings::timeout`]).
 //! - **Place.** Redirects (at most [`MAX_REDIRECTS`], never from HTTPS to
 //!   HTTP) and token realms go only where [`super::guard`] allows.
 //!
@@ -147,7 +147,7 @@ impl Remote {
             .dns_resolver(guard::resolver(&guard))
             .connect_timeout(limits.connect)
             .read_timeout(limits.idle)
-            .user_agent(super::client::USER_AGENT)
+            .user_agent(super::USER_AGENT)
             .tls_certs_merge(roots)
             .build()
             .map_err(|e| OciError::Registry {

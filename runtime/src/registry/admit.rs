@@ -5,7 +5,7 @@
 //! whatever the registry holds.
 
 use super::problem::{ConfigProblem, Located};
-use super::{Change, Prepared, ProbeSpec, Registry, TargetEntry, TargetSpec, probe, resolve};
+use super::{Change, Prepared, ProbeSpec, PullCost, Registry, ResolveError, TargetEntry, TargetSpec, probe, resolve};
 use crate::config::{self, ConfigError, Kind, Place};
 use crate::engine::{CapabilityKind, Engine, Plugin, PluginInfo};
 use crate::host::{Grants, NetPattern};
@@ -478,7 +478,7 @@ enum Resolution {
 
 /// What a change resolved, by plugin as written: the plugin and its
 /// reference as shown (an `oci://` one pinned to its digest).
-type Resolved = HashMap<String, Result<Resolution, resolve::ResolveError>>;
+type Resolved = HashMap<String, Result<Resolution, ResolveError>>;
 
 /// Resolves `name` once per change. An `oci://` plugin resolved now (not
 /// by an earlier probe of the change) comes with what its pull cost.
@@ -488,7 +488,7 @@ async fn resolve_plugin(
     files: &mut Resolved,
     name: &str,
     tenant: &TenantId,
-) -> (Result<Resolution, resolve::ResolveError>, Option<resolve::PullCost>) {
+) -> (Result<Resolution, ResolveError>, Option<PullCost>) {
     if let Some(r) = files.get(name) {
         return (r.clone(), None);
     }

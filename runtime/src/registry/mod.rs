@@ -47,6 +47,7 @@
 
 mod admit;
 pub mod mounts;
+mod outcome;
 pub mod probe;
 pub mod problem;
 pub mod pulls;
@@ -64,8 +65,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use outcome::{PullCost, ResolveError};
 pub use problem::{ConfigProblem, Located};
-pub use resolve::{PullCost, ResolveError, Trust};
+pub use resolve::Trust;
 
 /// The shortest period a probe may have.
 pub(crate) const MIN_PERIOD: Duration = Duration::from_millis(100);
@@ -308,7 +310,7 @@ pub struct Pull {
     /// The reference as written.
     pub reference: String,
     /// Bytes from the registry and time spent.
-    pub cost: resolve::PullCost,
+    pub cost: PullCost,
 }
 
 /// A probe left out of a load because its `oci://` plugin could not be
@@ -511,7 +513,11 @@ impl Registry {
     /// A registry built in code (benchmarks, tests): `targets` and
     /// `probes` as they are, unchecked, owned by the operator's tenant set
     /// `tenants`.
-    pub(crate) fn from_specs(tenants: Arc<Tenants>, targets: Vec<Arc<TargetSpec>>, probes: Vec<Arc<ProbeSpec>>) -> Self {
+    pub(crate) fn from_specs(
+        tenants: Arc<Tenants>,
+        targets: Vec<Arc<TargetSpec>>,
+        probes: Vec<Arc<ProbeSpec>>,
+    ) -> Self {
         let mut reg = Registry {
             tenants,
             ..Registry::default()

@@ -268,7 +268,7 @@ pub enum ConfigProblem {
     },
     /// The plugin cannot be had.
     #[error("plugin: {0}")]
-    Plugin(super::resolve::ResolveError),
+    Plugin(super::ResolveError),
     /// The plugin's config does not fit its schema.
     #[error("config{}: {message} (plugin {plugin})", if at.is_empty() { String::new() } else { format!(" at {at}") })]
     Schema {

@@ -15,7 +15,7 @@
 //! - **Tags.** A tag resolved less than [`TAG_FRESH`] ago is used as it is;
 //!   an older one is used while a new pull refreshes it.
 
-use super::resolve::{PullCost, ResolveError};
+use super::outcome::{PullCost, ResolveError};
 use crate::engine::Plugin;
 use crate::tenants::TenantId;
 use std::collections::HashMap;
