@@ -191,7 +191,10 @@ pub fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartP
             registry.tenants.len() > 1,
         )
     {
-        problems.push(StartProblem::ApiAuth { addr, why });
+        problems.push(StartProblem::ApiAuth {
+            addr,
+            why: why.to_string(),
+        });
     }
     if let Some(k) = &options.kubernetes
         && (k.forced || registry.kubernetes.is_some())
@@ -304,7 +307,7 @@ impl Agent {
                 .api_auth
                 .or_file(registry.api_auth)
                 .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
-                .map_err(AgentError::Start)?,
+                .map_err(|e| AgentError::Start(e.to_string()))?,
             None => ApiAuth::None,
         };
         let reviews = match auth {

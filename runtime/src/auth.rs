@@ -52,10 +52,36 @@ pub enum ApiAuth {
     Kubernetes,
 }
 
+/// Why an API cannot serve with the authentication asked for.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApiAuthError {
+    /// No token would be asked while tenants exist.
+    #[error(
+        "the API on {addr} would answer without a token while tenants are configured: every caller would be the operator, including a local service a tenant's probe may reach; configure operator_token_file (or operator_token_env) and the tenants' token_file, or leave `api` out"
+    )]
+    OpenWithTenants {
+        /// Where the API would listen.
+        addr: SocketAddr,
+    },
+    /// No token would be asked on an address off loopback.
+    #[error(
+        "the API on {addr} would answer anyone without a token: configure operator_token_file (or tenant tokens), or serve it on a loopback address such as 127.0.0.1"
+    )]
+    OpenOffLoopback {
+        /// Where the API would listen.
+        addr: SocketAddr,
+    },
+    /// Tokens are required but none is configured.
+    #[error(
+        "--api-auth token, but no token is configured (operator_token_file, operator_token_env, or a tenant's token_file/token_env)"
+    )]
+    NoToken,
+}
+
 impl ApiAuth {
     /// The flag's choice, or the file's `api: {auth: ...}` when the flag
     /// is left at `auto`.
-    pub fn or_file(self, file: Option<Self>) -> Self {
+    pub(crate) fn or_file(self, file: Option<Self>) -> Self {
         match (self, file) {
             (Self::Auto, Some(f)) => f,
             (flag, _) => flag,
@@ -74,7 +100,7 @@ impl ApiAuth {
     ///
     /// `Kubernetes` is always an authenticated API: it resolves to itself.
     /// Call it on [`ApiAuth::or_file`]'s answer.
-    pub fn resolve(self, addr: SocketAddr, has_tokens: bool, has_tenants: bool) -> Result<Self, String> {
+    pub fn resolve(self, addr: SocketAddr, has_tokens: bool, has_tenants: bool) -> Result<Self, ApiAuthError> {
         let open = match self {
             Self::Auto => !has_tokens,
             Self::Token => false,
@@ -82,17 +108,13 @@ impl ApiAuth {
             Self::Kubernetes => return Ok(Self::Kubernetes),
         };
         if open && has_tenants {
-            return Err(format!(
-                "the API on {addr} would answer without a token while tenants are configured: every caller would be the operator, including a local service a tenant's probe may reach; configure operator_token_file (or operator_token_env) and the tenants' token_file, or leave `api` out"
-            ));
+            return Err(ApiAuthError::OpenWithTenants { addr });
         }
         if open && !addr.ip().is_loopback() {
-            return Err(format!(
-                "the API on {addr} would answer anyone without a token: configure operator_token_file (or tenant tokens), or serve it on a loopback address such as 127.0.0.1"
-            ));
+            return Err(ApiAuthError::OpenOffLoopback { addr });
         }
         if !open && !has_tokens {
-            return Err("--api-auth token, but no token is configured (operator_token_file, operator_token_env, or a tenant's token_file/token_env)".into());
+            return Err(ApiAuthError::NoToken);
         }
         Ok(if open { Self::None } else { Self::Token })
     }

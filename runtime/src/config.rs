@@ -281,28 +281,51 @@ impl Default for ApiLimits {
     }
 }
 
+/// An `api:` limit out of range.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApiLimitError {
+    /// A count that must be positive is 0.
+    #[error("api: {key}: must be at least 1")]
+    Zero {
+        /// The key.
+        key: &'static str,
+    },
+    /// A read timeout under 100 ms.
+    #[error("api: {key}: must be at least 100ms")]
+    TimeoutTooShort {
+        /// The key.
+        key: &'static str,
+    },
+    /// `max_header_bytes` under [`ApiLimits::MIN_HEADER_BYTES`].
+    #[error("api: max_header_bytes: must be at least 8KiB (got {got} bytes)")]
+    HeaderBytesTooFew {
+        /// The bytes it gives.
+        got: u64,
+    },
+}
+
 impl ApiLimits {
     /// The smallest `max_header_bytes`: below it, ordinary requests (long
     /// cookies, tokens) would be refused.
-    pub const MIN_HEADER_BYTES: usize = 8 * 1024;
+    pub(crate) const MIN_HEADER_BYTES: usize = 8 * 1024;
 
     /// The limits `spec` sets, the defaults elsewhere; what is out of range
     /// is named in the error.
-    pub fn from_spec(spec: &ApiSpec) -> Result<Self, String> {
+    pub fn from_spec(spec: &ApiSpec) -> Result<Self, ApiLimitError> {
         let d = Self::default();
-        let positive = |key: &str, v: Option<u32>, default: usize| match v {
-            Some(0) => Err(format!("api: {key}: must be at least 1")),
+        let positive = |key: &'static str, v: Option<u32>, default: usize| match v {
+            Some(0) => Err(ApiLimitError::Zero { key }),
             Some(n) => Ok(n as usize),
             None => Ok(default),
         };
-        let timeout = |key: &str, v: Option<Dur>, default: Duration| match v {
-            Some(Dur(t)) if t < Duration::from_millis(100) => Err(format!("api: {key}: must be at least 100ms")),
+        let timeout = |key: &'static str, v: Option<Dur>, default: Duration| match v {
+            Some(Dur(t)) if t < Duration::from_millis(100) => Err(ApiLimitError::TimeoutTooShort { key }),
             Some(Dur(t)) => Ok(t),
             None => Ok(default),
         };
         let max_header_bytes = match spec.max_header_bytes {
             Some(Size(n)) if n < Self::MIN_HEADER_BYTES as u64 => {
-                return Err(format!("api: max_header_bytes: must be at least 8KiB (got {n} bytes)"));
+                return Err(ApiLimitError::HeaderBytesTooFew { got: n });
             }
             Some(Size(n)) => usize::try_from(n).unwrap_or(usize::MAX).min(1 << 30),
             None => d.max_header_bytes,

@@ -13,6 +13,7 @@ use crate::auth::{ApiAuth, Principal};
 use crate::config::{self, ConfigError, ConfigErrors};
 use crate::engine::{Engine, LoadError};
 use crate::executor::Executor;
+use crate::identity::Digest;
 use crate::managed::{self, SpecError, Store, StoredProbe};
 use crate::registry::{Change, Prepared, Registry};
 use crate::scheduler::{self, ReloadSummary};
@@ -648,7 +649,7 @@ impl Control {
         refuse_taken(&owner)?;
         let old = std::fs::read(store.plugin_path(tenant, name))
             .ok()
-            .map(|b| crate::engine::digest_of(&b));
+            .map(|b| Digest::of(&b));
         store
             .put_plugin(tenant, name, wasm)
             .map_err(internal("store the plugin"))?;
@@ -662,11 +663,11 @@ impl Control {
 
     /// Lets the engine free the compile-cache file of `digest` unless a
     /// stored plugin (of any tenant) still has those bytes.
-    fn forget_unless_stored(&self, store: &Store, digest: &str) {
+    fn forget_unless_stored(&self, store: &Store, digest: &Digest) {
         let stored = store
             .plugins()
             .iter()
-            .any(|(_, _, path)| std::fs::read(path).is_ok_and(|b| crate::engine::digest_of(&b) == digest));
+            .any(|(_, _, path)| std::fs::read(path).is_ok_and(|b| Digest::of(&b) == *digest));
         if !stored {
             self.engine.forget(digest);
         }
@@ -708,7 +709,7 @@ impl Control {
         }
         let old = std::fs::read(store.plugin_path(tenant, name))
             .ok()
-            .map(|b| crate::engine::digest_of(&b));
+            .map(|b| Digest::of(&b));
         store
             .delete_plugin(tenant, name)
             .map_err(internal("delete the plugin"))?;

@@ -51,6 +51,7 @@ pub mod control;
 pub mod engine;
 pub mod executor;
 pub mod host;
+pub mod identity;
 pub mod kubernetes;
 pub mod managed;
 pub mod metrics;

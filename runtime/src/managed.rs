@@ -24,7 +24,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The largest plugin a tenant may upload: the largest plugin file.
-pub const MAX_PLUGIN_BYTES: usize = crate::engine::MAX_PLUGIN_FILE_BYTES as usize;
+pub const MAX_PLUGIN_BYTES: usize = crate::identity::MAX_PLUGIN_BYTES as usize;
 /// The largest probe spec a tenant may upload.
 pub const MAX_PROBE_BYTES: usize = 64 * 1024;
 /// The largest batch of probe specs (`PUT /v1/probes`).

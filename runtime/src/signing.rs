@@ -49,21 +49,21 @@
 //! # }
 //! ```
 
+use crate::identity::{self, Digest, ReadError};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 /// The first line of a secret key file.
-pub const SECRET_KEY_HEADER: &str = "sonde-secret-key v1 ed25519";
+pub(crate) const SECRET_KEY_HEADER: &str = "sonde-secret-key v1 ed25519";
 /// The first line of a public key file.
 pub const PUBLIC_KEY_HEADER: &str = "sonde-public-key v1 ed25519";
 /// The `format` of a signature file, and the first line of what is signed.
-pub const SIGNATURE_FORMAT: &str = "sonde-signature-v1";
+pub(crate) const SIGNATURE_FORMAT: &str = "sonde-signature-v1";
 
 /// Key and signature files larger than this are refused unread.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -172,7 +172,7 @@ impl SignatureError {
     /// Whether the error says the plugin must not be trusted (unsigned,
     /// tampered, untrusted or a malformed signature), rather than that
     /// the check itself could not be made (a key file missing, say).
-    pub fn is_verdict(&self) -> bool {
+    pub(crate) fn is_verdict(&self) -> bool {
         matches!(
             self,
             Self::Unsigned { .. }
@@ -193,15 +193,14 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> SignatureError + '_ {
 
 /// Reads a small text file, refusing large ones unread.
 fn read_small(path: &Path) -> Result<Vec<u8>, SignatureError> {
-    use crate::engine::ReadError;
     let invalid = |why: String| SignatureError::Io {
         path: path.display().to_string(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, why),
     };
-    crate::engine::read_regular(path, MAX_FILE_BYTES).map_err(|e| match e {
+    identity::read_regular(path, MAX_FILE_BYTES).map_err(|e| match e {
         ReadError::Io(source) => io_error(path)(source),
         ReadError::NotAFile(kind) => invalid(format!("not a regular file ({kind})")),
-        ReadError::TooLarge(_) => invalid(format!("larger than {MAX_FILE_BYTES} bytes")),
+        ReadError::TooLarge { .. } => invalid(format!("larger than {MAX_FILE_BYTES} bytes")),
     })
 }
 
@@ -224,17 +223,7 @@ fn check_signer_name(name: &str) -> Result<(), SignatureError> {
 
 /// The id of a public key: the first 8 bytes of its SHA-256, in hex.
 fn key_id(key: &VerifyingKey) -> String {
-    hex(&Sha256::digest(key.as_bytes())[..8])
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The SHA-256 digest of a component, in hex (as `sonde plugin inspect`
-/// shows it after `sha256:`).
-pub fn digest(wasm: &[u8]) -> String {
-    hex(&Sha256::digest(wasm))
+    identity::hex(&Digest::of(key.as_bytes()).as_bytes()[..8])
 }
 
 /// Parses a key file: its header, then `signer:` and `key:` lines.
@@ -363,7 +352,7 @@ impl SecretKey {
             signer: self.signer.clone(),
             key_id: public.key_id,
             signed_at: humantime::format_rfc3339_seconds(at).to_string(),
-            digest: format!("sha256:{}", digest(wasm)),
+            digest: Digest::of(wasm).to_string(),
             signature: String::new(),
         };
         sig.signature = BASE64.encode(self.key.sign(sig.signed_message().as_bytes()).to_bytes());
@@ -447,7 +436,7 @@ pub struct SignatureFile {
 
 impl SignatureFile {
     /// The text the signature covers.
-    pub fn signed_message(&self) -> String {
+    pub(crate) fn signed_message(&self) -> String {
         format!(
             "{SIGNATURE_FORMAT}\nsigner: {}\nkey_id: {}\nsigned_at: {}\ndigest: {}\n",
             self.signer, self.key_id, self.signed_at, self.digest
@@ -536,7 +525,7 @@ pub fn verify(
         .ok()
         .and_then(|s| s.try_into().ok())
         .ok_or_else(|| malformed("signature is not 64 bytes of base64".into()))?;
-    let actual = digest(wasm);
+    let actual = Digest::of(wasm).hex();
     let signed = file.digest.strip_prefix("sha256:").unwrap_or(&file.digest);
     if signed != actual {
         return Err(SignatureError::DigestMismatch {
@@ -579,7 +568,7 @@ pub fn verify(
 /// Reads the signature file of the component at `wasm` (`FILE.wasm.sig`):
 /// `None` when there is none, an error when it cannot be read or is larger
 /// than 64 KiB.
-pub fn read_signature(wasm: &Path) -> Result<Option<Vec<u8>>, SignatureError> {
+pub(crate) fn read_signature(wasm: &Path) -> Result<Option<Vec<u8>>, SignatureError> {
     match read_small(&signature_path(wasm)) {
         Ok(s) => Ok(Some(s)),
         Err(SignatureError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),

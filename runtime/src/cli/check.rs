@@ -129,7 +129,7 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
             .map(|k| crate::signing::PublicKey::read(k))
             .collect::<Result<Vec<_>, _>>()?;
         let path = std::path::Path::new(&plugin_name);
-        let wasm = crate::engine::read_plugin_file(path)?;
+        let wasm = crate::engine::read_plugin_file(path).await?;
         let sig_path = crate::signing::signature_path(path);
         let sig = crate::signing::read_signature(path)?;
         let signer = crate::signing::verify(

@@ -36,104 +36,8 @@ pub fn effective(reg: &Registry) -> Value {
         .iter()
         .map(|(k, v)| (k.to_string(), json!(v)))
         .collect();
-    let tenants: Vec<Value> = reg
-        .tenants
-        .iter()
-        .map(|t| {
-            let q = &t.quotas;
-            json!({
-                "id": &*t.id,
-                "token": t.token.is_some(),
-                "quotas": {
-                    "max_probes": q.max_probes,
-                    "max_concurrent_runs": q.max_concurrent_runs,
-                    "timeout": dur(q.timeout),
-                    "fuel": q.fuel,
-                    "memory": q.memory,
-                },
-                "ceiling": t.ceiling.as_ref().map(|c| json!({
-                    "net": c.net.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                    "exec": c.exec,
-                    "files": c.files,
-                    "registries": c.registries.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                    "names_may_reach": names_may_reach(c),
-                })),
-            })
-        })
-        .collect();
-    let targets: Vec<Value> = reg
-        .targets()
-        .map(|t| {
-            let probes: Vec<Value> = reg
-                .probes_of(&t.name)
-                .map(|p| {
-                    json!({
-                        "name": &*p.name,
-                        "kind": p.kind.as_str(),
-                        "plugin": p.plugin_ref,
-                        "config": serde_json::from_str::<Value>(&p.config).unwrap_or(Value::Null),
-                        "target": p.address,
-                        "period": dur(p.period),
-                        "initial_delay": dur(p.initial_delay),
-                        "timeout": dur(p.limits.timeout),
-                        "success_threshold": p.success_threshold,
-                        "failure_threshold": p.failure_threshold,
-                        "grants": {
-                            "net": p.grants.net.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                            "exec": p.grants.exec,
-                            "files": p.grants.files,
-                            "env": strings(&p.grants.env),
-                        },
-                        "limits": { "fuel": p.limits.fuel, "memory": p.limits.memory },
-                        "groups": &*p.groups,
-                        "labels": strings(&p.labels),
-                    })
-                })
-                .collect();
-            json!({
-                "name": &*t.name,
-                "tenant": &*t.tenant,
-                "address": t.address,
-                "on_failure": t.on_failure.as_ref().map(|f| json!({
-                    "command": f.argv,
-                    "timeout": dur(f.timeout),
-                    "env": strings(&f.env),
-                })),
-                "probes": probes,
-            })
-        })
-        .collect();
-    let kubernetes = reg.kubernetes.as_ref().map(|k| {
-        use crate::kubernetes::mapping::{DEFAULT_BURST, DEFAULT_PLUGINS, DEFAULT_QPS};
-        json!({
-            "node_name": k.node_name,
-            "plugins": k.plugins.clone().unwrap_or_else(|| DEFAULT_PLUGINS.iter().map(|p| p.to_string()).collect()),
-            "namespaces": k.namespaces,
-            "qps": k.qps.unwrap_or(DEFAULT_QPS),
-            "burst": k.burst.unwrap_or(DEFAULT_BURST),
-        })
-    });
-    let oci = reg.oci_settings().map(|o| {
-        let registries: serde_json::Map<String, Value> = o
-            .registries
-            .iter()
-            .map(|(host, r)| {
-                let r = json!({
-                    "username": r.username,
-                    "password_file": r.password_file,
-                    "ca_file": r.ca_file,
-                    "insecure": r.insecure,
-                });
-                (host.clone(), r)
-            })
-            .collect();
-        json!({
-            "registries": registries,
-            "cache_dir": o.cache_dir,
-            "cache_max": o.cache_max_bytes,
-            "timeout": dur(o.timeout),
-        })
-    });
+    let tenants: Vec<Value> = reg.tenants.iter().map(|t| tenant(t)).collect();
+    let targets: Vec<Value> = reg.targets().map(|t| target(reg, t)).collect();
     json!({
         "api": {
             "listen": reg.api.map(|a| a.to_string()),
@@ -148,7 +52,7 @@ pub fn effective(reg: &Registry) -> Value {
         "health_timeout": dur(reg.health_timeout.unwrap_or(crate::api::DEFAULT_HEALTH_TIMEOUT)),
         "trust": reg.trusted_keys(),
         "require_signed": reg.require_signed,
-        "oci": oci,
+        "oci": reg.oci_settings().map(oci),
         "operator_token": reg
             .tenants
             .credentials()
@@ -156,7 +60,106 @@ pub fn effective(reg: &Registry) -> Value {
         "sandbox": sandbox,
         "tenants": tenants,
         "targets": targets,
-        "kubernetes": kubernetes,
+        "kubernetes": reg.kubernetes.as_ref().map(kubernetes),
+    })
+}
+
+/// A tenant's entry.
+fn tenant(t: &crate::tenants::Tenant) -> Value {
+    let q = &t.quotas;
+    json!({
+        "id": &*t.id,
+        "token": t.token.is_some(),
+        "quotas": {
+            "max_probes": q.max_probes,
+            "max_concurrent_runs": q.max_concurrent_runs,
+            "timeout": dur(q.timeout),
+            "fuel": q.fuel,
+            "memory": q.memory,
+        },
+        "ceiling": t.ceiling.as_ref().map(|c| json!({
+            "net": c.net.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "exec": c.exec,
+            "files": c.files,
+            "registries": c.registries.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "names_may_reach": names_may_reach(c),
+        })),
+    })
+}
+
+/// A target's entry, with its probes.
+fn target(reg: &Registry, t: &crate::registry::TargetSpec) -> Value {
+    let probes: Vec<Value> = reg.probes_of(&t.name).map(probe).collect();
+    json!({
+        "name": &*t.name,
+        "tenant": &*t.tenant,
+        "address": t.address,
+        "on_failure": t.on_failure.as_ref().map(|f| json!({
+            "command": f.argv,
+            "timeout": dur(f.timeout),
+            "env": strings(&f.env),
+        })),
+        "probes": probes,
+    })
+}
+
+/// A probe's entry.
+fn probe(p: &std::sync::Arc<crate::registry::ProbeSpec>) -> Value {
+    json!({
+        "name": &*p.name,
+        "kind": p.kind.as_str(),
+        "plugin": p.plugin_ref,
+        "config": serde_json::from_str::<Value>(&p.config).unwrap_or(Value::Null),
+        "target": p.address,
+        "period": dur(p.period),
+        "initial_delay": dur(p.initial_delay),
+        "timeout": dur(p.limits.timeout),
+        "success_threshold": p.success_threshold,
+        "failure_threshold": p.failure_threshold,
+        "grants": {
+            "net": p.grants.net.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "exec": p.grants.exec,
+            "files": p.grants.files,
+            "env": strings(&p.grants.env),
+        },
+        "limits": { "fuel": p.limits.fuel, "memory": p.limits.memory },
+        "groups": &*p.groups,
+        "labels": strings(&p.labels),
+    })
+}
+
+/// The `kubernetes:` block, defaults filled in.
+fn kubernetes(k: &crate::config::KubernetesSpec) -> Value {
+    use crate::kubernetes::mapping::{DEFAULT_BURST, DEFAULT_PLUGINS, DEFAULT_QPS};
+    json!({
+        "node_name": k.node_name,
+        "plugins": k.plugins.clone().unwrap_or_else(|| DEFAULT_PLUGINS.iter().map(|p| p.to_string()).collect()),
+        "namespaces": k.namespaces,
+        "qps": k.qps.unwrap_or(DEFAULT_QPS),
+        "burst": k.burst.unwrap_or(DEFAULT_BURST),
+    })
+}
+
+/// The `oci:` block.
+fn oci(o: &crate::oci::ClientSettings) -> Value {
+    let registries: serde_json::Map<String, Value> = o
+        .registries
+        .iter()
+        .map(|(host, r)| {
+            let r = json!({
+                "username": r.username,
+                "password_file": r.password_file,
+                "ca_file": r.ca_file,
+                "insecure": r.insecure,
+            });
+            (host.clone(), r)
+        })
+        .collect();
+    json!({
+        "registries": registries,
+        "cache_dir": o.cache_dir,
+        "cache_max": o.cache_max_bytes,
+        "timeout": dur(o.timeout),
     })
 }
 

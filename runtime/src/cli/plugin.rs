@@ -3,6 +3,7 @@
 
 use super::{CliError, Output, load_plugin};
 use crate::engine::{Engine, EngineConfig, Plugin};
+use crate::identity::{self, Digest, WasmKind};
 use crate::oci::{self, Reference};
 use crate::signing::{self, PublicKey, SecretKey};
 use clap::{Args, Subcommand};
@@ -46,14 +47,14 @@ impl RegistryArgs {
             (None, Some(d)) => d.join("oci"),
             (None, None) => std::env::temp_dir().join("sonde-oci"),
         };
-        let mut settings = oci::Settings::new(cache_dir);
+        let mut settings = oci::ClientSettings::new(cache_dir);
         settings.timeout = self.registry_timeout;
         if !self.registry_idle_timeout.is_zero() {
             settings.limits.idle = self.registry_idle_timeout;
         }
         settings.registries.insert(
             reference.registry().to_string(),
-            oci::RegistrySettings {
+            oci::RegistryAccess {
                 username: self.registry_user.clone(),
                 password_file: self.registry_password_file.clone(),
                 ca_file: self.registry_ca.clone(),
@@ -239,61 +240,13 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             );
             Ok(0)
         }
-        PluginCommand::Keygen { keyfile, signer } => {
-            let signer = match signer {
-                Some(s) => s,
-                None => keyfile
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            };
-            let public = signing::keygen(&keyfile, &signer)?;
-            out!(
-                "wrote {} (secret, keep it private) and {} (public, give it to operators); signer {:?}, key id {}",
-                keyfile.display(),
-                signing::public_key_path(&keyfile).display(),
-                public.signer(),
-                public.key_id()
-            );
-            Ok(0)
-        }
+        PluginCommand::Keygen { keyfile, signer } => keygen(&keyfile, signer),
         PluginCommand::Sign {
             key,
             wasm,
             push,
             registry,
-        } => {
-            let key = SecretKey::read(&key)?;
-            let bytes = crate::engine::read_plugin_file(&wasm)?;
-            if !matches!(bytes.get(..8), Some([0, b'a', b's', b'm', _, _, 1, 0])) {
-                return Err(CliError(format!(
-                    "{}: not a WebAssembly component; sign the .wasm built for wasm32-wasip2",
-                    wasm.display()
-                )));
-            }
-            let sig = signing::sign_file(&key, &wasm, std::time::SystemTime::now())?;
-            out!(
-                "signed {} as {:?} (key id {}): {}",
-                wasm.display(),
-                key.signer(),
-                key.public().key_id(),
-                sig.display()
-            );
-            if let Some(reference) = push {
-                let reference = Reference::parse(&reference)?;
-                let client = registry.client(&config, &reference)?;
-                let sig_text = std::fs::read(&sig).map_err(|e| CliError::file(&sig, &e))?;
-                let pushed = client
-                    .push_signature(&reference, &oci::digest_of(&bytes), &sig_text)
-                    .await?;
-                out!(
-                    "attached to {} as {}",
-                    pushed.artifact,
-                    describe_location(&pushed.location)
-                );
-            }
-            Ok(0)
-        }
+        } => sign(&config, &key, &wasm, push.as_deref(), &registry).await,
         PluginCommand::Push {
             wasm,
             reference,
@@ -305,27 +258,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             trust,
             registry,
         } => pull(config, &reference, output, &trust, &registry).await,
-        PluginCommand::Verify { key, wasm } => {
-            let trusted = key.iter().map(|k| PublicKey::read(k)).collect::<Result<Vec<_>, _>>()?;
-            match signing::verify_file(&wasm, &trusted) {
-                Ok(signer) => {
-                    out!(
-                        "valid: {} signed by {:?} (key id {}) at {}, {}",
-                        wasm.display(),
-                        signer.name,
-                        signer.key_id,
-                        signer.signed_at,
-                        signer.digest
-                    );
-                    Ok(0)
-                }
-                Err(e) if e.is_verdict() => {
-                    out!("invalid: {e}");
-                    Ok(2)
-                }
-                Err(e) => Err(e.into()),
-            }
-        }
+        PluginCommand::Verify { key, wasm } => verify(&key, &wasm),
         PluginCommand::List => {
             let engine = Engine::new(config)?;
             for name in crate::builtins::names() {
@@ -338,52 +271,140 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             plugin,
             output,
             registry,
-        } => {
-            let engine = Engine::new(config.clone())?;
-            let p = if Reference::is_oci(&plugin) {
-                load_oci(&engine, &config, &registry, &plugin, &[]).await?
-            } else {
-                load_plugin(&engine, &plugin).await?
-            };
-            let info = p.info();
-            match output {
-                Output::Json => {
-                    let v = serde_json::json!({
-                        "plugin": p.label(),
-                        "digest": format!("sha256:{}", p.digest()),
-                        "info": info,
-                        "imports": p.imports(),
-                    });
-                    out!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-                }
-                Output::Text => {
-                    out!("plugin:       {}", p.label());
-                    out!("digest:       sha256:{}", p.digest());
-                    out!("name:         {}", info.name);
-                    out!("version:      {}", info.version);
-                    out!("vendor:       {}", info.vendor);
-                    out!("description:  {}", info.description);
-                    if info.capabilities.is_empty() {
-                        out!("capabilities: none beyond its target");
-                    } else {
-                        out!("capabilities:");
-                        for c in &info.capabilities {
-                            out!("  {:?} {}: {}", c.kind, c.value, c.why);
-                        }
-                    }
-                    out!("imports:");
-                    for i in p.imports() {
-                        out!("  {i}");
-                    }
-                    match &info.config_schema {
-                        Some(s) => out!("config schema:\n{s}"),
-                        None => out!("config schema: none"),
-                    }
-                }
-            }
+        } => inspect(config, &plugin, output, &registry).await,
+    }
+}
+
+/// `sonde plugin keygen KEYFILE`.
+fn keygen(keyfile: &Path, signer: Option<String>) -> Result<i32, CliError> {
+    let signer = match signer {
+        Some(s) => s,
+        None => keyfile
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let public = signing::keygen(keyfile, &signer)?;
+    out!(
+        "wrote {} (secret, keep it private) and {} (public, give it to operators); signer {:?}, key id {}",
+        keyfile.display(),
+        signing::public_key_path(keyfile).display(),
+        public.signer(),
+        public.key_id()
+    );
+    Ok(0)
+}
+
+/// `sonde plugin sign --key KEYFILE FILE.wasm [--push oci://…]`.
+async fn sign(
+    config: &EngineConfig,
+    key: &Path,
+    wasm: &Path,
+    push: Option<&str>,
+    registry: &RegistryArgs,
+) -> Result<i32, CliError> {
+    let key = SecretKey::read(key)?;
+    let bytes = crate::engine::read_plugin_file(wasm).await?;
+    if identity::sniff(&bytes) != WasmKind::Component {
+        return Err(CliError(format!(
+            "{}: not a WebAssembly component; sign the .wasm built for wasm32-wasip2",
+            wasm.display()
+        )));
+    }
+    let sig = signing::sign_file(&key, wasm, std::time::SystemTime::now())?;
+    out!(
+        "signed {} as {:?} (key id {}): {}",
+        wasm.display(),
+        key.signer(),
+        key.public().key_id(),
+        sig.display()
+    );
+    if let Some(reference) = push {
+        let reference = Reference::parse(reference)?;
+        let client = registry.client(config, &reference)?;
+        let sig_text = std::fs::read(&sig).map_err(|e| CliError::file(&sig, &e))?;
+        let pushed = client
+            .push_signature(&reference, &Digest::of(&bytes).to_string(), &sig_text)
+            .await?;
+        out!(
+            "attached to {} as {}",
+            pushed.artifact,
+            describe_location(&pushed.location)
+        );
+    }
+    Ok(0)
+}
+
+/// `sonde plugin verify --key KEYFILE.pub FILE.wasm`: 0 when valid, 2 when
+/// not.
+fn verify(keys: &[PathBuf], wasm: &Path) -> Result<i32, CliError> {
+    let trusted = keys.iter().map(|k| PublicKey::read(k)).collect::<Result<Vec<_>, _>>()?;
+    match signing::verify_file(wasm, &trusted) {
+        Ok(signer) => {
+            out!(
+                "valid: {} signed by {:?} (key id {}) at {}, {}",
+                wasm.display(),
+                signer.name,
+                signer.key_id,
+                signer.signed_at,
+                signer.digest
+            );
             Ok(0)
         }
+        Err(e) if e.is_verdict() => {
+            out!("invalid: {e}");
+            Ok(2)
+        }
+        Err(e) => Err(e.into()),
     }
+}
+
+/// `sonde plugin inspect PLUGIN`: what the plugin says of itself, its
+/// digest and its imports.
+async fn inspect(config: EngineConfig, plugin: &str, output: Output, registry: &RegistryArgs) -> Result<i32, CliError> {
+    let engine = Engine::new(config.clone())?;
+    let p = if Reference::is_oci(plugin) {
+        load_oci(&engine, &config, registry, plugin, &[]).await?
+    } else {
+        load_plugin(&engine, plugin).await?
+    };
+    let info = p.info();
+    match output {
+        Output::Json => {
+            let v = serde_json::json!({
+                "plugin": p.label(),
+                "digest": p.digest().to_string(),
+                "info": info,
+                "imports": p.imports(),
+            });
+            out!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+        Output::Text => {
+            out!("plugin:       {}", p.label());
+            out!("digest:       {}", p.digest());
+            out!("name:         {}", info.name);
+            out!("version:      {}", info.version);
+            out!("vendor:       {}", info.vendor);
+            out!("description:  {}", info.description);
+            if info.capabilities.is_empty() {
+                out!("capabilities: none beyond its target");
+            } else {
+                out!("capabilities:");
+                for c in &info.capabilities {
+                    out!("  {:?} {}: {}", c.kind, c.value, c.why);
+                }
+            }
+            out!("imports:");
+            for i in p.imports() {
+                out!("  {i}");
+            }
+            match &info.config_schema {
+                Some(s) => out!("config schema:\n{s}"),
+                None => out!("config schema: none"),
+            }
+        }
+    }
+    Ok(0)
 }
 
 fn describe_location(location: &oci::SignatureLocation) -> String {
@@ -397,7 +418,7 @@ fn describe_location(location: &oci::SignatureLocation) -> String {
 /// `sonde plugin push FILE.wasm oci://…`.
 async fn push(config: EngineConfig, wasm: &Path, reference: &str, registry: &RegistryArgs) -> Result<i32, CliError> {
     let reference = Reference::parse(reference)?;
-    let bytes = crate::engine::read_plugin_file(wasm)?;
+    let bytes = crate::engine::read_plugin_file(wasm).await?;
     // Load it first: what is pushed must be a sonde plugin, and its imports
     // go into the artifact's config.
     let engine = Engine::new(config.clone())?;

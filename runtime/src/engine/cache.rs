@@ -30,33 +30,56 @@ pub(crate) struct CompileCache {
 
 /// The default cache directory: `$SONDE_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/sonde`, else `$HOME/.cache/sonde`.
-pub fn default_dir() -> Option<PathBuf> {
+pub(crate) fn default_dir() -> Option<PathBuf> {
     let env = |k| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     env("SONDE_CACHE_DIR")
         .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("sonde")))
         .or_else(|| env("HOME").map(|d| d.join(".cache").join("sonde")))
 }
 
-fn private_dir(dir: &Path) -> Result<(), String> {
+/// Why the compile cache's directory is not used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CacheDirError {
+    /// It could not be created.
+    #[error("cannot create {}: {source}", .dir.display())]
+    Create { dir: PathBuf, source: std::io::Error },
+    /// Its metadata could not be read.
+    #[error("cannot read {}: {source}", .dir.display())]
+    Read { dir: PathBuf, source: std::io::Error },
+    /// Nothing could be written in it.
+    #[error("cannot write in {}: {source}", .dir.display())]
+    Write { dir: PathBuf, source: std::io::Error },
+    /// Another user owns it.
+    #[error("{} belongs to another user", .dir.display())]
+    NotOwned { dir: PathBuf },
+    /// Others may write in it.
+    #[error("{} is writable by others", .dir.display())]
+    WritableByOthers { dir: PathBuf },
+}
+
+/// Creates `dir` (mode 0700) unless it exists, and checks that it is this
+/// user's alone.
+fn private_dir(dir: &Path) -> Result<(), CacheDirError> {
+    let dir_buf = || dir.to_path_buf();
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let meta = std::fs::metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        .map_err(|source| CacheDirError::Create { dir: dir_buf(), source })?;
+    let meta = std::fs::metadata(dir).map_err(|source| CacheDirError::Read { dir: dir_buf(), source })?;
     // std has no geteuid: a file we create carries our uid, so compare the
     // directory's owner with that.
     let probe = dir.join(format!(".owner-{}", std::process::id()));
     let uid = std::fs::File::create(&probe)
         .and_then(|f| f.metadata())
         .map(|m| m.uid())
-        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+        .map_err(|source| CacheDirError::Write { dir: dir_buf(), source })?;
     let _ = std::fs::remove_file(&probe);
     if meta.uid() != uid {
-        return Err(format!("{} belongs to another user", dir.display()));
+        return Err(CacheDirError::NotOwned { dir: dir_buf() });
     }
     if meta.permissions().mode() & 0o022 != 0 {
-        return Err(format!("{} is writable by others", dir.display()));
+        return Err(CacheDirError::WritableByOthers { dir: dir_buf() });
     }
     Ok(())
 }
@@ -121,13 +144,14 @@ impl CompileCache {
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         let component = Component::new(engine, wasm)?;
-        if let Some(path) = self.path(digest_hex)
-            && let Err(e) = component
-                .serialize()
-                .map_err(|e| e.to_string())
-                .and_then(|bytes| write_atomically(&path, &bytes))
-        {
-            tracing::warn!(path = %path.display(), error = %e, "cannot write compile cache entry");
+        if let Some(path) = self.path(digest_hex) {
+            let written = match component.serialize() {
+                Ok(bytes) => write_atomically(&path, &bytes).map_err(wasmtime::Error::from),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write compile cache entry");
+            }
         }
         Ok((component, CacheOutcome::Miss))
     }
@@ -152,7 +176,7 @@ impl CompileCache {
 }
 
 /// Writes atomically: a reader sees the old file, no file, or the whole new one.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let result = std::fs::File::create(&tmp)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
@@ -160,5 +184,5 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> 
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result.map_err(|e| e.to_string())
+    result
 }

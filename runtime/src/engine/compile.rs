@@ -20,11 +20,11 @@ use tokio::io::AsyncReadExt;
 /// Default wall-clock budget of one compile. sonde's
 /// largest built-in plugin compiles in well under a second here; a tenant's
 /// plugin gets twenty times that and more.
-pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Default memory budget of one compile: the child's data limit. Compiling the built-in plugins needs well under 200 MiB.
-pub const DEFAULT_COMPILE_MEMORY: u64 = 1024 * 1024 * 1024;
+pub(crate) const DEFAULT_COMPILE_MEMORY: u64 = 1024 * 1024 * 1024;
 /// The name of the hidden command that compiles in a child.
-pub const WORKER_COMMAND: &str = "compile-worker";
+pub(crate) const WORKER_COMMAND: &str = "compile-worker";
 /// Bytes of the child's stderr kept for the error message.
 const STDERR_BYTES: usize = 4 * 1024;
 
@@ -66,7 +66,7 @@ pub enum Compiler {
 impl Compiler {
     /// The running `sonde` binary as the compiler, with the default budget;
     /// in-process when the binary cannot be found.
-    pub fn this_binary() -> Self {
+    pub(crate) fn this_binary() -> Self {
         match std::env::current_exe() {
             Ok(program) => Self::Child {
                 program,
@@ -78,7 +78,7 @@ impl Compiler {
 }
 
 /// Compiles `wasm` in a child process into `out` under `budget`; the child
-/// builds the engine configuration of [`super::base_config`], which
+/// builds the engine configuration of [`super::pool::base_config`], which
 /// compiles the same code as the agent's.
 pub(crate) async fn in_child(
     plugin: &str,
@@ -246,7 +246,7 @@ pub fn worker(args: WorkerArgs) -> i32 {
             return 1;
         }
     };
-    let engine = match wasmtime::Engine::new(&super::base_config()) {
+    let engine = match wasmtime::Engine::new(&super::pool::base_config()) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("cannot set up the compiler: {e:#}");

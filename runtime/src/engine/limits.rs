@@ -6,24 +6,17 @@ use std::time::Duration;
 use wasmtime::ResourceLimiter;
 
 /// Default deadline of one call (`timeout`), as the kubelet's.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default fuel budget of one call (`fuel`): about a second of busy CPU.
-pub const DEFAULT_FUEL: u64 = 1_000_000_000;
+pub(crate) const DEFAULT_FUEL: u64 = 1_000_000_000;
 /// Default memory cap of one call (`memory`).
-pub const DEFAULT_MEMORY: u64 = 64 * 1024 * 1024;
+pub(crate) const DEFAULT_MEMORY: u64 = 64 * 1024 * 1024;
 /// The largest memory cap any call may have; the pooling allocator reserves
 /// address space for it.
-pub const MAX_MEMORY: u64 = 1024 * 1024 * 1024;
+pub(crate) const MAX_MEMORY: u64 = 1024 * 1024 * 1024;
 
-/// Cap on an outcome's message, in bytes.
-pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
-/// Cap on an outcome's detail excerpt, in bytes.
-pub const MAX_DETAIL_BYTES: usize = 4 * 1024;
-/// Cap on the number of metrics one outcome may carry.
-pub const MAX_METRICS: usize = 64;
-/// Cap on a metric's name and unit, in bytes.
-pub const MAX_METRIC_NAME_BYTES: usize = 128;
 pub use crate::host::log::{MAX_LOG_RECORD_BYTES, MAX_LOG_RECORDS};
+pub use crate::verdict::{MAX_DETAIL_BYTES, MAX_MESSAGE_BYTES, MAX_METRIC_NAME_BYTES, MAX_METRICS};
 /// Cap on table elements (indirect-call tables) per table.
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 

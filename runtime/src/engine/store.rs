@@ -78,8 +78,10 @@ impl Wasi {
     }
 
     /// The same, with `files` mounted read-only: opening one can fail.
-    fn with_files(grants: &Arc<CallGrants>, files: &[PathBuf]) -> Result<Self, String> {
-        Self::build(grants, |builder| filesystem::configure(builder, files))
+    fn with_files(grants: &Arc<CallGrants>, files: &[PathBuf]) -> Result<Self, CallSetupError> {
+        Self::build(grants, |builder| {
+            filesystem::configure(builder, files).map_err(CallSetupError::FilesGrant)
+        })
     }
 
     fn build<E>(grants: &Arc<CallGrants>, more: impl FnOnce(&mut WasiCtxBuilder) -> Result<(), E>) -> Result<Self, E> {
@@ -96,6 +98,15 @@ impl Wasi {
     }
 }
 
+/// Why a call's sandbox could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum CallSetupError {
+    /// A `files` grant could not be opened (the grant and why, as
+    /// `host::filesystem` says it).
+    #[error("{0}")]
+    FilesGrant(String),
+}
+
 impl CallState {
     /// Builds the state of one call (the per-call phase). Its WASI context,
     /// which denies everything the grants do not allow, is built now if the
@@ -108,7 +119,7 @@ impl CallState {
         empty_dir: &Dir,
         memory: u64,
         deadline: Instant,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CallSetupError> {
         let files = &grants.config().files;
         let wasi = if files.is_empty() {
             None
@@ -316,7 +327,7 @@ mod tests {
     use crate::host::grants::Grants;
     use std::path::PathBuf;
 
-    fn state(files: Vec<PathBuf>, empty: &Dir) -> Result<CallState, String> {
+    fn state(files: Vec<PathBuf>, empty: &Dir) -> Result<CallState, CallSetupError> {
         let grants = Grants {
             files,
             ..Grants::default()
@@ -356,7 +367,7 @@ mod tests {
         // Opening a granted directory fails when the call starts, named.
         let missing = dir.path().join("missing");
         let err = state(vec![missing.clone()], &empty).err().unwrap();
-        assert!(err.contains(&missing.display().to_string()), "{err}");
+        assert!(err.to_string().contains(&missing.display().to_string()), "{err}");
     }
 
     /// A call's state takes its engine's bounds in force when it starts:

@@ -11,7 +11,8 @@
 //! place, so a crash leaves either the old state or the new, never half a
 //! blob. Reads refresh a blob's mtime, which orders the LRU eviction.
 
-use super::{OciError, Reference, digest_of, is_digest};
+use super::{OciError, Reference};
+use crate::identity::Digest;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::io::Write;
@@ -74,7 +75,7 @@ impl Cache {
     }
 
     /// Where the blob `digest` lives (whether or not it is there).
-    pub fn blob_path(&self, digest: &str) -> PathBuf {
+    pub(crate) fn blob_path(&self, digest: &str) -> PathBuf {
         let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
         self.dir.join("blobs/sha256").join(hex)
     }
@@ -83,7 +84,7 @@ impl Cache {
     /// longer match its name (disk corruption, a hand edit) is deleted and
     /// reported as absent, so it is fetched again rather than run.
     pub fn get(&self, digest: &str) -> Result<Option<Vec<u8>>, OciError> {
-        if !is_digest(digest) {
+        if Digest::parse(digest).is_err() {
             return Ok(None);
         }
         let path = self.blob_path(digest);
@@ -92,7 +93,7 @@ impl Cache {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io(&path)(e)),
         };
-        let actual = digest_of(&bytes);
+        let actual = Digest::of(&bytes).to_string();
         if actual != digest {
             tracing::warn!(path = %path.display(), expected = %digest, %actual, "cached blob is corrupt; removing it");
             let _ = std::fs::remove_file(&path);
@@ -107,7 +108,7 @@ impl Cache {
 
     /// Stores `bytes` as blob `digest`, refusing bytes that do not hash to it.
     pub fn put(&self, digest: &str, bytes: &[u8]) -> Result<(), OciError> {
-        let actual = digest_of(bytes);
+        let actual = Digest::of(bytes).to_string();
         if actual != digest {
             return Err(OciError::DigestMismatch {
                 reference: self.blob_path(digest).display().to_string(),
@@ -141,11 +142,11 @@ impl Cache {
         );
         self.dir
             .join("tags")
-            .join(format!("{}.json", crate::signing::digest(key.as_bytes())))
+            .join(format!("{}.json", Digest::of(key.as_bytes()).hex()))
     }
 
     /// Records that the tag of `reference` resolved to `digest` just now.
-    pub fn remember_tag(&self, reference: &Reference, digest: &str) -> Result<(), OciError> {
+    pub(crate) fn remember_tag(&self, reference: &Reference, digest: &str) -> Result<(), OciError> {
         let memo = TagMemo {
             reference: reference.with_tag(reference.tag().unwrap_or_default()).to_string(),
             digest: digest.to_string(),
@@ -156,28 +157,28 @@ impl Cache {
     }
 
     /// What the tag of `reference` last resolved to, if it ever did here.
-    pub fn recall_tag(&self, reference: &Reference) -> Result<Option<TagMemo>, OciError> {
+    pub(crate) fn recall_tag(&self, reference: &Reference) -> Result<Option<TagMemo>, OciError> {
         let path = self.tag_path(reference);
         match std::fs::read(&path) {
             Ok(b) => Ok(serde_json::from_slice::<TagMemo>(&b)
                 .ok()
-                .filter(|m| is_digest(&m.digest))),
+                .filter(|m| Digest::parse(&m.digest).is_ok())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io(&path)(e)),
         }
     }
 
     /// Records that the signature of manifest `manifest` is blob `signature`.
-    pub fn remember_signature(&self, manifest: &str, signature: &str) -> Result<(), OciError> {
+    pub(crate) fn remember_signature(&self, manifest: &str, signature: &str) -> Result<(), OciError> {
         let path = self.signature_path(manifest);
         self.write_atomic(&path, signature.as_bytes())
     }
 
     /// The digest of the signature blob recorded for manifest `manifest`.
-    pub fn recall_signature(&self, manifest: &str) -> Result<Option<String>, OciError> {
+    pub(crate) fn recall_signature(&self, manifest: &str) -> Result<Option<String>, OciError> {
         let path = self.signature_path(manifest);
         match std::fs::read_to_string(&path) {
-            Ok(s) => Ok(Some(s.trim().to_string()).filter(|d| is_digest(d))),
+            Ok(s) => Ok(Some(s.trim().to_string()).filter(|d| Digest::parse(d).is_ok())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io(&path)(e)),
         }
@@ -214,7 +215,7 @@ impl Cache {
     /// Evicts the least recently used blobs not in `in_use` until the cache
     /// is within its limit. Returns the bytes freed. Blobs in use are never
     /// evicted, even when they alone exceed the limit.
-    pub fn prune(&self, in_use: &HashSet<String>) -> Result<u64, OciError> {
+    pub(crate) fn prune(&self, in_use: &HashSet<String>) -> Result<u64, OciError> {
         let mut blobs = self.blobs()?;
         let mut total: u64 = blobs.iter().map(|b| b.2).sum();
         if total <= self.max_bytes {
@@ -247,7 +248,7 @@ mod tests {
     fn blobs_are_checked_on_write_and_on_read() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path(), 1 << 20).unwrap();
-        let d = digest_of(b"hello");
+        let d = Digest::of(b"hello").to_string();
         assert!(matches!(cache.put(&d, b"hellO"), Err(OciError::DigestMismatch { .. })));
         assert_eq!(cache.get(&d).unwrap(), None);
         cache.put(&d, b"hello").unwrap();
@@ -263,7 +264,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path(), 250).unwrap();
         let blobs: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 100]).collect();
-        let digests: Vec<String> = blobs.iter().map(|b| digest_of(b)).collect();
+        let digests: Vec<String> = blobs.iter().map(|b| Digest::of(b).to_string()).collect();
         for (i, (d, b)) in digests.iter().zip(&blobs).enumerate() {
             cache.put(d, b).unwrap();
             let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i as u64);
@@ -288,7 +289,7 @@ mod tests {
         let cache = Cache::open(dir.path(), 1 << 20).unwrap();
         let r = Reference::parse("oci://localhost:5000/acme/pg:1.4").unwrap();
         assert_eq!(cache.recall_tag(&r).unwrap(), None);
-        let d = digest_of(b"m");
+        let d = Digest::of(b"m").to_string();
         cache.remember_tag(&r, &d).unwrap();
         let memo = Cache::open(dir.path(), 1 << 20)
             .unwrap()
@@ -300,7 +301,7 @@ mod tests {
             (d.as_str(), "oci://localhost:5000/acme/pg:1.4")
         );
         assert_eq!(cache.recall_tag(&r.with_tag("1.5")).unwrap(), None);
-        let s = digest_of(b"s");
+        let s = Digest::of(b"s").to_string();
         cache.remember_signature(&d, &s).unwrap();
         assert_eq!(cache.recall_signature(&d).unwrap(), Some(s));
     }

@@ -5,9 +5,10 @@
 use super::cache::Cache;
 use super::remote::{Limits, Remote, Secret};
 use super::{
-    MAX_COMPONENT_BYTES, MAX_METADATA_BYTES, OCI_MANIFEST_MEDIA_TYPE, OciError, Reference, SIGNATURE_MEDIA_TYPE,
-    WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, digest_of, is_digest,
+    MAX_METADATA_BYTES, OCI_MANIFEST_MEDIA_TYPE, OciError, Reference, SIGNATURE_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE,
+    WASM_LAYER_MEDIA_TYPE,
 };
+use crate::identity::{self, Digest, WasmKind};
 use crate::signing::{PublicKey, SignatureError, Signer};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::{OciDescriptor, OciImageIndex, OciImageManifest};
@@ -24,11 +25,10 @@ const EMPTY_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
 const EMPTY_CONFIG: &[u8] = b"{}";
 /// The most signature referrers of one manifest that are read.
 const MAX_SIGNATURE_REFERRERS: usize = 8;
-pub(crate) const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"));
 
 /// How sonde reaches registries and where it caches what it pulls.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub struct ClientSettings {
     /// The cache directory (`STATE_DIR/oci` for the agent, the user cache
     /// for `sonde check`).
     pub cache_dir: PathBuf,
@@ -37,7 +37,7 @@ pub struct Settings {
     /// Per registry (`HOST` or `HOST:PORT`, as in references): credentials,
     /// CA, plain HTTP. A registry not listed is reached anonymously over
     /// HTTPS with the system roots.
-    pub registries: BTreeMap<String, RegistrySettings>,
+    pub registries: BTreeMap<String, RegistryAccess>,
     /// The longest a whole pull may take (the tag, the manifest, the
     /// component and the signature together), and a whole push
     /// [default: 60s].
@@ -49,7 +49,7 @@ pub struct Settings {
     pub max_bytes: u64,
 }
 
-impl Settings {
+impl ClientSettings {
     /// The defaults, caching in `cache_dir`.
     pub fn new(cache_dir: PathBuf) -> Self {
         Self {
@@ -58,14 +58,14 @@ impl Settings {
             registries: BTreeMap::new(),
             timeout: Duration::from_secs(60),
             limits: Limits::default(),
-            max_bytes: MAX_COMPONENT_BYTES,
+            max_bytes: identity::MAX_PLUGIN_BYTES,
         }
     }
 }
 
 /// How to reach one registry.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RegistrySettings {
+pub struct RegistryAccess {
     /// The user for basic auth (and the token flow, which starts from it).
     pub username: Option<String>,
     /// The file holding the password (its first line). Read once, when the
@@ -226,8 +226,19 @@ enum Fetch<'a> {
     },
 }
 
+/// One resolve under way: the registry it asks, its deadline, where its
+/// bytes have come from so far, the error that showed the registry down
+/// (then only the cache is read), and the bytes that came over the network.
+struct Resolving {
+    registry: Arc<RegistryClient>,
+    deadline: tokio::time::Instant,
+    source: Source,
+    offline: Option<OciError>,
+    transferred: u64,
+}
+
 /// One registry's client and credentials.
-struct Registry {
+struct RegistryClient {
     name: String,
     /// For pushes.
     client: oci_client::Client,
@@ -237,7 +248,7 @@ struct Registry {
     password: Option<Secret>,
 }
 
-impl Registry {
+impl RegistryClient {
     fn auth(&self) -> RegistryAuth {
         match (&self.username, &self.password) {
             (Some(u), Some(p)) => RegistryAuth::Basic(u.clone(), p.0.clone()),
@@ -328,9 +339,9 @@ impl Registry {
 /// Lifecycle: built once per process ([`Client::new`] reads password and CA
 /// files then); [`Client::resolve`] per plugin load.
 pub struct Client {
-    settings: Settings,
+    settings: ClientSettings,
     cache: Cache,
-    registries: Mutex<HashMap<String, Arc<Registry>>>,
+    registries: Mutex<HashMap<String, Arc<RegistryClient>>>,
     /// Blobs resolved by this process: never evicted while it runs.
     in_use: Mutex<HashSet<String>>,
 }
@@ -344,7 +355,7 @@ impl std::fmt::Debug for Client {
     }
 }
 
-fn build_registry(name: &str, s: &RegistrySettings, limits: Limits) -> Result<Registry, OciError> {
+fn build_registry(name: &str, s: &RegistryAccess, limits: Limits) -> Result<RegistryClient, OciError> {
     // reqwest is built without a default crypto provider; sonde uses ring
     // everywhere. Installing fails only when one is already installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -403,7 +414,7 @@ fn build_registry(name: &str, s: &RegistrySettings, limits: Limits) -> Result<Re
         platform_resolver: None,
         connect_timeout: Some(limits.connect),
         read_timeout: Some(limits.idle),
-        user_agent: USER_AGENT,
+        user_agent: super::USER_AGENT,
         ..Default::default()
     };
     let client = oci_client::Client::try_from(config).map_err(|e| OciError::Registry {
@@ -411,7 +422,7 @@ fn build_registry(name: &str, s: &RegistrySettings, limits: Limits) -> Result<Re
         detail: format!("cannot build the HTTP client: {e}"),
     })?;
     let remote = Remote::new(name, s.insecure, roots, s.username.clone(), password.clone(), limits)?;
-    Ok(Registry {
+    Ok(RegistryClient {
         name: name.to_string(),
         client,
         remote,
@@ -434,7 +445,7 @@ struct WasmConfig<'a> {
 fn descriptor(media_type: &str, bytes: &[u8]) -> OciDescriptor {
     OciDescriptor {
         media_type: media_type.to_string(),
-        digest: digest_of(bytes),
+        digest: Digest::of(bytes).to_string(),
         size: bytes.len() as i64,
         ..Default::default()
     }
@@ -468,7 +479,7 @@ fn wasm_layer(reference: &Reference, manifest: &OciImageManifest, max: u64) -> R
             wasm.len()
         )));
     };
-    if !is_digest(&layer.digest) {
+    if Digest::parse(&layer.digest).is_err() {
         return Err(not_wasm(format!("layer digest {:?} is not sha256", layer.digest)));
     }
     if layer.size < 0 || layer.size as u64 > max {
@@ -493,7 +504,7 @@ impl Client {
     /// Builds the client: opens the cache and reads every configured
     /// registry's password and CA file (errors name the file, never its
     /// contents).
-    pub fn new(settings: Settings) -> Result<Self, OciError> {
+    pub fn new(settings: ClientSettings) -> Result<Self, OciError> {
         let cache = Cache::open(&settings.cache_dir, settings.cache_max_bytes)?;
         let mut registries = HashMap::new();
         for (name, s) in &settings.registries {
@@ -512,16 +523,12 @@ impl Client {
         &self.cache
     }
 
-    fn registry(&self, name: &str) -> Result<Arc<Registry>, OciError> {
+    fn registry(&self, name: &str) -> Result<Arc<RegistryClient>, OciError> {
         let mut map = self.registries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = map.get(name) {
             return Ok(r.clone());
         }
-        let r = Arc::new(build_registry(
-            name,
-            &RegistrySettings::default(),
-            self.settings.limits,
-        )?);
+        let r = Arc::new(build_registry(name, &RegistryAccess::default(), self.settings.limits)?);
         map.insert(name.to_string(), r.clone());
         Ok(r)
     }
@@ -535,7 +542,7 @@ impl Client {
 
     /// Evicts least recently used blobs this process has not resolved until
     /// the cache is within `cache_max_bytes`. Returns the bytes freed.
-    pub fn prune_cache(&self) -> Result<u64, OciError> {
+    pub(crate) fn prune_cache(&self) -> Result<u64, OciError> {
         let in_use = self.in_use.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.cache.prune(&in_use)
     }
@@ -574,66 +581,24 @@ impl Client {
     }
 
     /// As [`Client::resolve`], calling `progress` as the component downloads.
-    pub async fn resolve_with_progress(
+    pub(crate) async fn resolve_with_progress(
         &self,
         reference: &Reference,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<Resolved, OciError> {
-        let registry = self.registry(reference.registry())?;
-        let deadline = self.deadline();
-        let mut source = Source::Cache;
-        let mut offline: Option<OciError> = None;
-        let mut transferred = 0u64;
-
-        // 1. The manifest digest.
-        let digest = match reference.digest() {
-            Some(d) => d.to_string(),
-            None => match self
-                .bounded(deadline, registry.name.as_str(), self.fetch_tag(&registry, reference))
-                .await
-            {
-                Ok((digest, manifest)) => {
-                    transferred += manifest.len() as u64;
-                    self.cache.put(&digest, &manifest)?;
-                    self.cache.remember_tag(reference, &digest)?;
-                    source = Source::Registry;
-                    digest
-                }
-                Err(e) if e.is_offline() => match self.cache.recall_tag(reference)? {
-                    Some(memo) => {
-                        tracing::warn!(reference = %reference, digest = %memo.digest, resolved_at = %memo.resolved_at, error = %e, "registry down; using the digest this tag last resolved to");
-                        source = Source::CacheRegistryDown {
-                            error: e.to_string(),
-                            tag_resolved_at: Some(memo.resolved_at),
-                        };
-                        offline = Some(e);
-                        memo.digest
-                    }
-                    None => {
-                        return Err(OciError::NotCached {
-                            reference: reference.to_string(),
-                            source: Box::new(e),
-                        });
-                    }
-                },
-                Err(e) => return Err(e),
-            },
+        let mut r = Resolving {
+            registry: self.registry(reference.registry())?,
+            deadline: self.deadline(),
+            source: Source::Cache,
+            offline: None,
+            transferred: 0,
         };
+        // 1. The manifest digest.
+        let digest = self.manifest_digest(&mut r, reference).await?;
         let pinned = reference.with_digest(&digest);
 
         // 2. The manifest, then 3. the component.
-        let (manifest_bytes, fetched) = self
-            .blob_or_fetch(
-                &registry,
-                &pinned,
-                &digest,
-                Fetch::Manifest,
-                &mut source,
-                &offline,
-                deadline,
-            )
-            .await?;
-        transferred += if fetched { manifest_bytes.len() as u64 } else { 0 };
+        let manifest_bytes = self.blob_or_fetch(&mut r, &pinned, &digest, Fetch::Manifest).await?;
         let manifest = parse_manifest(&pinned, &manifest_bytes)?;
         let layer = wasm_layer(&pinned, &manifest, self.settings.max_bytes)?;
         let component = Fetch::Component {
@@ -641,57 +606,10 @@ impl Client {
             max: self.settings.max_bytes,
             progress,
         };
-        let (wasm, fetched) = self
-            .blob_or_fetch(
-                &registry,
-                &pinned,
-                &layer.digest,
-                component,
-                &mut source,
-                &offline,
-                deadline,
-            )
-            .await?;
-        transferred += if fetched { wasm.len() as u64 } else { 0 };
+        let wasm = self.blob_or_fetch(&mut r, &pinned, &layer.digest, component).await?;
 
-        // 4. The signature: cached, else asked for (absence is not cached,
-        // so a signature attached later is found).
-        let mut signature = None;
-        if let Some(sig_digest) = self.cache.recall_signature(&digest)?
-            && let Some(bytes) = self.cache.get(&sig_digest)?
-        {
-            self.mark_in_use(&sig_digest);
-            signature = Some((bytes, SignatureLocation::Cache));
-        } else if offline.is_none() {
-            match self
-                .bounded(
-                    deadline,
-                    registry.name.as_str(),
-                    self.fetch_signature(&registry, &pinned),
-                )
-                .await
-            {
-                Ok(Some((bytes, loc))) => {
-                    transferred += bytes.len() as u64;
-                    let d = digest_of(&bytes);
-                    self.cache.put(&d, &bytes)?;
-                    self.cache.remember_signature(&digest, &d)?;
-                    self.mark_in_use(&d);
-                    signature = Some((bytes, loc));
-                }
-                Ok(None) => {}
-                Err(e) if e.is_offline() => {
-                    tracing::warn!(reference = %pinned, error = %e, "registry down; cannot look for a signature");
-                    if source == Source::Cache {
-                        source = Source::CacheRegistryDown {
-                            error: e.to_string(),
-                            tag_resolved_at: None,
-                        };
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        // 4. The signature.
+        let signature = self.signature_of(&mut r, &pinned, &digest).await?;
         self.mark_in_use(&digest);
         self.mark_in_use(&layer.digest);
         if let Err(e) = self.prune_cache() {
@@ -703,15 +621,107 @@ impl Client {
             wasm_digest: layer.digest,
             bytes: wasm.into(),
             signature,
-            source,
-            transferred,
+            source: r.source,
+            transferred: r.transferred,
         })
+    }
+
+    /// The manifest digest `reference` names: its own, or what its tag
+    /// resolves to now (cached with the manifest), or, with the registry
+    /// down, what the tag last resolved to.
+    async fn manifest_digest(&self, r: &mut Resolving, reference: &Reference) -> Result<String, OciError> {
+        if let Some(d) = reference.digest() {
+            return Ok(d.to_string());
+        }
+        let registry = r.registry.clone();
+        match self
+            .bounded(r.deadline, registry.name.as_str(), self.fetch_tag(&registry, reference))
+            .await
+        {
+            Ok((digest, manifest)) => {
+                r.transferred += manifest.len() as u64;
+                self.cache.put(&digest, &manifest)?;
+                self.cache.remember_tag(reference, &digest)?;
+                r.source = Source::Registry;
+                Ok(digest)
+            }
+            Err(e) if e.is_offline() => match self.cache.recall_tag(reference)? {
+                Some(memo) => {
+                    tracing::warn!(reference = %reference, digest = %memo.digest, resolved_at = %memo.resolved_at, error = %e, "registry down; using the digest this tag last resolved to");
+                    r.source = Source::CacheRegistryDown {
+                        error: e.to_string(),
+                        tag_resolved_at: Some(memo.resolved_at),
+                    };
+                    r.offline = Some(e);
+                    Ok(memo.digest)
+                }
+                None => Err(OciError::NotCached {
+                    reference: reference.to_string(),
+                    source: Box::new(e),
+                }),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The signature of the manifest `digest`: cached, else asked for
+    /// (absence is not cached, so a signature attached later is found);
+    /// not asked for with the registry down.
+    async fn signature_of(
+        &self,
+        r: &mut Resolving,
+        pinned: &Reference,
+        digest: &str,
+    ) -> Result<Option<(Vec<u8>, SignatureLocation)>, OciError> {
+        if let Some(sig_digest) = self.cache.recall_signature(digest)?
+            && let Some(bytes) = self.cache.get(&sig_digest)?
+        {
+            self.mark_in_use(&sig_digest);
+            return Ok(Some((bytes, SignatureLocation::Cache)));
+        }
+        if r.offline.is_some() {
+            return Ok(None);
+        }
+        let registry = r.registry.clone();
+        match self
+            .bounded(
+                r.deadline,
+                registry.name.as_str(),
+                self.fetch_signature(&registry, pinned),
+            )
+            .await
+        {
+            Ok(Some((bytes, loc))) => {
+                r.transferred += bytes.len() as u64;
+                let d = Digest::of(&bytes).to_string();
+                self.cache.put(&d, &bytes)?;
+                self.cache.remember_signature(digest, &d)?;
+                self.mark_in_use(&d);
+                Ok(Some((bytes, loc)))
+            }
+            Ok(None) => Ok(None),
+            Err(e) if e.is_offline() => {
+                tracing::warn!(reference = %pinned, error = %e, "registry down; cannot look for a signature");
+                if r.source == Source::Cache {
+                    r.source = Source::CacheRegistryDown {
+                        error: e.to_string(),
+                        tag_resolved_at: None,
+                    };
+                }
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Resolves a pinned `reference` from the cache alone, without a
     /// byte of network: `None` unless its manifest and component are
     /// cached (and its signature too, when `need_signature`).
-    pub fn resolve_cached(&self, reference: &Reference, need_signature: bool) -> Result<Option<Resolved>, OciError> {
+    pub(crate) fn resolve_cached(
+        &self,
+        reference: &Reference,
+        need_signature: bool,
+    ) -> Result<Option<Resolved>, OciError> {
         let Some(digest) = reference.digest() else {
             return Ok(None);
         };
@@ -746,24 +756,22 @@ impl Client {
         }))
     }
 
-    /// A blob from the cache, else fetched (checked, then cached), and
-    /// whether it was fetched. With the registry down, a blob not cached is
+    /// A blob from the cache, else fetched (checked, then cached, and
+    /// counted in `r`). With the registry down, a blob not cached is
     /// [`OciError::NotCached`].
-    #[allow(clippy::too_many_arguments)]
     async fn blob_or_fetch(
         &self,
-        registry: &Registry,
+        r: &mut Resolving,
         pinned: &Reference,
         digest: &str,
         what: Fetch<'_>,
-        source: &mut Source,
-        offline: &Option<OciError>,
-        deadline: tokio::time::Instant,
-    ) -> Result<(Vec<u8>, bool), OciError> {
+    ) -> Result<Vec<u8>, OciError> {
         if let Some(bytes) = self.cache.get(digest)? {
-            return Ok((bytes, false));
+            return Ok(bytes);
         }
-        if let Some(e) = offline {
+        let registry = &*r.registry;
+        let deadline = r.deadline;
+        if let Some(e) = &r.offline {
             return Err(OciError::NotCached {
                 reference: pinned.to_string(),
                 source: Box::new(OciError::Unreachable {
@@ -788,7 +796,7 @@ impl Client {
         };
         match fetched {
             Ok(bytes) => {
-                let actual = digest_of(&bytes);
+                let actual = Digest::of(&bytes).to_string();
                 if actual != digest {
                     return Err(OciError::DigestMismatch {
                         reference: pinned.to_string(),
@@ -797,10 +805,11 @@ impl Client {
                     });
                 }
                 self.cache.put(digest, &bytes)?;
-                if *source == Source::Cache {
-                    *source = Source::Registry;
+                if r.source == Source::Cache {
+                    r.source = Source::Registry;
                 }
-                Ok((bytes, true))
+                r.transferred += bytes.len() as u64;
+                Ok(bytes)
             }
             Err(e) if e.is_offline() => Err(OciError::NotCached {
                 reference: pinned.to_string(),
@@ -811,13 +820,13 @@ impl Client {
     }
 
     /// Asks the registry what a tag points at: (digest, manifest bytes).
-    async fn fetch_tag(&self, registry: &Registry, reference: &Reference) -> Result<(String, Vec<u8>), OciError> {
+    async fn fetch_tag(&self, registry: &RegistryClient, reference: &Reference) -> Result<(String, Vec<u8>), OciError> {
         let bytes = Self::fetch_manifest(registry, reference).await?;
-        Ok((digest_of(&bytes), bytes))
+        Ok((Digest::of(&bytes).to_string(), bytes))
     }
 
     /// A manifest, read up to [`super::MAX_MANIFEST_BYTES`].
-    async fn fetch_manifest(registry: &Registry, reference: &Reference) -> Result<Vec<u8>, OciError> {
+    async fn fetch_manifest(registry: &RegistryClient, reference: &Reference) -> Result<Vec<u8>, OciError> {
         registry.remote.manifest(reference, false).await
     }
 
@@ -825,7 +834,7 @@ impl Client {
     /// as it passes `layer.size`, when it ends short or hashes wrong, and
     /// when it declares more than `max` bytes.
     async fn fetch_blob(
-        registry: &Registry,
+        registry: &RegistryClient,
         reference: &Reference,
         layer: &OciDescriptor,
         max: u64,
@@ -850,7 +859,7 @@ impl Client {
     /// OCI 1.1 referrers, then the `sha256-HEX.sonde-sig` tag.
     async fn fetch_signature(
         &self,
-        registry: &Registry,
+        registry: &RegistryClient,
         pinned: &Reference,
     ) -> Result<Option<(Vec<u8>, SignatureLocation)>, OciError> {
         let digest = pinned.digest().unwrap_or_default().to_string();
@@ -868,12 +877,12 @@ impl Client {
             // The newest last, as registries list them in push order; a
             // registry listing more than a few is not read further.
             for entry in index.manifests.iter().rev().take(MAX_SIGNATURE_REFERRERS) {
-                if !is_digest(&entry.digest) {
+                if Digest::parse(&entry.digest).is_err() {
                     continue;
                 }
                 let sig_ref = pinned.with_digest(&entry.digest);
                 let bytes = registry.remote.manifest(&sig_ref, true).await?;
-                if digest_of(&bytes) != entry.digest {
+                if Digest::of(&bytes).to_string() != entry.digest {
                     continue;
                 }
                 if let Some(sig) = self
@@ -905,7 +914,7 @@ impl Client {
     /// The signature blob of a signature manifest, if it is one for `subject`.
     async fn signature_from_manifest(
         &self,
-        registry: &Registry,
+        registry: &RegistryClient,
         at: &Reference,
         manifest: &[u8],
         subject: &str,
@@ -921,7 +930,7 @@ impl Client {
         let Some(layer) = m.layers.iter().find(|l| l.media_type == SIGNATURE_MEDIA_TYPE) else {
             return Ok(None);
         };
-        if !is_digest(&layer.digest) {
+        if Digest::parse(&layer.digest).is_err() {
             return Ok(None);
         }
         let bytes = Self::fetch_blob(registry, at, layer, MAX_METADATA_BYTES, "signature", &|_| {}).await?;
@@ -940,7 +949,7 @@ impl Client {
                 limit: self.settings.max_bytes,
             });
         }
-        if !matches!(wasm.get(..8), Some([0, b'a', b's', b'm', _, _, 1, 0])) {
+        if identity::sniff(wasm) != WasmKind::Component {
             return Err(OciError::NotWasm {
                 reference: reference.to_string(),
                 detail: "the file is not a WebAssembly component (build for wasm32-wasip2)".into(),
@@ -973,7 +982,7 @@ impl Client {
             )])),
         };
         let manifest_bytes = serde_json::to_vec(&manifest).unwrap_or_default();
-        let digest = digest_of(&manifest_bytes);
+        let digest = Digest::of(&manifest_bytes).to_string();
         if let Some(d) = reference.digest()
             && d != digest
         {
@@ -1002,7 +1011,7 @@ impl Client {
 
     async fn push_blobs(
         &self,
-        registry: &Registry,
+        registry: &RegistryClient,
         reference: &Reference,
         blobs: &[(&[u8], &String)],
     ) -> Result<(), OciError> {
@@ -1029,7 +1038,12 @@ impl Client {
         Ok(())
     }
 
-    async fn push_manifest(&self, registry: &Registry, reference: &Reference, bytes: &[u8]) -> Result<(), OciError> {
+    async fn push_manifest(
+        &self,
+        registry: &RegistryClient,
+        reference: &Reference,
+        bytes: &[u8],
+    ) -> Result<(), OciError> {
         let content_type = http::HeaderValue::from_static(OCI_MANIFEST_MEDIA_TYPE);
         registry
             .client
@@ -1053,7 +1067,7 @@ impl Client {
         let registry = self.registry(reference.registry())?;
         self.bounded(self.deadline(), registry.name.as_str(), async {
             let subject_bytes = Self::fetch_manifest(&registry, reference).await?;
-            let subject_digest = digest_of(&subject_bytes);
+            let subject_digest = Digest::of(&subject_bytes).to_string();
             if let Some(d) = reference.digest()
                 && d != subject_digest
             {
@@ -1092,8 +1106,8 @@ impl Client {
                 )])),
             };
             let bytes = serde_json::to_vec(&manifest).unwrap_or_default();
-            let sig_manifest = digest_of(&bytes);
-            let empty_digest = digest_of(EMPTY_CONFIG);
+            let sig_manifest = Digest::of(&bytes).to_string();
+            let empty_digest = Digest::of(EMPTY_CONFIG).to_string();
             let blobs = [(EMPTY_CONFIG, &empty_digest), (signature, &sig_layer.digest)];
             self.push_blobs(&registry, &pinned, &blobs).await?;
             self.push_manifest(&registry, &pinned.with_digest(&sig_manifest), &bytes)

@@ -148,7 +148,7 @@ pub enum OciError {
 impl OciError {
     /// Whether the registry itself could not be asked (unreachable, timed
     /// out), so that what the cache holds may stand in for it.
-    pub fn is_offline(&self) -> bool {
+    pub(crate) fn is_offline(&self) -> bool {
         matches!(
             self,
             Self::Unreachable { .. } | Self::Timeout { .. } | Self::Stalled { .. }
@@ -160,7 +160,7 @@ impl OciError {
     /// with nothing cached to stand in. An agent starting with such a
     /// reference leaves only its probes out; a bad reference, a digest
     /// mismatch or a refused signature are the config's errors.
-    pub fn is_unavailable(&self) -> bool {
+    pub(crate) fn is_unavailable(&self) -> bool {
         match self {
             Self::NotCached { .. } | Self::Registry { .. } => true,
             other => other.is_offline(),

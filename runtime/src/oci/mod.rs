@@ -25,10 +25,10 @@
 //! # Examples
 //!
 //! ```no_run
-//! use sonde_runtime::oci::{Client, Reference, Settings};
+//! use sonde_runtime::oci::{Client, Reference, ClientSettings};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = Client::new(Settings::new("/var/lib/sonde/oci".into()))?;
+//! let client = Client::new(ClientSettings::new("/var/lib/sonde/oci".into()))?;
 //! let reference = Reference::parse("oci://registry.example.com/acme/pg-check:1.4")?;
 //! let resolved = client.resolve(&reference).await?;
 //! println!("{} is {} ({} bytes)", reference, resolved.digest, resolved.bytes.len());
@@ -45,37 +45,25 @@ mod remote;
 
 pub use cache::{Cache, TagMemo};
 pub use client::{
-    Client, ComponentInfo, Progress, Pushed, RegistrySettings, Resolved, Settings, SignatureLocation, SignaturePushed,
-    Source, signature_tag,
+    Client, ClientSettings, ComponentInfo, Progress, Pushed, RegistryAccess, Resolved, SignatureLocation,
+    SignaturePushed, Source, signature_tag,
 };
 pub use error::OciError;
 pub use reference::{Reference, RegistryScope};
 pub use remote::{Limits, MAX_MANIFEST_BYTES, MAX_REDIRECTS, MAX_TOKEN_BYTES};
 
+/// What sonde calls itself to a registry.
+pub(crate) const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"));
 /// The media type of the wasm artifact's config (CNCF wasm OCI artifact layout).
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 /// The media type of the artifact's one layer: the component.
 pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
 /// The media type of an OCI image index (a referrer list).
-pub const OCI_INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const OCI_INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 /// The media type of an OCI image manifest.
-pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The artifact type of a sonde signature manifest, and the media type of its
 /// one layer (the `FILE.wasm.sig` JSON).
-pub const SIGNATURE_MEDIA_TYPE: &str = "application/vnd.sonde.signature.v1+json";
-/// The largest component sonde pulls or pushes: 32 MiB, as for uploads.
-pub const MAX_COMPONENT_BYTES: u64 = 32 * 1024 * 1024;
+pub(crate) const SIGNATURE_MEDIA_TYPE: &str = "application/vnd.sonde.signature.v1+json";
 /// The largest signature (the `FILE.wasm.sig` blob) accepted.
-pub const MAX_METADATA_BYTES: u64 = 64 * 1024;
-
-/// `sha256:` and the hex SHA-256 of `bytes`: an OCI content digest.
-pub fn digest_of(bytes: &[u8]) -> String {
-    format!("sha256:{}", crate::signing::digest(bytes))
-}
-
-/// Whether `s` is a `sha256:` digest of 64 lowercase hex digits (the only
-/// algorithm sonde accepts).
-pub fn is_digest(s: &str) -> bool {
-    s.strip_prefix("sha256:")
-        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-}
+pub(crate) const MAX_METADATA_BYTES: u64 = 64 * 1024;

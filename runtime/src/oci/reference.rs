@@ -1,6 +1,7 @@
 //! `oci://` references and the registry patterns of a tenant's ceiling.
 
-use super::{OciError, is_digest};
+use super::OciError;
+use crate::identity::Digest;
 use std::fmt;
 
 /// A plugin in an OCI registry: `oci://HOST[:PORT]/REPO[:TAG][@sha256:HEX]`.
@@ -17,7 +18,7 @@ pub struct Reference {
 }
 
 /// The scheme every registry reference starts with.
-pub const SCHEME: &str = "oci://";
+pub(crate) const SCHEME: &str = "oci://";
 
 impl Reference {
     /// Parses `oci://HOST[:PORT]/REPO[:TAG][@sha256:HEX]`. The host is a DNS
@@ -32,10 +33,10 @@ impl Reference {
         let (registry, path) = rest
             .split_once('/')
             .ok_or_else(|| bad("expected oci://HOST/REPOSITORY:TAG or @sha256:DIGEST"))?;
-        check_registry(registry).map_err(|d| bad(&d))?;
+        check_registry(registry).map_err(|d| bad(&d.to_string()))?;
         let (name_tag, digest) = match path.split_once('@') {
             Some((n, d)) => {
-                if !is_digest(d) {
+                if Digest::parse(d).is_err() {
                     return Err(bad("the digest must be sha256: and 64 lowercase hex digits"));
                 }
                 (n, Some(d.to_string()))
@@ -46,9 +47,9 @@ impl Reference {
             Some((r, t)) if !t.contains('/') => (r, Some(t.to_string())),
             _ => (name_tag, None),
         };
-        check_repository(repository).map_err(|d| bad(&d))?;
+        check_repository(repository).map_err(|d| bad(&d.to_string()))?;
         if let Some(t) = &tag {
-            check_tag(t).map_err(|d| bad(&d))?;
+            check_tag(t).map_err(|d| bad(&d.to_string()))?;
         }
         if tag.is_none() && digest.is_none() {
             return Err(bad(
@@ -64,7 +65,7 @@ impl Reference {
     }
 
     /// Whether `s` is meant as a registry reference (starts with `oci://`).
-    pub fn is_oci(s: &str) -> bool {
+    pub(crate) fn is_oci(s: &str) -> bool {
         s.starts_with(SCHEME)
     }
 
@@ -89,7 +90,7 @@ impl Reference {
     }
 
     /// Whether the reference names a digest, so it cannot change.
-    pub fn is_pinned(&self) -> bool {
+    pub(crate) fn is_pinned(&self) -> bool {
         self.digest.is_some()
     }
 
@@ -102,7 +103,7 @@ impl Reference {
     }
 
     /// The same repository at another tag, with no digest.
-    pub fn with_tag(&self, tag: &str) -> Self {
+    pub(crate) fn with_tag(&self, tag: &str) -> Self {
         Self {
             tag: Some(tag.to_string()),
             digest: None,
@@ -144,7 +145,22 @@ impl std::str::FromStr for Reference {
     }
 }
 
-fn check_registry(registry: &str) -> Result<(), String> {
+/// What is wrong with one part of a reference.
+#[derive(Debug, thiserror::Error)]
+enum PartError {
+    #[error("registry port {0:?} is not a port number")]
+    Port(String),
+    #[error("registry host {0:?} is not a host name or IPv4 address")]
+    Host(String),
+    #[error("the repository must be 1 to 255 characters")]
+    RepositoryLength,
+    #[error("repository component {0:?} must be lowercase letters and digits separated by . _ __ or -")]
+    RepositoryComponent(String),
+    #[error("tag {0:?} must be 1 to 128 of letters, digits, . _ - (not starting with . or -)")]
+    Tag(String),
+}
+
+fn check_registry(registry: &str) -> Result<(), PartError> {
     let (host, port) = match registry.rsplit_once(':') {
         Some((h, p)) => (h, Some(p)),
         None => (registry, None),
@@ -152,7 +168,7 @@ fn check_registry(registry: &str) -> Result<(), String> {
     if let Some(p) = port
         && !matches!(p.parse::<u16>(), Ok(n) if n != 0)
     {
-        return Err(format!("registry port {p:?} is not a port number"));
+        return Err(PartError::Port(p.to_string()));
     }
     let label_ok = |l: &str| {
         !l.is_empty()
@@ -162,7 +178,7 @@ fn check_registry(registry: &str) -> Result<(), String> {
             && !l.ends_with('-')
     };
     if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
-        return Err(format!("registry host {host:?} is not a host name or IPv4 address"));
+        return Err(PartError::Host(host.to_string()));
     }
     Ok(())
 }
@@ -199,19 +215,17 @@ fn component_ok(c: &str) -> bool {
     true
 }
 
-fn check_repository(repository: &str) -> Result<(), String> {
+fn check_repository(repository: &str) -> Result<(), PartError> {
     if repository.is_empty() || repository.len() > 255 {
-        return Err("the repository must be 1 to 255 characters".into());
+        return Err(PartError::RepositoryLength);
     }
     match repository.split('/').find(|c| !component_ok(c)) {
-        Some(c) => Err(format!(
-            "repository component {c:?} must be lowercase letters and digits separated by . _ __ or -"
-        )),
+        Some(c) => Err(PartError::RepositoryComponent(c.to_string())),
         None => Ok(()),
     }
 }
 
-fn check_tag(tag: &str) -> Result<(), String> {
+fn check_tag(tag: &str) -> Result<(), PartError> {
     let b = tag.as_bytes();
     let ok = !b.is_empty()
         && b.len() <= 128
@@ -221,9 +235,7 @@ fn check_tag(tag: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "tag {tag:?} must be 1 to 128 of letters, digits, . _ - (not starting with . or -)"
-        ))
+        Err(PartError::Tag(tag.to_string()))
     }
 }
 
@@ -252,7 +264,7 @@ impl RegistryScope {
         let (registry, path) = rest
             .split_once('/')
             .ok_or_else(|| bad("expected HOST/REPOSITORY, HOST/PREFIX/* or HOST/*"))?;
-        check_registry(registry).map_err(|d| bad(&d))?;
+        check_registry(registry).map_err(|d| bad(&d.to_string()))?;
         let (path, subtree) = match path.strip_suffix('*') {
             Some("") => (String::new(), true),
             Some(p) => match p.strip_suffix('/') {
@@ -265,7 +277,7 @@ impl RegistryScope {
             return Err(bad("* is allowed only at the end, as in acme/*"));
         }
         if !path.is_empty() {
-            check_repository(&path).map_err(|d| bad(&d))?;
+            check_repository(&path).map_err(|d| bad(&d.to_string()))?;
         } else if !subtree {
             return Err(bad("name a repository, PREFIX/* or * after the host"));
         }

@@ -12,7 +12,7 @@
 //! - **Time.** Connecting has [`Limits::connect`], each read (the first
 //!   byte of the answer, then every next one) has [`Limits::idle`]; a
 //!   silent peer is given up on in seconds. The whole pull's deadline is
-//!   the caller's ([`super::Settings::timeout`]).
+//!   the caller's ([`super::ClientSettings::timeout`]).
 //! - **Place.** Redirects (at most [`MAX_REDIRECTS`], never from HTTPS to
 //!   HTTP) and token realms go only where [`super::guard`] allows.
 //!
@@ -22,7 +22,8 @@
 
 use super::guard::{self, Guard, Refusal};
 use super::{OciError, Reference};
-use sha2::{Digest, Sha256};
+use crate::identity::Digest;
+use sha2::{Digest as _, Sha256};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -146,7 +147,7 @@ impl Remote {
             .dns_resolver(guard::resolver(&guard))
             .connect_timeout(limits.connect)
             .read_timeout(limits.idle)
-            .user_agent(super::client::USER_AGENT)
+            .user_agent(super::USER_AGENT)
             .tls_certs_merge(roots)
             .build()
             .map_err(|e| OciError::Registry {
@@ -494,7 +495,7 @@ impl Remote {
         if (out.len() as u64) < size {
             return Err(wrong_size(out.len() as u64, false));
         }
-        let actual = format!("sha256:{}", hex(&hasher.finalize()));
+        let actual = Digest::from_bytes(hasher.finalize().into()).to_string();
         if actual != digest {
             return Err(OciError::DigestMismatch {
                 reference: reference.to_string(),
@@ -509,14 +510,6 @@ impl Remote {
 enum Auth {
     Bearer(Secret),
     Basic,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 /// The `key="value"` parameters of a `WWW-Authenticate` challenge.

@@ -47,6 +47,7 @@
 
 mod admit;
 pub mod mounts;
+mod outcome;
 pub mod probe;
 pub mod problem;
 pub mod pulls;
@@ -64,19 +65,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use problem::{Located, Problem};
-pub use resolve::{PullCost, ResolveError, Trust};
+pub use outcome::{PullCost, ResolveError};
+pub use problem::{ConfigProblem, Located};
+pub use resolve::Trust;
 
 /// The shortest period a probe may have.
-pub const MIN_PERIOD: Duration = Duration::from_millis(100);
+pub(crate) const MIN_PERIOD: Duration = Duration::from_millis(100);
 /// Default period.
-pub const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
 /// Default timeout of one run.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default failure threshold.
-pub const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
+pub(crate) const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
 /// Default timeout of an `on_failure` action.
-pub const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_ACTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A command run after a liveness or startup failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -173,10 +175,10 @@ impl PartialEq for ProbeSpec {
 }
 
 /// The most extra labels a probe may carry.
-pub const MAX_LABELS: usize = 8;
+pub(crate) const MAX_LABELS: usize = 8;
 /// The labels sonde's own per-probe series carry, which a probe's extra
 /// labels may not shadow.
-pub const RESERVED_LABELS: &[&str] = &[
+pub(crate) const RESERVED_LABELS: &[&str] = &[
     "probe", "target", "kind", "tenant", "status", "reason", "metric", "unit", "plugin", "le", "quantile",
 ];
 
@@ -308,7 +310,7 @@ pub struct Pull {
     /// The reference as written.
     pub reference: String,
     /// Bytes from the registry and time spent.
-    pub cost: resolve::PullCost,
+    pub cost: PullCost,
 }
 
 /// A probe left out of a load because its `oci://` plugin could not be
@@ -417,7 +419,7 @@ pub struct Registry {
     base: PathBuf,
     trust: Arc<Trust>,
     /// How `oci://` plugins are pulled.
-    oci: Option<Arc<crate::oci::Settings>>,
+    oci: Option<Arc<crate::oci::ClientSettings>>,
     cache: resolve::Cache,
     targets: IndexMap<Arc<str>, TargetEntry>,
     probes: IndexMap<Arc<str>, Arc<ProbeSpec>>,
@@ -430,12 +432,12 @@ pub struct Registry {
 
 impl Registry {
     /// How `oci://` plugins are pulled (`oci:`, defaults filled in).
-    pub fn oci_settings(&self) -> Option<&crate::oci::Settings> {
+    pub(crate) fn oci_settings(&self) -> Option<&crate::oci::ClientSettings> {
         self.oci.as_deref()
     }
 
     /// The key ids of `trust:`, in the file's order.
-    pub fn trusted_keys(&self) -> Vec<&str> {
+    pub(crate) fn trusted_keys(&self) -> Vec<&str> {
         self.trust.keys.iter().map(|k| k.key_id()).collect()
     }
 
@@ -462,7 +464,7 @@ impl Registry {
     /// [`resolve::Cache::background`] (the agent's) no `oci://` plugin is
     /// waited for: the probes that need one not at hand are
     /// [`Registry::waiting`] while it is pulled.
-    pub async fn load_with(
+    pub(crate) async fn load_with(
         engine: &Engine,
         path: &Path,
         mut file: config::File,
@@ -511,7 +513,11 @@ impl Registry {
     /// A registry built in code (benchmarks, tests): `targets` and
     /// `probes` as they are, unchecked, owned by the operator's tenant set
     /// `tenants`.
-    pub fn from_specs(tenants: Arc<Tenants>, targets: Vec<Arc<TargetSpec>>, probes: Vec<Arc<ProbeSpec>>) -> Self {
+    pub(crate) fn from_specs(
+        tenants: Arc<Tenants>,
+        targets: Vec<Arc<TargetSpec>>,
+        probes: Vec<Arc<ProbeSpec>>,
+    ) -> Self {
         let mut reg = Registry {
             tenants,
             ..Registry::default()
@@ -676,7 +682,7 @@ impl Registry {
     }
 
     /// The probes of `target`.
-    pub fn probes_of<'a>(&'a self, target: &'a str) -> impl Iterator<Item = &'a Arc<ProbeSpec>> + 'a {
+    pub(crate) fn probes_of<'a>(&'a self, target: &'a str) -> impl Iterator<Item = &'a Arc<ProbeSpec>> + 'a {
         self.targets
             .get(target)
             .into_iter()

@@ -39,7 +39,7 @@ const SYSFS_MAGIC: i64 = 0x6265_6572;
 
 /// The pseudo-filesystem at or under `dir` (its mount point and type), if
 /// there is one.
-pub fn pseudo_within(dir: &Path) -> Option<(PathBuf, String)> {
+pub(crate) fn pseudo_within(dir: &Path) -> Option<(PathBuf, String)> {
     let dir = std::fs::canonicalize(dir).ok()?;
     if let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") {
         let mounts = parse_mountinfo(&table);

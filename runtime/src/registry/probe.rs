@@ -6,7 +6,7 @@
 //! names, quotas, ceilings) is [`super::pending`]'s; the plugin and its
 //! schema, [`super::resolve`]'s.
 
-use super::problem::{Located, Problem};
+use super::problem::{ConfigProblem, Located};
 use super::{ActionSpec, DEFAULT_ACTION_TIMEOUT, DEFAULT_FAILURE_THRESHOLD, DEFAULT_PERIOD, MIN_PERIOD};
 use crate::config::{self, Kind};
 use crate::engine::{Limits, limits};
@@ -33,20 +33,22 @@ pub fn target(t: &config::Target, problems: &mut Vec<Located>) -> TargetDraft {
     if !super::valid_name(name) {
         problems.push(Located {
             at: t.name.referenced,
-            problem: Problem::NameInvalid(name.to_string()),
+            problem: ConfigProblem::NameInvalid(name.to_string()),
         });
     }
     if let Err(error) = NetPattern::for_target(&t.address.value) {
         problems.push(Located {
             at: t.address.referenced,
-            problem: Problem::Address { key: "address", error },
+            problem: ConfigProblem::Address { key: "address", error },
         });
     }
     let on_failure = t.on_failure.as_ref().and_then(|a| {
         let argv = &a.command.value;
         let problem = match argv.first() {
-            None => Problem::ActionEmpty,
-            Some(p) if !Path::new(p).is_absolute() || !Path::new(p).is_file() => Problem::ActionProgram(p.clone()),
+            None => ConfigProblem::ActionEmpty,
+            Some(p) if !Path::new(p).is_absolute() || !Path::new(p).is_file() => {
+                ConfigProblem::ActionProgram(p.clone())
+            }
             Some(_) => {
                 return Some(ActionSpec {
                     argv: argv.clone(),
@@ -120,108 +122,31 @@ pub fn probe(
         None => (format!("{target}-{kind}"), p.plugin.referenced),
     };
     if !super::valid_name(&name) {
-        at(name_at, Problem::NameInvalid(name.clone()));
+        at(name_at, ConfigProblem::NameInvalid(name.clone()));
     }
-    let success_threshold = p.success_threshold.as_ref().map_or(1, |s| s.value);
-    if let Some(s) = &p.success_threshold {
-        if s.value == 0 {
-            at(s.referenced, Problem::SuccessThresholdZero);
-        } else if s.value != 1 && kind != Kind::Readiness {
-            at(s.referenced, Problem::SuccessThresholdNotOne { kind, value: s.value });
-        }
-    }
-    let failure_threshold = p
-        .failure_threshold
-        .as_ref()
-        .map_or(DEFAULT_FAILURE_THRESHOLD, |s| s.value);
-    if let Some(f) = &p.failure_threshold
-        && f.value == 0
-    {
-        at(f.referenced, Problem::FailureThresholdZero);
-    }
-    let period = p.period.as_ref().map_or(DEFAULT_PERIOD, |d| d.value.0);
-    if let Some(d) = &p.period
-        && d.value.0 < MIN_PERIOD
-    {
-        at(d.referenced, Problem::PeriodTooShort(d.value.0));
-    }
-    let timeout = p.timeout.as_ref().map_or(defaults.timeout, |d| d.value.0);
-    if let Some(d) = &p.timeout
-        && d.value.0.is_zero()
-    {
-        at(d.referenced, Problem::TimeoutZero);
-    }
-    let memory = p.limits.memory.as_ref().map_or(defaults.memory, |m| m.value.0);
-    if let Some(m) = &p.limits.memory
-        && m.value.0 > limits::MAX_MEMORY
-    {
-        at(m.referenced, Problem::MemoryOverMax(m.value.0));
-    }
+    check_numbers(p, kind, problems);
     let address = match &p.target {
         Some(t) => {
             if let Err(error) = NetPattern::for_target(&t.value) {
-                at(t.referenced, Problem::Address { key: "target", error });
+                problems.push(Located {
+                    at: t.referenced,
+                    problem: ConfigProblem::Address { key: "target", error },
+                });
             }
             t.value.trim().to_string()
         }
         None => address.to_string(),
     };
-    let mut grants = Grants::default();
-    let mut net_at = Vec::new();
-    for n in &p.grants.net {
-        match n.value.parse() {
-            Ok(g) => {
-                grants.net.push(g);
-                net_at.push(n.referenced);
-            }
-            Err(e) => at(n.referenced, Problem::GrantNet(e)),
-        }
-    }
-    for x in &p.grants.exec {
-        if !x.value.is_absolute() || !x.value.is_file() {
-            at(x.referenced, Problem::GrantExec(x.value.clone()));
-        }
-        grants.exec.push(x.value.clone());
-    }
-    for f in &p.grants.files {
-        if !f.value.is_absolute() || !f.value.is_dir() {
-            at(f.referenced, Problem::GrantFiles(f.value.clone()));
-        } else if let Some((mount, fstype)) = super::mounts::pseudo_within(&f.value) {
-            at(
-                f.referenced,
-                Problem::GrantFilesPseudo {
-                    path: f.value.clone(),
-                    mount,
-                    fstype,
-                },
-            );
-        }
-        grants.files.push(f.value.clone());
-    }
-    grants.env = p.grants.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let (grants, net_at) = grants(p, problems);
     for g in &p.groups {
         if !super::valid_name(&g.value) {
-            at(g.referenced, Problem::Group(g.value.clone()));
+            problems.push(Located {
+                at: g.referenced,
+                problem: ConfigProblem::Group(g.value.clone()),
+            });
         }
     }
-    let mut labels = Vec::new();
-    if let Some(l) = &p.labels {
-        if l.value.len() > super::MAX_LABELS {
-            at(
-                l.referenced,
-                Problem::Label {
-                    key: l.value.keys().nth(super::MAX_LABELS).cloned().unwrap_or_default(),
-                    why: "is one label too many (at most 8 per probe)",
-                },
-            );
-        }
-        for (k, v) in &l.value {
-            match super::label_problem(k, v) {
-                Some(why) => at(l.referenced, Problem::Label { key: k.clone(), why }),
-                None => labels.push((k.clone(), v.clone())),
-            }
-        }
-    }
+    let labels = labels(p, problems);
     ProbeDraft {
         name,
         defaulted: p.name.is_none(),
@@ -232,14 +157,17 @@ pub fn probe(
             .config
             .as_ref()
             .map_or_else(|| serde_json::json!({}), |c| c.value.clone()),
-        period,
+        period: p.period.as_ref().map_or(DEFAULT_PERIOD, |d| d.value.0),
         initial_delay: p.initial_delay.map_or(Duration::ZERO, |d| d.0),
-        success_threshold,
-        failure_threshold,
+        success_threshold: p.success_threshold.as_ref().map_or(1, |s| s.value),
+        failure_threshold: p
+            .failure_threshold
+            .as_ref()
+            .map_or(DEFAULT_FAILURE_THRESHOLD, |s| s.value),
         limits: Limits {
-            timeout,
+            timeout: p.timeout.as_ref().map_or(defaults.timeout, |d| d.value.0),
             fuel: p.limits.fuel.as_ref().map_or(defaults.fuel, |f| f.value),
-            memory,
+            memory: p.limits.memory.as_ref().map_or(defaults.memory, |m| m.value.0),
         },
         grants,
         net_at,
@@ -248,9 +176,109 @@ pub fn probe(
     }
 }
 
+/// The probe's thresholds, period, timeout and memory, each within its
+/// bounds.
+fn check_numbers(p: &config::Probe, kind: Kind, problems: &mut Vec<Located>) {
+    let mut at = |at: Location, problem| problems.push(Located { at, problem });
+    if let Some(s) = &p.success_threshold {
+        if s.value == 0 {
+            at(s.referenced, ConfigProblem::SuccessThresholdZero);
+        } else if s.value != 1 && kind != Kind::Readiness {
+            at(
+                s.referenced,
+                ConfigProblem::SuccessThresholdNotOne { kind, value: s.value },
+            );
+        }
+    }
+    if let Some(f) = &p.failure_threshold
+        && f.value == 0
+    {
+        at(f.referenced, ConfigProblem::FailureThresholdZero);
+    }
+    if let Some(d) = &p.period
+        && d.value.0 < MIN_PERIOD
+    {
+        at(d.referenced, ConfigProblem::PeriodTooShort(d.value.0));
+    }
+    if let Some(d) = &p.timeout
+        && d.value.0.is_zero()
+    {
+        at(d.referenced, ConfigProblem::TimeoutZero);
+    }
+    if let Some(m) = &p.limits.memory
+        && m.value.0 > limits::MAX_MEMORY
+    {
+        at(m.referenced, ConfigProblem::MemoryOverMax(m.value.0));
+    }
+}
+
+/// The probe's grants, each checked, and where each of its `net` grants
+/// is written.
+fn grants(p: &config::Probe, problems: &mut Vec<Located>) -> (Grants, Vec<Location>) {
+    let mut at = |at: Location, problem| problems.push(Located { at, problem });
+    let mut grants = Grants::default();
+    let mut net_at = Vec::new();
+    for n in &p.grants.net {
+        match n.value.parse() {
+            Ok(g) => {
+                grants.net.push(g);
+                net_at.push(n.referenced);
+            }
+            Err(e) => at(n.referenced, ConfigProblem::GrantNet(e)),
+        }
+    }
+    for x in &p.grants.exec {
+        if !x.value.is_absolute() || !x.value.is_file() {
+            at(x.referenced, ConfigProblem::GrantExec(x.value.clone()));
+        }
+        grants.exec.push(x.value.clone());
+    }
+    for f in &p.grants.files {
+        if !f.value.is_absolute() || !f.value.is_dir() {
+            at(f.referenced, ConfigProblem::GrantFiles(f.value.clone()));
+        } else if let Some((mount, fstype)) = super::mounts::pseudo_within(&f.value) {
+            at(
+                f.referenced,
+                ConfigProblem::GrantFilesPseudo {
+                    path: f.value.clone(),
+                    mount,
+                    fstype,
+                },
+            );
+        }
+        grants.files.push(f.value.clone());
+    }
+    grants.env = p.grants.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    (grants, net_at)
+}
+
+/// The probe's labels that pass their checks.
+fn labels(p: &config::Probe, problems: &mut Vec<Located>) -> Vec<(String, String)> {
+    let mut at = |at: Location, problem| problems.push(Located { at, problem });
+    let mut labels = Vec::new();
+    if let Some(l) = &p.labels {
+        if l.value.len() > super::MAX_LABELS {
+            at(
+                l.referenced,
+                ConfigProblem::Label {
+                    key: l.value.keys().nth(super::MAX_LABELS).cloned().unwrap_or_default(),
+                    why: "is one label too many (at most 8 per probe)",
+                },
+            );
+        }
+        for (k, v) in &l.value {
+            match super::label_problem(k, v) {
+                Some(why) => at(l.referenced, ConfigProblem::Label { key: k.clone(), why }),
+                None => labels.push((k.clone(), v.clone())),
+            }
+        }
+    }
+    labels
+}
+
 /// The source location of the key a [`crate::tenants::CeilingError`] is
 /// about, and the key's name.
-pub fn ceiling_key(
+pub(crate) fn ceiling_key(
     e: &crate::tenants::CeilingError,
     t: &config::Target,
     p: &config::Probe,

@@ -1,5 +1,5 @@
 //! What can be wrong with a config, as data: every refusal rule of the
-//! registry is one [`Problem`] variant, whose text names the key first
+//! registry is one [`ConfigProblem`] variant, whose text names the key first
 //! (`period: 50ms is below the 100ms minimum`). The pipeline's steps return
 //! problems with their source location; [`Located::into_error`] turns one
 //! into the [`ConfigError`] (file:line:column: text) a person reads.
@@ -17,12 +17,12 @@ pub struct Located {
     /// Where in the file (serde-saphyr's location; unknown is line 0).
     pub at: serde_saphyr::Location,
     /// What is wrong.
-    pub problem: Problem,
+    pub problem: ConfigProblem,
 }
 
 impl Located {
     /// The problem as a person reads it, in `file`.
-    pub fn into_error(self, file: &std::path::Path) -> ConfigError {
+    pub(crate) fn into_error(self, file: &std::path::Path) -> ConfigError {
         ConfigError {
             place: crate::config::place(file, &self.at),
             message: self.problem.to_string(),
@@ -33,15 +33,15 @@ impl Located {
 /// The rule a name follows, for messages.
 const NAME_RULE: &str = "must be 1-128 letters, digits, `-`, `_` or `.`";
 
-/// One refusal rule broken (or, for [`Problem::Ungranted`], a warning).
+/// One refusal rule broken (or, for [`ConfigProblem::Ungranted`], a warning).
 #[derive(Debug, thiserror::Error)]
-pub enum Problem {
+pub enum ConfigProblem {
     /// `api:` is not a socket address.
     #[error("api: {0:?} is not an address such as 127.0.0.1:9464")]
     Api(String),
     /// An `api:` limit out of range.
     #[error("{0}")]
-    ApiLimit(String),
+    ApiLimit(crate::config::ApiLimitError),
     /// A `sandbox:` bound out of range; the message names the key.
     #[error("{0}")]
     SandboxLimit(String),
@@ -268,7 +268,7 @@ pub enum Problem {
     },
     /// The plugin cannot be had.
     #[error("plugin: {0}")]
-    Plugin(super::resolve::ResolveError),
+    Plugin(super::ResolveError),
     /// The plugin's config does not fit its schema.
     #[error("config{}: {message} (plugin {plugin})", if at.is_empty() { String::new() } else { format!(" at {at}") })]
     Schema {

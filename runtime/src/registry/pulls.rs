@@ -15,7 +15,7 @@
 //! - **Tags.** A tag resolved less than [`TAG_FRESH`] ago is used as it is;
 //!   an older one is used while a new pull refreshes it.
 
-use super::resolve::{PullCost, ResolveError};
+use super::outcome::{PullCost, ResolveError};
 use crate::engine::Plugin;
 use crate::tenants::TenantId;
 use std::collections::HashMap;
@@ -26,15 +26,15 @@ use tokio::sync::{Semaphore, broadcast};
 use tokio::time::Instant;
 
 /// Pulls one tenant may run at once.
-pub const MAX_PULLS_PER_TENANT: usize = 2;
+pub(crate) const MAX_PULLS_PER_TENANT: usize = 2;
 /// Pulls the agent runs at once.
-pub const MAX_PULLS_PER_AGENT: usize = 4;
+pub(crate) const MAX_PULLS_PER_AGENT: usize = 4;
 /// The wait after a first failed pull of a reference.
-pub const BACKOFF_FIRST: Duration = Duration::from_secs(5);
+pub(crate) const BACKOFF_FIRST: Duration = Duration::from_secs(5);
 /// The longest wait between two pulls of a reference that keeps failing.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// How long a resolved tag is used without asking the registry again.
-pub const TAG_FRESH: Duration = Duration::from_secs(60);
+pub(crate) const TAG_FRESH: Duration = Duration::from_secs(60);
 
 /// A resolved plugin and its reference pinned to the digest that runs.
 pub(crate) type Ready = (Arc<Plugin>, String);

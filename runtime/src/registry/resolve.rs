@@ -4,9 +4,10 @@
 //! digest. Built-ins never change, so a registry keeps them by name; files
 //! are read again on every change, since they may have been replaced.
 
+use super::outcome::{PullCost, ResolveError};
 use super::pulls::{Asked, Pulls};
 use crate::engine::{Engine, LoadError, Plugin};
-use crate::signing::{PublicKey, SignatureError};
+use crate::signing::PublicKey;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -20,62 +21,14 @@ pub struct Trust {
     pub required: bool,
 }
 
-/// Why a plugin could not be had.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ResolveError {
-    /// No built-in of that name, and not a path.
-    #[error(
-        "unknown built-in {name:?} (built-ins: {}); a file needs a path such as ./{name}.wasm",
-        crate::builtins::names().collect::<Vec<_>>().join(", ")
-    )]
-    UnknownBuiltin {
-        /// The name written.
-        name: String,
-    },
-    /// The component does not load (read, compile, world, describe).
-    #[error("{0}")]
-    Load(Arc<LoadError>),
-    /// `require_signed` and the file's signature does not verify.
-    #[error("refused (require_signed): {0}")]
-    Unsigned(Arc<SignatureError>),
-    /// The signature file cannot be read.
-    #[error("{0}")]
-    Signature(Arc<SignatureError>),
-    /// An `oci://` reference that cannot be parsed, reached or pulled.
-    #[error("{0}")]
-    Oci(Arc<crate::oci::OciError>),
-}
-
-impl ResolveError {
-    /// Whether the error came from a registry (or what it sent), not from
-    /// the reference or the agent's settings: in the agent such a failure
-    /// leaves its probes out rather than refusing the config.
-    pub fn is_remote(&self) -> bool {
-        match self {
-            Self::Oci(e) => !matches!(
-                **e,
-                crate::oci::OciError::InvalidReference { .. } | crate::oci::OciError::Settings { .. }
-            ),
-            Self::Unsigned(_) | Self::Load(_) => true,
-            Self::UnknownBuiltin { .. } | Self::Signature(_) => false,
-        }
-    }
-
-    /// Whether the plugin is an `oci://` reference its registry could not
-    /// give now, with nothing cached ([`OciError::is_unavailable`](crate::oci::OciError::is_unavailable)).
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, Self::Oci(e) if e.is_unavailable())
-    }
-}
-
 /// Whether `name` is written as a file rather than a built-in's name or
 /// an OCI reference.
-pub fn is_path(name: &str) -> bool {
+pub(crate) fn is_path(name: &str) -> bool {
     !is_oci(name) && (name.contains('/') || name.ends_with(".wasm"))
 }
 
 /// Whether `name` is an OCI reference (`oci://…`).
-pub fn is_oci(name: &str) -> bool {
+pub(crate) fn is_oci(name: &str) -> bool {
     crate::oci::Reference::is_oci(name)
 }
 
@@ -83,7 +36,7 @@ pub fn is_oci(name: &str) -> bool {
 /// checks its signature first when `trust.required`, and loads it.
 /// Returns it with its reference pinned to the digest that runs, and the
 /// bytes that came from the registry (0 when the cache had everything).
-pub async fn oci_plugin(
+pub(crate) async fn oci_plugin(
     engine: &Engine,
     client: &crate::oci::Client,
     name: &str,
@@ -120,16 +73,6 @@ async fn verify_and_load(
     Ok((plugin, pinned))
 }
 
-/// What resolving one `oci://` plugin cost: charged to the tenant whose
-/// probe named it first in a change.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PullCost {
-    /// Bytes that came from the registry (manifests, component, signature).
-    pub bytes: u64,
-    /// Time spent asking the registry and reading the cache.
-    pub elapsed: std::time::Duration,
-}
-
 /// Loads a built-in by name, or a `.wasm` file by path (relative to `base`),
 /// checking its signature first when `trust.required`. The bytes checked
 /// are the bytes loaded.
@@ -141,7 +84,7 @@ pub async fn plugin(engine: &Engine, base: &Path, name: &str, trust: &Trust) -> 
             return engine.load_file(&path).await.map_err(load);
         }
         let label = path.display().to_string();
-        let bytes = crate::engine::read_plugin_file(&path).map_err(load)?;
+        let bytes = crate::engine::read_plugin_file(&path).await.map_err(load)?;
         let sig = crate::signing::read_signature(&path).map_err(|e| ResolveError::Signature(Arc::new(e)))?;
         let unsigned = |e| ResolveError::Unsigned(Arc::new(e));
         let sig_name = crate::signing::signature_path(&path).display().to_string();
@@ -173,14 +116,14 @@ struct CacheInner {
     builtins: HashMap<String, Arc<Plugin>>,
     /// Digest-pinned `oci://` references never change: resolved once.
     pinned: HashMap<String, (Arc<Plugin>, String)>,
-    schemas: HashMap<String, Option<Arc<jsonschema::Validator>>>,
-    oci: Option<(crate::oci::Settings, Arc<crate::oci::Client>)>,
+    schemas: HashMap<crate::identity::Digest, Option<Arc<jsonschema::Validator>>>,
+    oci: Option<(crate::oci::ClientSettings, Arc<crate::oci::Client>)>,
     /// The trust settings the resolved plugins were checked under.
     trust: Option<(bool, Vec<String>)>,
 }
 
 /// What asking for an `oci://` plugin gives.
-pub enum OciPlugin {
+pub(crate) enum OciPlugin {
     /// Resolved, with what it cost (when this change is the one charged).
     Ready((Arc<Plugin>, String), Option<PullCost>),
     /// Being pulled in the background since then; the probes that need it
@@ -257,10 +200,10 @@ impl Cache {
     /// a plugin not resolved yet and not whole in the disk cache is pulled
     /// in the background for `tenant` and [`OciPlugin::Pulling`] returned;
     /// a pull that failed is its error until its backoff passes.
-    pub async fn oci_plugin(
+    pub(crate) async fn oci_plugin(
         &self,
         engine: &Engine,
-        settings: &crate::oci::Settings,
+        settings: &crate::oci::ClientSettings,
         name: &str,
         trust: &Arc<Trust>,
         tenant: &crate::tenants::TenantId,
@@ -323,14 +266,14 @@ impl Cache {
     /// of the registry in force, no run), so that their compiled code is
     /// freed: called before each whole load, while the registry in force
     /// still holds what it uses.
-    pub fn release_unused(&self) {
+    pub(crate) fn release_unused(&self) {
         self.lock().pinned.retain(|_, (p, _)| Arc::strong_count(p) > 1);
         if let Some(p) = &self.pulls {
             p.release_unused();
         }
     }
 
-    fn oci_client(&self, settings: &crate::oci::Settings) -> Result<Arc<crate::oci::Client>, ResolveError> {
+    fn oci_client(&self, settings: &crate::oci::ClientSettings) -> Result<Arc<crate::oci::Client>, ResolveError> {
         let mut inner = self.lock();
         if let Some((s, c)) = &inner.oci
             && s == settings
@@ -347,7 +290,7 @@ impl Cache {
     pub fn schema(&self, plugin: &Plugin) -> Option<Arc<jsonschema::Validator>> {
         self.lock()
             .schemas
-            .entry(plugin.digest().to_string())
+            .entry(plugin.digest())
             .or_insert_with(|| {
                 let schema = plugin.info().config_schema.as_deref()?;
                 let schema: serde_json::Value = serde_json::from_str(schema).ok()?;
@@ -359,7 +302,7 @@ impl Cache {
 
 /// The first five ways `config` does not fit `validator`, as (JSON pointer,
 /// message) pairs.
-pub fn schema_errors(validator: &jsonschema::Validator, config: &serde_json::Value) -> Vec<(String, String)> {
+pub(crate) fn schema_errors(validator: &jsonschema::Validator, config: &serde_json::Value) -> Vec<(String, String)> {
     validator
         .iter_errors(config)
         .take(5)

@@ -3,8 +3,9 @@
 //! their tokens, quotas and ceilings. Everything else in the file is
 //! targets, which [`super::target`] takes one at a time.
 
-use super::problem::{Located, Problem};
+use super::problem::{ConfigProblem, Located};
 use super::resolve::Trust;
+use crate::auth::Token;
 use crate::config::{self, Spanned};
 use crate::engine::limits;
 use crate::tenants::{self, Quotas, Tenant, Tenants};
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 /// The agent-wide part of a config.
 #[derive(Debug, Default)]
-pub struct Settings {
+pub struct AgentSettings {
     /// `api:` (or `api: {listen: ...}`).
     pub api: Option<std::net::SocketAddr>,
     /// The limits of `api: {...}`, defaults filled in.
@@ -31,7 +32,7 @@ pub struct Settings {
     /// `tenants:`, the operator's `default` first, with the API tokens.
     pub tenants: Tenants,
     /// `oci:`: how `oci://` plugins are pulled and where they are cached.
-    pub oci: Option<crate::oci::Settings>,
+    pub oci: Option<crate::oci::ClientSettings>,
     /// `sandbox:`, defaults filled in.
     pub host_limits: crate::host::bounds::HostLimits,
 }
@@ -64,34 +65,34 @@ pub fn host_limits(spec: &config::SandboxSpec) -> Result<crate::host::bounds::Ho
 
 /// Reads the agent-wide keys of `file`; paths are relative to `base`.
 /// Problems are reported against `path`.
-pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Vec<Located>) -> Settings {
+pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Vec<Located>) -> AgentSettings {
     let mut at = |s: Location, problem| problems.push(Located { at: s, problem });
-    let mut out = Settings {
+    let mut out = AgentSettings {
         state_dir: file.state_dir.as_ref().map(|d| base.join(d)),
-        ..Settings::default()
+        ..AgentSettings::default()
     };
     if let Some(api) = &file.api {
         if let Some(listen) = &api.value.listen {
             match listen.parse() {
                 Ok(a) => out.api = Some(a),
-                Err(_) => at(api.referenced, Problem::Api(listen.clone())),
+                Err(_) => at(api.referenced, ConfigProblem::Api(listen.clone())),
             }
         }
         out.api_auth = api.value.auth;
         match config::ApiLimits::from_spec(&api.value) {
             Ok(l) => out.api_limits = l,
-            Err(e) => at(api.referenced, Problem::ApiLimit(e)),
+            Err(e) => at(api.referenced, ConfigProblem::ApiLimit(e)),
         }
     }
     if let Some(sandbox) = &file.sandbox {
         match host_limits(&sandbox.value) {
             Ok(l) => out.host_limits = l,
-            Err(e) => at(sandbox.referenced, Problem::SandboxLimit(e)),
+            Err(e) => at(sandbox.referenced, ConfigProblem::SandboxLimit(e)),
         }
     }
     if let Some(t) = &file.health_timeout {
         if t.value.0 < Duration::from_secs(1) {
-            at(t.referenced, Problem::HealthTimeoutTooShort);
+            at(t.referenced, ConfigProblem::HealthTimeoutTooShort);
         }
         out.health_timeout = Some(t.value.0);
     }
@@ -99,14 +100,14 @@ pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Ve
     for k in &file.trust {
         match crate::signing::PublicKey::read(&base.join(&k.value)) {
             Ok(key) => out.trust.keys.push(key),
-            Err(e) => at(k.referenced, Problem::TrustKey(e)),
+            Err(e) => at(k.referenced, ConfigProblem::TrustKey(e)),
         }
     }
     if let Some(r) = &file.require_signed
         && r.value
         && file.trust.is_empty()
     {
-        at(r.referenced, Problem::RequireSignedWithoutTrust);
+        at(r.referenced, ConfigProblem::RequireSignedWithoutTrust);
     }
     out.tenants = tenants(path, base, file, problems);
     out.oci = Some(oci(base, out.state_dir.as_deref(), file.oci.as_ref(), problems));
@@ -120,8 +121,8 @@ fn oci(
     state_dir: Option<&Path>,
     spec: Option<&config::OciSpec>,
     problems: &mut Vec<Located>,
-) -> crate::oci::Settings {
-    let mut out = crate::oci::Settings::new(oci_cache_dir(state_dir));
+) -> crate::oci::ClientSettings {
+    let mut out = crate::oci::ClientSettings::new(oci_cache_dir(state_dir));
     let Some(spec) = spec else { return out };
     if let Some(m) = &spec.cache_max {
         out.cache_max_bytes = m.value.0;
@@ -130,7 +131,7 @@ fn oci(
         if t.value.0.is_zero() {
             problems.push(Located {
                 at: t.referenced,
-                problem: Problem::OciTimeoutZero { key: "timeout" },
+                problem: ConfigProblem::OciTimeoutZero { key: "timeout" },
             });
         }
         out.timeout = t.value.0;
@@ -139,7 +140,7 @@ fn oci(
         if t.value.0.is_zero() {
             problems.push(Located {
                 at: t.referenced,
-                problem: Problem::OciTimeoutZero { key: "idle_timeout" },
+                problem: ConfigProblem::OciTimeoutZero { key: "idle_timeout" },
             });
         }
         out.limits.idle = t.value.0;
@@ -147,7 +148,7 @@ fn oci(
     for (name, r) in &spec.registries {
         out.registries.insert(
             name.clone(),
-            crate::oci::RegistrySettings {
+            crate::oci::RegistryAccess {
                 username: r.username.clone(),
                 password_file: r.password_file.as_ref().map(|p| base.join(&p.value)),
                 ca_file: r.ca_file.as_ref().map(|p| base.join(&p.value)),
@@ -165,41 +166,16 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
     let mut list: Vec<Tenant> = Vec::new();
     // Where each tenant of `list` is defined.
     let mut id_at: Vec<Location> = Vec::new();
-    let read = |problems: &mut Vec<Located>,
-                who: &str,
-                f: &Option<Spanned<PathBuf>>,
-                env: &Option<Spanned<String>>,
-                fallback: Location| {
-        let token_path = f.as_ref().map(|f| base.join(&f.value));
-        let at = f
-            .as_ref()
-            .map(|f| f.referenced)
-            .or(env.as_ref().map(|e| e.referenced))
-            .unwrap_or(fallback);
-        match tenants::read_token(token_path.as_deref(), env.as_ref().map(|e| e.value.trim())) {
-            Ok(t) => t,
-            Err(error) => {
-                problems.push(Located {
-                    at,
-                    problem: Problem::Token {
-                        who: who.to_string(),
-                        error,
-                    },
-                });
-                None
-            }
-        }
-    };
     for t in &file.tenants {
         let id = t.id.value.trim();
         let id_problem = if !super::valid_name(id) {
-            Some(Problem::TenantIdInvalid(id.to_string()))
+            Some(ConfigProblem::TenantIdInvalid(id.to_string()))
         } else if id == tenants::DEFAULT_TENANT {
-            Some(Problem::TenantIdDefault)
+            Some(ConfigProblem::TenantIdDefault)
         } else {
             list.iter()
                 .position(|o| &*o.id == id)
-                .map(|i| Problem::TenantIdDuplicate {
+                .map(|i| ConfigProblem::TenantIdDuplicate {
                     id: id.to_string(),
                     first: config::place(path, &id_at[i]),
                 })
@@ -212,7 +188,8 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
                 problem,
             });
         }
-        let token = read(
+        let token = token(
+            base,
             problems,
             &format!("tenant {id:?}"),
             &t.token_file,
@@ -233,18 +210,57 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
             token,
         });
     }
-    let operator = read(
+    let operator = token(
+        base,
         problems,
         "operator token",
         &file.operator_token_file,
         &file.operator_token_env,
         Location::UNKNOWN,
     );
-    // One token, one principal: a token shared by two would let one act as
-    // the other.
+    check_tokens_distinct(&list, &id_at, operator.as_ref(), problems);
+    Tenants::new(list, operator)
+}
+
+/// A token read from its file (relative to `base`) or environment
+/// variable; `None` when none is set, or when it cannot be read (a
+/// problem of `who`'s, at its key or else at `fallback`).
+fn token(
+    base: &Path,
+    problems: &mut Vec<Located>,
+    who: &str,
+    f: &Option<Spanned<PathBuf>>,
+    env: &Option<Spanned<String>>,
+    fallback: Location,
+) -> Option<Token> {
+    let token_path = f.as_ref().map(|f| base.join(&f.value));
+    let at = f
+        .as_ref()
+        .map(|f| f.referenced)
+        .or(env.as_ref().map(|e| e.referenced))
+        .unwrap_or(fallback);
+    match tenants::read_token(token_path.as_deref(), env.as_ref().map(|e| e.value.trim())) {
+        Ok(t) => t,
+        Err(error) => {
+            problems.push(Located {
+                at,
+                problem: ConfigProblem::Token {
+                    who: who.to_string(),
+                    error,
+                },
+            });
+            None
+        }
+    }
+}
+
+/// One token, one principal: a token shared by two would let one act as
+/// the other. Each tenant in `list` (defined at `id_at`) whose token is the
+/// operator's or an earlier tenant's is named.
+fn check_tokens_distinct(list: &[Tenant], id_at: &[Location], operator: Option<&Token>, problems: &mut Vec<Located>) {
     for (i, t) in list.iter().enumerate() {
         let Some(token) = &t.token else { continue };
-        let clash = if operator.as_ref() == Some(token) {
+        let clash = if operator == Some(token) {
             Some("the operator".to_string())
         } else {
             list[..i]
@@ -255,23 +271,22 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
         if let Some(other) = clash {
             problems.push(Located {
                 at: id_at[i],
-                problem: Problem::TokenShared {
+                problem: ConfigProblem::TokenShared {
                     tenant: t.id.to_string(),
                     other,
                 },
             });
         }
     }
-    Tenants::new(list, operator)
 }
 
 /// A tenant's quotas, defaults filled in; zeros refused.
-fn quotas(id: &str, q: &config::QuotasSpec, at: &mut impl FnMut(Location, Problem)) -> Quotas {
+fn quotas(id: &str, q: &config::QuotasSpec, at: &mut impl FnMut(Location, ConfigProblem)) -> Quotas {
     let d = Quotas::default();
     let mut rule = |loc: Location, key, rule| {
         at(
             loc,
-            Problem::Quota {
+            ConfigProblem::Quota {
                 key,
                 tenant: id.to_string(),
                 rule,
@@ -314,7 +329,7 @@ fn quotas(id: &str, q: &config::QuotasSpec, at: &mut impl FnMut(Location, Proble
 }
 
 /// A tenant's capability ceiling, parsed.
-fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Problem)) -> tenants::Ceiling {
+fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, ConfigProblem)) -> tenants::Ceiling {
     let mut ceiling = tenants::Ceiling::default();
     if let Some(kinds) = &c.names_may_reach {
         ceiling.names_reach_public = kinds.contains(&config::AddressKind::Public);
@@ -325,7 +340,7 @@ fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Prob
             Ok(p) => ceiling.net.push(p),
             Err(error) => at(
                 n.referenced,
-                Problem::CeilingNet {
+                ConfigProblem::CeilingNet {
                     tenant: id.to_string(),
                     error,
                 },
@@ -337,7 +352,7 @@ fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Prob
             Ok(scope) => ceiling.registries.push(scope),
             Err(error) => at(
                 r.referenced,
-                Problem::CeilingRegistry {
+                ConfigProblem::CeilingRegistry {
                     tenant: id.to_string(),
                     error,
                 },
@@ -352,7 +367,7 @@ fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Prob
             if !p.value.is_absolute() {
                 at(
                     p.referenced,
-                    Problem::CeilingPath {
+                    ConfigProblem::CeilingPath {
                         key,
                         tenant: id.to_string(),
                         path: p.value.clone(),
@@ -384,7 +399,7 @@ pub fn operator_only() -> Arc<Tenants> {
 mod tests {
     use super::*;
 
-    fn run(yaml: &str) -> (Settings, Vec<String>) {
+    fn run(yaml: &str) -> (AgentSettings, Vec<String>) {
         let path = Path::new("t.yaml");
         let file = config::parse(path, yaml).unwrap();
         let mut problems = Vec::new();

@@ -69,7 +69,7 @@ impl<T: Clone> EventLog<T> {
     }
 
     /// The sequence number of the newest event (0 when there is none).
-    pub fn newest(&self) -> u64 {
+    pub(crate) fn newest(&self) -> u64 {
         self.lock().newest
     }
 

@@ -25,9 +25,9 @@ pub use events::{EventLog, Reset};
 /// How many outcomes each probe keeps by default.
 pub const DEFAULT_HISTORY: usize = 32;
 /// How many state changes the watch stream keeps for clients that reconnect.
-pub const CHANGE_LOG: usize = 4096;
+pub(crate) const CHANGE_LOG: usize = 4096;
 /// How many outcomes the `?all=1` watch stream keeps for clients that reconnect.
-pub const RUN_LOG: usize = 8192;
+pub(crate) const RUN_LOG: usize = 8192;
 
 /// One outcome, as the `?all=1` watch stream shows it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -139,7 +139,7 @@ pub struct HistoryEntry {
 
 /// What is kept on disk for a probe.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Persisted {
+pub(crate) struct Persisted {
     /// State and consecutive count.
     pub counter: Counter,
     /// The last outcome.
@@ -298,7 +298,7 @@ impl ResultCache {
     }
 
     /// The recent state changes, with ids, for the watch stream.
-    pub fn change_log(&self) -> &EventLog<StateChange> {
+    pub(crate) fn change_log(&self) -> &EventLog<StateChange> {
         &self.inner.change_log
     }
 
@@ -378,7 +378,7 @@ impl ResultCache {
     /// Forgets what is saved of probe `name` on disk, keeping its record in
     /// memory until [`ResultCache::insert`] replaces it: a probe changed by
     /// a reload starts afresh without ever being missing from the API.
-    pub fn forget_saved(&self, name: &str) {
+    pub(crate) fn forget_saved(&self, name: &str) {
         if let Some(store) = &self.inner.store {
             let _ = store.tx.send(store::Write::Delete(name.to_string()));
         }
@@ -486,7 +486,7 @@ impl ResultCache {
 
     /// Writes every probe's record to disk and waits until it is there
     /// (at shutdown, so consecutive counts survive too).
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         let Some(store) = &self.inner.store else { return };
         for (name, r) in self.read().iter() {
             if let Ok(bytes) = serde_json::to_vec(&persisted(r)) {
@@ -505,7 +505,7 @@ impl ResultCache {
     }
 
     /// Every probe, each with its history.
-    pub fn list_with_history(&self) -> Vec<ProbeView> {
+    pub(crate) fn list_with_history(&self) -> Vec<ProbeView> {
         self.read().iter().map(|(n, r)| view(n, r, true)).collect()
     }
 
@@ -613,14 +613,14 @@ mod opt_rfc3339 {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::SystemTime;
 
-    pub fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
         match t {
             Some(t) => s.collect_str(&humantime::format_rfc3339_millis(*t)),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
         Option::<String>::deserialize(d)?
             .map(|s| humantime::parse_rfc3339(&s).map_err(serde::de::Error::custom))
             .transpose()

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 const PROBES: TableDefinition<&str, &[u8]> = TableDefinition::new("probes");
 
 /// The file name of the state database inside `state_dir`.
-pub const FILE_NAME: &str = "state.redb";
+pub(crate) const FILE_NAME: &str = "state.redb";
 
 /// Why the state directory could not be used at all.
 #[derive(Debug, thiserror::Error)]
@@ -70,20 +70,39 @@ pub(super) struct Opened {
     pub(super) store: Store,
     pub(super) restored: HashMap<String, Persisted>,
     /// Set when the old file was unreadable and moved aside.
-    pub(super) moved_aside: Option<(PathBuf, String)>,
+    pub(super) moved_aside: Option<(PathBuf, Unreadable)>,
 }
 
-fn load(db: &Database) -> Result<HashMap<String, Persisted>, String> {
-    let txn = db.begin_read().map_err(|e| e.to_string())?;
+/// Why the state database could not be read (it is then moved aside).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unreadable {
+    /// redb could not open or read it.
+    #[error("{0}")]
+    Database(#[from] redb::Error),
+    /// A record is not what this version writes.
+    #[error("record {key}: {source}")]
+    Record {
+        /// The probe it is kept under.
+        key: String,
+        /// What is wrong with it.
+        source: serde_json::Error,
+    },
+}
+
+fn load(db: &Database) -> Result<HashMap<String, Persisted>, Unreadable> {
+    let txn = db.begin_read().map_err(redb::Error::from)?;
     let table = match txn.open_table(PROBES) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(HashMap::new()),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(redb::Error::from(e).into()),
     };
     let mut out = HashMap::new();
-    for entry in table.iter().map_err(|e| e.to_string())? {
-        let (k, v) = entry.map_err(|e| e.to_string())?;
-        let record: Persisted = serde_json::from_slice(v.value()).map_err(|e| format!("record {}: {e}", k.value()))?;
+    for entry in table.iter().map_err(redb::Error::from)? {
+        let (k, v) = entry.map_err(redb::Error::from)?;
+        let record: Persisted = serde_json::from_slice(v.value()).map_err(|source| Unreadable::Record {
+            key: k.value().to_string(),
+            source,
+        })?;
         out.insert(k.value().to_string(), record);
     }
     Ok(out)
@@ -97,7 +116,7 @@ pub(super) fn open(dir: &Path) -> Result<Opened, StoreError> {
     let file = dir.join(FILE_NAME);
     let attempt = match Database::create(&file) {
         Err(redb::DatabaseError::DatabaseAlreadyOpen) => return Err(StoreError::InUse { file }),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(Unreadable::Database(e.into())),
         Ok(db) => load(&db).map(|r| (db, r)),
     };
     let (db, restored, moved_aside) = match attempt {

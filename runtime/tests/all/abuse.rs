@@ -322,7 +322,7 @@ fn api_limits_are_read_from_the_api_block_and_checked() {
     ] {
         let file = parse(Path::new("t.yaml"), text).unwrap();
         let err = ApiLimits::from_spec(&file.api.as_ref().unwrap().value).unwrap_err();
-        assert!(err.contains(why), "{text}: {err}");
+        assert!(err.to_string().contains(why), "{text}: {err}");
     }
     let err = parse(Path::new("t.yaml"), "api: {max_conections: 5}\n")
         .unwrap_err()

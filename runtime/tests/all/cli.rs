@@ -264,7 +264,7 @@ fn a_plugin_path_that_is_no_regular_file_or_too_large_is_refused_at_once() {
     let huge = dir.path().join("huge.wasm");
     std::fs::File::create(&huge)
         .unwrap()
-        .set_len(sonde_runtime::engine::MAX_PLUGIN_FILE_BYTES + 1)
+        .set_len(sonde_runtime::identity::MAX_PLUGIN_BYTES + 1)
         .unwrap();
     let cases = [
         ("/dev/zero".to_string(), "not a regular file (a character device)"),

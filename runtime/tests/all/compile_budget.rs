@@ -8,6 +8,7 @@ use crate::support::{call, secret};
 use sonde_runtime::agent::{Agent, AgentOptions};
 use sonde_runtime::api::ApiAuth;
 use sonde_runtime::engine::{CompileBudget, Compiler, Engine, EngineConfig};
+use sonde_runtime::identity::Digest;
 use sonde_tests::guests;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -146,7 +147,7 @@ async fn a_compiler_bomb_is_refused_with_422_while_another_tenants_upload_comple
         stored.iter().all(|p| !p.contains("bomb")),
         "the refused plugin was stored: {stored:?}"
     );
-    let bomb_digest = sonde_runtime::engine::digest_of(&compiler_stress(20_000, 150_000));
+    let bomb_digest = Digest::of(&compiler_stress(20_000, 150_000)).hex();
     let cached: Vec<String> = std::fs::read_dir(dir.path().join("cache"))
         .unwrap()
         .flatten()
@@ -176,7 +177,7 @@ async fn replacing_or_deleting_a_plugin_frees_its_compiled_code_and_cache_file()
         names.sort();
         names
     };
-    let digest = |wasm: &[u8]| sonde_runtime::engine::digest_of(wasm);
+    let digest = |wasm: &[u8]| Digest::of(wasm).hex();
     let up = std::fs::read(guests::ALWAYS_UP).unwrap();
     let other = std::fs::read(guests::BURN_FUEL).unwrap();
     assert_eq!(call(api, "PUT", "/v1/plugins/p", Some(ACME), &up).await.0, 201);

@@ -4,7 +4,7 @@
 //! `tests/cases/config/invalid/*.yaml` is refused with exactly the error
 //! text of its `.expected` file (file:line:column: key: what). Each invalid
 //! case names the rules it breaks in a `# rules:` line, and every refusal
-//! rule of the registry ([`Problem`]) is named by some case.
+//! rule of the registry ([`ConfigProblem`]) is named by some case.
 //!
 //! `SONDE_BLESS=1 cargo test -p sonde-runtime --test all config_cases`
 //! rewrites the `.expected` files from what the registry says; review the
@@ -12,7 +12,7 @@
 
 use crate::support::engine;
 use sonde_runtime::cli::effective::effective;
-use sonde_runtime::registry::{Problem, Registry};
+use sonde_runtime::registry::{ConfigProblem, Registry};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -24,50 +24,50 @@ fn cases_dir() -> PathBuf {
 /// The rule a problem stands for: one name per variant. The match is
 /// exhaustive, so a new rule cannot be added without naming it here, and
 /// then without a case that covers it.
-fn rule(p: &Problem) -> &'static str {
+fn rule(p: &ConfigProblem) -> &'static str {
     match p {
-        Problem::Api(_) => "Api",
-        Problem::ApiLimit(_) => "ApiLimit",
-        Problem::SandboxLimit(_) => "SandboxLimit",
-        Problem::HealthTimeoutTooShort => "HealthTimeoutTooShort",
-        Problem::TrustKey(_) => "TrustKey",
-        Problem::RequireSignedWithoutTrust => "RequireSignedWithoutTrust",
-        Problem::TenantIdInvalid(_) => "TenantIdInvalid",
-        Problem::TenantIdDefault => "TenantIdDefault",
-        Problem::TenantIdDuplicate { .. } => "TenantIdDuplicate",
-        Problem::Token { .. } => "Token",
-        Problem::TokenShared { .. } => "TokenShared",
-        Problem::Quota { .. } => "Quota",
-        Problem::CeilingNet { .. } => "CeilingNet",
-        Problem::CeilingPath { .. } => "CeilingPath",
-        Problem::CeilingRegistry { .. } => "CeilingRegistry",
-        Problem::OciTimeoutZero { .. } => "OciTimeoutZero",
-        Problem::RegistryOutsideCeiling { .. } => "RegistryOutsideCeiling",
-        Problem::NameInvalid(_) => "NameInvalid",
-        Problem::TargetDuplicate { .. } => "TargetDuplicate",
-        Problem::ProbeDuplicate { .. } => "ProbeDuplicate",
-        Problem::Address { .. } => "Address",
-        Problem::UnknownTenant { .. } => "UnknownTenant",
-        Problem::ActionEmpty => "ActionEmpty",
-        Problem::ActionProgram(_) => "ActionProgram",
-        Problem::SecondStartup(_) => "SecondStartup",
-        Problem::OverQuota { .. } => "OverQuota",
-        Problem::SuccessThresholdZero => "SuccessThresholdZero",
-        Problem::SuccessThresholdNotOne { .. } => "SuccessThresholdNotOne",
-        Problem::FailureThresholdZero => "FailureThresholdZero",
-        Problem::PeriodTooShort(_) => "PeriodTooShort",
-        Problem::TimeoutZero => "TimeoutZero",
-        Problem::MemoryOverMax(_) => "MemoryOverMax",
-        Problem::GrantNet(_) => "GrantNet",
-        Problem::GrantExec(_) => "GrantExec",
-        Problem::GrantFiles(_) => "GrantFiles",
-        Problem::GrantFilesPseudo { .. } => "GrantFilesPseudo",
-        Problem::Ceiling { .. } => "Ceiling",
-        Problem::Group(_) => "Group",
-        Problem::Label { .. } => "Label",
-        Problem::Plugin(_) => "Plugin",
-        Problem::Schema { .. } => "Schema",
-        Problem::Ungranted { .. } => "Ungranted",
+        ConfigProblem::Api(_) => "Api",
+        ConfigProblem::ApiLimit(_) => "ApiLimit",
+        ConfigProblem::SandboxLimit(_) => "SandboxLimit",
+        ConfigProblem::HealthTimeoutTooShort => "HealthTimeoutTooShort",
+        ConfigProblem::TrustKey(_) => "TrustKey",
+        ConfigProblem::RequireSignedWithoutTrust => "RequireSignedWithoutTrust",
+        ConfigProblem::TenantIdInvalid(_) => "TenantIdInvalid",
+        ConfigProblem::TenantIdDefault => "TenantIdDefault",
+        ConfigProblem::TenantIdDuplicate { .. } => "TenantIdDuplicate",
+        ConfigProblem::Token { .. } => "Token",
+        ConfigProblem::TokenShared { .. } => "TokenShared",
+        ConfigProblem::Quota { .. } => "Quota",
+        ConfigProblem::CeilingNet { .. } => "CeilingNet",
+        ConfigProblem::CeilingPath { .. } => "CeilingPath",
+        ConfigProblem::CeilingRegistry { .. } => "CeilingRegistry",
+        ConfigProblem::OciTimeoutZero { .. } => "OciTimeoutZero",
+        ConfigProblem::RegistryOutsideCeiling { .. } => "RegistryOutsideCeiling",
+        ConfigProblem::NameInvalid(_) => "NameInvalid",
+        ConfigProblem::TargetDuplicate { .. } => "TargetDuplicate",
+        ConfigProblem::ProbeDuplicate { .. } => "ProbeDuplicate",
+        ConfigProblem::Address { .. } => "Address",
+        ConfigProblem::UnknownTenant { .. } => "UnknownTenant",
+        ConfigProblem::ActionEmpty => "ActionEmpty",
+        ConfigProblem::ActionProgram(_) => "ActionProgram",
+        ConfigProblem::SecondStartup(_) => "SecondStartup",
+        ConfigProblem::OverQuota { .. } => "OverQuota",
+        ConfigProblem::SuccessThresholdZero => "SuccessThresholdZero",
+        ConfigProblem::SuccessThresholdNotOne { .. } => "SuccessThresholdNotOne",
+        ConfigProblem::FailureThresholdZero => "FailureThresholdZero",
+        ConfigProblem::PeriodTooShort(_) => "PeriodTooShort",
+        ConfigProblem::TimeoutZero => "TimeoutZero",
+        ConfigProblem::MemoryOverMax(_) => "MemoryOverMax",
+        ConfigProblem::GrantNet(_) => "GrantNet",
+        ConfigProblem::GrantExec(_) => "GrantExec",
+        ConfigProblem::GrantFiles(_) => "GrantFiles",
+        ConfigProblem::GrantFilesPseudo { .. } => "GrantFilesPseudo",
+        ConfigProblem::Ceiling { .. } => "Ceiling",
+        ConfigProblem::Group(_) => "Group",
+        ConfigProblem::Label { .. } => "Label",
+        ConfigProblem::Plugin(_) => "Plugin",
+        ConfigProblem::Schema { .. } => "Schema",
+        ConfigProblem::Ungranted { .. } => "Ungranted",
     }
 }
 
@@ -222,7 +222,7 @@ async fn config_cases() {
     assert!(missing.is_empty(), "rules no invalid case names: {missing:?}");
     let unknown: Vec<&String> = named.difference(&all).collect();
     assert!(unknown.is_empty(), "cases name rules that do not exist: {unknown:?}");
-    // `rule` names exactly RULES (less Parse): a variant added to Problem
+    // `rule` names exactly RULES (less Parse): a variant added to ConfigProblem
     // fails to compile above until it is named, and then this list.
     let _ = rule;
 }

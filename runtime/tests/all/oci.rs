@@ -5,7 +5,10 @@
 
 use crate::support::{self, sonde};
 use sonde_runtime::host::Grants;
-use sonde_runtime::oci::{self, Client, OciError, Reference, RegistrySettings, Settings, SignatureLocation, Source};
+use sonde_runtime::identity::Digest;
+use sonde_runtime::oci::{
+    self, Client, ClientSettings, OciError, Reference, RegistryAccess, SignatureLocation, Source,
+};
 use sonde_runtime::signing::{SecretKey, SignatureError};
 use sonde_runtime::verdict::Status;
 use std::path::{Path, PathBuf};
@@ -154,13 +157,13 @@ impl Registry {
         Reference::parse(&format!("oci://{}/{path}", self.addr)).unwrap()
     }
 
-    fn registry_settings(&self) -> RegistrySettings {
+    fn registry_settings(&self) -> RegistryAccess {
         let password_file = self.htpasswd.then(|| {
             let p = self.dir.path().join("password");
             std::fs::write(&p, format!("{PASSWORD}\n")).unwrap();
             p
         });
-        RegistrySettings {
+        RegistryAccess {
             username: self.htpasswd.then(|| "acme".to_string()),
             password_file,
             ca_file: self.ca_file.clone(),
@@ -169,8 +172,8 @@ impl Registry {
     }
 
     /// A client for this registry with its own cache in `cache`.
-    fn client_with(&self, cache: &Path, registry: RegistrySettings) -> Client {
-        let mut settings = Settings::new(cache.to_path_buf());
+    fn client_with(&self, cache: &Path, registry: RegistryAccess) -> Client {
+        let mut settings = ClientSettings::new(cache.to_path_buf());
         settings.timeout = Duration::from_secs(20);
         settings.registries.insert(self.addr.clone(), registry);
         Client::new(settings).unwrap()
@@ -249,7 +252,7 @@ async fn push_then_pull_and_run_by_tag_and_by_digest() {
     let client = reg.client(cache.path());
     let tagged = reg.reference("acme/tcp-check:1.0");
     let pushed = client.push(&tagged, tcp_component(), &info()).await.unwrap();
-    assert_eq!(pushed.wasm_digest, oci::digest_of(tcp_component()));
+    assert_eq!(pushed.wasm_digest, Digest::of(tcp_component()).to_string());
 
     let by_tag = client.resolve(&tagged).await.unwrap();
     assert_eq!(by_tag.digest, pushed.digest);
@@ -400,7 +403,7 @@ async fn signatures_travel_with_the_artifact() {
     let http = sonde_runtime::builtins::get("http").unwrap();
     let wrong = acme.sign(http, SystemTime::now()).to_text();
     let e = client
-        .push_signature(&unsigned.reference, &oci::digest_of(http), wrong.as_bytes())
+        .push_signature(&unsigned.reference, &Digest::of(http).to_string(), wrong.as_bytes())
         .await
         .unwrap_err();
     assert!(matches!(e, OciError::DigestMismatch { .. }), "{e}");
@@ -459,7 +462,7 @@ async fn a_component_over_the_limit_is_refused() {
         .push(&reg.reference("acme/big:1"), tcp_component(), &info())
         .await
         .unwrap();
-    let mut settings = Settings::new(cache.path().to_path_buf());
+    let mut settings = ClientSettings::new(cache.path().to_path_buf());
     settings.max_bytes = 1000;
     settings.registries.insert(reg.addr.clone(), reg.registry_settings());
     let e = Client::new(settings)
@@ -490,7 +493,7 @@ async fn basic_auth_works_and_a_wrong_password_is_named_but_not_echoed() {
     let wrong = "wrong-password-42";
     let file = reg.dir.path().join("wrong");
     std::fs::write(&file, wrong).unwrap();
-    let settings = RegistrySettings {
+    let settings = RegistryAccess {
         password_file: Some(file),
         ..reg.registry_settings()
     };
@@ -501,9 +504,9 @@ async fn basic_auth_works_and_a_wrong_password_is_named_but_not_echoed() {
     assert!(text.contains(&reg.addr) && text.contains("acme"), "{text}");
     assert!(!text.contains(wrong) && !format!("{e:?}").contains(wrong), "{text}");
 
-    let anonymous = RegistrySettings {
+    let anonymous = RegistryAccess {
         insecure: true,
-        ..RegistrySettings::default()
+        ..RegistryAccess::default()
     };
     let e = reg
         .client_with(fresh.path(), anonymous)
@@ -536,7 +539,7 @@ async fn tls_with_a_test_ca() {
     // Without the CA, the system roots do not vouch for it.
     let fresh = tempfile::tempdir().unwrap();
     let e = reg
-        .client_with(fresh.path(), RegistrySettings::default())
+        .client_with(fresh.path(), RegistryAccess::default())
         .resolve(&tag)
         .await
         .unwrap_err();
@@ -581,7 +584,7 @@ fn the_cli_signs_pushes_pulls_checks_and_inspects() {
         .and_then(|s| s.split_whitespace().next())
         .unwrap()
         .to_string();
-    assert!(oci::is_digest(&digest), "{pushed}");
+    assert!(Digest::parse(&digest).is_ok(), "{pushed}");
 
     // Unsigned: a check that requires a trusted signature refuses it.
     let target = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -641,7 +644,7 @@ fn the_cli_signs_pushes_pulls_checks_and_inspects() {
     assert!(out.status.success(), "{}", stderr(&out));
     let v = support::json(&out);
     assert_eq!(v["plugin"], pinned.as_str());
-    assert_eq!(v["digest"], oci::digest_of(tcp_component()).as_str());
+    assert_eq!(v["digest"], Digest::of(tcp_component()).to_string().as_str());
     drop(target);
 }
 

@@ -6,7 +6,8 @@
 //! that does not need that registry.
 
 use crate::support;
-use sonde_runtime::oci::{Client, Limits, OciError, Reference, RegistrySettings, Settings};
+use sonde_runtime::identity::Digest;
+use sonde_runtime::oci::{Client, ClientSettings, Limits, OciError, Reference, RegistryAccess};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,7 +62,7 @@ fn layer() -> Vec<u8> {
 }
 
 fn digest(bytes: &[u8]) -> String {
-    sonde_runtime::oci::digest_of(bytes)
+    Digest::of(bytes).to_string()
 }
 
 fn manifest() -> Vec<u8> {
@@ -269,7 +270,7 @@ async fn serve(mut stream: TcpStream, how: Hostile, addr: SocketAddr, counter: A
 /// A client of `server` with its own cache, plain HTTP, a 1 s idle timeout
 /// and a whole-pull deadline of `deadline`.
 fn client(server: &Server, cache: &std::path::Path, deadline: Duration) -> Client {
-    let mut settings = Settings::new(cache.to_path_buf());
+    let mut settings = ClientSettings::new(cache.to_path_buf());
     settings.timeout = deadline;
     settings.limits = Limits {
         connect: Duration::from_secs(1),
@@ -277,9 +278,9 @@ fn client(server: &Server, cache: &std::path::Path, deadline: Duration) -> Clien
     };
     settings.registries.insert(
         server.addr.to_string(),
-        RegistrySettings {
+        RegistryAccess {
             insecure: true,
-            ..RegistrySettings::default()
+            ..RegistryAccess::default()
         },
     );
     Client::new(settings).unwrap()

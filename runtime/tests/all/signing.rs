@@ -2,6 +2,7 @@
 //! keygen | sign | verify` as a user runs them.
 
 use crate::support::sonde;
+use sonde_runtime::identity::Digest;
 use sonde_runtime::signing::{self, PublicKey, SecretKey, SignatureError};
 use sonde_tests::guests;
 use std::path::{Path, PathBuf};
@@ -53,7 +54,7 @@ fn a_signed_plugin_verifies_and_names_its_signer() {
     assert_eq!(signer.name, "acme");
     assert_eq!(signer.key_id, s.public().key_id());
     let wasm = std::fs::read(&s.wasm).unwrap();
-    assert_eq!(signer.digest, format!("sha256:{}", signing::digest(&wasm)));
+    assert_eq!(signer.digest, format!("sha256:{}", Digest::of(&wasm).hex()));
 }
 
 #[test]

@@ -1,15 +1,27 @@
 //! What one probe run produced: a [`Status`], the [`Reason`] when the run did
 //! not end with the plugin's own verdict, and the measurements.
 //!
-//! The mapping (docs/architecture.md, "The life of one probe run"): a plugin's
+//! The rule (see also `docs/architecture.md`): a plugin's
 //! `success | warning | failure` stands; a missed deadline is a `failure` with
 //! reason `timeout`; everything else that went wrong (a `probe-error`, a trap,
-//! fuel, memory, a denied capability, a host bound) is `unknown` with its reason and never
-//! counts against the target.
+//! fuel, memory, a denied capability, a host bound) is `unknown` with its
+//! reason and never counts against the target. `from_wit` maps a plugin's
+//! own answer to these.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
+
+pub(crate) mod from_wit;
+
+/// Cap on an outcome's message, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
+/// Cap on an outcome's detail excerpt, in bytes.
+pub const MAX_DETAIL_BYTES: usize = 4 * 1024;
+/// Cap on the number of metrics one outcome may carry.
+pub const MAX_METRICS: usize = 64;
+/// Cap on a metric's name and unit, in bytes.
+pub const MAX_METRIC_NAME_BYTES: usize = 128;
 
 /// The verdict of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
