@@ -99,7 +99,10 @@ impl Runner for EngineRunner {
                     String::from_utf8_lossy(&out.stderr).trim()
                 ),
             },
-            Err(e) => ActionOutcome { ok: false, message: e },
+            Err(e) => ActionOutcome {
+                ok: false,
+                message: e.to_string(),
+            },
         }
     }
 }

@@ -79,7 +79,9 @@ impl Wasi {
 
     /// The same, with `files` mounted read-only: opening one can fail.
     fn with_files(grants: &Arc<CallGrants>, files: &[PathBuf]) -> Result<Self, String> {
-        Self::build(grants, |builder| filesystem::configure(builder, files))
+        Self::build(grants, |builder| {
+            filesystem::configure(builder, files).map_err(|e| e.to_string())
+        })
     }
 
     fn build<E>(grants: &Arc<CallGrants>, more: impl FnOnce(&mut WasiCtxBuilder) -> Result<(), E>) -> Result<Self, E> {

@@ -270,7 +270,7 @@ async fn exchange(
         tls,
     } = call;
     let start = Instant::now();
-    bounds.take_socket().map_err(GrpcError::Invalid)?;
+    bounds.take_socket().map_err(|e| GrpcError::Invalid(e.to_string()))?;
     let dialed = dial(grants, Use::Grpc { host: &host, port }, bounds)
         .await
         .map_err(|e| match e {

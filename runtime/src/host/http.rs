@@ -113,7 +113,7 @@ async fn open(
     bounds: &CallBounds,
     target: &Target,
 ) -> Result<(Conn, Phases), HttpError> {
-    bounds.take_socket().map_err(HttpError::Invalid)?;
+    bounds.take_socket().map_err(|e| HttpError::Invalid(e.to_string()))?;
     let what = Use::Http {
         host: &target.host,
         port: target.port,

@@ -205,7 +205,9 @@ impl TlsView<'_> {
         self.grants
             .authorize(Use::Tls { host: &host, port })
             .map_err(|d| WitError::Denied(d.0))?;
-        self.bounds.take_socket().map_err(WitError::Invalid)?;
+        self.bounds
+            .take_socket()
+            .map_err(|e| WitError::Invalid(e.to_string()))?;
         let options = options_from_wit(options).map_err(wit_error)?;
         self.tls.validate(&host, &options, &[]).map_err(wit_error)?;
         let left = self.deadline.saturating_duration_since(Instant::now());
