@@ -214,7 +214,7 @@ pub fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartP
 /// A running agent: what tests and `sonde run` hold on to.
 pub struct Agent {
     /// The scheduler.
-    pub scheduler: scheduler::Handle,
+    pub scheduler: scheduler::SchedulerHandle,
     /// The results.
     pub results: ResultCache,
     /// Where the API listens, if it does.

@@ -212,14 +212,15 @@ enum Msg {
     Stall(Duration),
 }
 
-/// A handle on a running scheduler. Clones share it.
+/// A running scheduler, as its users hold it: commands go to its task.
+/// Clones share it.
 #[derive(Clone)]
-pub struct Handle {
+pub struct SchedulerHandle {
     tx: mpsc::UnboundedSender<Msg>,
     progress: Arc<Progress>,
 }
 
-impl Handle {
+impl SchedulerHandle {
     /// Whether the scheduler keeps up with its due runs.
     pub fn progress(&self) -> &Progress {
         &self.progress
@@ -305,7 +306,7 @@ struct Core<R: Runner> {
 }
 
 /// Starts the scheduler task with `registry`'s probes and returns its handle.
-pub fn spawn<R: Runner>(runner: Arc<R>, results: ResultCache, registry: impl Into<Delta>, options: Options) -> Handle {
+pub fn spawn<R: Runner>(runner: Arc<R>, results: ResultCache, registry: impl Into<Delta>, options: Options) -> SchedulerHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let mut core = Core {
         runner,
@@ -323,7 +324,7 @@ pub fn spawn<R: Runner>(runner: Arc<R>, results: ResultCache, registry: impl Int
     core.apply(registry.into());
     let progress = core.progress.clone();
     tokio::spawn(core.run(rx));
-    Handle { tx, progress }
+    SchedulerHandle { tx, progress }
 }
 
 fn eligible(kind: Kind, t: &TargetState) -> bool {

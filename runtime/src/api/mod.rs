@@ -73,7 +73,7 @@ pub struct ApiState {
     /// Results to read.
     pub results: ResultCache,
     /// The scheduler, for manual runs and its progress.
-    pub scheduler: scheduler::Handle,
+    pub scheduler: scheduler::SchedulerHandle,
     /// Config status.
     pub status: Arc<Mutex<AgentStatus>>,
     /// What `/metrics` reads.
