@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// The commit the binary was built from (`unknown` outside a git checkout).
-pub const COMMIT: &str = env!("SONDE_COMMIT");
+pub(crate) const COMMIT: &str = env!("SONDE_COMMIT");
 /// How often the config file is checked for changes.
-pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Runs probes and actions with the engine and the host, each probe call
 /// through the fair [`Executor`].
@@ -156,7 +156,7 @@ impl StartProblem {
 /// What `sonde run` was asked besides the config file that decides
 /// whether it can start ([`start_problems`]).
 #[derive(Clone, Debug)]
-pub struct StartOptions {
+pub(crate) struct StartOptions {
     /// `--api`: overrides the file's `api`.
     pub api: Option<SocketAddr>,
     /// `--api-auth`.
@@ -185,7 +185,7 @@ pub struct KubernetesStart {
 /// What is left to the start itself, because only running finds it: a
 /// state directory another sonde holds, an address already in use, the
 /// API server out of reach.
-pub fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartProblem> {
+pub(crate) fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartProblem> {
     let mut problems = Vec::new();
     if let Some(addr) = options.api.or(registry.api)
         && let Err(why) = options.api_auth.or_file(registry.api_auth).resolve(

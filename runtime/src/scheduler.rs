@@ -1,5 +1,5 @@
 //! The scheduler: when each probe runs, with the kubelet prober's semantics
-//! (DESIGN.md, "Scheduling semantics").
+//! (the life of one probe run is in `docs/architecture.md`).
 //!
 //! One task owns every probe's timing: a heap of due times, so a probe that
 //! is waiting costs a heap entry and a small record — no task, no thread.
@@ -31,10 +31,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 /// The scheduler task makes a pass at least this often, even with nothing due.
-pub const HEARTBEAT: Duration = Duration::from_secs(1);
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// Attempts per period when a run ends in an error (kubelet's maxProbeRetries).
-pub const MAX_ATTEMPTS: u32 = 3;
+pub(crate) const MAX_ATTEMPTS: u32 = 3;
 
 /// How the outcome of an `on_failure` action is reported.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,7 +148,7 @@ impl Progress {
     }
 
     /// When the scheduler last went over its due runs.
-    pub fn last_pass(&self) -> Instant {
+    pub(crate) fn last_pass(&self) -> Instant {
         self.base + Duration::from_millis(self.last_pass.load(Ordering::Relaxed))
     }
 
@@ -306,7 +306,12 @@ struct Core<R: Runner> {
 }
 
 /// Starts the scheduler task with `registry`'s probes and returns its handle.
-pub fn spawn<R: Runner>(runner: Arc<R>, results: ResultCache, registry: impl Into<Delta>, options: Options) -> SchedulerHandle {
+pub fn spawn<R: Runner>(
+    runner: Arc<R>,
+    results: ResultCache,
+    registry: impl Into<Delta>,
+    options: Options,
+) -> SchedulerHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let mut core = Core {
         runner,

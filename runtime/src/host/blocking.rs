@@ -29,12 +29,12 @@ pub const MAX_LOOKUPS_IN_FLIGHT: usize = 32;
 /// default (`sandbox.blocking_threads`): lookups and file opens
 /// together. The sizes in force are the engine's
 /// ([`super::bounds::HostLimits`]).
-pub const PLUGIN_BLOCKING_THREADS: usize = 64;
+pub(crate) const PLUGIN_BLOCKING_THREADS: usize = 64;
 
 /// A bounded kind of blocking work, with the time it has been full. Its
 /// size can change while permits are out ([`Gate::resize`]): a smaller
 /// size takes effect as the permits in use come back.
-pub struct Gate {
+pub(crate) struct Gate {
     what: &'static str,
     permits: Arc<Semaphore>,
     state: Mutex<GateState>,
@@ -92,7 +92,7 @@ impl Gate {
     }
 
     /// How long every permit has been taken (`None` when one is free).
-    pub fn exhausted_for(&self) -> Option<Duration> {
+    pub(crate) fn exhausted_for(&self) -> Option<Duration> {
         if self.permits.available_permits() > 0 {
             return None;
         }

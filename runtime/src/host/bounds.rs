@@ -54,7 +54,7 @@ pub const TABLE_ENTRIES_PER_CALL: usize = 256;
 /// Bytes (roughly, as wasmtime-wasi-http counts them) one `wasi:http`
 /// `fields` resource may hold: twice what HTTP servers usually accept for
 /// all of a request's headers.
-pub const FIELDS_BYTES: usize = 16 * 1024;
+pub(crate) const FIELDS_BYTES: usize = 16 * 1024;
 /// Bytes one host call may copy out of the guest: its arguments, or the
 /// result of `check` or `describe` (wasmtime's "hostcall fuel", 128 MiB
 /// unless set). Room for the largest a plugin needs: a 1 MiB request
@@ -74,7 +74,7 @@ pub const HOST_MEMORY_PER_CALL: u64 = (TABLE_ENTRIES_PER_CALL * FIELDS_BYTES + A
 pub const SOCKETS_PER_CALL: usize = 64;
 /// `wasi:sockets` name lookups one call may have in flight at once (sonde's
 /// own transports look up one name at a time). Agent-wide, lookups are
-/// bounded by [`MAX_LOOKUPS_IN_FLIGHT`](super::dial::MAX_LOOKUPS_IN_FLIGHT).
+/// bounded by [`MAX_LOOKUPS_IN_FLIGHT`](super::blocking::MAX_LOOKUPS_IN_FLIGHT).
 pub const LOOKUPS_PER_CALL: usize = 4;
 /// File descriptors kept out of the agent's socket budget for its own use
 /// (API connections, state, compile cache, logs).
@@ -138,7 +138,7 @@ impl HostLimits {
     /// The host memory a call can make the host hold: every table entry a
     /// full `fields`, and one host call's copied arguments. Taken out of
     /// the call's memory cap.
-    pub fn host_memory_per_call(&self) -> u64 {
+    pub(crate) fn host_memory_per_call(&self) -> u64 {
         (self.table_entries_per_call as u64)
             .saturating_mul(self.fields_bytes as u64)
             .saturating_add(self.argument_bytes as u64)
@@ -236,7 +236,7 @@ pub fn changes(before: &HostLimits, after: &HostLimits) -> String {
 /// raising the soft limit to the hard one, see [`raise_fd_limit`]), less
 /// [`FDS_RESERVED`], and at least [`SOCKETS_PER_CALL`]. The other half
 /// stays for the keep-alive pool, the API's clients and the agent itself.
-pub fn agent_sockets() -> usize {
+pub(crate) fn agent_sockets() -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .unwrap_or(1 << 20);
@@ -247,7 +247,7 @@ pub fn agent_sockets() -> usize {
 /// Raises the soft file-descriptor limit to the hard one (as Go's runtime
 /// does at start): the default soft limit of 1024 is a relic of `select`,
 /// which sonde does not use. Returns the limit in force.
-pub fn raise_fd_limit() -> u64 {
+pub(crate) fn raise_fd_limit() -> u64 {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {
@@ -481,22 +481,13 @@ fn refuse(held: &mut Held, refusal: Refusal) -> Refusal {
 pub(crate) enum Refusal {
     /// `sandbox.sockets_per_call`.
     #[error("the plugin opened more than {bound} sockets in one call")]
-    SocketsPerCall {
-        /// The bound.
-        bound: usize,
-    },
+    SocketsPerCall { bound: usize },
     /// The agent's socket budget ([`agent_sockets`]) is spent.
     #[error("the agent's budget of {total} sockets is in use by other calls")]
-    AgentSockets {
-        /// The budget.
-        total: usize,
-    },
+    AgentSockets { total: usize },
     /// `sandbox.lookups_per_call`.
     #[error("the plugin had more than {bound} name lookups in flight")]
-    LookupsPerCall {
-        /// The bound.
-        bound: usize,
-    },
+    LookupsPerCall { bound: usize },
 }
 
 /// A name lookup the call has in flight ([`CallBounds::take_lookup`]).

@@ -31,10 +31,10 @@ use std::time::Duration;
 
 /// The most processes one run may have at once, where the `pids`
 /// controller is delegated, by default (`sandbox.exec_pids`).
-pub const MAX_RUN_PIDS: u32 = 64;
+pub(crate) const MAX_RUN_PIDS: u32 = 64;
 /// The most memory one run may use, where the `memory` controller is
 /// delegated, for a run that has no probe (a target's action).
-pub const MAX_RUN_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
+pub(crate) const MAX_RUN_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
 
 /// What bounds one run's cgroup: `pids.max` and `memory.max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

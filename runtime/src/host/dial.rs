@@ -15,8 +15,6 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
-pub use super::blocking::MAX_LOOKUPS_IN_FLIGHT;
-
 /// Resolves the name `host` for a plugin's call: every address, in
 /// canonical form. Waits (without a thread) for a lookup slot and a
 /// blocking thread; both are held by the thread doing the lookup until the

@@ -54,10 +54,10 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
 const ALPN: &[&[u8]] = &[b"http/1.1"];
 
 /// The most of a response body the host reads for a plugin.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// The most header names a `send-keeping` call may name.
-pub const MAX_KEPT_HEADERS: usize = 64;
+pub(crate) const MAX_KEPT_HEADERS: usize = 64;
 
 /// Whether the response header `name` goes back to the plugin: all of
 /// them for `send`, those named for `send-keeping`.

@@ -40,21 +40,21 @@
 pub mod blocking;
 pub mod bounds;
 pub mod contain;
-pub mod dial;
+pub(crate) mod dial;
 pub mod exec;
 pub mod filesystem;
 pub mod grants;
 pub mod grpc;
 pub mod http;
 pub mod log;
-pub mod outgoing_handler;
+pub(crate) mod outgoing_handler;
 pub mod pool;
 pub mod reach;
 pub mod sockets;
 mod spawn;
 pub mod tcp;
 pub mod tls;
-pub mod tls_client;
+pub(crate) mod tls_client;
 
 pub use grants::{GrantError, Grants, NetPattern};
 

@@ -29,17 +29,17 @@ use std::time::{Duration, Instant};
 /// Idle connections kept per scheme, host, port and TLS options: enough for
 /// the runs to one service that are usually in flight at once, so keep-alive
 /// probes at a high rate reuse connections instead of opening new ones.
-pub const MAX_IDLE_PER_HOST: usize = 32;
+pub(crate) const MAX_IDLE_PER_HOST: usize = 32;
 /// Distinct keys with idle connections; beyond it, connections are closed
 /// instead of kept.
-pub const MAX_HOSTS: usize = 1024;
+pub(crate) const MAX_HOSTS: usize = 1024;
 /// Idle connections kept for one tenant's calls, over all its keys: two
 /// services' worth at [`MAX_IDLE_PER_HOST`].
-pub const MAX_IDLE_PER_TENANT: usize = 2 * MAX_IDLE_PER_HOST;
+pub(crate) const MAX_IDLE_PER_TENANT: usize = 2 * MAX_IDLE_PER_HOST;
 /// Idle connections kept in all: 1024 file descriptors at most.
-pub const MAX_IDLE: usize = 1024;
+pub(crate) const MAX_IDLE: usize = 1024;
 /// How long a connection may sit idle in the pool.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often at most every key is swept for expired connections.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 

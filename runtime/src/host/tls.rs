@@ -29,9 +29,9 @@ use tokio_rustls::client::TlsStream;
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 
 /// TLS sessions one call may hold open at once.
-pub const MAX_SESSIONS: usize = 4;
+pub(crate) const MAX_SESSIONS: usize = 4;
 /// The most one `receive` returns.
-pub const MAX_RECEIVE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_RECEIVE_BYTES: usize = 64 * 1024;
 
 impl SessionStream {
     async fn send(&mut self, data: &[u8]) -> std::io::Result<()> {
