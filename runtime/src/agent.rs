@@ -7,7 +7,7 @@
 
 use crate::api::{self, ApiAuth, ApiState};
 use crate::config::ConfigErrors;
-use crate::control::{self, AgentStatus, Control};
+use crate::control::{self, AgentStatus, Control, LeftOut};
 pub use crate::control::{AgentOptions, DEFAULT_API, DEFAULT_CONFIG, DEFAULT_CONFIG_NAME};
 use crate::engine::Engine;
 use crate::executor::{Executor, ExecutorConfig};
@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// The commit the binary was built from (`unknown` outside a git checkout).
-pub const COMMIT: &str = env!("SONDE_COMMIT");
+pub(crate) const COMMIT: &str = env!("SONDE_COMMIT");
 /// How often the config file is checked for changes.
-pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Runs probes and actions with the engine and the host, each probe call
 /// through the fair [`Executor`].
@@ -99,7 +99,10 @@ impl Runner for EngineRunner {
                     String::from_utf8_lossy(&out.stderr).trim()
                 ),
             },
-            Err(e) => ActionOutcome { ok: false, message: e },
+            Err(e) => ActionOutcome {
+                ok: false,
+                message: e.to_string(),
+            },
         }
     }
 }
@@ -153,7 +156,7 @@ impl StartProblem {
 /// What `sonde run` was asked besides the config file that decides
 /// whether it can start ([`start_problems`]).
 #[derive(Clone, Debug)]
-pub struct StartOptions {
+pub(crate) struct StartOptions {
     /// `--api`: overrides the file's `api`.
     pub api: Option<SocketAddr>,
     /// `--api-auth`.
@@ -182,7 +185,7 @@ pub struct KubernetesStart {
 /// What is left to the start itself, because only running finds it: a
 /// state directory another sonde holds, an address already in use, the
 /// API server out of reach.
-pub fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartProblem> {
+pub(crate) fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartProblem> {
     let mut problems = Vec::new();
     if let Some(addr) = options.api.or(registry.api)
         && let Err(why) = options.api_auth.or_file(registry.api_auth).resolve(
@@ -214,7 +217,7 @@ pub fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartP
 /// A running agent: what tests and `sonde run` hold on to.
 pub struct Agent {
     /// The scheduler.
-    pub scheduler: scheduler::Handle,
+    pub scheduler: scheduler::SchedulerHandle,
     /// The results.
     pub results: ResultCache,
     /// Where the API listens, if it does.
@@ -231,6 +234,171 @@ pub struct Agent {
     pub control: Arc<Control>,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The first load of the config, refused if [`start_problems`] finds
+/// anything with `kubernetes`; its warnings logged.
+async fn load_checked(
+    engine: &Engine,
+    options: &AgentOptions,
+    cache: &crate::registry::resolve::Cache,
+    kubernetes: Option<KubernetesStart>,
+) -> Result<(Registry, Vec<LeftOut>), AgentError> {
+    let (registry, skipped) = control::load(engine, options, cache)
+        .await
+        .map_err(AgentError::Config)?;
+    let problems = start_problems(
+        &registry,
+        &StartOptions {
+            api: options.api,
+            api_auth: options.api_auth,
+            kubernetes,
+        },
+    );
+    if !problems.is_empty() {
+        return Err(AgentError::Refused(problems));
+    }
+    for w in &registry.warnings {
+        tracing::warn!("{w}");
+    }
+    Ok((registry, skipped))
+}
+
+/// The executor, with the tenants and pulls of `registry`.
+fn start_executor(registry: &Registry) -> Result<Executor, AgentError> {
+    let executor = Executor::new(ExecutorConfig::default()).map_err(|e| {
+        AgentError::Start(format!(
+            "{e}; the system refused a thread: check the user's process limits (ulimit -u)"
+        ))
+    })?;
+    executor.configure(&registry.tenants);
+    executor.record_pulls(&registry.pulls);
+    Ok(executor)
+}
+
+/// Serves the API on `addr`.
+async fn serve_api(
+    addr: SocketAddr,
+    state: ApiState,
+    engine: &Engine,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), AgentError> {
+    api::serve(addr, state, engine.own_listeners()).await.map_err(|e| {
+        AgentError::Start(format!(
+            "{e}; is another sonde (or another program) serving there? Stop it, or choose another address with --api or the file's `api`"
+        ))
+    })
+}
+
+/// How many targets, probes and tenants `registry` has.
+fn counts(registry: &Registry) -> (usize, usize, usize) {
+    (
+        registry.targets().len(),
+        registry.probes().len(),
+        registry.tenants.len(),
+    )
+}
+
+/// The result cache: kept in `state_dir`, or in memory only.
+fn open_results(state_dir: Option<&Path>) -> Result<ResultCache, AgentError> {
+    match state_dir {
+        Some(dir) => ResultCache::open(dir, DEFAULT_HISTORY).map_err(|e| {
+            AgentError::Start(format!(
+                "{e}; give a directory this user can write and no other sonde uses (--state-dir or the file's state_dir)"
+            ))
+        }),
+        None => Ok(ResultCache::new(DEFAULT_HISTORY)),
+    }
+}
+
+/// The status of the first load of `registry`, which left out `skipped`.
+fn first_status(options: &AgentOptions, registry: &Registry, skipped: Vec<LeftOut>) -> AgentStatus {
+    AgentStatus {
+        config: options
+            .config
+            .as_ref()
+            .map_or(DEFAULT_CONFIG_NAME.to_string(), |p| p.display().to_string()),
+        loaded_at: Some(SystemTime::now()),
+        reload_error: None,
+        left_out: skipped,
+        pulling: registry.waiting.clone(),
+        probes: registry.probes().len(),
+        version: env!("CARGO_PKG_VERSION"),
+    }
+}
+
+/// How the API authenticates its clients (with the Kubernetes reviewer
+/// when it asks the API server).
+async fn api_access(
+    options: &AgentOptions,
+    registry: &Registry,
+    api_addr: Option<SocketAddr>,
+) -> Result<(ApiAuth, Option<Arc<kubernetes::review::Reviewer>>), AgentError> {
+    // Checked before (start_problems): this cannot fail.
+    let auth = match api_addr {
+        Some(addr) => options
+            .api_auth
+            .or_file(registry.api_auth)
+            .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
+            .map_err(|e| AgentError::Start(e.to_string()))?,
+        None => ApiAuth::None,
+    };
+    let reviews = match auth {
+        ApiAuth::Kubernetes => {
+            let client = kubernetes::connect()
+                .await
+                .map_err(|e| AgentError::Start(format!("api: auth kubernetes: {e}")))?;
+            let limits = kubernetes::review::ReviewLimits::default();
+            Some(Arc::new(kubernetes::review::Reviewer::new(client, limits)))
+        }
+        _ => None,
+    };
+    Ok((auth, reviews))
+}
+
+/// `stats` of `engine`, read when `/metrics` is scraped.
+fn engine_stats<T: 'static>(engine: &Engine, stats: fn(&Engine) -> T) -> Arc<dyn Fn() -> T + Send + Sync> {
+    let engine = engine.clone();
+    Arc::new(move || stats(&engine))
+}
+
+/// What `/metrics` reads the pulls from ([`Metrics::pulls`]).
+type PullsSource = Arc<dyn Fn() -> (Vec<crate::registry::Waiting>, usize) + Send + Sync>;
+
+/// The pulls for `/metrics`: the plugins waited for, and the pulls in
+/// flight.
+fn pulls_metric(control: &Arc<Control>, status: &Arc<Mutex<AgentStatus>>) -> PullsSource {
+    let (control, status) = (control.clone(), status.clone());
+    Arc::new(move || {
+        let waiting = status.lock().unwrap_or_else(|e| e.into_inner()).pulling.clone();
+        (waiting, control.pulls_in_flight())
+    })
+}
+
+/// The line that says the agent has started, and with what.
+fn log_started(
+    config: &str,
+    (targets, probes, tenants): (usize, usize, usize),
+    api: Option<SocketAddr>,
+    state_dir: Option<&Path>,
+    jitter: bool,
+) {
+    tracing::info!(
+        version = %env!("CARGO_PKG_VERSION"),
+        commit = %COMMIT,
+        config = %config,
+        targets,
+        probes,
+        tenants,
+        api = %api.map_or("none".to_string(), |a| format!("http://{a}")),
+        state_dir = %state_dir.map_or("none (state is not kept across restarts)".into(), |d| d.display().to_string()),
+        exec_containment = %crate::host::contain::Containment::in_force().describe(),
+        "{}",
+        if jitter {
+            "sonde started; first runs spread over their periods (--no-jitter starts them at once)"
+        } else {
+            "sonde started; every probe runs now (--no-jitter)"
+        }
+    );
 }
 
 impl Agent {
@@ -251,83 +419,21 @@ impl Agent {
         // and none is waited for (the API and every probe at hand start now).
         let cache = crate::registry::resolve::Cache::background();
         let ended = cache.pulls().map(|p| p.subscribe());
-        let (registry, skipped) = control::load(&engine, &options, &cache)
-            .await
-            .map_err(AgentError::Config)?;
-        let problems = start_problems(
-            &registry,
-            &StartOptions {
-                api: options.api,
-                api_auth: options.api_auth,
-                kubernetes,
-            },
-        );
-        if !problems.is_empty() {
-            return Err(AgentError::Refused(problems));
-        }
-        for w in &registry.warnings {
-            tracing::warn!("{w}");
-        }
+        let (registry, skipped) = load_checked(&engine, &options, &cache, kubernetes).await?;
         // The sandbox's bounds are the engine's: every call from now runs
         // under the config's.
         engine.set_host_limits(registry.host_limits);
         let state_dir = options.state_dir.clone().or_else(|| registry.state_dir.clone());
-        let results = match &state_dir {
-            Some(dir) => ResultCache::open(dir, DEFAULT_HISTORY).map_err(|e| {
-                AgentError::Start(format!(
-                    "{e}; give a directory this user can write and no other sonde uses (--state-dir or the file's state_dir)"
-                ))
-            })?,
-            None => ResultCache::new(DEFAULT_HISTORY),
-        };
+        let results = open_results(state_dir.as_deref())?;
         let api_addr = options.api.or(registry.api);
-        let status = Arc::new(Mutex::new(AgentStatus {
-            config: options
-                .config
-                .as_ref()
-                .map_or(DEFAULT_CONFIG_NAME.to_string(), |p| p.display().to_string()),
-            loaded_at: Some(SystemTime::now()),
-            reload_error: None,
-            left_out: skipped,
-            pulling: registry.waiting.clone(),
-            probes: registry.probes().len(),
-            version: env!("CARGO_PKG_VERSION"),
-        }));
-        let counts = (
-            registry.targets().len(),
-            registry.probes().len(),
-            registry.tenants.len(),
-        );
+        let status = Arc::new(Mutex::new(first_status(&options, &registry, skipped)));
+        let counts = counts(&registry);
         let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
         let api_limits = registry.api_limits;
         let require_signed = registry.require_signed;
-        // Checked above (start_problems): this cannot fail.
-        let auth = match api_addr {
-            Some(addr) => options
-                .api_auth
-                .or_file(registry.api_auth)
-                .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
-                .map_err(|e| AgentError::Start(e.to_string()))?,
-            None => ApiAuth::None,
-        };
-        let reviews = match auth {
-            ApiAuth::Kubernetes => {
-                let client = kubernetes::connect()
-                    .await
-                    .map_err(|e| AgentError::Start(format!("api: auth kubernetes: {e}")))?;
-                let limits = kubernetes::review::ReviewLimits::default();
-                Some(Arc::new(kubernetes::review::Reviewer::new(client, limits)))
-            }
-            _ => None,
-        };
+        let (auth, reviews) = api_access(&options, &registry, api_addr).await?;
         let run_metrics = Arc::new(RunMetrics::default());
-        let executor = Executor::new(ExecutorConfig::default()).map_err(|e| {
-            AgentError::Start(format!(
-                "{e}; the system refused a thread: check the user's process limits (ulimit -u)"
-            ))
-        })?;
-        executor.configure(&registry.tenants);
-        executor.record_pulls(&registry.pulls);
+        let executor = start_executor(&registry)?;
         let tenants = Arc::new(Mutex::new(registry.tenants.clone()));
         let runner = Arc::new(EngineRunner::with_executor(engine.clone(), executor.clone()));
         let scheduler = scheduler::spawn(
@@ -360,7 +466,6 @@ impl Agent {
         }
         let mut api = None;
         if let Some(addr) = api_addr {
-            let cache_engine = engine.clone();
             let state = ApiState {
                 results: results.clone(),
                 scheduler: scheduler.clone(),
@@ -369,19 +474,10 @@ impl Agent {
                     runs: run_metrics,
                     results: results.clone(),
                     scheduler: scheduler.clone(),
-                    pool: {
-                        let engine = cache_engine.clone();
-                        Arc::new(move || engine.pool_stats())
-                    },
-                    cache: Arc::new(move || cache_engine.cache_stats()),
+                    pool: engine_stats(&engine, Engine::pool_stats),
+                    cache: engine_stats(&engine, Engine::cache_stats),
                     executor: executor.clone(),
-                    pulls: {
-                        let (control, status) = (control.clone(), status.clone());
-                        Arc::new(move || {
-                            let waiting = status.lock().unwrap_or_else(|e| e.into_inner()).pulling.clone();
-                            (waiting, control.pulls_in_flight())
-                        })
-                    },
+                    pulls: pulls_metric(&control, &status),
                 },
                 draining: draining.clone(),
                 health_timeout,
@@ -391,33 +487,12 @@ impl Agent {
                 limits: api_limits,
                 watches: api::WatchStreams::default(),
             };
-            let (bound, task) = api::serve(addr, state, engine.own_listeners()).await.map_err(|e| {
-                AgentError::Start(format!(
-                    "{e}; is another sonde (or another program) serving there? Stop it, or choose another address with --api or the file's `api`"
-                ))
-            })?;
+            let (bound, task) = serve_api(addr, state, &engine).await?;
             api = Some(bound);
             tasks.push(task);
         }
-        let (targets, probes, tenant_count) = counts;
         let config = status.lock().unwrap_or_else(|e| e.into_inner()).config.clone();
-        tracing::info!(
-            version = %env!("CARGO_PKG_VERSION"),
-            commit = %COMMIT,
-            config = %config,
-            targets,
-            probes,
-            tenants = tenant_count,
-            api = %api.map_or("none".to_string(), |a| format!("http://{a}")),
-            state_dir = %state_dir.as_deref().map_or("none (state is not kept across restarts)".into(), |d| d.display().to_string()),
-            exec_containment = %crate::host::contain::Containment::in_force().describe(),
-            "{}",
-            if options.jitter {
-                "sonde started; first runs spread over their periods (--no-jitter starts them at once)"
-            } else {
-                "sonde started; every probe runs now (--no-jitter)"
-            }
-        );
+        log_started(&config, counts, api, state_dir.as_deref(), options.jitter);
         Ok(Self {
             scheduler,
             results,

@@ -414,7 +414,7 @@ pub struct Control {
     pub(crate) engine: Engine,
     pub(crate) options: AgentOptions,
     pub(crate) store: Option<Store>,
-    pub(crate) scheduler: scheduler::Handle,
+    pub(crate) scheduler: scheduler::SchedulerHandle,
     pub(crate) executor: Executor,
     pub(crate) status: Arc<Mutex<AgentStatus>>,
     pub(crate) tenants: Arc<Mutex<Arc<Tenants>>>,

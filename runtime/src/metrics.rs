@@ -134,7 +134,7 @@ pub struct Metrics {
     /// Per-probe state and counts.
     pub results: ResultCache,
     /// The scheduler, for runs in flight.
-    pub scheduler: scheduler::Handle,
+    pub scheduler: scheduler::SchedulerHandle,
     /// The compile cache's hits and misses.
     pub cache: Arc<dyn Fn() -> (u64, u64) + Send + Sync>,
     /// What the engine's instance pool holds, if it has one.

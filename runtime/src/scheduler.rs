@@ -1,5 +1,5 @@
 //! The scheduler: when each probe runs, with the kubelet prober's semantics
-//! (docs/architecture.md, "The life of one probe run").
+//! (the life of one probe run is in `docs/architecture.md`).
 //!
 //! One task owns every probe's timing: a heap of due times, so a probe that
 //! is waiting costs a heap entry and a small record — no task, no thread.
@@ -31,10 +31,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 /// The scheduler task makes a pass at least this often, even with nothing due.
-pub const HEARTBEAT: Duration = Duration::from_secs(1);
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// Attempts per period when a run ends in an error (kubelet's maxProbeRetries).
-pub const MAX_ATTEMPTS: u32 = 3;
+pub(crate) const MAX_ATTEMPTS: u32 = 3;
 
 /// How the outcome of an `on_failure` action is reported.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,7 +148,7 @@ impl Progress {
     }
 
     /// When the scheduler last went over its due runs.
-    pub fn last_pass(&self) -> Instant {
+    pub(crate) fn last_pass(&self) -> Instant {
         self.base + Duration::from_millis(self.last_pass.load(Ordering::Relaxed))
     }
 
@@ -212,14 +212,15 @@ enum Msg {
     Stall(Duration),
 }
 
-/// A handle on a running scheduler. Clones share it.
+/// A running scheduler, as its users hold it: commands go to its task.
+/// Clones share it.
 #[derive(Clone)]
-pub struct Handle {
+pub struct SchedulerHandle {
     tx: mpsc::UnboundedSender<Msg>,
     progress: Arc<Progress>,
 }
 
-impl Handle {
+impl SchedulerHandle {
     /// Whether the scheduler keeps up with its due runs.
     pub fn progress(&self) -> &Progress {
         &self.progress
@@ -305,7 +306,12 @@ struct Core<R: Runner> {
 }
 
 /// Starts the scheduler task with `registry`'s probes and returns its handle.
-pub fn spawn<R: Runner>(runner: Arc<R>, results: ResultCache, registry: impl Into<Delta>, options: Options) -> Handle {
+pub fn spawn<R: Runner>(
+    runner: Arc<R>,
+    results: ResultCache,
+    registry: impl Into<Delta>,
+    options: Options,
+) -> SchedulerHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let mut core = Core {
         runner,
@@ -323,7 +329,7 @@ pub fn spawn<R: Runner>(runner: Arc<R>, results: ResultCache, registry: impl Int
     core.apply(registry.into());
     let progress = core.progress.clone();
     tokio::spawn(core.run(rx));
-    Handle { tx, progress }
+    SchedulerHandle { tx, progress }
 }
 
 fn eligible(kind: Kind, t: &TargetState) -> bool {
@@ -630,8 +636,18 @@ impl<R: Runner> Core<R> {
 
     fn apply(&mut self, d: Delta) -> ReloadSummary {
         let mut summary = ReloadSummary::default();
-        let now = Instant::now();
-        // Probes gone: those named, or for a whole registry, those not in it.
+        self.remove_gone_probes(&d, &mut summary);
+        self.apply_targets(d.full, &d.removed_targets, d.targets);
+        for p in &d.probes {
+            self.apply_probe(p, &mut summary);
+        }
+        self.start_restored_targets(&d.probes);
+        summary
+    }
+
+    /// Removes the probes gone: those `d` names, or for a whole registry,
+    /// those not in it. Their waiters learn they are gone.
+    fn remove_gone_probes(&mut self, d: &Delta, summary: &mut ReloadSummary) {
         let gone: Vec<Arc<str>> = if d.full {
             let keep: std::collections::HashSet<&Arc<str>> = d.probes.iter().map(|p| &p.name).collect();
             self.entries.keys().filter(|n| !keep.contains(n)).cloned().collect()
@@ -648,16 +664,22 @@ impl<R: Runner> Core<R> {
                 summary.removed.push(name.to_string());
             }
         }
-        // Targets.
-        if d.full {
-            let keep: std::collections::HashSet<&Arc<str>> = d.targets.iter().map(|t| &t.spec.name).collect();
+    }
+
+    /// Drops the targets gone (`removed`, or with `full` every one not in
+    /// `updated`) and puts in the new and changed ones; a target already
+    /// started stays started, and keeps its hold.
+    fn apply_targets(&mut self, full: bool, removed: &[Arc<str>], updated: Vec<crate::registry::TargetUpdate>) {
+        let now = Instant::now();
+        if full {
+            let keep: std::collections::HashSet<&Arc<str>> = updated.iter().map(|t| &t.spec.name).collect();
             self.targets.retain(|n, _| keep.contains(n));
         } else {
-            for t in &d.removed_targets {
+            for t in removed {
                 self.targets.remove(t);
             }
         }
-        for t in d.targets {
+        for t in updated {
             let has_startup = t.has_startup;
             let state = match self.targets.remove(&t.spec.name) {
                 Some(old) => TargetState {
@@ -682,63 +704,68 @@ impl<R: Runner> Core<R> {
             };
             self.targets.insert(state.spec.name.clone(), state);
         }
-        // Probes new or changed.
-        for p in &d.probes {
-            match self.entries.get(&p.name) {
-                Some(e) if *e.spec == **p => {
-                    summary.kept += 1;
-                    continue;
-                }
-                Some(_) => {
-                    self.unschedule(&p.name);
-                    // Replaced below by `insert`, never removed in between:
-                    // a reader of the API sees the old record, then the new.
-                    self.results.forget_saved(&p.name);
-                    summary.changed.push(p.name.to_string());
-                }
-                None => summary.added.push(p.name.to_string()),
+    }
+
+    /// Puts in the probe `p` if it is new or changed (counted in
+    /// `summary`), and schedules its first run if its target lets it run.
+    fn apply_probe(&mut self, p: &Arc<ProbeSpec>, summary: &mut ReloadSummary) {
+        match self.entries.get(&p.name) {
+            Some(e) if *e.spec == **p => {
+                summary.kept += 1;
+                return;
             }
-            let meta = ProbeMeta {
-                name: p.name.clone(),
-                target: p.target.clone(),
-                kind: p.kind,
-                groups: p.groups.clone(),
-                labels: p.labels.clone(),
-                tenant: p.tenant.clone(),
-                plugin: p.plugin_ref.as_str().into(),
-            };
-            let counter = self.results.insert(&meta, Counter::initial(p.kind));
-            self.next_epoch += 1;
-            // A run of the old spec may still be in flight: keep its flag so
-            // the new spec's first run waits for it.
-            let (waiters, running) = self
-                .entries
-                .remove(&p.name)
-                .map(|e| (e.waiters, e.running))
-                .unwrap_or_default();
-            self.entries.insert(
-                p.name.clone(),
-                Entry {
-                    spec: p.clone(),
-                    counter,
-                    epoch: self.next_epoch,
-                    planned: None,
-                    heap_gen: 0,
-                    running,
-                    due: false,
-                    waiters,
-                },
-            );
-            if let Some(t) = self.targets.get(&p.target)
-                && eligible(p.kind, t)
-            {
-                let since = t.since;
-                self.schedule_first(&p.name, since);
+            Some(_) => {
+                self.unschedule(&p.name);
+                // Replaced below by `insert`, never removed in between:
+                // a reader of the API sees the old record, then the new.
+                self.results.forget_saved(&p.name);
+                summary.changed.push(p.name.to_string());
             }
+            None => summary.added.push(p.name.to_string()),
         }
-        // A startup probe restored as succeeded lets its target start.
-        let restored_started: Vec<Arc<str>> = d
-            .probes
+        let meta = ProbeMeta {
+            name: p.name.clone(),
+            target: p.target.clone(),
+            kind: p.kind,
+            groups: p.groups.clone(),
+            labels: p.labels.clone(),
+            tenant: p.tenant.clone(),
+            plugin: p.plugin_ref.as_str().into(),
+        };
+        let counter = self.results.insert(&meta, Counter::initial(p.kind));
+        self.next_epoch += 1;
+        // A run of the old spec may still be in flight: keep its flag so
+        // the new spec's first run waits for it.
+        let (waiters, running) = self
+            .entries
+            .remove(&p.name)
+            .map(|e| (e.waiters, e.running))
+            .unwrap_or_default();
+        self.entries.insert(
+            p.name.clone(),
+            Entry {
+                spec: p.clone(),
+                counter,
+                epoch: self.next_epoch,
+                planned: None,
+                heap_gen: 0,
+                running,
+                due: false,
+                waiters,
+            },
+        );
+        if let Some(t) = self.targets.get(&p.target)
+            && eligible(p.kind, t)
+        {
+            let since = t.since;
+            self.schedule_first(&p.name, since);
+        }
+    }
+
+    /// Starts the targets whose startup probe (among `probes`) was
+    /// restored as succeeded.
+    fn start_restored_targets(&mut self, probes: &[Arc<ProbeSpec>]) {
+        let restored_started: Vec<Arc<str>> = probes
             .iter()
             .filter_map(|p| self.entries.get(&p.name))
             .filter(|e| e.spec.kind == Kind::Startup && e.counter.state == Status::Success)
@@ -748,6 +775,5 @@ impl<R: Runner> Core<R> {
         for t in restored_started {
             self.target_started(&t);
         }
-        summary
     }
 }

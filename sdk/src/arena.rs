@@ -99,7 +99,10 @@ impl Bump {
 #[cfg(all(target_arch = "wasm32", feature = "arena"))]
 pub(crate) use wasm::Arena;
 
+// The allocator itself: `GlobalAlloc` is `unsafe` by nature; each block
+// below says why its use holds.
 #[cfg(all(target_arch = "wasm32", feature = "arena"))]
+#[allow(unsafe_code)]
 mod wasm {
     use super::Bump;
     use core::alloc::{GlobalAlloc, Layout};
@@ -108,6 +111,7 @@ mod wasm {
 
     const PAGE: usize = 65536;
 
+    // SAFETY: wasm-ld defines this symbol; only its address is taken.
     unsafe extern "C" {
         /// The first byte after the plugin's data and stack (wasm-ld).
         static __heap_base: u8;

@@ -16,6 +16,8 @@ use wasip2::filesystem::types::{Descriptor, DescriptorFlags, DescriptorStat, Err
 // first allocation, and every growth costs the host an `mprotect` on the
 // way up and another at the reset). The linker takes only those objects;
 // they import nothing.
+// SAFETY: an empty block: it declares nothing, it only links the library.
+#[allow(unsafe_code)]
 #[link(name = "c")]
 unsafe extern "C" {}
 
@@ -29,10 +31,14 @@ type Allocator = libc_malloc::LibcMalloc;
 #[global_allocator]
 static ALLOCATOR: Allocator = Allocator::new();
 
+// An allocator is `unsafe` by nature (`GlobalAlloc` and the libc functions
+// behind it); each block below says why its use holds.
 #[cfg(not(feature = "arena"))]
+#[allow(unsafe_code)]
 mod libc_malloc {
     use core::alloc::{GlobalAlloc, Layout};
 
+    // SAFETY: wasi-libc's declarations of these four functions.
     unsafe extern "C" {
         fn malloc(size: usize) -> *mut u8;
         fn aligned_alloc(align: usize, size: usize) -> *mut u8;
@@ -139,6 +145,9 @@ fn log_panic(info: &core::panic::PanicInfo<'_>) {
 /// Called by the host only, as the canonical ABI specifies: `old` is null
 /// with `old_len` 0, or a block this function returned with that length
 /// and `align`.
+// SAFETY (of the export): the canonical ABI names this symbol, and nothing
+// else in a plugin defines it without std.
+#[allow(unsafe_code)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cabi_realloc(old: *mut u8, old_len: usize, align: usize, new_len: usize) -> *mut u8 {
     use alloc::alloc::{Layout, alloc, realloc};

@@ -73,7 +73,7 @@ pub struct ApiState {
     /// Results to read.
     pub results: ResultCache,
     /// The scheduler, for manual runs and its progress.
-    pub scheduler: scheduler::Handle,
+    pub scheduler: scheduler::SchedulerHandle,
     /// Config status.
     pub status: Arc<Mutex<AgentStatus>>,
     /// What `/metrics` reads.
@@ -627,7 +627,7 @@ async fn live(who: Principal, State(state): State<ApiState>, Path(g): Path<Strin
 async fn watch(who: Principal, State(state): State<ApiState>, RawQuery(q): RawQuery, headers: HeaderMap) -> Response {
     let params = match watch::Params::from_request(q.as_deref(), &headers) {
         Ok(p) => p,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let max = state.limits.max_watch_streams;
     match state.watches.open(&who, max) {

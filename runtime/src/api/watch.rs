@@ -43,19 +43,15 @@ pub struct Params {
 
 impl Params {
     /// Reads the query string and the `Last-Event-ID` header.
-    pub fn from_request(q: Option<&str>, headers: &HeaderMap) -> Result<Self, String> {
+    pub fn from_request(q: Option<&str>, headers: &HeaderMap) -> Result<Self, ParamsError> {
         let all = match query(q, "all").as_deref() {
             None | Some("0" | "false") => false,
             Some("" | "1" | "true") => true,
-            Some(other) => return Err(format!("all: {other:?} is not 1, true, 0 or false")),
+            Some(other) => return Err(ParamsError::All(other.to_string())),
         };
         let header = headers
             .get("last-event-id")
-            .map(|v| {
-                v.to_str()
-                    .map(str::to_string)
-                    .map_err(|_| "Last-Event-ID is not text".to_string())
-            })
+            .map(|v| v.to_str().map(str::to_string).map_err(|_| ParamsError::LastEventId))
             .transpose()?;
         Ok(Self {
             all,
@@ -65,6 +61,17 @@ impl Params {
             group: query(q, "group").map(|v| v.into_owned()),
         })
     }
+}
+
+/// A watch request the stream cannot follow (a 400 answer).
+#[derive(Debug, thiserror::Error)]
+pub enum ParamsError {
+    /// `all=` is not a boolean.
+    #[error("all: {0:?} is not 1, true, 0 or false")]
+    All(String),
+    /// The `Last-Event-ID` header is not visible ASCII.
+    #[error("Last-Event-ID is not text")]
+    LastEventId,
 }
 
 /// An event the stream can show.

@@ -100,46 +100,63 @@ impl SandboxArgs {
 
 /// A duration such as `500ms`, `10s` or `1m30s` (zero included), read as
 /// the config file reads one.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, ArgError> {
     let de: serde::de::value::StrDeserializer<'_, serde::de::value::Error> = s.into_deserializer();
-    Dur::deserialize(de).map(|d| d.0).map_err(|e| e.to_string())
+    Ok(Dur::deserialize(de)?.0)
 }
 
 /// A duration that must be more than zero: a deadline, a period.
-pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_positive_duration(s: &str) -> Result<Duration, ArgError> {
     let d = parse_duration(s)?;
     if d.is_zero() {
-        return Err(format!("{s:?}: must be more than zero"));
+        return Err(ArgError::NotPositive(s.to_string()));
     }
     Ok(d)
 }
 
 /// A call's deadline: more than zero.
-fn parse_timeout(s: &str) -> Result<Duration, String> {
+fn parse_timeout(s: &str) -> Result<Duration, ArgError> {
     parse_positive_duration(s)
 }
 
 /// A size such as `64MiB`, read as the config file reads one.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, ArgError> {
     let de: serde::de::value::StrDeserializer<'_, serde::de::value::Error> = s.into_deserializer();
-    Size::deserialize(de).map(|s| s.0).map_err(|e| e.to_string())
+    Ok(Size::deserialize(de)?.0)
 }
 
 /// A memory cap: a size no more than [`limits::MAX_MEMORY`].
-fn parse_memory(s: &str) -> Result<u64, String> {
+fn parse_memory(s: &str) -> Result<u64, ArgError> {
     let size = parse_size(s)?;
     if size > limits::MAX_MEMORY {
-        return Err(format!("{s} is more than the 1GiB ceiling"));
+        return Err(ArgError::OverMemoryCeiling(s.to_string()));
     }
     Ok(size)
 }
 
 /// `NAME=VALUE`.
-fn parse_env(s: &str) -> Result<(String, String), String> {
+fn parse_env(s: &str) -> Result<(String, String), ArgError> {
     match s.split_once('=') {
         Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
-        _ => Err(format!("{s:?} is not NAME=VALUE")),
+        _ => Err(ArgError::NotNameValue(s.to_string())),
     }
+}
+
+/// A command-line value that does not parse (clap shows it with the flag).
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum ArgError {
+    /// Not a duration or size as the config file spells one.
+    #[error(transparent)]
+    Unreadable(#[from] serde::de::value::Error),
+    /// A duration that must be more than zero.
+    #[error("{0:?}: must be more than zero")]
+    NotPositive(String),
+    /// A memory cap above [`limits::MAX_MEMORY`].
+    #[error("{0} is more than the 1GiB ceiling")]
+    OverMemoryCeiling(String),
+    /// An environment variable not given as `NAME=VALUE`.
+    #[error("{0:?} is not NAME=VALUE")]
+    NotNameValue(String),
 }
 
 #[cfg(test)]
@@ -150,17 +167,19 @@ mod tests {
     fn durations_read_as_in_the_config_file() {
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
-        let e = parse_duration("10x").unwrap_err();
+        let e = parse_duration("10x").unwrap_err().to_string();
         assert!(e.contains("\"10x\" is not a duration"), "{e}");
-        assert!(parse_positive_duration("0s").unwrap_err().contains("more than zero"));
+        let e = parse_positive_duration("0s").unwrap_err();
+        assert_eq!(e, ArgError::NotPositive("0s".into()));
+        assert!(e.to_string().contains("more than zero"));
         assert_eq!(parse_positive_duration("500ms"), Ok(Duration::from_millis(500)));
     }
 
     #[test]
     fn sizes_and_the_memory_ceiling() {
         assert_eq!(parse_memory("64MiB"), Ok(64 << 20));
-        assert!(parse_memory("2GiB").unwrap_err().contains("1GiB"));
-        assert!(parse_size("lots").unwrap_err().contains("not a size"));
-        assert!(parse_size("1024").unwrap_err().contains("1KiB (or 1024B)"));
+        assert!(parse_memory("2GiB").unwrap_err().to_string().contains("1GiB"));
+        assert!(parse_size("lots").unwrap_err().to_string().contains("not a size"));
+        assert!(parse_size("1024").unwrap_err().to_string().contains("1KiB (or 1024B)"));
     }
 }

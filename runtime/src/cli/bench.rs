@@ -568,14 +568,7 @@ pub struct SchedulerReport {
 }
 
 async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, CliError> {
-    if args.period < crate::registry::MIN_PERIOD {
-        return Err(CliError(
-            "--period must be at least 100ms (the scheduler's shortest period); give --period 100ms or more".into(),
-        ));
-    }
-    if args.probes == 0 {
-        return Err(CliError("--probes must be at least 1; give a positive number".into()));
-    }
+    check_scheduler_args(&args)?;
     let plugin_config = config_with_keepalive(&args.config, args.keepalive)?;
     let address = if args.target.is_empty() {
         "127.0.0.1:9".to_string()
@@ -597,31 +590,8 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
     let rss_before = rss();
     let registering = Instant::now();
 
-    // Each probe as the registry would resolve it from a config file, with
-    // strings and grants of its own; the config parser is not measured.
     let target: Arc<str> = "bench".into();
-    let probes = (0..args.probes)
-        .map(|i| {
-            Arc::new(ProbeSpec {
-                name: format!("bench-{i}").into(),
-                target: target.clone(),
-                kind: Kind::Readiness,
-                plugin_ref: args.plugin.clone(),
-                plugin: plugin.clone(),
-                address: args.target.clone(),
-                config: plugin_config.clone(),
-                period: args.period,
-                initial_delay: Duration::ZERO,
-                success_threshold: 1,
-                failure_threshold: crate::registry::DEFAULT_FAILURE_THRESHOLD,
-                limits: args.sandbox.limits(),
-                grants: Arc::new(grants.clone()),
-                groups: Arc::from(Vec::<String>::new()),
-                labels: Arc::from(Vec::new()),
-                tenant: crate::tenants::DEFAULT_TENANT.into(),
-            })
-        })
-        .collect();
+    let probes = bench_probes(&args, &target, &plugin, &plugin_config, &grants);
     let registry = Registry::from_specs(
         Arc::default(),
         vec![Arc::new(TargetSpec {
@@ -680,8 +650,60 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
         late_p99_ms: percentile_ms(&late, 99.0),
         late_max_ms: late.last().map_or(0.0, |&us| f64::from(us) / 1000.0),
     };
+    print_scheduler_report(&report, &args);
+    Ok(if report.errors == 0 { 0 } else { 3 })
+}
+
+/// Refuses a period the scheduler would not run and a bench of no probes.
+fn check_scheduler_args(args: &BenchArgs) -> Result<(), CliError> {
+    if args.period < crate::registry::MIN_PERIOD {
+        return Err(CliError(
+            "--period must be at least 100ms (the scheduler's shortest period); give --period 100ms or more".into(),
+        ));
+    }
+    if args.probes == 0 {
+        return Err(CliError("--probes must be at least 1; give a positive number".into()));
+    }
+    Ok(())
+}
+
+/// Each probe as the registry would resolve it from a config file, with
+/// strings and grants of its own; the config parser is not measured.
+fn bench_probes(
+    args: &BenchArgs,
+    target: &Arc<str>,
+    plugin: &Arc<Plugin>,
+    plugin_config: &str,
+    grants: &Grants,
+) -> Vec<Arc<ProbeSpec>> {
+    (0..args.probes)
+        .map(|i| {
+            Arc::new(ProbeSpec {
+                name: format!("bench-{i}").into(),
+                target: target.clone(),
+                kind: Kind::Readiness,
+                plugin_ref: args.plugin.clone(),
+                plugin: plugin.clone(),
+                address: args.target.clone(),
+                config: plugin_config.to_string(),
+                period: args.period,
+                initial_delay: Duration::ZERO,
+                success_threshold: 1,
+                failure_threshold: crate::registry::DEFAULT_FAILURE_THRESHOLD,
+                limits: args.sandbox.limits(),
+                grants: Arc::new(grants.clone()),
+                groups: Arc::from(Vec::<String>::new()),
+                labels: Arc::from(Vec::new()),
+                tenant: crate::tenants::DEFAULT_TENANT.into(),
+            })
+        })
+        .collect()
+}
+
+/// The scheduler bench's report, as `--output` asks.
+fn print_scheduler_report(report: &SchedulerReport, args: &BenchArgs) {
     match args.output {
-        Output::Json => out!("{}", serde_json::to_string(&report).unwrap_or_default()),
+        Output::Json => out!("{}", serde_json::to_string(report).unwrap_or_default()),
         Output::Text => {
             out!(
                 "{} probes of {} every {}, registered in {:.2}s, measured for {:.1}s after {:.0}s: {} runs, {} errors",
@@ -713,7 +735,6 @@ async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Result<i32, Cli
             );
         }
     }
-    Ok(if report.errors == 0 { 0 } else { 3 })
 }
 
 #[cfg(test)]

@@ -101,10 +101,9 @@ impl Wasi {
 /// Why a call's sandbox could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum CallSetupError {
-    /// A `files` grant could not be opened (the grant and why, as
-    /// `host::filesystem` says it).
-    #[error("{0}")]
-    FilesGrant(String),
+    /// A `files` grant could not be opened.
+    #[error(transparent)]
+    FilesGrant(#[from] crate::host::filesystem::FilesGrantError),
 }
 
 impl CallState {

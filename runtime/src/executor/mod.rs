@@ -225,7 +225,7 @@ impl Executor {
     /// Charges `pulls` (what resolving a change's `oci://` plugins cost)
     /// to their tenants. A tenant the executor does not know (refused by
     /// the same change) is not charged.
-    pub fn record_pulls(&self, pulls: &[crate::registry::Pull]) {
+    pub(crate) fn record_pulls(&self, pulls: &[crate::registry::Pull]) {
         for p in pulls {
             if let Some(c) = self.inner.admission.counters(&p.tenant) {
                 c.record_pull(p.cost.bytes, p.cost.elapsed);
@@ -236,7 +236,7 @@ impl Executor {
     /// Counts `took` of compiling against `tenant` (an upload of its
     /// plugin, accepted or refused). A tenant the executor does not know
     /// is not counted.
-    pub fn record_compile(&self, tenant: &str, took: std::time::Duration) {
+    pub(crate) fn record_compile(&self, tenant: &str, took: std::time::Duration) {
         if let Some(c) = self.inner.admission.counters(&tenant.into()) {
             c.record_compile(took);
         }

@@ -4,7 +4,8 @@
 //! thread (opening a file in a `files` grant).
 //!
 //! Each kind of work passes a [`Gate`]: at most `size` at once per engine
-//! (the engine's [`Gates`], sized by its `sandbox:` bounds), each holding
+//! (the engine's [`Gates`], sized by its `sandbox:` bounds, entered through
+//! the call's [`CallBounds`](super::bounds::CallBounds)), each holding
 //! its permit on the blocking thread until the work ends, even when the
 //! call that asked has given up. So plugins hold at most the lookup and
 //! thread gates' sizes of tokio's blocking threads (512 by default); the
@@ -17,7 +18,6 @@
 //! agent's `health_timeout` makes `/livez` fail ([`Gate::exhausted_for`]):
 //! the sandbox can no longer serve the probes that need it.
 
-use super::bounds::{CallBounds, HostLimits};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -29,12 +29,12 @@ pub const MAX_LOOKUPS_IN_FLIGHT: usize = 32;
 /// default (`sandbox.blocking_threads`): lookups and file opens
 /// together. The sizes in force are the engine's
 /// ([`super::bounds::HostLimits`]).
-pub const PLUGIN_BLOCKING_THREADS: usize = 64;
+pub(crate) const PLUGIN_BLOCKING_THREADS: usize = 64;
 
 /// A bounded kind of blocking work, with the time it has been full. Its
 /// size can change while permits are out ([`Gate::resize`]): a smaller
 /// size takes effect as the permits in use come back.
-pub struct Gate {
+pub(crate) struct Gate {
     what: &'static str,
     permits: Arc<Semaphore>,
     state: Mutex<GateState>,
@@ -92,14 +92,15 @@ impl Gate {
     }
 
     /// How long every permit has been taken (`None` when one is free).
-    pub fn exhausted_for(&self) -> Option<Duration> {
+    pub(crate) fn exhausted_for(&self) -> Option<Duration> {
         if self.permits.available_permits() > 0 {
             return None;
         }
         self.state().full_since.map(|t| t.elapsed())
     }
 
-    fn cut_off(&self) -> String {
+    /// What a call cut off while waiting for a permit ran into.
+    pub(crate) fn cut_off(&self) -> String {
         format!(
             "cut off waiting for one of the agent's {} {}: all were in use",
             self.size(),
@@ -115,35 +116,15 @@ impl Gate {
         }
     }
 
-    /// Waits for a permit. Cut off while waiting (the future dropped), it
-    /// records the breach in `bounds`.
-    pub(crate) async fn enter(self: &Arc<Self>, bounds: &CallBounds) -> Permit {
-        struct Waiting<'a> {
-            gate: &'a Gate,
-            bounds: &'a CallBounds,
-            done: bool,
-        }
-        impl Drop for Waiting<'_> {
-            fn drop(&mut self) {
-                self.bounds.waiting(None);
-                if !self.done {
-                    self.bounds.record(self.gate.cut_off());
-                }
-            }
-        }
-        bounds.waiting(Some(self.cut_off()));
-        let mut waiting = Waiting {
-            gate: self,
-            bounds,
-            done: false,
-        };
+    /// Waits for a permit. The caller notes the wait, and a wait cut off
+    /// ([`CallBounds::pass`](super::bounds::CallBounds::pass)).
+    pub(crate) async fn acquire(self: &Arc<Self>) -> Permit {
         let permit = self
             .permits
             .clone()
             .acquire_owned()
             .await
             .expect("a gate's semaphore is never closed");
-        waiting.done = true;
         self.note(&mut self.state());
         Permit {
             gate: self.clone(),
@@ -151,6 +132,12 @@ impl Gate {
         }
     }
 }
+
+/// Why blocking work for a plugin's call gave no result: its task panicked
+/// or was cancelled (the runtime shutting down).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct WorkLost(#[from] pub(crate) tokio::task::JoinError);
 
 /// A pass through a [`Gate`], given back when dropped (or forgotten, when
 /// the gate has shrunk since it was taken).
@@ -184,18 +171,19 @@ pub(crate) struct Gates {
 }
 
 impl Gates {
-    /// Gates as wide as `limits` say.
-    pub(crate) fn new(limits: &HostLimits) -> Self {
+    /// Gates for `lookups` name lookups and `threads` blocking threads at
+    /// once (`sandbox.lookups_in_flight`, `sandbox.blocking_threads`).
+    pub(crate) fn new(lookups: usize, threads: usize) -> Self {
         Self {
-            lookups: Gate::new("name-lookup slots", limits.lookups_in_flight),
-            threads: Gate::new("blocking threads for plugins", limits.blocking_threads),
+            lookups: Gate::new("name-lookup slots", lookups),
+            threads: Gate::new("blocking threads for plugins", threads),
         }
     }
 
-    /// Makes them as wide as `limits` say ([`Gate::resize`]).
-    pub(crate) fn resize(&self, limits: &HostLimits) {
-        self.lookups.resize(limits.lookups_in_flight);
-        self.threads.resize(limits.blocking_threads);
+    /// Makes them `lookups` and `threads` wide ([`Gate::resize`]).
+    pub(crate) fn resize(&self, lookups: usize, threads: usize) {
+        self.lookups.resize(lookups);
+        self.threads.resize(threads);
     }
 
     /// The gate of name lookups for plugins.
@@ -209,47 +197,19 @@ impl Gates {
     }
 }
 
-/// The gate of name lookups for the plugins of `bounds`' engine.
-pub(crate) fn lookups(bounds: &CallBounds) -> &Arc<Gate> {
-    bounds.gates().lookups()
-}
-
-/// The gate of blocking threads for the plugins of `bounds`' engine.
-pub(crate) fn threads(bounds: &CallBounds) -> &Arc<Gate> {
-    bounds.gates().threads()
-}
-
-/// Runs `work` on a blocking thread for a plugin's call, once the call has
-/// a pass through [`threads`] (waiting for one as [`Gate::enter`] does).
-/// `held` (another gate's permit) is kept with the work and given back
-/// when it ends, like the thread's own permit.
-pub(crate) async fn run<R, F>(bounds: &CallBounds, held: Option<Permit>, work: F) -> Result<R, String>
-where
-    R: Send + 'static,
-    F: FnOnce() -> R + Send + 'static,
-{
-    let permit = threads(bounds).enter(bounds).await;
-    let task = tokio::task::spawn_blocking(move || {
-        let result = work();
-        drop((permit, held));
-        result
-    });
-    task.await.map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::bounds::AgentBounds;
+    use crate::host::bounds::{AgentBounds, CallBounds, HostLimits};
 
     #[tokio::test]
     async fn a_full_gate_is_noticed_and_a_cut_off_wait_is_recorded() {
         let gate = Gate::new("test slots", 1);
         let bounds = CallBounds::new(&AgentBounds::new(1, HostLimits::default()));
-        let first = gate.enter(&bounds).await;
+        let first = bounds.pass(&gate).await;
         assert!(gate.exhausted_for().is_some());
         assert!(bounds.breach().is_none());
-        let mut waiting = Box::pin(gate.enter(&bounds));
+        let mut waiting = Box::pin(bounds.pass(&gate));
         assert!(futures_util::FutureExt::now_or_never(&mut waiting).is_none());
         // Still waiting when the call ends: cut off.
         assert_eq!(
@@ -263,14 +223,14 @@ mod tests {
         );
         drop(first);
         assert_eq!(gate.exhausted_for(), None);
-        drop(gate.enter(&bounds).await);
+        drop(bounds.pass(&gate).await);
     }
 
     #[tokio::test]
     async fn a_gate_resized_while_in_use_shrinks_as_its_permits_come_back() {
         let gate = Gate::new("test slots", 3);
         let bounds = CallBounds::new(&AgentBounds::new(1, HostLimits::default()));
-        let held: Vec<Permit> = vec![gate.enter(&bounds).await, gate.enter(&bounds).await];
+        let held: Vec<Permit> = vec![bounds.pass(&gate).await, bounds.pass(&gate).await];
         // Two of three in use; down to one: the free one goes now, one of
         // the two in use when it comes back.
         gate.resize(1);
@@ -281,14 +241,14 @@ mod tests {
         assert!(gate.exhausted_for().is_some(), "one is still in use, the new size");
         drop(held.next());
         assert_eq!(gate.exhausted_for(), None);
-        let one = gate.enter(&bounds).await;
-        let mut waiting = Box::pin(gate.enter(&bounds));
+        let one = bounds.pass(&gate).await;
+        let mut waiting = Box::pin(bounds.pass(&gate));
         assert!(futures_util::FutureExt::now_or_never(&mut waiting).is_none());
         drop(waiting);
         // Wider again: two more at once.
         gate.resize(3);
-        let _two = gate.enter(&bounds).await;
-        let _three = gate.enter(&bounds).await;
+        let _two = bounds.pass(&gate).await;
+        let _three = bounds.pass(&gate).await;
         assert!(gate.exhausted_for().is_some());
         drop(one);
         assert_eq!(gate.exhausted_for(), None);

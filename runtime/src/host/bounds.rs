@@ -42,6 +42,7 @@
 //! runs `unknown` but cannot take the descriptors other tenants' probes and
 //! the API need.
 
+use super::blocking::{Gate, Gates, Permit, WorkLost};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -53,7 +54,7 @@ pub const TABLE_ENTRIES_PER_CALL: usize = 256;
 /// Bytes (roughly, as wasmtime-wasi-http counts them) one `wasi:http`
 /// `fields` resource may hold: twice what HTTP servers usually accept for
 /// all of a request's headers.
-pub const FIELDS_BYTES: usize = 16 * 1024;
+pub(crate) const FIELDS_BYTES: usize = 16 * 1024;
 /// Bytes one host call may copy out of the guest: its arguments, or the
 /// result of `check` or `describe` (wasmtime's "hostcall fuel", 128 MiB
 /// unless set). Room for the largest a plugin needs: a 1 MiB request
@@ -73,7 +74,7 @@ pub const HOST_MEMORY_PER_CALL: u64 = (TABLE_ENTRIES_PER_CALL * FIELDS_BYTES + A
 pub const SOCKETS_PER_CALL: usize = 64;
 /// `wasi:sockets` name lookups one call may have in flight at once (sonde's
 /// own transports look up one name at a time). Agent-wide, lookups are
-/// bounded by [`MAX_LOOKUPS_IN_FLIGHT`](super::dial::MAX_LOOKUPS_IN_FLIGHT).
+/// bounded by [`MAX_LOOKUPS_IN_FLIGHT`](super::blocking::MAX_LOOKUPS_IN_FLIGHT).
 pub const LOOKUPS_PER_CALL: usize = 4;
 /// File descriptors kept out of the agent's socket budget for its own use
 /// (API connections, state, compile cache, logs).
@@ -137,7 +138,7 @@ impl HostLimits {
     /// The host memory a call can make the host hold: every table entry a
     /// full `fields`, and one host call's copied arguments. Taken out of
     /// the call's memory cap.
-    pub fn host_memory_per_call(&self) -> u64 {
+    pub(crate) fn host_memory_per_call(&self) -> u64 {
         (self.table_entries_per_call as u64)
             .saturating_mul(self.fields_bytes as u64)
             .saturating_add(self.argument_bytes as u64)
@@ -163,49 +164,60 @@ impl HostLimits {
 
     /// Checks each bound's range; the error names the key
     /// (`sandbox.sockets_per_call: must be from 1 to 65536`).
-    pub fn validate(&self) -> Result<(), String> {
-        let check = |key: &str, v: u64, min: u64, max: u64| {
-            if (min..=max).contains(&v) {
-                Ok(())
-            } else {
-                Err(format!("sandbox.{key}: must be from {min} to {max} (got {v})"))
+    pub fn validate(&self) -> Result<(), LimitError> {
+        // In the order of `entries`.
+        const RANGES: [(&str, u64, u64); 11] = [
+            ("table_entries_per_call", 64, 1 << 16),
+            ("fields_bytes", 1024, 1 << 20),
+            ("argument_bytes", 64 << 10, 64 << 20),
+            ("sockets_per_call", 1, 1 << 16),
+            ("lookups_per_call", 1, 256),
+            ("lookups_in_flight", 1, 256),
+            // tokio keeps 512 blocking threads; the agent needs some of them.
+            ("blocking_threads", 1, 384),
+            ("exec_pids", 1, 1 << 22),
+            ("keepalive_idle_per_host", 0, 1 << 16),
+            ("keepalive_idle_per_tenant", 0, 1 << 16),
+            ("keepalive_idle", 0, 1 << 20),
+        ];
+        for ((key, got), (name, min, max)) in self.entries().into_iter().zip(RANGES) {
+            debug_assert_eq!(key, name, "RANGES follows the order of `entries`");
+            if !(min..=max).contains(&got) {
+                return Err(LimitError::OutOfRange { key, min, max, got });
             }
-        };
-        check(
-            "table_entries_per_call",
-            self.table_entries_per_call as u64,
-            64,
-            1 << 16,
-        )?;
-        check("fields_bytes", self.fields_bytes as u64, 1024, 1 << 20)?;
-        check("argument_bytes", self.argument_bytes as u64, 64 << 10, 64 << 20)?;
-        check("sockets_per_call", self.sockets_per_call as u64, 1, 1 << 16)?;
-        check("lookups_per_call", self.lookups_per_call as u64, 1, 256)?;
-        check("lookups_in_flight", self.lookups_in_flight as u64, 1, 256)?;
-        // tokio keeps 512 blocking threads; the agent needs some of them.
-        check("blocking_threads", self.blocking_threads as u64, 1, 384)?;
-        check("exec_pids", u64::from(self.exec_pids), 1, 1 << 22)?;
-        check(
-            "keepalive_idle_per_host",
-            self.keepalive_idle_per_host as u64,
-            0,
-            1 << 16,
-        )?;
-        check(
-            "keepalive_idle_per_tenant",
-            self.keepalive_idle_per_tenant as u64,
-            0,
-            1 << 16,
-        )?;
-        check("keepalive_idle", self.keepalive_idle as u64, 0, 1 << 20)?;
+        }
         if self.host_memory_per_call() > 256 << 20 {
-            return Err(format!(
-                "sandbox: table_entries_per_call × fields_bytes + argument_bytes is the host memory a call may hold, at most 256MiB (got {} bytes)",
-                self.host_memory_per_call()
-            ));
+            return Err(LimitError::HostMemory {
+                bytes: self.host_memory_per_call(),
+            });
         }
         Ok(())
     }
+}
+
+/// A `sandbox:` bound out of its range ([`HostLimits::validate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// One key's value is outside what the host accepts.
+    #[error("sandbox.{key}: must be from {min} to {max} (got {got})")]
+    OutOfRange {
+        /// The key under `sandbox:`.
+        key: &'static str,
+        /// The smallest value accepted.
+        min: u64,
+        /// The largest value accepted.
+        max: u64,
+        /// The value given.
+        got: u64,
+    },
+    /// The keys together let a call hold too much host memory.
+    #[error(
+        "sandbox: table_entries_per_call × fields_bytes + argument_bytes is the host memory a call may hold, at most 256MiB (got {bytes} bytes)"
+    )]
+    HostMemory {
+        /// What they let a call hold.
+        bytes: u64,
+    },
 }
 
 /// What differs between `before` and `after`, as `key: old -> new`
@@ -224,7 +236,7 @@ pub fn changes(before: &HostLimits, after: &HostLimits) -> String {
 /// raising the soft limit to the hard one, see [`raise_fd_limit`]), less
 /// [`FDS_RESERVED`], and at least [`SOCKETS_PER_CALL`]. The other half
 /// stays for the keep-alive pool, the API's clients and the agent itself.
-pub fn agent_sockets() -> usize {
+pub(crate) fn agent_sockets() -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .unwrap_or(1 << 20);
@@ -235,7 +247,7 @@ pub fn agent_sockets() -> usize {
 /// Raises the soft file-descriptor limit to the hard one (as Go's runtime
 /// does at start): the default soft limit of 1024 is a relic of `select`,
 /// which sonde does not use. Returns the limit in force.
-pub fn raise_fd_limit() -> u64 {
+pub(crate) fn raise_fd_limit() -> u64 {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {
@@ -255,7 +267,7 @@ pub(crate) struct AgentBounds {
     sockets: Arc<Semaphore>,
     total: usize,
     limits: Arc<Mutex<HostLimits>>,
-    gates: super::blocking::Gates,
+    gates: Gates,
 }
 
 impl AgentBounds {
@@ -265,7 +277,7 @@ impl AgentBounds {
             sockets: Arc::new(Semaphore::new(sockets)),
             total: sockets,
             limits: Arc::new(Mutex::new(limits)),
-            gates: super::blocking::Gates::new(&limits),
+            gates: Gates::new(limits.lookups_in_flight, limits.blocking_threads),
         }
     }
 
@@ -280,11 +292,11 @@ impl AgentBounds {
     /// they started with.
     pub(crate) fn set_limits(&self, limits: HostLimits) {
         *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = limits;
-        self.gates.resize(&limits);
+        self.gates.resize(limits.lookups_in_flight, limits.blocking_threads);
     }
 
     /// The gates of blocking work for plugins.
-    pub(crate) fn gates(&self) -> &super::blocking::Gates {
+    pub(crate) fn gates(&self) -> &Gates {
         &self.gates
     }
 
@@ -332,8 +344,55 @@ impl CallBounds {
     }
 
     /// The gates of the call's engine.
-    pub(crate) fn gates(&self) -> &super::blocking::Gates {
+    pub(crate) fn gates(&self) -> &Gates {
         self.agent.gates()
+    }
+
+    /// Waits for a pass through `gate`, one of the engine's agent-wide
+    /// bounds on blocking work. While it waits, a call that ends counts as
+    /// cut off by the gate ([`Self::breach`]); cut off (the future dropped),
+    /// the breach is recorded.
+    pub(crate) async fn pass(&self, gate: &Arc<Gate>) -> Permit {
+        struct Waiting<'a> {
+            gate: &'a Gate,
+            bounds: &'a CallBounds,
+            done: bool,
+        }
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.bounds.waiting(None);
+                if !self.done {
+                    self.bounds.record(self.gate.cut_off());
+                }
+            }
+        }
+        self.waiting(Some(gate.cut_off()));
+        let mut waiting = Waiting {
+            gate,
+            bounds: self,
+            done: false,
+        };
+        let permit = gate.acquire().await;
+        waiting.done = true;
+        permit
+    }
+
+    /// Runs `work` on a blocking thread for the call, once the call has a
+    /// pass through the engine's gate of blocking threads (waiting for one
+    /// as [`Self::pass`] does). `held` (another gate's permit) is kept with
+    /// the work and given back when it ends, like the thread's own permit.
+    pub(crate) async fn run_blocking<R, F>(&self, held: Option<Permit>, work: F) -> Result<R, WorkLost>
+    where
+        R: Send + 'static,
+        F: FnOnce() -> R + Send + 'static,
+    {
+        let permit = self.pass(self.gates().threads()).await;
+        let task = tokio::task::spawn_blocking(move || {
+            let result = work();
+            drop((permit, held));
+            result
+        });
+        Ok(task.await?)
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {
@@ -342,21 +401,15 @@ impl CallBounds {
 
     /// Counts one more socket for the call, or refuses it (and records
     /// why) past `sockets_per_call` ([`SOCKETS_PER_CALL`]) or when the agent's budget is spent.
-    pub(crate) fn take_socket(&self) -> Result<(), String> {
+    pub(crate) fn take_socket(&self) -> Result<(), Refusal> {
         let mut held = self.held();
         let bound = self.limits.sockets_per_call;
         if held.sockets >= bound {
-            return Err(record(
-                &mut held,
-                format!("the plugin opened more than {bound} sockets in one call"),
-            ));
+            return Err(refuse(&mut held, Refusal::SocketsPerCall { bound }));
         }
         let Ok(permit) = self.agent.sockets.clone().try_acquire_owned() else {
-            let why = format!(
-                "the agent's budget of {} sockets is in use by other calls",
-                self.agent.total
-            );
-            return Err(record(&mut held, why));
+            let total = self.agent.total;
+            return Err(refuse(&mut held, Refusal::AgentSockets { total }));
         };
         match &mut held.permit {
             Some(p) => p.merge(permit),
@@ -369,14 +422,11 @@ impl CallBounds {
     /// Counts one more name lookup in flight for the call, or refuses it
     /// (and records why) past `lookups_per_call` ([`LOOKUPS_PER_CALL`]); the lookup counts
     /// until the returned guard is dropped.
-    pub(crate) fn take_lookup(&self) -> Result<LookupSlot, String> {
+    pub(crate) fn take_lookup(&self) -> Result<LookupSlot, Refusal> {
         let mut held = self.held();
         let bound = self.limits.lookups_per_call;
         if held.lookups >= bound {
-            return Err(record(
-                &mut held,
-                format!("the plugin had more than {bound} name lookups in flight"),
-            ));
+            return Err(refuse(&mut held, Refusal::LookupsPerCall { bound }));
         }
         held.lookups += 1;
         Ok(LookupSlot(self.held.clone()))
@@ -418,6 +468,28 @@ fn record(held: &mut Held, why: String) -> String {
     why
 }
 
+/// Records `refusal` as the call's breach (if it is the first) and returns
+/// it.
+fn refuse(held: &mut Held, refusal: Refusal) -> Refusal {
+    held.breach.get_or_insert_with(|| refusal.to_string());
+    refusal
+}
+
+/// A bound a call ran into ([`CallBounds::take_socket`],
+/// [`CallBounds::take_lookup`]); recorded as the call's breach.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum Refusal {
+    /// `sandbox.sockets_per_call`.
+    #[error("the plugin opened more than {bound} sockets in one call")]
+    SocketsPerCall { bound: usize },
+    /// The agent's socket budget ([`agent_sockets`]) is spent.
+    #[error("the agent's budget of {total} sockets is in use by other calls")]
+    AgentSockets { total: usize },
+    /// `sandbox.lookups_per_call`.
+    #[error("the plugin had more than {bound} name lookups in flight")]
+    LookupsPerCall { bound: usize },
+}
+
 /// A name lookup the call has in flight ([`CallBounds::take_lookup`]).
 pub(crate) struct LookupSlot(Arc<Mutex<Held>>);
 
@@ -440,13 +512,13 @@ mod tests {
             one.take_socket().unwrap();
         }
         assert!(one.breach().is_none());
-        assert!(one.take_socket().unwrap_err().contains("more than 64 sockets"));
+        assert!(matches!(one.take_socket(), Err(Refusal::SocketsPerCall { bound: 64 })));
         assert!(one.breach().is_some());
         let two = CallBounds::new(&agent);
         for _ in 0..10 {
             two.take_socket().unwrap();
         }
-        assert!(two.take_socket().unwrap_err().contains("agent's budget"));
+        assert!(matches!(two.take_socket(), Err(Refusal::AgentSockets { .. })));
         assert_eq!(agent.sockets_in_use(), SOCKETS_PER_CALL + 10);
         drop((one, two));
         assert_eq!(agent.sockets_in_use(), 0);
@@ -456,7 +528,12 @@ mod tests {
     fn lookups_in_flight_are_bounded_per_call() {
         let call = CallBounds::new(&AgentBounds::new(1, HostLimits::default()));
         let slots: Vec<_> = (0..LOOKUPS_PER_CALL).map(|_| call.take_lookup().unwrap()).collect();
-        assert!(call.take_lookup().err().unwrap().contains("name lookups in flight"));
+        assert!(matches!(
+            call.take_lookup(),
+            Err(Refusal::LookupsPerCall {
+                bound: LOOKUPS_PER_CALL
+            })
+        ));
         assert!(call.breach().unwrap().contains("name lookups"));
         drop(slots);
         assert!(call.take_lookup().is_ok());
@@ -491,7 +568,7 @@ mod tests {
                 "is the host memory a call may hold, at most 256MiB",
             ),
         ] {
-            let e = limits.validate().unwrap_err();
+            let e = limits.validate().unwrap_err().to_string();
             assert!(e.contains(refusal), "{e}");
         }
     }
@@ -508,12 +585,15 @@ mod tests {
         });
         let after = CallBounds::new(&agent);
         after.take_socket().unwrap();
-        assert!(after.take_socket().unwrap_err().contains("more than 1 sockets"));
+        assert!(matches!(after.take_socket(), Err(Refusal::SocketsPerCall { bound: 1 })));
         // A call in flight keeps the bounds it started with.
         for _ in 0..SOCKETS_PER_CALL {
             before.take_socket().unwrap();
         }
-        assert!(before.take_socket().unwrap_err().contains("more than 64 sockets"));
+        assert!(matches!(
+            before.take_socket(),
+            Err(Refusal::SocketsPerCall { bound: 64 })
+        ));
         assert_eq!(agent.gates().lookups().size(), 2);
         assert_eq!(agent.gates().threads().size(), 3);
         assert_eq!(agent.limits().sockets_per_call, 1);

@@ -31,10 +31,10 @@ use std::time::Duration;
 
 /// The most processes one run may have at once, where the `pids`
 /// controller is delegated, by default (`sandbox.exec_pids`).
-pub const MAX_RUN_PIDS: u32 = 64;
+pub(crate) const MAX_RUN_PIDS: u32 = 64;
 /// The most memory one run may use, where the `memory` controller is
 /// delegated, for a run that has no probe (a target's action).
-pub const MAX_RUN_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
+pub(crate) const MAX_RUN_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
 
 /// What bounds one run's cgroup: `pids.max` and `memory.max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +90,7 @@ impl Containment {
         match cgroup_parent() {
             Ok((parent, limits)) => Self::Cgroup { parent, limits },
             Err(why) => {
-                tracing::debug!(why, "no writable cgroup v2 for exec'd programs");
+                tracing::debug!(%why, "no writable cgroup v2 for exec'd programs");
                 Self::Subreaper
             }
         }
@@ -142,15 +142,32 @@ fn remove_stale(own: &Path) {
     }
 }
 
+/// Why exec'd programs get no cgroup of their own (they run under the
+/// subreaper instead).
+#[derive(Debug, thiserror::Error)]
+enum NoCgroup {
+    #[error("{path}: {source}")]
+    Read { path: &'static str, source: std::io::Error },
+    #[error("no cgroup v2 membership")]
+    NotMember,
+    #[error("no cgroup2 mount")]
+    NoMount,
+    #[error("{}: {source}", path.display())]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("the kernel has no cgroup.kill")]
+    NoKill,
+}
+
 /// sonde's own cgroup v2 directory, from `/proc/self/cgroup` and the
 /// cgroup2 mount in `/proc/self/mountinfo`, and whether it is the root.
-fn own_cgroup() -> Result<(PathBuf, bool), String> {
-    let cgroups = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+fn own_cgroup() -> Result<(PathBuf, bool), NoCgroup> {
+    let read = |path: &'static str| std::fs::read_to_string(path).map_err(|source| NoCgroup::Read { path, source });
+    let cgroups = read("/proc/self/cgroup")?;
     let path = cgroups
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
-        .ok_or("no cgroup v2 membership")?;
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+        .ok_or(NoCgroup::NotMember)?;
+    let mounts = read("/proc/self/mountinfo")?;
     // "id parent major:minor root mountpoint options... - fstype source ..."
     let mount = mounts
         .lines()
@@ -160,25 +177,25 @@ fn own_cgroup() -> Result<(PathBuf, bool), String> {
             (after.split(' ').next() == Some("cgroup2") && fields.get(3) == Some(&"/"))
                 .then(|| fields.get(4).copied())?
         })
-        .ok_or("no cgroup2 mount")?;
+        .ok_or(NoCgroup::NoMount)?;
     let path = path.trim().trim_start_matches('/');
     Ok((Path::new(mount).join(path), path.is_empty()))
 }
 
 /// Creates the directory the runs' cgroups go in and enables what
 /// controllers it can for them.
-fn cgroup_parent() -> Result<(PathBuf, Vec<&'static str>), String> {
+fn cgroup_parent() -> Result<(PathBuf, Vec<&'static str>), NoCgroup> {
     let (own, is_root) = own_cgroup()?;
     remove_stale(&own);
     let parent = own.join(format!("sonde-exec.{}", std::process::id()));
     match std::fs::create_dir(&parent) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("{}: {e}", parent.display())),
+        Err(source) => return Err(NoCgroup::Create { path: parent, source }),
     }
     if !parent.join("cgroup.kill").exists() {
         let _ = std::fs::remove_dir(&parent);
-        return Err("the kernel has no cgroup.kill".into());
+        return Err(NoCgroup::NoKill);
     }
     // Controllers must be enabled in every cgroup from sonde's down. sonde
     // enables one for its children only in a delegated cgroup (never in

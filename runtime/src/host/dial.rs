@@ -1,6 +1,7 @@
 //! How the host connects for a plugin (`http`, `tcp`, `tls`, `grpc`,
 //! `wasi:http`): one name lookup (bounded agent-wide by
-//! [`blocking::lookups`] and run on [`blocking::threads`]), one check of the
+//! the engine's gate of lookups and run on its gate of blocking threads,
+//! [`CallBounds::pass`] and [`CallBounds::run_blocking`]), one check of the
 //! addresses it found ([`CallGrants::authorize_peer`]), a TCP connection
 //! to an address so checked (the first that answers) — never a second
 //! lookup —, the time of each,
@@ -8,14 +9,11 @@
 //! grants for what the plugin asked ([`CallGrants::authorize`]) and counted
 //! the socket.
 
-use super::blocking;
 use super::bounds::CallBounds;
 use super::grants::{CallGrants, Host, Use};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
-
-pub use super::blocking::MAX_LOOKUPS_IN_FLIGHT;
 
 /// Resolves the name `host` for a plugin's call: every address, in
 /// canonical form. Waits (without a thread) for a lookup slot and a
@@ -23,20 +21,36 @@ pub use super::blocking::MAX_LOOKUPS_IN_FLIGHT;
 /// resolver answers, even if the caller has given up. The caller bounds
 /// the wait with its deadline; cut off while waiting, the call is recorded
 /// as having run into the bound.
-pub(crate) async fn lookup(host: &str, bounds: &CallBounds) -> Result<Vec<IpAddr>, String> {
-    let slot = blocking::lookups(bounds).enter(bounds).await;
+pub(crate) async fn lookup(host: &str, bounds: &CallBounds) -> Result<Vec<IpAddr>, LookupError> {
+    let slot = bounds.pass(bounds.gates().lookups()).await;
     let name = host.to_string();
-    let addrs = blocking::run(bounds, Some(slot), move || {
-        (name.as_str(), 0)
-            .to_socket_addrs()
-            .map(|a| a.map(|a| a.ip().to_canonical()).collect::<Vec<_>>())
-    })
-    .await;
+    let addrs = bounds
+        .run_blocking(Some(slot), move || {
+            (name.as_str(), 0)
+                .to_socket_addrs()
+                .map(|a| a.map(|a| a.ip().to_canonical()).collect::<Vec<_>>())
+        })
+        .await;
+    let host = || host.to_string();
     match addrs {
         Ok(Ok(addrs)) => Ok(addrs),
-        Ok(Err(e)) => Err(format!("{host}: {e}")),
-        Err(e) => Err(format!("{host}: {e}")),
+        Ok(Err(source)) => Err(LookupError::Resolver { host: host(), source }),
+        Err(source) => Err(LookupError::Lost { host: host(), source }),
     }
+}
+
+/// Why a name lookup for a plugin failed; each names the host.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LookupError {
+    /// The resolver's answer.
+    #[error("{host}: {source}")]
+    Resolver { host: String, source: std::io::Error },
+    /// The thread doing the lookup gave no answer.
+    #[error("{host}: {source}")]
+    Lost {
+        host: String,
+        source: super::blocking::WorkLost,
+    },
 }
 
 /// A connection the host opened for a plugin, and the time each phase took.
@@ -75,7 +89,7 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
     let (name, candidates) = match Host::parse(host) {
         Host::Ip(ip) => (None, vec![SocketAddr::new(ip, port)]),
         _ => {
-            let found = lookup(host, bounds).await.map_err(DialError::Dns)?;
+            let found = lookup(host, bounds).await.map_err(|e| DialError::Dns(e.to_string()))?;
             if found.is_empty() {
                 return Err(DialError::Dns(format!("{host}: no address")));
             }

@@ -90,7 +90,7 @@ pub async fn run_program(
     env: &[(String, String)],
     timeout: Duration,
     limits: RunLimits,
-) -> Result<ProgramOutput, String> {
+) -> Result<ProgramOutput, RunError> {
     run_contained(argv, env, timeout, Containment::in_force(), limits).await
 }
 
@@ -101,10 +101,11 @@ pub async fn run_contained(
     timeout: Duration,
     containment: &Containment,
     limits: RunLimits,
-) -> Result<ProgramOutput, String> {
+) -> Result<ProgramOutput, RunError> {
     let Some(program) = argv.first() else {
-        return Err("empty argv".into());
+        return Err(RunError::EmptyArgv);
     };
+    let program = || program.clone();
     let deadline = tokio::time::Instant::now() + timeout;
     // Dropped with the call (cancelled at its deadline), the cgroup kills
     // every process in it, and the `Process` its supervisor (which sweeps)
@@ -114,8 +115,10 @@ pub async fn run_contained(
             parent,
             limits: controllers,
         } => Some(
-            RunCgroup::create(parent, controllers, limits)
-                .map_err(|e| format!("{program}: creating its cgroup: {e}"))?,
+            RunCgroup::create(parent, controllers, limits).map_err(|source| RunError::Cgroup {
+                program: program(),
+                source,
+            })?,
         ),
         Containment::Subreaper => None,
     };
@@ -127,7 +130,10 @@ pub async fn run_contained(
         mut process,
         stdout,
         stderr,
-    } = spawn::start(argv, env, how).map_err(|e| format!("{program}: {e}"))?;
+    } = spawn::start(argv, env, how).map_err(|source| RunError::Start {
+        program: program(),
+        source,
+    })?;
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let reading = async { tokio::join!(capture(stdout, &mut out), capture(stderr, &mut err)) };
     let running = async {
@@ -150,7 +156,12 @@ pub async fn run_contained(
     let (status, _) = tokio::join!(running, tokio::time::timeout_at(deadline, reading));
     let (exit_code, timed_out) = match status {
         Ok(Ok(code)) => (code, false),
-        Ok(Err(e)) => return Err(format!("{program}: waiting: {e}")),
+        Ok(Err(source)) => {
+            return Err(RunError::Wait {
+                program: program(),
+                source,
+            });
+        }
         Err(_) => (None, true),
     };
     Ok(ProgramOutput {
@@ -159,6 +170,39 @@ pub async fn run_contained(
         stdout: out,
         stderr: err,
     })
+}
+
+/// Why [`run_program`] could not run a program; each names it.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No program was named.
+    #[error("empty argv")]
+    EmptyArgv,
+    /// Its cgroup could not be made.
+    #[error("{program}: creating its cgroup: {source}")]
+    Cgroup {
+        /// The program's path.
+        program: String,
+        /// What the cgroup filesystem said.
+        source: std::io::Error,
+    },
+    /// It could not be started (not an absolute path, not found, not
+    /// executable...).
+    #[error("{program}: {source}")]
+    Start {
+        /// The program's path.
+        program: String,
+        /// Why, as the kernel said (or the check before it).
+        source: std::io::Error,
+    },
+    /// Waiting for it failed.
+    #[error("{program}: waiting: {source}")]
+    Wait {
+        /// The program's path.
+        program: String,
+        /// What the wait said.
+        source: std::io::Error,
+    },
 }
 
 impl exec::Host for ExecView<'_> {
@@ -179,7 +223,7 @@ impl ExecView<'_> {
         let timeout = Duration::from_millis(cmd.timeout_ms).min(left);
         let out = run_program(&cmd.argv, &self.grants.config().env, timeout, self.run_limits)
             .await
-            .map_err(ExecError::Spawn)?;
+            .map_err(|e| ExecError::Spawn(e.to_string()))?;
         Ok(Output {
             exit_code: out.exit_code,
             timed_out: out.timed_out,

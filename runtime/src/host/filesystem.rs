@@ -15,8 +15,8 @@
 //! FIFO, socket or device — whose opening or reading can block a host
 //! thread forever — are refused with `access` and recorded as denials.
 //! The open itself (on one of tokio's blocking threads) first takes a
-//! pass through the agent's gate of blocking threads for plugins
-//! ([`super::blocking::threads`]), so opens count with lookups against it.
+//! pass through the engine's gate of blocking threads for plugins
+//! ([`CallBounds::pass`]), so opens count with lookups against it.
 
 use super::bounds::CallBounds;
 use super::grants::{CallGrants, Use};
@@ -58,16 +58,33 @@ pub(crate) fn open_empty_dir(path: &Path) -> std::io::Result<Dir> {
 }
 
 /// Mounts each granted path read-only at the same path.
-pub(crate) fn configure(builder: &mut WasiCtxBuilder, files: &[PathBuf]) -> Result<(), String> {
+pub(crate) fn configure(builder: &mut WasiCtxBuilder, files: &[PathBuf]) -> Result<(), FilesGrantError> {
     for path in files {
-        let guest = path
-            .to_str()
-            .ok_or_else(|| format!("files grant {}: the path is not UTF-8", path.display()))?;
+        let guest = path.to_str().ok_or_else(|| FilesGrantError::NotUtf8(path.clone()))?;
         builder
             .preopened_dir(path, guest, FsPerms::ReadOnly)
-            .map_err(|e| format!("files grant {}: {e}", path.display()))?;
+            .map_err(|source| FilesGrantError::Open {
+                path: path.clone(),
+                source,
+            })?;
     }
     Ok(())
+}
+
+/// A `files` grant that cannot be mounted for a call.
+#[derive(Debug, thiserror::Error)]
+pub enum FilesGrantError {
+    /// WASI names paths in UTF-8.
+    #[error("files grant {}: the path is not UTF-8", .0.display())]
+    NotUtf8(PathBuf),
+    /// Opening the directory failed.
+    #[error("files grant {}: {source}", path.display())]
+    Open {
+        /// The granted directory.
+        path: PathBuf,
+        /// Why it could not be opened.
+        source: wasmtime::Error,
+    },
 }
 
 /// What the filesystem of a call without a `files` grant sees: the call's
@@ -214,7 +231,7 @@ pub(crate) fn add_to_linker_guarded<T: WasiFilesystemView + 'static>(
                     return Ok((Err(ErrorCode::Access),));
                 }
                 let call_bounds = bounds(data).clone();
-                let _thread = super::blocking::threads(&call_bounds).enter(&call_bounds).await;
+                let _thread = call_bounds.pass(call_bounds.gates().threads()).await;
                 let mut view = data.filesystem();
                 match HostDescriptor::open_at(&mut view, fd, path_flags, path, oflags, flags).await {
                     Ok(fd) => Ok((Ok(fd),)),

@@ -270,7 +270,7 @@ async fn exchange(
         tls,
     } = call;
     let start = Instant::now();
-    bounds.take_socket().map_err(GrpcError::Invalid)?;
+    bounds.take_socket().map_err(|e| GrpcError::Invalid(e.to_string()))?;
     let dialed = dial(grants, Use::Grpc { host: &host, port }, bounds)
         .await
         .map_err(|e| match e {
@@ -359,8 +359,25 @@ where
             metadata,
         ));
     }
-    let content_type = parts
-        .headers
+    check_content_type(&parts.headers)?;
+    // A trailers-only answer carries the status in the headers.
+    if let Some((code, message)) = status_in(&parts.headers)? {
+        return Ok(answer(code, message, None, metadata));
+    }
+    let (buf, trailers) = read_response(&mut incoming).await?;
+    let Some(trailers) = trailers else {
+        return Err(GrpcError::Protocol("the response ended without trailers".into()));
+    };
+    keep_metadata(&trailers, &mut metadata);
+    let Some((code, status_message)) = status_in(&trailers)? else {
+        return Err(GrpcError::Protocol("no grpc-status in the trailers".into()));
+    };
+    Ok(answer(code, status_message, decode_message(buf)?, metadata))
+}
+
+/// Refuses a response whose content-type is not gRPC's.
+fn check_content_type(headers: &HeaderMap) -> Result<(), GrpcError> {
+    let content_type = headers
         .get(http::header::CONTENT_TYPE)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     if !content_type.as_deref().is_some_and(|t| {
@@ -370,11 +387,12 @@ where
             "content-type {content_type:?} is not gRPC"
         )));
     }
-    // A trailers-only answer carries the status in the headers.
-    if let Some((code, message)) = status_in(&parts.headers)? {
-        return Ok(answer(code, message, None, metadata));
-    }
+    Ok(())
+}
 
+/// Reads the response body: its bytes (at most one message, within
+/// [`MAX_MESSAGE_BYTES`]) and its trailers, if it had any.
+async fn read_response(incoming: &mut hyper::body::Incoming) -> Result<(BytesMut, Option<HeaderMap>), GrpcError> {
     let mut buf = BytesMut::new();
     let mut trailers = None;
     while let Some(frame) = incoming.frame().await {
@@ -403,14 +421,13 @@ where
             }
         }
     }
-    let Some(trailers) = trailers else {
-        return Err(GrpcError::Protocol("the response ended without trailers".into()));
-    };
-    keep_metadata(&trailers, &mut metadata);
-    let Some((code, status_message)) = status_in(&trailers)? else {
-        return Err(GrpcError::Protocol("no grpc-status in the trailers".into()));
-    };
-    let message = match buf.len() {
+    Ok((buf, trailers))
+}
+
+/// The message of a response body read whole: none, or one uncompressed
+/// message of the length its prefix says.
+fn decode_message(mut buf: BytesMut) -> Result<Option<Vec<u8>>, GrpcError> {
+    Ok(match buf.len() {
         0 => None,
         n if n < PREFIX_BYTES => return Err(GrpcError::Protocol("truncated response message".into())),
         _ => {
@@ -429,8 +446,7 @@ where
             }
             Some(buf.to_vec())
         }
-    };
-    Ok(answer(code, status_message, message, metadata))
+    })
 }
 
 /// `grpc-status` and the decoded `grpc-message` of a header block, if it

@@ -54,10 +54,10 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
 const ALPN: &[&[u8]] = &[b"http/1.1"];
 
 /// The most of a response body the host reads for a plugin.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// The most header names a `send-keeping` call may name.
-pub const MAX_KEPT_HEADERS: usize = 64;
+pub(crate) const MAX_KEPT_HEADERS: usize = 64;
 
 /// Whether the response header `name` goes back to the plugin: all of
 /// them for `send`, those named for `send-keeping`.
@@ -113,7 +113,7 @@ async fn open(
     bounds: &CallBounds,
     target: &Target,
 ) -> Result<(Conn, Phases), HttpError> {
-    bounds.take_socket().map_err(HttpError::Invalid)?;
+    bounds.take_socket().map_err(|e| HttpError::Invalid(e.to_string()))?;
     let what = Use::Http {
         host: &target.host,
         port: target.port,
@@ -182,24 +182,10 @@ async fn exchange(
     let key = req
         .keepalive
         .then(|| PoolKey::new(tenant, &target.host, target.port, target.tls.as_ref()));
-    let mut pooled = key.as_ref().and_then(|k| pool.checkout(k));
-    // A pooled connection was checked for the call that opened it; it
-    // serves this one only if this call may reach where it goes. If not,
-    // it goes back for the calls it may serve, and this one dials (and is
-    // checked) anew.
-    let name = super::grants::host_address(&target.host)
-        .is_none()
-        .then_some(target.host.as_str());
-    if let Some(refused) = pooled.take_if(|c| !grants.permits_peer(name, c.peer))
-        && let Some(key) = &key
-    {
-        pool.checkin(key.clone(), refused);
-    }
-    if let Some(conn) = &mut pooled
-        && conn.sender.ready().await.is_err()
-    {
-        pooled = None;
-    }
+    let pooled = match &key {
+        Some(key) => checkout(view, key, &target).await,
+        None => None,
+    };
     let (mut conn, mut phases, mut reused) = match pooled {
         Some(conn) => (conn, Phases::default(), true),
         None => {
@@ -226,39 +212,11 @@ async fn exchange(
     };
     let first_byte = start.elapsed();
     let status = response.status().as_u16();
-    let headers = response
-        .headers()
-        .iter()
-        .filter(|(n, _)| kept(keep, n.as_str()))
-        .map(|(n, v)| {
-            (
-                n.as_str().to_string(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
+    let headers = kept_headers(response.headers(), keep);
     let max = (req.max_body as usize).min(MAX_BODY_BYTES);
-    let mut body = Vec::new();
-    let mut incoming = response.into_body();
-    let mut ended = false;
-    while body.len() < max {
-        match incoming.frame().await {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    body.extend_from_slice(&data[..data.len().min(max - body.len())]);
-                }
-            }
-            Some(Err(e)) => return Err(HttpError::Protocol(format!("reading the body: {e}"))),
-            None => {
-                ended = true;
-                break;
-            }
-        }
-    }
     // Only a connection whose response was read to its end can serve the
     // next request; any other is dropped, which resets it.
-    let ended = ended || incoming.is_end_stream();
-    drop(incoming);
+    let (body, ended) = read_body(response.into_body(), max).await?;
     let tls = conn.tls.as_deref().map(Into::into);
     if let Some(key) = key
         && ended
@@ -281,6 +239,63 @@ async fn exchange(
         tls,
         reused,
     })
+}
+
+/// An idle connection from the pool for `key` that this call may use: a
+/// pooled connection was checked for the call that opened it, so it
+/// serves this one only if this call may reach where it goes. If not, it
+/// goes back for the calls it may serve, and this one dials (and is
+/// checked) anew. One the server has closed meanwhile is dropped.
+async fn checkout(view: &HttpView<'_>, key: &PoolKey, target: &Target) -> Option<Conn> {
+    let mut pooled = view.pool.checkout(key);
+    let name = super::grants::host_address(&target.host)
+        .is_none()
+        .then_some(target.host.as_str());
+    if let Some(refused) = pooled.take_if(|c| !view.grants.permits_peer(name, c.peer)) {
+        view.pool.checkin(key.clone(), refused);
+    }
+    if let Some(conn) = &mut pooled
+        && conn.sender.ready().await.is_err()
+    {
+        pooled = None;
+    }
+    pooled
+}
+
+/// The response headers the plugin asked to keep (`keep`), as text.
+fn kept_headers(headers: &hyper::HeaderMap, keep: Option<&[String]>) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(n, _)| kept(keep, n.as_str()))
+        .map(|(n, v)| {
+            (
+                n.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Reads at most `max` bytes of `incoming`; with whether it was read to
+/// its end.
+async fn read_body(mut incoming: hyper::body::Incoming, max: usize) -> Result<(Vec<u8>, bool), HttpError> {
+    let mut body = Vec::new();
+    let mut ended = false;
+    while body.len() < max {
+        match incoming.frame().await {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    body.extend_from_slice(&data[..data.len().min(max - body.len())]);
+                }
+            }
+            Some(Err(e)) => return Err(HttpError::Protocol(format!("reading the body: {e}"))),
+            None => {
+                ended = true;
+                break;
+            }
+        }
+    }
+    Ok((body, ended || incoming.is_end_stream()))
 }
 
 impl probe_http::Host for HttpView<'_> {

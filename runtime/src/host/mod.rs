@@ -40,21 +40,21 @@
 pub mod blocking;
 pub mod bounds;
 pub mod contain;
-pub mod dial;
+pub(crate) mod dial;
 pub mod exec;
 pub mod filesystem;
 pub mod grants;
 pub mod grpc;
 pub mod http;
 pub mod log;
-pub mod outgoing_handler;
+pub(crate) mod outgoing_handler;
 pub mod pool;
 pub mod reach;
 pub mod sockets;
 mod spawn;
 pub mod tcp;
 pub mod tls;
-pub mod tls_client;
+pub(crate) mod tls_client;
 
 pub use grants::{GrantError, Grants, NetPattern};
 
@@ -74,7 +74,7 @@ impl Shared {
     /// `limits`.
     pub(crate) fn new(sockets: usize, limits: bounds::HostLimits) -> Self {
         let pool = pool::Pool::default();
-        pool.set_limits(&limits);
+        pool.set_limits(idle_limits(&limits));
         Self {
             tls: tls_client::TlsClient::default(),
             pool,
@@ -87,7 +87,16 @@ impl Shared {
     /// pool's idle bounds at its next check-in and the gates' sizes as
     /// [`bounds::AgentBounds::set_limits`] says.
     pub(crate) fn set_limits(&self, limits: bounds::HostLimits) {
-        self.pool.set_limits(&limits);
+        self.pool.set_limits(idle_limits(&limits));
         self.bounds.set_limits(limits);
+    }
+}
+
+/// The pool's share of `limits`.
+fn idle_limits(limits: &bounds::HostLimits) -> pool::IdleLimits {
+    pool::IdleLimits {
+        per_host: limits.keepalive_idle_per_host,
+        per_tenant: limits.keepalive_idle_per_tenant,
+        total: limits.keepalive_idle,
     }
 }

@@ -29,17 +29,17 @@ use std::time::{Duration, Instant};
 /// Idle connections kept per scheme, host, port and TLS options: enough for
 /// the runs to one service that are usually in flight at once, so keep-alive
 /// probes at a high rate reuse connections instead of opening new ones.
-pub const MAX_IDLE_PER_HOST: usize = 32;
+pub(crate) const MAX_IDLE_PER_HOST: usize = 32;
 /// Distinct keys with idle connections; beyond it, connections are closed
 /// instead of kept.
-pub const MAX_HOSTS: usize = 1024;
+pub(crate) const MAX_HOSTS: usize = 1024;
 /// Idle connections kept for one tenant's calls, over all its keys: two
 /// services' worth at [`MAX_IDLE_PER_HOST`].
-pub const MAX_IDLE_PER_TENANT: usize = 2 * MAX_IDLE_PER_HOST;
+pub(crate) const MAX_IDLE_PER_TENANT: usize = 2 * MAX_IDLE_PER_HOST;
 /// Idle connections kept in all: 1024 file descriptors at most.
-pub const MAX_IDLE: usize = 1024;
+pub(crate) const MAX_IDLE: usize = 1024;
 /// How long a connection may sit idle in the pool.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often at most every key is swept for expired connections.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
@@ -135,9 +135,31 @@ struct Inner {
     per_tenant: HashMap<Arc<str>, usize>,
     total: usize,
     last_sweep: Option<Instant>,
-    /// The engine's bounds: `keepalive_idle_per_host`, `_per_tenant` and
-    /// `keepalive_idle` are the pool's.
-    limits: super::bounds::HostLimits,
+    /// The engine's bounds on idle connections.
+    limits: IdleLimits,
+}
+
+/// How many idle connections the pool keeps: the engine's
+/// `sandbox.keepalive_idle_per_host`, `keepalive_idle_per_tenant` and
+/// `keepalive_idle`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct IdleLimits {
+    /// Per key (tenant, host, port and TLS options).
+    pub(crate) per_host: usize,
+    /// Per tenant, over all its keys.
+    pub(crate) per_tenant: usize,
+    /// In all.
+    pub(crate) total: usize,
+}
+
+impl Default for IdleLimits {
+    fn default() -> Self {
+        Self {
+            per_host: MAX_IDLE_PER_HOST,
+            per_tenant: MAX_IDLE_PER_TENANT,
+            total: MAX_IDLE,
+        }
+    }
 }
 
 impl Inner {
@@ -160,8 +182,8 @@ impl Pool {
     /// Bounds idle connections as `limits` say, from the next check-in on
     /// (connections idle past a smaller bound are closed as they expire or
     /// are taken).
-    pub(crate) fn set_limits(&self, limits: &super::bounds::HostLimits) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).limits = *limits;
+    pub(crate) fn set_limits(&self, limits: IdleLimits) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).limits = limits;
     }
 
     /// An idle connection for `key` that is still open, if any. The caller
@@ -213,18 +235,15 @@ impl Pool {
         let bounds = inner.limits;
         // None kept per key: the key's first would otherwise find no list
         // to be full.
-        if bounds.keepalive_idle_per_host == 0 || (!inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS) {
+        if bounds.per_host == 0 || (!inner.idle.contains_key(&key) && inner.idle.len() >= MAX_HOSTS) {
             return;
         }
-        let full = inner
-            .idle
-            .get(&key)
-            .is_some_and(|l| l.len() >= bounds.keepalive_idle_per_host);
+        let full = inner.idle.get(&key).is_some_and(|l| l.len() >= bounds.per_host);
         if !full {
             // A new idle connection: within the tenant's and the agent's
             // bounds, or closed instead of kept.
             let of_tenant = inner.per_tenant.get(&key.tenant).copied().unwrap_or(0);
-            if of_tenant >= bounds.keepalive_idle_per_tenant || inner.total >= bounds.keepalive_idle {
+            if of_tenant >= bounds.per_tenant || inner.total >= bounds.total {
                 return;
             }
             *inner.per_tenant.entry(key.tenant.clone()).or_default() += 1;

@@ -17,11 +17,12 @@
 //!
 //! Code that runs in such a child runs in the agent's memory with the
 //! thread-local storage of the agent thread that started it. So it makes
-//! raw system calls only ([`sys`]; a libc wrapper would write that thread's
-//! `errno` under it), allocates nothing, cannot panic, and reads only its
-//! own stack and the [`Request`], which the agent keeps alive until the
-//! program has executed. Elsewhere `sys` forks instead, and the same child
-//! code runs in a copy of the agent.
+//! raw system calls only ([`sys`]: rustix's, whose Linux backend makes
+//! them itself, and a few of its own where rustix has none; a libc wrapper
+//! would write that thread's `errno` under it), allocates nothing, cannot
+//! panic, and reads only its own stack and the [`Request`], which the
+//! agent keeps alive until the program has executed. Elsewhere `sys` forks
+//! instead, and the same child code runs in a copy of the agent.
 //!
 //! The agent holds each child by a pidfd: it waits on it without
 //! `waitpid(-1)`, and signals it with no risk of reaching a recycled pid.
@@ -85,19 +86,7 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
     if !path.starts_with('/') {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "not an absolute path"));
     }
-    let c =
-        |s: &str| CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in argv or env"));
-    let args = argv.iter().map(|a| c(a)).collect::<io::Result<Vec<_>>>()?;
-    let vars = env
-        .iter()
-        .map(|(k, v)| c(&format!("{k}={v}")))
-        .collect::<io::Result<Vec<_>>>()?;
-    let nul_terminated = |list: &[CString]| {
-        list.iter()
-            .map(|s| s.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect::<Vec<_>>()
-    };
+    let (args, vars) = c_strings(argv, env)?;
     let (arg_ptrs, var_ptrs) = (nul_terminated(&args), nul_terminated(&vars));
 
     let (mut status_r, status_w) = std::io::pipe()?;
@@ -153,62 +142,63 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     drop((stdout, stderr, status_w));
     // Until the pipe closes, a child may still read the request.
-    let mut errno = [0u8; 4];
-    let mut got = 0;
-    while got < errno.len() {
-        match status_r.read(&mut errno[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                // Not seen on a pipe; but a child may still be reading the
-                // request, the strings or the stack: leave them all, and
-                // the child, rather than free them under it.
-                std::mem::forget((request, args, vars, arg_ptrs, var_ptrs, stack, pidfd));
-                return Err(e);
-            }
-        }
-    }
-    if got == errno.len() {
-        // The child is exiting; its stack is free once it is gone.
-        let _ = reap(pidfd.as_fd(), true);
-        stack.release();
-        return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
-    }
-    let (supervised, on_drop) = match how {
-        How::Supervised => (true, rustix::process::Signal::TERM),
-        How::Cgroup(_) => (false, rustix::process::Signal::KILL),
-    };
-    // SAFETY: the `AsyncFd` owns the descriptor, which stays open until
-    // the registration is gone.
-    #[allow(unsafe_code)]
-    let registered = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
-    let pidfd = match registered {
-        Ok(pidfd) => pidfd,
-        Err(e) => {
-            let (pidfd, e) = e.into_parts();
-            let _ = rustix::process::pidfd_send_signal(&pidfd, on_drop);
+    match exec_status(&mut status_r) {
+        Ok(None) => {}
+        Ok(Some(errno)) => {
+            // The child is exiting; its stack is free once it is gone.
             let _ = reap(pidfd.as_fd(), true);
+            stack.release();
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        Err(e) => {
+            // Not seen on a pipe; but a child may still be reading the
+            // request, the strings or the stack: leave them all, and the
+            // child, rather than free them under it.
+            std::mem::forget((request, args, vars, arg_ptrs, var_ptrs, stack, pidfd));
             return Err(e);
         }
-    };
+    }
     Ok(Started {
-        process: Process {
-            pidfd: Some(pidfd),
-            // A program that has executed no longer needs its stack.
-            stack: match supervised {
-                true => Some(stack),
-                false => {
-                    stack.release();
-                    None
-                }
-            },
-            reaped: false,
-            on_drop,
-        },
+        process: Process::held(pidfd, stack, matches!(how, How::Supervised))?,
         stdout: pipe::Receiver::from_owned_fd(out_r.into())?,
         stderr: pipe::Receiver::from_owned_fd(err_r.into())?,
     })
+}
+
+/// `argv`, and `env` as `NAME=VALUE`, as C strings.
+fn c_strings(argv: &[String], env: &[(String, String)]) -> io::Result<(Vec<CString>, Vec<CString>)> {
+    let c =
+        |s: &str| CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in argv or env"));
+    let args = argv.iter().map(|a| c(a)).collect::<io::Result<Vec<_>>>()?;
+    let vars = env
+        .iter()
+        .map(|(k, v)| c(&format!("{k}={v}")))
+        .collect::<io::Result<Vec<_>>>()?;
+    Ok((args, vars))
+}
+
+/// The pointers of `list`, then a null one, as `execve` takes them.
+fn nul_terminated(list: &[CString]) -> Vec<*const c_char> {
+    list.iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// Reads the exec-status pipe until it closes: `None` when the program
+/// executed (the pipe closed empty), else the errno a child wrote.
+fn exec_status(status: &mut impl Read) -> io::Result<Option<i32>> {
+    let mut errno = [0u8; 4];
+    let mut got = 0;
+    while got < errno.len() {
+        match status.read(&mut errno[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((got == errno.len()).then(|| i32::from_ne_bytes(errno)))
 }
 
 /// `/dev/null`, opened once for every program's stdin (above 2, so putting
@@ -357,6 +347,42 @@ fn reap(pidfd: BorrowedFd<'_>, block: bool) -> rustix::io::Result<Option<ExitCod
 }
 
 impl Process {
+    /// Holds the child of `pidfd`, which has executed its program (or is
+    /// the supervisor of one, which keeps its `stack`). If the pidfd cannot
+    /// be registered with the runtime, the child is ended and reaped.
+    fn held(pidfd: OwnedFd, stack: Stack, supervised: bool) -> io::Result<Self> {
+        let on_drop = match supervised {
+            true => rustix::process::Signal::TERM,
+            false => rustix::process::Signal::KILL,
+        };
+        // SAFETY: the `AsyncFd` owns the descriptor, which stays open until
+        // the registration is gone.
+        #[allow(unsafe_code)]
+        let registered = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
+        let pidfd = match registered {
+            Ok(pidfd) => pidfd,
+            Err(e) => {
+                let (pidfd, e) = e.into_parts();
+                let _ = rustix::process::pidfd_send_signal(&pidfd, on_drop);
+                let _ = reap(pidfd.as_fd(), true);
+                return Err(e);
+            }
+        };
+        Ok(Self {
+            pidfd: Some(pidfd),
+            // A program that has executed no longer needs its stack.
+            stack: match supervised {
+                true => Some(stack),
+                false => {
+                    stack.release();
+                    None
+                }
+            },
+            reaped: false,
+            on_drop,
+        })
+    }
+
     /// Waits for the child to exit and reaps it.
     pub(crate) async fn wait(&mut self) -> io::Result<ExitCode> {
         let (false, Some(pidfd)) = (self.reaped, &self.pidfd) else {
@@ -492,11 +518,11 @@ extern "C" fn supervisor_main(request: *mut c_void) -> ! {
     // are taken with `sigtimedwait`. (A fault is not blockable: the kernel
     // kills the supervisor with it.) The program child resets all.
     let waited = sys::signal_bit(libc::SIGTERM) | sys::signal_bit(libc::SIGCHLD);
-    let result = sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    let result = sys::become_subreaper();
     if result < 0 {
         fail(r, -result);
     }
-    sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as usize);
+    sys::term_with_parent();
     if sys::getppid() != r.agent {
         // The agent died before this was set up: start nothing.
         sys::exit(127);
@@ -548,7 +574,7 @@ fn reset_signals() {
 fn supervise(program: i32, waited: u64) -> i32 {
     let status = 'wait: loop {
         if sys::wait_signal(waited) == libc::SIGTERM {
-            sys::kill(program, libc::SIGKILL);
+            sys::kill(program);
         }
         loop {
             match sys::wait_any(libc::WNOHANG) {
@@ -589,12 +615,12 @@ fn kill_children() {
         if b.is_ascii_digit() {
             pid = pid.saturating_mul(10).saturating_add(i32::from(b - b'0'));
         } else if pid > 0 {
-            sys::kill(pid, libc::SIGKILL);
+            sys::kill(pid);
             pid = 0;
         }
     }
     if pid > 0 {
-        sys::kill(pid, libc::SIGKILL);
+        sys::kill(pid);
     }
 }
 
@@ -607,16 +633,44 @@ fn exit_like(status: i32) -> ! {
         // Only that one: any other pending signal would run the agent's
         // handler here.
         sys::set_signal_mask(!sys::signal_bit(signal));
-        sys::kill(sys::getpid(), signal);
+        sys::kill_self(signal);
         sys::exit(128 + signal);
     }
     sys::exit(libc::WEXITSTATUS(status))
 }
 
-/// The system calls of the children: raw, returning `-errno` on failure.
-#[allow(unsafe_code)]
+/// The system calls of the children, returning `-errno` on failure: none
+/// goes through libc (see the module's docs).
+///
+/// Most are rustix's: its Linux backend makes the system call itself and
+/// returns the error as a value, touching no `errno` and allocating
+/// nothing for a `&CStr` path. The rest are made here ([`syscall`]) because
+/// rustix offers them only in its unstable `runtime` module (`execve`,
+/// `exit_group`, the kernel's signal calls) or not at all (`close_range`,
+/// a `clone` that runs a function on a given stack), or only on an
+/// `OwnedFd` the child would have to forge for a descriptor that may not be
+/// open (`dup3` onto 0, 1 and 2).
 mod sys {
+    use rustix::io::Errno;
+    use rustix::process::{Pid, Signal, WaitOptions};
     use std::ffi::{CStr, c_char, c_void};
+    use std::os::fd::{BorrowedFd, RawFd};
+
+    /// `-errno` of `e`, as the raw calls return it.
+    fn neg(e: Errno) -> isize {
+        -(e.raw_os_error() as isize)
+    }
+
+    /// A descriptor of this child's own table, by number.
+    fn fd(raw: RawFd) -> BorrowedFd<'static> {
+        // SAFETY: a child names only descriptors open in its own table (the
+        // request's, copied at the clone, or one it opened) and closes none
+        // it still names; never -1 (callers check).
+        #[allow(unsafe_code)]
+        unsafe {
+            BorrowedFd::borrow_raw(raw)
+        }
+    }
 
     /// A system call with up to six arguments.
     ///
@@ -625,6 +679,7 @@ mod sys {
     /// The arguments must be valid for the call.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
+    #[allow(unsafe_code)]
     unsafe fn syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
         let ret: isize;
         // SAFETY: the caller's; `syscall` clobbers rcx and r11 only.
@@ -644,6 +699,7 @@ mod sys {
     /// Elsewhere the children are forked copies (see `clone`), so libc's
     /// wrapper, and its `errno`, are theirs alone.
     #[cfg(not(target_arch = "x86_64"))]
+    #[allow(unsafe_code)]
     unsafe fn syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
         // SAFETY: the caller's.
         let ret = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
@@ -663,6 +719,7 @@ mod sys {
     /// `f` must follow the rules of a clone child (module docs) and never
     /// return; `stack` and `arg` must stay valid while it uses them.
     #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
     pub(super) unsafe fn clone(
         flags: usize,
         stack: *mut u8,
@@ -697,6 +754,7 @@ mod sys {
     /// Elsewhere: a fork (no shared memory, so no stack), with a pidfd
     /// opened for it.
     #[cfg(not(target_arch = "x86_64"))]
+    #[allow(unsafe_code)]
     pub(super) unsafe fn clone(
         _flags: usize,
         _stack: *mut u8,
@@ -720,35 +778,40 @@ mod sys {
         }
     }
 
+    /// A raw call of the list above.
     fn call(nr: libc::c_long, a: [usize; 6]) -> isize {
         // SAFETY: every caller below passes arguments valid for `nr`.
-        unsafe { syscall(nr, a) }
+        #[allow(unsafe_code)]
+        unsafe {
+            syscall(nr, a)
+        }
     }
 
-    pub(super) fn write(fd: i32, bytes: &[u8]) -> isize {
-        call(
-            libc::SYS_write,
-            [fd as usize, bytes.as_ptr() as usize, bytes.len(), 0, 0, 0],
-        )
+    pub(super) fn write(raw: RawFd, bytes: &[u8]) -> isize {
+        rustix::io::write(fd(raw), bytes).map_or_else(neg, |n| n as isize)
     }
 
-    pub(super) fn read(fd: i32, buf: &mut [u8]) -> isize {
-        call(
-            libc::SYS_read,
-            [fd as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0],
-        )
+    pub(super) fn read(raw: RawFd, buf: &mut [u8]) -> isize {
+        rustix::io::read(fd(raw), buf).map_or_else(neg, |n| n as isize)
     }
 
+    /// Opens `path` to read: the descriptor, or `-errno`.
     pub(super) fn open_read(path: &CStr) -> i32 {
-        let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as usize;
-        call(
-            libc::SYS_openat,
-            [libc::AT_FDCWD as usize, path.as_ptr() as usize, flags, 0, 0, 0],
-        ) as i32
+        use rustix::fs::{Mode, OFlags};
+        match rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+            // Closed by `close`: an `OwnedFd` would close it through libc.
+            Ok(owned) => std::os::fd::IntoRawFd::into_raw_fd(owned),
+            Err(e) => neg(e) as i32,
+        }
     }
 
-    pub(super) fn close(fd: i32) {
-        call(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]);
+    pub(super) fn close(raw: RawFd) {
+        // SAFETY: `raw` was opened by this child (`open_read`) and is not
+        // used after.
+        #[allow(unsafe_code)]
+        unsafe {
+            rustix::io::close(raw)
+        }
     }
 
     /// Closes every descriptor.
@@ -778,35 +841,52 @@ mod sys {
     }
 
     pub(super) fn setpgid_self() -> i32 {
-        call(libc::SYS_setpgid, [0; 6]) as i32
+        rustix::process::setpgid(None, None).map_or_else(|e| neg(e) as i32, |()| 0)
     }
 
     pub(super) fn chdir_root() -> i32 {
-        call(libc::SYS_chdir, [c"/".as_ptr() as usize, 0, 0, 0, 0, 0]) as i32
+        rustix::process::chdir(c"/").map_or_else(|e| neg(e) as i32, |()| 0)
     }
 
     /// # Safety
     ///
     /// NUL-terminated arrays of C strings.
+    #[allow(unsafe_code)]
     pub(super) unsafe fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> i32 {
         // SAFETY: the caller's.
         unsafe { syscall(libc::SYS_execve, [path as usize, argv as usize, envp as usize, 0, 0, 0]) as i32 }
     }
 
-    pub(super) fn prctl(option: i32, value: usize) -> i32 {
-        call(libc::SYS_prctl, [option as usize, value, 0, 0, 0, 0]) as i32
+    /// Makes this process the subreaper of its descendants.
+    pub(super) fn become_subreaper() -> i32 {
+        let me = rustix::process::getpid();
+        rustix::process::set_child_subreaper(Some(me)).map_or_else(|e| neg(e) as i32, |()| 0)
     }
 
-    pub(super) fn getpid() -> i32 {
-        call(libc::SYS_getpid, [0; 6]) as i32
+    /// Asks for SIGTERM when the parent (the agent) dies.
+    pub(super) fn term_with_parent() {
+        let _ = rustix::process::set_parent_process_death_signal(Some(Signal::TERM));
     }
 
     pub(super) fn getppid() -> i32 {
-        call(libc::SYS_getppid, [0; 6]) as i32
+        Pid::as_raw(rustix::process::getppid())
     }
 
-    pub(super) fn kill(pid: i32, signal: i32) {
-        call(libc::SYS_kill, [pid as usize, signal as usize, 0, 0, 0, 0]);
+    /// Sends SIGKILL to `pid`.
+    pub(super) fn kill(pid: i32) {
+        if let Some(pid) = Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+    }
+
+    /// Sends `signal` to this process: one the kernel reported as having
+    /// ended the program.
+    pub(super) fn kill_self(signal: i32) {
+        // SAFETY: a signal number the kernel reported, so a valid one; the
+        // libc reserved ones matter to libc's threads, and none runs here.
+        #[allow(unsafe_code)]
+        let signal = unsafe { Signal::from_raw_unchecked(signal) };
+        let _ = rustix::process::kill_process(rustix::process::getpid(), signal);
     }
 
     pub(super) fn exit(code: i32) -> ! {
@@ -818,19 +898,15 @@ mod sys {
     /// Waits for any child (`options`: 0 or `WNOHANG`): its pid and wait
     /// status, or `(-errno, 0)`, or `(0, 0)` when none has exited.
     pub(super) fn wait_any(options: i32) -> (i32, i32) {
-        let mut status: i32 = 0;
-        let pid = call(
-            libc::SYS_wait4,
-            [
-                -1isize as usize,
-                std::ptr::from_mut(&mut status) as usize,
-                options as usize,
-                0,
-                0,
-                0,
-            ],
-        );
-        (pid as i32, status)
+        let options = match options {
+            0 => WaitOptions::empty(),
+            _ => WaitOptions::NOHANG,
+        };
+        match rustix::process::wait(options) {
+            Ok(Some((pid, status))) => (pid.as_raw_pid(), status.as_raw()),
+            Ok(None) => (0, 0),
+            Err(e) => (neg(e) as i32, 0),
+        }
     }
 
     /// The kernel's signal set bit of `signal`.

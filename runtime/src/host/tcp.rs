@@ -45,7 +45,9 @@ impl TlsView<'_> {
         self.grants
             .authorize(Use::Tcp { host, port })
             .map_err(|d| WitError::Denied(d.0))?;
-        self.bounds.take_socket().map_err(WitError::Invalid)?;
+        self.bounds
+            .take_socket()
+            .map_err(|e| WitError::Invalid(e.to_string()))?;
         let timeout = Duration::from_millis(timeout_ms);
         let dialed = match tokio::time::timeout(timeout, dial(self.grants, Use::Tcp { host, port }, self.bounds)).await
         {

@@ -29,9 +29,9 @@ use tokio_rustls::client::TlsStream;
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 
 /// TLS sessions one call may hold open at once.
-pub const MAX_SESSIONS: usize = 4;
+pub(crate) const MAX_SESSIONS: usize = 4;
 /// The most one `receive` returns.
-pub const MAX_RECEIVE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_RECEIVE_BYTES: usize = 64 * 1024;
 
 impl SessionStream {
     async fn send(&mut self, data: &[u8]) -> std::io::Result<()> {
@@ -205,7 +205,9 @@ impl TlsView<'_> {
         self.grants
             .authorize(Use::Tls { host: &host, port })
             .map_err(|d| WitError::Denied(d.0))?;
-        self.bounds.take_socket().map_err(WitError::Invalid)?;
+        self.bounds
+            .take_socket()
+            .map_err(|e| WitError::Invalid(e.to_string()))?;
         let options = options_from_wit(options).map_err(wit_error)?;
         self.tls.validate(&host, &options, &[]).map_err(wit_error)?;
         let left = self.deadline.saturating_duration_since(Instant::now());

@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 /// The largest CA PEM text a plugin may pass.
-pub const MAX_CA_PEM_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_CA_PEM_BYTES: usize = 256 * 1024;
 
 /// How many client configurations are kept; the cache starts over when full.
 const MAX_CONFIGS: usize = 64;

@@ -59,7 +59,7 @@ pub fn host_limits(spec: &config::SandboxSpec) -> Result<crate::host::bounds::Ho
         keepalive_idle_per_tenant: n(spec.keepalive_idle_per_tenant, d.keepalive_idle_per_tenant),
         keepalive_idle: n(spec.keepalive_idle, d.keepalive_idle),
     };
-    limits.validate()?;
+    limits.validate().map_err(|e| e.to_string())?;
     Ok(limits)
 }
 

@@ -107,7 +107,9 @@ async fn run_in(
     env: &[(String, String)],
 ) -> Result<sonde_runtime::host::exec::ProgramOutput, String> {
     let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
-    run_contained(&argv, env, Duration::from_secs(30), mode, RunLimits::default()).await
+    run_contained(&argv, env, Duration::from_secs(30), mode, RunLimits::default())
+        .await
+        .map_err(|e| e.to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@
 use crate::support::engine;
 use sonde_runtime::registry::{ProbeSpec, Registry, TargetSpec};
 use sonde_runtime::results::ResultCache;
-use sonde_runtime::scheduler::{self, ActionOutcome, Handle, Options, Runner, TriggerError};
+use sonde_runtime::scheduler::{self, ActionOutcome, Options, Runner, SchedulerHandle, TriggerError};
 use sonde_runtime::verdict::{Reason, RunResult, Status};
 use std::collections::HashMap;
 use std::path::Path;
@@ -142,7 +142,7 @@ async fn registry(yaml: &str) -> Registry {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-async fn start(script: &Arc<Script>, yaml: &str) -> (Handle, ResultCache) {
+async fn start(script: &Arc<Script>, yaml: &str) -> (SchedulerHandle, ResultCache) {
     let reg = registry(yaml).await;
     let results = ResultCache::default();
     let handle = scheduler::spawn(

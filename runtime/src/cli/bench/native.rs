@@ -125,7 +125,18 @@ async fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
     Ok(stream)
 }
 
-async fn http_get(t: &HttpTarget, kept: &mut Option<SendRequest<Empty<Bytes>>>) -> Result<u16, String> {
+/// Why a native HTTP probe failed.
+#[derive(Debug, thiserror::Error)]
+enum HttpGetError {
+    #[error("connect {addr}: {source}")]
+    Connect { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Hyper(#[from] hyper::Error),
+    #[error(transparent)]
+    Request(#[from] http::Error),
+}
+
+async fn http_get(t: &HttpTarget, kept: &mut Option<SendRequest<Empty<Bytes>>>) -> Result<u16, HttpGetError> {
     let mut reused = kept.take();
     if let Some(s) = &mut reused
         && s.ready().await.is_err()
@@ -135,10 +146,10 @@ async fn http_get(t: &HttpTarget, kept: &mut Option<SendRequest<Empty<Bytes>>>) 
     let mut sender = match reused {
         Some(s) => s,
         None => {
-            let stream = connect(t.addr).await.map_err(|e| format!("connect {}: {e}", t.addr))?;
-            let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            let stream = connect(t.addr)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|source| HttpGetError::Connect { addr: t.addr, source })?;
+            let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
             tokio::spawn(async move {
                 let _ = conn.await;
             });
@@ -148,11 +159,10 @@ async fn http_get(t: &HttpTarget, kept: &mut Option<SendRequest<Empty<Bytes>>>) 
     let request = http::Request::get(t.path.as_str())
         .header(http::header::HOST, t.authority.as_str())
         .header(http::header::USER_AGENT, "sonde-bench-native")
-        .body(Empty::new())
-        .map_err(|e| e.to_string())?;
-    let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+        .body(Empty::new())?;
+    let response = sender.send_request(request).await?;
     let status = response.status().as_u16();
-    response.into_body().collect().await.map_err(|e| e.to_string())?;
+    response.into_body().collect().await?;
     if t.keepalive {
         *kept = Some(sender);
     }
@@ -172,7 +182,7 @@ impl Job for NativeJob {
             Self::Http(t, kept) => match http_get(t, kept).await {
                 Ok(status) if (200..400).contains(&status) => RunEnd::ok(),
                 Ok(status) => RunEnd::failed(format!("HTTP {status}")),
-                Err(e) => RunEnd::failed(e),
+                Err(e) => RunEnd::failed(e.to_string()),
             },
             Self::Exec(argv) => {
                 let out = tokio::process::Command::new(&argv[0])
