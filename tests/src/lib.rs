@@ -864,3 +864,114 @@ impl Drop for GrpcHealthServer {
         self.task.abort();
     }
 }
+
+/// A backend behind a [`RoundRobin`] balancer, as a Pod behind a Service: a
+/// hyper server on its own loopback address (`127.0.0.N`) that answers
+/// every request with `Pod-IPv4: <that address>` (unless started without
+/// it) and a status that [`PodBackend::set_status`] changes.
+pub struct PodBackend {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    status: Arc<std::sync::atomic::AtomicU16>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodBackend {
+    /// Starts a backend on `ip` (a loopback address) and a free port; with
+    /// `header` false it answers without `Pod-IPv4`, as an older server.
+    pub async fn start(ip: &str, header: bool) -> Self {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let status = Arc::new(std::sync::atomic::AtomicU16::new(200));
+        let answer = status.clone();
+        let pod_ip = addr.ip().to_string();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (answer, pod_ip) = (answer.clone(), pod_ip.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |_req: hyper::Request<hyper::body::Incoming>| {
+                        let code = answer.load(Ordering::SeqCst);
+                        let mut response = hyper::Response::builder().status(code);
+                        if header {
+                            response = response.header("Pod-IPv4", pod_ip.as_str());
+                        }
+                        let body = http_body_util::Full::new(bytes::Bytes::from(format!("{code} from {pod_ip}\n")));
+                        async move { response.body(body) }
+                    });
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                });
+            }
+        });
+        Self { addr, status, task }
+    }
+
+    /// Answers every later request with `code`.
+    pub fn set_status(&self, code: u16) {
+        self.status.store(code, Ordering::SeqCst);
+    }
+}
+
+impl Drop for PodBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An in-process round-robin TCP balancer, as kube-proxy in front of a
+/// Service: each new connection is relayed to the next backend of the set
+/// in force when it arrives; [`RoundRobin::route_to`] changes the set.
+pub struct RoundRobin {
+    /// Where it listens (the "Service address").
+    pub addr: SocketAddr,
+    backends: Arc<std::sync::Mutex<Vec<SocketAddr>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RoundRobin {
+    /// Starts the balancer on a free loopback port, routing to `backends`.
+    pub async fn start(backends: &[SocketAddr]) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let set = Arc::new(std::sync::Mutex::new(backends.to_vec()));
+        let routes = set.clone();
+        let task = tokio::spawn(async move {
+            let mut next = 0usize;
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let to = {
+                    let set = routes.lock().expect("routes");
+                    if set.is_empty() {
+                        continue;
+                    }
+                    next = next.wrapping_add(1);
+                    set[next % set.len()]
+                };
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            backends: set,
+            task,
+        }
+    }
+
+    /// Routes later connections to `backends`, in turn.
+    pub fn route_to(&self, backends: &[SocketAddr]) {
+        *self.backends.lock().expect("routes") = backends.to_vec();
+    }
+}
+
+impl Drop for RoundRobin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -73,7 +73,44 @@ struct Config {
     /// Reuse connections from the host's keep-alive pool.
     #[serde(default)]
     keepalive: bool,
+    /// Require the answer to come from one backend behind a balancer.
+    backend: Option<Backend>,
 }
+
+/// `backend`: which backend behind a balancer (a Kubernetes Service) must
+/// answer. Each attempt is a fresh connection, so the balancer picks anew;
+/// a response whose `header` equals `equals` came from the backend wanted.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Backend {
+    /// The response header that names the backend that answered (`Pod-IPv4`).
+    header: String,
+    /// Its value when the wanted backend answered (the Pod's IP).
+    equals: String,
+    /// Fresh connections per run, at most.
+    #[serde(default = "default_attempts")]
+    attempts: u32,
+    /// What a response without `header` means: `pass` (cannot verify, as
+    /// an older server that does not send it) or `fail`.
+    #[serde(default)]
+    missing: Missing,
+}
+
+#[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Missing {
+    #[default]
+    Pass,
+    Fail,
+}
+
+fn default_attempts() -> u32 {
+    3
+}
+
+/// Attempts per run, at most: each is a connection, and a call may open
+/// at most 64 (`sandbox.sockets_per_call`'s default), redirects included.
+const MAX_ATTEMPTS: u32 = 60;
 
 #[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -191,6 +228,58 @@ impl Probe for Http {
 
     fn check(req: Request) -> Result<Outcome, ProbeError> {
         let config: Config = req.config()?;
+        let checks = Checks::new(&config)?;
+        let backend = config.backend.as_ref().map(|b| b.validate(&config)).transpose()?;
+
+        let mut headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("user-agent")) {
+            headers.push(("User-Agent".into(), USER_AGENT.into()));
+        }
+        let tls = TlsOptions::from_config(
+            config.ca_file.as_deref(),
+            config.ca_pem.as_deref(),
+            config.insecure_skip_verify,
+            config.server_name.as_deref(),
+        )?;
+        let mut request = HttpRequest {
+            method: config.method.to_ascii_uppercase(),
+            url: url_for(req.target(), &config.path, config.scheme),
+            headers,
+            body: config.body.as_bytes().to_vec(),
+            // The call's deadline bounds the exchange, so a slow server
+            // is recorded by the host as reason `timeout`.
+            timeout: req.timeout(),
+            max_body: config.max_body,
+            tls,
+            keepalive: config.keepalive,
+        };
+        // The headers the checks read: the host returns no others.
+        let keep: Vec<&str> = core::iter::once("location")
+            .chain(checks.header_regex.iter().map(|(name, _)| name.as_str()))
+            .chain(backend.iter().map(|b| b.header.as_str()))
+            .collect();
+        match backend {
+            None => Ok(match exchange(&mut request, &keep)? {
+                Exchange::Answered(response, total) => checks.judge(&config, &request, &response, total),
+                Exchange::Unreachable(message) => Outcome::failure(message),
+                Exchange::Elsewhere(outcome) => outcome,
+            }),
+            Some(backend) => backend.attempt(&config, &checks, &request, &keep),
+        }
+    }
+}
+
+/// The checks a response must pass, parsed from the config once per run.
+struct Checks {
+    expected: Vec<(u16, u16)>,
+    body_regex: Option<Regex>,
+    body_not_regex: Option<Regex>,
+    header_regex: Vec<(String, Regex)>,
+    warn_after: Option<Duration>,
+}
+
+impl Checks {
+    fn new(config: &Config) -> Result<Self, ProbeError> {
         let expected = if config.expected_status.is_empty() {
             vec![(200, 399)]
         } else {
@@ -210,15 +299,16 @@ impl Probe for Http {
             .as_deref()
             .map(|p| regex("body_not_regex", p))
             .transpose()?;
-        // `location` and these are the headers the host returns.
-        if config.header_regex.len() >= sonde_sdk::http::MAX_KEPT_HEADERS {
+        // `location`, these and the backend's header are the headers the host returns.
+        let kept = config.header_regex.len() + 1 + usize::from(config.backend.is_some());
+        if kept > sonde_sdk::http::MAX_KEPT_HEADERS {
             return Err(ProbeError::invalid_config(format!(
                 "header_regex: {} headers, at most {}",
                 config.header_regex.len(),
-                sonde_sdk::http::MAX_KEPT_HEADERS - 1
+                sonde_sdk::http::MAX_KEPT_HEADERS - 1 - usize::from(config.backend.is_some())
             )));
         }
-        let header_regex: Vec<(String, Regex)> = config
+        let header_regex = config
             .header_regex
             .iter()
             .map(|(h, p)| Ok((h.to_ascii_lowercase(), regex(&format!("header_regex.{h}"), p)?)))
@@ -230,85 +320,30 @@ impl Probe for Http {
                 sonde_sdk::duration::parse(d).map_err(|e| ProbeError::invalid_config(format!("warn_after {d:?}: {e}")))
             })
             .transpose()?;
+        Ok(Self {
+            expected,
+            body_regex,
+            body_not_regex,
+            header_regex,
+            warn_after,
+        })
+    }
 
-        let mut headers: Vec<(String, String)> = config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("user-agent")) {
-            headers.push(("User-Agent".into(), USER_AGENT.into()));
-        }
-        let tls = TlsOptions::from_config(
-            config.ca_file.as_deref(),
-            config.ca_pem.as_deref(),
-            config.insecure_skip_verify,
-            config.server_name.as_deref(),
-        )?;
-        // One request, changed in place by each redirect: the SDK copies
-        // it into the host call, so no copy per hop is needed here.
-        let mut request = HttpRequest {
-            method: config.method.to_ascii_uppercase(),
-            url: url_for(req.target(), &config.path, config.scheme),
-            headers,
-            body: config.body.as_bytes().to_vec(),
-            // The call's deadline bounds the exchange, so a slow server
-            // is recorded by the host as reason `timeout`.
-            timeout: req.timeout(),
-            max_body: config.max_body,
-            tls,
-            keepalive: config.keepalive,
-        };
-        // The headers the checks read: the host returns no others.
-        let keep: Vec<&str> = core::iter::once("location")
-            .chain(header_regex.iter().map(|(name, _)| name.as_str()))
-            .collect();
-        let mut total = Duration::ZERO;
-        let mut hops = 0;
-        let response = loop {
-            let response = match send_keeping(&request, &keep) {
-                Ok(r) => r,
-                Err(ProbeError::Io(m)) => {
-                    return Ok(Outcome::failure(format!("{} {}: {m}", request.method, request.url)));
-                }
-                Err(e) => return Err(e),
-            };
-            total += Duration::from_secs_f64(response.timings.total);
-            let location = response.header("location").map(str::to_string);
-            match (response.status, location) {
-                (301 | 302 | 303 | 307 | 308, Some(location)) if hops < MAX_REDIRECTS => {
-                    let next = resolve(&request.url, &location);
-                    if origin(&next) != origin(&request.url) {
-                        // As the kubelet: another host is not followed, and says so.
-                        return Ok(with_metrics(
-                            Outcome::warning(format!(
-                                "{} redirect to another host not followed: {next}",
-                                response.status
-                            )),
-                            &response,
-                            total,
-                        ));
-                    }
-                    if matches!(response.status, 301..=303) {
-                        request.method = "GET".into();
-                        request.body.clear();
-                    }
-                    request.url = next;
-                    hops += 1;
-                }
-                _ => break response,
-            }
-        };
+    /// The outcome of a response that came back, with its metrics.
+    fn judge(&self, config: &Config, request: &HttpRequest, response: &HttpResponse, total: Duration) -> Outcome {
         let (method, url) = (&request.method, &request.url);
-
         let status = response.status;
         let mut outcome = verdict(
-            &config,
-            &expected,
-            &response,
-            body_regex.as_ref(),
-            body_not_regex.as_ref(),
-            &header_regex,
+            config,
+            &self.expected,
+            response,
+            self.body_regex.as_ref(),
+            self.body_not_regex.as_ref(),
+            &self.header_regex,
         )
         .unwrap_or_else(|| Outcome::success(format!("{method} {url}: {status}")));
         if outcome.status == sonde_sdk::Status::Success
-            && let Some(limit) = warn_after
+            && let Some(limit) = self.warn_after
             && total > limit
         {
             outcome = Outcome::warning(format!(
@@ -320,7 +355,196 @@ impl Probe for Http {
         if config.show_body {
             outcome = outcome.with_detail(String::from_utf8_lossy(&response.body));
         }
-        Ok(with_metrics(outcome, &response, total))
+        with_metrics(outcome, response, total)
+    }
+}
+
+/// How one exchange (a request and the redirects it follows) ended.
+enum Exchange {
+    /// A response that is not a redirect to follow, and the time of all hops.
+    Answered(HttpResponse, Duration),
+    /// No response: the connection or the exchange failed (the message).
+    Unreachable(String),
+    /// A redirect to another host, which is not followed: the outcome.
+    Elsewhere(Outcome),
+}
+
+/// Sends `request`, following redirects to the same origin (at most
+/// [`MAX_REDIRECTS`]); `request` ends as the last one sent.
+fn exchange(request: &mut HttpRequest, keep: &[&str]) -> Result<Exchange, ProbeError> {
+    let mut total = Duration::ZERO;
+    let mut hops = 0;
+    loop {
+        let response = match send_keeping(request, keep) {
+            Ok(r) => r,
+            Err(ProbeError::Io(m)) => {
+                return Ok(Exchange::Unreachable(format!(
+                    "{} {}: {m}",
+                    request.method, request.url
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        total += Duration::from_secs_f64(response.timings.total);
+        let location = response.header("location").map(str::to_string);
+        match (response.status, location) {
+            (301 | 302 | 303 | 307 | 308, Some(location)) if hops < MAX_REDIRECTS => {
+                let next = resolve(&request.url, &location);
+                if origin(&next) != origin(&request.url) {
+                    // As the kubelet: another host is not followed, and says so.
+                    return Ok(Exchange::Elsewhere(with_metrics(
+                        Outcome::warning(format!(
+                            "{} redirect to another host not followed: {next}",
+                            response.status
+                        )),
+                        &response,
+                        total,
+                    )));
+                }
+                if matches!(response.status, 301..=303) {
+                    request.method = "GET".into();
+                    request.body.clear();
+                }
+                request.url = next;
+                hops += 1;
+            }
+            _ => return Ok(Exchange::Answered(response, total)),
+        }
+    }
+}
+
+impl Backend {
+    fn validate(&self, config: &Config) -> Result<&Self, ProbeError> {
+        if config.keepalive {
+            return Err(ProbeError::invalid_config(
+                "backend: each attempt needs a fresh connection, so not with keepalive: true",
+            ));
+        }
+        if self.header.trim().is_empty() {
+            return Err(ProbeError::invalid_config("backend.header is empty"));
+        }
+        if self.equals.trim().is_empty() {
+            return Err(ProbeError::invalid_config(
+                "backend.equals is empty: nothing would name the backend wanted",
+            ));
+        }
+        if !(1..=MAX_ATTEMPTS).contains(&self.attempts) {
+            return Err(ProbeError::invalid_config(format!(
+                "backend.attempts {}: from 1 to {MAX_ATTEMPTS}",
+                self.attempts
+            )));
+        }
+        Ok(self)
+    }
+
+    /// Up to `attempts` fresh exchanges, until the wanted backend answers
+    /// (its response judged as any) or a response cannot say who answered.
+    fn attempt(
+        &self,
+        config: &Config,
+        checks: &Checks,
+        base: &HttpRequest,
+        keep: &[&str],
+    ) -> Result<Outcome, ProbeError> {
+        let mut tally = Tally::default();
+        let mut spent = Duration::ZERO;
+        for attempt in 1..=self.attempts {
+            let Some(left) = base.timeout.checked_sub(spent).filter(|d| !d.is_zero()) else {
+                break;
+            };
+            let mut request = base.clone();
+            request.timeout = left;
+            let (response, total) = match exchange(&mut request, keep)? {
+                Exchange::Answered(response, total) => (response, total),
+                Exchange::Unreachable(message) => {
+                    tally.log.push(format!("attempt {attempt}: {message}"));
+                    tally.unreachable += 1;
+                    tally.last_error = Some(message);
+                    continue;
+                }
+                Exchange::Elsewhere(outcome) => return Ok(tally.finish(outcome, attempt)),
+            };
+            spent += total;
+            let status = response.status;
+            let (outcome, who) = match response.header(&self.header).map(str::trim) {
+                Some(who) if who == self.equals.trim() => (checks.judge(config, &request, &response, total), who),
+                Some(other) => {
+                    tally
+                        .log
+                        .push(format!("attempt {attempt}: answered by {other} ({status})"));
+                    tally.add_other(other);
+                    continue;
+                }
+                None if self.missing == Missing::Fail => {
+                    let message = format!(
+                        "cannot verify the backend: the response ({status}) has no {} header",
+                        self.header
+                    );
+                    tally.log.push(format!("attempt {attempt}: {message}"));
+                    return Ok(tally.finish(with_metrics(Outcome::failure(message), &response, total), attempt));
+                }
+                None => {
+                    let judged = checks.judge(config, &request, &response, total);
+                    let message = format!("{}; backend not verified (no {} header)", judged.message, self.header);
+                    tally
+                        .log
+                        .push(format!("attempt {attempt}: no {} header ({status})", self.header));
+                    return Ok(tally.finish(Outcome { message, ..judged }, attempt));
+                }
+            };
+            tally
+                .log
+                .push(format!("attempt {attempt}: answered by {who} ({status})"));
+            let message = format!(
+                "{} from this backend ({}: {who}, attempt {attempt})",
+                outcome.message, self.header
+            );
+            return Ok(tally.finish(Outcome { message, ..outcome }, attempt));
+        }
+        let attempts = tally.log.len() as u32;
+        let mut message = format!(
+            "not routed to this backend ({}: {}) in {attempts} attempts",
+            self.header, self.equals
+        );
+        if !tally.others.is_empty() {
+            let who: Vec<String> = tally.others.iter().map(|(ip, n)| format!("{ip} ×{n}")).collect();
+            message.push_str(&format!("; answered by {}", who.join(", ")));
+        }
+        if let Some(last) = &tally.last_error {
+            message.push_str(&format!("; {} failed, the last: {last}", tally.unreachable));
+        }
+        Ok(tally.finish(Outcome::failure(message), attempts))
+    }
+}
+
+/// What the attempts of one run saw.
+#[derive(Default)]
+struct Tally {
+    /// One entry per attempt: the outcome's detail, `; `-separated (the
+    /// host escapes newlines in a plugin's text).
+    log: Vec<String>,
+    /// Other backends that answered, each with its count, in order seen.
+    others: Vec<(String, u32)>,
+    unreachable: u32,
+    last_error: Option<String>,
+}
+
+impl Tally {
+    fn add_other(&mut self, who: &str) {
+        match self.others.iter_mut().find(|(ip, _)| ip == who) {
+            Some((_, n)) => *n += 1,
+            None => self.others.push((who.to_string(), 1)),
+        }
+    }
+
+    fn finish(self, outcome: Outcome, attempts: u32) -> Outcome {
+        let detail = match outcome.detail.as_deref() {
+            Some(body) => format!("{}; body: {body}", self.log.join("; ")),
+            None => self.log.join("; "),
+        };
+        outcome
+            .with_detail(detail)
+            .with_metric("backend_attempts", f64::from(attempts), "")
     }
 }
 

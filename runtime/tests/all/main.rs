@@ -3,6 +3,7 @@
 mod abuse;
 mod agent;
 mod api;
+mod backend;
 mod bench;
 mod bounds;
 mod cli;
