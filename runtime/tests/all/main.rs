@@ -1,5 +1,9 @@
 //! sonde's integration tests: one binary, a module per area.
 
+// An agent's start, awaited inside a test's own future, nests deeper than
+// the compiler's default of 128 when it lays the test's future out.
+#![recursion_limit = "256"]
+
 mod abuse;
 mod agent;
 mod api;
