@@ -847,3 +847,46 @@ async fn sleep_until(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store keeps only what the controller reads, and the view of a
+    /// trimmed Pod is the view of the whole one.
+    #[test]
+    fn a_trimmed_pod_keeps_its_view_and_nothing_else() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "shop", "name": "web-1", "uid": "u1", "resourceVersion": "7",
+                         "labels": {"app": "web"},
+                         "annotations": {"sonde.dev/ready.port": "9090", "kubectl.kubernetes.io/last-applied-configuration": "x".repeat(10_000)},
+                         "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"nodeName": "node-1", "readinessGates": [{"conditionType": "sonde.dev/ready"}],
+                     "volumes": [{"name": "v", "emptyDir": {}}],
+                     "containers": [{"name": "app", "image": "app", "env": [{"name": "SECRET", "value": "s"}],
+                                     "ports": [{"name": "http", "containerPort": 8080}, {"containerPort": 9000}]}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.5", "podIPs": [{"ip": "10.0.0.5"}],
+                       "containerStatuses": [{"name": "app", "image": "app", "imageID": "", "ready": true, "restartCount": 0}],
+                       "conditions": [{"type": "sonde.dev/ready", "status": "True"}, {"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let before = PodView::of(&pod).unwrap();
+        let size = serde_json::to_string(&pod).unwrap().len();
+        trim_pod(&mut pod);
+        assert_eq!(PodView::of(&pod).unwrap(), before);
+        let kept = serde_json::to_value(&pod).unwrap();
+        assert!(kept.to_string().len() < size / 10, "{kept}");
+        assert_eq!(
+            kept["metadata"]["annotations"],
+            serde_json::json!({"sonde.dev/ready.port": "9090"})
+        );
+        assert!(kept["metadata"].get("labels").is_none() && kept["metadata"].get("managedFields").is_none());
+        assert!(kept["spec"].get("volumes").is_none() && kept["spec"]["containers"][0].get("env").is_none());
+        assert!(kept["status"].get("containerStatuses").is_none());
+        assert_eq!(kept["status"]["conditions"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            kept["metadata"]["resourceVersion"], "7",
+            "the reflector resumes its watch from it"
+        );
+    }
+}

@@ -77,14 +77,7 @@ impl EventSink {
 
 /// `message` cut to [`MAX_NOTE`] bytes on a char boundary.
 fn note(message: &str) -> String {
-    if message.len() <= MAX_NOTE {
-        return message.to_string();
-    }
-    let mut end = MAX_NOTE - 3;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &message[..end])
+    super::mapping::cut(message, MAX_NOTE)
 }
 
 /// The reference to a Pod an Event is about.

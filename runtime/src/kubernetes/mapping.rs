@@ -432,17 +432,22 @@ impl Cond {
     }
 }
 
-/// `message` cut to [`MAX_MESSAGE`] bytes on a char boundary.
+/// `message`, trimmed, cut to [`MAX_MESSAGE`] bytes.
 fn short(message: &str) -> String {
-    let m = message.trim();
-    if m.len() <= MAX_MESSAGE {
-        return m.to_string();
+    cut(message.trim(), MAX_MESSAGE)
+}
+
+/// `text` cut to at most `max` bytes (`max` > 3) on a char boundary,
+/// ending in `...` when cut.
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
     }
-    let mut end = MAX_MESSAGE - 3;
-    while !m.is_char_boundary(end) {
+    let mut end = max - 3;
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}...", &m[..end])
+    format!("{}...", &text[..end])
 }
 
 /// The condition type of a gate on check `check`.
