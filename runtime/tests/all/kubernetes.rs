@@ -1160,6 +1160,68 @@ async fn a_silent_registry_in_one_namespace_holds_up_no_other() {
     accepting.abort();
 }
 
+/// Events go through kube-runtime's recorder (events.k8s.io/v1): each
+/// transition of a gate records one on the Pod, and a repeat of the same
+/// reason on the same Pod within the recorder's window is counted on the
+/// first Event's series (a patch) rather than created again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_transition_is_counted_on_the_first_event() {
+    let server = HttpServer::start().await;
+    let (client, api) = FakeApi::start();
+    api.put(check("shop", "ready", 1, 1), false);
+    api.put(
+        pod(
+            "shop",
+            "web-1",
+            "uid-1",
+            NODE,
+            server.addr.port(),
+            &["ready"],
+            json!([]),
+        ),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path()).await;
+    gates.synced().await;
+    for (n, healthy) in [(1, true), (2, false), (3, true)] {
+        server.set_healthy(healthy);
+        api.wait("the next transition", |r| {
+            r.iter()
+                .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+                .count()
+                >= n
+        })
+        .await;
+    }
+    api.wait("the repeat patched into the series", |r| {
+        r.iter()
+            .any(|r| r.method == "PATCH" && r.path.starts_with("/apis/events.k8s.io/v1/namespaces/shop/events/"))
+    })
+    .await;
+    let created = api.events();
+    let reasons: Vec<&str> = created.iter().map(|e| e.body["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["CheckPassed", "CheckFailed"], "{created:#?}");
+    let series: Vec<Recorded> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.contains("/events/"))
+        .collect();
+    assert_eq!(series.len(), 1, "{series:#?}");
+    assert_eq!(series[0].body["reason"], "CheckPassed");
+    assert_eq!(series[0].body["series"]["count"], 2);
+    assert_eq!(series[0].body["regarding"]["uid"], "uid-1");
+    let first = created[0].body["metadata"]["name"].as_str().unwrap();
+    assert!(
+        series[0].path.ends_with(&format!("/events/{first}")),
+        "{}",
+        series[0].path
+    );
+    assert_eq!(gates.stats.events_failed.load(std::sync::atomic::Ordering::Relaxed), 0);
+    drop(gates);
+    agent.stop().await;
+}
+
 /// `deploy/kubernetes/crd.yaml` is generated from the `SondeCheck` type
 /// (`SONDE_WRITE_CRD=1` rewrites it): the shipped file parses as an
 /// `apiextensions.k8s.io/v1` CustomResourceDefinition equal to the type's,
