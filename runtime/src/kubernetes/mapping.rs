@@ -487,31 +487,19 @@ pub struct Desired {
 
 /// Why a (Pod, gate) pair has no probe.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The namespace maps to no tenant.
     #[error("namespace {namespace:?} has no tenant: list it in the agent's kubernetes.namespaces")]
-    NoTenant {
-        /// The namespace.
-        namespace: String,
-    },
+    NoTenant { namespace: String },
     /// The plugin is not on the allowlist.
     #[error("plugin {plugin:?} is not on the agent's allowlist (kubernetes.plugins)")]
-    PluginNotAllowed {
-        /// The plugin.
-        plugin: String,
-    },
+    PluginNotAllowed { plugin: String },
     /// The port names no container port of the Pod.
     #[error("port {port:?} names no container port of the Pod")]
-    NoSuchPort {
-        /// The name.
-        port: String,
-    },
+    NoSuchPort { port: String },
     /// A port number out of range.
     #[error("port {port} is not a port number (1-65535)")]
-    BadPort {
-        /// The number.
-        port: i64,
-    },
+    BadPort { port: i64 },
 }
 
 impl Refusal {
