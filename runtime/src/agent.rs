@@ -142,7 +142,7 @@ pub enum StartProblem {
         /// The config file and `: `, or nothing for the embedded default.
         file: String,
         /// What is wrong.
-        source: kubernetes::SettingsError,
+        source: kubernetes::GateSettingsError,
     },
 }
 
@@ -201,7 +201,7 @@ pub(crate) fn start_problems(registry: &Registry, options: &StartOptions) -> Vec
     }
     if let Some(k) = &options.kubernetes
         && (k.forced || registry.kubernetes.is_some())
-        && let Err(source) = kubernetes::Settings::new(registry.kubernetes.as_ref(), k.node_name.clone())
+        && let Err(source) = kubernetes::GateSettings::new(registry.kubernetes.as_ref(), k.node_name.clone())
     {
         problems.push(StartProblem::Kubernetes {
             file: registry
@@ -561,7 +561,7 @@ async fn start_kubernetes(
     agent: &Agent,
     options: &AgentOptions,
     forced: bool,
-) -> Result<Option<kubernetes::Handle>, AgentError> {
+) -> Result<Option<kubernetes::GateController>, AgentError> {
     let spec = match &options.config {
         Some(p) => crate::config::read(p).map_err(AgentError::Config)?.0.kubernetes,
         None => None,
@@ -569,7 +569,7 @@ async fn start_kubernetes(
     if spec.is_none() && !forced {
         return Ok(None);
     }
-    let settings = kubernetes::Settings::new(spec.as_ref(), std::env::var("NODE_NAME").ok()).map_err(|e| {
+    let settings = kubernetes::GateSettings::new(spec.as_ref(), std::env::var("NODE_NAME").ok()).map_err(|e| {
         let file = options.config.as_ref().map(|p| format!("{}: ", p.display()));
         AgentError::Start(format!("{}{e}", file.unwrap_or_default()))
     })?;

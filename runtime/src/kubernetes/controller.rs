@@ -1,30 +1,38 @@
 //! The controller: one task that follows this node's Pods and every
-//! SondeCheck, keeps one probe per (Pod, gate) in the registry through
-//! incremental changes, turns probe state changes into gate conditions and
-//! writes them through a per-Pod latest-wins queue under the agent-wide
-//! rate limit.
+//! SondeCheck through kube-runtime reflectors, keeps one probe per (Pod,
+//! gate) in the registry through incremental changes, turns probe state
+//! changes into gate conditions and writes them through a per-Pod
+//! latest-wins queue under the agent-wide rate limit.
 //!
-//! All state lives in the one task ([`Controller`]); API calls run in
+//! The reflectors' [`Store`]s are the only copies of the Pods and checks;
+//! the Pods are trimmed before they are stored to what the controller
+//! reads ([`trim_pod`]). Reconciling a Pod is a pure [`plan_pod`] and an
+//! applier ([`Reconciler::apply_plan`]) that performs it and reports every
+//! error (logged and counted in [`Stats`]).
+//!
+//! All state lives in the one task ([`Reconciler`]); API calls run in
 //! spawned tasks that report back on a channel, so the task never waits on
 //! the API server while it could be taking a watch event or a result.
 
+use super::crd::GATE_PREFIX;
 use super::crd::{Mode, SondeCheck};
-use super::events::{Recorder, Subject};
-use super::mapping::{Cond, CondStatus, PodKey, PodView, Settings, condition_type, desired};
+use super::events::{EventSink, pod_reference};
+use super::mapping::{Cond, CondStatus, GateSettings, PodKey, PodView, condition_type};
+use super::plan::{AddProbe, Binding, PodInputs, PodPlan, messages, plan_pod};
 use super::writer::{Outcome, TokenBucket, backoff, patch_body};
-use crate::config;
 use crate::control::{ChangeError, Control};
 use crate::registry::Change;
 use crate::results::{ResultCache, StateChange};
 use crate::verdict::{Reason, Status};
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
+use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodCondition, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{broadcast, mpsc, watch};
@@ -51,33 +59,50 @@ pub struct Stats {
     pub refused: AtomicU64,
     /// Registry changes applied.
     pub changes: AtomicU64,
+    /// Registry changes that failed where none should (a probe's removal).
+    pub change_errors: AtomicU64,
     /// Probes (Pod, gate) in the registry now.
     pub probes: AtomicU64,
-}
-
-/// A probe the controller keeps for one gate of one Pod.
-#[derive(Clone, Debug)]
-struct Binding {
-    pod: PodKey,
-    uid: String,
-    check: String,
-    target: serde_json::Value,
-    mode: Mode,
+    /// Events recorded.
+    pub events_sent: AtomicU64,
+    /// Events the API server refused or that could not be sent.
+    pub events_failed: AtomicU64,
+    /// Events dropped past the rate.
+    pub events_dropped: AtomicU64,
 }
 
 /// The conditions waiting to be written on one Pod (latest wins).
 #[derive(Debug)]
-struct Pending {
+struct PendingWrite {
     uid: String,
     conds: BTreeMap<String, Cond>,
     attempts: u32,
     not_before: Option<Instant>,
 }
 
+impl PendingWrite {
+    fn new(uid: &str) -> Self {
+        Self {
+            uid: uid.to_string(),
+            conds: BTreeMap::new(),
+            attempts: 0,
+            not_before: None,
+        }
+    }
+}
+
+/// The conditions the agent wrote on a Pod since its last watch event
+/// (so they are not written twice before the watch shows them).
+#[derive(Debug)]
+struct Written {
+    uid: String,
+    conds: BTreeMap<String, Cond>,
+}
+
 /// Why a registry change of the controller's was not applied.
 enum Applied {
-    /// Refused: the messages.
-    Refused(String),
+    /// Refused: what is wrong.
+    Refused(crate::config::ConfigErrors),
     /// Its plugin is being pulled: the text for the gate and the Event.
     Pulling(String),
 }
@@ -90,18 +115,77 @@ pub(super) struct Done {
     outcome: Outcome,
 }
 
+/// Keeps only what the controller reads of a Pod, so the store holds no
+/// more than that: its name, namespace, UID, resource version, deletion
+/// time and `sonde.dev/` annotations; its node, readiness gates and named
+/// container ports; its phase, IPs and `sonde.dev/` conditions.
+pub(crate) fn trim_pod(pod: &mut Pod) {
+    let meta = std::mem::take(&mut pod.metadata);
+    let annotations: BTreeMap<String, String> = meta
+        .annotations
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(GATE_PREFIX))
+        .collect();
+    pod.metadata = ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        deletion_timestamp: meta.deletion_timestamp,
+        annotations: (!annotations.is_empty()).then_some(annotations),
+        ..ObjectMeta::default()
+    };
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        node_name: spec.node_name,
+        readiness_gates: spec.readiness_gates,
+        containers: spec
+            .containers
+            .into_iter()
+            .map(|c| Container {
+                name: c.name,
+                ports: c.ports.map(|ports| {
+                    ports
+                        .into_iter()
+                        .filter(|p| p.name.is_some())
+                        .map(|p| ContainerPort {
+                            name: p.name,
+                            container_port: p.container_port,
+                            ..ContainerPort::default()
+                        })
+                        .collect()
+                }),
+                ..Container::default()
+            })
+            .collect(),
+        ..PodSpec::default()
+    });
+    pod.status = pod.status.take().map(|status| PodStatus {
+        phase: status.phase,
+        pod_ip: status.pod_ip,
+        pod_ips: status.pod_ips,
+        conditions: status.conditions.map(|c| {
+            c.into_iter()
+                .filter(|c: &PodCondition| c.type_.starts_with(GATE_PREFIX))
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
+}
+
 /// The controller's state.
-pub struct Controller {
+pub(crate) struct Reconciler {
     client: kube::Client,
     control: Arc<Control>,
     results: ResultCache,
-    settings: Settings,
+    settings: GateSettings,
     stats: Arc<Stats>,
-    checks: HashMap<PodKey, SondeCheck>,
-    pods: HashMap<PodKey, PodView>,
+    pods: Store<Pod>,
+    checks: Store<SondeCheck>,
+    written: HashMap<PodKey, Written>,
     bindings: HashMap<String, Binding>,
     /// StartupOnly gates already True, by (Pod UID, check).
-    done: HashSet<(String, String)>,
+    started: HashSet<(String, String)>,
     /// The last refusal recorded on each SondeCheck, so it is recorded once.
     refusals: HashMap<PodKey, String>,
     /// Pods with a gate whose `oci://` plugin is being pulled, or failed to
@@ -109,80 +193,104 @@ pub struct Controller {
     retry_pods: HashSet<PodKey>,
     /// Unknown override annotations already reported, by (Pod UID, key).
     overrides_reported: HashSet<(String, String)>,
-    pending: HashMap<PodKey, Pending>,
+    pending: HashMap<PodKey, PendingWrite>,
     order: VecDeque<PodKey>,
     in_flight: HashSet<PodKey>,
     bucket: TokenBucket,
     wake: Option<Instant>,
-    recorder: Recorder,
+    events: EventSink,
     done_tx: mpsc::UnboundedSender<Done>,
-    pods_listed: Option<HashSet<PodKey>>,
-    checks_listed: Option<HashSet<PodKey>>,
-    pods_synced: bool,
-    checks_synced: bool,
+    /// Both stores have listed once.
+    ready: bool,
     synced: watch::Sender<bool>,
 }
 
-impl Controller {
+/// The two reflectors' streams, which fill the stores as they are polled.
+type Reflected<K> = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Event<K>, watcher::Error>> + Send>>;
+
+impl Reconciler {
     /// A controller writing through `client` and changing the registry
-    /// through `control`.
+    /// through `control`, with the streams that fill its stores.
     pub(super) fn new(
         client: kube::Client,
         control: Arc<Control>,
         results: ResultCache,
-        settings: Settings,
+        settings: GateSettings,
         stats: Arc<Stats>,
         synced: watch::Sender<bool>,
-    ) -> (Self, mpsc::UnboundedReceiver<Done>) {
-        let (done_tx, done_rx) = mpsc::unbounded_channel();
-        let recorder = Recorder::new(client.clone(), &settings.node_name, settings.qps, settings.burst);
-        let bucket = TokenBucket::new(settings.qps, settings.burst);
-        (
-            Self {
-                client,
-                control,
-                results,
-                settings,
-                stats,
-                checks: HashMap::new(),
-                pods: HashMap::new(),
-                bindings: HashMap::new(),
-                done: HashSet::new(),
-                refusals: HashMap::new(),
-                retry_pods: HashSet::new(),
-                overrides_reported: HashSet::new(),
-                pending: HashMap::new(),
-                order: VecDeque::new(),
-                in_flight: HashSet::new(),
-                bucket,
-                wake: None,
-                recorder,
-                done_tx,
-                pods_listed: None,
-                checks_listed: None,
-                pods_synced: false,
-                checks_synced: false,
-                synced,
-            },
-            done_rx,
+    ) -> (Self, Reflected<Pod>, Reflected<SondeCheck>) {
+        let (pods, pod_writer) = reflector::store();
+        let selector = format!("spec.nodeName={}", settings.node_name);
+        let pod_events = watcher::watcher(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().fields(&selector),
         )
+        .default_backoff()
+        .modify(trim_pod)
+        .reflect(pod_writer);
+        let (checks, check_writer) = reflector::store();
+        let check_events = watcher::watcher(Api::<SondeCheck>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(|c: &mut SondeCheck| c.managed_fields_mut().clear())
+            .reflect(check_writer);
+        let (done_tx, _) = mpsc::unbounded_channel();
+        let events = EventSink::new(
+            client.clone(),
+            &settings.node_name,
+            settings.qps,
+            settings.burst,
+            stats.clone(),
+        );
+        let bucket = TokenBucket::new(settings.qps, settings.burst);
+        let this = Self {
+            client,
+            control,
+            results,
+            settings,
+            stats,
+            pods,
+            checks,
+            written: HashMap::new(),
+            bindings: HashMap::new(),
+            started: HashSet::new(),
+            refusals: HashMap::new(),
+            retry_pods: HashSet::new(),
+            overrides_reported: HashSet::new(),
+            pending: HashMap::new(),
+            order: VecDeque::new(),
+            in_flight: HashSet::new(),
+            bucket,
+            wake: None,
+            events,
+            done_tx,
+            ready: false,
+            synced,
+        };
+        (this, Box::pin(pod_events), Box::pin(check_events))
     }
 
     /// Runs until the watches end (never, unless the client goes away).
-    pub(super) async fn run(mut self, mut done_rx: mpsc::UnboundedReceiver<Done>) {
-        let pods: Api<Pod> = Api::all(self.client.clone());
-        let selector = format!("spec.nodeName={}", self.settings.node_name);
-        let pod_events = watcher::watcher(pods, watcher::Config::default().fields(&selector)).default_backoff();
-        let checks: Api<SondeCheck> = Api::all(self.client.clone());
-        let check_events = watcher::watcher(checks, watcher::Config::default()).default_backoff();
-        let mut pod_events = std::pin::pin!(pod_events);
-        let mut check_events = std::pin::pin!(check_events);
+    pub(super) async fn run(mut self, mut pod_events: Reflected<Pod>, mut check_events: Reflected<SondeCheck>) {
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+        self.done_tx = done_tx;
+        let (pods, checks) = (self.pods.clone(), self.checks.clone());
+        let listed = async move {
+            // Errs only when a writer is dropped, i.e. its stream ended,
+            // which ends this loop too.
+            let _ = pods.wait_until_ready().await;
+            let _ = checks.wait_until_ready().await;
+        };
+        let mut listed = std::pin::pin!(listed);
         let mut changes = self.results.subscribe();
         let mut reloads = self.control.reloads();
         let mut pulls = self.control.pulls_ended();
         loop {
             let wake = self.wake.take();
             tokio::select! {
+                () = &mut listed, if !self.ready => {
+                    self.ready = true;
+                    self.reconcile_all().await;
+                }
                 ev = pod_events.next() => match ev {
                     Some(Ok(ev)) => self.on_pod(ev).await,
                     Some(Err(e)) => tracing::warn!(error = %e, "watching Pods failed; retrying with backoff (does the ClusterRole allow pods list and watch?)"),
@@ -214,85 +322,63 @@ impl Controller {
                     Err(broadcast::error::RecvError::Closed) => {}
                 },
                 Some(done) = done_rx.recv() => self.on_done(done),
-                _ = sleep_until(wake), if wake.is_some() => {}
+                () = sleep_until(wake), if wake.is_some() => {}
             }
             self.pump();
         }
     }
 
+    /// A Pod event, after its reflector stored it.
     async fn on_pod(&mut self, ev: Event<Pod>) {
         match ev {
-            Event::Init => self.pods_listed = Some(HashSet::new()),
-            Event::InitApply(pod) => {
-                if let Some(view) = PodView::of(&pod) {
-                    if let Some(l) = &mut self.pods_listed {
-                        l.insert(view.key.clone());
-                    }
-                    self.upsert_pod(view);
-                }
-            }
+            Event::Init | Event::InitApply(_) => {}
             Event::InitDone => {
-                let listed = self.pods_listed.take().unwrap_or_default();
-                let gone: Vec<PodKey> = self.pods.keys().filter(|k| !listed.contains(*k)).cloned().collect();
-                for key in gone {
-                    self.pods.remove(&key);
-                }
-                self.pods_synced = true;
+                // A (re-)list: the store holds what the API server has now,
+                // newer than anything written before it.
+                self.written.clear();
+                let pods = self.pods.clone();
+                self.pending.retain(|key, p| {
+                    pods.get(&pod_ref(key))
+                        .is_some_and(|pod| pod.metadata.uid.as_deref() == Some(p.uid.as_str()))
+                });
                 self.reconcile_all().await;
             }
-            Event::Apply(pod) => {
-                if let Some(view) = PodView::of(&pod) {
-                    let key = view.key.clone();
-                    self.upsert_pod(view);
-                    self.reconcile_pod(&key).await;
+            Event::Apply(pod) | Event::Delete(pod) => {
+                let Some(key) = key_of(&pod) else { return };
+                self.written.remove(&key);
+                if let Some(p) = self.pending.get(&key)
+                    && Some(p.uid.as_str())
+                        != self
+                            .pods
+                            .get(&pod_ref(&key))
+                            .and_then(|p| p.metadata.uid.clone())
+                            .as_deref()
+                {
+                    // Gone, or recreated under the same name: nothing of the old one's is written.
+                    self.pending.remove(&key);
                 }
-            }
-            Event::Delete(pod) => {
-                if let Some(view) = PodView::of(&pod) {
-                    self.pods.remove(&view.key);
-                    self.reconcile_pod(&view.key).await;
-                }
+                self.reconcile_pod(&key).await;
             }
         }
     }
 
-    fn upsert_pod(&mut self, view: PodView) {
-        if let Some(p) = self.pending.get(&view.key)
-            && p.uid != view.uid
-        {
-            // Recreated under the same name: nothing of the old one's is written.
-            self.pending.remove(&view.key);
-        }
-        self.pods.insert(view.key.clone(), view);
-    }
-
+    /// A SondeCheck event, after its reflector stored it.
     async fn on_check(&mut self, ev: Event<SondeCheck>) {
-        let key_of = |c: &SondeCheck| Some((c.metadata.namespace.clone()?, c.metadata.name.clone()?));
         match ev {
-            Event::Init => self.checks_listed = Some(HashSet::new()),
-            Event::InitApply(c) => {
-                if let Some(key) = key_of(&c) {
-                    if let Some(l) = &mut self.checks_listed {
-                        l.insert(key.clone());
-                    }
-                    self.checks.insert(key, c);
-                }
-            }
+            Event::Init | Event::InitApply(_) => {}
             Event::InitDone => {
-                let listed = self.checks_listed.take().unwrap_or_default();
-                self.checks.retain(|k, _| listed.contains(k));
-                self.checks_synced = true;
+                let checks = self.checks.clone();
+                self.refusals
+                    .retain(|(ns, name), _| checks.get(&ObjectRef::new(name).within(ns)).is_some());
                 self.reconcile_all().await;
             }
             Event::Apply(c) => {
                 if let Some(key) = key_of(&c) {
-                    self.checks.insert(key.clone(), c);
                     self.reconcile_check(&key).await;
                 }
             }
             Event::Delete(c) => {
                 if let Some(key) = key_of(&c) {
-                    self.checks.remove(&key);
                     self.refusals.remove(&key);
                     self.reconcile_check(&key).await;
                 }
@@ -300,15 +386,23 @@ impl Controller {
         }
     }
 
-    fn ready(&self) -> bool {
-        self.pods_synced && self.checks_synced
+    /// The Pod `key` as the controller sees it: the store's, with the
+    /// conditions written since its last watch event.
+    fn view(&self, key: &PodKey) -> Option<PodView> {
+        let pod = self.pods.get(&pod_ref(key))?;
+        let mut view = PodView::of(&pod)?;
+        if let Some(w) = self.written.get(key).filter(|w| w.uid == view.uid) {
+            view.conditions
+                .extend(w.conds.iter().map(|(t, c)| (t.clone(), c.clone())));
+        }
+        Some(view)
     }
 
     async fn reconcile_all(&mut self) {
-        if !self.ready() {
+        if !self.ready {
             return;
         }
-        let mut keys: Vec<PodKey> = self.pods.keys().cloned().collect();
+        let mut keys: Vec<PodKey> = self.pods.state().iter().filter_map(|p| key_of(&**p)).collect();
         keys.extend(self.bindings.values().map(|b| b.pod.clone()));
         keys.sort();
         keys.dedup();
@@ -320,222 +414,173 @@ impl Controller {
     }
 
     async fn reconcile_check(&mut self, (namespace, name): &PodKey) {
-        let keys: Vec<PodKey> = self
+        let mut keys: Vec<PodKey> = self
             .pods
-            .values()
+            .state()
+            .iter()
+            .filter_map(|p| PodView::of(p))
             .filter(|p| &p.key.0 == namespace && p.gates.contains(name))
-            .map(|p| p.key.clone())
+            .map(|p| p.key)
             .collect();
+        keys.sort();
         for key in keys {
             self.reconcile_pod(&key).await;
         }
     }
 
-    /// Brings the probes of Pod `key` in line with its gates and checks:
-    /// one registry change per gate whose probe is added, retargeted or
-    /// removed; nothing for a gate whose probe is as it should be.
+    /// Brings the probes of Pod `key` in line with its gates and checks.
     async fn reconcile_pod(&mut self, key: &PodKey) {
-        if !self.ready() {
+        if !self.ready {
             return;
         }
-        let pod = self.pods.get(key).cloned();
-        let mut want: BTreeMap<String, (super::mapping::Desired, String)> = BTreeMap::new();
-        let mut unavailable: Vec<(String, String)> = Vec::new();
-        if let Some(pod) = &pod {
-            for check in &pod.gates {
-                if self.done.contains(&(pod.uid.clone(), check.clone())) {
-                    continue;
-                }
-                self.report_overrides(pod, check);
-                let Some(c) = self.checks.get(&(key.0.clone(), check.clone())) else {
-                    unavailable.push((
-                        check.clone(),
-                        format!("no SondeCheck {check:?} in namespace {:?}", key.0),
-                    ));
-                    continue;
-                };
-                match desired(pod, c, &self.settings) {
-                    Ok(Some(d)) => {
-                        let passed = pod
-                            .conditions
-                            .get(&condition_type(check))
-                            .is_some_and(|c| c.status == CondStatus::True);
-                        if d.mode == Mode::StartupOnly && passed {
-                            self.done.insert((pod.uid.clone(), check.clone()));
-                            continue;
-                        }
-                        want.insert(d.name.clone(), (d, check.clone()));
-                    }
-                    Ok(None) => {}
-                    Err(r) => {
-                        if r.of_check() {
-                            let c = c.clone();
-                            self.refuse(&c, &r.to_string());
-                        }
-                        self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                        unavailable.push((check.clone(), r.to_string()));
-                    }
-                }
+        let pod = self.view(key);
+        let checks = self.checks.clone();
+        let namespace = key.0.clone();
+        let lookup = move |name: &str| checks.get(&ObjectRef::new(name).within(&namespace));
+        let started = |uid: &str, check: &str| self.started.contains(&(uid.to_string(), check.to_string()));
+        let plan = plan_pod(&PodInputs {
+            key,
+            pod: pod.as_ref(),
+            checks: &lookup,
+            settings: &self.settings,
+            bindings: &self.bindings,
+            started: &started,
+        });
+        self.apply_plan(key, pod.as_ref(), plan).await;
+    }
+
+    /// Performs `plan` for Pod `key` (`pod`): the registry changes, the
+    /// Events, the conditions of gates that have no probe.
+    async fn apply_plan(&mut self, key: &PodKey, pod: Option<&PodView>, plan: PodPlan) {
+        let uid = pod.map(|p| p.uid.clone()).unwrap_or_default();
+        for check in plan.started {
+            self.started.insert((uid.clone(), check));
+        }
+        for (annotation, message) in plan.unknown_overrides {
+            if self.overrides_reported.insert((uid.clone(), annotation))
+                && let Some(pod) = pod
+            {
+                let about = pod_reference(&pod.key.0, &pod.key.1, &pod.uid);
+                self.events.record(about, true, "UnknownOverride", &message);
             }
         }
-        let uid = pod.as_ref().map(|p| p.uid.clone()).unwrap_or_default();
-        let mine: Vec<String> = self
-            .bindings
-            .iter()
-            .filter(|(_, b)| &b.pod == key)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for name in mine {
-            let keep = want
-                .get(&name)
-                .is_some_and(|(d, _)| self.bindings[&name].target == d.target && self.bindings[&name].uid == uid);
-            if keep {
-                want.remove(&name);
-            } else if !want.contains_key(&name) {
-                self.apply(Change::remove([name.as_str()])).await.ok();
-                self.bindings.remove(&name);
-            }
+        for (check, message) in &plan.refused_checks {
+            self.note(check, "Refused", true, message);
         }
-        for (name, (d, check)) in want {
-            let Some(pod) = &pod else { break };
-            let ctype = condition_type(&check);
-            let mut replaces = self.bindings.contains_key(&name);
-            if self.bindings.get(&name).is_some_and(|b| b.uid != uid) {
-                // Another Pod under the same name: its probe starts afresh
-                // (a replacement by an equal spec would keep the old state).
-                self.apply(Change::remove([name.as_str()])).await.ok();
-                self.bindings.remove(&name);
-                replaces = false;
-            }
-            let add = self.target(&d, key, &check);
-            let change = match add {
-                Ok(t) => Change {
-                    remove: if replaces { vec![name.as_str().into()] } else { vec![] },
-                    add: vec![t],
-                },
-                Err(e) => {
-                    self.refused(&check, key, e, replaces, &name).await;
-                    unavailable.push((check.clone(), self.refusal_text(key, &check)));
-                    continue;
-                }
-            };
-            // The state already on the Pod: no write until a threshold is crossed again.
-            self.results.seed(&name, Cond::seed(pod.conditions.get(&ctype)));
-            let oci = crate::registry::resolve::is_oci(d.target["probes"][0]["plugin"].as_str().unwrap_or(""));
-            match self.apply(change).await {
-                Err(Applied::Pulling(message)) => {
-                    // Never waited for: the gate says so, the pull goes on in
-                    // the background, and its end brings this Pod back.
-                    self.retry_pods.insert(key.clone());
-                    if replaces {
-                        self.apply(Change::remove([name.as_str()])).await.ok();
-                        self.bindings.remove(&name);
-                    }
-                    if let Some(c) = self.checks.get(&(key.0.clone(), check.clone())).cloned() {
-                        self.note(&c, "PluginPulling", false, &message);
-                    }
-                    unavailable.push((check.clone(), message));
-                }
-                Ok(()) => {
-                    self.bindings.insert(
-                        name.clone(),
-                        Binding {
-                            pod: key.clone(),
-                            uid: uid.clone(),
-                            check: check.clone(),
-                            target: d.target.clone(),
-                            mode: d.mode,
-                        },
-                    );
-                }
-                Err(Applied::Refused(e)) => {
-                    if oci {
-                        // A failed pull is tried again when its backoff passes.
-                        self.retry_pods.insert(key.clone());
-                    }
-                    self.refused(&check, key, e, replaces, &name).await;
-                    unavailable.push((check.clone(), self.refusal_text(key, &check)));
-                }
+        self.stats.refused.fetch_add(plan.refusals, Ordering::Relaxed);
+        for name in &plan.remove {
+            self.remove_probe(name).await;
+        }
+        let mut unavailable = plan.unavailable;
+        for bad in plan.bad {
+            let message = messages(&bad.errors);
+            self.refused(&bad.check, key, &message, bad.replaces, &bad.name).await;
+            unavailable.push((bad.check, message));
+        }
+        for add in plan.add {
+            if let Some(gate) = self.add_probe(key, &uid, add).await {
+                unavailable.push(gate);
             }
         }
         self.stats.probes.store(self.bindings.len() as u64, Ordering::Relaxed);
-        if pod.as_ref().is_some_and(|p| !p.gone) {
+        if pod.is_some_and(|p| !p.gone) {
             for (check, message) in unavailable {
                 self.want(key, &uid, &condition_type(&check), Cond::unavailable(&message));
             }
         }
     }
 
-    fn refusal_text(&self, key: &PodKey, check: &str) -> String {
-        self.refusals
-            .get(&(key.0.clone(), check.to_string()))
-            .cloned()
-            .unwrap_or_else(|| "refused".into())
-    }
-
-    /// A gate's probe the registry refused: the Event on its SondeCheck,
-    /// and the old probe (if any) removed.
-    async fn refused(&mut self, check: &str, key: &PodKey, message: String, replaces: bool, name: &str) {
-        self.stats.refused.fetch_add(1, Ordering::Relaxed);
-        if replaces {
-            self.apply(Change::remove([name])).await.ok();
-            self.bindings.remove(name);
-        }
-        if let Some(c) = self.checks.get(&(key.0.clone(), check.to_string())).cloned() {
-            self.refuse(&c, &message);
-        }
-    }
-
-    /// Records (once per message) that SondeCheck `c` is refused.
-    fn refuse(&mut self, c: &SondeCheck, message: &str) {
-        self.note(c, "Refused", true, message);
-    }
-
-    /// Records an Event on SondeCheck `c`, once per message.
-    fn note(&mut self, c: &SondeCheck, reason: &str, warning: bool, message: &str) {
-        let key = (
-            c.metadata.namespace.clone().unwrap_or_default(),
-            c.metadata.name.clone().unwrap_or_default(),
-        );
-        if self.refusals.get(&key).map(String::as_str) == Some(message) {
-            return;
-        }
-        tracing::warn!(namespace = %key.0, check = %key.1, event = reason, message = %message, "SondeCheck not applied");
-        self.refusals.insert(key.clone(), message.to_string());
-        let subject = Subject {
-            kind: super::crd::KIND,
-            api_version: "sonde.dev/v1alpha1",
-            namespace: key.0,
-            name: key.1,
-            uid: c.metadata.uid.clone().unwrap_or_default(),
+    /// Adds (or replaces) the probe of one gate; the gate and why, when it
+    /// has none after all.
+    async fn add_probe(&mut self, key: &PodKey, uid: &str, add: AddProbe) -> Option<(String, String)> {
+        let AddProbe {
+            name,
+            check,
+            desired,
+            target,
+            replaces,
+            seed,
+            oci,
+        } = add;
+        let change = Change {
+            remove: if replaces { vec![name.as_str().into()] } else { vec![] },
+            add: vec![target],
         };
-        self.recorder.record(&subject, warning, reason, message);
-    }
-
-    fn report_overrides(&mut self, pod: &PodView, check: &str) {
-        for a in pod.unknown_overrides(check) {
-            if self.overrides_reported.insert((pod.uid.clone(), a.clone())) {
-                let message = format!(
-                    "annotation {a} is ignored: a Pod may override only {}",
-                    super::mapping::OVERRIDABLE
-                        .iter()
-                        .map(|f| format!("sonde.dev/{check}.{f}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                self.recorder
-                    .record(&pod_subject(pod), true, "UnknownOverride", &message);
+        // The state already on the Pod: no write until a threshold is crossed again.
+        self.results.seed(&name, seed);
+        match self.apply(change).await {
+            Ok(()) => {
+                let binding = Binding {
+                    pod: key.clone(),
+                    uid: uid.to_string(),
+                    check,
+                    target: desired.target,
+                    mode: desired.mode,
+                };
+                self.bindings.insert(name, binding);
+                None
+            }
+            Err(Applied::Pulling(message)) => {
+                // Never waited for: the gate says so, the pull goes on in
+                // the background, and its end brings this Pod back.
+                self.retry_pods.insert(key.clone());
+                if replaces {
+                    self.remove_probe(&name).await;
+                }
+                if let Some(c) = self.check(key, &check) {
+                    self.note(&c, "PluginPulling", false, &message);
+                }
+                Some((check, message))
+            }
+            Err(Applied::Refused(errors)) => {
+                if oci {
+                    // A failed pull is tried again when its backoff passes.
+                    self.retry_pods.insert(key.clone());
+                }
+                let message = messages(&errors);
+                self.refused(&check, key, &message, replaces, &name).await;
+                Some((check, message))
             }
         }
     }
 
-    /// The config target of `d`, parsed as any config file's.
-    fn target(&self, d: &super::mapping::Desired, key: &PodKey, check: &str) -> Result<config::Target, String> {
-        let source = format!("SondeCheck {}/{check} for Pod {}", key.0, key.1);
-        let text = serde_json::json!({ "targets": [d.target] }).to_string();
-        config::parse(Path::new(&source), &text)
-            .map(|f| f.targets.into_iter().next().expect("one target"))
-            .map_err(|e| messages(&e))
+    fn check(&self, (namespace, _): &PodKey, name: &str) -> Option<Arc<SondeCheck>> {
+        self.checks.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// A gate's probe the registry refused: the Event on its SondeCheck,
+    /// and the old probe (if any) removed.
+    async fn refused(&mut self, check: &str, key: &PodKey, message: &str, replaces: bool, name: &str) {
+        self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        if replaces {
+            self.remove_probe(name).await;
+        }
+        if let Some(c) = self.check(key, check) {
+            self.note(&c, "Refused", true, message);
+        }
+    }
+
+    /// Removes probe `name` from the registry and forgets it; a failure is
+    /// logged and counted.
+    async fn remove_probe(&mut self, name: &str) {
+        if let Err(e) = self.control.apply_change(Change::remove([name])).await {
+            self.stats.change_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(probe = name, error = %e, "kubernetes: cannot remove a gate's probe");
+        } else {
+            self.stats.changes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.bindings.remove(name);
+    }
+
+    /// Records an Event on SondeCheck `c`, once per message.
+    fn note(&mut self, c: &SondeCheck, reason: &str, warning: bool, message: &str) {
+        let key = (c.namespace().unwrap_or_default(), c.name_any());
+        if self.refusals.get(&key).map(String::as_str) == Some(message) {
+            return;
+        }
+        tracing::warn!(namespace = %key.0, check = %key.1, event = reason, message = %message, "SondeCheck not applied");
+        self.refusals.insert(key, message.to_string());
+        self.events.record(c.object_ref(&()), warning, reason, message);
     }
 
     async fn apply(&mut self, change: Change) -> Result<(), Applied> {
@@ -544,7 +589,7 @@ impl Controller {
                 self.stats.changes.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
-            Err(ChangeError::Invalid(e)) => Err(Applied::Refused(messages(&e))),
+            Err(ChangeError::Invalid(e)) => Err(Applied::Refused(e)),
             Err(e @ ChangeError::Pulling(_)) => Err(Applied::Pulling(e.to_string())),
         }
     }
@@ -552,7 +597,8 @@ impl Controller {
     /// A pull ended, or its backoff passed: the Pods whose gates waited on
     /// one, or whose pull failed, are reconciled again.
     async fn on_pull_ended(&mut self) {
-        let pods: Vec<PodKey> = self.retry_pods.drain().collect();
+        let mut pods: Vec<PodKey> = self.retry_pods.drain().collect();
+        pods.sort();
         for key in pods {
             self.reconcile_pod(&key).await;
         }
@@ -568,21 +614,20 @@ impl Controller {
             .and_then(|v| v.last)
             .is_some_and(|o| o.result.reason == Some(Reason::Timeout));
         let cond = Cond::of_state(c.to, timed_out, &c.message);
-        if let Some(pod) = self.pods.get(&b.pod)
+        if let Some(pod) = self.view(&b.pod)
             && c.to != Status::Unknown
         {
             let message = format!("{}: {}", b.check, cond.message);
-            let subject = pod_subject(pod);
-            self.recorder
-                .record(&subject, cond.status == CondStatus::False, &cond.reason, &message);
+            let about = pod_reference(&pod.key.0, &pod.key.1, &pod.uid);
+            self.events
+                .record(about, cond.status == CondStatus::False, &cond.reason, &message);
         }
         let passed = cond.status == CondStatus::True;
         self.want(&b.pod, &b.uid, &condition_type(&b.check), cond);
         if b.mode == Mode::StartupOnly && passed {
             // Set once and left: the probe goes, the condition stays.
-            self.done.insert((b.uid.clone(), b.check.clone()));
-            self.apply(Change::remove([&*c.probe])).await.ok();
-            self.bindings.remove(&*c.probe);
+            self.started.insert((b.uid.clone(), b.check.clone()));
+            self.remove_probe(&c.probe).await;
             self.stats.probes.store(self.bindings.len() as u64, Ordering::Relaxed);
         }
     }
@@ -607,24 +652,16 @@ impl Controller {
     /// what was queued; nothing when the Pod has it already.
     fn want(&mut self, key: &PodKey, uid: &str, ctype: &str, cond: Cond) {
         let on_pod = self
-            .pods
-            .get(key)
+            .view(key)
             .filter(|p| p.uid == uid)
-            .and_then(|p| p.conditions.get(ctype));
-        let same = on_pod == Some(&cond);
-        let p = self.pending.entry(key.clone()).or_insert_with(|| Pending {
-            uid: uid.to_string(),
-            conds: BTreeMap::new(),
-            attempts: 0,
-            not_before: None,
-        });
+            .and_then(|p| p.conditions.get(ctype).cloned());
+        let same = on_pod.as_ref() == Some(&cond);
+        let p = self
+            .pending
+            .entry(key.clone())
+            .or_insert_with(|| PendingWrite::new(uid));
         if p.uid != uid {
-            *p = Pending {
-                uid: uid.to_string(),
-                conds: BTreeMap::new(),
-                attempts: 0,
-                not_before: None,
-            };
+            *p = PendingWrite::new(uid);
         }
         if same {
             p.conds.remove(ctype);
@@ -660,22 +697,13 @@ impl Controller {
                 i += 1;
                 continue;
             }
-            let pod = self.pods.get(&key).filter(|pod| pod.uid == p.uid);
-            let Some(pod) = pod else {
+            let Some(pod) = self.view(&key).filter(|pod| pod.uid == p.uid) else {
                 // The Pod went (or came back as another): nothing to write.
                 self.pending.remove(&key);
                 self.order.remove(i);
                 continue;
             };
-            let diffs: Vec<(String, Cond, bool)> = p
-                .conds
-                .iter()
-                .filter(|(t, c)| pod.conditions.get(*t) != Some(*c))
-                .map(|(t, c)| {
-                    let flip = pod.conditions.get(t).is_none_or(|old| old.status != c.status);
-                    (t.clone(), c.clone(), flip)
-                })
-                .collect();
+            let diffs = differences(&pod, &p.conds);
             if diffs.is_empty() {
                 self.pending.remove(&key);
                 self.order.remove(i);
@@ -685,9 +713,10 @@ impl Controller {
                 self.wake = Some(self.wake.map_or(at, |w| w.min(at)));
                 break;
             }
+            let uid = p.uid.clone();
             self.order.remove(i);
             self.in_flight.insert(key.clone());
-            self.send(key, p.uid.clone(), diffs);
+            self.send(key, uid, diffs);
         }
     }
 
@@ -710,6 +739,7 @@ impl Controller {
                 .map(|_| ());
             let outcome = Outcome::of(&result);
             let sent = diffs.into_iter().map(|(t, c, _)| (t, c)).collect();
+            // The controller gone, nobody is left to tell.
             let _ = tx.send(Done {
                 pod: key,
                 uid,
@@ -721,48 +751,16 @@ impl Controller {
 
     fn on_done(&mut self, done: Done) {
         self.in_flight.remove(&done.pod);
-        let (namespace, name) = &done.pod;
         match &done.outcome {
-            Outcome::Written => {
-                self.stats.patches.fetch_add(1, Ordering::Relaxed);
-                if let Some(pod) = self.pods.get_mut(&done.pod).filter(|p| p.uid == done.uid) {
-                    for (t, c) in &done.sent {
-                        pod.conditions.insert(t.clone(), c.clone());
-                    }
-                }
-                if let Some(p) = self.pending.get_mut(&done.pod) {
-                    p.attempts = 0;
-                    p.not_before = None;
-                    // What changed meanwhile stays queued (latest wins).
-                    p.conds
-                        .retain(|t, c| !done.sent.iter().any(|(st, sc)| st == t && sc == c));
-                }
-            }
+            Outcome::Written => self.on_written(&done),
             Outcome::Gone => {
                 self.stats.gone.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%namespace, pod = %name, "the Pod is gone (or was recreated); its condition is not written");
+                tracing::debug!(namespace = %done.pod.0, pod = %done.pod.1, "the Pod is gone (or was recreated); its condition is not written");
                 if self.pending.get(&done.pod).is_some_and(|p| p.uid == done.uid) {
                     self.pending.remove(&done.pod);
                 }
             }
-            Outcome::Forbidden(m) | Outcome::Retry(m) => {
-                let forbidden = matches!(done.outcome, Outcome::Forbidden(_));
-                if forbidden {
-                    self.stats.forbidden.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
-                }
-                if let Some(p) = self.pending.get_mut(&done.pod) {
-                    p.attempts += 1;
-                    let wait = backoff(&done.outcome, p.attempts);
-                    p.not_before = Some(Instant::now() + wait);
-                    if forbidden {
-                        tracing::error!(%namespace, pod = %name, error = %m, retry_in_s = wait.as_secs(), "writing the gate condition was forbidden: check the ClusterRole (pods/status patch) and the admission policy (own node only)");
-                    } else {
-                        tracing::warn!(%namespace, pod = %name, error = %m, retry_in_ms = wait.as_millis() as u64, "writing the gate condition failed; retrying");
-                    }
-                }
-            }
+            Outcome::Forbidden(m) | Outcome::Retry(m) => self.on_failed(&done, m),
         }
         if let Some(p) = self.pending.get(&done.pod) {
             if p.conds.is_empty() {
@@ -772,35 +770,123 @@ impl Controller {
             }
         }
     }
-}
 
-fn pod_subject(pod: &PodView) -> Subject {
-    Subject {
-        kind: "Pod",
-        api_version: "v1",
-        namespace: pod.key.0.clone(),
-        name: pod.key.1.clone(),
-        uid: pod.uid.clone(),
+    fn on_written(&mut self, done: &Done) {
+        self.stats.patches.fetch_add(1, Ordering::Relaxed);
+        let on_pod = self.pods.get(&pod_ref(&done.pod));
+        if on_pod.is_some_and(|p| p.metadata.uid.as_deref() == Some(done.uid.as_str())) {
+            let w = self.written.entry(done.pod.clone()).or_insert_with(|| Written {
+                uid: done.uid.clone(),
+                conds: BTreeMap::new(),
+            });
+            if w.uid != done.uid {
+                w.uid = done.uid.clone();
+                w.conds.clear();
+            }
+            w.conds.extend(done.sent.iter().cloned());
+        }
+        if let Some(p) = self.pending.get_mut(&done.pod) {
+            p.attempts = 0;
+            p.not_before = None;
+            // What changed meanwhile stays queued (latest wins).
+            p.conds
+                .retain(|t, c| !done.sent.iter().any(|(st, sc)| st == t && sc == c));
+        }
+    }
+
+    fn on_failed(&mut self, done: &Done, message: &str) {
+        let (namespace, name) = &done.pod;
+        let forbidden = matches!(done.outcome, Outcome::Forbidden(_));
+        if forbidden {
+            self.stats.forbidden.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.retries.fetch_add(1, Ordering::Relaxed);
+        }
+        let Some(p) = self.pending.get_mut(&done.pod) else {
+            return;
+        };
+        p.attempts += 1;
+        let wait = backoff(&done.outcome, p.attempts);
+        p.not_before = Some(Instant::now() + wait);
+        if forbidden {
+            tracing::error!(%namespace, pod = %name, error = %message, retry_in_s = wait.as_secs(), "writing the gate condition was forbidden: check the ClusterRole (pods/status patch) and the admission policy (own node only)");
+        } else {
+            tracing::warn!(%namespace, pod = %name, error = %message, retry_in_ms = wait.as_millis() as u64, "writing the gate condition failed; retrying");
+        }
     }
 }
 
-/// The messages of `errors`, joined (their place is the SondeCheck's
-/// name, which the text says already).
-/// The problems of a refused probe, for an Event and a condition that the
-/// namespace's users read: what is wrong, not where the agent keeps its
-/// config (a path on the node is none of their business).
-fn messages(errors: &crate::config::ConfigErrors) -> String {
-    errors
-        .0
+/// The queued conditions that differ from `pod`'s, each with whether its
+/// status flips.
+fn differences(pod: &PodView, queued: &BTreeMap<String, Cond>) -> Vec<(String, Cond, bool)> {
+    queued
         .iter()
-        .map(|e| e.message.clone())
-        .collect::<Vec<_>>()
-        .join("; ")
+        .filter(|(t, c)| pod.conditions.get(*t) != Some(*c))
+        .map(|(t, c)| {
+            let flip = pod.conditions.get(t).is_none_or(|old| old.status != c.status);
+            (t.clone(), c.clone(), flip)
+        })
+        .collect()
+}
+
+/// The store's key of Pod `key`.
+fn pod_ref((namespace, name): &PodKey) -> ObjectRef<Pod> {
+    ObjectRef::new(name).within(namespace)
+}
+
+/// The namespace and name of `object`.
+fn key_of<K: reflector::Lookup>(object: &K) -> Option<PodKey> {
+    let namespace = reflector::Lookup::namespace(object)?;
+    let name = reflector::Lookup::name(object)?;
+    Some((namespace.into_owned(), name.into_owned()))
 }
 
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store keeps only what the controller reads, and the view of a
+    /// trimmed Pod is the view of the whole one.
+    #[test]
+    fn a_trimmed_pod_keeps_its_view_and_nothing_else() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "shop", "name": "web-1", "uid": "u1", "resourceVersion": "7",
+                         "labels": {"app": "web"},
+                         "annotations": {"sonde.dev/ready.port": "9090", "kubectl.kubernetes.io/last-applied-configuration": "x".repeat(10_000)},
+                         "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"nodeName": "node-1", "readinessGates": [{"conditionType": "sonde.dev/ready"}],
+                     "volumes": [{"name": "v", "emptyDir": {}}],
+                     "containers": [{"name": "app", "image": "app", "env": [{"name": "SECRET", "value": "s"}],
+                                     "ports": [{"name": "http", "containerPort": 8080}, {"containerPort": 9000}]}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.5", "podIPs": [{"ip": "10.0.0.5"}],
+                       "containerStatuses": [{"name": "app", "image": "app", "imageID": "", "ready": true, "restartCount": 0}],
+                       "conditions": [{"type": "sonde.dev/ready", "status": "True"}, {"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let before = PodView::of(&pod).unwrap();
+        let size = serde_json::to_string(&pod).unwrap().len();
+        trim_pod(&mut pod);
+        assert_eq!(PodView::of(&pod).unwrap(), before);
+        let kept = serde_json::to_value(&pod).unwrap();
+        assert!(kept.to_string().len() < size / 10, "{kept}");
+        assert_eq!(
+            kept["metadata"]["annotations"],
+            serde_json::json!({"sonde.dev/ready.port": "9090"})
+        );
+        assert!(kept["metadata"].get("labels").is_none() && kept["metadata"].get("managedFields").is_none());
+        assert!(kept["spec"].get("volumes").is_none() && kept["spec"]["containers"][0].get("env").is_none());
+        assert!(kept["status"].get("containerStatuses").is_none());
+        assert_eq!(kept["status"]["conditions"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            kept["metadata"]["resourceVersion"], "7",
+            "the reflector resumes its watch from it"
+        );
     }
 }

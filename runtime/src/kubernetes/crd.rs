@@ -1,11 +1,14 @@
-//! The `SondeCheck` custom resource (`sonde.dev/v1alpha1`, namespaced), as
-//! `deploy/kubernetes/crd.yaml` declares it. Field names follow the
-//! kubelet's probe spec.
+//! The `SondeCheck` custom resource (`sonde.dev/v1alpha1`, namespaced).
+//! The Rust type is the source of truth: `#[derive(CustomResource)]` gives
+//! it its `kube::Resource` and its CRD, from which
+//! `deploy/kubernetes/crd.yaml` is generated ([`crd_yaml`]; a test fails
+//! when the shipped file and the type disagree, see docs/kubernetes.md).
+//! Field names follow the kubelet's probe spec; the doc comments of the
+//! spec's fields are the descriptions `kubectl explain` shows.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
-use std::borrow::Cow;
 
 /// The API group.
 pub const GROUP: &str = "sonde.dev";
@@ -17,67 +20,112 @@ pub const KIND: &str = "SondeCheck";
 /// SondeCheck: `sonde.dev/<check-name>`.
 pub const GATE_PREFIX: &str = "sonde.dev/";
 
-/// A `SondeCheck`: what to run against each Pod that names it in a
-/// readiness gate.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-pub struct SondeCheck {
-    /// Its metadata (name, namespace, uid, resourceVersion).
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    /// What to run.
-    pub spec: SondeCheckSpec,
-}
-
-/// With `apiVersion` and `kind`, which the API server requires of an object
-/// it is sent (they are constants, so the struct does not carry them).
-impl Serialize for SondeCheck {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        let mut out = s.serialize_struct("SondeCheck", 4)?;
-        out.serialize_field("apiVersion", &format!("{GROUP}/{VERSION}"))?;
-        out.serialize_field("kind", KIND)?;
-        out.serialize_field("metadata", &self.metadata)?;
-        out.serialize_field("spec", &self.spec)?;
-        out.end()
-    }
-}
-
-/// What a [`SondeCheck`] runs.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// What the check runs against each Pod that names it in a readiness gate
+/// sonde.dev/<check-name> (the resource is `SondeCheck`).
+#[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "sonde.dev",
+    version = "v1alpha1",
+    kind = "SondeCheck",
+    namespaced,
+    derive = "PartialEq",
+    shortname = "sck",
+    category = "sonde",
+    doc = "A check that sonde's DaemonSet runs against each Pod that names it in a readiness gate sonde.dev/<check-name>.",
+    printcolumn = r#"{"name": "Plugin", "type": "string", "jsonPath": ".spec.plugin"}"#,
+    printcolumn = r#"{"name": "Port", "type": "string", "jsonPath": ".spec.port"}"#,
+    printcolumn = r#"{"name": "Period", "type": "integer", "jsonPath": ".spec.periodSeconds"}"#,
+    printcolumn = r#"{"name": "Mode", "type": "string", "jsonPath": ".spec.mode"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("!has(self.timeoutSeconds) || !has(self.periodSeconds) || self.timeoutSeconds <= self.periodSeconds").message("timeoutSeconds must not exceed periodSeconds"))]
 #[serde(rename_all = "camelCase")]
 pub struct SondeCheckSpec {
-    /// A built-in name, an agent-local plugin or an `oci://…@sha256:` reference.
+    /// The plugin that runs the check: a built-in name (http, tcp, grpc), a
+    /// plugin on the agent's disk, or an oci://registry/repository@sha256:...
+    /// reference. The agent's plugin allowlist decides which a namespace may use.
+    #[schemars(length(min = 1, max = 512))]
+    #[x_kube(validation = Rule::new("!self.startsWith('oci://') || self.contains('@sha256:')").message("an oci:// plugin is pinned by digest (oci://registry/repository@sha256:...)"))]
     pub plugin: String,
-    /// The plugin's config.
-    #[serde(default)]
+    /// The plugin's config, checked against the plugin's JSON Schema by the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
     pub config: Option<serde_json::Value>,
-    /// The Pod's port: a number or a container port's name.
+    /// The Pod's port to check: a number, or the name of one of its
+    /// containers' ports. A Pod may override it with the annotation
+    /// sonde.dev/<check-name>.port.
+    // A structural schema allows no `type` inside anyOf, and numeric bounds
+    // do not apply to strings: CEL checks both.
+    #[x_kube(validation = Rule::new("type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))").message("port is a number 1-65535 or a container port's name (IANA_SVC_NAME, at most 15 characters)"))]
     pub port: IntOrString,
-    /// Seconds before the first run.
+    /// Seconds after the Pod is seen with an IP before the first run.
     #[serde(default)]
-    pub initial_delay_seconds: Option<u32>,
-    /// Seconds between runs (default 10).
-    #[serde(default)]
-    pub period_seconds: Option<u32>,
-    /// The deadline of one run, in seconds (default 1).
-    #[serde(default)]
-    pub timeout_seconds: Option<u32>,
-    /// Passes in a row that set the condition True (default 1).
-    #[serde(default)]
-    pub success_threshold: Option<u32>,
-    /// Failures in a row that set it False (default 3).
-    #[serde(default)]
-    pub failure_threshold: Option<u32>,
-    /// Continuous (default) or StartupOnly.
+    #[schemars(range(max = 3600))]
+    pub initial_delay_seconds: u32,
+    /// Seconds between runs.
+    #[serde(default = "ten")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub period_seconds: u32,
+    /// The deadline of one run, in seconds; at most periodSeconds.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 60))]
+    pub timeout_seconds: u32,
+    /// Passes in a row that set the condition True. Unlike a kubelet
+    /// liveness probe, any value is allowed.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 100))]
+    pub success_threshold: u32,
+    /// Failures in a row that set the condition False.
+    #[serde(default = "three")]
+    #[schemars(range(min = 1, max = 100))]
+    pub failure_threshold: u32,
+    /// Continuous keeps checking and follows the result. StartupOnly sets
+    /// the condition True once and then stops checking that Pod.
     #[serde(default)]
     pub mode: Mode,
-    /// Per-run limits.
-    #[serde(default)]
+    /// Per-run limits, within the namespace's tenant ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<CheckLimits>,
 }
 
+fn one() -> u32 {
+    1
+}
+fn three() -> u32 {
+    3
+}
+fn ten() -> u32 {
+    10
+}
+
+impl Default for SondeCheckSpec {
+    /// A spec with every documented default and no plugin or port.
+    fn default() -> Self {
+        Self {
+            plugin: String::new(),
+            config: None,
+            port: IntOrString::Int(0),
+            initial_delay_seconds: 0,
+            period_seconds: ten(),
+            timeout_seconds: one(),
+            success_threshold: one(),
+            failure_threshold: three(),
+            mode: Mode::default(),
+            limits: None,
+        }
+    }
+}
+
+/// The schema of `config`: any JSON object, kept as written.
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
 /// How long a check keeps running against a Pod.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum Mode {
     /// Keep checking; the condition follows the result.
     #[default]
@@ -87,41 +135,32 @@ pub enum Mode {
 }
 
 /// Per-run limits of a [`SondeCheck`], within its tenant's ceiling.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckLimits {
     /// Fuel per run.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub fuel: Option<u64>,
-    /// Memory per run, such as `16MiB`.
-    #[serde(default)]
+    /// A size such as 16MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?\s*([KMG]i?B|B)?$"))]
     pub memory: Option<String>,
 }
 
-impl kube::Resource for SondeCheck {
-    type DynamicType = ();
-    type Scope = kube::core::NamespaceResourceScope;
+/// The header of the generated `deploy/kubernetes/crd.yaml`.
+const CRD_HEADER: &str = "\
+# SondeCheck: a check that sonde's DaemonSet runs against each Pod that names
+# it in a readiness gate `sonde.dev/<check-name>` (docs/kubernetes.md).
+# Generated from the SondeCheck type (runtime/src/kubernetes/crd.rs): do not
+# edit by hand; regenerate with
+#   SONDE_WRITE_CRD=1 cargo test --workspace --test all -- shipped_crd
+";
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        KIND.into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        "sonde.dev/v1alpha1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "sondechecks".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+/// The CRD of [`SondeCheck`] as `deploy/kubernetes/crd.yaml` ships it.
+pub fn crd_yaml() -> String {
+    let crd = SondeCheck::crd();
+    let yaml = serde_saphyr::to_string(&crd).expect("a CRD serializes");
+    format!("{CRD_HEADER}{yaml}")
 }
 
 #[cfg(test)]
@@ -139,11 +178,25 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(c.spec.port, IntOrString::String("http".into()));
-        assert_eq!(c.spec.period_seconds, Some(5));
+        assert_eq!(c.spec.period_seconds, 5);
+        assert_eq!(
+            (c.spec.timeout_seconds, c.spec.failure_threshold),
+            (1, 3),
+            "the defaults"
+        );
         assert_eq!(c.spec.mode, Mode::StartupOnly);
         assert_eq!(
             <SondeCheck as kube::Resource>::url_path(&(), Some("shop")),
             "/apis/sonde.dev/v1alpha1/namespaces/shop/sondechecks"
+        );
+        let sent = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            (&sent["apiVersion"], &sent["kind"]),
+            (
+                &serde_json::json!("sonde.dev/v1alpha1"),
+                &serde_json::json!("SondeCheck")
+            ),
+            "what the API server requires of an object it is sent"
         );
     }
 }

@@ -1,123 +1,106 @@
-//! Kubernetes Events the agent records: one on a Pod per gate transition,
-//! one on a SondeCheck refused (naming what was refused). Events are
-//! best-effort: rate-limited apart from condition writes, dropped (and
-//! counted) past the limit, never retried.
+//! Kubernetes Events the agent records (events.k8s.io/v1, through
+//! kube-runtime's [`Recorder`]): one on a Pod per gate transition, one on a
+//! SondeCheck refused (naming what was refused), one on a Pod for an
+//! unknown override annotation. Events are best-effort: held to the
+//! agent's `kubernetes.qps`/`burst` apart from condition writes, dropped
+//! (and counted) past that rate, never retried; a failed one is logged and
+//! counted. The recorder folds a repeat of the same reason on the same
+//! object within 6 minutes into the first Event's series (its count and
+//! last-seen time, which `kubectl describe` shows as `(x3 over 5m)`).
 
+use super::controller::Stats;
 use super::writer::TokenBucket;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-/// The component Events are reported by.
-pub const COMPONENT: &str = "sonde";
+/// The controller Events are reported by (`kubectl describe`'s "From").
+pub(crate) const REPORTER: &str = "sonde";
+/// The action of every Event: the agent checked the object.
+const ACTION: &str = "Check";
+/// The longest note the events.k8s.io API takes, in bytes.
+const MAX_NOTE: usize = 1024;
 
-/// What an Event is about.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Subject {
-    /// `Pod` or `SondeCheck`.
-    pub kind: &'static str,
-    /// `v1` or `sonde.dev/v1alpha1`.
-    pub api_version: &'static str,
-    /// Its namespace.
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
-    /// Its UID.
-    pub uid: String,
-}
-
-/// Records Events, within a rate.
-pub struct Recorder {
-    client: kube::Client,
-    node: String,
+/// Records Events within a rate, in the background.
+pub(crate) struct EventSink {
+    recorder: Recorder,
     bucket: TokenBucket,
-    /// Events sent.
-    pub sent: Arc<AtomicU64>,
-    /// Events dropped past the rate.
-    pub dropped: Arc<AtomicU64>,
+    stats: Arc<Stats>,
 }
 
-impl Recorder {
-    /// A recorder of `node`'s agent, at most `qps` Events a second after a
-    /// `burst`.
-    pub fn new(client: kube::Client, node: &str, qps: f64, burst: u32) -> Self {
+impl EventSink {
+    /// A sink of `node`'s agent, at most `qps` Events a second after a
+    /// `burst`, counting into `stats`.
+    pub(crate) fn new(client: kube::Client, node: &str, qps: f64, burst: u32, stats: Arc<Stats>) -> Self {
+        let reporter = Reporter {
+            controller: REPORTER.into(),
+            instance: Some(node.into()),
+        };
         Self {
-            client,
-            node: node.to_string(),
+            recorder: Recorder::new(client, reporter),
             bucket: TokenBucket::new(qps, burst),
-            sent: Arc::default(),
-            dropped: Arc::default(),
+            stats,
         }
     }
 
-    /// Records an Event on `about` (`warning` or normal), in the background.
-    pub fn record(&mut self, about: &Subject, warning: bool, reason: &str, message: &str) {
+    /// Records an Event on `regarding` (`warning` or normal), in the
+    /// background; past the rate it is dropped and counted.
+    pub(crate) fn record(&mut self, regarding: ObjectReference, warning: bool, reason: &str, message: &str) {
         if self.bucket.take(tokio::time::Instant::now()).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(namespace = %about.namespace, name = %about.name, reason, "event dropped: over the rate");
+            self.stats.events_dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(namespace = ?regarding.namespace, name = ?regarding.name, reason, "event dropped: over the rate");
             return;
         }
-        let event = build(
-            about,
-            &self.node,
-            warning,
-            reason,
-            message,
-            k8s_openapi::jiff::Timestamp::now(),
-        );
-        let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), &about.namespace);
-        let sent = self.sent.clone();
+        let event = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.into(),
+            note: Some(note(message)),
+            action: ACTION.into(),
+            secondary: None,
+        };
+        let recorder = self.recorder.clone();
+        let stats = self.stats.clone();
         tokio::spawn(async move {
-            match api.create(&kube::api::PostParams::default(), &event).await {
-                Ok(_) => {
-                    sent.fetch_add(1, Ordering::Relaxed);
+            match recorder.publish(&event, &regarding).await {
+                Ok(()) => {
+                    stats.events_sent.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot record a Kubernetes Event; does the ClusterRole allow events create?")
+                Err(error) => {
+                    stats.events_failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%error, namespace = ?regarding.namespace, name = ?regarding.name, reason = %event.reason, "cannot record a Kubernetes Event; does the ClusterRole allow events.k8s.io events create and patch?");
                 }
             }
         });
     }
 }
 
-/// The Event itself (core/v1, which `kubectl describe` shows).
-pub fn build(
-    about: &Subject,
-    node: &str,
-    warning: bool,
-    reason: &str,
-    message: &str,
-    now: k8s_openapi::jiff::Timestamp,
-) -> Event {
-    Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{}.", about.name)),
-            namespace: Some(about.namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        involved_object: ObjectReference {
-            kind: Some(about.kind.into()),
-            api_version: Some(about.api_version.into()),
-            namespace: Some(about.namespace.clone()),
-            name: Some(about.name.clone()),
-            uid: Some(about.uid.clone()),
-            ..ObjectReference::default()
-        },
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
-        source: Some(EventSource {
-            component: Some(COMPONENT.into()),
-            host: Some(node.into()),
-        }),
-        reporting_component: Some("sonde.dev/agent".into()),
-        reporting_instance: Some(node.into()),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        event_time: Some(MicroTime(now)),
-        action: Some("Check".into()),
-        count: Some(1),
-        ..Event::default()
+/// `message` cut to [`MAX_NOTE`] bytes on a char boundary.
+fn note(message: &str) -> String {
+    super::mapping::cut(message, MAX_NOTE)
+}
+
+/// The reference to a Pod an Event is about.
+pub(crate) fn pod_reference(namespace: &str, name: &str, uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        uid: Some(uid.into()),
+        ..ObjectReference::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_note_is_cut_on_a_char_boundary() {
+        assert_eq!(note("short"), "short");
+        let long = "é".repeat(MAX_NOTE);
+        let cut = note(&long);
+        assert!(cut.len() <= MAX_NOTE && cut.ends_with("..."), "{}", cut.len());
     }
 }

@@ -29,7 +29,7 @@ pub const MAX_MESSAGE: usize = 256;
 
 /// The agent's Kubernetes settings, defaults filled in.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Settings {
+pub struct GateSettings {
     /// The node whose Pods are checked.
     pub node_name: String,
     /// The plugin allowlist (see [`Allowlist::allows`]): built-in names, plugin
@@ -47,7 +47,7 @@ pub struct Settings {
 
 /// Why the settings cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum SettingsError {
+pub enum GateSettingsError {
     /// No node name in the config or `$NODE_NAME`.
     #[error(
         "kubernetes: no node name: set NODE_NAME (the downward API's spec.nodeName, see deploy/kubernetes/daemonset.yaml) or kubernetes.node_name"
@@ -59,7 +59,7 @@ pub enum SettingsError {
         /// The entry.
         entry: String,
         /// What is wrong with it.
-        why: String,
+        why: AllowlistProblem,
     },
     /// `qps` or `burst` is not positive.
     #[error("kubernetes: qps and burst must be positive (qps {qps}, burst {burst})")]
@@ -71,19 +71,19 @@ pub enum SettingsError {
     },
 }
 
-impl Settings {
+impl GateSettings {
     /// The settings of a `kubernetes:` block (or none: the defaults), with
     /// `env_node` (`$NODE_NAME`) when the block names no node.
-    pub fn new(spec: Option<&KubernetesSpec>, env_node: Option<String>) -> Result<Self, SettingsError> {
+    pub fn new(spec: Option<&KubernetesSpec>, env_node: Option<String>) -> Result<Self, GateSettingsError> {
         let node_name = spec
             .and_then(|s| s.node_name.clone())
             .or(env_node)
             .filter(|n| !n.is_empty())
-            .ok_or(SettingsError::NoNodeName)?;
+            .ok_or(GateSettingsError::NoNodeName)?;
         let qps = spec.and_then(|s| s.qps).unwrap_or(DEFAULT_QPS);
         let burst = spec.and_then(|s| s.burst).unwrap_or(DEFAULT_BURST);
         if !(qps > 0.0 && qps.is_finite()) || burst == 0 {
-            return Err(SettingsError::Rate { qps, burst });
+            return Err(GateSettingsError::Rate { qps, burst });
         }
         let plugins = spec
             .and_then(|s| s.plugins.clone())
@@ -132,10 +132,10 @@ impl std::fmt::Debug for Allowlist {
 impl Allowlist {
     /// Parses every entry; the first that cannot be compared safely is
     /// the error, named.
-    pub fn parse(entries: &[String]) -> Result<Self, SettingsError> {
+    pub fn parse(entries: &[String]) -> Result<Self, GateSettingsError> {
         let parsed = entries.iter().map(|entry| match allow_entry(entry) {
             Ok(allow) => Ok((entry.clone(), allow)),
-            Err(why) => Err(SettingsError::Allowlist {
+            Err(why) => Err(GateSettingsError::Allowlist {
                 entry: entry.clone(),
                 why,
             }),
@@ -185,22 +185,39 @@ enum Allow {
     Digest(String),
 }
 
-fn allow_entry(entry: &str) -> Result<Allow, String> {
+/// Why an allowlist entry cannot be compared safely.
+#[derive(Debug, thiserror::Error)]
+pub enum AllowlistProblem {
+    /// An `oci://` entry that is not a registry scope.
+    #[error("is not a registry scope: {0}")]
+    NotAScope(#[source] crate::oci::OciError),
+    /// A `sha256:` entry that is not a whole digest.
+    #[error("is not a digest (sha256: and 64 lowercase hex digits)")]
+    NotADigest,
+    /// An absolute path with `.`, `..` or empty components.
+    #[error("must be a normal absolute path (no `.`, `..` or empty components)")]
+    NotNormal,
+    /// None of the forms.
+    #[error("is none of: a built-in's name, an absolute path, oci://HOST/REPOSITORY(/*), sha256:DIGEST")]
+    UnknownForm,
+}
+
+fn allow_entry(entry: &str) -> Result<Allow, AllowlistProblem> {
     if Reference::is_oci(entry) {
         return RegistryScope::parse(entry)
             .map(Allow::Scope)
-            .map_err(|e| format!("is not a registry scope: {e}"));
+            .map_err(AllowlistProblem::NotAScope);
     }
     if let Some(hex) = entry.strip_prefix("sha256:") {
         return if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
             Ok(Allow::Digest(entry.to_string()))
         } else {
-            Err("is not a digest (sha256: and 64 lowercase hex digits)".into())
+            Err(AllowlistProblem::NotADigest)
         };
     }
     if entry.starts_with('/') {
         if !lexically_normal(entry.trim_end_matches('/')) {
-            return Err("must be a normal absolute path (no `.`, `..` or empty components)".into());
+            return Err(AllowlistProblem::NotNormal);
         }
         return Ok(if entry.ends_with('/') {
             Allow::Directory(entry.to_string())
@@ -209,7 +226,7 @@ fn allow_entry(entry: &str) -> Result<Allow, String> {
         });
     }
     if entry.is_empty() || entry.contains(['/', ':', '@']) {
-        return Err("is none of: a built-in's name, an absolute path, oci://HOST/REPOSITORY(/*), sha256:DIGEST".into());
+        return Err(AllowlistProblem::UnknownForm);
     }
     Ok(Allow::Exact(entry.to_string()))
 }
@@ -415,17 +432,22 @@ impl Cond {
     }
 }
 
-/// `message` cut to [`MAX_MESSAGE`] bytes on a char boundary.
+/// `message`, trimmed, cut to [`MAX_MESSAGE`] bytes.
 fn short(message: &str) -> String {
-    let m = message.trim();
-    if m.len() <= MAX_MESSAGE {
-        return m.to_string();
+    cut(message.trim(), MAX_MESSAGE)
+}
+
+/// `text` cut to at most `max` bytes (`max` > 3) on a char boundary,
+/// ending in `...` when cut.
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
     }
-    let mut end = MAX_MESSAGE - 3;
-    while !m.is_char_boundary(end) {
+    let mut end = max - 3;
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}...", &m[..end])
+    format!("{}...", &text[..end])
 }
 
 /// The condition type of a gate on check `check`.
@@ -465,31 +487,19 @@ pub struct Desired {
 
 /// Why a (Pod, gate) pair has no probe.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The namespace maps to no tenant.
     #[error("namespace {namespace:?} has no tenant: list it in the agent's kubernetes.namespaces")]
-    NoTenant {
-        /// The namespace.
-        namespace: String,
-    },
+    NoTenant { namespace: String },
     /// The plugin is not on the allowlist.
     #[error("plugin {plugin:?} is not on the agent's allowlist (kubernetes.plugins)")]
-    PluginNotAllowed {
-        /// The plugin.
-        plugin: String,
-    },
+    PluginNotAllowed { plugin: String },
     /// The port names no container port of the Pod.
     #[error("port {port:?} names no container port of the Pod")]
-    NoSuchPort {
-        /// The name.
-        port: String,
-    },
+    NoSuchPort { port: String },
     /// A port number out of range.
     #[error("port {port} is not a port number (1-65535)")]
-    BadPort {
-        /// The number.
-        port: i64,
-    },
+    BadPort { port: i64 },
 }
 
 impl Refusal {
@@ -506,7 +516,7 @@ fn json_duration(secs: u32) -> serde_json::Value {
 
 /// The probe of gate `check` of `pod`: `Ok(None)` while the Pod has no IP
 /// or is going away.
-pub fn desired(pod: &PodView, check: &SondeCheck, settings: &Settings) -> Result<Option<Desired>, Refusal> {
+pub fn desired(pod: &PodView, check: &SondeCheck, settings: &GateSettings) -> Result<Option<Desired>, Refusal> {
     let (namespace, pod_name) = &pod.key;
     let check_name = check.metadata.name.as_deref().unwrap_or_default();
     let tenant = settings.tenant_of(namespace).ok_or_else(|| Refusal::NoTenant {
@@ -546,11 +556,11 @@ pub fn desired(pod: &PodView, check: &SondeCheck, settings: &Settings) -> Result
         "kind": "readiness",
         "plugin": spec.plugin,
         "config": spec.config.clone().unwrap_or_else(|| serde_json::json!({})),
-        "period": json_duration(spec.period_seconds.unwrap_or(10)),
-        "initial_delay": json_duration(spec.initial_delay_seconds.unwrap_or(0)),
-        "timeout": json_duration(spec.timeout_seconds.unwrap_or(1)),
-        "success_threshold": spec.success_threshold.unwrap_or(1),
-        "failure_threshold": spec.failure_threshold.unwrap_or(3),
+        "period": json_duration(spec.period_seconds),
+        "initial_delay": json_duration(spec.initial_delay_seconds),
+        "timeout": json_duration(spec.timeout_seconds),
+        "success_threshold": spec.success_threshold,
+        "failure_threshold": spec.failure_threshold,
         "labels": { "namespace": namespace, "pod": pod_name, "check": check_name },
     });
     // The Pod's other families are its own too.
@@ -589,8 +599,8 @@ mod tests {
     use super::*;
     use crate::kubernetes::crd::SondeCheckSpec;
 
-    fn settings() -> Settings {
-        Settings::new(None, Some("node-1".into())).unwrap()
+    fn settings() -> GateSettings {
+        GateSettings::new(None, Some("node-1".into())).unwrap()
     }
 
     fn pod() -> PodView {
@@ -616,7 +626,7 @@ mod tests {
             spec: SondeCheckSpec {
                 plugin: "http".into(),
                 port,
-                period_seconds: Some(1),
+                period_seconds: 1,
                 ..Default::default()
             },
         }
@@ -701,7 +711,7 @@ mod tests {
                 plugins: Some(vec![bad.to_string()]),
                 ..Default::default()
             };
-            let e = Settings::new(Some(&spec), Some("n".into())).unwrap_err();
+            let e = GateSettings::new(Some(&spec), Some("n".into())).unwrap_err();
             assert!(e.to_string().contains(bad), "{e}");
         }
         assert_eq!(s.tenant_of("shop"), Some("shop"));

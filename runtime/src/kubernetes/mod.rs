@@ -7,11 +7,15 @@
 //! Pod's status when the probe's state changes (docs/kubernetes.md).
 //!
 //! - [`crd`]: the `SondeCheck` resource;
-//! - [`mapping`]: settings, the Pod as the controller sees it, and the
+//! - `mapping`: the settings, the Pod as the controller sees it, and the
 //!   probe of a (Pod, gate) pair — pure functions;
-//! - [`controller`]: the watches, the registry changes and the write queue;
-//! - [`writer`]: the strategic-merge patch, rate limit and backoff;
-//! - [`events`]: Kubernetes Events on Pods and SondeChecks;
+//! - `plan`: reconciling one Pod as a pure plan (which probes to add,
+//!   replace or remove; which gates have none and why; which Events);
+//! - `controller`: the reflectors, the applier of plans, and the write
+//!   queue;
+//! - `writer`: the strategic-merge patch, rate limit and backoff;
+//! - `events`: Kubernetes Events on Pods and SondeChecks, through
+//!   kube-runtime's recorder;
 //! - [`review`]: the API's callers, by `TokenReview` and `SubjectAccessReview`.
 //!
 //! Namespaces map to tenants (by default the tenant of the namespace's
@@ -22,9 +26,9 @@
 //!
 //! ```no_run
 //! # async fn demo(agent: &sonde_runtime::agent::Agent) -> Result<(), Box<dyn std::error::Error>> {
-//! use sonde_runtime::kubernetes::{self, Settings};
+//! use sonde_runtime::kubernetes::{self, GateSettings};
 //!
-//! let settings = Settings::new(None, std::env::var("NODE_NAME").ok())?;
+//! let settings = GateSettings::new(None, std::env::var("NODE_NAME").ok())?;
 //! let client = kubernetes::connect().await?;
 //! let handle = kubernetes::spawn(client, agent.control.clone(), agent.results.clone(), settings);
 //! handle.synced().await;
@@ -32,33 +36,36 @@
 //! # }
 //! ```
 
-pub mod controller;
+mod controller;
 pub mod crd;
-pub mod events;
-pub mod mapping;
+mod events;
+pub(crate) mod mapping;
+mod plan;
 pub mod review;
-pub mod writer;
+mod writer;
 
 use crate::control::Control;
 use crate::results::ResultCache;
 pub use controller::Stats;
-pub use mapping::{Allowlist, Settings, SettingsError};
+pub use mapping::{Allowlist, AllowlistProblem, GateSettings, GateSettingsError};
 use std::sync::Arc;
 use tokio::sync::watch;
 
-/// The running controller.
-pub struct Handle {
+/// The running readiness-gate controller ([`spawn`]); dropping it stops
+/// the controller.
+pub struct GateController {
     /// What it did so far.
     pub stats: Arc<Stats>,
     synced: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Handle {
-    /// Waits until both watches listed and every Pod's probes are in the
-    /// registry.
+impl GateController {
+    /// Waits until both reflectors listed and every Pod's probes are in
+    /// the registry.
     pub async fn synced(&self) {
         let mut s = self.synced.clone();
+        // Errs only when the controller ended: nothing more to wait for.
         let _ = s.wait_for(|v| *v).await;
     }
 
@@ -68,7 +75,7 @@ impl Handle {
     }
 }
 
-impl Drop for Handle {
+impl Drop for GateController {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -94,12 +101,17 @@ pub async fn connect() -> Result<kube::Client, ConnectError> {
 
 /// Starts the controller of `settings.node_name`'s Pods on the registry
 /// of `control`, following probe states in `results`.
-pub fn spawn(client: kube::Client, control: Arc<Control>, results: ResultCache, settings: Settings) -> Handle {
+pub fn spawn(
+    client: kube::Client,
+    control: Arc<Control>,
+    results: ResultCache,
+    settings: GateSettings,
+) -> GateController {
     let stats = Arc::new(Stats::default());
     let (synced_tx, synced) = watch::channel(false);
     tracing::info!(node = %settings.node_name, plugins = ?settings.plugins, qps = settings.qps, burst = settings.burst, "kubernetes: serving readiness gates sonde.dev/* of this node's Pods");
-    let (controller, done_rx) =
-        controller::Controller::new(client, control, results, settings, stats.clone(), synced_tx);
-    let task = tokio::spawn(controller.run(done_rx));
-    Handle { stats, synced, task }
+    let (controller, pods, checks) =
+        controller::Reconciler::new(client, control, results, settings, stats.clone(), synced_tx);
+    let task = tokio::spawn(controller.run(pods, checks));
+    GateController { stats, synced, task }
 }

@@ -17,7 +17,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use serde_json::{Value, json};
 use sonde_runtime::agent::{Agent, AgentOptions};
-use sonde_runtime::kubernetes::{self, Allowlist, Settings};
+use sonde_runtime::kubernetes::{self, Allowlist, GateSettings};
 use sonde_tests::HttpServer;
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
@@ -250,10 +250,17 @@ impl FakeApi {
                 w.pod_watches.retain(|tx| tx.send(ev.clone()).is_ok());
                 full(200, &pod)
             }
-            ("POST", path) if path.ends_with("/events") => {
+            // Events through kube-runtime's recorder: events.k8s.io/v1, a
+            // repeat within its window patched into the first one's series.
+            ("POST", path) if path.starts_with("/apis/events.k8s.io/v1/namespaces/") && path.ends_with("/events") => {
+                assert_eq!(r.body["apiVersion"], "events.k8s.io/v1");
                 assert_eq!(r.body["kind"], "Event");
-                assert_eq!(r.body["source"]["component"], "sonde");
+                assert_eq!(r.body["reportingController"], "sonde");
                 full(201, &r.body)
+            }
+            ("PATCH", path) if path.starts_with("/apis/events.k8s.io/v1/namespaces/") => {
+                assert!(r.body["series"]["count"].as_u64().is_some_and(|n| n >= 2), "{}", r.body);
+                full(200, &r.body)
             }
             (m, p) => panic!("unexpected request {m} {p}?{}", r.query),
         }
@@ -305,8 +312,12 @@ impl FakeApi {
         self.log.borrow().clone()
     }
 
+    /// The condition writes (patches of `pods/*/status`).
     fn patches(&self) -> Vec<Recorded> {
-        self.requests().into_iter().filter(|r| r.method == "PATCH").collect()
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+            .collect()
     }
 
     fn events(&self) -> Vec<Recorded> {
@@ -399,12 +410,17 @@ pub(crate) fn cond<'a>(pod: &'a Value, t: &str) -> Option<&'a Value> {
 
 /// An agent with tenants `shop` (the loopback in its ceiling) and `poor`
 /// (the 10/8 network only), and the controller on `client`.
-async fn agent(client: kube::Client, dir: &Path) -> (Agent, kubernetes::Handle) {
+async fn agent(client: kube::Client, dir: &Path) -> (Agent, kubernetes::GateController) {
     agent_with(client, dir, "", &["http", "tcp"]).await
 }
 
 /// [`agent`] with more top-level config (`extra`) and another allowlist.
-async fn agent_with(client: kube::Client, dir: &Path, extra: &str, plugins: &[&str]) -> (Agent, kubernetes::Handle) {
+async fn agent_with(
+    client: kube::Client,
+    dir: &Path,
+    extra: &str,
+    plugins: &[&str],
+) -> (Agent, kubernetes::GateController) {
     agent_configured(client, dir, extra, "", plugins).await
 }
 
@@ -415,11 +431,11 @@ async fn agent_configured(
     extra: &str,
     shop_ceiling: &str,
     plugins: &[&str],
-) -> (Agent, kubernetes::Handle) {
+) -> (Agent, kubernetes::GateController) {
     let config = format!(
         "{extra}tenants:\n  - id: shop\n    quotas: {{max_probes: 200, max_concurrent_runs: 16}}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]{shop_ceiling}}}\n  - id: poor\n    ceiling: {{net: [\"10.0.0.0/8:*\"]}}\ntargets: []\n"
     );
-    let settings = Settings {
+    let settings = GateSettings {
         node_name: NODE.into(),
         plugins: Allowlist::parse(&plugins.iter().map(|p| p.to_string()).collect::<Vec<_>>()).unwrap(),
         namespaces: BTreeMap::new(),
@@ -435,9 +451,9 @@ pub(crate) async fn start_gates(
     client: kube::Client,
     dir: &Path,
     config: &str,
-    settings: Settings,
+    settings: GateSettings,
     jitter: bool,
-) -> (Agent, kubernetes::Handle) {
+) -> (Agent, kubernetes::GateController) {
     let path = dir.join("sonde.yaml");
     std::fs::write(&path, config).unwrap();
     let options = AgentOptions {
@@ -762,12 +778,12 @@ async fn a_check_outside_its_namespace_ceiling_is_refused_with_an_event() {
     let events = api.events();
     let ceiling = events
         .iter()
-        .find(|e| e.body["involvedObject"]["namespace"] == "poor")
+        .find(|e| e.body["regarding"]["namespace"] == "poor")
         .unwrap();
-    assert_eq!(ceiling.path, "/api/v1/namespaces/poor/events");
-    assert_eq!(ceiling.body["involvedObject"]["kind"], "SondeCheck");
+    assert_eq!(ceiling.path, "/apis/events.k8s.io/v1/namespaces/poor/events");
+    assert_eq!(ceiling.body["regarding"]["kind"], "SondeCheck");
     assert_eq!(ceiling.body["type"], "Warning");
-    let message = ceiling.body["message"].as_str().unwrap();
+    let message = ceiling.body["note"].as_str().unwrap();
     assert!(
         message.contains("127.0.0.1") && message.contains("ceiling"),
         "names the grant: {message}"
@@ -778,10 +794,10 @@ async fn a_check_outside_its_namespace_ceiling_is_refused_with_an_event() {
     );
     let allow = events
         .iter()
-        .find(|e| e.body["involvedObject"]["namespace"] == "shop")
+        .find(|e| e.body["regarding"]["namespace"] == "shop")
         .unwrap();
     assert!(
-        allow.body["message"].as_str().unwrap().contains("allowlist"),
+        allow.body["note"].as_str().unwrap().contains("allowlist"),
         "{}",
         allow.body
     );
@@ -1007,16 +1023,16 @@ async fn an_oci_check_covered_by_the_allowlist_drives_its_gate_and_another_is_re
     );
     api.wait("a refusal Event on the stray check", |r| {
         r.iter()
-            .any(|r| r.method == "POST" && r.body["reason"] == "Refused" && r.body["involvedObject"]["name"] == "stray")
+            .any(|r| r.method == "POST" && r.body["reason"] == "Refused" && r.body["regarding"]["name"] == "stray")
     })
     .await;
     let refusal = api
         .events()
         .into_iter()
-        .find(|e| e.body["involvedObject"]["name"] == "stray")
+        .find(|e| e.body["regarding"]["name"] == "stray")
         .unwrap();
     assert!(
-        refusal.body["message"].as_str().unwrap().contains("allowlist"),
+        refusal.body["note"].as_str().unwrap().contains("allowlist"),
         "{}",
         refusal.body
     );
@@ -1086,7 +1102,7 @@ async fn a_silent_registry_in_one_namespace_holds_up_no_other() {
         addr = silent.addr,
     );
     let scope = format!("oci://{}/acme/*", silent.addr);
-    let settings = Settings {
+    let settings = GateSettings {
         node_name: NODE.into(),
         plugins: Allowlist::parse(&["tcp".to_string(), scope]).unwrap(),
         namespaces: BTreeMap::new(),
@@ -1134,7 +1150,7 @@ async fn a_silent_registry_in_one_namespace_holds_up_no_other() {
         .filter(|e| e.body["reason"] == "PluginPulling")
         .collect();
     assert_eq!(pulling.len(), 1, "one Event for the pull: {pulling:#?}");
-    assert_eq!(pulling[0].body["involvedObject"]["name"], "pulled");
+    assert_eq!(pulling[0].body["regarding"]["name"], "pulled");
     assert!(
         agent.results.get("k8s_shop_a-1_pulled").is_none(),
         "A's probe waits, not run"
@@ -1142,4 +1158,149 @@ async fn a_silent_registry_in_one_namespace_holds_up_no_other() {
     drop(gates);
     agent.stop().await;
     accepting.abort();
+}
+
+/// Events go through kube-runtime's recorder (events.k8s.io/v1): each
+/// transition of a gate records one on the Pod, and a repeat of the same
+/// reason on the same Pod within the recorder's window is counted on the
+/// first Event's series (a patch) rather than created again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_transition_is_counted_on_the_first_event() {
+    let server = HttpServer::start().await;
+    let (client, api) = FakeApi::start();
+    api.put(check("shop", "ready", 1, 1), false);
+    api.put(
+        pod(
+            "shop",
+            "web-1",
+            "uid-1",
+            NODE,
+            server.addr.port(),
+            &["ready"],
+            json!([]),
+        ),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path()).await;
+    gates.synced().await;
+    for (n, healthy) in [(1, true), (2, false), (3, true)] {
+        server.set_healthy(healthy);
+        api.wait("the next transition", |r| {
+            r.iter()
+                .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+                .count()
+                >= n
+        })
+        .await;
+    }
+    api.wait("the repeat patched into the series", |r| {
+        r.iter()
+            .any(|r| r.method == "PATCH" && r.path.starts_with("/apis/events.k8s.io/v1/namespaces/shop/events/"))
+    })
+    .await;
+    let created = api.events();
+    let reasons: Vec<&str> = created.iter().map(|e| e.body["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["CheckPassed", "CheckFailed"], "{created:#?}");
+    let series: Vec<Recorded> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.contains("/events/"))
+        .collect();
+    assert_eq!(series.len(), 1, "{series:#?}");
+    assert_eq!(series[0].body["reason"], "CheckPassed");
+    assert_eq!(series[0].body["series"]["count"], 2);
+    assert_eq!(series[0].body["regarding"]["uid"], "uid-1");
+    let first = created[0].body["metadata"]["name"].as_str().unwrap();
+    assert!(
+        series[0].path.ends_with(&format!("/events/{first}")),
+        "{}",
+        series[0].path
+    );
+    assert_eq!(gates.stats.events_failed.load(std::sync::atomic::Ordering::Relaxed), 0);
+    drop(gates);
+    agent.stop().await;
+}
+
+/// `deploy/kubernetes/crd.yaml` is generated from the `SondeCheck` type
+/// (`SONDE_WRITE_CRD=1` rewrites it): the shipped file parses as an
+/// `apiextensions.k8s.io/v1` CustomResourceDefinition equal to the type's,
+/// byte for byte what the generator writes, and it keeps the CEL rules
+/// and printer columns the API server enforces and `kubectl get` shows.
+#[test]
+fn shipped_crd_is_generated_from_the_sondecheck_type() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::CustomResourceExt;
+    use sonde_runtime::kubernetes::crd::{SondeCheck, crd_yaml};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/crd.yaml");
+    let generated = crd_yaml();
+    if std::env::var_os("SONDE_WRITE_CRD").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+        eprintln!("wrote {}", path.display());
+    }
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    let regenerate = "the SondeCheck type and deploy/kubernetes/crd.yaml disagree: regenerate it with SONDE_WRITE_CRD=1 cargo test --workspace --test all -- shipped_crd";
+    let parsed: CustomResourceDefinition =
+        serde_saphyr::from_str(&shipped).unwrap_or_else(|e| panic!("{}: not a CRD: {e}", path.display()));
+    assert!(parsed == SondeCheck::crd(), "{regenerate}");
+    assert!(shipped == generated, "{regenerate} (the text differs)");
+
+    let crd = serde_json::to_value(&parsed).unwrap();
+    assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
+    assert_eq!(crd["metadata"]["name"], "sondechecks.sonde.dev");
+    assert_eq!(crd["spec"]["names"]["shortNames"], json!(["sck"]));
+    assert_eq!(crd["spec"]["names"]["categories"], json!(["sonde"]));
+    let version = &crd["spec"]["versions"][0];
+    let columns: Vec<(&str, &str, &str)> = version["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["type"].as_str().unwrap(),
+                c["jsonPath"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            ("Plugin", "string", ".spec.plugin"),
+            ("Port", "string", ".spec.port"),
+            ("Period", "integer", ".spec.periodSeconds"),
+            ("Mode", "string", ".spec.mode"),
+            ("Age", "date", ".metadata.creationTimestamp"),
+        ]
+    );
+    let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let rules = |v: &Value| -> Vec<String> {
+        v["x-kubernetes-validations"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no CEL rules in {v}"))
+            .iter()
+            .map(|r| r["rule"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        rules(spec),
+        ["!has(self.timeoutSeconds) || !has(self.periodSeconds) || self.timeoutSeconds <= self.periodSeconds"]
+    );
+    assert_eq!(
+        rules(&spec["properties"]["plugin"]),
+        ["!self.startsWith('oci://') || self.contains('@sha256:')"]
+    );
+    assert_eq!(
+        rules(&spec["properties"]["port"]),
+        [
+            "type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))"
+        ]
+    );
+    assert_eq!(spec["properties"]["port"]["x-kubernetes-int-or-string"], true);
+    assert_eq!(spec["required"], json!(["plugin", "port"]));
+    assert_eq!(
+        spec["properties"]["config"]["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
+    assert_eq!(spec["properties"]["mode"]["enum"], json!(["Continuous", "StartupOnly"]));
 }

@@ -16,7 +16,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use sonde_runtime::agent::Agent;
 use sonde_runtime::kubernetes::crd::SondeCheck;
-use sonde_runtime::kubernetes::{self, Allowlist, Settings};
+use sonde_runtime::kubernetes::{self, Allowlist, GateSettings};
 use sonde_tests::HttpServer;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -81,9 +81,9 @@ async fn make_pod(pods: &Api<Pod>, name: &str, node: &str, port: u16) {
         .expect("play the kubelet");
 }
 
-async fn start_agent(namespace: &str, client: Client, dir: &Path) -> (Agent, kubernetes::Handle) {
+async fn start_agent(namespace: &str, client: Client, dir: &Path) -> (Agent, kubernetes::GateController) {
     let config = format!("tenants:\n  - id: {namespace}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]}}\ntargets: []\n");
-    let settings = Settings {
+    let settings = GateSettings {
         node_name: NODE.into(),
         plugins: Allowlist::parse(&["http".into()]).unwrap(),
         namespaces: BTreeMap::new(),
