@@ -8,7 +8,7 @@
 //! [`scheduler`] decides when each runs; the [`engine`] runs each call in a
 //! sandbox whose [`host`] capabilities check every use of the network,
 //! files and programs against the probe's grants; [`verdict`] says what a
-//! run produced, [`thresholds`] whether it changes the probe's state, and
+//! run produced, `thresholds` whether it changes the probe's state, and
 //! [`results`] keeps it (optionally on disk) for the [`api`] and the
 //! [`kubernetes`] readiness-gate controller. [`agent`]
 //! wires these into `sonde run`; [`cli`] is the `sonde` command.
@@ -47,7 +47,7 @@ mod bindings;
 pub mod builtins;
 pub mod cli;
 pub mod config;
-pub mod control;
+pub(crate) mod control;
 pub mod engine;
 pub mod executor;
 pub mod host;
@@ -60,6 +60,6 @@ pub mod registry;
 pub mod results;
 pub mod scheduler;
 pub mod signing;
-pub mod tenants;
-pub mod thresholds;
+pub(crate) mod tenants;
+pub(crate) mod thresholds;
 pub mod verdict;

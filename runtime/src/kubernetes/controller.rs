@@ -17,6 +17,7 @@
 use super::crd::GATE_PREFIX;
 use super::crd::{Mode, SondeCheck};
 use super::events::{EventSink, pod_reference};
+use super::stats::Stats;
 use super::mapping::{Cond, CondStatus, GateSettings, PodKey, PodView, condition_type};
 use super::plan::{AddProbe, Binding, PodInputs, PodPlan, messages, plan_pod};
 use super::writer::{Outcome, TokenBucket, backoff, patch_body};
@@ -34,42 +35,13 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 
 /// The field manager of sonde's writes (`managedFields` shows it owning
 /// its conditions only).
 pub const FIELD_MANAGER: &str = "sonde";
-
-/// Counters of what the controller did, for `/metrics` and tests.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Condition patches that succeeded.
-    pub patches: AtomicU64,
-    /// Patch attempts of any outcome.
-    pub patch_attempts: AtomicU64,
-    /// Patches refused with 403.
-    pub forbidden: AtomicU64,
-    /// Patches to retry (409 conflict, 5xx, transport).
-    pub retries: AtomicU64,
-    /// Writes dropped because their Pod is gone (404, UID precondition).
-    pub gone: AtomicU64,
-    /// (Pod, gate) pairs refused (check outside its ceiling, allowlist, no tenant).
-    pub refused: AtomicU64,
-    /// Registry changes applied.
-    pub changes: AtomicU64,
-    /// Registry changes that failed where none should (a probe's removal).
-    pub change_errors: AtomicU64,
-    /// Probes (Pod, gate) in the registry now.
-    pub probes: AtomicU64,
-    /// Events recorded.
-    pub events_sent: AtomicU64,
-    /// Events the API server refused or that could not be sent.
-    pub events_failed: AtomicU64,
-    /// Events dropped past the rate.
-    pub events_dropped: AtomicU64,
-}
 
 /// The conditions waiting to be written on one Pod (latest wins).
 #[derive(Debug)]

@@ -8,7 +8,7 @@
 //! object within 6 minutes into the first Event's series (its count and
 //! last-seen time, which `kubectl describe` shows as `(x3 over 5m)`).
 
-use super::controller::Stats;
+use super::stats::Stats;
 use super::writer::TokenBucket;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};

@@ -41,12 +41,13 @@ pub mod crd;
 mod events;
 pub(crate) mod mapping;
 mod plan;
+mod stats;
 pub mod review;
 mod writer;
 
 use crate::control::Control;
 use crate::results::ResultCache;
-pub use controller::Stats;
+pub use stats::Stats;
 pub use mapping::{Allowlist, AllowlistProblem, GateSettings, GateSettingsError};
 use std::sync::Arc;
 use tokio::sync::watch;

@@ -1,0 +1,32 @@
+//! What the controller and its Event sink count, for `/metrics` and tests.
+
+use std::sync::atomic::AtomicU64;
+
+/// Counters of what the controller did, for `/metrics` and tests.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Condition patches that succeeded.
+    pub patches: AtomicU64,
+    /// Patch attempts of any outcome.
+    pub patch_attempts: AtomicU64,
+    /// Patches refused with 403.
+    pub forbidden: AtomicU64,
+    /// Patches to retry (409 conflict, 5xx, transport).
+    pub retries: AtomicU64,
+    /// Writes dropped because their Pod is gone (404, UID precondition).
+    pub gone: AtomicU64,
+    /// (Pod, gate) pairs refused (check outside its ceiling, allowlist, no tenant).
+    pub refused: AtomicU64,
+    /// Registry changes applied.
+    pub changes: AtomicU64,
+    /// Registry changes that failed where none should (a probe's removal).
+    pub change_errors: AtomicU64,
+    /// Probes (Pod, gate) in the registry now.
+    pub probes: AtomicU64,
+    /// Events recorded.
+    pub events_sent: AtomicU64,
+    /// Events the API server refused or that could not be sent.
+    pub events_failed: AtomicU64,
+    /// Events dropped past the rate.
+    pub events_dropped: AtomicU64,
+}
