@@ -8,7 +8,7 @@
 //! lacks when it runs out; freeing the most recent block gives it back, any other free
 //! is a no-op. An allocation is a few instructions instead of `dlmalloc`'s
 //! bins and boundary tags, which were a tenth of the http plugin's wasm
-//! time (BENCHMARKS.md).
+//! time (docs/performance-notes.md).
 //!
 //! The price is memory: a plugin that frees and allocates in a loop keeps
 //! every block until the call ends, and meets the host's memory cap (a

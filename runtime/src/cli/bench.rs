@@ -235,7 +235,7 @@ impl Job for WasmJob {
 fn cpu_time() -> Duration {
     // Through libc rather than rustix: rustix finds the vDSO through the
     // auxiliary vector, which crashes under valgrind (callgrind is how the
-    // per-phase instruction counts of BENCHMARKS.md are measured).
+    // per-phase instruction counts of docs/performance-notes.md are measured).
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `t` is a valid, writable timespec for the call's duration.
     #[allow(unsafe_code)]

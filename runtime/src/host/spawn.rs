@@ -3,7 +3,7 @@
 //! `fork` copies the page tables of the whole agent — every populated page
 //! of its heap, compiled code and instance pool — and the subreaper mode
 //! forked twice (agent → supervisor → program). Measured on the 2-core VM
-//! (BENCHMARKS.md), that made one `/bin/true` cost 1,987 µs of CPU against
+//! (docs/performance-notes.md), that made one `/bin/true` cost 1,987 µs of CPU against
 //! 635 µs for the same program started natively.
 //!
 //! Here, on x86-64, the children share the agent's memory (`CLONE_VM`)

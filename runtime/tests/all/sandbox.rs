@@ -340,7 +340,7 @@ async fn describe_defaults_to_the_crate_name_and_version() {
 /// The built-ins the benchmarks measure are built without std, so they
 /// import what they call and nothing of std's (the CLI's stdio,
 /// environment and exit, the sockets, random): each import costs every
-/// instantiation (BENCHMARKS.md, "What std's WASI imports cost a call").
+/// instantiation (docs/performance-notes.md, "What std's WASI imports cost a call").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_std_builtins_import_only_what_they_call() {
     for (name, wanted) in [
@@ -378,7 +378,7 @@ async fn no_std_builtins_import_only_what_they_call() {
 /// wasmtime resets a function table of one page (512 entries) after each
 /// call by clearing it, and a larger one with a page scan, a syscall that
 /// cost the tcp and http plugins ~1 µs per call when regex's literal
-/// prefilters took their tables past 700 entries (BENCHMARKS.md).
+/// prefilters took their tables past 700 entries (docs/performance-notes.md).
 #[test]
 fn builtins_function_tables_fit_in_one_page() {
     for name in sonde_runtime::builtins::names() {
