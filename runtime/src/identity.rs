@@ -33,11 +33,6 @@ impl Digest {
         Self(Sha256::digest(bytes).into())
     }
 
-    /// A digest from its 32 bytes (a hash computed piece by piece).
-    pub(crate) fn from_bytes(bytes: [u8; 32]) -> Self {
-        Self(bytes)
-    }
-
     /// Parses `sha256:` and 64 lower-case hex digits.
     pub fn parse(text: &str) -> Result<Self, DigestError> {
         let hex = text.strip_prefix(ALGORITHM).ok_or_else(|| DigestError {
@@ -96,6 +91,22 @@ impl FromStr for Digest {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::parse(s)
+    }
+}
+
+/// A [`Digest`] computed piece by piece, as a blob arrives.
+#[derive(Clone, Default)]
+pub struct Hasher(Sha256);
+
+impl Hasher {
+    /// Adds the next bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The digest of everything added.
+    pub fn finish(self) -> Digest {
+        Digest(self.0.finalize().into())
     }
 }
 
@@ -235,8 +246,11 @@ mod tests {
         assert_eq!(Digest::parse(&d.to_string()), Ok(d));
         assert_eq!(d.to_string().parse::<Digest>(), Ok(d));
         assert_eq!(Digest::from_hex(&d.hex()), Ok(d));
-        assert_eq!(Digest::from_bytes(*d.as_bytes()), d);
         assert_eq!(hex(&[0x00, 0x0f, 0xa0, 0xff]), "000fa0ff");
+        let mut pieces = Hasher::default();
+        pieces.update(b"he");
+        pieces.update(b"llo");
+        assert_eq!(pieces.finish(), d, "piece by piece as at once");
     }
 
     #[test]

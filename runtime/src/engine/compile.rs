@@ -178,17 +178,22 @@ async fn wait(plugin: &str, child: &mut tokio::process::Child, budget: CompileBu
             source: wasmtime::Error::msg(err.trim().to_string()),
         }),
         (_, Some(SIGXCPU | SIGKILL)) => Err(time()),
-        // Out of memory: Rust aborts ("memory allocation of N bytes
-        // failed"), or the compiler's own mapping fails.
-        _ if err.contains("memory allocation") || err.contains("out of memory") || err.contains("Cannot allocate") => {
-            Err(memory())
-        }
+        _ if reads_as_out_of_memory(&err) => Err(memory()),
         (_, Some(SIGABRT)) => Err(memory()),
         _ => Err(LoadError::Compile {
             plugin: plugin.to_string(),
             source: wasmtime::Error::msg(format!("the compiler failed ({status}): {}", err.trim())),
         }),
     }
+}
+
+/// Whether the compiler's stderr says it ran out of memory: Rust's
+/// allocation-failure message ("memory allocation of N bytes failed"), or
+/// a mapping the OS refused (ENOMEM, "Cannot allocate memory"). The child
+/// is another process, so no error type crosses: its text is all there is
+/// (the tests pin the OS's).
+fn reads_as_out_of_memory(stderr: &str) -> bool {
+    stderr.contains("memory allocation") || stderr.contains("out of memory") || stderr.contains("Cannot allocate")
 }
 
 // Linux's numbers: SIGXCPU at the soft CPU limit, SIGKILL at the hard one,
@@ -266,5 +271,20 @@ pub fn worker(args: WorkerArgs) -> i32 {
             eprintln!("cannot write {}: {e}", args.output.display());
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_allocation_the_os_refuses_reads_as_out_of_memory() {
+        let enomem = std::io::Error::from_raw_os_error(rustix::io::Errno::NOMEM.raw_os_error());
+        assert!(
+            reads_as_out_of_memory(&format!("cannot set up the compiler: {enomem}")),
+            "{enomem}"
+        );
+        assert!(!reads_as_out_of_memory("failed to parse WebAssembly module"));
     }
 }

@@ -22,8 +22,7 @@
 
 use super::guard::{self, Guard, Refusal};
 use super::{OciError, Reference};
-use crate::identity::Digest;
-use sha2::{Digest as _, Sha256};
+use crate::identity::Hasher;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -474,7 +473,7 @@ impl Remote {
         {
             return Err(wrong_size(n, true));
         }
-        let mut hasher = Sha256::new();
+        let mut hasher = Hasher::default();
         let mut out = Vec::with_capacity(size as usize);
         while let Some(chunk) = resp
             .chunk()
@@ -495,7 +494,7 @@ impl Remote {
         if (out.len() as u64) < size {
             return Err(wrong_size(out.len() as u64, false));
         }
-        let actual = Digest::from_bytes(hasher.finalize().into()).to_string();
+        let actual = hasher.finish().to_string();
         if actual != digest {
             return Err(OciError::DigestMismatch {
                 reference: reference.to_string(),
