@@ -44,7 +44,7 @@ pub enum ConfigProblem {
     ApiLimit(crate::config::ApiLimitError),
     /// A `sandbox:` bound out of range; the message names the key.
     #[error("{0}")]
-    SandboxLimit(String),
+    SandboxLimit(crate::host::bounds::LimitError),
     /// `health_timeout:` under a second.
     #[error("health_timeout: must be at least 1s")]
     HealthTimeoutTooShort,

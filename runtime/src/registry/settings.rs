@@ -39,7 +39,7 @@ pub struct AgentSettings {
 
 /// The bounds `spec` sets, the defaults elsewhere, checked: the error
 /// names the key out of range.
-pub fn host_limits(spec: &config::SandboxSpec) -> Result<crate::host::bounds::HostLimits, String> {
+pub fn host_limits(spec: &config::SandboxSpec) -> Result<crate::host::bounds::HostLimits, crate::host::bounds::LimitError> {
     let d = crate::host::bounds::HostLimits::default();
     let n = |v: Option<u32>, default: usize| v.map_or(default, |v| v as usize);
     let limits = crate::host::bounds::HostLimits {
@@ -59,7 +59,7 @@ pub fn host_limits(spec: &config::SandboxSpec) -> Result<crate::host::bounds::Ho
         keepalive_idle_per_tenant: n(spec.keepalive_idle_per_tenant, d.keepalive_idle_per_tenant),
         keepalive_idle: n(spec.keepalive_idle, d.keepalive_idle),
     };
-    limits.validate().map_err(|e| e.to_string())?;
+    limits.validate()?;
     Ok(limits)
 }
 
