@@ -17,9 +17,9 @@
 use super::crd::GATE_PREFIX;
 use super::crd::{Mode, SondeCheck};
 use super::events::{EventSink, pod_reference};
-use super::stats::Stats;
 use super::mapping::{Cond, CondStatus, GateSettings, PodKey, PodView, condition_type};
 use super::plan::{AddProbe, Binding, PodInputs, PodPlan, messages, plan_pod};
+use super::stats::Stats;
 use super::writer::{Outcome, TokenBucket, backoff, patch_body};
 use crate::control::{ChangeError, Control};
 use crate::registry::Change;

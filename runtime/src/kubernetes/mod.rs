@@ -41,14 +41,14 @@ pub mod crd;
 mod events;
 pub(crate) mod mapping;
 mod plan;
-mod stats;
 pub mod review;
+mod stats;
 mod writer;
 
 use crate::control::Control;
 use crate::results::ResultCache;
-pub use stats::Stats;
 pub use mapping::{Allowlist, AllowlistProblem, GateSettings, GateSettingsError};
+pub use stats::Stats;
 use std::sync::Arc;
 use tokio::sync::watch;
 

@@ -39,7 +39,9 @@ pub struct AgentSettings {
 
 /// The bounds `spec` sets, the defaults elsewhere, checked: the error
 /// names the key out of range.
-pub fn host_limits(spec: &config::SandboxSpec) -> Result<crate::host::bounds::HostLimits, crate::host::bounds::LimitError> {
+pub fn host_limits(
+    spec: &config::SandboxSpec,
+) -> Result<crate::host::bounds::HostLimits, crate::host::bounds::LimitError> {
     let d = crate::host::bounds::HostLimits::default();
     let n = |v: Option<u32>, default: usize| v.map_or(default, |v| v as usize);
     let limits = crate::host::bounds::HostLimits {
