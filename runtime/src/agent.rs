@@ -387,6 +387,7 @@ impl Agent {
                 reviews,
                 limits: api_limits,
                 watches: api::WatchStreams::default(),
+                scrapes: api::scrape::ScrapeGate::default(),
             };
             let (bound, task) = api::serve(addr, state, engine.own_listeners()).await.map_err(|e| {
                 AgentError::Start(format!(

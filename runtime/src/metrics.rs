@@ -49,6 +49,31 @@ use std::time::Duration;
 /// The most plugin-returned metrics exposed per probe.
 pub const MAX_PLUGIN_SERIES: usize = 32;
 
+/// A plugin's measurement in base units, by the documented rule
+/// (docs/prometheus.md, "Units"): durations (`s`, `ms`, `us`, `µs`, `ns`)
+/// become `seconds`; `%` becomes a `ratio` (divided by 100); sizes (`B`,
+/// `KB`/`KiB`, `MB`/`MiB`, `GB`/`GiB`, `TB`/`TiB`, powers of 1024 as
+/// Nagios plugins mean them) become `bytes`; a Nagios counter (`c`) is a
+/// plain number (no unit). Any other unit is passed through, unchanged,
+/// in the `unit` label.
+pub fn base_unit(value: f64, unit: &str) -> (f64, std::borrow::Cow<'_, str>) {
+    let scaled = |factor: f64, base: &'static str| (value * factor, std::borrow::Cow::Borrowed(base));
+    match unit {
+        "s" | "seconds" => scaled(1.0, "seconds"),
+        "ms" => scaled(1e-3, "seconds"),
+        "us" | "µs" => scaled(1e-6, "seconds"),
+        "ns" => scaled(1e-9, "seconds"),
+        "%" => scaled(0.01, "ratio"),
+        "B" | "bytes" => scaled(1.0, "bytes"),
+        "KB" | "KiB" | "kB" => scaled(1024.0, "bytes"),
+        "MB" | "MiB" => scaled(1024.0 * 1024.0, "bytes"),
+        "GB" | "GiB" => scaled(1024.0 * 1024.0 * 1024.0, "bytes"),
+        "TB" | "TiB" => scaled(1024.0 * 1024.0 * 1024.0 * 1024.0, "bytes"),
+        "c" => scaled(1.0, ""),
+        other => (value, std::borrow::Cow::Borrowed(other)),
+    }
+}
+
 /// The content type of the OpenMetrics exposition.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The content type of the Prometheus text exposition.

@@ -18,6 +18,7 @@
 //! | `GET /v1/watch` | Server-Sent Events: state changes (`?all=1`: every outcome) |
 //! | `GET /v1/status` | the config in force and the last reload error |
 //! | `GET /metrics` | Prometheus exposition ([`crate::metrics`]) |
+//! | `GET /probe?target=&module=` | blackbox_exporter's multi-target probe: one run of a `modules:` entry ([`scrape`]) |
 //! | `GET /livez`, `/healthz` | sonde's own health (kube-proxy's rule); `/healthz` is also 503 while draining |
 //!
 //! Routes, methods, 404 and 405 come from axum's [`Router`]; each handler
@@ -37,7 +38,9 @@
 
 pub use crate::auth;
 mod limits;
+pub mod modules;
 mod page;
+pub mod scrape;
 mod watch;
 
 pub use crate::config::ApiLimits;
@@ -94,6 +97,8 @@ pub struct ApiState {
     pub limits: ApiLimits,
     /// The watch streams open now, per caller.
     pub watches: WatchStreams,
+    /// The `GET /probe` runs in flight and waiting.
+    pub scrapes: scrape::ScrapeGate,
 }
 
 /// Why the API could not start.
@@ -138,6 +143,7 @@ pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/", get(status_page))
         .route("/metrics", get(metrics))
+        .route("/probe", get(scrape::probe))
         .route("/livez", get(livez))
         .route("/healthz", get(healthz))
         .route("/v1/probes", get(list_probes).put(put_probes))

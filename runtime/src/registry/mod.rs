@@ -411,6 +411,9 @@ pub struct Registry {
     /// What the last whole load's `oci://` plugins cost to resolve, by
     /// tenant; for the agent to account and clear.
     pub pulls: Vec<Pull>,
+    /// `modules:` from the file, each resolved as a probe of no target
+    /// (`GET /probe`, [`crate::api::modules`]).
+    pub modules: Arc<crate::api::modules::Modules>,
     /// The config file's path, which errors name, and its directory, which
     /// relative plugin paths start from.
     path: PathBuf,
@@ -491,6 +494,7 @@ impl Registry {
             ..Registry::default()
         };
         let targets = std::mem::take(&mut file.targets);
+        let modules = std::mem::take(&mut file.modules);
         let mut prepared = admit::prepare(&reg, engine, Change::add(targets), &mut errors).await;
         reg.pulls = std::mem::take(&mut prepared.pulls);
         if !errors.is_empty() {
@@ -505,6 +509,8 @@ impl Registry {
             reg.warnings.push(w);
         }
         let _ = reg.commit(prepared);
+        // Through the same steps as a probe, against the registry loaded.
+        reg.modules = Arc::new(crate::api::modules::resolve(&reg, engine, path, modules).await?);
         Ok(reg)
     }
 

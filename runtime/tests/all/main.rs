@@ -25,6 +25,7 @@ mod oci;
 mod oci_hostile;
 mod plugin_text;
 mod postgres;
+mod prometheus;
 mod redis;
 mod registry;
 mod sandbox;

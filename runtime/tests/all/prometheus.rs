@@ -1,0 +1,345 @@
+//! sonde as Prometheus' blackbox exporter: `GET /probe?target=&module=`
+//! against real servers on loopback — a live target, a dead one, one
+//! outside the module's grant (refused, and never dialled), a tenant's
+//! module behind its token, the scrape's deadline, the bounded share a
+//! flood of scrapes gets while scheduled probes keep their period — and
+//! `sonde validate` refusing what `sonde run` would.
+
+use crate::support::{parse_response, secret, sonde, start_agent};
+use sonde_tests::{CountingListener, HttpServer, closed_port};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const OP: &str = "operator-secret";
+const ACME: &str = "acme-secret";
+const BETA: &str = "beta-secret";
+
+/// `GET path` with `headers` (each `Name: value`), on a new connection.
+async fn get(api: SocketAddr, path: &str, headers: &[String]) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: sonde\r\nConnection: close\r\n");
+    for h in headers {
+        head.push_str(h);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut text = Vec::new();
+    let _ = s.read_to_end(&mut text).await;
+    parse_response(&text)
+}
+
+fn bearer(token: &str) -> Vec<String> {
+    vec![format!("Authorization: Bearer {token}")]
+}
+
+/// The value of the unlabelled sample `name` in an exposition.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+fn write_config(dir: &Path, yaml: &str) -> PathBuf {
+    secret(dir, "op.token", OP);
+    secret(dir, "acme.token", ACME);
+    secret(dir, "beta.token", BETA);
+    let path = dir.join("sonde.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+fn modules_config(dir: &Path, server: SocketAddr) -> PathBuf {
+    let port = server.port();
+    write_config(
+        dir,
+        &format!(
+            r#"operator_token_file: op.token
+tenants:
+  - id: acme
+    token_file: acme.token
+    ceiling: {{ net: ["127.0.0.1:*"] }}
+  - id: beta
+    token_file: beta.token
+modules:
+  http_2xx:
+    plugin: http
+    config: {{ path: /health }}
+    timeout: 5s
+    grants: {{ net: ["127.0.0.1:{port}"] }}
+  tcp_connect:
+    plugin: tcp
+    timeout: 2s
+    grants: {{ net: ["127.0.0.0/8:*"] }}
+  acme_http:
+    plugin: http
+    tenant: acme
+    config: {{ path: /health }}
+    grants: {{ net: ["127.0.0.1:*"] }}
+"#
+        ),
+    )
+}
+
+#[tokio::test]
+async fn probe_answers_success_for_a_live_target_and_failure_for_a_dead_one() {
+    let server = HttpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, api) = start_agent(&modules_config(dir.path(), server.addr)).await;
+
+    let (status, body) = get(
+        api,
+        &format!("/probe?target={}&module=http_2xx", server.addr),
+        &bearer(OP),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(sample(&body, "probe_success"), Some(1.0), "{body}");
+    let took = sample(&body, "probe_duration_seconds").unwrap();
+    assert!(took > 0.0 && took < 5.0, "{body}");
+    assert!(body.contains("sonde_probe_metric{metric=\"status_code\""), "{body}");
+
+    // The same server, sick: the plugin's verdict.
+    server.set_healthy(false);
+    let (_, body) = get(
+        api,
+        &format!("/probe?target={}&module=http_2xx", server.addr),
+        &bearer(OP),
+    )
+    .await;
+    assert_eq!(sample(&body, "probe_success"), Some(0.0), "{body}");
+
+    // Nothing listens there: 0, with the plugin's reason.
+    let dead = closed_port();
+    let (status, body) = get(
+        api,
+        &format!("/probe?target={dead}&module=tcp_connect&debug=true"),
+        &bearer(OP),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(sample(&body, "probe_success"), Some(0.0), "{body}");
+    assert!(body.contains("admission: allowed"), "{body}");
+
+    // Another spelling of a granted address is the same address.
+    let spelled = format!("127.1:{}", server.addr.port());
+    let (_, body) = get(api, &format!("/probe?target={spelled}&module=tcp_connect"), &bearer(OP)).await;
+    assert_eq!(sample(&body, "probe_success"), Some(1.0), "{body}");
+}
+
+#[tokio::test]
+async fn a_target_outside_the_grant_is_refused_and_never_dialled() {
+    let server = HttpServer::start().await;
+    let other = CountingListener::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, api) = start_agent(&modules_config(dir.path(), server.addr)).await;
+
+    // http_2xx may reach the server's port only.
+    let outside = [
+        other.addr.to_string(),
+        format!("http://{}/health", other.addr),
+        format!("localhost:{}", server.addr.port()),
+        "10.1.2.3:80".to_string(),
+        // The agent's own API, through a grant that covers its address.
+        api.to_string(),
+    ];
+    let cases = outside
+        .iter()
+        .map(|t| ("http_2xx", t.clone()))
+        .chain([("tcp_connect", api.to_string())]);
+    for (module, target) in cases {
+        let (status, body) = get(
+            api,
+            &format!("/probe?target={}&module={module}&debug=true", urlencode(&target)),
+            &bearer(OP),
+        )
+        .await;
+        assert_eq!(status, 200, "{target}: {body}");
+        assert!(body.contains("admission: denied"), "{target}: {body}");
+        assert!(body.contains("nothing was dialled"), "{target}: {body}");
+        assert_eq!(sample(&body, "probe_success"), Some(0.0), "{target}: {body}");
+        assert!(body.contains("reason=\"denied\""), "{target}: {body}");
+    }
+    assert_eq!(other.accepted(), 0, "a refused target was dialled");
+    drop(agent);
+}
+
+fn urlencode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+#[tokio::test]
+async fn a_tenants_module_answers_its_token_only() {
+    let server = HttpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, api) = start_agent(&modules_config(dir.path(), server.addr)).await;
+    let path = format!("/probe?target={}&module=acme_http", server.addr);
+    for token in [ACME, OP] {
+        let (status, body) = get(api, &path, &bearer(token)).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(sample(&body, "probe_success"), Some(1.0), "{body}");
+    }
+    let (status, body) = get(api, &path, &bearer(BETA)).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no module named \\\"acme_http\\\""), "{body}");
+    // And acme does not see the operator's modules.
+    let (status, _) = get(
+        api,
+        &format!("/probe?target={}&module=http_2xx", server.addr),
+        &bearer(ACME),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let (status, _) = get(api, &path, &[]).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn bad_requests_name_what_is_wrong() {
+    let server = HttpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, api) = start_agent(&modules_config(dir.path(), server.addr)).await;
+    let t = server.addr;
+    for (path, headers, says) in [
+        (format!("/probe?target={t}"), vec![], "module: missing"),
+        ("/probe?module=http_2xx".to_string(), vec![], "target: missing"),
+        (format!("/probe?target={t}&module=nope"), vec![], "no module named"),
+        (
+            format!("/probe?target={t}&module=http_2xx"),
+            vec!["X-Prometheus-Scrape-Timeout-Seconds: soon".to_string()],
+            "x-prometheus-scrape-timeout-seconds",
+        ),
+    ] {
+        let mut h = bearer(OP);
+        h.extend(headers);
+        let (status, body) = get(api, &path, &h).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn the_scrape_timeout_less_its_margin_bounds_the_run() {
+    let silent = CountingListener::start_silent().await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = r#"operator_token_file: op.token
+modules:
+  slow:
+    plugin: http
+    timeout: 30s
+    grants: { net: ["127.0.0.1:*"] }
+"#;
+    let (_agent, api) = start_agent(&write_config(dir.path(), yaml)).await;
+    let mut h = bearer(OP);
+    h.push("X-Prometheus-Scrape-Timeout-Seconds: 1.5".into());
+    let start = Instant::now();
+    let (status, body) = get(
+        api,
+        &format!("/probe?target={}&module=slow&debug=true", silent.addr),
+        &h,
+    )
+    .await;
+    let took = start.elapsed();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("deadline 1s"), "{body}");
+    assert!(body.contains("reason=\"timeout\""), "{body}");
+    // 1.5 s less the 0.5 s margin, not the module's 30 s.
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
+#[tokio::test]
+async fn a_flood_of_scrapes_gets_429_and_scheduled_probes_keep_their_period() {
+    let server = HttpServer::start().await;
+    let silent = CountingListener::start_silent().await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"operator_token_file: op.token
+api: {{ max_probe_runs: 2, max_probe_queue: 2 }}
+modules:
+  slow:
+    plugin: http
+    timeout: 3s
+    grants: {{ net: ["127.0.0.1:*"] }}
+targets:
+  - name: web
+    address: {}
+    probes:
+      - {{ name: web-ready, plugin: http, config: {{ path: /health }}, period: 100ms }}
+"#,
+        server.addr
+    );
+    let (_agent, api) = start_agent(&write_config(dir.path(), &yaml)).await;
+    let path = format!("/probe?target={}&module=slow", silent.addr);
+    let flood: Vec<_> = (0..40)
+        .map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move { get(api, &path, &bearer(OP)).await.0 })
+        })
+        .collect();
+    // While the flood holds every /probe slot and queue place, the
+    // scheduled probe goes on: ten more runs at its 100 ms period, well
+    // within the 3 s the flood's runs hang for.
+    let before = server.accepted();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.accepted() < before + 10 {
+        assert!(Instant::now() < deadline, "the scheduled probe stalled under the flood");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut codes = Vec::new();
+    for f in flood {
+        codes.push(f.await.unwrap());
+    }
+    let refused = codes.iter().filter(|c| **c == 429).count();
+    let ran = codes.iter().filter(|c| **c == 200).count();
+    assert!(refused >= 30, "{codes:?}");
+    assert!((2..=4).contains(&ran), "{codes:?}");
+    // At most max_probe_runs connections were ever held at once.
+    assert!(silent.accepted() <= 4, "{}", silent.accepted());
+}
+
+#[tokio::test]
+async fn validate_refuses_every_bad_module_naming_the_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &str); 6] = [
+        ("m:\n    plugin: http\n", "grants.net: empty"),
+        (
+            "m:\n    plugin: nosuch\n    grants: {net: [\"127.0.0.1:*\"]}\n",
+            "nosuch",
+        ),
+        ("m:\n    plugin: http\n    grants: {net: [\"127.0.0.1\"]}\n", "no port"),
+        (
+            "m:\n    plugin: http\n    config: {path: 7}\n    grants: {net: [\"127.0.0.1:*\"]}\n",
+            "path",
+        ),
+        (
+            "m:\n    plugin: http\n    bogus: 1\n    grants: {net: [\"127.0.0.1:*\"]}\n",
+            "bogus",
+        ),
+        (
+            "m:\n    plugin: http\n    tenant: acme\n    grants: {net: [\"10.0.0.0/8:*\"]}\n",
+            "ceiling",
+        ),
+    ];
+    for (i, (module, says)) in cases.iter().enumerate() {
+        let yaml = format!("tenants:\n  - id: acme\n    ceiling: {{ net: [\"127.0.0.1:*\"] }}\nmodules:\n  {module}");
+        let path = dir.path().join(format!("bad{i}.yaml"));
+        std::fs::write(&path, &yaml).unwrap();
+        let out = sonde(&["validate", path.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(2), "{yaml}\n{text}");
+        assert!(text.contains(&format!("bad{i}.yaml:")), "{yaml}\n{text}");
+        assert!(text.contains(says), "{yaml}\n{text}");
+        // And `sonde run` refuses it too, by the same load.
+        let options = sonde_runtime::agent::AgentOptions {
+            config: Some(path.clone()),
+            api: Some("127.0.0.1:0".parse().unwrap()),
+            state_dir: None,
+            grace: Duration::from_secs(1),
+            jitter: false,
+            api_auth: Default::default(),
+        };
+        let refused = sonde_runtime::agent::Agent::start(crate::support::engine(), options).await;
+        assert!(refused.is_err(), "{yaml}");
+    }
+}
