@@ -379,6 +379,7 @@ impl Agent {
                             (waiting, control.pulls_in_flight())
                         })
                     },
+                    status: status.clone(),
                 },
                 draining: draining.clone(),
                 health_timeout,

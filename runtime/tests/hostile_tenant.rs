@@ -172,6 +172,7 @@ targets:
         pool: Arc::new(|| None),
         executor: executor.clone(),
         pulls: Arc::new(|| (Vec::new(), 0)),
+        status: Arc::default(),
     };
     let exposition = metrics.encode(&Principal::Operator);
 

@@ -709,6 +709,13 @@ impl Controller {
                 .await
                 .map(|_| ());
             let outcome = Outcome::of(&result);
+            let writes = crate::metrics::kubernetes_writes();
+            match &outcome {
+                Outcome::Written => writes.written("pod_status"),
+                Outcome::Gone => writes.failed("pod_status", "gone"),
+                Outcome::Forbidden(_) => writes.failed("pod_status", "forbidden"),
+                Outcome::Retry(_) => writes.failed("pod_status", "retry"),
+            }
             let sent = diffs.into_iter().map(|(t, c, _)| (t, c)).collect();
             let _ = tx.send(Done {
                 pod: key,

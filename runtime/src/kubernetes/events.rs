@@ -72,8 +72,10 @@ impl Recorder {
             match api.create(&kube::api::PostParams::default(), &event).await {
                 Ok(_) => {
                     sent.fetch_add(1, Ordering::Relaxed);
+                    crate::metrics::kubernetes_writes().written("event");
                 }
                 Err(e) => {
+                    crate::metrics::kubernetes_writes().failed("event", "error");
                     tracing::warn!(error = %e, "cannot record a Kubernetes Event; does the ClusterRole allow events create?")
                 }
             }

@@ -177,7 +177,7 @@ pub const MAX_LABELS: usize = 8;
 /// The labels sonde's own per-probe series carry, which a probe's extra
 /// labels may not shadow.
 pub const RESERVED_LABELS: &[&str] = &[
-    "probe", "target", "kind", "tenant", "status", "reason", "metric", "unit", "plugin", "le", "quantile",
+    "probe", "target", "kind", "tenant", "state", "status", "reason", "metric", "unit", "plugin", "le", "quantile",
 ];
 
 /// What is wrong with label `name` = `value`, if anything.
@@ -193,7 +193,7 @@ pub(crate) fn label_problem(name: &str, value: &str) -> Option<&'static str> {
     }
     if RESERVED_LABELS.contains(&name) {
         return Some(
-            "is one of sonde's own labels (probe, target, kind, tenant, status, reason, metric, unit, plugin)",
+            "is one of sonde's own labels (probe, target, kind, tenant, state, status, reason, metric, unit, plugin)",
         );
     }
     if value.is_empty() || value.len() > 256 {

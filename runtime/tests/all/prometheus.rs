@@ -343,3 +343,94 @@ async fn validate_refuses_every_bad_module_naming_the_file_and_key() {
         assert!(refused.is_err(), "{yaml}");
     }
 }
+
+/// The value of the series `series` (name and labels as exposed).
+fn series(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_carry_build_info_reload_state_and_a_state_set() {
+    let server = HttpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "operator_token_file: op.token\ntargets:\n  - name: web\n    address: {}\n    probes:\n      - {{ name: web-ready, plugin: http, config: {{ path: /health }}, period: 100ms }}\n",
+        server.addr
+    );
+    let config = write_config(dir.path(), &yaml);
+    let (agent, api) = start_agent(&config).await;
+    let metrics = || async { get(api, "/metrics", &bearer(OP)).await.1 };
+    let ready = r#"sonde_probe_state{probe="web-ready",target="web",kind="readiness",tenant="default",state="#;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let text = loop {
+        let text = metrics().await;
+        if series(&text, &format!("{ready}\"success\"}}")) == Some(1.0) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "web-ready never succeeded:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // One series per state, exactly one of them 1.
+    for state in ["warning", "failure", "unknown"] {
+        assert_eq!(series(&text, &format!("{ready}\"{state}\"}}")), Some(0.0), "{text}");
+    }
+    let build = format!(
+        "sonde_build_info{{version=\"{}\",commit=\"{}\"}}",
+        env!("CARGO_PKG_VERSION"),
+        sonde_runtime::agent::COMMIT
+    );
+    assert_eq!(series(&text, &build), Some(1.0), "{text}");
+    assert_eq!(series(&text, "sonde_config_last_reload_successful"), Some(1.0));
+    let loaded = series(&text, "sonde_config_last_reload_success_timestamp_seconds").unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(loaded <= now && loaded > now - 60.0, "{loaded} vs {now}");
+
+    // A refused reload: 0, and the old config's load time stays.
+    std::fs::write(&config, "targets: [nonsense\n").unwrap();
+    agent.reload().await.unwrap_err();
+    let text = metrics().await;
+    assert_eq!(
+        series(&text, "sonde_config_last_reload_successful"),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, "sonde_config_last_reload_success_timestamp_seconds"),
+        Some(loaded)
+    );
+    // Fixed: 1 again, and a later load time.
+    std::fs::write(&config, &yaml).unwrap();
+    agent.reload().await.unwrap();
+    let text = metrics().await;
+    assert_eq!(
+        series(&text, "sonde_config_last_reload_successful"),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(series(&text, "sonde_config_last_reload_success_timestamp_seconds").unwrap() >= loaded);
+}
+
+#[test]
+fn plugin_units_become_base_units_by_the_documented_rule() {
+    use sonde_runtime::metrics::base_unit;
+    let cases: [(f64, &str, f64, &str); 9] = [
+        (250.0, "ms", 0.25, "seconds"),
+        (3.0, "s", 3.0, "seconds"),
+        (1500.0, "us", 0.0015, "seconds"),
+        (42.0, "%", 0.42, "ratio"),
+        (2.0, "KB", 2048.0, "bytes"),
+        (1.0, "MB", 1048576.0, "bytes"),
+        (7.0, "B", 7.0, "bytes"),
+        (9.0, "c", 9.0, ""),
+        (5.0, "widgets", 5.0, "widgets"),
+    ];
+    for (value, unit, want, base) in cases {
+        let (v, u) = base_unit(value, unit);
+        assert!((v - want).abs() < 1e-9, "{value}{unit}: {v}");
+        assert_eq!(u, base, "{unit}");
+    }
+}
