@@ -243,7 +243,11 @@ modules:
     let took = start.elapsed();
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("deadline 1s"), "{body}");
-    assert!(body.contains("reason=\"timeout\""), "{body}");
+    // The plugin (told its deadline) or the host (enforcing it) ends it.
+    assert_eq!(sample(&body, "probe_success"), Some(0.0), "{body}");
+    let timed_out =
+        body.contains("reason=\"timeout\"") || body.lines().any(|l| l.starts_with("message:") && l.contains("timeout"));
+    assert!(timed_out, "{body}");
     // 1.5 s less the 0.5 s margin, not the module's 30 s.
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
@@ -433,4 +437,439 @@ fn plugin_units_become_base_units_by_the_documented_rule() {
         assert!((v - want).abs() < 1e-9, "{value}{unit}: {v}");
         assert_eq!(u, base, "{unit}");
     }
+}
+
+/// `name`'s path on `PATH`; `None` (the test is skipped, and says so) when
+/// it is not installed, unless `SONDE_REQUIRE_TOOLS` is set (scripts/test
+/// sets it: in CI a missing tool is a failure).
+fn tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file()));
+    if found.is_none() {
+        assert!(
+            std::env::var_os("SONDE_REQUIRE_TOOLS").is_none(),
+            "{name} is not installed: apt-get install {package}"
+        );
+        eprintln!(
+            "skipped: {name} is not installed (Debian package {package}); SONDE_REQUIRE_TOOLS=1 makes this a failure"
+        );
+    }
+    found
+}
+
+fn shipped(path: &str) -> PathBuf {
+    crate::support::repo().join("deploy/prometheus").join(path)
+}
+
+/// A YAML file of the repository as JSON.
+fn yaml(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The alerts of the shipped rules, by group.
+fn alerts(rules: &serde_json::Value) -> Vec<String> {
+    rules["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .filter_map(|r| r["alert"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn promtool_checks_the_shipped_rules_and_tests_every_alert() {
+    let Some(promtool) = tool("promtool", "prometheus") else {
+        return;
+    };
+    let dir = shipped("");
+    for args in [["check", "rules", "rules.yaml"], ["test", "rules", "rules.test.yaml"]] {
+        let out = std::process::Command::new(&promtool)
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Every alert has a test in which it fires.
+    let shipped_alerts = alerts(&yaml(&shipped("rules.yaml")));
+    assert!(shipped_alerts.len() >= 7, "{shipped_alerts:?}");
+    let tests = yaml(&shipped("rules.test.yaml"));
+    let firing: Vec<&str> = tests["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["alert_rule_test"].as_array().into_iter().flatten())
+        .filter(|a| a["exp_alerts"].as_array().is_some_and(|e| !e.is_empty()))
+        .filter_map(|a| a["alertname"].as_str())
+        .collect();
+    for alert in &shipped_alerts {
+        assert!(firing.contains(&alert.as_str()), "no test makes {alert} fire");
+    }
+}
+
+#[test]
+fn the_prometheusrule_carries_the_same_groups_as_the_rules_file() {
+    let rules = yaml(&shipped("rules.yaml"));
+    let cr = yaml(&shipped("prometheusrule.yaml"));
+    assert_eq!(cr["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(cr["kind"], "PrometheusRule");
+    assert_eq!(cr["spec"]["groups"], rules["groups"]);
+}
+
+/// The metric names a PromQL expression reads: its identifiers, less
+/// functions, keywords, label matchers, grouping clauses and strings.
+fn promql_names(expr: &str) -> Vec<String> {
+    let mut cleaned = String::new();
+    let mut depth = 0;
+    let mut quoted = false;
+    for c in expr.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            '{' | '[' if !quoted => depth += 1,
+            '}' | ']' if !quoted => depth -= 1,
+            _ if quoted || depth > 0 => {}
+            c => cleaned.push(c),
+        }
+    }
+    let keywords = [
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "bool",
+        "offset",
+        "and",
+        "or",
+        "unless",
+    ];
+    // Aggregations, which may have their `by (...)` before their operand.
+    let aggregations = [
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "count",
+        "group",
+        "stddev",
+        "stdvar",
+        "topk",
+        "bottomk",
+        "quantile",
+        "count_values",
+    ];
+    let mut names = Vec::new();
+    let mut rest = cleaned.as_str();
+    let mut grouping = false;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        let before = &rest[..start];
+        let tail = &rest[start..];
+        let len = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(tail.len());
+        let word = &tail[..len];
+        rest = &tail[len..];
+        // A number's exponent or a duration's unit (1e3, 5m).
+        if before.ends_with(|c: char| c.is_ascii_digit() || c == '.') {
+            continue;
+        }
+        let call = rest.trim_start().starts_with('(');
+        if keywords.contains(&word) {
+            // `by (le, plugin)`: label names follow.
+            grouping = call && ["by", "without", "on", "ignoring", "group_left", "group_right"].contains(&word);
+            continue;
+        }
+        if grouping {
+            if before.contains(')') {
+                grouping = false;
+            } else {
+                continue;
+            }
+        }
+        if !call && !aggregations.contains(&word) {
+            names.push(word.to_string());
+        }
+    }
+    names
+}
+
+#[test]
+fn promql_names_are_the_metrics_an_expression_reads() {
+    assert_eq!(
+        promql_names(
+            r#"histogram_quantile(0.99, sum by (le, plugin) (rate(sonde_run_duration_seconds_bucket{instance=~"$i"}[5m])))"#
+        ),
+        ["sonde_run_duration_seconds_bucket"]
+    );
+    assert_eq!(
+        promql_names(r#"time() - max(a_seconds{x="y"}) / on (job) b_total > 1e3"#),
+        ["a_seconds", "b_total"]
+    );
+}
+
+/// Every name a scrape of `text` (Prometheus text format) exposes,
+/// sampled or declared.
+fn exposed_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut words = rest.split_whitespace();
+            let name = words.next().unwrap_or_default();
+            names.insert(name.to_string());
+            if words.next() == Some("histogram") {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    names.insert(format!("{name}{suffix}"));
+                }
+            }
+        } else if !line.starts_with('#') {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            names.insert(line[..end].to_string());
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn every_dashboard_and_rule_query_reads_metrics_a_live_agent_exposes() {
+    let server = HttpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml_text = format!(
+        r#"operator_token_file: op.token
+modules:
+  http_2xx:
+    plugin: http
+    grants: {{ net: ["127.0.0.1:*"] }}
+targets:
+  - name: web
+    address: {}
+    probes:
+      - {{ name: web-ready, plugin: http, config: {{ path: /health }}, period: 100ms }}
+"#,
+        server.addr
+    );
+    let (_agent, api) = start_agent(&write_config(dir.path(), &yaml_text)).await;
+    // Until a run has filled the histograms.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut metrics = String::new();
+    while !metrics.contains("sonde_run_duration_seconds_bucket") {
+        assert!(Instant::now() < deadline, "no run in\n{metrics}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        metrics = get(api, "/metrics", &bearer(OP)).await.1;
+    }
+    let (_, probe) = get(
+        api,
+        &format!("/probe?target={}&module=http_2xx", server.addr),
+        &bearer(OP),
+    )
+    .await;
+    let exposed = exposed_names(&(metrics + &probe));
+
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(shipped("dashboard.json")).unwrap()).unwrap();
+    let mut queries: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap())
+        .map(|t| t["expr"].as_str().unwrap().to_string())
+        .collect();
+    assert!(queries.len() >= 10, "{queries:?}");
+    for v in dashboard["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = v["query"].as_str().and_then(|q| q.strip_prefix("label_values(")) {
+            queries.push(q.split(',').next().unwrap().to_string());
+        }
+    }
+    let rules = yaml(&shipped("rules.yaml"));
+    for r in rules["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+    {
+        queries.push(r["expr"].as_str().unwrap().to_string());
+    }
+    for q in &queries {
+        let names = promql_names(q);
+        assert!(!names.is_empty(), "no metric in {q}");
+        for name in names {
+            assert!(
+                exposed.contains(&name),
+                "{q}: {name} is not exposed by the agent:\n{exposed:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_docs_modules_load_as_shipped() {
+    let doc = std::fs::read_to_string(crate::support::repo().join("docs/prometheus.md")).unwrap();
+    let blocks = crate::examples::yaml_blocks(&doc);
+    let (_, _, config) = blocks
+        .iter()
+        .find(|(_, info, body)| info == "yaml" && body.contains("modules:"))
+        .expect("docs/prometheus.md has a config with modules:");
+    let dir = tempfile::tempdir().unwrap();
+    secret(dir.path(), "op.token", OP);
+    secret(dir.path(), "shop.token", ACME);
+    let mut text = config.clone();
+    for (from, to) in [
+        ("/etc/sonde/tokens/operator", "op.token"),
+        ("/etc/sonde/tokens/shop", "shop.token"),
+    ] {
+        assert!(text.contains(from), "docs/prometheus.md no longer names {from}");
+        text = text.replace(from, to);
+    }
+    let path = dir.path().join("sonde.yaml");
+    std::fs::write(&path, &text).unwrap();
+    let out = sonde(&["validate", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reg = sonde_runtime::registry::Registry::load_file(&crate::support::engine(), &path)
+        .await
+        .unwrap();
+    let names: Vec<&str> = reg.modules.names().collect();
+    assert_eq!(names, ["grpc", "http_2xx", "shop_http", "tcp_connect"]);
+    assert_eq!(&*reg.modules.get("shop_http").unwrap().tenant, "shop");
+    assert_eq!(
+        reg.modules.get("http_2xx").unwrap().limits.timeout,
+        Duration::from_secs(5)
+    );
+}
+
+/// A free loopback port (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Kills the child when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `GET path` of an HTTP/1.0 server: the body (no chunked encoding).
+async fn get10(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: prometheus\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut text = Vec::new();
+    s.read_to_end(&mut text).await.ok()?;
+    Some(parse_response(&text).1)
+}
+
+/// Prometheus' answer to the instant query `q`: `instance` to value.
+async fn query(prometheus: SocketAddr, q: &str) -> std::collections::BTreeMap<String, f64> {
+    let path = format!("/api/v1/query?query={}", urlencode(q));
+    let Some(body) = get10(prometheus, &path).await else {
+        return Default::default();
+    };
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    json["data"]["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let instance = r["metric"]["instance"].as_str().unwrap_or_default().to_string();
+            let value = r["value"][1].as_str().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+            (instance, value)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_real_prometheus_scrapes_probe_with_the_blackbox_relabelling_of_the_docs() {
+    let Some(prometheus) = tool("prometheus", "prometheus") else {
+        return;
+    };
+    let live = HttpServer::start().await;
+    let dead = closed_port();
+    let outside = CountingListener::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"operator_token_file: op.token
+modules:
+  http_2xx:
+    plugin: http
+    config: {{ path: /health }}
+    timeout: 5s
+    grants: {{ net: ["127.0.0.1:{}", "127.0.0.1:{}"] }}
+"#,
+        live.addr.port(),
+        dead.port()
+    );
+    let (_agent, api) = start_agent(&write_config(dir.path(), &config)).await;
+
+    // The scrape config of docs/prometheus.md, as shipped, with this
+    // machine's addresses and token.
+    let doc = std::fs::read_to_string(crate::support::repo().join("docs/prometheus.md")).unwrap();
+    let (_, _, block) = crate::examples::yaml_blocks(&doc)
+        .into_iter()
+        .find(|(_, info, _)| info == "yaml prometheus")
+        .expect("docs/prometheus.md has a ```yaml prometheus block");
+    let targets = [live.addr.to_string(), dead.to_string(), outside.addr.to_string()];
+    let mut text = block.clone();
+    for (from, to) in [
+        (
+            "/etc/prometheus/sonde-token",
+            dir.path().join("op.token").display().to_string(),
+        ),
+        ("127.0.0.1:9464", api.to_string()),
+        ("10.0.3.7:8080", targets[0].clone()),
+        ("10.0.3.8:8080", format!("{}\n          - {}", targets[1], targets[2])),
+    ] {
+        assert!(text.contains(from), "docs/prometheus.md no longer names {from}");
+        text = text.replace(from, &to);
+    }
+    let text = format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n{text}");
+    let prom_config = dir.path().join("prometheus.yml");
+    std::fs::write(&prom_config, &text).unwrap();
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = std::process::Command::new(prometheus)
+        .arg(format!("--config.file={}", prom_config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+        .arg(format!("--web.listen-address={addr}"))
+        .arg("--log.level=warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let _prometheus = Killed(child);
+
+    // Until Prometheus has scraped all three targets (and the agent).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let success = loop {
+        let s = query(addr, r#"probe_success{job="sonde-probe"}"#).await;
+        let agent = query(addr, r#"sonde_build_info{job="sonde"}"#).await;
+        if s.len() == 3 && !agent.is_empty() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus never scraped every target: {s:?} {agent:?}\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(success[&targets[0]], 1.0, "{success:?}");
+    assert_eq!(success[&targets[1]], 0.0, "{success:?}");
+    assert_eq!(success[&targets[2]], 0.0, "{success:?}");
+    let denied = query(addr, r#"sonde_probe_outcome{job="sonde-probe",reason="denied"}"#).await;
+    assert_eq!(denied.keys().collect::<Vec<_>>(), [&targets[2]], "{denied:?}");
+    assert_eq!(outside.accepted(), 0, "the target outside the grant was dialled");
 }
