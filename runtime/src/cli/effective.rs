@@ -142,6 +142,8 @@ pub fn effective(reg: &Registry) -> Value {
             "max_connections": a.max_connections,
             "max_header_bytes": a.max_header_bytes,
             "max_watch_streams": a.max_watch_streams,
+            "max_probe_runs": a.max_probe_runs,
+            "max_probe_queue": a.max_probe_queue,
             "auth": reg.api_auth.unwrap_or_default(),
         },
         "state_dir": reg.state_dir,
@@ -157,6 +159,16 @@ pub fn effective(reg: &Registry) -> Value {
         "tenants": tenants,
         "targets": targets,
         "kubernetes": kubernetes,
+        "modules": reg.modules.names().map(|name| {
+            let m = reg.modules.get(name).expect("a listed module");
+            (name.to_string(), json!({
+                "plugin": m.plugin_ref,
+                "tenant": &*m.tenant,
+                "config": serde_json::from_str::<serde_json::Value>(&m.config).unwrap_or_default(),
+                "timeout": dur(m.limits.timeout),
+                "grants": {"net": m.grants.net.iter().map(|n| n.to_string()).collect::<Vec<_>>()},
+            }))
+        }).collect::<serde_json::Map<_, _>>(),
     })
 }
 

@@ -873,3 +873,33 @@ modules:
     assert_eq!(denied.keys().collect::<Vec<_>>(), [&targets[2]], "{denied:?}");
     assert_eq!(outside.accepted(), 0, "the target outside the grant was dialled");
 }
+
+#[test]
+fn validate_shows_the_modules_in_force_and_refuses_a_label_named_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &path,
+        "api: {listen: 127.0.0.1:9464, max_probe_runs: 3}\nmodules:\n  tcp_connect:\n    plugin: tcp\n    timeout: 2s\n    grants: {net: [\"127.0.0.1:*\"]}\n",
+    )
+    .unwrap();
+    let out = sonde(&["validate", "-o", "json", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let effective = crate::support::json(&out);
+    assert_eq!(effective["api"]["max_probe_runs"], 3);
+    assert_eq!(effective["api"]["max_probe_queue"], 64);
+    assert_eq!(effective["modules"]["tcp_connect"]["plugin"], "tcp");
+    assert_eq!(effective["modules"]["tcp_connect"]["timeout"], "2s");
+    assert_eq!(effective["modules"]["tcp_connect"]["grants"]["net"][0], "127.0.0.1:*");
+
+    // `state` is sonde_probe_state's own label now.
+    std::fs::write(
+        &path,
+        "targets:\n  - name: web\n    address: 127.0.0.1:80\n    probes:\n      - {plugin: tcp, labels: {state: x}}\n",
+    )
+    .unwrap();
+    let out = sonde(&["validate", path.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("state"), "{text}");
+}
