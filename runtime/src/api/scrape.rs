@@ -150,46 +150,89 @@ pub fn deadline(scrape: Option<Duration>, module: Duration) -> Duration {
     }
 }
 
+/// A scrape timeout header that is not a positive number of seconds.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{SCRAPE_TIMEOUT_HEADER}: {value:?} is not a positive number of seconds")]
+struct BadScrapeTimeout {
+    /// The header's value, as sent.
+    value: String,
+}
+
 /// The scrape's timeout from its header: seconds, a positive number.
-fn scrape_timeout(headers: &HeaderMap) -> Result<Option<Duration>, String> {
+fn scrape_timeout(headers: &HeaderMap) -> Result<Option<Duration>, BadScrapeTimeout> {
     let Some(v) = headers.get(SCRAPE_TIMEOUT_HEADER) else {
         return Ok(None);
     };
-    let text = v.to_str().unwrap_or("");
+    let text = String::from_utf8_lossy(v.as_bytes());
     text.trim()
         .parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && *s > 0.0)
         .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .map(Some)
-        .ok_or_else(|| format!("{SCRAPE_TIMEOUT_HEADER}: {text:?} is not a positive number of seconds"))
+        .ok_or_else(|| BadScrapeTimeout {
+            value: text.to_string(),
+        })
 }
 
-/// Whether `target` may be probed with `module`: `Err` with the denial.
-/// The same comparisons a probe's grants and its tenant's ceiling make.
-fn admit(state: &ApiState, module: &ProbeSpec, target: &str) -> Result<String, String> {
-    let pattern = crate::host::NetPattern::for_target(target).map_err(|e| e.to_string())?;
-    let grant = module.grants.net.iter().find(|g| pattern.within(g)).ok_or_else(|| {
-        let grants: Vec<String> = module.grants.net.iter().map(|g| g.to_string()).collect();
-        format!(
-            "{target} is not inside the module's net grant ({}); nothing was dialled",
-            grants.join(", ")
-        )
-    })?;
-    if let Some(tenant) = state.control.tenants().get(&module.tenant) {
-        let refused = tenant.check(&module.name, target, &module.grants, &module.limits);
-        if let Some(e) = refused.first() {
-            return Err(format!("{e}; nothing was dialled"));
-        }
+/// Why a `/probe` target was refused: nothing was dialled.
+#[derive(Debug, thiserror::Error)]
+enum Denial {
+    /// The target is neither `host:port` nor an http(s) URL.
+    #[error("{0}; nothing was dialled")]
+    Target(#[from] crate::host::GrantError),
+    /// No net grant of the module covers the target.
+    #[error("{target} is not inside the module's net grant ({}); nothing was dialled", grants.join(", "))]
+    OutsideGrant {
+        /// The target, as sent.
+        target: String,
+        /// The module's net grants.
+        grants: Vec<String>,
+    },
+    /// The module tenant's ceiling does not cover the target.
+    #[error("{0}; nothing was dialled")]
+    Ceiling(crate::tenants::CeilingError),
+    /// The target is the agent's own listener.
+    #[error("{target} is the agent's own listener {own}, which /probe never probes; nothing was dialled")]
+    OwnListener {
+        /// The target, as sent.
+        target: String,
+        /// The listener it reaches.
+        own: std::net::SocketAddr,
+    },
+}
+
+/// The module's net grant that admits `target`, or why `target` may not be
+/// probed with `module`: the same comparisons a probe's grants and its
+/// tenant's ceiling make.
+fn admit(state: &ApiState, module: &ProbeSpec, target: &str) -> Result<crate::host::NetPattern, Denial> {
+    let pattern = crate::host::NetPattern::for_target(target)?;
+    let grant = module
+        .grants
+        .net
+        .iter()
+        .find(|g| pattern.within(g))
+        .ok_or_else(|| Denial::OutsideGrant {
+            target: target.to_string(),
+            grants: module.grants.net.iter().map(|g| g.to_string()).collect(),
+        })?;
+    if let Some(tenant) = state.control.tenants().get(&module.tenant)
+        && let Some(e) = tenant
+            .check(&module.name, target, &module.grants, &module.limits)
+            .into_iter()
+            .next()
+    {
+        return Err(Denial::Ceiling(e));
     }
     if let Ok(addr) = target.parse::<std::net::SocketAddr>()
         && let Some(own) = state.control.engine.own_listeners().reached_by(addr)
     {
-        return Err(format!(
-            "{target} is the agent's own listener {own}, which /probe never probes; nothing was dialled"
-        ));
+        return Err(Denial::OwnListener {
+            target: target.to_string(),
+            own,
+        });
     }
-    Ok(format!("{target} is inside the module's net grant {grant}"))
+    Ok(grant.clone())
 }
 
 /// What a debug answer tells, line by line.
@@ -271,7 +314,7 @@ pub(super) async fn probe(
     let target = target.trim().to_string();
     let scrape = match scrape_timeout(&headers) {
         Ok(s) => s,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let modules = state.control.registry.lock().await.modules.clone();
     let Some(module) = modules.get(&module_name).filter(|m| who.sees(&m.tenant)) else {
@@ -288,10 +331,12 @@ pub(super) async fn probe(
     let result = match admit(&state, module, &target) {
         Err(denial) => {
             log.line(format!("admission: denied: {denial}"));
-            RunResult::error(crate::verdict::Reason::Denied, denial)
+            RunResult::error(crate::verdict::Reason::Denied, denial.to_string())
         }
-        Ok(why) => {
-            log.line(format!("admission: allowed: {why}"));
+        Ok(grant) => {
+            log.line(format!(
+                "admission: allowed: {target} is inside the module's net grant {grant}"
+            ));
             let deadline = deadline(scrape, module.limits.timeout);
             log.line(format!(
                 "deadline {} ({})",
@@ -402,7 +447,7 @@ mod tests {
         assert_eq!(scrape_timeout(&h), Ok(Some(Duration::from_millis(9500))));
         for bad in ["0", "-1", "NaN", "inf", "ten"] {
             h.insert(SCRAPE_TIMEOUT_HEADER, bad.parse().unwrap());
-            let e = scrape_timeout(&h).unwrap_err();
+            let e = scrape_timeout(&h).unwrap_err().to_string();
             assert!(e.contains(bad), "{e}");
         }
     }
