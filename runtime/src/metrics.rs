@@ -79,9 +79,9 @@ pub fn base_unit(value: f64, unit: &str) -> (f64, std::borrow::Cow<'_, str>) {
 }
 
 /// The content type of the OpenMetrics exposition.
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The content type of the Prometheus text exposition.
-pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 const LATENESS_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 const DURATION_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
@@ -656,19 +656,19 @@ impl Collector for Scrape {
 /// per process: the Kubernetes controller counts through
 /// [`kubernetes_writes`].
 #[derive(Debug, Default)]
-pub struct KubernetesWrites {
+pub(crate) struct KubernetesWrites {
     /// (kind, reason) to count; reason `""` for a write that succeeded.
     counts: std::sync::Mutex<std::collections::BTreeMap<(&'static str, &'static str), u64>>,
 }
 
 impl KubernetesWrites {
     /// Counts a write of `kind` that succeeded.
-    pub fn written(&self, kind: &'static str) {
+    pub(crate) fn written(&self, kind: &'static str) {
         self.count(kind, "");
     }
 
     /// Counts a write of `kind` that failed for `reason`.
-    pub fn failed(&self, kind: &'static str, reason: &'static str) {
+    pub(crate) fn failed(&self, kind: &'static str, reason: &'static str) {
         self.count(kind, reason);
     }
 
@@ -702,7 +702,7 @@ impl KubernetesWrites {
 }
 
 /// The process's count of Kubernetes API writes.
-pub fn kubernetes_writes() -> &'static KubernetesWrites {
+pub(crate) fn kubernetes_writes() -> &'static KubernetesWrites {
     static WRITES: std::sync::OnceLock<KubernetesWrites> = std::sync::OnceLock::new();
     WRITES.get_or_init(KubernetesWrites::default)
 }

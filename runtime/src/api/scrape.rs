@@ -42,11 +42,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The header Prometheus sends with each scrape: its timeout, in seconds.
-pub const SCRAPE_TIMEOUT_HEADER: &str = "x-prometheus-scrape-timeout-seconds";
+pub(crate) const SCRAPE_TIMEOUT_HEADER: &str = "x-prometheus-scrape-timeout-seconds";
 
 /// Taken from the scrape's timeout so the answer reaches Prometheus before
 /// Prometheus gives up (blackbox_exporter's default offset).
-pub const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
+pub(crate) const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
 
 /// The content type of the answer.
 const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -54,7 +54,7 @@ const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The `/probe` runs in flight and the requests waiting for one, bounded
 /// by `api: max_probe_runs` and `api: max_probe_queue`. Clones share it.
 #[derive(Clone, Debug, Default)]
-pub struct ScrapeGate(Arc<GateInner>);
+pub(crate) struct ScrapeGate(Arc<GateInner>);
 
 #[derive(Debug, Default)]
 struct GateInner {
@@ -100,7 +100,8 @@ enum GateError {
 
 impl ScrapeGate {
     /// Runs and requests waiting now.
-    pub fn counts(&self) -> (usize, usize) {
+    #[cfg(test)]
+    fn counts(&self) -> (usize, usize) {
         *self.0.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -140,7 +141,7 @@ impl ScrapeGate {
 /// [`SCRAPE_TIMEOUT_HEADER`]) less [`SCRAPE_MARGIN`] — or less half of
 /// it, when it is under twice the margin — capped by the module's
 /// `timeout`; the module's timeout alone without the header.
-pub fn deadline(scrape: Option<Duration>, module: Duration) -> Duration {
+pub(crate) fn deadline(scrape: Option<Duration>, module: Duration) -> Duration {
     match scrape {
         None => module,
         Some(s) => {
