@@ -166,6 +166,7 @@ pub fn effective(reg: &Registry) -> Value {
                 "tenant": &*m.tenant,
                 "config": serde_json::from_str::<serde_json::Value>(&m.config).unwrap_or_default(),
                 "timeout": dur(m.limits.timeout),
+                "limits": {"fuel": m.limits.fuel, "memory": m.limits.memory},
                 "grants": {"net": m.grants.net.iter().map(|n| n.to_string()).collect::<Vec<_>>()},
             }))
         }).collect::<serde_json::Map<_, _>>(),

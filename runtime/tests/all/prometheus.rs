@@ -296,9 +296,12 @@ targets:
     }
     let refused = codes.iter().filter(|c| **c == 429).count();
     let ran = codes.iter().filter(|c| **c == 200).count();
+    // Queued, then past their deadline before a run slot came free.
+    let late = codes.iter().filter(|c| **c == 503).count();
     // Two ran at once and two waited; the rest were refused at once (a
     // request that arrived after the first runs ended may have run too).
-    assert_eq!(refused + ran, codes.len(), "{codes:?}");
+    assert_eq!(refused + ran + late, codes.len(), "{codes:?}");
+    assert!(late <= 2, "{codes:?}");
     assert!(ran >= 2 && refused >= 28, "{codes:?}");
     // Each run that was let in dialled once: never more than were run.
     assert!(silent.accepted() <= ran, "{} > {ran}", silent.accepted());
