@@ -48,6 +48,10 @@ pub(crate) const SCRAPE_TIMEOUT_HEADER: &str = "x-prometheus-scrape-timeout-seco
 /// Prometheus gives up (blackbox_exporter's default offset).
 pub(crate) const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
 
+/// How long a `/probe` without a scrape timeout waits for a reload in
+/// progress to end.
+const RELOAD_WAIT: Duration = Duration::from_secs(10);
+
 /// The content type of the answer.
 const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -317,7 +321,17 @@ pub(super) async fn probe(
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let modules = state.control.registry.lock().await.modules.clone();
+    // A reload holds the registry while it loads: wait for it no longer
+    // than the scrape would.
+    let wait = scrape.unwrap_or(RELOAD_WAIT);
+    let Ok(registry) = tokio::time::timeout(wait, state.control.registry.lock()).await else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the config is being reloaded; try again (the modules are not known until it is)",
+        );
+    };
+    let modules = registry.modules.clone();
+    drop(registry);
     let Some(module) = modules.get(&module_name).filter(|m| who.sees(&m.tenant)) else {
         return error(StatusCode::BAD_REQUEST, format!("no module named {module_name:?}"));
     };
