@@ -41,6 +41,14 @@ fn sample(text: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
+/// A target `web` at `server` with a readiness probe `web-ready` every
+/// 100 ms: the config's `targets:`.
+fn web_ready(server: SocketAddr) -> String {
+    format!(
+        "targets:\n  - name: web\n    address: {server}\n    probes:\n      - {{ name: web-ready, plugin: http, config: {{ path: /health }}, period: 100ms }}\n"
+    )
+}
+
 fn write_config(dir: &Path, yaml: &str) -> PathBuf {
     secret(dir, "op.token", OP);
     secret(dir, "acme.token", ACME);
@@ -257,22 +265,16 @@ async fn a_flood_of_scrapes_gets_429_and_scheduled_probes_keep_their_period() {
     let server = HttpServer::start().await;
     let silent = CountingListener::start_silent().await;
     let dir = tempfile::tempdir().unwrap();
-    let yaml = format!(
-        r#"operator_token_file: op.token
-api: {{ max_probe_runs: 2, max_probe_queue: 2 }}
+    let yaml = r#"operator_token_file: op.token
+api: { max_probe_runs: 2, max_probe_queue: 2 }
 modules:
   slow:
     plugin: http
     timeout: 3s
-    grants: {{ net: ["127.0.0.1:*"] }}
-targets:
-  - name: web
-    address: {}
-    probes:
-      - {{ name: web-ready, plugin: http, config: {{ path: /health }}, period: 100ms }}
-"#,
-        server.addr
-    );
+    grants: { net: ["127.0.0.1:*"] }
+"#
+    .to_string()
+        + &web_ready(server.addr);
     let (_agent, api) = start_agent(&write_config(dir.path(), &yaml)).await;
     let path = format!("/probe?target={}&module=slow", silent.addr);
     let flood: Vec<_> = (0..40)
@@ -363,10 +365,7 @@ fn series(text: &str, series: &str) -> Option<f64> {
 async fn metrics_carry_build_info_reload_state_and_a_state_set() {
     let server = HttpServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let yaml = format!(
-        "operator_token_file: op.token\ntargets:\n  - name: web\n    address: {}\n    probes:\n      - {{ name: web-ready, plugin: http, config: {{ path: /health }}, period: 100ms }}\n",
-        server.addr
-    );
+    let yaml = "operator_token_file: op.token\n".to_string() + &web_ready(server.addr);
     let config = write_config(dir.path(), &yaml);
     let (agent, api) = start_agent(&config).await;
     let metrics = || async { get(api, "/metrics", &bearer(OP)).await.1 };
@@ -646,20 +645,14 @@ fn exposed_names(text: &str) -> std::collections::BTreeSet<String> {
 async fn every_dashboard_and_rule_query_reads_metrics_a_live_agent_exposes() {
     let server = HttpServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let yaml_text = format!(
-        r#"operator_token_file: op.token
+    let yaml_text = r#"operator_token_file: op.token
 modules:
   http_2xx:
     plugin: http
-    grants: {{ net: ["127.0.0.1:*"] }}
-targets:
-  - name: web
-    address: {}
-    probes:
-      - {{ name: web-ready, plugin: http, config: {{ path: /health }}, period: 100ms }}
-"#,
-        server.addr
-    );
+    grants: { net: ["127.0.0.1:*"] }
+"#
+    .to_string()
+        + &web_ready(server.addr);
     let (_agent, api) = start_agent(&write_config(dir.path(), &yaml_text)).await;
     // Until a run has filled the histograms.
     let deadline = Instant::now() + Duration::from_secs(15);
