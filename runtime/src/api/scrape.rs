@@ -249,6 +249,25 @@ impl DebugLog {
         self.0.push_str(text.as_ref());
         self.0.push('\n');
     }
+
+    /// How the run ended, what the plugin said and measured.
+    fn outcome(&mut self, result: &RunResult, took: Duration) {
+        self.line(format!(
+            "outcome: {}{} in {} (plugin {}, fuel {})",
+            result.status.as_str(),
+            result.reason.map_or(String::new(), |r| format!(" ({r})")),
+            humantime::format_duration(truncate_micros(took)),
+            humantime::format_duration(truncate_micros(result.duration)),
+            result.fuel_consumed
+        ));
+        self.line(format!("message: {}", result.message));
+        if let Some(d) = &result.detail {
+            self.line(format!("detail: {d}"));
+        }
+        for m in &result.metrics {
+            self.line(format!("metric {} = {} {}", m.name, m.value, m.unit));
+        }
+    }
 }
 
 /// Escapes a label value for the text format.
@@ -371,21 +390,7 @@ pub(super) async fn probe(
         }
     };
     let took = start.elapsed();
-    log.line(format!(
-        "outcome: {}{} in {} (plugin {}, fuel {})",
-        result.status.as_str(),
-        result.reason.map_or(String::new(), |r| format!(" ({r})")),
-        humantime::format_duration(truncate_micros(took)),
-        humantime::format_duration(truncate_micros(result.duration)),
-        result.fuel_consumed
-    ));
-    log.line(format!("message: {}", result.message));
-    if let Some(d) = &result.detail {
-        log.line(format!("detail: {d}"));
-    }
-    for m in &result.metrics {
-        log.line(format!("metric {} = {} {}", m.name, m.value, m.unit));
-    }
+    log.outcome(&result, took);
     let metrics = exposition(&result, took);
     if debug {
         log.line("\nmetrics:");
