@@ -10,7 +10,8 @@
 #   REPS=9 N=10000 scripts/bench.sh   # repetitions per row, runs per repetition
 #   RESULTS=dir scripts/bench.sh      # keep each row's JSON lines in dir
 #   ROWS="tcp http" scripts/bench.sh  # only these rows (trivial tcp http keepalive
-#                                     # keepalive-1 exec-true check_http blackbox)
+#                                     # keepalive-1 exec-true check_http blackbox
+#                                     # probe-endpoint)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -129,6 +130,51 @@ EOF
   hz=$(getconf CLK_TCK)
   echo "blackbox_exporter CPU per probe: $(( (after - before) * 1000000 / hz / 20000 ))µs"
   echo
+fi
+
+# GET /probe: blackbox_exporter's, then sonde's, each on core 0, driven
+# the same way from core 1 (keep-alive, 16 in flight) against the same
+# nginx target, with the modules both call http_2xx and tcp_connect.
+# Throughput and latency are the driver's; CPU per probe is the
+# exporter's own, read from /proc.
+if want probe-endpoint && command -v prometheus-blackbox-exporter >/dev/null; then
+  cat >"$work/blackbox-probe.yml" <<EOF
+modules:
+  http_2xx: {prober: http, timeout: 5s, http: {preferred_ip_protocol: ip4}}
+  tcp_connect: {prober: tcp, timeout: 5s, tcp: {preferred_ip_protocol: ip4}}
+EOF
+  cat >"$work/sonde-probe.yaml" <<EOF
+api: {listen: 127.0.0.1:9465, auth: none, max_probe_runs: 16, max_probe_queue: 64}
+modules:
+  http_2xx: {plugin: http, timeout: 5s, grants: {net: ["127.0.0.1:8081"]}}
+  tcp_connect: {plugin: tcp, timeout: 5s, grants: {net: ["127.0.0.1:8081"]}}
+EOF
+  probe_n=$((n / 2))
+  exporter_row() { # name pidfile address
+    local name=$1 pid address=$3 before after hz module target
+    pid=$(cat "$2")
+    for module in http_2xx tcp_connect; do
+      target=127.0.0.1:8081
+      [ "$module" = http_2xx ] && target=http://127.0.0.1:8081/
+      before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+      echo "\$ $name /probe module=$module, driven by: sonde bench http --target $address (keep-alive, 16 in flight)"
+      # A slow answer is counted as an error; it does not end the script.
+      taskset -c 1 "$sonde" bench http --target "$address" -n "$probe_n" -j 16 --keepalive --timeout 5s \
+        --config "{\"path\": \"/probe?module=$module&target=$target\", \"body_regex\": \"probe_success 1\"}" || true
+      after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+      hz=$(getconf CLK_TCK)
+      echo "$name CPU per /probe ($module): $(((after - before) * 1000000 / hz / probe_n))µs"
+      echo
+    done
+  }
+  taskset -c 0 prometheus-blackbox-exporter --config.file="$work/blackbox-probe.yml" \
+    --web.listen-address=127.0.0.1:9116 >"$work/logs/blackbox-probe.log" 2>&1 &
+  echo $! >"$work/blackbox-probe.pid"
+  taskset -c 0 "$sonde" run --config "$work/sonde-probe.yaml" >"$work/logs/sonde-probe.log" 2>&1 &
+  echo $! >"$work/sonde-probe.pid"
+  sleep 2
+  exporter_row blackbox_exporter "$work/blackbox-probe.pid" 127.0.0.1:9116
+  exporter_row sonde "$work/sonde-probe.pid" 127.0.0.1:9465
 fi
 
 if [ "${1:-}" = scale ]; then

@@ -232,6 +232,9 @@ pub struct Agent {
     pub tenants: Arc<Mutex<Arc<crate::tenants::Tenants>>>,
     /// Reloads and runtime management.
     pub control: Arc<Control>,
+    /// The readiness-gate controller's counters, shown by `/metrics`
+    /// whether or not it runs.
+    gate_stats: Arc<kubernetes::Stats>,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -460,6 +463,7 @@ impl Agent {
             cache,
         });
         let draining = Arc::new(AtomicBool::new(false));
+        let gate_stats = Arc::new(kubernetes::Stats::default());
         let mut tasks = Vec::new();
         if let Some(ended) = ended {
             tasks.push(tokio::spawn(take_up_pulls(control.clone(), ended)));
@@ -478,6 +482,11 @@ impl Agent {
                     cache: engine_stats(&engine, Engine::cache_stats),
                     executor: executor.clone(),
                     pulls: pulls_metric(&control, &status),
+                    status: status.clone(),
+                    kubernetes: {
+                        let stats = gate_stats.clone();
+                        Arc::new(move || stats.writes())
+                    },
                 },
                 draining: draining.clone(),
                 health_timeout,
@@ -486,6 +495,7 @@ impl Agent {
                 reviews,
                 limits: api_limits,
                 watches: api::WatchStreams::default(),
+                scrapes: api::scrape::ScrapeGate::default(),
             };
             let (bound, task) = serve_api(addr, state, &engine).await?;
             api = Some(bound);
@@ -502,6 +512,7 @@ impl Agent {
             executor,
             tenants,
             control,
+            gate_stats,
             options,
             tasks,
         })
@@ -581,6 +592,7 @@ async fn start_kubernetes(
         agent.control.clone(),
         agent.results.clone(),
         settings,
+        agent.gate_stats.clone(),
     )))
 }
 

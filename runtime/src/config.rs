@@ -172,6 +172,8 @@ impl<'de> Deserialize<'de> for Size {
 ///   max_connections: 1024       # open connections, agent-wide
 ///   max_header_bytes: 16KiB     # a request's head (at least 8KiB)
 ///   max_watch_streams: 64       # open GET /v1/watch streams per token
+///   max_probe_runs: 8           # GET /probe runs at once, agent-wide
+///   max_probe_queue: 64         # GET /probe requests waiting for a run; more: 429
 ///   auth: kubernetes            # auto (default), token, none or kubernetes (--api-auth overrides it)
 /// ```
 ///
@@ -190,6 +192,10 @@ pub struct ApiSpec {
     pub max_header_bytes: Option<Size>,
     /// `max_watch_streams: 64`.
     pub max_watch_streams: Option<u32>,
+    /// `max_probe_runs: 8`.
+    pub max_probe_runs: Option<u32>,
+    /// `max_probe_queue: 64`.
+    pub max_probe_queue: Option<u32>,
     /// `auth: kubernetes` — who may call ([`crate::auth::ApiAuth`]).
     pub auth: Option<crate::auth::ApiAuth>,
 }
@@ -210,6 +216,10 @@ struct ApiBlock {
     max_header_bytes: Option<Size>,
     #[serde(default)]
     max_watch_streams: Option<u32>,
+    #[serde(default)]
+    max_probe_runs: Option<u32>,
+    #[serde(default)]
+    max_probe_queue: Option<u32>,
     #[serde(default)]
     auth: Option<crate::auth::ApiAuth>,
 }
@@ -237,6 +247,8 @@ impl<'de> Deserialize<'de> for ApiSpec {
                     max_connections: b.max_connections,
                     max_header_bytes: b.max_header_bytes,
                     max_watch_streams: b.max_watch_streams,
+                    max_probe_runs: b.max_probe_runs,
+                    max_probe_queue: b.max_probe_queue,
                     auth: b.auth,
                 })
             }
@@ -267,6 +279,13 @@ pub struct ApiLimits {
     /// Open `GET /v1/watch` streams per caller (token); one more is
     /// answered 429. Default 64.
     pub max_watch_streams: usize,
+    /// `GET /probe` runs at once, agent-wide: the share of the executor a
+    /// scraper can take, so a flood of `/probe` requests cannot starve the
+    /// scheduled probes. Default 8.
+    pub max_probe_runs: usize,
+    /// `GET /probe` requests waiting for one of those runs; one more is
+    /// answered 429 at once. Default 64.
+    pub max_probe_queue: usize,
 }
 
 impl Default for ApiLimits {
@@ -277,6 +296,8 @@ impl Default for ApiLimits {
             max_connections: 1024,
             max_header_bytes: 16 * 1024,
             max_watch_streams: 64,
+            max_probe_runs: 8,
+            max_probe_queue: 64,
         }
     }
 }
@@ -336,6 +357,11 @@ impl ApiLimits {
             max_connections: positive("max_connections", spec.max_connections, d.max_connections)?,
             max_header_bytes,
             max_watch_streams: positive("max_watch_streams", spec.max_watch_streams, d.max_watch_streams)?,
+            max_probe_runs: positive("max_probe_runs", spec.max_probe_runs, d.max_probe_runs)?,
+            max_probe_queue: match spec.max_probe_queue {
+                Some(n) => n as usize,
+                None => d.max_probe_queue,
+            },
         })
     }
 }
@@ -481,6 +507,12 @@ pub struct File {
     /// `targets: [...]` — the services this agent probes.
     #[serde(default)]
     pub targets: Vec<Target>,
+    /// `modules: {http_2xx: {plugin: http, grants: {net: [...]}}}` — the
+    /// checks `GET /probe?target=T&module=M` runs for a scraper such as
+    /// Prometheus (docs/prometheus.md). Default: none (`/probe` answers
+    /// 400 for every module).
+    #[serde(default)]
+    pub modules: BTreeMap<String, Module>,
     /// `kubernetes:` — run readiness-gate checks of this node's Pods
     /// (docs/kubernetes.md). Absent: off, unless `sonde run --kubernetes`.
     #[serde(default)]
@@ -739,6 +771,47 @@ pub struct Probe {
     /// value 1-256 bytes (a Pod name fits). Default: none.
     #[serde(default)]
     pub labels: Option<Spanned<BTreeMap<String, String>>>,
+}
+
+/// One `modules:` entry: a probe template without a target, which
+/// `GET /probe?target=T&module=NAME` runs against the `T` a scraper asks
+/// for, when `T` is inside the module's `net` grant.
+///
+/// ```yaml
+/// modules:
+///   http_2xx:
+///     plugin: http
+///     config: {path: /healthz}
+///     timeout: 5s                        # caps the scrape's own deadline
+///     grants: {net: ["10.0.0.0/8:*"]}    # the targets it may be asked to probe
+///     tenant: acme                       # optional: reachable with acme's token only
+/// ```
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Module {
+    /// `plugin: http` — as a probe's `plugin`.
+    pub plugin: Spanned<String>,
+    /// `config: {path: /healthz}` — as a probe's `config`. Default: `{}`.
+    #[serde(default)]
+    pub config: Option<Spanned<serde_json::Value>>,
+    /// `tenant: acme` — the tenant that owns the module: its ceiling and
+    /// quotas bound it, and only its token (or the operator's) may use it.
+    /// Default: the operator's `default` tenant.
+    #[serde(default)]
+    pub tenant: Option<Spanned<String>>,
+    /// `timeout: 5s` — the longest one `/probe` run may take; a scrape's
+    /// `X-Prometheus-Scrape-Timeout-Seconds` (less a margin) shortens it.
+    /// Default: the tenant's default timeout (1s for the operator).
+    #[serde(default)]
+    pub timeout: Option<Spanned<Dur>>,
+    /// `grants: {net: [...], ...}` — as a probe's; `net` also bounds the
+    /// targets `/probe` may be asked to probe with this module (at least
+    /// one entry).
+    #[serde(default)]
+    pub grants: GrantsSpec,
+    /// `limits: {fuel: ..., memory: ...}` — as a probe's.
+    #[serde(default)]
+    pub limits: LimitsSpec,
 }
 
 /// What a probe's plugin may reach besides its target.

@@ -10,17 +10,21 @@
 //!
 //! | series | type | labels |
 //! | --- | --- | --- |
-//! | `sonde_probe_state` | gauge: 0 success, 1 warning, 2 failure, 3 unknown (Nagios codes) | probe, target, kind, tenant |
+//! | `sonde_build_info` | gauge, always 1 | version, commit |
+//! | `sonde_probe_state` | gauge, a state set: 1 for the probe's state, 0 for the three others | probe, target, kind, tenant, state |
 //! | `sonde_probe_stale` | gauge: 1 while restored state has not been confirmed by a run | probe |
 //! | `sonde_probe_runs_total` | counter | probe, status, reason |
 //! | `sonde_probe_last_duration_seconds`, `sonde_probe_last_fuel` | gauge | probe |
-//! | `sonde_probe_metric` | gauge, at most [`MAX_PLUGIN_SERIES`] per probe | probe, metric, unit |
+//! | `sonde_probe_metric` | gauge in base units ([`base_unit`]), at most [`MAX_PLUGIN_SERIES`] per probe | probe, metric, unit |
 //! | `sonde_run_duration_seconds`, `sonde_run_fuel` | histogram | plugin, kind |
 //! | `sonde_tenant_runs_total`, `_fuel_total`, `_sandbox_seconds_total`, `_errors_total` | counter | tenant (errors: reason) |
 //! | `sonde_tenant_queue_wait_seconds` | histogram (`_sum` is the total wait) | tenant |
 //! | `sonde_tenant_runs_running`, `_runs_waiting`, `_concurrency_limit` | gauge | tenant |
 //! | `sonde_scheduler_start_lateness_seconds` | histogram | |
-//! | `sonde_scheduler_runs_in_flight` | gauge | |
+//! | `sonde_scheduler_runs_in_flight`, `sonde_scheduler_overdue_seconds` | gauge | |
+//! | `sonde_config_last_reload_successful`, `sonde_config_last_reload_success_timestamp_seconds` | gauge | |
+//! | `sonde_kubernetes_writes_total` | counter | kind (`pod_status`, `event`) |
+//! | `sonde_kubernetes_write_errors_total` | counter | kind, reason |
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
 //! | `sonde_pool_memories_in_use`, `sonde_pool_idle_memories`, `sonde_pool_idle_resident_bytes` | gauge (absent without an instance pool) | |
 //!
@@ -49,10 +53,35 @@ use std::time::Duration;
 /// The most plugin-returned metrics exposed per probe.
 pub const MAX_PLUGIN_SERIES: usize = 32;
 
+/// A plugin's measurement in base units, by the documented rule
+/// (docs/prometheus.md, "Units"): durations (`s`, `ms`, `us`, `µs`, `ns`)
+/// become `seconds`; `%` becomes a `ratio` (divided by 100); sizes (`B`,
+/// `KB`/`KiB`, `MB`/`MiB`, `GB`/`GiB`, `TB`/`TiB`, powers of 1024 as
+/// Nagios plugins mean them) become `bytes`; a Nagios counter (`c`) is a
+/// plain number (no unit). Any other unit is passed through, unchanged,
+/// in the `unit` label.
+pub fn base_unit(value: f64, unit: &str) -> (f64, std::borrow::Cow<'_, str>) {
+    let scaled = |factor: f64, base: &'static str| (value * factor, std::borrow::Cow::Borrowed(base));
+    match unit {
+        "s" | "seconds" => scaled(1.0, "seconds"),
+        "ms" => scaled(1e-3, "seconds"),
+        "us" | "µs" => scaled(1e-6, "seconds"),
+        "ns" => scaled(1e-9, "seconds"),
+        "%" => scaled(0.01, "ratio"),
+        "B" | "bytes" => scaled(1.0, "bytes"),
+        "KB" | "KiB" | "kB" => scaled(1024.0, "bytes"),
+        "MB" | "MiB" => scaled(1024.0 * 1024.0, "bytes"),
+        "GB" | "GiB" => scaled(1024.0 * 1024.0 * 1024.0, "bytes"),
+        "TB" | "TiB" => scaled(1024.0 * 1024.0 * 1024.0 * 1024.0, "bytes"),
+        "c" => scaled(1.0, ""),
+        other => (value, std::borrow::Cow::Borrowed(other)),
+    }
+}
+
 /// The content type of the OpenMetrics exposition.
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The content type of the Prometheus text exposition.
-pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 const LATENESS_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 const DURATION_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
@@ -144,6 +173,12 @@ pub struct Metrics {
     /// The probes waiting for their `oci://` plugin's background pull, and
     /// the pulls in flight.
     pub pulls: Arc<dyn Fn() -> (Vec<crate::registry::Waiting>, usize) + Send + Sync>,
+    /// The agent's status: when the config in force was loaded, whether
+    /// the last reload was refused.
+    pub status: Arc<std::sync::Mutex<crate::control::AgentStatus>>,
+    /// What the Kubernetes controller wrote, read from its own counters
+    /// (all zero when it does not run).
+    pub kubernetes: Arc<dyn Fn() -> KubernetesWrites + Send + Sync>,
 }
 
 impl fmt::Debug for Metrics {
@@ -230,15 +265,6 @@ impl Row {
     fn labels<'a>(&'a self, own: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
         let extra = self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         own.iter().copied().chain(extra).collect()
-    }
-}
-
-fn status_code(s: Status) -> i64 {
-    match s {
-        Status::Success => 0,
-        Status::Warning => 1,
-        Status::Failure => 2,
-        Status::Unknown => 3,
     }
 }
 
@@ -340,14 +366,13 @@ impl Scrape {
     }
 }
 
-impl Collector for Scrape {
-    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
-        let (m, who) = (&self.0, &self.1);
-        // Copied out (names and the last outcome are shared, not cloned)
-        // so encoding does not hold the cache's lock.
+impl Scrape {
+    /// The probes `who` sees, copied out (names and the last outcome are
+    /// shared, not cloned) so encoding does not hold the cache's lock.
+    fn rows(&self) -> Vec<Row> {
         let mut rows = Vec::new();
-        m.results.sample(|p| {
-            if who.sees(p.tenant) {
+        self.0.results.sample(|p| {
+            if self.1.sees(p.tenant) {
                 rows.push(Row {
                     name: p.name.clone(),
                     target: p.target.clone(),
@@ -361,21 +386,29 @@ impl Collector for Scrape {
                 });
             }
         });
+        rows
+    }
 
+    /// Per-probe series: the state set, staleness, runs, the last run's
+    /// duration and fuel, and what the plugin measured.
+    fn probe_series(&self, enc: &mut DescriptorEncoder, rows: &[Row]) -> fmt::Result {
         let mut e = enc.encode_descriptor(
             "sonde_probe_state",
-            "Probe state as a Nagios code: 0 success, 1 warning, 2 failure, 3 unknown",
+            "Probe state as a state set: 1 for the state the probe is in, 0 for the others",
             None,
             MetricType::Gauge,
         )?;
-        for r in &rows {
-            let labels = r.labels(&[
-                ("probe", &*r.name),
-                ("target", &*r.target),
-                ("kind", r.kind.as_str()),
-                ("tenant", &*r.tenant),
-            ]);
-            ConstGauge::new(status_code(r.state)).encode(e.encode_family(&labels)?)?;
+        for r in rows {
+            for state in STATES {
+                let labels = r.labels(&[
+                    ("probe", &*r.name),
+                    ("target", &*r.target),
+                    ("kind", r.kind.as_str()),
+                    ("tenant", &*r.tenant),
+                    ("state", state.as_str()),
+                ]);
+                ConstGauge::new(i64::from(r.state == state)).encode(e.encode_family(&labels)?)?;
+            }
         }
         let mut e = enc.encode_descriptor(
             "sonde_probe_stale",
@@ -383,7 +416,7 @@ impl Collector for Scrape {
             None,
             MetricType::Gauge,
         )?;
-        for r in &rows {
+        for r in rows {
             ConstGauge::new(i64::from(r.stale)).encode(e.encode_family(&r.labels(&[("probe", &*r.name)]))?)?;
         }
         let mut e = enc.encode_descriptor(
@@ -392,7 +425,7 @@ impl Collector for Scrape {
             None,
             MetricType::Counter,
         )?;
-        for r in &rows {
+        for r in rows {
             for c in &r.runs {
                 let labels = r.labels(&[
                     ("probe", &*r.name),
@@ -414,7 +447,7 @@ impl Collector for Scrape {
         ];
         for (name, help, value) in last {
             let mut e = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for r in &rows {
+            for r in rows {
                 if let Some(o) = &r.last {
                     ConstGauge::new(value(o)).encode(e.encode_family(&r.labels(&[("probe", &*r.name)]))?)?;
                 }
@@ -422,34 +455,35 @@ impl Collector for Scrape {
         }
         let mut e = enc.encode_descriptor(
             "sonde_probe_metric",
-            "A measurement the probe's plugin returned in its last run",
+            "A measurement the probe's plugin returned in its last run, in base units",
             None,
             MetricType::Gauge,
         )?;
-        for r in &rows {
+        for r in rows {
             let metrics = r
                 .last
                 .iter()
                 .flat_map(|o| o.result.metrics.iter().take(MAX_PLUGIN_SERIES));
             for x in metrics {
-                let labels = r.labels(&[
-                    ("probe", &*r.name),
-                    ("metric", x.name.as_str()),
-                    ("unit", x.unit.as_str()),
-                ]);
-                ConstGauge::new(x.value).encode(e.encode_family(&labels)?)?;
+                let (value, unit) = base_unit(x.value, &x.unit);
+                let labels = r.labels(&[("probe", &*r.name), ("metric", x.name.as_str()), ("unit", &unit)]);
+                ConstGauge::new(value).encode(e.encode_family(&labels)?)?;
             }
         }
+        Ok(())
+    }
 
-        self.tenant_series(&mut enc)?;
-        let (waiting, in_flight) = (m.pulls)();
+    /// The probes waiting for their `oci://` plugin (those `who` sees), and
+    /// for the operator the pulls in flight.
+    fn pull_series(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let (waiting, in_flight) = (self.0.pulls)();
         let mut e = enc.encode_descriptor(
             "sonde_probe_waiting_for_plugin",
             "1 for each probe left out until its oci:// plugin, being pulled in the background, lands",
             None,
             MetricType::Gauge,
         )?;
-        for w in waiting.iter().filter(|w| who.sees(&w.tenant)) {
+        for w in waiting.iter().filter(|w| self.1.sees(&w.tenant)) {
             let kind = format!("{:?}", w.kind).to_lowercase();
             let labels = [
                 ("probe", &*w.probe),
@@ -460,7 +494,7 @@ impl Collector for Scrape {
             ];
             ConstGauge::new(1).encode(e.encode_family(&labels)?)?;
         }
-        if *who != Principal::Operator {
+        if self.1 != Principal::Operator {
             return Ok(());
         }
         let e = enc.encode_descriptor(
@@ -469,8 +503,12 @@ impl Collector for Scrape {
             None,
             MetricType::Gauge,
         )?;
-        ConstGauge::new(in_flight as i64).encode(e)?;
-        let plugins = m.runs.by_plugin.read().unwrap_or_else(|e| e.into_inner());
+        ConstGauge::new(in_flight as i64).encode(e)
+    }
+
+    /// Run duration and fuel histograms by plugin and kind.
+    fn plugin_histograms(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let plugins = self.0.runs.by_plugin.read().unwrap_or_else(|e| e.into_inner());
         let histograms: [(&str, &str, Pick); 2] = [
             (
                 "sonde_run_duration_seconds",
@@ -494,8 +532,12 @@ impl Collector for Scrape {
                 }
             }
         }
-        drop(plugins);
+        Ok(())
+    }
 
+    /// The scheduler, the compile cache and the instance pool.
+    fn engine_series(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let m = &self.0;
         let e = enc.encode_descriptor(
             "sonde_scheduler_start_lateness_seconds",
             "How long after its planned time each scheduled run started",
@@ -510,43 +552,139 @@ impl Collector for Scrape {
             MetricType::Gauge,
         )?;
         ConstGauge::new(m.scheduler.progress().in_flight() as i64).encode(e)?;
+        let e = enc.encode_descriptor(
+            "sonde_scheduler_overdue_seconds",
+            "How long the most overdue due run has waited to start (0 when none waits)",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(m.scheduler.progress().overdue().as_secs_f64()).encode(e)?;
         let (hits, misses) = (m.cache)();
+        let counters = [
+            (
+                "sonde_plugin_cache_hits",
+                "Plugin loads served from the compiled-component cache",
+                hits,
+            ),
+            ("sonde_plugin_cache_misses", "Plugin loads that had to compile", misses),
+        ];
+        for (name, help, value) in counters {
+            let e = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(value).encode(e)?;
+        }
+        let Some(pool) = (m.pool)() else {
+            return Ok(());
+        };
+        let gauges: [(&str, &str, u64); 3] = [
+            (
+                "sonde_pool_memories_in_use",
+                "Linear memories of the instance pool that calls use now",
+                pool.memories_in_use,
+            ),
+            (
+                "sonde_pool_idle_memories",
+                "Memory slots of the instance pool that calls have used and that are idle now",
+                pool.idle_memories,
+            ),
+            (
+                "sonde_pool_idle_resident_bytes",
+                "Bytes the idle memory slots keep resident for the next call",
+                pool.idle_bytes_resident,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let e = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(value as i64).encode(e)?;
+        }
+        Ok(())
+    }
+
+    /// The agent itself: its build, its config's last reload, its writes
+    /// to the Kubernetes API.
+    fn agent_series(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let (loaded_at, failed) = {
+            let s = self.0.status.lock().unwrap_or_else(|e| e.into_inner());
+            (s.loaded_at, s.reload_error.is_some())
+        };
         let e = enc.encode_descriptor(
-            "sonde_plugin_cache_hits",
-            "Plugin loads served from the compiled-component cache",
+            "sonde_config_last_reload_successful",
+            "Whether the last reload of the config succeeded (1) or was refused (0; the previous config stays in force)",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::from(!failed)).encode(e)?;
+        let e = enc.encode_descriptor(
+            "sonde_config_last_reload_success_timestamp_seconds",
+            "When the config in force was loaded, in seconds since the Unix epoch",
+            None,
+            MetricType::Gauge,
+        )?;
+        let at = loaded_at
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0.0, |d| d.as_secs_f64());
+        ConstGauge::new(at).encode(e)?;
+        (self.0.kubernetes)().encode(enc)
+    }
+}
+
+/// The states of the `sonde_probe_state` state set, in order.
+const STATES: [Status; 4] = [Status::Success, Status::Warning, Status::Failure, Status::Unknown];
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let mut e = enc.encode_descriptor(
+            "sonde_build_info",
+            "1, labelled with the version and commit of the running sonde",
+            None,
+            MetricType::Gauge,
+        )?;
+        let labels = [("version", env!("CARGO_PKG_VERSION")), ("commit", crate::agent::COMMIT)];
+        ConstGauge::new(1).encode(e.encode_family(&labels)?)?;
+        let rows = self.rows();
+        self.probe_series(&mut enc, &rows)?;
+        self.tenant_series(&mut enc)?;
+        self.pull_series(&mut enc)?;
+        if self.1 != Principal::Operator {
+            return Ok(());
+        }
+        self.plugin_histograms(&mut enc)?;
+        self.engine_series(&mut enc)?;
+        self.agent_series(&mut enc)
+    }
+}
+
+/// What the agent wrote to the Kubernetes API, by kind of object
+/// (`pod_status`: a readiness gate's condition; `event`), and the writes
+/// that failed, by kind and reason (`forbidden`, `gone`, `retry`; for
+/// Events `error` and `dropped`). A snapshot of the controller's own
+/// counters, taken at scrape time.
+#[derive(Debug, Default, Clone)]
+pub struct KubernetesWrites {
+    /// Writes that succeeded: (kind, count).
+    pub written: Vec<(&'static str, u64)>,
+    /// Writes that failed: (kind, reason, count).
+    pub failed: Vec<(&'static str, &'static str, u64)>,
+}
+
+impl KubernetesWrites {
+    fn encode(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let mut e = enc.encode_descriptor(
+            "sonde_kubernetes_writes",
+            "Writes to the Kubernetes API that succeeded, by kind of object",
             None,
             MetricType::Counter,
         )?;
-        ConstCounter::new(hits).encode(e)?;
-        let e = enc.encode_descriptor(
-            "sonde_plugin_cache_misses",
-            "Plugin loads that had to compile",
+        for (kind, n) in &self.written {
+            ConstCounter::new(*n).encode(e.encode_family(&[("kind", *kind)])?)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "sonde_kubernetes_write_errors",
+            "Writes to the Kubernetes API that failed, by kind of object and reason",
             None,
             MetricType::Counter,
         )?;
-        ConstCounter::new(misses).encode(e)?;
-        if let Some(pool) = (m.pool)() {
-            let gauges: [(&str, &str, u64); 3] = [
-                (
-                    "sonde_pool_memories_in_use",
-                    "Linear memories of the instance pool that calls use now",
-                    pool.memories_in_use,
-                ),
-                (
-                    "sonde_pool_idle_memories",
-                    "Memory slots of the instance pool that calls have used and that are idle now",
-                    pool.idle_memories,
-                ),
-                (
-                    "sonde_pool_idle_resident_bytes",
-                    "Bytes the idle memory slots keep resident for the next call",
-                    pool.idle_bytes_resident,
-                ),
-            ];
-            for (name, help, value) in gauges {
-                let e = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-                ConstGauge::new(value as i64).encode(e)?;
-            }
+        for (kind, reason, n) in &self.failed {
+            ConstCounter::new(*n).encode(e.encode_family(&[("kind", *kind), ("reason", *reason)])?)?;
         }
         Ok(())
     }

@@ -12,24 +12,7 @@
 //! A tenant may have an API [`Token`]; reading tokens and telling callers
 //! apart is [`crate::auth`]'s, which [`Tenants::credentials`] feeds.
 //!
-//! # Examples
-//!
-//! ```
-//! use sonde_runtime::tenants::{Ceiling, Quotas, Tenant};
-//! use sonde_runtime::engine::Limits;
-//! use sonde_runtime::host::Grants;
-//!
-//! let acme = Tenant::new(
-//!     "acme",
-//!     Quotas::default(),
-//!     Ceiling::parse(&["10.0.0.0/8:*", "*.acme.internal:443"], &[], &[]).unwrap(),
-//! );
-//! let grants = Grants { net: vec!["db.acme.internal:443".parse().unwrap()], ..Grants::default() };
-//! assert!(acme.check("shop-ready", "10.1.2.3:8080", &grants, &Limits::default()).is_empty());
-//! let wide = Grants { net: vec!["*:443".parse().unwrap()], ..Grants::default() };
-//! let errors = acme.check("shop-ready", "10.1.2.3:8080", &wide, &Limits::default());
-//! assert!(errors[0].to_string().contains("\"*:443\""));
-//! ```
+//! A ceiling at work: `tests::a_ceiling_admits_what_it_covers_and_names_what_it_does_not`.
 
 use crate::auth::{Principal, Token};
 use crate::engine::{Limits, limits};
@@ -448,6 +431,26 @@ impl Tenants {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ceiling_admits_what_it_covers_and_names_what_it_does_not() {
+        let acme = Tenant::new(
+            "acme",
+            Quotas::default(),
+            Ceiling::parse(&["10.0.0.0/8:*", "*.acme.internal:443"], &[], &[]).unwrap(),
+        );
+        let grants = Grants {
+            net: vec!["db.acme.internal:443".parse().unwrap()],
+            ..Grants::default()
+        };
+        assert!(acme.check("shop-ready", "10.1.2.3:8080", &grants, &Limits::default()).is_empty());
+        let wide = Grants {
+            net: vec!["*:443".parse().unwrap()],
+            ..Grants::default()
+        };
+        let errors = acme.check("shop-ready", "10.1.2.3:8080", &wide, &Limits::default());
+        assert!(errors[0].to_string().contains("\"*:443\""));
+    }
 
     fn pat(s: &str) -> NetPattern {
         s.parse().unwrap()

@@ -172,6 +172,8 @@ targets:
         pool: Arc::new(|| None),
         executor: executor.clone(),
         pulls: Arc::new(|| (Vec::new(), 0)),
+        status: Arc::default(),
+        kubernetes: Arc::new(Default::default),
     };
     let exposition = metrics.encode(&Principal::Operator);
 

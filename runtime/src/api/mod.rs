@@ -18,6 +18,7 @@
 //! | `GET /v1/watch` | Server-Sent Events: state changes (`?all=1`: every outcome) |
 //! | `GET /v1/status` | the config in force and the last reload error |
 //! | `GET /metrics` | Prometheus exposition ([`crate::metrics`]) |
+//! | `GET /probe?target=&module=` | blackbox_exporter's multi-target probe: one run of a `modules:` entry ([`scrape`]) |
 //! | `GET /livez`, `/healthz` | sonde's own health (kube-proxy's rule); `/healthz` is also 503 while draining |
 //!
 //! Routes, methods, 404 and 405 come from axum's [`Router`]; each handler
@@ -37,12 +38,14 @@
 
 pub use crate::auth;
 mod limits;
+pub mod modules;
 mod page;
+pub(crate) mod scrape;
 mod watch;
 
 pub use crate::config::ApiLimits;
 pub use auth::{ApiAuth, Principal};
-pub use limits::WatchStreams;
+pub(crate) use limits::WatchStreams;
 
 use crate::config::Kind;
 use crate::control::{AgentStatus, Control, ControlError};
@@ -65,35 +68,37 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// `/livez` and `/healthz` fail once a due run has waited this long to start.
-pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the API serves from.
 #[derive(Clone)]
-pub struct ApiState {
+pub(crate) struct ApiState {
     /// Results to read.
-    pub results: ResultCache,
+    pub(crate) results: ResultCache,
     /// The scheduler, for manual runs and its progress.
-    pub scheduler: scheduler::SchedulerHandle,
+    pub(crate) scheduler: scheduler::SchedulerHandle,
     /// Config status.
-    pub status: Arc<Mutex<AgentStatus>>,
+    pub(crate) status: Arc<Mutex<AgentStatus>>,
     /// What `/metrics` reads.
-    pub metrics: Metrics,
+    pub(crate) metrics: Metrics,
     /// Set when the agent is shutting down: `/healthz` answers 503.
-    pub draining: Arc<AtomicBool>,
+    pub(crate) draining: Arc<AtomicBool>,
     /// How long a due run may wait to start before sonde calls itself unhealthy.
-    pub health_timeout: Duration,
+    pub(crate) health_timeout: Duration,
     /// Reloads and runtime management.
-    pub control: Arc<Control>,
+    pub(crate) control: Arc<Control>,
     /// Whether callers need a token ([`ApiAuth::Token`], [`ApiAuth::None`]
     /// or [`ApiAuth::Kubernetes`]).
-    pub auth: ApiAuth,
+    pub(crate) auth: ApiAuth,
     /// With [`ApiAuth::Kubernetes`]: who reviews the tokens sonde does not
     /// know itself.
-    pub reviews: Option<Arc<crate::kubernetes::review::Reviewer>>,
+    pub(crate) reviews: Option<Arc<crate::kubernetes::review::Reviewer>>,
     /// The limits that keep the API answering (`api: {...}`).
     pub limits: ApiLimits,
     /// The watch streams open now, per caller.
     pub watches: WatchStreams,
+    /// The `GET /probe` runs in flight and waiting.
+    pub scrapes: scrape::ScrapeGate,
 }
 
 /// Why the API could not start.
@@ -107,13 +112,13 @@ pub struct ApiError {
 }
 
 /// A response body: whole, or a stream (the watch).
-pub type Body = axum::body::Body;
+pub(crate) type Body = axum::body::Body;
 
 /// Binds `addr` and serves the API until the task is dropped; returns the
 /// bound address (useful with port 0). The bound address joins `own`, the
 /// agent's listeners no plugin may reach, before the first connection is
 /// accepted.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     state: ApiState,
     own: &crate::host::reach::OwnListeners,
@@ -134,10 +139,11 @@ pub async fn serve(
 /// known paths with another method 405, both with a JSON error, and both
 /// (like every endpoint but `/livez` and `/healthz`) only to a caller who
 /// may call the API at all.
-pub fn router(state: ApiState) -> Router {
+pub(crate) fn router(state: ApiState) -> Router {
     Router::new()
         .route("/", get(status_page))
         .route("/metrics", get(metrics))
+        .route("/probe", get(scrape::probe))
         .route("/livez", get(livez))
         .route("/healthz", get(healthz))
         .route("/v1/probes", get(list_probes).put(put_probes))

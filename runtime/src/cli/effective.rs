@@ -46,6 +46,8 @@ pub fn effective(reg: &Registry) -> Value {
             "max_connections": a.max_connections,
             "max_header_bytes": a.max_header_bytes,
             "max_watch_streams": a.max_watch_streams,
+            "max_probe_runs": a.max_probe_runs,
+            "max_probe_queue": a.max_probe_queue,
             "auth": reg.api_auth.unwrap_or_default(),
         },
         "state_dir": reg.state_dir,
@@ -61,6 +63,17 @@ pub fn effective(reg: &Registry) -> Value {
         "tenants": tenants,
         "targets": targets,
         "kubernetes": reg.kubernetes.as_ref().map(kubernetes),
+        "modules": reg.modules.names().map(|name| {
+            let m = reg.modules.get(name).expect("a listed module");
+            (name.to_string(), json!({
+                "plugin": m.plugin_ref,
+                "tenant": &*m.tenant,
+                "config": serde_json::from_str::<Value>(&m.config).unwrap_or_default(),
+                "timeout": dur(m.limits.timeout),
+                "limits": {"fuel": m.limits.fuel, "memory": m.limits.memory},
+                "grants": {"net": m.grants.net.iter().map(|n| n.to_string()).collect::<Vec<_>>()},
+            }))
+        }).collect::<serde_json::Map<_, _>>(),
     })
 }
 

@@ -30,7 +30,7 @@
 //!
 //! let settings = GateSettings::new(None, std::env::var("NODE_NAME").ok())?;
 //! let client = kubernetes::connect().await?;
-//! let handle = kubernetes::spawn(client, agent.control.clone(), agent.results.clone(), settings);
+//! let handle = kubernetes::spawn(client, agent.control.clone(), agent.results.clone(), settings, Default::default());
 //! handle.synced().await;
 //! # Ok(())
 //! # }
@@ -107,8 +107,8 @@ pub fn spawn(
     control: Arc<Control>,
     results: ResultCache,
     settings: GateSettings,
+    stats: Arc<Stats>,
 ) -> GateController {
-    let stats = Arc::new(Stats::default());
     let (synced_tx, synced) = watch::channel(false);
     tracing::info!(node = %settings.node_name, plugins = ?settings.plugins, qps = settings.qps, burst = settings.burst, "kubernetes: serving readiness gates sonde.dev/* of this node's Pods");
     let (controller, pods, checks) =

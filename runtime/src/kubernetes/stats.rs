@@ -1,6 +1,6 @@
 //! What the controller and its Event sink count, for `/metrics` and tests.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of what the controller did, for `/metrics` and tests.
 #[derive(Debug, Default)]
@@ -29,4 +29,22 @@ pub struct Stats {
     pub events_failed: AtomicU64,
     /// Events dropped past the rate.
     pub events_dropped: AtomicU64,
+}
+
+impl Stats {
+    /// The writes to the API server, as `/metrics` shows them
+    /// (`sonde_kubernetes_writes_total`, `sonde_kubernetes_write_errors_total`).
+    pub fn writes(&self) -> crate::metrics::KubernetesWrites {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        crate::metrics::KubernetesWrites {
+            written: vec![("pod_status", n(&self.patches)), ("event", n(&self.events_sent))],
+            failed: vec![
+                ("pod_status", "forbidden", n(&self.forbidden)),
+                ("pod_status", "gone", n(&self.gone)),
+                ("pod_status", "retry", n(&self.retries)),
+                ("event", "error", n(&self.events_failed)),
+                ("event", "dropped", n(&self.events_dropped)),
+            ],
+        }
+    }
 }

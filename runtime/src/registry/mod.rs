@@ -179,7 +179,7 @@ pub(crate) const MAX_LABELS: usize = 8;
 /// The labels sonde's own per-probe series carry, which a probe's extra
 /// labels may not shadow.
 pub(crate) const RESERVED_LABELS: &[&str] = &[
-    "probe", "target", "kind", "tenant", "status", "reason", "metric", "unit", "plugin", "le", "quantile",
+    "probe", "target", "kind", "tenant", "state", "status", "reason", "metric", "unit", "plugin", "le", "quantile",
 ];
 
 /// What is wrong with label `name` = `value`, if anything.
@@ -195,7 +195,7 @@ pub(crate) fn label_problem(name: &str, value: &str) -> Option<&'static str> {
     }
     if RESERVED_LABELS.contains(&name) {
         return Some(
-            "is one of sonde's own labels (probe, target, kind, tenant, status, reason, metric, unit, plugin)",
+            "is one of sonde's own labels (probe, target, kind, tenant, state, status, reason, metric, unit, plugin)",
         );
     }
     if value.is_empty() || value.len() > 256 {
@@ -413,6 +413,9 @@ pub struct Registry {
     /// What the last whole load's `oci://` plugins cost to resolve, by
     /// tenant; for the agent to account and clear.
     pub pulls: Vec<Pull>,
+    /// `modules:` from the file, each resolved as a probe of no target
+    /// (`GET /probe`, [`crate::api::modules`]).
+    pub modules: Arc<crate::api::modules::Modules>,
     /// The config file's path, which errors name, and its directory, which
     /// relative plugin paths start from.
     path: PathBuf,
@@ -493,6 +496,7 @@ impl Registry {
             ..Registry::default()
         };
         let targets = std::mem::take(&mut file.targets);
+        let modules = std::mem::take(&mut file.modules);
         let mut prepared = admit::prepare(&reg, engine, Change::add(targets), &mut errors).await;
         reg.pulls = std::mem::take(&mut prepared.pulls);
         if !errors.is_empty() {
@@ -507,6 +511,8 @@ impl Registry {
             reg.warnings.push(w);
         }
         let _ = reg.commit(prepared);
+        // Through the same steps as a probe, against the registry loaded.
+        reg.modules = Arc::new(crate::api::modules::resolve(&reg, engine, path, modules).await?);
         Ok(reg)
     }
 

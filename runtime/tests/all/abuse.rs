@@ -287,7 +287,7 @@ fn api_limits_are_read_from_the_api_block_and_checked() {
     use sonde_runtime::config::{ApiLimits, ApiSpec, parse};
     let file = parse(
         Path::new("t.yaml"),
-        "api: {listen: 127.0.0.1:9, header_read_timeout: 2s, max_connections: 9, max_header_bytes: 32KiB, max_watch_streams: 2, body_read_timeout: 5s}\n",
+        "api: {listen: 127.0.0.1:9, header_read_timeout: 2s, max_connections: 9, max_header_bytes: 32KiB, max_watch_streams: 2, body_read_timeout: 5s, max_probe_runs: 3, max_probe_queue: 0}\n",
     )
     .unwrap();
     let spec: &ApiSpec = &file.api.as_ref().unwrap().value;
@@ -301,6 +301,8 @@ fn api_limits_are_read_from_the_api_block_and_checked() {
             max_connections: 9,
             max_header_bytes: 32 * 1024,
             max_watch_streams: 2,
+            max_probe_runs: 3,
+            max_probe_queue: 0,
         }
     );
     // The short form is the address alone, with the defaults.

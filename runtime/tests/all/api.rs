@@ -302,20 +302,24 @@ async fn metrics_pass_promtool_and_carry_probe_runs_and_scheduler_lateness() {
             .unwrap_or_else(|| panic!("no {series} in\n{text}"))
     };
     assert_eq!(
-        value(r#"sonde_probe_state{probe="web-ready",target="web",kind="readiness",tenant="default"}"#),
-        2.0
+        value(r#"sonde_probe_state{probe="web-ready",target="web",kind="readiness",tenant="default",state="failure"}"#),
+        1.0
     );
     assert_eq!(
-        value(r#"sonde_probe_state{probe="web-live",target="web",kind="liveness",tenant="default"}"#),
+        value(r#"sonde_probe_state{probe="web-ready",target="web",kind="readiness",tenant="default",state="success"}"#),
         0.0
+    );
+    assert_eq!(
+        value(r#"sonde_probe_state{probe="web-live",target="web",kind="liveness",tenant="default",state="success"}"#),
+        1.0
     );
     // A probe's extra labels follow sonde's own on every per-probe series,
     // and its API entry shows them.
     assert_eq!(
         value(
-            r#"sonde_probe_state{probe="web-tagged",target="web",kind="readiness",tenant="default",namespace="shop",team="payments"}"#
+            r#"sonde_probe_state{probe="web-tagged",target="web",kind="readiness",tenant="default",state="success",namespace="shop",team="payments"}"#
         ),
-        0.0
+        1.0
     );
     assert!(
         value(
@@ -331,7 +335,7 @@ async fn metrics_pass_promtool_and_carry_probe_runs_and_scheduler_lateness() {
     // (and promtool, above, parsed the whole exposition).
     assert!(!text.lines().any(|l| l.starts_with("sonde_forged")), "{text}");
     assert!(
-        text.contains(r#"sonde_probe_state{probe="web-forger",target="web",kind="readiness",tenant="default",note="x\"} 1\nsonde_forged 1"}"#),
+        text.contains(r#"sonde_probe_state{probe="web-forger",target="web",kind="readiness",tenant="default",state="success",note="x\"} 1\nsonde_forged 1"}"#),
         "{text}"
     );
     let (_, probe) = request(api, "GET", "/v1/probes/web-tagged").await;

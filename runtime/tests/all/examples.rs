@@ -18,7 +18,8 @@
 //!
 //! A YAML block in the docs is a config unless its info string says what
 //! else it is (```` ```yaml kubernetes ```` for Kubernetes objects,
-//! ```` ```yaml api-body ```` for a body sent to the API).
+//! ```` ```yaml api-body ```` for a body sent to the API, ```` ```yaml prometheus ```` for
+//! a Prometheus config).
 
 use crate::support::{cache_dir, call, repo, secret, sonde};
 use std::net::SocketAddr;
@@ -37,7 +38,7 @@ const TESTED: &[&str] = &[
 
 /// Info strings that mark a YAML block of the docs as something other than
 /// a sonde config.
-const NOT_CONFIG: &[&str] = &["kubernetes", "api-body"];
+const NOT_CONFIG: &[&str] = &["kubernetes", "api-body", "prometheus"];
 
 /// An example as shipped, with the substitutions of its test applied.
 struct Example {
@@ -551,7 +552,7 @@ async fn the_multi_tenant_example_runs_and_each_token_sees_its_own() {
 }
 
 /// The fenced YAML blocks of `text`: (line, info string, body).
-fn yaml_blocks(text: &str) -> Vec<(usize, String, String)> {
+pub(crate) fn yaml_blocks(text: &str) -> Vec<(usize, String, String)> {
     let mut blocks = Vec::new();
     let mut open: Option<(usize, String, String)> = None;
     for (i, line) in text.lines().enumerate() {

@@ -30,6 +30,7 @@ mod oci;
 mod oci_hostile;
 mod plugin_text;
 mod postgres;
+mod prometheus;
 mod redis;
 mod registry;
 mod sandbox;
