@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// The commit the binary was built from (`unknown` outside a git checkout).
-pub(crate) const COMMIT: &str = env!("SONDE_COMMIT");
+pub const COMMIT: &str = env!("SONDE_COMMIT");
 /// How often the config file is checked for changes.
 pub(crate) const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -358,6 +358,12 @@ async fn api_access(
     Ok((auth, reviews))
 }
 
+/// The readiness-gate controller's writes, read when `/metrics` is scraped.
+fn gate_writes(stats: &Arc<kubernetes::Stats>) -> Arc<dyn Fn() -> crate::metrics::KubernetesWrites + Send + Sync> {
+    let stats = stats.clone();
+    Arc::new(move || stats.writes())
+}
+
 /// `stats` of `engine`, read when `/metrics` is scraped.
 fn engine_stats<T: 'static>(engine: &Engine, stats: fn(&Engine) -> T) -> Arc<dyn Fn() -> T + Send + Sync> {
     let engine = engine.clone();
@@ -433,7 +439,6 @@ impl Agent {
         let counts = counts(&registry);
         let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
         let api_limits = registry.api_limits;
-        let require_signed = registry.require_signed;
         let (auth, reviews) = api_access(&options, &registry, api_addr).await?;
         let run_metrics = Arc::new(RunMetrics::default());
         let executor = start_executor(&registry)?;
@@ -456,7 +461,7 @@ impl Agent {
             executor: executor.clone(),
             status: status.clone(),
             tenants: tenants.clone(),
-            require_signed: AtomicBool::new(require_signed),
+            require_signed: AtomicBool::new(registry.require_signed),
             registry: tokio::sync::Mutex::new(registry),
             compiling: Default::default(),
             reloads: tokio::sync::watch::Sender::new(0),
@@ -483,10 +488,7 @@ impl Agent {
                     executor: executor.clone(),
                     pulls: pulls_metric(&control, &status),
                     status: status.clone(),
-                    kubernetes: {
-                        let stats = gate_stats.clone();
-                        Arc::new(move || stats.writes())
-                    },
+                    kubernetes: gate_writes(&gate_stats),
                 },
                 draining: draining.clone(),
                 health_timeout,

@@ -638,7 +638,7 @@ impl Collector for Scrape {
             None,
             MetricType::Gauge,
         )?;
-        let labels = [("version", env!("CARGO_PKG_VERSION")), ("commit", crate::agent::COMMIT)];
+        let labels = [("version", env!("CARGO_PKG_VERSION")), ("commit", env!("SONDE_COMMIT"))];
         ConstGauge::new(1).encode(e.encode_family(&labels)?)?;
         let rows = self.rows();
         self.probe_series(&mut enc, &rows)?;

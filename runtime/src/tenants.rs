@@ -443,7 +443,10 @@ mod tests {
             net: vec!["db.acme.internal:443".parse().unwrap()],
             ..Grants::default()
         };
-        assert!(acme.check("shop-ready", "10.1.2.3:8080", &grants, &Limits::default()).is_empty());
+        assert!(
+            acme.check("shop-ready", "10.1.2.3:8080", &grants, &Limits::default())
+                .is_empty()
+        );
         let wide = Grants {
             net: vec!["*:443".parse().unwrap()],
             ..Grants::default()

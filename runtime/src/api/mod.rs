@@ -38,7 +38,6 @@
 
 pub use crate::auth;
 mod limits;
-pub mod modules;
 mod page;
 pub(crate) mod scrape;
 mod watch;

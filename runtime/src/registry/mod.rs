@@ -46,6 +46,7 @@
 //! ```
 
 mod admit;
+pub mod modules;
 pub mod mounts;
 mod outcome;
 pub mod probe;
@@ -414,8 +415,8 @@ pub struct Registry {
     /// tenant; for the agent to account and clear.
     pub pulls: Vec<Pull>,
     /// `modules:` from the file, each resolved as a probe of no target
-    /// (`GET /probe`, [`crate::api::modules`]).
-    pub modules: Arc<crate::api::modules::Modules>,
+    /// (`GET /probe`, [`modules`]).
+    pub modules: Arc<modules::Modules>,
     /// The config file's path, which errors name, and its directory, which
     /// relative plugin paths start from.
     path: PathBuf,
@@ -512,7 +513,7 @@ impl Registry {
         }
         let _ = reg.commit(prepared);
         // Through the same steps as a probe, against the registry loaded.
-        reg.modules = Arc::new(crate::api::modules::resolve(&reg, engine, path, modules).await?);
+        reg.modules = Arc::new(modules::resolve(&reg, engine, path, modules).await?);
         Ok(reg)
     }
 

@@ -465,7 +465,13 @@ pub(crate) async fn start_gates(
         api_auth: Default::default(),
     };
     let agent = Agent::start(engine(), options).await.unwrap();
-    let handle = kubernetes::spawn(client, agent.control.clone(), agent.results.clone(), settings, Default::default());
+    let handle = kubernetes::spawn(
+        client,
+        agent.control.clone(),
+        agent.results.clone(),
+        settings,
+        Default::default(),
+    );
     (agent, handle)
 }
 

@@ -1,5 +1,5 @@
 //! The config's `modules:`, resolved: each module is a probe template
-//! without a target, which `GET /probe?target=T&module=M` ([`super::scrape`])
+//! without a target, which `GET /probe?target=T&module=M` (`api::scrape`)
 //! runs against the target a scraper asks for.
 //!
 //! A module goes through the registry's own steps as a probe does (the
@@ -10,9 +10,9 @@
 //! errors name the file, line and key like any probe's, so `sonde
 //! validate` refuses what `sonde run` would.
 
+use super::{Change, ProbeSpec, Registry};
 use crate::config::{self, ConfigError, ConfigErrors};
 use crate::engine::Engine;
-use crate::registry::{Change, ProbeSpec, Registry};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
