@@ -503,7 +503,7 @@ pub struct File {
     /// `tenants: [...]` — who else owns probes on this agent. Targets
     /// without `tenant:` belong to the operator's `default` tenant.
     #[serde(default)]
-    pub tenants: Vec<Tenant>,
+    pub tenants: Vec<TenantSpec>,
     /// `targets: [...]` — the services this agent probes.
     #[serde(default)]
     pub targets: Vec<Target>,
@@ -551,7 +551,7 @@ pub struct KubernetesSpec {
 /// capability ceiling.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Tenant {
+pub struct TenantSpec {
     /// `id: acme` — unique; `default` is the operator's.
     pub id: Spanned<String>,
     /// `token_file: /etc/sonde/tokens/acme` — its API token (trimmed); the
