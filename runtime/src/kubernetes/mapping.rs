@@ -4,6 +4,7 @@
 //! registry checks like any other probe's.
 
 use super::crd::{GATE_PREFIX, Mode, SondeCheck};
+use super::expand::{PodIdentity, expand};
 use crate::config::KubernetesSpec;
 use crate::oci::{Reference, RegistryScope};
 use crate::tenants::DEFAULT_TENANT;
@@ -551,11 +552,21 @@ pub fn desired(pod: &PodView, check: &SondeCheck, settings: &GateSettings) -> Re
     }
     let address = std::net::SocketAddr::new(*primary, port).to_string();
     let name = probe_name(namespace, pod_name, check_name);
+    // Whose gate it is: `$(POD_IP)` and the like in the check's config.
+    let identity = PodIdentity {
+        ip: Some(primary.to_string()),
+        ipv4: pod.ips.iter().find(|ip| ip.is_ipv4()).map(ToString::to_string),
+        ipv6: pod.ips.iter().find(|ip| ip.is_ipv6()).map(ToString::to_string),
+        name: pod_name.clone(),
+        namespace: namespace.clone(),
+        node: Some(settings.node_name.clone()),
+    };
+    let config = spec.config.clone().unwrap_or_else(|| serde_json::json!({}));
     let mut probe = serde_json::json!({
         "name": name,
         "kind": "readiness",
         "plugin": spec.plugin,
-        "config": spec.config.clone().unwrap_or_else(|| serde_json::json!({})),
+        "config": expand(&config, &identity),
         "period": json_duration(spec.period_seconds),
         "initial_delay": json_duration(spec.initial_delay_seconds),
         "timeout": json_duration(spec.timeout_seconds),
@@ -630,6 +641,42 @@ mod tests {
                 ..Default::default()
             },
         }
+    }
+
+    #[test]
+    fn the_check_s_config_names_the_pod_whose_gate_it_is() {
+        let mut c = check(IntOrString::Int(9002));
+        c.spec.config = Some(serde_json::json!({
+            "backend": {"header": "Pod-IPv4", "equals": "$(POD_IPV4)"},
+            "headers": {"X-Gate": "$(POD_NAMESPACE)/$(POD_NAME)@$(NODE_NAME) $(POD_IP) $(POD_IPV6) $$(POD_IP)"},
+        }));
+        let d = desired(&pod(), &c, &settings()).unwrap().unwrap();
+        assert_eq!(
+            d.target["probes"][0]["config"],
+            serde_json::json!({
+                "backend": {"header": "Pod-IPv4", "equals": "10.0.0.5"},
+                "headers": {"X-Gate": "shop/web-1@node-1 10.0.0.5 fd00::5 $(POD_IP)"},
+            })
+        );
+    }
+
+    /// The example of docs/kubernetes.md, as shipped, expands for the Pod.
+    #[test]
+    fn the_documented_identity_example_expands() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/kubernetes.md")).unwrap();
+        let section = doc
+            .split("### The Pod's identity in a check's config")
+            .nth(1)
+            .expect("the section");
+        let block = section
+            .split("```yaml kubernetes\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .expect("its SondeCheck");
+        let c: SondeCheck = serde_saphyr::from_str(block).unwrap();
+        let d = desired(&pod(), &c, &settings()).unwrap().unwrap();
+        assert_eq!(d.target["probes"][0]["config"]["backend"]["equals"], "10.0.0.5");
+        assert_eq!(d.target["probes"][0]["config"]["backend"]["attempts"], 6);
     }
 
     #[test]

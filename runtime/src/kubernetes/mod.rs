@@ -39,6 +39,7 @@
 mod controller;
 pub mod crd;
 mod events;
+mod expand;
 pub(crate) mod mapping;
 mod plan;
 pub mod review;
