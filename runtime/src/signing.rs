@@ -591,11 +591,11 @@ pub fn verify_file(wasm: &Path, trusted: &[PublicKey]) -> Result<Signer, Signatu
     )
 }
 
-/// Signs the component at `wasm` with `key` and writes `FILE.wasm.sig`
-/// (replacing an older signature). Returns the signature file's path.
-pub fn sign_file(key: &SecretKey, wasm: &Path, at: SystemTime) -> Result<PathBuf, SignatureError> {
-    let bytes = std::fs::read(wasm).map_err(io_error(wasm))?;
-    let sig = key.sign(&bytes, at);
+/// Signs `bytes`, the component as read from `wasm` (once, by the caller,
+/// which checked them), with `key` and writes `FILE.wasm.sig` (replacing
+/// an older signature). Returns the signature file's path.
+pub fn sign_file(key: &SecretKey, wasm: &Path, bytes: &[u8], at: SystemTime) -> Result<PathBuf, SignatureError> {
+    let sig = key.sign(bytes, at);
     let path = signature_path(wasm);
     std::fs::write(&path, sig.to_text()).map_err(io_error(&path))?;
     Ok(path)

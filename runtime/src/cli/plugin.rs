@@ -311,7 +311,7 @@ async fn sign(
             wasm.display()
         )));
     }
-    let sig = signing::sign_file(&key, wasm, std::time::SystemTime::now())?;
+    let sig = signing::sign_file(&key, wasm, &bytes, std::time::SystemTime::now())?;
     out!(
         "signed {} as {:?} (key id {}): {}",
         wasm.display(),

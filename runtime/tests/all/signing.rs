@@ -35,7 +35,13 @@ impl Setup {
     }
 
     fn sign(&self) {
-        signing::sign_file(&SecretKey::read(&self.key).unwrap(), &self.wasm, SystemTime::now()).unwrap();
+        signing::sign_file(
+            &SecretKey::read(&self.key).unwrap(),
+            &self.wasm,
+            &std::fs::read(&self.wasm).unwrap(),
+            SystemTime::now(),
+        )
+        .unwrap();
     }
 }
 
@@ -272,7 +278,13 @@ fn require_signed_refuses_tampered_unsigned_and_untrusted_plugins_at_load() {
     // Signed again, but by a key the config does not trust.
     let other = setup.dir.path().join("other.key");
     signing::keygen(&other, "other").unwrap();
-    signing::sign_file(&SecretKey::read(&other).unwrap(), &setup.wasm, SystemTime::now()).unwrap();
+    signing::sign_file(
+        &SecretKey::read(&other).unwrap(),
+        &setup.wasm,
+        &std::fs::read(&setup.wasm).unwrap(),
+        SystemTime::now(),
+    )
+    .unwrap();
     let out = validate();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
