@@ -193,14 +193,20 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> SignatureError + '_ {
 
 /// Reads a small text file, refusing large ones unread.
 fn read_small(path: &Path) -> Result<Vec<u8>, SignatureError> {
+    read_capped(path, MAX_FILE_BYTES)
+}
+
+/// `path`'s bytes, through [`identity::read_regular`]: a regular file of at
+/// most `max` bytes (a FIFO or device is refused, never waited on).
+fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, SignatureError> {
     let invalid = |why: String| SignatureError::Io {
         path: path.display().to_string(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, why),
     };
-    identity::read_regular(path, MAX_FILE_BYTES).map_err(|e| match e {
+    identity::read_regular(path, max).map_err(|e| match e {
         ReadError::Io(source) => io_error(path)(source),
         ReadError::NotAFile(kind) => invalid(format!("not a regular file ({kind})")),
-        ReadError::TooLarge { .. } => invalid(format!("larger than {MAX_FILE_BYTES} bytes")),
+        ReadError::TooLarge { .. } => invalid(format!("larger than {max} bytes")),
     })
 }
 
@@ -579,7 +585,7 @@ pub(crate) fn read_signature(wasm: &Path) -> Result<Option<Vec<u8>>, SignatureEr
 /// Checks the component at `wasm` against its `FILE.wasm.sig`, as
 /// [`verify`] does. A missing signature file is [`SignatureError::Unsigned`].
 pub fn verify_file(wasm: &Path, trusted: &[PublicKey]) -> Result<Signer, SignatureError> {
-    let bytes = std::fs::read(wasm).map_err(io_error(wasm))?;
+    let bytes = read_capped(wasm, identity::MAX_PLUGIN_BYTES)?;
     let sig_path = signature_path(wasm);
     let sig = read_signature(wasm)?;
     verify(

@@ -323,3 +323,45 @@ fn a_probe_missing_a_grant_its_plugin_asks_for_gets_a_warning() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `sonde plugin verify` reads the plugin as every other reader does: a
+/// FIFO in its place is refused at once (it used to wait for a writer,
+/// forever), and a file past the plugin cap is refused without being read.
+#[test]
+fn verify_refuses_a_fifo_and_an_oversized_file_without_waiting() {
+    let s = Setup::new();
+    let public = signing::public_key_path(&s.key);
+    let fifo = s.dir.path().join("fifo.wasm");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let started = std::time::Instant::now();
+    let out = sonde(&[
+        "plugin",
+        "verify",
+        "--key",
+        public.to_str().unwrap(),
+        fifo.to_str().unwrap(),
+    ]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "verify waited on the FIFO"
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a regular file"),
+        "{out:?}"
+    );
+
+    let big = s.dir.path().join("big.wasm");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(sonde_runtime::identity::MAX_PLUGIN_BYTES + 1)
+        .unwrap();
+    let err = signing::verify_file(&big, &[s.public()]).unwrap_err();
+    assert!(err.to_string().contains("larger than 33554432 bytes"), "{err}");
+}
