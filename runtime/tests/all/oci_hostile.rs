@@ -572,6 +572,28 @@ pub(crate) fn pinned_on(server: &Server) -> String {
 /// registry served `/livez` after 60.1 s and ran nothing until then. Now
 /// the agent starts, serves, and runs its other probes at once; the probe
 /// that waits shows it in `/v1/probes`, `/v1/status` and the metrics.
+/// A config (written in `dir`) with two probes of one target: `plain`, the
+/// built-in tcp, and `pulled`, the plugin `pulled` from the registry at
+/// `registry` (plain HTTP); both every 100 ms.
+fn plain_and_pulled(
+    dir: &std::path::Path,
+    registry: SocketAddr,
+    target: SocketAddr,
+    pulled: &str,
+) -> std::path::PathBuf {
+    let config = dir.join("sonde.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir: {state}\noci:\n  registries:\n    \"{addr}\": {{ insecure: true }}\ntargets:\n  - name: svc\n    address: {target}\n    probes:\n      - {{ name: plain, plugin: tcp, period: 100ms }}\n      - {{ name: pulled, plugin: \"{pulled}\", period: 100ms }}\n",
+            state = dir.join("state").display(),
+            addr = registry,
+        ),
+    )
+    .unwrap();
+    config
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_with_a_silent_registry_serves_livez_and_runs_unrelated_probes_within_a_second() {
     let silent = Server::start(Hostile::Silent).await;
@@ -581,16 +603,7 @@ async fn an_agent_with_a_silent_registry_serves_livez_and_runs_unrelated_probes_
     support::builtin("tcp").await;
     let dir = tempfile::tempdir().unwrap();
     let pulled = pinned_on(&silent);
-    let config = dir.path().join("sonde.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "state_dir: {state}\noci:\n  registries:\n    \"{addr}\": {{ insecure: true }}\ntargets:\n  - name: svc\n    address: {target}\n    probes:\n      - {{ name: plain, plugin: tcp, period: 100ms }}\n      - {{ name: pulled, plugin: \"{pulled}\", period: 100ms }}\n",
-            state = dir.path().join("state").display(),
-            addr = silent.addr,
-        ),
-    )
-    .unwrap();
+    let config = plain_and_pulled(dir.path(), silent.addr, target, &pulled);
     let started = Instant::now();
     let (agent, api) = support::start_agent(&config).await;
     eprintln!("Agent::start returned after {} ms", started.elapsed().as_millis());
@@ -658,16 +671,7 @@ async fn a_probe_waits_for_its_pull_visibly_and_runs_when_it_lands() {
     let (target, accepting) = accepting().await;
     let dir = tempfile::tempdir().unwrap();
     let pulled = slow.reference().to_string();
-    let config = dir.path().join("sonde.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "state_dir: {state}\noci:\n  registries:\n    \"{addr}\": {{ insecure: true }}\ntargets:\n  - name: svc\n    address: {target}\n    probes:\n      - {{ name: plain, plugin: tcp, period: 100ms }}\n      - {{ name: pulled, plugin: \"{pulled}\", period: 100ms }}\n",
-            state = dir.path().join("state").display(),
-            addr = slow.addr,
-        ),
-    )
-    .unwrap();
+    let config = plain_and_pulled(dir.path(), slow.addr, target, &pulled);
     let (agent, api) = support::start_agent(&config).await;
     let get = |path: &'static str| async move { support::call(api, "GET", path, None, b"").await.1 };
     let probes: serde_json::Value = serde_json::from_str(&get("/v1/probes").await).unwrap();
