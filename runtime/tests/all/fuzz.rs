@@ -759,11 +759,12 @@ fn component_around(module: &[u8]) -> Vec<u8> {
 /// divide by zero), loads (which may be out of bounds), calls (which may
 /// recurse without end), `memory.grow`.
 fn expr(rng: &mut fastrand::Rng, f: &mut wasm_encoder::Function, funcs: u32, depth: u32) {
-    use wasm_encoder::{Instruction as I, MemArg};
+    use wasm_encoder::{Instruction as I, MemArg, MemArgTarget};
     let mem = |rng: &mut fastrand::Rng| MemArg {
         offset: u64::from(rng.u32(..1 << 17)),
         align: rng.u32(..3),
-        memory_index: 0,
+        target: MemArgTarget::Memory(0),
+        ordering: None,
     };
     match if depth == 0 { rng.u8(..2) } else { rng.u8(..8) } {
         0 => {
@@ -808,7 +809,7 @@ fn expr(rng: &mut fastrand::Rng, f: &mut wasm_encoder::Function, funcs: u32, dep
 /// Writes statements that leave the stack as they found it: stores, local
 /// sets, blocks, loops (which may never end), ifs, traps.
 fn statements(rng: &mut fastrand::Rng, f: &mut wasm_encoder::Function, funcs: u32, depth: u32) {
-    use wasm_encoder::{BlockType, Instruction as I, MemArg};
+    use wasm_encoder::{BlockType, Instruction as I, MemArg, MemArgTarget};
     for _ in 0..rng.u32(..6) {
         match if depth == 0 { rng.u8(..2) } else { rng.u8(..7) } {
             0 => {
@@ -821,7 +822,8 @@ fn statements(rng: &mut fastrand::Rng, f: &mut wasm_encoder::Function, funcs: u3
                 f.instruction(&I::I32Store(MemArg {
                     offset: u64::from(rng.u32(..1 << 17)),
                     align: 2,
-                    memory_index: 0,
+                    target: MemArgTarget::Memory(0),
+                    ordering: None,
                 }));
             }
             2 => {
