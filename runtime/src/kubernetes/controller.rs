@@ -17,7 +17,7 @@
 use super::crd::GATE_PREFIX;
 use super::crd::{Mode, SondeCheck};
 use super::events::{EventSink, pod_reference};
-use super::mapping::{Cond, CondStatus, GateSettings, PodKey, PodView, condition_type};
+use super::mapping::{Cond, CondStatus, GateSettings, PodKey, PodView, ServiceView, condition_type};
 use super::plan::{AddProbe, Binding, PodInputs, PodPlan, messages, plan_pod};
 use super::stats::Stats;
 use super::writer::{Outcome, TokenBucket, backoff, patch_body};
@@ -26,7 +26,10 @@ use crate::registry::Change;
 use crate::results::{ResultCache, StateChange};
 use crate::verdict::{Reason, Status};
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodCondition, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Pod, PodCondition, PodSpec, PodStatus, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
@@ -145,6 +148,102 @@ pub(crate) fn trim_pod(pod: &mut Pod) {
     });
 }
 
+/// Keeps only what the controller reads of a Service: its name and
+/// namespace, type, cluster IPs and TCP ports.
+pub(crate) fn trim_service(service: &mut Service) {
+    let meta = std::mem::take(&mut service.metadata);
+    service.metadata = ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        resource_version: meta.resource_version,
+        ..ObjectMeta::default()
+    };
+    service.spec = service.spec.take().map(|spec| ServiceSpec {
+        type_: spec.type_,
+        cluster_ip: spec.cluster_ip,
+        cluster_ips: spec.cluster_ips,
+        ports: spec.ports.map(|ports| {
+            ports
+                .into_iter()
+                .map(|p| ServicePort {
+                    name: p.name,
+                    port: p.port,
+                    protocol: p.protocol,
+                    ..ServicePort::default()
+                })
+                .collect()
+        }),
+        ..ServiceSpec::default()
+    });
+    service.status = None;
+}
+
+/// The label of an EndpointSlice that names its Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Keeps only what the controller reads of an EndpointSlice: its Service,
+/// address type and each endpoint's readiness (not its addresses).
+pub(crate) fn trim_slice(slice: &mut EndpointSlice) {
+    let meta = std::mem::take(&mut slice.metadata);
+    let labels = meta
+        .labels
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| k == SERVICE_NAME_LABEL)
+        .collect();
+    slice.metadata = ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        resource_version: meta.resource_version,
+        labels: Some(labels),
+        ..ObjectMeta::default()
+    };
+    slice.endpoints = std::mem::take(&mut slice.endpoints)
+        .into_iter()
+        .map(|e| Endpoint {
+            conditions: e.conditions.map(|c| EndpointConditions {
+                ready: c.ready,
+                ..EndpointConditions::default()
+            }),
+            ..Endpoint::default()
+        })
+        .collect();
+    slice.ports = None;
+}
+
+/// The endpoints of Service `name` in `namespace` ready to serve it, of
+/// the address family of `ip`: a missing `ready` counts as ready, as the
+/// API defines it.
+fn ready_endpoints(slices: &Store<EndpointSlice>, namespace: &str, name: &str, ip: Option<&std::net::IpAddr>) -> usize {
+    let family = match ip {
+        Some(std::net::IpAddr::V6(_)) => "IPv6",
+        _ => "IPv4",
+    };
+    slices
+        .state()
+        .iter()
+        .filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|s| s.address_type == family)
+        .filter(|s| {
+            s.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                .is_some_and(|n| n == name)
+        })
+        .flat_map(|s| s.endpoints.iter())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .count()
+}
+
+/// The reflectors' streams, which fill the stores as they are polled.
+pub(crate) struct Streams {
+    pods: Reflected<Pod>,
+    checks: Reflected<SondeCheck>,
+    services: Reflected<Service>,
+    slices: Reflected<EndpointSlice>,
+}
+
 /// The controller's state.
 pub(crate) struct Reconciler {
     client: kube::Client,
@@ -154,6 +253,8 @@ pub(crate) struct Reconciler {
     stats: Arc<Stats>,
     pods: Store<Pod>,
     checks: Store<SondeCheck>,
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
     written: HashMap<PodKey, Written>,
     bindings: HashMap<String, Binding>,
     /// StartupOnly gates already True, by (Pod UID, check).
@@ -190,7 +291,7 @@ impl Reconciler {
         settings: GateSettings,
         stats: Arc<Stats>,
         synced: watch::Sender<bool>,
-    ) -> (Self, Reflected<Pod>, Reflected<SondeCheck>) {
+    ) -> (Self, Streams) {
         let (pods, pod_writer) = reflector::store();
         let selector = format!("spec.nodeName={}", settings.node_name);
         let pod_events = watcher::watcher(
@@ -205,6 +306,22 @@ impl Reconciler {
             .default_backoff()
             .modify(|c: &mut SondeCheck| c.managed_fields_mut().clear())
             .reflect(check_writer);
+        // Services and their EndpointSlices, for checks through a Service:
+        // the watches kube-proxy holds on every node, trimmed to what a
+        // check reads.
+        let (services, service_writer) = reflector::store();
+        let service_events = watcher::watcher(Api::<Service>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(trim_service)
+            .reflect(service_writer);
+        let (slices, slice_writer) = reflector::store();
+        let slice_events = watcher::watcher(
+            Api::<EndpointSlice>::all(client.clone()),
+            watcher::Config::default().labels(SERVICE_NAME_LABEL),
+        )
+        .default_backoff()
+        .modify(trim_slice)
+        .reflect(slice_writer);
         let (done_tx, _) = mpsc::unbounded_channel();
         let events = EventSink::new(
             client.clone(),
@@ -222,6 +339,8 @@ impl Reconciler {
             stats,
             pods,
             checks,
+            services,
+            slices,
             written: HashMap::new(),
             bindings: HashMap::new(),
             started: HashSet::new(),
@@ -238,19 +357,34 @@ impl Reconciler {
             ready: false,
             synced,
         };
-        (this, Box::pin(pod_events), Box::pin(check_events))
+        let streams = Streams {
+            pods: Box::pin(pod_events),
+            checks: Box::pin(check_events),
+            services: Box::pin(service_events),
+            slices: Box::pin(slice_events),
+        };
+        (this, streams)
     }
 
     /// Runs until the watches end (never, unless the client goes away).
-    pub(super) async fn run(mut self, mut pod_events: Reflected<Pod>, mut check_events: Reflected<SondeCheck>) {
+    pub(super) async fn run(mut self, streams: Streams) {
+        let Streams {
+            pods: mut pod_events,
+            checks: mut check_events,
+            services: mut service_events,
+            slices: mut slice_events,
+        } = streams;
         let (done_tx, mut done_rx) = mpsc::unbounded_channel();
         self.done_tx = done_tx;
         let (pods, checks) = (self.pods.clone(), self.checks.clone());
+        let (services, slices) = (self.services.clone(), self.slices.clone());
         let listed = async move {
             // Errs only when a writer is dropped, i.e. its stream ended,
             // which ends this loop too.
             let _ = pods.wait_until_ready().await;
             let _ = checks.wait_until_ready().await;
+            let _ = services.wait_until_ready().await;
+            let _ = slices.wait_until_ready().await;
         };
         let mut listed = std::pin::pin!(listed);
         let mut changes = self.results.subscribe();
@@ -271,6 +405,16 @@ impl Reconciler {
                 ev = check_events.next() => match ev {
                     Some(Ok(ev)) => self.on_check(ev).await,
                     Some(Err(e)) => tracing::warn!(error = %e, "watching SondeChecks failed; retrying with backoff (is the CRD installed? does the ClusterRole allow sondechecks list and watch?)"),
+                    None => break,
+                },
+                ev = service_events.next() => match ev {
+                    Some(Ok(ev)) => self.on_service(ev).await,
+                    Some(Err(e)) => tracing::warn!(error = %e, "watching Services failed; retrying with backoff (does the ClusterRole allow services list and watch?)"),
+                    None => break,
+                },
+                ev = slice_events.next() => match ev {
+                    Some(Ok(ev)) => self.on_service(ev).await,
+                    Some(Err(e)) => tracing::warn!(error = %e, "watching EndpointSlices failed; retrying with backoff (does the ClusterRole allow discovery.k8s.io endpointslices list and watch?)"),
                     None => break,
                 },
                 change = changes.recv() => match change {
@@ -358,6 +502,43 @@ impl Reconciler {
         }
     }
 
+    /// A Service or EndpointSlice event, after its reflector stored it:
+    /// the checks through that Service are reconciled.
+    async fn on_service<K: reflector::Lookup + Resource>(&mut self, ev: Event<K>) {
+        let object = match ev {
+            Event::Init | Event::InitApply(_) => return,
+            Event::InitDone => return self.reconcile_all().await,
+            Event::Apply(o) | Event::Delete(o) => o,
+        };
+        let Some(namespace) = reflector::Lookup::namespace(&object).map(|n| n.into_owned()) else {
+            return;
+        };
+        let service = match object.meta().labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
+            Some(name) => name.clone(),
+            None => object.meta().name.clone().unwrap_or_default(),
+        };
+        let mut through: Vec<PodKey> = self
+            .checks
+            .state()
+            .iter()
+            .filter(|c| c.metadata.namespace.as_deref() == Some(namespace.as_str()))
+            .filter(|c| c.spec.service.as_ref().is_some_and(|s| s.name == service))
+            .filter_map(|c| key_of(&**c))
+            .collect();
+        through.sort();
+        for key in through {
+            self.reconcile_check(&key).await;
+        }
+    }
+
+    /// Service `name` of `namespace` as a check sees it.
+    fn service(&self, namespace: &str, name: &str) -> Option<ServiceView> {
+        let service = self.services.get(&ObjectRef::new(name).within(namespace))?;
+        let mut view = ServiceView::of(&service, 0);
+        view.ready_endpoints = ready_endpoints(&self.slices, namespace, name, view.cluster_ips.first());
+        Some(view)
+    }
+
     /// The Pod `key` as the controller sees it: the store's, with the
     /// conditions written since its last watch event.
     fn view(&self, key: &PodKey) -> Option<PodView> {
@@ -410,10 +591,12 @@ impl Reconciler {
         let namespace = key.0.clone();
         let lookup = move |name: &str| checks.get(&ObjectRef::new(name).within(&namespace));
         let started = |uid: &str, check: &str| self.started.contains(&(uid.to_string(), check.to_string()));
+        let services = |name: &str| self.service(&key.0, name);
         let plan = plan_pod(&PodInputs {
             key,
             pod: pod.as_ref(),
             checks: &lookup,
+            services: &services,
             settings: &self.settings,
             bindings: &self.bindings,
             started: &started,

@@ -34,10 +34,12 @@ pub const GATE_PREFIX: &str = "sonde.dev/";
     doc = "A check that sonde's DaemonSet runs against each Pod that names it in a readiness gate sonde.dev/<check-name>.",
     printcolumn = r#"{"name": "Plugin", "type": "string", "jsonPath": ".spec.plugin"}"#,
     printcolumn = r#"{"name": "Port", "type": "string", "jsonPath": ".spec.port"}"#,
+    printcolumn = r#"{"name": "Service", "type": "string", "jsonPath": ".spec.service.name"}"#,
     printcolumn = r#"{"name": "Period", "type": "integer", "jsonPath": ".spec.periodSeconds"}"#,
     printcolumn = r#"{"name": "Mode", "type": "string", "jsonPath": ".spec.mode"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
+#[x_kube(validation = Rule::new("has(self.port) != has(self.service)").message("set exactly one of port (the Pod's port) and service (a Service of the Pod's namespace)"))]
 #[x_kube(validation = Rule::new("!has(self.timeoutSeconds) || !has(self.periodSeconds) || self.timeoutSeconds <= self.periodSeconds").message("timeoutSeconds must not exceed periodSeconds"))]
 #[serde(rename_all = "camelCase")]
 pub struct SondeCheckSpec {
@@ -53,11 +55,19 @@ pub struct SondeCheckSpec {
     pub config: Option<serde_json::Value>,
     /// The Pod's port to check: a number, or the name of one of its
     /// containers' ports. A Pod may override it with the annotation
-    /// sonde.dev/<check-name>.port.
+    /// sonde.dev/<check-name>.port. Exactly one of port and service is set.
     // A structural schema allows no `type` inside anyOf, and numeric bounds
     // do not apply to strings: CEL checks both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))").message("port is a number 1-65535 or a container port's name (IANA_SVC_NAME, at most 15 characters)"))]
-    pub port: IntOrString,
+    pub port: Option<IntOrString>,
+    /// Check through a Service of the Pod's namespace instead of at the
+    /// Pod: the agent dials the Service's ClusterIP and port, so the answer
+    /// comes from whichever Pod the cluster routes the connection to (use
+    /// the http plugin's backend check to require this Pod). Exactly one of
+    /// port and service is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceRef>,
     /// Seconds after the Pod is seen with an IP before the first run.
     #[serde(default)]
     #[schemars(range(max = 3600))]
@@ -104,7 +114,8 @@ impl Default for SondeCheckSpec {
         Self {
             plugin: String::new(),
             config: None,
-            port: IntOrString::Int(0),
+            port: None,
+            service: None,
             initial_delay_seconds: 0,
             period_seconds: ten(),
             timeout_seconds: one(),
@@ -122,6 +133,17 @@ fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,
     })
+}
+
+/// A Service of the Pod's namespace, and one of its ports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+pub struct ServiceRef {
+    /// The Service's name.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// The Service's port: its number, or its name in the Service's ports.
+    #[x_kube(validation = Rule::new("type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 63 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))").message("port is a number 1-65535 or the name of one of the Service's ports"))]
+    pub port: IntOrString,
 }
 
 /// How long a check keeps running against a Pod.
@@ -177,7 +199,7 @@ mod tests {
                      "periodSeconds": 5, "mode": "StartupOnly", "limits": {"fuel": 1000}}
         }))
         .unwrap();
-        assert_eq!(c.spec.port, IntOrString::String("http".into()));
+        assert_eq!(c.spec.port, Some(IntOrString::String("http".into())));
         assert_eq!(c.spec.period_seconds, 5);
         assert_eq!(
             (c.spec.timeout_seconds, c.spec.failure_threshold),

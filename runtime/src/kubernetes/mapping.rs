@@ -501,23 +501,218 @@ pub(crate) enum Refusal {
     /// A port number out of range.
     #[error("port {port} is not a port number (1-65535)")]
     BadPort { port: i64 },
+    /// The check targets a Service the namespace does not have.
+    #[error("service {service:?} does not exist in namespace {namespace:?}")]
+    NoSuchService { namespace: String, service: String },
+    /// The Service has no cluster IP to dial: headless (`clusterIP: None`)
+    /// or `type: ExternalName`.
+    #[error("service {service:?} has no cluster IP ({why}): a check through a Service dials its ClusterIP")]
+    ServiceWithoutClusterIp { service: String, why: &'static str },
+    /// The Service has no such port.
+    #[error("service {service:?} has no port {port:?} (it has {has})")]
+    NoSuchServicePort { service: String, port: String, has: String },
+    /// Both or neither of `port` and `service` (an API server with the
+    /// CRD's rules refuses it first).
+    #[error("set exactly one of port and service")]
+    PortOrService,
 }
 
 impl Refusal {
     /// Whether the SondeCheck itself is refused (an Event goes on it),
     /// rather than its use by one Pod.
     pub fn of_check(&self) -> bool {
-        matches!(self, Self::NoTenant { .. } | Self::PluginNotAllowed { .. })
+        matches!(
+            self,
+            Self::NoTenant { .. }
+                | Self::PluginNotAllowed { .. }
+                | Self::NoSuchService { .. }
+                | Self::ServiceWithoutClusterIp { .. }
+                | Self::NoSuchServicePort { .. }
+                | Self::PortOrService
+        )
     }
+}
+
+/// What the controller needs of a Service ([`ServiceView::of`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServiceView {
+    /// Its cluster IPs, primary first; empty when it has none.
+    pub cluster_ips: Vec<IpAddr>,
+    /// Why it has no cluster IP: headless, or an ExternalName Service.
+    pub no_cluster_ip: Option<&'static str>,
+    /// Its ports: (name, port).
+    pub ports: Vec<(Option<String>, u16)>,
+    /// The endpoints ready to serve it, per address family of its primary
+    /// cluster IP (from its EndpointSlices).
+    pub ready_endpoints: usize,
+}
+
+impl ServiceView {
+    /// The view of `service`, with `ready_endpoints` counted from its
+    /// EndpointSlices.
+    pub fn of(service: &k8s_openapi::api::core::v1::Service, ready_endpoints: usize) -> Self {
+        let spec = service.spec.clone().unwrap_or_default();
+        let external = spec.type_.as_deref() == Some("ExternalName");
+        let mut ips: Vec<String> = spec.cluster_ips.unwrap_or_default();
+        if ips.is_empty() {
+            ips.extend(spec.cluster_ip);
+        }
+        let headless = ips.iter().any(|ip| ip == "None");
+        let cluster_ips = if external || headless {
+            Vec::new()
+        } else {
+            ips.iter().filter_map(|ip| ip.parse().ok()).collect()
+        };
+        let no_cluster_ip = if external {
+            Some("type ExternalName")
+        } else if headless {
+            Some("headless, clusterIP: None")
+        } else if cluster_ips.is_empty() {
+            Some("none assigned yet")
+        } else {
+            None
+        };
+        let ports = spec
+            .ports
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p.protocol.as_deref().is_none_or(|p| p == "TCP"))
+            .filter_map(|p| Some((p.name, u16::try_from(p.port).ok()?)))
+            .collect();
+        Self {
+            cluster_ips,
+            no_cluster_ip,
+            ports,
+            ready_endpoints,
+        }
+    }
+
+    /// The port `port` names (a number or a port's name).
+    fn port(&self, service: &str, port: &IntOrString) -> Result<u16, Refusal> {
+        let found = match port {
+            IntOrString::Int(n) => self.ports.iter().find(|(_, p)| i64::from(*p) == i64::from(*n)),
+            IntOrString::String(name) => self.ports.iter().find(|(n, _)| n.as_deref() == Some(name.as_str())),
+        };
+        found.map(|(_, p)| *p).ok_or_else(|| Refusal::NoSuchServicePort {
+            service: service.to_string(),
+            port: match port {
+                IntOrString::Int(n) => n.to_string(),
+                IntOrString::String(s) => s.clone(),
+            },
+            has: self
+                .ports
+                .iter()
+                .map(|(n, p)| n.as_ref().map_or(p.to_string(), |n| format!("{n} ({p})")))
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+}
+
+/// The most attempts a run of the http plugin's `backend` check makes by
+/// default (its own ceiling).
+pub const MAX_BACKEND_ATTEMPTS: u64 = 60;
+
+/// The attempts of a `backend` check through a Service when the config
+/// names none: three per endpoint ready to serve it (at least three; the
+/// Pod checked may not be one yet), as many as a balancer that spreads
+/// connections needs to reach each endpoint with high probability.
+pub fn default_attempts(ready_endpoints: usize) -> u64 {
+    (ready_endpoints.max(1) as u64)
+        .saturating_mul(3)
+        .min(MAX_BACKEND_ATTEMPTS)
 }
 
 fn json_duration(secs: u32) -> serde_json::Value {
     format!("{secs}s").into()
 }
 
+/// Where a gate's probe connects: the address, the other addresses of the
+/// same Pod or Service (other families) and, through a Service, how many
+/// endpoints are ready to serve it.
+struct Dial {
+    address: std::net::SocketAddr,
+    others: Vec<std::net::SocketAddr>,
+    ready_endpoints: Option<usize>,
+}
+
+/// Where the probe of `check` connects for `pod`: the Pod's primary IP and
+/// port, or the cluster IP and port of the Service the check names
+/// (`services` looks one up in the Pod's namespace). `Ok(None)` while the
+/// Pod has no IP.
+fn dial(
+    pod: &PodView,
+    check: &SondeCheck,
+    services: &dyn Fn(&str) -> Option<ServiceView>,
+) -> Result<Option<Dial>, Refusal> {
+    let spec = &check.spec;
+    let check_name = check.metadata.name.as_deref().unwrap_or_default();
+    match (&spec.port, &spec.service) {
+        (Some(port), None) => {
+            let override_key = format!("{GATE_PREFIX}{check_name}.port");
+            let port = match pod.annotations.get(&override_key) {
+                Some(p) => match p.trim().parse::<i64>() {
+                    Ok(n) => IntOrString::Int(i32::try_from(n).unwrap_or(-1)),
+                    Err(_) => IntOrString::String(p.trim().to_string()),
+                },
+                None => port.clone(),
+            };
+            let port: u16 = match port {
+                IntOrString::Int(n) => u16::try_from(n)
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or(Refusal::BadPort { port: n.into() })?,
+                IntOrString::String(name) => *pod.ports.get(&name).ok_or(Refusal::NoSuchPort { port: name })?,
+            };
+            let Some(primary) = pod.ips.first() else {
+                return Ok(None);
+            };
+            Ok(Some(Dial {
+                address: std::net::SocketAddr::new(*primary, port),
+                others: pod.ips[1..]
+                    .iter()
+                    .map(|ip| std::net::SocketAddr::new(*ip, port))
+                    .collect(),
+                ready_endpoints: None,
+            }))
+        }
+        (None, Some(service)) => {
+            let view = services(&service.name).ok_or_else(|| Refusal::NoSuchService {
+                namespace: pod.key.0.clone(),
+                service: service.name.clone(),
+            })?;
+            if let Some(why) = view.no_cluster_ip {
+                return Err(Refusal::ServiceWithoutClusterIp {
+                    service: service.name.clone(),
+                    why,
+                });
+            }
+            let port = view.port(&service.name, &service.port)?;
+            if pod.ips.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some(Dial {
+                address: std::net::SocketAddr::new(view.cluster_ips[0], port),
+                others: view.cluster_ips[1..]
+                    .iter()
+                    .map(|ip| std::net::SocketAddr::new(*ip, port))
+                    .collect(),
+                ready_endpoints: Some(view.ready_endpoints),
+            }))
+        }
+        _ => Err(Refusal::PortOrService),
+    }
+}
+
 /// The probe of gate `check` of `pod`: `Ok(None)` while the Pod has no IP
-/// or is going away.
-pub fn desired(pod: &PodView, check: &SondeCheck, settings: &GateSettings) -> Result<Option<Desired>, Refusal> {
+/// or is going away. `services` looks up a Service of the Pod's namespace
+/// by name, for a check through a Service.
+pub fn desired(
+    pod: &PodView,
+    check: &SondeCheck,
+    settings: &GateSettings,
+    services: &dyn Fn(&str) -> Option<ServiceView>,
+) -> Result<Option<Desired>, Refusal> {
     let (namespace, pod_name) = &pod.key;
     let check_name = check.metadata.name.as_deref().unwrap_or_default();
     let tenant = settings.tenant_of(namespace).ok_or_else(|| Refusal::NoTenant {
@@ -529,39 +724,34 @@ pub fn desired(pod: &PodView, check: &SondeCheck, settings: &GateSettings) -> Re
             plugin: spec.plugin.clone(),
         });
     }
-    let override_key = format!("{GATE_PREFIX}{check_name}.port");
-    let port = match pod.annotations.get(&override_key) {
-        Some(p) => match p.trim().parse::<i64>() {
-            Ok(n) => IntOrString::Int(i32::try_from(n).unwrap_or(-1)),
-            Err(_) => IntOrString::String(p.trim().to_string()),
-        },
-        None => spec.port.clone(),
-    };
-    let port: u16 = match port {
-        IntOrString::Int(n) => u16::try_from(n)
-            .ok()
-            .filter(|p| *p > 0)
-            .ok_or(Refusal::BadPort { port: n.into() })?,
-        IntOrString::String(name) => *pod.ports.get(&name).ok_or(Refusal::NoSuchPort { port: name })?,
-    };
-    let Some(primary) = pod.ips.first() else {
+    let Some(dial) = dial(pod, check, services)? else {
         return Ok(None);
     };
     if pod.gone {
         return Ok(None);
     }
-    let address = std::net::SocketAddr::new(*primary, port).to_string();
+    let address = dial.address.to_string();
     let name = probe_name(namespace, pod_name, check_name);
     // Whose gate it is: `$(POD_IP)` and the like in the check's config.
     let identity = PodIdentity {
-        ip: Some(primary.to_string()),
+        ip: pod.ips.first().map(ToString::to_string),
         ipv4: pod.ips.iter().find(|ip| ip.is_ipv4()).map(ToString::to_string),
         ipv6: pod.ips.iter().find(|ip| ip.is_ipv6()).map(ToString::to_string),
         name: pod_name.clone(),
         namespace: namespace.clone(),
         node: Some(settings.node_name.clone()),
     };
-    let config = spec.config.clone().unwrap_or_else(|| serde_json::json!({}));
+    let mut config = spec.config.clone().unwrap_or_else(|| serde_json::json!({}));
+    // Through a Service, the built-in http plugin's backend check makes by
+    // default three attempts per ready endpoint.
+    if let Some(ready) = dial.ready_endpoints
+        && spec.plugin == "http"
+        && let Some(backend) = config.get_mut("backend").and_then(|b| b.as_object_mut())
+    {
+        backend
+            .entry("attempts")
+            .or_insert_with(|| default_attempts(ready).into());
+    }
     let mut probe = serde_json::json!({
         "name": name,
         "kind": "readiness",
@@ -574,11 +764,8 @@ pub fn desired(pod: &PodView, check: &SondeCheck, settings: &GateSettings) -> Re
         "failure_threshold": spec.failure_threshold,
         "labels": { "namespace": namespace, "pod": pod_name, "check": check_name },
     });
-    // The Pod's other families are its own too.
-    let others: Vec<String> = pod.ips[1..]
-        .iter()
-        .map(|ip| std::net::SocketAddr::new(*ip, port).to_string())
-        .collect();
+    // The Pod's (or the Service's) other families are its own too.
+    let others: Vec<String> = dial.others.iter().map(ToString::to_string).collect();
     if !others.is_empty() {
         probe["grants"] = serde_json::json!({ "net": others });
     }
@@ -610,6 +797,10 @@ mod tests {
     use super::*;
     use crate::kubernetes::crd::SondeCheckSpec;
 
+    fn no_services(_: &str) -> Option<ServiceView> {
+        None
+    }
+
     fn settings() -> GateSettings {
         GateSettings::new(None, Some("node-1".into())).unwrap()
     }
@@ -636,7 +827,7 @@ mod tests {
             },
             spec: SondeCheckSpec {
                 plugin: "http".into(),
-                port,
+                port: Some(port),
                 period_seconds: 1,
                 ..Default::default()
             },
@@ -650,7 +841,7 @@ mod tests {
             "backend": {"header": "Pod-IPv4", "equals": "$(POD_IPV4)"},
             "headers": {"X-Gate": "$(POD_NAMESPACE)/$(POD_NAME)@$(NODE_NAME) $(POD_IP) $(POD_IPV6) $$(POD_IP)"},
         }));
-        let d = desired(&pod(), &c, &settings()).unwrap().unwrap();
+        let d = desired(&pod(), &c, &settings(), &no_services).unwrap().unwrap();
         assert_eq!(
             d.target["probes"][0]["config"],
             serde_json::json!({
@@ -674,9 +865,125 @@ mod tests {
             .and_then(|b| b.split("```").next())
             .expect("its SondeCheck");
         let c: SondeCheck = serde_saphyr::from_str(block).unwrap();
-        let d = desired(&pod(), &c, &settings()).unwrap().unwrap();
+        let d = desired(&pod(), &c, &settings(), &no_services).unwrap().unwrap();
         assert_eq!(d.target["probes"][0]["config"]["backend"]["equals"], "10.0.0.5");
         assert_eq!(d.target["probes"][0]["config"]["backend"]["attempts"], 6);
+    }
+
+    /// The documented Service of `docs/kubernetes.md`'s "Gate a rollout on
+    /// Service routing", as the API server would have it, with a ClusterIP.
+    fn egress(ready: usize) -> ServiceView {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/kubernetes.md")).unwrap();
+        let objects = rollout_objects(&doc);
+        let mut service: k8s_openapi::api::core::v1::Service =
+            serde_json::from_value(objects.iter().find(|o| o["kind"] == "Service").unwrap().clone()).unwrap();
+        let spec = service.spec.as_mut().unwrap();
+        spec.cluster_ip = Some("10.96.0.10".into());
+        spec.cluster_ips = Some(vec!["10.96.0.10".into(), "fd00:96::10".into()]);
+        ServiceView::of(&service, ready)
+    }
+
+    /// The objects of the section "Gate a rollout on Service routing".
+    pub(crate) fn rollout_objects(doc: &str) -> Vec<serde_json::Value> {
+        let section = doc
+            .split("## Gate a rollout on Service routing")
+            .nth(1)
+            .expect("the section");
+        let block = section
+            .split("```yaml kubernetes\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .expect("its objects");
+        block
+            .split("\n---\n")
+            .map(|o| serde_saphyr::from_str(o).unwrap())
+            .collect()
+    }
+
+    /// The worked example dials the Service's ClusterIP (its other family
+    /// granted), requires this Pod's answer, and tries three times per
+    /// ready endpoint; the StatefulSet's Pods name the gate.
+    #[test]
+    fn the_documented_rollout_example_dials_the_service_and_wants_this_pod() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/kubernetes.md")).unwrap();
+        let objects = rollout_objects(&doc);
+        let check: SondeCheck =
+            serde_json::from_value(objects.iter().find(|o| o["kind"] == "SondeCheck").unwrap().clone()).unwrap();
+        assert_eq!(check.spec.mode, Mode::StartupOnly);
+        let set = objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap();
+        assert_eq!(
+            set["spec"]["template"]["spec"]["readinessGates"][0]["conditionType"],
+            condition_type(check.metadata.name.as_deref().unwrap())
+        );
+        let mut p = pod();
+        p.key = ("shop".into(), "egress-0".into());
+        let services = |name: &str| (name == "egress").then(|| egress(3));
+        let d = desired(&p, &check, &settings(), &services).unwrap().unwrap();
+        assert_eq!(d.address, "10.96.0.10:80");
+        let probe = &d.target["probes"][0];
+        assert_eq!(probe["grants"]["net"], serde_json::json!(["[fd00:96::10]:80"]));
+        assert_eq!(
+            probe["config"]["backend"],
+            serde_json::json!({"header": "Pod-IPv4", "equals": "10.0.0.5", "missing": "pass", "attempts": 9})
+        );
+        let few = |_: &str| Some(egress(0));
+        let d = desired(&p, &check, &settings(), &few).unwrap().unwrap();
+        assert_eq!(
+            d.target["probes"][0]["config"]["backend"]["attempts"], 3,
+            "at least three"
+        );
+        let many = |_: &str| Some(egress(500));
+        let d = desired(&p, &check, &settings(), &many).unwrap().unwrap();
+        assert_eq!(
+            d.target["probes"][0]["config"]["backend"]["attempts"], 60,
+            "the plugin's most"
+        );
+        let mut given = check.clone();
+        given.spec.config.as_mut().unwrap()["backend"]["attempts"] = 4.into();
+        let d = desired(&p, &given, &settings(), &services).unwrap().unwrap();
+        assert_eq!(
+            d.target["probes"][0]["config"]["backend"]["attempts"], 4,
+            "as configured"
+        );
+    }
+
+    #[test]
+    fn a_service_without_a_cluster_ip_or_the_port_or_at_all_is_refused_naming_it() {
+        let mut c = check(IntOrString::Int(80));
+        c.spec.port = None;
+        c.spec.service = Some(crate::kubernetes::crd::ServiceRef {
+            name: "egress".into(),
+            port: IntOrString::String("grpc".into()),
+        });
+        let refusal = desired(&pod(), &c, &settings(), &|_| Some(egress(1))).unwrap_err();
+        assert!(refusal.of_check());
+        assert_eq!(
+            refusal.to_string(),
+            "service \"egress\" has no port \"grpc\" (it has http (80))"
+        );
+        let refusal = desired(&pod(), &c, &settings(), &no_services).unwrap_err();
+        assert_eq!(
+            refusal.to_string(),
+            "service \"egress\" does not exist in namespace \"shop\""
+        );
+        for (kind, ip, why) in [
+            ("ClusterIP", "None", "headless, clusterIP: None"),
+            ("ExternalName", "", "type ExternalName"),
+        ] {
+            let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "egress", "namespace": "shop"},
+                "spec": {"type": kind, "clusterIP": ip, "externalName": "db.example.com", "ports": [{"port": 80}]}
+            }))
+            .unwrap();
+            let view = ServiceView::of(&service, 0);
+            let refusal = desired(&pod(), &c, &settings(), &|_| Some(view.clone())).unwrap_err();
+            assert!(refusal.to_string().contains(why), "{refusal}");
+        }
+        c.spec.port = Some(IntOrString::Int(80));
+        assert_eq!(
+            desired(&pod(), &c, &settings(), &no_services),
+            Err(Refusal::PortOrService)
+        );
     }
 
     #[test]
@@ -692,9 +999,14 @@ mod tests {
 
     #[test]
     fn the_annotation_overrides_the_port_and_other_families_are_granted() {
-        let d = desired(&pod(), &check(IntOrString::String("http".into())), &settings())
-            .unwrap()
-            .unwrap();
+        let d = desired(
+            &pod(),
+            &check(IntOrString::String("http".into())),
+            &settings(),
+            &no_services,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(d.address, "10.0.0.5:9090");
         assert_eq!(d.name, "k8s_shop_web-1_ready");
         assert_eq!(d.tenant, "shop");
@@ -702,16 +1014,29 @@ mod tests {
         assert_eq!(d.target["probes"][0]["period"], "1s");
         let mut p = pod();
         p.annotations.clear();
-        let d = desired(&p, &check(IntOrString::String("http".into())), &settings())
-            .unwrap()
-            .unwrap();
+        let d = desired(
+            &p,
+            &check(IntOrString::String("http".into())),
+            &settings(),
+            &no_services,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(d.address, "10.0.0.5:8080");
         assert_eq!(
-            desired(&p, &check(IntOrString::String("grpc".into())), &settings()),
+            desired(
+                &p,
+                &check(IntOrString::String("grpc".into())),
+                &settings(),
+                &no_services
+            ),
             Err(Refusal::NoSuchPort { port: "grpc".into() })
         );
         p.ips.clear();
-        assert_eq!(desired(&p, &check(IntOrString::Int(80)), &settings()), Ok(None));
+        assert_eq!(
+            desired(&p, &check(IntOrString::Int(80)), &settings(), &no_services),
+            Ok(None)
+        );
     }
 
     #[test]
@@ -767,7 +1092,7 @@ mod tests {
         assert_eq!(s.tenant_of("default"), Some("shop"));
         let mut c = check(IntOrString::Int(80));
         c.spec.plugin = "exec".into();
-        assert!(desired(&pod(), &c, &s).unwrap_err().of_check());
+        assert!(desired(&pod(), &c, &s, &no_services).unwrap_err().of_check());
     }
 
     #[test]

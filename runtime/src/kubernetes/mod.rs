@@ -112,8 +112,8 @@ pub fn spawn(
 ) -> GateController {
     let (synced_tx, synced) = watch::channel(false);
     tracing::info!(node = %settings.node_name, plugins = ?settings.plugins, qps = settings.qps, burst = settings.burst, "kubernetes: serving readiness gates sonde.dev/* of this node's Pods");
-    let (controller, pods, checks) =
+    let (controller, streams) =
         controller::Reconciler::new(client, control, results, settings, stats.clone(), synced_tx);
-    let task = tokio::spawn(controller.run(pods, checks));
+    let task = tokio::spawn(controller.run(streams));
     GateController { stats, synced, task }
 }

@@ -6,7 +6,9 @@
 //! performs it; nothing here touches the registry or the API server.
 
 use super::crd::{Mode, SondeCheck};
-use super::mapping::{Cond, CondStatus, Desired, GateSettings, OVERRIDABLE, PodKey, PodView, condition_type, desired};
+use super::mapping::{
+    Cond, CondStatus, Desired, GateSettings, OVERRIDABLE, PodKey, PodView, ServiceView, condition_type, desired,
+};
 use crate::config::{self, ConfigErrors};
 use crate::thresholds::Counter;
 use std::collections::{BTreeMap, HashMap};
@@ -94,6 +96,8 @@ pub(crate) struct PodInputs<'a> {
     pub(crate) pod: Option<&'a PodView>,
     /// The SondeChecks by name in the Pod's namespace.
     pub(crate) checks: &'a dyn Fn(&str) -> Option<Arc<SondeCheck>>,
+    /// The Services by name in the Pod's namespace.
+    pub(crate) services: &'a dyn Fn(&str) -> Option<ServiceView>,
     /// The agent's settings.
     pub(crate) settings: &'a GateSettings,
     /// Every probe the controller has in the registry, by name.
@@ -172,7 +176,7 @@ fn wanted(input: &PodInputs<'_>, pod: &PodView, plan: &mut PodPlan) -> BTreeMap<
             plan.unavailable.push((check.clone(), message));
             continue;
         };
-        match desired(pod, &c, input.settings) {
+        match desired(pod, &c, input.settings, input.services) {
             Ok(Some(d)) => {
                 let passed = pod
                     .conditions
@@ -256,7 +260,7 @@ mod tests {
             "ready",
             SondeCheckSpec {
                 plugin: plugin.into(),
-                port: IntOrString::String("http".into()),
+                port: Some(IntOrString::String("http".into())),
                 mode,
                 ..SondeCheckSpec::default()
             },
@@ -274,6 +278,7 @@ mod tests {
             key: &key,
             pod,
             checks: &checks,
+            services: &|_| None,
             settings: &settings,
             bindings,
             started: &|_, _| false,

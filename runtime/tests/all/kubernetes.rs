@@ -49,6 +49,10 @@ struct World {
     checks: BTreeMap<(String, String), Value>,
     pod_watches: Vec<mpsc::UnboundedSender<Bytes>>,
     check_watches: Vec<mpsc::UnboundedSender<Bytes>>,
+    /// Objects of other kinds (Services, EndpointSlices), by collection
+    /// path, and the watches of each collection.
+    others: BTreeMap<String, BTreeMap<(String, String), Value>>,
+    other_watches: BTreeMap<String, Vec<mpsc::UnboundedSender<Bytes>>>,
     /// The next Pod watch answers with a `410 Gone` error event.
     gone_next_pod_watch: bool,
     /// Answers forced on the next patches: (code, message).
@@ -182,6 +186,23 @@ impl FakeApi {
                     &json!({"apiVersion": "sonde.dev/v1alpha1", "kind": "SondeCheckList", "metadata": {"resourceVersion": w.rv.to_string()}, "items": items}),
                 )
             }
+            ("GET", path @ ("/api/v1/services" | "/apis/discovery.k8s.io/v1/endpointslices")) => {
+                if watching {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    w.other_watches.entry(path.to_string()).or_default().push(tx);
+                    return stream(rx);
+                }
+                let items: Vec<Value> = w
+                    .others
+                    .get(path)
+                    .into_iter()
+                    .flat_map(|m| m.values().cloned())
+                    .collect();
+                full(
+                    200,
+                    &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": w.rv.to_string()}, "items": items}),
+                )
+            }
             ("PATCH", path) if path.ends_with("/status") => {
                 let parts: Vec<&str> = path.split('/').collect();
                 // /api/v1/namespaces/{ns}/pods/{name}/status
@@ -273,6 +294,24 @@ impl FakeApi {
         let mut obj = obj;
         obj["metadata"]["resourceVersion"] = w.rv.to_string().into();
         let key = key_of(&obj);
+        if let Some(collection) = collection_of(&obj) {
+            let kind = if w
+                .others
+                .entry(collection.into())
+                .or_default()
+                .insert(key, obj.clone())
+                .is_some()
+            {
+                "MODIFIED"
+            } else {
+                "ADDED"
+            };
+            let ev = line(kind, &obj);
+            if !silently && let Some(watches) = w.other_watches.get_mut(collection) {
+                watches.retain(|tx| tx.send(ev.clone()).is_ok());
+            }
+            return;
+        }
         let is_pod = obj["kind"] == "Pod";
         let map = if is_pod { &mut w.pods } else { &mut w.checks };
         let kind = if map.insert(key, obj.clone()).is_some() {
@@ -290,6 +329,20 @@ impl FakeApi {
             &mut w.check_watches
         };
         watches.retain(|tx| tx.send(ev.clone()).is_ok());
+    }
+
+    /// Deletes a Service or EndpointSlice and tells the watches.
+    pub(crate) fn delete_other(&self, obj: &Value) {
+        let mut w = self.world();
+        w.rv += 1;
+        let collection = collection_of(obj).expect("a Service or EndpointSlice");
+        let Some(gone) = w.others.get_mut(collection).and_then(|m| m.remove(&key_of(obj))) else {
+            return;
+        };
+        let ev = line("DELETED", &gone);
+        if let Some(watches) = w.other_watches.get_mut(collection) {
+            watches.retain(|tx| tx.send(ev.clone()).is_ok());
+        }
     }
 
     fn delete_pod(&self, ns: &str, name: &str, silently: bool) {
@@ -334,6 +387,16 @@ impl FakeApi {
             .await
             .unwrap_or_else(|_| panic!("timed out waiting for {what}; requests: {:#?}", self.requests()))
             .unwrap();
+    }
+}
+
+/// The collection path of a Service or EndpointSlice (`None`: a Pod or a
+/// SondeCheck, which the world keeps apart).
+fn collection_of(obj: &Value) -> Option<&'static str> {
+    match obj["kind"].as_str() {
+        Some("Service") => Some("/api/v1/services"),
+        Some("EndpointSlice") => Some("/apis/discovery.k8s.io/v1/endpointslices"),
+        _ => None,
     }
 }
 
@@ -1274,6 +1337,7 @@ fn shipped_crd_is_generated_from_the_sondecheck_type() {
         [
             ("Plugin", "string", ".spec.plugin"),
             ("Port", "string", ".spec.port"),
+            ("Service", "string", ".spec.service.name"),
             ("Period", "integer", ".spec.periodSeconds"),
             ("Mode", "string", ".spec.mode"),
             ("Age", "date", ".metadata.creationTimestamp"),
@@ -1290,7 +1354,10 @@ fn shipped_crd_is_generated_from_the_sondecheck_type() {
     };
     assert_eq!(
         rules(spec),
-        ["!has(self.timeoutSeconds) || !has(self.periodSeconds) || self.timeoutSeconds <= self.periodSeconds"]
+        [
+            "has(self.port) != has(self.service)",
+            "!has(self.timeoutSeconds) || !has(self.periodSeconds) || self.timeoutSeconds <= self.periodSeconds"
+        ]
     );
     assert_eq!(
         rules(&spec["properties"]["plugin"]),
@@ -1303,10 +1370,326 @@ fn shipped_crd_is_generated_from_the_sondecheck_type() {
         ]
     );
     assert_eq!(spec["properties"]["port"]["x-kubernetes-int-or-string"], true);
-    assert_eq!(spec["required"], json!(["plugin", "port"]));
+    assert_eq!(spec["required"], json!(["plugin"]));
+    let service = &spec["properties"]["service"];
+    assert_eq!(service["required"], json!(["name", "port"]));
+    assert_eq!(service["properties"]["port"]["x-kubernetes-int-or-string"], true);
+    assert_eq!(rules(&service["properties"]["port"]).len(), 1);
     assert_eq!(
         spec["properties"]["config"]["x-kubernetes-preserve-unknown-fields"],
         true
     );
     assert_eq!(spec["properties"]["mode"]["enum"], json!(["Continuous", "StartupOnly"]));
+}
+
+/// Checks through a Service: the egress-proxy rollout case. The Service's
+/// "ClusterIP" is a round-robin balancer on loopback in front of three Pod
+/// backends, each answering with its own `Pod-IPv4`; only the API server
+/// is mocked, the traffic is real.
+mod through_a_service {
+    use super::*;
+    use sonde_runtime::verdict::Status;
+    use sonde_tests::{PodBackend, RoundRobin};
+
+    /// The Service `name` at `ip:port` (its port named `http`).
+    fn service(ns: &str, name: &str, ip: &str, port: u16) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"namespace": ns, "name": name},
+            "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
+                     "ports": [{"name": "http", "port": port, "protocol": "TCP", "targetPort": 8080}]}
+        })
+    }
+
+    /// The EndpointSlice of Service `name` with `ready` ready endpoints and
+    /// one that is not.
+    fn slice(ns: &str, name: &str, ready: usize) -> Value {
+        let mut endpoints: Vec<Value> = (0..ready)
+            .map(|i| json!({"addresses": [format!("10.1.0.{i}")], "conditions": {"ready": true}}))
+            .collect();
+        endpoints.push(json!({"addresses": ["10.1.0.99"], "conditions": {"ready": false}}));
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"namespace": ns, "name": format!("{name}-abcde"),
+                         "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4", "endpoints": endpoints, "ports": [{"name": "http", "port": 8080}]
+        })
+    }
+
+    /// A gated Pod at `ip` with gate `routed`.
+    fn proxy(name: &str, uid: &str, ip: &str) -> Value {
+        let mut p = pod("shop", name, uid, NODE, 8080, &["routed"], json!([]));
+        p["status"]["podIP"] = ip.into();
+        p["status"]["podIPs"] = json!([{"ip": ip}]);
+        p
+    }
+
+    /// SondeCheck `routed`: http through Service `egress` port `http`,
+    /// requiring the answer from the Pod itself.
+    fn routed(mode: &str, backend: Value) -> Value {
+        json!({
+            "apiVersion": "sonde.dev/v1alpha1", "kind": "SondeCheck",
+            "metadata": {"namespace": "shop", "name": "routed", "uid": "check-routed", "generation": 1},
+            "spec": {"plugin": "http", "service": {"name": "egress", "port": "http"},
+                     "config": {"path": "/healthz", "backend": backend},
+                     "periodSeconds": 1, "timeoutSeconds": 2, "failureThreshold": 2, "mode": mode}
+        })
+    }
+
+    fn gate_of(api: &FakeApi, pod: &str) -> Option<Value> {
+        cond(&api.pod("shop", pod), "sonde.dev/routed").cloned()
+    }
+
+    fn metric(agent: &Agent, probe: &str, name: &str) -> Option<f64> {
+        let last = agent.results.get(probe)?.last?;
+        last.result.metrics.iter().find(|m| m.name == name).map(|m| m.value)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_gate_stays_unset_until_the_service_routes_to_its_pod_then_is_left() {
+        let me = PodBackend::start("127.0.0.11", true).await;
+        let other1 = PodBackend::start("127.0.0.12", true).await;
+        let other2 = PodBackend::start("127.0.0.13", true).await;
+        // A rollout: the Service does not route to the new Pod yet.
+        let balancer = RoundRobin::start(&[other1.addr, other2.addr]).await;
+        let (client, api) = FakeApi::start();
+        api.put(service("shop", "egress", "127.0.0.1", balancer.addr.port()), false);
+        api.put(slice("shop", "egress", 3), false);
+        api.put(
+            routed("StartupOnly", json!({"header": "Pod-IPv4", "equals": "$(POD_IPV4)"})),
+            false,
+        );
+        api.put(proxy("proxy-0", "uid-p0", "127.0.0.11"), false);
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, gates) = agent(client, dir.path()).await;
+        gates.synced().await;
+        let probe = "k8s_shop_proxy-0_routed";
+        runs(&agent, probe, 2).await;
+        // Three attempts per ready endpoint (3; the not-ready one is not
+        // counted), each a fresh connection the balancer routes elsewhere.
+        assert_eq!(metric(&agent, probe, "backend_attempts"), Some(9.0));
+        let last = agent.results.get(probe).unwrap().last.unwrap().result;
+        assert!(
+            last.message
+                .contains("not routed to this backend (Pod-IPv4: 127.0.0.11) in 9 attempts")
+                && last.message.contains("127.0.0.12 ×")
+                && last.message.contains("127.0.0.13 ×"),
+            "says which backends answered: {}",
+            last.message
+        );
+        assert!(
+            gate_of(&api, "proxy-0").is_none_or(|c| c["status"] != "True"),
+            "not True while another Pod answers: {:?}",
+            gate_of(&api, "proxy-0")
+        );
+        // kube-proxy now routes to the new Pod too: the next run passes.
+        let seq = *agent.results.run_log().follow().borrow();
+        balancer.route_to(&[me.addr, other1.addr, other2.addr]);
+        api.wait("the gate True", |r| {
+            r.iter()
+                .any(|r| r.method == "PATCH" && r.body["status"]["conditions"][0]["status"] == "True")
+        })
+        .await;
+        let since: Vec<Status> = agent
+            .results
+            .run_log()
+            .after(seq)
+            .unwrap()
+            .into_iter()
+            .filter(|(_, e)| &*e.probe == probe)
+            .map(|(_, e)| e.state)
+            .collect();
+        assert!(
+            since.len() <= 2 && since.last() == Some(&Status::Success),
+            "True within one run of the route changing (the run in flight, then one): {since:?}"
+        );
+        let c = gate_of(&api, "proxy-0").unwrap();
+        assert_eq!(c["reason"], "CheckPassed");
+        assert!(
+            c["message"]
+                .as_str()
+                .unwrap()
+                .contains("from this backend (Pod-IPv4: 127.0.0.11"),
+            "{c}"
+        );
+        // StartupOnly: set once and left. The probe is gone; the Service
+        // dropping the Pod again writes nothing.
+        api.wait("the probe removed", |_| agent.results.get(probe).is_none())
+            .await;
+        let patches = api.patches().len();
+        balancer.route_to(&[other1.addr]);
+        api.put(slice("shop", "egress", 1), false);
+        api.put(
+            routed(
+                "StartupOnly",
+                json!({"header": "Pod-IPv4", "equals": "$(POD_IPV4)", "missing": "fail"}),
+            ),
+            false,
+        );
+        // A second Pod's gate runs meanwhile: the controller took both
+        // events, and wrote nothing for the first.
+        api.put(proxy("proxy-1", "uid-p1", "127.0.0.14"), false);
+        runs(&agent, "k8s_shop_proxy-1_routed", 1).await;
+        assert!(agent.results.get(probe).is_none(), "never checked again");
+        assert_eq!(
+            api.patches()
+                .iter()
+                .filter(|p| p.path.contains("/pods/proxy-0/"))
+                .count(),
+            patches,
+            "nothing written on the started Pod again"
+        );
+        drop(gates);
+        agent.stop().await;
+    }
+
+    /// Behind the Service, an older backend that does not say who it is:
+    /// "cannot verify" passes by default, and fails when so configured.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_without_the_header_passes_as_unverified_or_fails_when_configured() {
+        let old = PodBackend::start("127.0.0.21", false).await;
+        let balancer = RoundRobin::start(&[old.addr]).await;
+        let (client, api) = FakeApi::start();
+        api.put(service("shop", "egress", "127.0.0.1", balancer.addr.port()), false);
+        api.put(slice("shop", "egress", 1), false);
+        api.put(
+            routed("Continuous", json!({"header": "Pod-IPv4", "equals": "$(POD_IPV4)"})),
+            false,
+        );
+        api.put(proxy("proxy-0", "uid-p0", "127.0.0.21"), false);
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, gates) = agent(client, dir.path()).await;
+        gates.synced().await;
+        api.wait("the gate True, unverified", |_| {
+            gate_of(&api, "proxy-0").is_some_and(|c| c["status"] == "True")
+        })
+        .await;
+        let c = gate_of(&api, "proxy-0").unwrap();
+        assert!(
+            c["message"]
+                .as_str()
+                .unwrap()
+                .contains("backend not verified (no Pod-IPv4 header)"),
+            "{c}"
+        );
+        assert_eq!(metric(&agent, "k8s_shop_proxy-0_routed", "backend_attempts"), Some(1.0));
+        api.put(
+            routed(
+                "Continuous",
+                json!({"header": "Pod-IPv4", "equals": "$(POD_IPV4)", "missing": "fail"}),
+            ),
+            false,
+        );
+        api.wait("the gate False, unverifiable", |_| {
+            gate_of(&api, "proxy-0").is_some_and(|c| c["status"] == "False")
+        })
+        .await;
+        let c = gate_of(&api, "proxy-0").unwrap();
+        assert_eq!(c["reason"], "CheckFailed");
+        assert!(
+            c["message"].as_str().unwrap().contains("cannot verify the backend"),
+            "{c}"
+        );
+        drop(gates);
+        agent.stop().await;
+    }
+
+    /// A Service outside the namespace's ceiling, a missing one, a headless
+    /// one and a port the Service lacks: each refused with an Event on the
+    /// SondeCheck naming it, the gate Unknown/CheckUnavailable; nothing is
+    /// dialled.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_service_outside_the_ceiling_missing_headless_or_without_the_port_is_refused() {
+        let (client, api) = FakeApi::start();
+        // The Service CIDR is not in tenant shop's ceiling (loopback only).
+        api.put(service("shop", "egress", "10.96.0.10", 80), false);
+        let mut headless = service("shop", "headless", "None", 80);
+        headless["spec"]["clusterIPs"] = json!(["None"]);
+        api.put(headless, false);
+        let cases = [
+            ("routed", json!({"name": "egress", "port": "http"}), "10.96.0.10:80"),
+            (
+                "missing",
+                json!({"name": "nowhere", "port": 80}),
+                "service \"nowhere\" does not exist in namespace \"shop\"",
+            ),
+            (
+                "headless",
+                json!({"name": "headless", "port": 80}),
+                "service \"headless\" has no cluster IP (headless, clusterIP: None)",
+            ),
+            (
+                "noport",
+                json!({"name": "egress", "port": "grpc"}),
+                "service \"egress\" has no port \"grpc\" (it has http (80))",
+            ),
+        ];
+        let gates_of: Vec<&str> = cases.iter().map(|(g, _, _)| *g).collect();
+        for (gate, target, _) in &cases {
+            let mut c = routed("Continuous", json!({"header": "Pod-IPv4", "equals": "$(POD_IPV4)"}));
+            c["metadata"]["name"] = (*gate).into();
+            c["metadata"]["uid"] = format!("check-{gate}").into();
+            c["spec"]["service"] = target.clone();
+            api.put(c, false);
+        }
+        let mut p = proxy("proxy-0", "uid-p0", "127.0.0.31");
+        p["spec"]["readinessGates"] = gates_of
+            .iter()
+            .map(|g| json!({"conditionType": format!("sonde.dev/{g}")}))
+            .collect();
+        api.put(p, false);
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, gates) = agent(client, dir.path()).await;
+        gates.synced().await;
+        api.wait("four refusals", |r| {
+            r.iter()
+                .filter(|r| r.method == "POST" && r.body["reason"] == "Refused")
+                .count()
+                == 4
+        })
+        .await;
+        for (gate, _, says) in &cases {
+            let event = api
+                .events()
+                .into_iter()
+                .find(|e| e.body["regarding"]["name"] == *gate)
+                .unwrap_or_else(|| panic!("an Event on SondeCheck {gate}"));
+            assert_eq!(event.body["regarding"]["kind"], "SondeCheck");
+            assert_eq!(event.body["type"], "Warning");
+            let note = event.body["note"].as_str().unwrap();
+            assert!(note.contains(says), "{gate}: {note}");
+            assert!(agent.results.get(&format!("k8s_shop_proxy-0_{gate}")).is_none());
+        }
+        let ceiling = api
+            .events()
+            .into_iter()
+            .find(|e| e.body["regarding"]["name"] == "routed")
+            .unwrap();
+        assert!(
+            ceiling.body["note"].as_str().unwrap().contains("ceiling"),
+            "{}",
+            ceiling.body
+        );
+        api.wait("every gate Unknown", |_| {
+            gates_of.iter().all(|g| {
+                cond(&api.pod("shop", "proxy-0"), &format!("sonde.dev/{g}"))
+                    .is_some_and(|c| c["status"] == "Unknown" && c["reason"] == "CheckUnavailable")
+            })
+        })
+        .await;
+        // The Service appears: the missing check's gate gets its probe.
+        api.put(service("shop", "nowhere", "127.0.0.1", 80), false);
+        api.wait("the probe through the new Service", |_| {
+            agent.results.get("k8s_shop_proxy-0_missing").is_some()
+        })
+        .await;
+        // And goes with it.
+        api.delete_other(&service("shop", "nowhere", "127.0.0.1", 80));
+        api.wait("the probe gone with the Service", |_| {
+            agent.results.get("k8s_shop_proxy-0_missing").is_none()
+        })
+        .await;
+        drop(gates);
+        agent.stop().await;
+    }
 }

@@ -9,8 +9,9 @@
 //! `status.podIP`/`podIPs` to the loopback where it serves the target and
 //! seeding the kubelet's own conditions, which must survive sonde's writes.
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -57,10 +58,15 @@ async fn until(pods: &Api<Pod>, name: &str, what: &str, f: impl Fn(&Pod) -> bool
 /// Creates Pod `name` on `node` and plays the kubelet: the loopback IP and
 /// the kubelet's conditions.
 async fn make_pod(pods: &Api<Pod>, name: &str, node: &str, port: u16) {
+    make_gated_pod(pods, name, node, port, "ready").await;
+}
+
+/// [`make_pod`] with gate `sonde.dev/<gate>`.
+async fn make_gated_pod(pods: &Api<Pod>, name: &str, node: &str, port: u16, gate: &str) {
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name},
-        "spec": {"nodeName": node, "readinessGates": [{"conditionType": "sonde.dev/ready"}],
+        "spec": {"nodeName": node, "readinessGates": [{"conditionType": format!("sonde.dev/{gate}")}],
                  "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
                                  "ports": [{"name": "http", "containerPort": port}]}]}
     }))
@@ -193,7 +199,115 @@ pub async fn run(kubeconfig: &Path) {
         condition(&other, "sonde.dev/ready").is_none(),
         "another node's Pod is untouched"
     );
+    through_a_service(&client, &namespace, &pods).await;
+    dry_run_the_rollout_example(&client, &namespace).await;
     drop(gates);
     agent.stop().await;
     let _ = namespaces.delete(&namespace, &DeleteParams::default()).await;
+}
+
+/// A check through a Service: the agent finds the ClusterIP the API server
+/// allocated, and refuses it when the namespace's ceiling (loopback here)
+/// does not cover it, with an Event naming the address; a headless Service
+/// is refused as having no cluster IP. Both gates are `Unknown`.
+async fn through_a_service(client: &Client, namespace: &str, pods: &Api<Pod>) {
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let checks: Api<SondeCheck> = Api::namespaced(client.clone(), namespace);
+    for (name, cluster_ip) in [("egress", None), ("headless", Some("None"))] {
+        let service: Service = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"selector": {"app": "egress"}, "clusterIP": cluster_ip,
+                     "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
+        }))
+        .unwrap();
+        services
+            .create(&PostParams::default(), &service)
+            .await
+            .expect("create the Service");
+        let check: SondeCheck = serde_json::from_value(json!({
+            "apiVersion": "sonde.dev/v1alpha1", "kind": "SondeCheck",
+            "metadata": {"name": format!("via-{name}")},
+            "spec": {"plugin": "http", "service": {"name": name, "port": "http"},
+                     "config": {"path": "/healthz", "backend": {"header": "Pod-IPv4", "equals": "$(POD_IPV4)"}},
+                     "periodSeconds": 1}
+        }))
+        .unwrap();
+        checks
+            .create(&PostParams::default(), &check)
+            .await
+            .expect("create the SondeCheck (is the CRD as shipped installed?)");
+        make_gated_pod(pods, &format!("proxy-{name}"), NODE, 8080, &format!("via-{name}")).await;
+    }
+    let ip = services.get("egress").await.unwrap().spec.unwrap().cluster_ip.unwrap();
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let notes = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let list = events.list(&Default::default()).await.expect("list Events");
+            let notes: BTreeMap<String, String> = list
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("Refused"))
+                .filter_map(|e| Some((e.regarding?.name?, e.note?)))
+                .collect();
+            if notes.len() == 2 {
+                return notes;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await
+    .expect("two Refused Events");
+    assert!(
+        notes["via-egress"].contains(&format!("{ip}:80")) && notes["via-egress"].contains("ceiling"),
+        "names the ClusterIP outside the ceiling: {notes:?}"
+    );
+    assert!(notes["via-headless"].contains("headless"), "{notes:?}");
+    for name in ["egress", "headless"] {
+        let gate = format!("sonde.dev/via-{name}");
+        until(pods, &format!("proxy-{name}"), "the gate Unknown", |p| {
+            condition(p, &gate)
+                .is_some_and(|c| c.status == "Unknown" && c.reason.as_deref() == Some("CheckUnavailable"))
+        })
+        .await;
+    }
+}
+
+/// Every object of docs/kubernetes.md's "Gate a rollout on Service
+/// routing", as shipped, applies with a server-side dry run (in the test's
+/// namespace).
+async fn dry_run_the_rollout_example(client: &Client, namespace: &str) {
+    // A namespace of its own: the example's names are its own too.
+    let namespace = &format!("{namespace}-rollout");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create the namespace");
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/kubernetes.md")).unwrap();
+    let section = doc
+        .split("## Gate a rollout on Service routing")
+        .nth(1)
+        .expect("the section");
+    let block = section
+        .split("```yaml kubernetes\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("its objects");
+    let mut kinds = Vec::new();
+    for text in block.split("\n---\n") {
+        let mut object: DynamicObject = serde_saphyr::from_str(text).expect("an object");
+        object.metadata.namespace = Some(namespace.to_string());
+        let gvk = GroupVersionKind::try_from(object.types.as_ref().expect("apiVersion and kind")).unwrap();
+        let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.expect("a known kind");
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        let name = object.metadata.name.clone().expect("a name");
+        let params = PatchParams::apply("sonde-e2e").dry_run();
+        api.patch(&name, &params, &Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|e| panic!("{} {name}: the server refuses it in a dry run: {e}", gvk.kind));
+        kinds.push(gvk.kind);
+    }
+    assert_eq!(kinds, ["SondeCheck", "Service", "ConfigMap", "StatefulSet"]);
+    let _ = namespaces.delete(namespace, &DeleteParams::default()).await;
 }
