@@ -319,6 +319,15 @@ fn the_postgres_example_validates() {
 /// The nginx the example sits behind: a real one (Debian's `nginx`) on
 /// `listen`, proxying everything to `app` with the request's `Host`.
 fn start_nginx(dir: &Path, listen: SocketAddr, app: SocketAddr) -> Running {
+    let server = format!(
+        "server {{\n    listen {listen};\n    location / {{ proxy_pass http://{app}; proxy_set_header Host $host; }}\n  }}\n"
+    );
+    start_nginx_serving(dir, &server)
+}
+
+/// A real nginx (Debian's `nginx`) in `dir` with `server`, the `http`
+/// block's server (or servers).
+fn start_nginx_serving(dir: &Path, server: &str) -> Running {
     let d = dir.display();
     let conf = dir.join("nginx.conf");
     std::fs::write(
@@ -328,7 +337,7 @@ fn start_nginx(dir: &Path, listen: SocketAddr, app: SocketAddr) -> Running {
              events {{ worker_connections 64; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
                fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-               server {{\n    listen {listen};\n    location / {{ proxy_pass http://{app}; proxy_set_header Host $host; }}\n  }}\n}}\n"
+               {server}}}\n"
         ),
     )
     .unwrap();
@@ -646,4 +655,63 @@ fn every_flag_of_sonde_run_is_in_the_readme_synopsis_and_the_flag_table() {
         flags += 1;
     }
     assert!(flags >= 7, "{flags}");
+}
+
+/// The nginx config of docs/kubernetes.md's "Gate a rollout on Service
+/// routing" (its ConfigMap's `default.conf`, as shipped) names the Pod
+/// that answered: two real nginx "Pods" on their own loopback addresses
+/// behind a round-robin balancer, and the http plugin's backend check
+/// passes only once the balancer routes to the one it wants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rollout_example_s_nginx_says_which_pod_answered() {
+    use sonde_tests::RoundRobin;
+    let doc = std::fs::read_to_string(repo().join("docs/kubernetes.md")).unwrap();
+    let section = doc.split("## Gate a rollout on Service routing").nth(1).unwrap();
+    let block = section
+        .split("```yaml kubernetes\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    let map: serde_json::Value = block
+        .split("\n---\n")
+        .map(|o| serde_saphyr::from_str::<serde_json::Value>(o).unwrap())
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("the ConfigMap");
+    let conf = map["data"]["default.conf"].as_str().unwrap();
+    assert!(conf.contains("listen 8080;"), "{conf}");
+    let mut pods = Vec::new();
+    let mut addrs = Vec::new();
+    for ip in ["127.0.0.41", "127.0.0.42"] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind((ip, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("{ip}:{port}").parse().unwrap();
+        let nginx = start_nginx_serving(dir.path(), &conf.replace("listen 8080;", &format!("listen {addr};")));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        pods.push((dir, nginx));
+        addrs.push(addr);
+    }
+    let balancer = RoundRobin::start(&addrs[1..]).await;
+    let config = serde_json::json!({"path": "/healthz",
+        "backend": {"header": "Pod-IPv4", "equals": "127.0.0.41", "attempts": 4}});
+    let (target, config) = (balancer.addr.to_string(), config.to_string());
+    let run = || crate::support::check("http", &target, &config, Duration::from_secs(5));
+    let r = run().await;
+    assert_eq!(r.status, sonde_runtime::verdict::Status::Failure, "{r:?}");
+    assert!(r.message.contains("answered by 127.0.0.42 ×4"), "{}", r.message);
+    balancer.route_to(&addrs);
+    let r = run().await;
+    assert_eq!(r.status, sonde_runtime::verdict::Status::Success, "{r:?}");
+    assert!(
+        r.message.contains("from this backend (Pod-IPv4: 127.0.0.41"),
+        "{}",
+        r.message
+    );
 }
