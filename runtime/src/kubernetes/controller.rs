@@ -17,7 +17,7 @@
 use super::crd::GATE_PREFIX;
 use super::crd::{Mode, SondeCheck};
 use super::events::{EventSink, pod_reference};
-use super::mapping::{Cond, CondStatus, GateSettings, PodKey, PodView, ServiceView, condition_type};
+use super::mapping::{Cond, CondStatus, GateSettings, PodKey, PodView, Refusal, ServiceView, condition_type};
 use super::plan::{AddProbe, Binding, PodInputs, PodPlan, messages, plan_pod};
 use super::stats::Stats;
 use super::writer::{Outcome, TokenBucket, backoff, patch_body};
@@ -41,6 +41,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
+
+/// How long the first gates wait for the Services and EndpointSlices to
+/// list before they are served without them.
+const SERVICES_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The field manager of sonde's writes (`managedFields` shows it owning
 /// its conditions only).
@@ -273,6 +277,9 @@ pub(crate) struct Reconciler {
     wake: Option<Instant>,
     events: EventSink,
     done_tx: mpsc::UnboundedSender<Done>,
+    /// Which of the Service and EndpointSlice stores have listed once
+    /// (checks at Pods do not wait on them).
+    services_listed: (bool, bool),
     /// Both stores have listed once.
     ready: bool,
     synced: watch::Sender<bool>,
@@ -354,6 +361,7 @@ impl Reconciler {
             wake: None,
             events,
             done_tx,
+            services_listed: (false, false),
             ready: false,
             synced,
         };
@@ -383,8 +391,13 @@ impl Reconciler {
             // which ends this loop too.
             let _ = pods.wait_until_ready().await;
             let _ = checks.wait_until_ready().await;
-            let _ = services.wait_until_ready().await;
-            let _ = slices.wait_until_ready().await;
+            // Services are waited for a while, not for ever: a ClusterRole
+            // without their rule must not hold up checks at Pods.
+            let both = async {
+                let _ = services.wait_until_ready().await;
+                let _ = slices.wait_until_ready().await;
+            };
+            tokio::time::timeout(SERVICES_GRACE, both).await.is_ok()
         };
         let mut listed = std::pin::pin!(listed);
         let mut changes = self.results.subscribe();
@@ -393,7 +406,12 @@ impl Reconciler {
         loop {
             let wake = self.wake.take();
             tokio::select! {
-                () = &mut listed, if !self.ready => {
+                services = &mut listed, if !self.ready => {
+                    if services {
+                        self.services_listed = (true, true);
+                    } else {
+                        tracing::warn!(grace_s = SERVICES_GRACE.as_secs(), "Services and EndpointSlices not listed yet: serving gates; checks through a Service wait (does the ClusterRole allow services and discovery.k8s.io endpointslices list and watch?)");
+                    }
                     self.ready = true;
                     self.reconcile_all().await;
                 }
@@ -408,12 +426,12 @@ impl Reconciler {
                     None => break,
                 },
                 ev = service_events.next() => match ev {
-                    Some(Ok(ev)) => self.on_service(ev).await,
+                    Some(Ok(ev)) => self.on_service(ev, true).await,
                     Some(Err(e)) => tracing::warn!(error = %e, "watching Services failed; retrying with backoff (does the ClusterRole allow services list and watch?)"),
                     None => break,
                 },
                 ev = slice_events.next() => match ev {
-                    Some(Ok(ev)) => self.on_service(ev).await,
+                    Some(Ok(ev)) => self.on_service(ev, false).await,
                     Some(Err(e)) => tracing::warn!(error = %e, "watching EndpointSlices failed; retrying with backoff (does the ClusterRole allow discovery.k8s.io endpointslices list and watch?)"),
                     None => break,
                 },
@@ -502,12 +520,20 @@ impl Reconciler {
         }
     }
 
-    /// A Service or EndpointSlice event, after its reflector stored it:
-    /// the checks through that Service are reconciled.
-    async fn on_service<K: reflector::Lookup + Resource>(&mut self, ev: Event<K>) {
+    /// A Service (`service`) or EndpointSlice event, after its reflector
+    /// stored it: the checks through that Service are reconciled (all of
+    /// them after a list).
+    async fn on_service<K: reflector::Lookup + Resource>(&mut self, ev: Event<K>, service: bool) {
         let object = match ev {
             Event::Init | Event::InitApply(_) => return,
-            Event::InitDone => return self.reconcile_all().await,
+            Event::InitDone => {
+                if service {
+                    self.services_listed.0 = true;
+                } else {
+                    self.services_listed.1 = true;
+                }
+                return self.reconcile_all().await;
+            }
             Event::Apply(o) | Event::Delete(o) => o,
         };
         let Some(namespace) = reflector::Lookup::namespace(&object).map(|n| n.into_owned()) else {
@@ -532,11 +558,20 @@ impl Reconciler {
     }
 
     /// Service `name` of `namespace` as a check sees it.
-    fn service(&self, namespace: &str, name: &str) -> Option<ServiceView> {
-        let service = self.services.get(&ObjectRef::new(name).within(namespace))?;
+    fn service(&self, namespace: &str, name: &str) -> Result<ServiceView, Refusal> {
+        if self.services_listed != (true, true) {
+            return Err(Refusal::ServicesNotListed);
+        }
+        let service = self
+            .services
+            .get(&ObjectRef::new(name).within(namespace))
+            .ok_or_else(|| Refusal::NoSuchService {
+                namespace: namespace.to_string(),
+                service: name.to_string(),
+            })?;
         let mut view = ServiceView::of(&service, 0);
         view.ready_endpoints = ready_endpoints(&self.slices, namespace, name, view.cluster_ips.first());
-        Some(view)
+        Ok(view)
     }
 
     /// The Pod `key` as the controller sees it: the store's, with the

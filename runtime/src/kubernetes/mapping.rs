@@ -504,6 +504,12 @@ pub(crate) enum Refusal {
     /// The check targets a Service the namespace does not have.
     #[error("service {service:?} does not exist in namespace {namespace:?}")]
     NoSuchService { namespace: String, service: String },
+    /// The agent has not listed Services and EndpointSlices (yet): the
+    /// watch is failing, most likely for want of RBAC.
+    #[error(
+        "the agent has not listed Services and EndpointSlices yet (does its ClusterRole allow services and discovery.k8s.io endpointslices list and watch?)"
+    )]
+    ServicesNotListed,
     /// The Service has no cluster IP to dial: headless (`clusterIP: None`)
     /// or `type: ExternalName`.
     #[error("service {service:?} has no cluster IP ({why}): a check through a Service dials its ClusterIP")]
@@ -526,6 +532,7 @@ impl Refusal {
             Self::NoTenant { .. }
                 | Self::PluginNotAllowed { .. }
                 | Self::NoSuchService { .. }
+                | Self::ServicesNotListed
                 | Self::ServiceWithoutClusterIp { .. }
                 | Self::NoSuchServicePort { .. }
                 | Self::PortOrService
@@ -638,12 +645,13 @@ struct Dial {
 
 /// Where the probe of `check` connects for `pod`: the Pod's primary IP and
 /// port, or the cluster IP and port of the Service the check names
-/// (`services` looks one up in the Pod's namespace). `Ok(None)` while the
+/// (`services` looks one up in the Pod's namespace, or says why it
+/// cannot). `Ok(None)` while the
 /// Pod has no IP.
 fn dial(
     pod: &PodView,
     check: &SondeCheck,
-    services: &dyn Fn(&str) -> Option<ServiceView>,
+    services: &dyn Fn(&str) -> Result<ServiceView, Refusal>,
 ) -> Result<Option<Dial>, Refusal> {
     let spec = &check.spec;
     let check_name = check.metadata.name.as_deref().unwrap_or_default();
@@ -677,10 +685,7 @@ fn dial(
             }))
         }
         (None, Some(service)) => {
-            let view = services(&service.name).ok_or_else(|| Refusal::NoSuchService {
-                namespace: pod.key.0.clone(),
-                service: service.name.clone(),
-            })?;
+            let view = services(&service.name)?;
             if let Some(why) = view.no_cluster_ip {
                 return Err(Refusal::ServiceWithoutClusterIp {
                     service: service.name.clone(),
@@ -706,12 +711,13 @@ fn dial(
 
 /// The probe of gate `check` of `pod`: `Ok(None)` while the Pod has no IP
 /// or is going away. `services` looks up a Service of the Pod's namespace
-/// by name, for a check through a Service.
+/// by name, for a check through a Service ([`Refusal::NoSuchService`] when
+/// there is none).
 pub fn desired(
     pod: &PodView,
     check: &SondeCheck,
     settings: &GateSettings,
-    services: &dyn Fn(&str) -> Option<ServiceView>,
+    services: &dyn Fn(&str) -> Result<ServiceView, Refusal>,
 ) -> Result<Option<Desired>, Refusal> {
     let (namespace, pod_name) = &pod.key;
     let check_name = check.metadata.name.as_deref().unwrap_or_default();
@@ -797,8 +803,11 @@ mod tests {
     use super::*;
     use crate::kubernetes::crd::SondeCheckSpec;
 
-    fn no_services(_: &str) -> Option<ServiceView> {
-        None
+    fn no_services(name: &str) -> Result<ServiceView, Refusal> {
+        Err(Refusal::NoSuchService {
+            namespace: "shop".into(),
+            service: name.into(),
+        })
     }
 
     fn settings() -> GateSettings {
@@ -917,7 +926,10 @@ mod tests {
         );
         let mut p = pod();
         p.key = ("shop".into(), "egress-0".into());
-        let services = |name: &str| (name == "egress").then(|| egress(3));
+        let services = |name: &str| match name {
+            "egress" => Ok(egress(3)),
+            _ => no_services(name),
+        };
         let d = desired(&p, &check, &settings(), &services).unwrap().unwrap();
         assert_eq!(d.address, "10.96.0.10:80");
         let probe = &d.target["probes"][0];
@@ -926,13 +938,13 @@ mod tests {
             probe["config"]["backend"],
             serde_json::json!({"header": "Pod-IPv4", "equals": "10.0.0.5", "missing": "pass", "attempts": 9})
         );
-        let few = |_: &str| Some(egress(0));
+        let few = |_: &str| Ok(egress(0));
         let d = desired(&p, &check, &settings(), &few).unwrap().unwrap();
         assert_eq!(
             d.target["probes"][0]["config"]["backend"]["attempts"], 3,
             "at least three"
         );
-        let many = |_: &str| Some(egress(500));
+        let many = |_: &str| Ok(egress(500));
         let d = desired(&p, &check, &settings(), &many).unwrap().unwrap();
         assert_eq!(
             d.target["probes"][0]["config"]["backend"]["attempts"], 60,
@@ -955,7 +967,7 @@ mod tests {
             name: "egress".into(),
             port: IntOrString::String("grpc".into()),
         });
-        let refusal = desired(&pod(), &c, &settings(), &|_| Some(egress(1))).unwrap_err();
+        let refusal = desired(&pod(), &c, &settings(), &|_| Ok(egress(1))).unwrap_err();
         assert!(refusal.of_check());
         assert_eq!(
             refusal.to_string(),
@@ -976,7 +988,7 @@ mod tests {
             }))
             .unwrap();
             let view = ServiceView::of(&service, 0);
-            let refusal = desired(&pod(), &c, &settings(), &|_| Some(view.clone())).unwrap_err();
+            let refusal = desired(&pod(), &c, &settings(), &|_| Ok(view.clone())).unwrap_err();
             assert!(refusal.to_string().contains(why), "{refusal}");
         }
         c.spec.port = Some(IntOrString::Int(80));

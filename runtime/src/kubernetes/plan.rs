@@ -7,7 +7,8 @@
 
 use super::crd::{Mode, SondeCheck};
 use super::mapping::{
-    Cond, CondStatus, Desired, GateSettings, OVERRIDABLE, PodKey, PodView, ServiceView, condition_type, desired,
+    Cond, CondStatus, Desired, GateSettings, OVERRIDABLE, PodKey, PodView, Refusal, ServiceView, condition_type,
+    desired,
 };
 use crate::config::{self, ConfigErrors};
 use crate::thresholds::Counter;
@@ -97,7 +98,7 @@ pub(crate) struct PodInputs<'a> {
     /// The SondeChecks by name in the Pod's namespace.
     pub(crate) checks: &'a dyn Fn(&str) -> Option<Arc<SondeCheck>>,
     /// The Services by name in the Pod's namespace.
-    pub(crate) services: &'a dyn Fn(&str) -> Option<ServiceView>,
+    pub(crate) services: &'a dyn Fn(&str) -> Result<ServiceView, Refusal>,
     /// The agent's settings.
     pub(crate) settings: &'a GateSettings,
     /// Every probe the controller has in the registry, by name.
@@ -278,7 +279,7 @@ mod tests {
             key: &key,
             pod,
             checks: &checks,
-            services: &|_| None,
+            services: &|_| Err(Refusal::ServicesNotListed),
             settings: &settings,
             bindings,
             started: &|_, _| false,

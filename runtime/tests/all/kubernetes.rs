@@ -53,6 +53,9 @@ struct World {
     /// path, and the watches of each collection.
     others: BTreeMap<String, BTreeMap<(String, String), Value>>,
     other_watches: BTreeMap<String, Vec<mpsc::UnboundedSender<Bytes>>>,
+    /// Services and EndpointSlices are forbidden, as by a ClusterRole
+    /// from before checks through a Service.
+    forbid_services: bool,
     /// The next Pod watch answers with a `410 Gone` error event.
     gone_next_pod_watch: bool,
     /// Answers forced on the next patches: (code, message).
@@ -187,6 +190,9 @@ impl FakeApi {
                 )
             }
             ("GET", path @ ("/api/v1/services" | "/apis/discovery.k8s.io/v1/endpointslices")) => {
+                if w.forbid_services {
+                    return full(403, &status(403, "Forbidden", "forbidden by the ClusterRole"));
+                }
                 if watching {
                     let (tx, rx) = mpsc::unbounded_channel();
                     w.other_watches.entry(path.to_string()).or_default().push(tx);
@@ -1689,6 +1695,57 @@ mod through_a_service {
             agent.results.get("k8s_shop_proxy-0_missing").is_none()
         })
         .await;
+        drop(gates);
+        agent.stop().await;
+    }
+
+    /// An install whose ClusterRole predates checks through a Service:
+    /// checks at Pods work as before, a check through a Service is
+    /// `Unknown` with an Event that says what is missing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_the_rbac_for_services_checks_at_pods_still_work() {
+        let server = HttpServer::start().await;
+        let (client, api) = FakeApi::start();
+        api.world().forbid_services = true;
+        api.put(check("shop", "ready", 1, 1), false);
+        api.put(
+            pod(
+                "shop",
+                "web-1",
+                "uid-1",
+                NODE,
+                server.addr.port(),
+                &["ready"],
+                json!([]),
+            ),
+            false,
+        );
+        api.put(
+            routed("Continuous", json!({"header": "Pod-IPv4", "equals": "$(POD_IPV4)"})),
+            false,
+        );
+        api.put(proxy("proxy-0", "uid-p0", "127.0.0.51"), false);
+        let dir = tempfile::tempdir().unwrap();
+        let (agent, gates) = agent(client, dir.path()).await;
+        gates.synced().await;
+        api.wait("the Pod's gate True and the Service's Unknown", |_| {
+            cond(&api.pod("shop", "web-1"), "sonde.dev/ready").is_some_and(|c| c["status"] == "True")
+                && gate_of(&api, "proxy-0").is_some_and(|c| c["status"] == "Unknown")
+        })
+        .await;
+        let event = api
+            .events()
+            .into_iter()
+            .find(|e| e.body["regarding"]["name"] == "routed")
+            .expect("an Event on the SondeCheck");
+        assert!(
+            event.body["note"]
+                .as_str()
+                .unwrap()
+                .contains("endpointslices list and watch"),
+            "{}",
+            event.body
+        );
         drop(gates);
         agent.stop().await;
     }
