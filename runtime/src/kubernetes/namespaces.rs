@@ -104,7 +104,7 @@ impl<T: PartialEq> Coalesce<T> {
     where
         T: Clone,
     {
-        if self.due().is_none_or(|at| at > now) {
+        if self.last_sent_at.is_some_and(|t| t + self.interval > now) {
             return None;
         }
         let value = self.pending.take()?;
@@ -178,14 +178,19 @@ mod tests {
         let t0 = Instant::now();
         c.offer(1);
         assert_eq!(c.due(), Some(t0), "the first set goes at once");
-        assert_eq!(c.take(t0), Some(1));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(
+            c.take(t0),
+            Some(1),
+            "and is taken whenever asked, even at a time read before its due time was"
+        );
         for n in 2..=50 {
             tokio::time::advance(Duration::from_millis(10)).await;
             c.offer(n);
             assert_eq!(c.take(Instant::now()), None, "within the interval: held");
         }
         let due = c.due().expect("the latest waits");
-        assert_eq!(due, t0 + MIN_INTERVAL);
+        assert_eq!(due, t0 + MIN_INTERVAL, "one interval after the first send");
         tokio::time::sleep_until(due).await;
         assert_eq!(c.take(Instant::now()), Some(50), "the last of the burst, once");
         assert_eq!(c.take(Instant::now()), None);
