@@ -15,6 +15,7 @@
 //! (`super::spawn`), so an agent that restarts never refuses a templated
 //! namespace's gates for the moment before it has listed the Namespaces.
 
+use super::controller::sleep_until;
 use crate::control::Control;
 use crate::registry::settings::TEMPLATE_LABEL;
 use futures_util::StreamExt;
@@ -154,13 +155,6 @@ pub(super) async fn follow(client: kube::Client, control: Arc<Control>, synced: 
                 }
             }
         }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
     }
 }
 
