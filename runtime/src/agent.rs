@@ -326,6 +326,7 @@ fn first_status(options: &AgentOptions, registry: &Registry, skipped: Vec<LeftOu
         pulling: registry.waiting.clone(),
         probes: registry.probes().len(),
         version: env!("CARGO_PKG_VERSION"),
+        namespace_tenants: Vec::new(),
     }
 }
 
@@ -466,6 +467,7 @@ impl Agent {
             compiling: Default::default(),
             reloads: tokio::sync::watch::Sender::new(0),
             cache,
+            labelled: Default::default(),
         });
         let draining = Arc::new(AtomicBool::new(false));
         let gate_stats = Arc::new(kubernetes::Stats::default());

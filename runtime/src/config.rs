@@ -545,6 +545,33 @@ pub struct KubernetesSpec {
     /// `burst: 10` — writes allowed at once above `qps`. Default 10.
     #[serde(default)]
     pub burst: Option<u32>,
+    /// `namespace_templates: {team: {quotas: {...}, ceiling: {...}}}` —
+    /// tenants for namespaces the cluster admin opts in with the label
+    /// `sonde.dev/tenant-template: <name>`: each such namespace gets a
+    /// tenant of its own name with the template's quotas and ceiling,
+    /// unless `tenants:` defines that id or `namespaces` maps the
+    /// namespace. A name is a label value (1-63 characters). Default: none
+    /// (no Namespace is watched).
+    #[serde(default)]
+    pub namespace_templates: BTreeMap<String, Spanned<TenantTemplateSpec>>,
+    /// `max_templated_namespaces: 1000` (default) — the most tenants the
+    /// templates make; namespaces past it (in name order) get none.
+    #[serde(default)]
+    pub max_templated_namespaces: Option<Spanned<u32>>,
+}
+
+/// A `kubernetes.namespace_templates` entry: what a `tenants:` entry sets
+/// of quotas and ceiling, without an id (the namespace's name is the
+/// tenant's) or a token (its probes come only from SondeChecks).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantTemplateSpec {
+    /// As a tenant's `quotas`.
+    #[serde(default)]
+    pub quotas: QuotasSpec,
+    /// As a tenant's `ceiling`.
+    #[serde(default)]
+    pub ceiling: CeilingSpec,
 }
 
 /// A tenant: an owner of probes with its own API token, quotas and
@@ -617,7 +644,7 @@ pub struct RegistrySpec {
 }
 
 /// A tenant's quotas.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuotasSpec {
     /// `max_probes: 100` (default).
@@ -638,7 +665,7 @@ pub struct QuotasSpec {
 }
 
 /// A tenant's capability ceiling.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CeilingSpec {
     /// `net: ["10.0.0.0/8:*", "*.acme.internal:443"]` — `net` patterns.

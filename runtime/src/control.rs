@@ -15,10 +15,12 @@ use crate::engine::{Engine, LoadError};
 use crate::executor::Executor;
 use crate::identity::Digest;
 use crate::managed::{self, SpecError, Store, StoredProbe};
+use crate::registry::settings::{NamespaceTenant, TemplateOutcome};
 use crate::registry::{Change, Prepared, Registry};
 use crate::scheduler::{self, ReloadSummary};
 use crate::tenants::{DEFAULT_TENANT, TenantId, Tenants};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -71,6 +73,11 @@ pub struct AgentStatus {
     pub probes: usize,
     /// The agent's version.
     pub version: &'static str,
+    /// The Kubernetes namespaces labelled `sonde.dev/tenant-template`, with
+    /// the template each names and what it got (a tenant made from it, or
+    /// why not); absent when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub namespace_tenants: Vec<NamespaceTenant>,
 }
 
 fn rfc3339<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
@@ -392,6 +399,54 @@ pub async fn load(
     Ok((reg, left_out))
 }
 
+/// Adds to `reg`'s tenants those its namespace templates make for
+/// `labelled`; what each labelled namespace got.
+fn with_namespace_tenants(reg: &mut Registry, labelled: &BTreeMap<String, String>) -> Vec<NamespaceTenant> {
+    if labelled.is_empty() {
+        return Vec::new();
+    }
+    let (made, outcomes) = crate::registry::settings::generate(&reg.namespace_templates, &reg.tenants, labelled);
+    if !made.is_empty() {
+        reg.tenants = Arc::new(reg.tenants.extended(made));
+    }
+    outcomes
+}
+
+/// Logs, once, what a labelled namespace got when it differs from what it
+/// had (`before`): which of the template and an explicit tenant or mapping
+/// won, or why it has no tenant; and the namespaces no longer labelled.
+fn log_namespace_changes(before: &[NamespaceTenant], now: &[NamespaceTenant]) {
+    let had: BTreeMap<&str, &NamespaceTenant> = before.iter().map(|n| (n.namespace.as_str(), n)).collect();
+    for n in now {
+        if had.get(n.namespace.as_str()) == Some(&n) {
+            continue;
+        }
+        let (namespace, template) = (n.namespace.as_str(), n.template.as_str());
+        match n.outcome {
+            TemplateOutcome::UnknownTemplate | TemplateOutcome::OverLimit => {
+                tracing::warn!(
+                    namespace,
+                    template,
+                    "kubernetes: namespace labelled sonde.dev/tenant-template: {}",
+                    n.outcome
+                );
+            }
+            _ => tracing::info!(
+                namespace,
+                template,
+                "kubernetes: namespace labelled sonde.dev/tenant-template: {}",
+                n.outcome
+            ),
+        }
+    }
+    let labelled: std::collections::BTreeSet<&str> = now.iter().map(|n| n.namespace.as_str()).collect();
+    for (namespace, n) in had {
+        if !labelled.contains(namespace) && n.outcome == TemplateOutcome::Templated {
+            tracing::info!(namespace, template = %n.template, "kubernetes: namespace no longer labelled sonde.dev/tenant-template: its tenant is gone");
+        }
+    }
+}
+
 /// The messages of `errors`, without their place (a stored probe's place
 /// is its name, which a [`LeftOut`] says already).
 fn messages(errors: &ConfigErrors) -> String {
@@ -431,6 +486,10 @@ pub struct Control {
     pub(crate) reloads: tokio::sync::watch::Sender<u64>,
     /// What every load shares: resolved plugins and the background pulls.
     pub(crate) cache: crate::registry::resolve::Cache,
+    /// The Kubernetes namespaces labelled `sonde.dev/tenant-template`, each
+    /// with the label's value, as last seen ([`Control::set_labelled_namespaces`]):
+    /// every load makes their tenants from the templates in force.
+    pub(crate) labelled: Mutex<Arc<BTreeMap<String, String>>>,
 }
 
 impl fmt::Debug for Control {
@@ -481,7 +540,13 @@ impl Control {
 
     /// Puts a whole new registry in force (in `current`): tenants, status,
     /// then the scheduler.
-    async fn apply(&self, current: &mut Registry, reg: Registry, left_out: Vec<LeftOut>) -> ReloadSummary {
+    async fn apply(
+        &self,
+        current: &mut Registry,
+        reg: Registry,
+        left_out: Vec<LeftOut>,
+        namespaces: Vec<NamespaceTenant>,
+    ) -> ReloadSummary {
         let before = self.engine.host_limits();
         if before != reg.host_limits {
             self.engine.set_host_limits(reg.host_limits);
@@ -501,6 +566,8 @@ impl Control {
             s.left_out = left_out;
             s.pulling = reg.waiting.clone();
             s.probes = reg.probes().len();
+            log_namespace_changes(&s.namespace_tenants, &namespaces);
+            s.namespace_tenants = namespaces;
         }
         *current = reg;
         let summary = self.scheduler.reload(&*current).await;
@@ -543,12 +610,12 @@ impl Control {
     }
 
     async fn reload_locked(&self, current: &mut Registry) -> Result<ReloadSummary, ConfigErrors> {
-        match load(&self.engine, &self.options, &self.cache).await {
-            Ok((reg, left_out)) => {
+        match self.load().await {
+            Ok((reg, left_out, namespaces)) => {
                 for w in &reg.warnings {
                     tracing::warn!("{w}");
                 }
-                let summary = self.apply(current, reg, left_out).await;
+                let summary = self.apply(current, reg, left_out, namespaces).await;
                 let (config, probes) = {
                     let st = self.status.lock().unwrap_or_else(|e| e.into_inner());
                     (st.config.clone(), st.probes)
@@ -579,11 +646,49 @@ impl Control {
     /// After a stored plugin changed: loads and applies everything again,
     /// since any probe may use it.
     async fn reload_after_change(&self, current: &mut Registry) -> Result<(), ControlError> {
-        let (reg, left_out) = load(&self.engine, &self.options, &self.cache)
+        let (reg, left_out, namespaces) = self
+            .load()
             .await
             .map_err(|source| ControlError::Unavailable { stored: true, source })?;
-        self.apply(current, reg, left_out).await;
+        self.apply(current, reg, left_out, namespaces).await;
         Ok(())
+    }
+
+    /// [`load`], then the tenants the namespace templates make for the
+    /// labelled namespaces, added last: the file's targets and the stored
+    /// probes are checked against the config's tenants only, so a
+    /// templated tenant's probes come only from SondeChecks.
+    async fn load(&self) -> Result<(Registry, Vec<LeftOut>, Vec<NamespaceTenant>), ConfigErrors> {
+        let (mut reg, left_out) = load(&self.engine, &self.options, &self.cache).await?;
+        let labelled = self.labelled.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let namespaces = with_namespace_tenants(&mut reg, &labelled);
+        Ok((reg, left_out, namespaces))
+    }
+
+    /// Whether the config in force has a namespace template
+    /// (`kubernetes.namespace_templates`): only then are Namespaces watched.
+    pub async fn has_namespace_templates(&self) -> bool {
+        !self.registry.lock().await.namespace_templates.templates.is_empty()
+    }
+
+    /// Puts in force the tenants the templates make for `labelled`
+    /// (namespace to the value of its `sonde.dev/tenant-template` label):
+    /// unless it is what is in force already, the config is loaded again
+    /// with them (as a reload; the file's own errors refuse it and keep the
+    /// tenants in force, and the next reload that loads puts `labelled` in
+    /// force). Every later reload keeps them. Returns whether it loaded.
+    pub async fn set_labelled_namespaces(&self, labelled: BTreeMap<String, String>) -> bool {
+        let mut current = self.registry.lock().await;
+        {
+            let mut now = self.labelled.lock().unwrap_or_else(|e| e.into_inner());
+            if **now == labelled {
+                return false;
+            }
+            *now = Arc::new(labelled);
+        }
+        tracing::debug!("kubernetes: the labelled namespaces changed: loading the config again with their tenants");
+        let _ = self.reload_locked(&mut current).await;
+        true
     }
 
     /// Adds or replaces the caller's plugin `name` (`PUT /v1/plugins/{name}`):
@@ -903,6 +1008,25 @@ impl Control {
     /// send it again. Nothing here waits on a registry.
     pub async fn apply_change(&self, change: Change) -> Result<ReloadSummary, ChangeError> {
         let mut reg = self.registry.lock().await;
+        // Said here, without the list of the tenants there are (the
+        // registry's message, for the file's author): such a refusal is
+        // read by the source's users (an Event in a namespace), to whom
+        // other tenants' names are none of their business.
+        let unknown: Vec<ConfigError> = change
+            .add
+            .iter()
+            .filter_map(|t| {
+                let id = t.tenant.as_ref()?;
+                let name = id.value.trim();
+                reg.tenants.get(name).is_none().then(|| ConfigError {
+                    place: config::place(t.source.as_deref().unwrap_or(std::path::Path::new("")), &id.referenced),
+                    message: format!("tenant: no tenant {name:?} is defined on this agent"),
+                })
+            })
+            .collect();
+        if !unknown.is_empty() {
+            return Err(ChangeError::Invalid(ConfigErrors(unknown)));
+        }
         let prepared = reg.prepare(&self.engine, change).await.map_err(ChangeError::Invalid)?;
         if !prepared.waiting().is_empty() {
             return Err(ChangeError::Pulling(prepared.waiting().to_vec()));

@@ -386,6 +386,18 @@ impl Tenants {
         Self { list, operator_token }
     }
 
+    /// These tenants and `more` (whose ids the caller has made unique and
+    /// different from every one here), with the same operator token: the
+    /// config's tenants and those made for Kubernetes namespaces.
+    pub fn extended(&self, more: Vec<Tenant>) -> Self {
+        let mut list = self.list.clone();
+        list.extend(more.into_iter().map(Arc::new));
+        Self {
+            list,
+            operator_token: self.operator_token.clone(),
+        }
+    }
+
     /// The tenant `id`.
     pub fn get(&self, id: &str) -> Option<&Arc<Tenant>> {
         self.list.iter().find(|t| &*t.id == id)

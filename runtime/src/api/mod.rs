@@ -652,6 +652,8 @@ async fn agent_status(who: Principal, State(state): State<ApiState>) -> Response
         status.reload_error = None;
         status.left_out.retain(|l| l.tenant == *t);
         status.pulling.retain(|w| w.tenant == *t);
+        // Other namespaces' names are not a tenant's business.
+        status.namespace_tenants.retain(|n| *n.namespace == **t);
         status.probes = state.results.list().iter().filter(|p| who.sees(&p.tenant)).count();
     }
     json(StatusCode::OK, &status)

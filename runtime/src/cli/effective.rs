@@ -62,7 +62,7 @@ pub fn effective(reg: &Registry) -> Value {
         "sandbox": sandbox,
         "tenants": tenants,
         "targets": targets,
-        "kubernetes": reg.kubernetes.as_ref().map(kubernetes),
+        "kubernetes": reg.kubernetes.as_ref().map(|k| kubernetes(k, &reg.namespace_templates)),
         "modules": reg.modules.names().map(|name| {
             let m = reg.modules.get(name).expect("a listed module");
             (name.to_string(), json!({
@@ -142,12 +142,26 @@ fn probe(p: &std::sync::Arc<crate::registry::ProbeSpec>) -> Value {
 }
 
 /// The `kubernetes:` block, defaults filled in.
-fn kubernetes(k: &crate::config::KubernetesSpec) -> Value {
+fn kubernetes(k: &crate::config::KubernetesSpec, t: &crate::registry::settings::NamespaceTemplates) -> Value {
     use crate::kubernetes::mapping::{DEFAULT_BURST, DEFAULT_PLUGINS, DEFAULT_QPS};
+    let templates: serde_json::Map<String, Value> = t
+        .templates
+        .iter()
+        .map(|(name, t)| {
+            let made = crate::tenants::Tenant::new(name, t.quotas, t.ceiling.clone());
+            let entry = tenant(&made);
+            (
+                name.clone(),
+                json!({"quotas": entry["quotas"], "ceiling": entry["ceiling"]}),
+            )
+        })
+        .collect();
     json!({
         "node_name": k.node_name,
         "plugins": k.plugins.clone().unwrap_or_else(|| DEFAULT_PLUGINS.iter().map(|p| p.to_string()).collect()),
         "namespaces": k.namespaces,
+        "namespace_templates": templates,
+        "max_templated_namespaces": t.max,
         "qps": k.qps.unwrap_or(DEFAULT_QPS),
         "burst": k.burst.unwrap_or(DEFAULT_BURST),
     })

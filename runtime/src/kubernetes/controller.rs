@@ -1031,7 +1031,8 @@ fn key_of<K: reflector::Lookup>(object: &K) -> Option<PodKey> {
     Some((namespace.into_owned(), name.into_owned()))
 }
 
-async fn sleep_until(at: Option<Instant>) {
+/// Sleeps until `at`; forever without one.
+pub(super) async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,

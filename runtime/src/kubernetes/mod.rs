@@ -16,7 +16,9 @@
 //! - `writer`: the strategic-merge patch, rate limit and backoff;
 //! - `events`: Kubernetes Events on Pods and SondeChecks, through
 //!   kube-runtime's recorder;
-//! - [`review`]: the API's callers, by `TokenReview` and `SubjectAccessReview`.
+//! - [`review`]: the API's callers, by `TokenReview` and `SubjectAccessReview`;
+//! - `namespaces`: the Namespaces labelled `sonde.dev/tenant-template`,
+//!   whose tenants the config's namespace templates make.
 //!
 //! Namespaces map to tenants (by default the tenant of the namespace's
 //! name), so a check is held to its tenant's quotas and ceiling like any
@@ -41,6 +43,7 @@ pub mod crd;
 mod events;
 mod expand;
 pub(crate) mod mapping;
+mod namespaces;
 mod plan;
 pub mod review;
 mod stats;
@@ -112,8 +115,27 @@ pub fn spawn(
 ) -> GateController {
     let (synced_tx, synced) = watch::channel(false);
     tracing::info!(node = %settings.node_name, plugins = ?settings.plugins, qps = settings.qps, burst = settings.burst, "kubernetes: serving readiness gates sonde.dev/* of this node's Pods");
-    let (controller, streams) =
-        controller::Reconciler::new(client, control, results, settings, stats.clone(), synced_tx);
-    let task = tokio::spawn(controller.run(streams));
+    let (controller, streams) = controller::Reconciler::new(
+        client.clone(),
+        control.clone(),
+        results,
+        settings,
+        stats.clone(),
+        synced_tx,
+    );
+    // With namespace templates, Namespaces are followed in the same task
+    // (stopped with it), and no gate is served before their tenants are in force.
+    let task = tokio::spawn(async move {
+        if !control.has_namespace_templates().await {
+            return controller.run(streams).await;
+        }
+        let (listed_tx, mut listed) = watch::channel(false);
+        let gates = async move {
+            // Errs only when the Namespace watch ended: serve without it.
+            let _ = listed.wait_for(|l| *l).await;
+            controller.run(streams).await;
+        };
+        tokio::join!(namespaces::follow(client, control, listed_tx), gates);
+    });
     GateController { stats, synced, task }
 }

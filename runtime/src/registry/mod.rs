@@ -67,7 +67,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use outcome::{PullCost, ResolveError};
-pub use problem::{ConfigProblem, Located};
+pub use problem::{ConfigProblem, Located, Owner};
 pub use resolve::Trust;
 
 /// The shortest period a probe may have.
@@ -417,6 +417,11 @@ pub struct Registry {
     /// `modules:` from the file, each resolved as a probe of no target
     /// (`GET /probe`, [`modules`]).
     pub modules: Arc<modules::Modules>,
+    /// `kubernetes.namespace_templates`, parsed: the agent adds the tenants
+    /// they make for labelled namespaces ([`settings::generate`]) after the
+    /// file's targets and the stored probes are loaded, so that only
+    /// SondeChecks' probes can be theirs.
+    pub namespace_templates: Arc<settings::NamespaceTemplates>,
     /// The config file's path, which errors name, and its directory, which
     /// relative plugin paths start from.
     path: PathBuf,
@@ -493,6 +498,7 @@ impl Registry {
             trust: Arc::new(s.trust),
             oci: s.oci.map(Arc::new),
             kubernetes: file.kubernetes.take(),
+            namespace_templates: Arc::new(s.namespace_templates),
             cache,
             ..Registry::default()
         };

@@ -30,6 +30,46 @@ impl Located {
     }
 }
 
+/// Whose quotas or ceiling a problem is in: a `tenants:` entry's, or a
+/// `kubernetes.namespace_templates` entry's (named by its key path).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// The tenant of this id.
+    Tenant(String),
+    /// The namespace template of this name.
+    Template(String),
+}
+
+impl Owner {
+    /// What goes before the key: a template's key path.
+    fn path(&self) -> String {
+        match self {
+            Self::Tenant(_) => String::new(),
+            Self::Template(name) => format!("kubernetes.namespace_templates.{name}."),
+        }
+    }
+
+    /// What goes after the key: the tenant it is about.
+    fn who(&self) -> String {
+        match self {
+            Self::Tenant(id) => format!("tenant {id:?}: "),
+            Self::Template(_) => String::new(),
+        }
+    }
+}
+
+/// The first names of `names`, and how many more there are: an agent
+/// with hundreds of tenants (one per templated namespace) does not list
+/// them all in one message.
+fn some_of(names: &[String]) -> String {
+    const SHOWN: usize = 16;
+    match names.len() {
+        0 => "none".to_string(),
+        n if n <= SHOWN => names.join(", "),
+        n => format!("{}, and {} more", names[..SHOWN].join(", "), n - SHOWN),
+    }
+}
+
 /// The rule a name follows, for messages.
 const NAME_RULE: &str = "must be 1-128 letters, digits, `-`, `_` or `.`";
 
@@ -86,31 +126,40 @@ pub enum ConfigProblem {
         other: String,
     },
     /// A quota that must be at least 1.
-    #[error("quotas.{key}: tenant {tenant:?}: {rule}")]
+    #[error("{}quotas.{key}: {}{rule}", owner.path(), owner.who())]
     Quota {
         /// `max_concurrent_runs`, `timeout`, `fuel` or `memory`.
         key: &'static str,
-        /// The tenant.
-        tenant: String,
+        /// The tenant or template.
+        owner: Owner,
         /// What the value must be.
         rule: &'static str,
     },
     /// A `ceiling.net` pattern that does not parse.
-    #[error("ceiling.net: tenant {tenant:?}: {error}")]
+    #[error("{}ceiling.net: {}{error}", owner.path(), owner.who())]
     CeilingNet {
-        /// The tenant.
-        tenant: String,
+        /// The tenant or template.
+        owner: Owner,
         /// Why.
         error: GrantError,
     },
     /// A `ceiling.registries` pattern that does not parse.
-    #[error("ceiling.registries: tenant {tenant:?}: {error}")]
+    #[error("{}ceiling.registries: {}{error}", owner.path(), owner.who())]
     CeilingRegistry {
-        /// The tenant.
-        tenant: String,
+        /// The tenant or template.
+        owner: Owner,
         /// Why.
         error: crate::oci::OciError,
     },
+    /// A `kubernetes.namespace_templates` name that is not a label value,
+    /// so no namespace could name it.
+    #[error(
+        "kubernetes.namespace_templates: {0:?} is not a label value (1-63 letters, digits, `-`, `_` or `.`, starting and ending with a letter or digit), so no namespace could name it in its sonde.dev/tenant-template label"
+    )]
+    TemplateName(String),
+    /// `kubernetes.max_templated_namespaces: 0`.
+    #[error("kubernetes.max_templated_namespaces: must be at least 1")]
+    TemplateCapZero,
     /// `oci.timeout: 0s` or `oci.idle_timeout: 0s`.
     #[error("oci.{key}: must be more than zero")]
     OciTimeoutZero {
@@ -129,12 +178,12 @@ pub enum ConfigProblem {
         reference: String,
     },
     /// A `ceiling.exec` or `ceiling.files` path that is not absolute.
-    #[error("{key}: tenant {tenant:?}: {} must be an absolute path", path.display())]
+    #[error("{}{key}: {}{} must be an absolute path", owner.path(), owner.who(), path.display())]
     CeilingPath {
         /// `ceiling.exec` or `ceiling.files`.
         key: &'static str,
-        /// The tenant.
-        tenant: String,
+        /// The tenant or template.
+        owner: Owner,
         /// The path.
         path: PathBuf,
     },
@@ -172,7 +221,7 @@ pub enum ConfigProblem {
         error: GrantError,
     },
     /// `tenant:` names no tenant.
-    #[error("tenant: no tenant {id:?} is defined (tenants: {})", if known.is_empty() { "none".to_string() } else { known.join(", ") })]
+    #[error("tenant: no tenant {id:?} is defined (tenants: {})", some_of(known))]
     UnknownTenant {
         /// The id written.
         id: String,

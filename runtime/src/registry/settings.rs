@@ -1,15 +1,19 @@
 //! The settings step: the file's agent-wide keys (`api`, `state_dir`,
-//! `health_timeout`, `trust`, `require_signed`) and its `tenants:` with
-//! their tokens, quotas and ceilings. Everything else in the file is
+//! `health_timeout`, `trust`, `require_signed`), its `tenants:` with
+//! their tokens, quotas and ceilings, and the namespace templates
+//! (`kubernetes.namespace_templates`) that make tenants for labelled
+//! Kubernetes namespaces ([`generate`]). Everything else in the file is
 //! targets, which [`super::target`] takes one at a time.
 
-use super::problem::{ConfigProblem, Located};
+use super::problem::{ConfigProblem, Located, Owner};
 use super::resolve::Trust;
 use crate::auth::Token;
 use crate::config::{self, Spanned};
 use crate::engine::limits;
 use crate::tenants::{self, Quotas, Tenant, Tenants};
 use serde_saphyr::Location;
+use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +39,9 @@ pub struct AgentSettings {
     pub oci: Option<crate::oci::ClientSettings>,
     /// `sandbox:`, defaults filled in.
     pub host_limits: crate::host::bounds::HostLimits,
+    /// `kubernetes.namespace_templates` and what decides which namespaces
+    /// they apply to.
+    pub namespace_templates: NamespaceTemplates,
 }
 
 /// The bounds `spec` sets, the defaults elsewhere, checked: the error
@@ -112,6 +119,9 @@ pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Ve
         at(r.referenced, ConfigProblem::RequireSignedWithoutTrust);
     }
     out.tenants = tenants(path, base, file, problems);
+    if let Some(k) = &file.kubernetes {
+        out.namespace_templates = namespace_templates(k, problems);
+    }
     out.oci = Some(oci(base, out.state_dir.as_deref(), file.oci.as_ref(), problems));
     out
 }
@@ -199,8 +209,9 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
             t.id.referenced,
         );
         let mut at = |s: Location, problem| problems.push(Located { at: s, problem });
-        let quotas = quotas(id, &t.quotas, &mut at);
-        let ceiling = ceiling(id, &t.ceiling, &mut at);
+        let owner = Owner::Tenant(id.to_string());
+        let quotas = quotas(&owner, &t.quotas, &mut at);
+        let ceiling = ceiling(&owner, &t.ceiling, &mut at);
         if !keep {
             continue;
         }
@@ -283,14 +294,14 @@ fn check_tokens_distinct(list: &[Tenant], id_at: &[Location], operator: Option<&
 }
 
 /// A tenant's quotas, defaults filled in; zeros refused.
-fn quotas(id: &str, q: &config::QuotasSpec, at: &mut impl FnMut(Location, ConfigProblem)) -> Quotas {
+fn quotas(owner: &Owner, q: &config::QuotasSpec, at: &mut impl FnMut(Location, ConfigProblem)) -> Quotas {
     let d = Quotas::default();
     let mut rule = |loc: Location, key, rule| {
         at(
             loc,
             ConfigProblem::Quota {
                 key,
-                tenant: id.to_string(),
+                owner: owner.clone(),
                 rule,
             },
         )
@@ -331,7 +342,7 @@ fn quotas(id: &str, q: &config::QuotasSpec, at: &mut impl FnMut(Location, Config
 }
 
 /// A tenant's capability ceiling, parsed.
-fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, ConfigProblem)) -> tenants::Ceiling {
+fn ceiling(owner: &Owner, c: &config::CeilingSpec, at: &mut impl FnMut(Location, ConfigProblem)) -> tenants::Ceiling {
     let mut ceiling = tenants::Ceiling::default();
     if let Some(kinds) = &c.names_may_reach {
         ceiling.names_reach_public = kinds.contains(&config::AddressKind::Public);
@@ -343,7 +354,7 @@ fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Conf
             Err(error) => at(
                 n.referenced,
                 ConfigProblem::CeilingNet {
-                    tenant: id.to_string(),
+                    owner: owner.clone(),
                     error,
                 },
             ),
@@ -355,7 +366,7 @@ fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Conf
             Err(error) => at(
                 r.referenced,
                 ConfigProblem::CeilingRegistry {
-                    tenant: id.to_string(),
+                    owner: owner.clone(),
                     error,
                 },
             ),
@@ -371,7 +382,7 @@ fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Conf
                     p.referenced,
                     ConfigProblem::CeilingPath {
                         key,
-                        tenant: id.to_string(),
+                        owner: owner.clone(),
                         path: p.value.clone(),
                     },
                 );
@@ -380,6 +391,183 @@ fn ceiling(id: &str, c: &config::CeilingSpec, at: &mut impl FnMut(Location, Conf
         }
     }
     ceiling
+}
+
+/// Default `kubernetes.max_templated_namespaces`: the most tenants the
+/// namespace templates make.
+pub const DEFAULT_MAX_TEMPLATED_NAMESPACES: usize = 1000;
+
+/// The Namespace label that opts a namespace into a template; its value
+/// names one of `kubernetes.namespace_templates`.
+pub const TEMPLATE_LABEL: &str = "sonde.dev/tenant-template";
+
+/// A namespace template, parsed: the quotas and ceiling of each tenant it
+/// makes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Template {
+    /// As a tenant's quotas, defaults filled in.
+    pub quotas: Quotas,
+    /// As a tenant's ceiling.
+    pub ceiling: tenants::Ceiling,
+}
+
+/// `kubernetes.namespace_templates`, parsed, with what decides which
+/// namespaces they apply to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamespaceTemplates {
+    /// The templates by name.
+    pub templates: BTreeMap<String, Template>,
+    /// `kubernetes.max_templated_namespaces`.
+    pub max: usize,
+    /// The namespaces `kubernetes.namespaces` maps to a tenant: the
+    /// mapping wins over a template.
+    pub mapped: std::collections::BTreeSet<String>,
+}
+
+impl Default for NamespaceTemplates {
+    fn default() -> Self {
+        Self {
+            templates: BTreeMap::new(),
+            max: DEFAULT_MAX_TEMPLATED_NAMESPACES,
+            mapped: Default::default(),
+        }
+    }
+}
+
+/// What a namespace labelled `sonde.dev/tenant-template` got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TemplateOutcome {
+    /// A tenant of the namespace's name, with the template's quotas and
+    /// ceiling.
+    Templated,
+    /// `tenants:` defines a tenant of the namespace's name: it wins.
+    ExplicitTenant,
+    /// `kubernetes.namespaces` maps the namespace to a tenant: it wins.
+    Mapped,
+    /// The namespace `default`, whose tenant would be the operator's: never
+    /// templated.
+    Operator,
+    /// The label names no template of the agent's config.
+    UnknownTemplate,
+    /// Past `kubernetes.max_templated_namespaces` (in name order).
+    OverLimit,
+}
+
+impl fmt::Display for TemplateOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Templated => "its tenant is made from the template",
+            Self::ExplicitTenant => "the tenant of the same id in `tenants:` wins over the template",
+            Self::Mapped => "its kubernetes.namespaces mapping wins over the template",
+            Self::Operator => "the namespace `default` is never templated (its tenant would be the operator's)",
+            Self::UnknownTemplate => {
+                "the label names no template of kubernetes.namespace_templates, so the namespace has no tenant"
+            }
+            Self::OverLimit => {
+                "past kubernetes.max_templated_namespaces (in name order), so the namespace has no tenant"
+            }
+        })
+    }
+}
+
+/// One namespace labelled `sonde.dev/tenant-template`, and what it got.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NamespaceTenant {
+    /// The namespace.
+    pub namespace: String,
+    /// The label's value.
+    pub template: String,
+    /// What it got.
+    pub outcome: TemplateOutcome,
+}
+
+/// The tenants `templates` make for the namespaces `labelled` (namespace
+/// to the value of its `sonde.dev/tenant-template` label), given the
+/// config's own tenants `explicit`; and what each labelled namespace got,
+/// in name order. Precedence: a `tenants:` entry of the namespace's name
+/// and a `kubernetes.namespaces` mapping of it win; `default` is never
+/// templated; past `templates.max`, namespaces get none.
+pub fn generate(
+    templates: &NamespaceTemplates,
+    explicit: &Tenants,
+    labelled: &BTreeMap<String, String>,
+) -> (Vec<Tenant>, Vec<NamespaceTenant>) {
+    let mut made = Vec::new();
+    let mut outcomes = Vec::with_capacity(labelled.len());
+    for (namespace, template) in labelled {
+        let outcome = if namespace == tenants::DEFAULT_TENANT {
+            TemplateOutcome::Operator
+        } else if templates.mapped.contains(namespace) {
+            TemplateOutcome::Mapped
+        } else if explicit.get(namespace).is_some() {
+            TemplateOutcome::ExplicitTenant
+        } else {
+            match templates.templates.get(template) {
+                // A name the API server would not take is no tenant id either.
+                Some(_) if !super::valid_name(namespace) => TemplateOutcome::UnknownTemplate,
+                Some(_) if made.len() >= templates.max => TemplateOutcome::OverLimit,
+                Some(t) => {
+                    made.push(Tenant::new(namespace, t.quotas, t.ceiling.clone()));
+                    TemplateOutcome::Templated
+                }
+                None => TemplateOutcome::UnknownTemplate,
+            }
+        };
+        outcomes.push(NamespaceTenant {
+            namespace: namespace.clone(),
+            template: template.clone(),
+            outcome,
+        });
+    }
+    (made, outcomes)
+}
+
+/// Whether `s` is a Kubernetes label value that is not empty: at most 63
+/// characters, alphanumerics, `-`, `_` and `.`, starting and ending with
+/// an alphanumeric.
+pub fn label_value(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// Reads `kubernetes.namespace_templates` (each checked as a tenant's
+/// quotas and ceiling are, its errors named by its key path) and
+/// `max_templated_namespaces`.
+fn namespace_templates(k: &config::KubernetesSpec, problems: &mut Vec<Located>) -> NamespaceTemplates {
+    let mut out = NamespaceTemplates {
+        mapped: k.namespaces.keys().cloned().collect(),
+        ..NamespaceTemplates::default()
+    };
+    if let Some(m) = &k.max_templated_namespaces {
+        if m.value == 0 {
+            problems.push(Located {
+                at: m.referenced,
+                problem: ConfigProblem::TemplateCapZero,
+            });
+        }
+        out.max = usize::try_from(m.value).unwrap_or(usize::MAX);
+    }
+    for (name, t) in &k.namespace_templates {
+        if !label_value(name) {
+            problems.push(Located {
+                at: t.referenced,
+                problem: ConfigProblem::TemplateName(name.clone()),
+            });
+            continue;
+        }
+        let owner = Owner::Template(name.clone());
+        let mut at = |s: Location, problem| problems.push(Located { at: s, problem });
+        let quotas = quotas(&owner, &t.value.quotas, &mut at);
+        let ceiling = ceiling(&owner, &t.value.ceiling, &mut at);
+        out.templates.insert(name.clone(), Template { quotas, ceiling });
+    }
+    out
 }
 
 /// Where pulled plugins are cached: `state_dir/oci`, else the user's cache
@@ -445,5 +633,149 @@ mod tests {
         assert!(p[4].contains("id: \"a b\" must be"));
         assert!(p[5].contains("ceiling.net: tenant \"ok\": net grant \"nope\""));
         assert!(p[6].contains("ceiling.exec: tenant \"ok\": rel must be an absolute path"));
+    }
+
+    #[test]
+    fn a_template_is_checked_as_a_tenant_is_and_its_errors_name_its_key_path() {
+        let (s, p) = run(concat!(
+            "kubernetes:\n",
+            "  max_templated_namespaces: 0\n",
+            "  namespace_templates:\n",
+            "    small:\n",
+            "      quotas: {fuel: 0, max_probes: 3}\n",
+            "      ceiling: {net: ['nope'], files: [rel], registries: [ghcr.io]}\n",
+            "    'bad name': {}\n",
+            "    ok: {ceiling: {net: ['10.0.0.0/8:*'], names_may_reach: []}}\n",
+        ));
+        assert_eq!(p.len(), 6, "{p:#?}");
+        assert_eq!(
+            p[0],
+            "t.yaml:2:29: kubernetes.max_templated_namespaces: must be at least 1"
+        );
+        assert!(
+            p[1].starts_with("t.yaml:7:17: kubernetes.namespace_templates: \"bad name\" is not a label value"),
+            "{}",
+            p[1]
+        );
+        assert_eq!(
+            p[2],
+            "t.yaml:5:22: kubernetes.namespace_templates.small.quotas.fuel: must be more than zero"
+        );
+        assert!(
+            p[3].starts_with("t.yaml:6:23: kubernetes.namespace_templates.small.ceiling.net: net grant \"nope\""),
+            "{}",
+            p[3]
+        );
+        assert!(
+            p[4].starts_with("t.yaml:6:59: kubernetes.namespace_templates.small.ceiling.registries: "),
+            "{}",
+            p[4]
+        );
+        assert_eq!(
+            p[5],
+            "t.yaml:6:40: kubernetes.namespace_templates.small.ceiling.files: rel must be an absolute path"
+        );
+        let t = &s.namespace_templates;
+        assert_eq!(
+            t.templates.keys().collect::<Vec<_>>(),
+            ["ok", "small"],
+            "the bad name is left out"
+        );
+        assert_eq!(t.templates["small"].quotas.max_probes, 3);
+        assert_eq!(
+            t.templates["small"].quotas.max_concurrent_runs,
+            Quotas::default().max_concurrent_runs
+        );
+        let ok = &t.templates["ok"].ceiling;
+        assert!(!ok.names_reach_public && !ok.names_reach_private);
+        assert_eq!(ok.net, [net("10.0.0.0/8:*")]);
+    }
+
+    fn net(s: &str) -> crate::host::NetPattern {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_template_takes_no_token_and_no_unknown_key() {
+        for key in ["token_file: /t", "id: x", "quota: {}"] {
+            let text = format!("kubernetes:\n  namespace_templates:\n    small:\n      {key}\n");
+            let e = config::parse(Path::new("t.yaml"), &text).unwrap_err().to_string();
+            assert!(e.starts_with("t.yaml:4:7: "), "{key}: {e}");
+            assert!(e.contains(key.split(':').next().unwrap()), "{key}: {e}");
+        }
+    }
+
+    #[test]
+    fn label_values() {
+        for ok in ["a", "standard", "team.a_b-1", &"x".repeat(63)] {
+            assert!(label_value(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", ".a", "a b", "a/b", "é", &"x".repeat(64)] {
+            assert!(!label_value(bad), "{bad}");
+        }
+    }
+
+    /// Precedence: an explicit tenant and a mapping win, `default` is
+    /// never templated, a label naming no template gives nothing, and past
+    /// the limit (in name order) namespaces get nothing.
+    #[test]
+    fn explicit_tenants_and_mappings_win_over_templates() {
+        let (s, p) = run(concat!(
+            "tenants:\n",
+            "  - id: shop\n",
+            "    ceiling: {net: ['127.0.0.0/8:*']}\n",
+            "kubernetes:\n",
+            "  namespaces: {mapped: shop}\n",
+            "  max_templated_namespaces: 2\n",
+            "  namespace_templates:\n",
+            "    small:\n",
+            "      quotas: {max_probes: 3, max_concurrent_runs: 1}\n",
+            "      ceiling: {net: ['10.0.0.0/8:*']}\n",
+        ));
+        assert!(p.is_empty(), "{p:?}");
+        let labelled: BTreeMap<String, String> = [
+            ("shop", "small"),
+            ("mapped", "small"),
+            ("default", "small"),
+            ("team-a", "small"),
+            ("team-b", "large"),
+            ("team-c", "small"),
+            ("team-d", "small"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        let (made, outcomes) = generate(&s.namespace_templates, &s.tenants, &labelled);
+        let got: Vec<(&str, TemplateOutcome)> = outcomes.iter().map(|o| (o.namespace.as_str(), o.outcome)).collect();
+        assert_eq!(
+            got,
+            [
+                ("default", TemplateOutcome::Operator),
+                ("mapped", TemplateOutcome::Mapped),
+                ("shop", TemplateOutcome::ExplicitTenant),
+                ("team-a", TemplateOutcome::Templated),
+                ("team-b", TemplateOutcome::UnknownTemplate),
+                ("team-c", TemplateOutcome::Templated),
+                ("team-d", TemplateOutcome::OverLimit),
+            ]
+        );
+        let ids: Vec<&str> = made.iter().map(|t| &*t.id).collect();
+        assert_eq!(ids, ["team-a", "team-c"]);
+        let a = &made[0];
+        assert_eq!((a.quotas.max_probes, a.quotas.max_concurrent_runs), (3, 1));
+        assert_eq!(a.ceiling.as_ref().unwrap().net, [net("10.0.0.0/8:*")]);
+        assert!(a.token.is_none());
+        let all = s.tenants.extended(made);
+        let shop = all.get("shop").unwrap();
+        assert_eq!(
+            shop.ceiling.as_ref().unwrap().net,
+            [net("127.0.0.0/8:*")],
+            "the explicit tenant, not the template"
+        );
+        assert!(
+            all.get("default").unwrap().ceiling.is_none(),
+            "the operator's, untouched"
+        );
+        assert_eq!(all.len(), 4);
     }
 }

@@ -37,7 +37,7 @@ pub(crate) type Body = BoxBody<Bytes, Infallible>;
 pub(crate) struct Recorded {
     pub(crate) method: String,
     pub(crate) path: String,
-    query: String,
+    pub(crate) query: String,
     content_type: String,
     pub(crate) body: Value,
 }
@@ -60,6 +60,10 @@ struct World {
     gone_next_pod_watch: bool,
     /// Answers forced on the next patches: (code, message).
     patch_script: VecDeque<(u16, String)>,
+    /// Namespaces by name (`kubernetes_namespaces`).
+    namespaces: BTreeMap<String, Value>,
+    /// Namespace watches, each with its label selector (a key that must exist).
+    namespace_watches: Vec<(String, mpsc::UnboundedSender<Bytes>)>,
 }
 
 /// The mocked API server.
@@ -102,7 +106,7 @@ impl FakeApi {
         }
     }
 
-    fn start() -> (kube::Client, Self) {
+    pub(crate) fn start() -> (kube::Client, Self) {
         let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<Body>>();
         let api = Self::new();
         let server = api.clone();
@@ -289,8 +293,62 @@ impl FakeApi {
                 assert!(r.body["series"]["count"].as_u64().is_some_and(|n| n >= 2), "{}", r.body);
                 full(200, &r.body)
             }
+            // Namespaces, listed and watched by a label selector that
+            // names a key (`sonde.dev/tenant-template`: the label exists).
+            ("GET", "/api/v1/namespaces") => {
+                let selector = query
+                    .get("labelSelector")
+                    .cloned()
+                    .expect("Namespaces are watched by label, never all of them");
+                assert!(
+                    !selector.contains(['=', '!', ',', '(']),
+                    "an exists selector: {selector}"
+                );
+                if watching {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    w.namespace_watches.push((selector, tx));
+                    return stream(rx);
+                }
+                let items: Vec<Value> = w
+                    .namespaces
+                    .values()
+                    .filter(|ns| has_label(ns, &selector))
+                    .cloned()
+                    .collect();
+                full(
+                    200,
+                    &json!({"apiVersion": "v1", "kind": "NamespaceList", "metadata": {"resourceVersion": w.rv.to_string()}, "items": items}),
+                )
+            }
             (m, p) => panic!("unexpected request {m} {p}?{}", r.query),
         }
+    }
+
+    /// Adds or replaces Namespace `ns` and tells each watch as the API
+    /// server does for a label selector: `ADDED`/`MODIFIED` while it
+    /// matches, `DELETED` when it stops matching.
+    pub(crate) fn put_namespace(&self, ns: Value) {
+        let mut w = self.world();
+        w.rv += 1;
+        let mut ns = ns;
+        ns["apiVersion"] = "v1".into();
+        ns["kind"] = "Namespace".into();
+        ns["metadata"]["resourceVersion"] = w.rv.to_string().into();
+        let name = ns["metadata"]["name"].as_str().unwrap().to_string();
+        let old = w.namespaces.insert(name, ns.clone());
+        w.namespace_watches.retain(|(selector, tx)| {
+            let (was, is) = (
+                old.as_ref().is_some_and(|o| has_label(o, selector)),
+                has_label(&ns, selector),
+            );
+            let kind = match (was, is) {
+                (false, false) => return true,
+                (false, true) => "ADDED",
+                (true, true) => "MODIFIED",
+                (true, false) => "DELETED",
+            };
+            tx.send(line(kind, &ns)).is_ok()
+        });
     }
 
     /// Adds or replaces an object and tells the watches (`silently`: not).
@@ -367,19 +425,19 @@ impl FakeApi {
         self.world().pods[&(ns.to_string(), name.to_string())].clone()
     }
 
-    fn requests(&self) -> Vec<Recorded> {
+    pub(crate) fn requests(&self) -> Vec<Recorded> {
         self.log.borrow().clone()
     }
 
     /// The condition writes (patches of `pods/*/status`).
-    fn patches(&self) -> Vec<Recorded> {
+    pub(crate) fn patches(&self) -> Vec<Recorded> {
         self.requests()
             .into_iter()
             .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
             .collect()
     }
 
-    fn events(&self) -> Vec<Recorded> {
+    pub(crate) fn events(&self) -> Vec<Recorded> {
         self.requests()
             .into_iter()
             .filter(|r| r.method == "POST" && r.path.ends_with("/events"))
@@ -404,6 +462,11 @@ fn collection_of(obj: &Value) -> Option<&'static str> {
         Some("EndpointSlice") => Some("/apis/discovery.k8s.io/v1/endpointslices"),
         _ => None,
     }
+}
+
+/// Whether Namespace `ns` has label `key`.
+fn has_label(ns: &Value, key: &str) -> bool {
+    ns["metadata"]["labels"].get(key).is_some()
 }
 
 fn stream(rx: mpsc::UnboundedReceiver<Bytes>) -> Response<Body> {
@@ -436,7 +499,7 @@ fn merge_conditions(pod: &mut Value, patch: &[Value]) {
     }
 }
 
-fn pod(ns: &str, name: &str, uid: &str, node: &str, port: u16, gates: &[&str], conditions: Value) -> Value {
+pub(crate) fn pod(ns: &str, name: &str, uid: &str, node: &str, port: u16, gates: &[&str], conditions: Value) -> Value {
     let gates: Vec<Value> = gates
         .iter()
         .map(|g| json!({"conditionType": format!("sonde.dev/{g}")}))
@@ -455,7 +518,7 @@ fn pod(ns: &str, name: &str, uid: &str, node: &str, port: u16, gates: &[&str], c
     })
 }
 
-fn check(ns: &str, name: &str, period: u32, failure_threshold: u32) -> Value {
+pub(crate) fn check(ns: &str, name: &str, period: u32, failure_threshold: u32) -> Value {
     json!({
         "apiVersion": "sonde.dev/v1alpha1", "kind": "SondeCheck",
         "metadata": {"namespace": ns, "name": name, "uid": format!("check-{ns}-{name}")},
