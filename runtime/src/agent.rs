@@ -384,6 +384,24 @@ fn pulls_metric(control: &Arc<Control>, status: &Arc<Mutex<AgentStatus>>) -> Pul
     })
 }
 
+/// The scheduler of `registry`'s probes, running them on `engine` through
+/// `executor`, into `results`.
+fn start_scheduler(
+    engine: &Engine,
+    executor: &Executor,
+    results: &ResultCache,
+    registry: &Registry,
+    jitter: bool,
+    observer: &Arc<RunMetrics>,
+) -> scheduler::SchedulerHandle {
+    let runner = Arc::new(EngineRunner::with_executor(engine.clone(), executor.clone()));
+    let options = scheduler::Options {
+        jitter,
+        observer: observer.clone(),
+    };
+    scheduler::spawn(runner, results.clone(), registry, options)
+}
+
 /// The line that says the agent has started, and with what.
 fn log_started(
     config: &str,
@@ -444,16 +462,7 @@ impl Agent {
         let run_metrics = Arc::new(RunMetrics::default());
         let executor = start_executor(&registry)?;
         let tenants = Arc::new(Mutex::new(registry.tenants.clone()));
-        let runner = Arc::new(EngineRunner::with_executor(engine.clone(), executor.clone()));
-        let scheduler = scheduler::spawn(
-            runner,
-            results.clone(),
-            &registry,
-            scheduler::Options {
-                jitter: options.jitter,
-                observer: run_metrics.clone(),
-            },
-        );
+        let scheduler = start_scheduler(&engine, &executor, &results, &registry, options.jitter, &run_metrics);
         let control = Arc::new(Control {
             engine: engine.clone(),
             options: options.clone(),
