@@ -975,3 +975,23 @@ impl Drop for RoundRobin {
         self.task.abort();
     }
 }
+
+/// The documents of the first code block fenced as ```` ```<fence> ```` in
+/// the section headed `heading` of the repository's markdown file `file`
+/// (a path from the repository's root), as shipped: the text of each YAML
+/// document, split at `---`. Panics naming what it did not find, so a test
+/// of documented objects fails when the docs move them.
+pub fn doc_documents(file: &str, heading: &str, fence: &str) -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(file);
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let section = doc
+        .split(heading)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no section {heading:?} in {file}"));
+    let block = section
+        .split(&format!("```{fence}\n"))
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap_or_else(|| panic!("no ```{fence} block in {file}'s {heading:?}"));
+    block.split("\n---\n").map(str::to_string).collect()
+}

@@ -863,50 +863,37 @@ mod tests {
     /// The example of docs/kubernetes.md, as shipped, expands for the Pod.
     #[test]
     fn the_documented_identity_example_expands() {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/kubernetes.md")).unwrap();
-        let section = doc
-            .split("### The Pod's identity in a check's config")
-            .nth(1)
-            .expect("the section");
-        let block = section
-            .split("```yaml kubernetes\n")
-            .nth(1)
-            .and_then(|b| b.split("```").next())
-            .expect("its SondeCheck");
+        let block = &sonde_tests::doc_documents(
+            "docs/kubernetes.md",
+            "### The Pod's identity in a check's config",
+            "yaml kubernetes",
+        )[0];
         let c: SondeCheck = serde_saphyr::from_str(block).unwrap();
         let d = desired(&pod(), &c, &settings(), &no_services).unwrap().unwrap();
         assert_eq!(d.target["probes"][0]["config"]["backend"]["equals"], "10.0.0.5");
         assert_eq!(d.target["probes"][0]["config"]["backend"]["attempts"], 6);
     }
 
-    /// The documented Service of `docs/kubernetes.md`'s "Gate a rollout on
-    /// Service routing", as the API server would have it, with a ClusterIP.
+    const ROLLOUT: &str = "## Gate a rollout on Service routing";
+
+    /// The objects of docs/kubernetes.md's "Gate a rollout on Service
+    /// routing", as shipped.
+    fn rollout_objects() -> Vec<serde_json::Value> {
+        sonde_tests::doc_documents("docs/kubernetes.md", ROLLOUT, "yaml kubernetes")
+            .iter()
+            .map(|o| serde_saphyr::from_str(o).unwrap())
+            .collect()
+    }
+
+    /// The documented Service, as the API server would have it, with a
+    /// ClusterIP.
     fn egress(ready: usize) -> ServiceView {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/kubernetes.md")).unwrap();
-        let objects = rollout_objects(&doc);
         let mut service: k8s_openapi::api::core::v1::Service =
-            serde_json::from_value(objects.iter().find(|o| o["kind"] == "Service").unwrap().clone()).unwrap();
+            serde_json::from_value(rollout_objects().into_iter().find(|o| o["kind"] == "Service").unwrap()).unwrap();
         let spec = service.spec.as_mut().unwrap();
         spec.cluster_ip = Some("10.96.0.10".into());
         spec.cluster_ips = Some(vec!["10.96.0.10".into(), "fd00:96::10".into()]);
         ServiceView::of(&service, ready)
-    }
-
-    /// The objects of the section "Gate a rollout on Service routing".
-    pub(crate) fn rollout_objects(doc: &str) -> Vec<serde_json::Value> {
-        let section = doc
-            .split("## Gate a rollout on Service routing")
-            .nth(1)
-            .expect("the section");
-        let block = section
-            .split("```yaml kubernetes\n")
-            .nth(1)
-            .and_then(|b| b.split("```").next())
-            .expect("its objects");
-        block
-            .split("\n---\n")
-            .map(|o| serde_saphyr::from_str(o).unwrap())
-            .collect()
     }
 
     /// The worked example dials the Service's ClusterIP (its other family
@@ -914,8 +901,7 @@ mod tests {
     /// ready endpoint; the StatefulSet's Pods name the gate.
     #[test]
     fn the_documented_rollout_example_dials_the_service_and_wants_this_pod() {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/kubernetes.md")).unwrap();
-        let objects = rollout_objects(&doc);
+        let objects = rollout_objects();
         let check: SondeCheck =
             serde_json::from_value(objects.iter().find(|o| o["kind"] == "SondeCheck").unwrap().clone()).unwrap();
         assert_eq!(check.spec.mode, Mode::StartupOnly);

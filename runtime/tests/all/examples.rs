@@ -665,18 +665,15 @@ fn every_flag_of_sonde_run_is_in_the_readme_synopsis_and_the_flag_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rollout_example_s_nginx_says_which_pod_answered() {
     use sonde_tests::RoundRobin;
-    let doc = std::fs::read_to_string(repo().join("docs/kubernetes.md")).unwrap();
-    let section = doc.split("## Gate a rollout on Service routing").nth(1).unwrap();
-    let block = section
-        .split("```yaml kubernetes\n")
-        .nth(1)
-        .and_then(|b| b.split("```").next())
-        .unwrap();
-    let map: serde_json::Value = block
-        .split("\n---\n")
-        .map(|o| serde_saphyr::from_str::<serde_json::Value>(o).unwrap())
-        .find(|o| o["kind"] == "ConfigMap")
-        .expect("the ConfigMap");
+    let map: serde_json::Value = sonde_tests::doc_documents(
+        "docs/kubernetes.md",
+        "## Gate a rollout on Service routing",
+        "yaml kubernetes",
+    )
+    .iter()
+    .map(|o| serde_saphyr::from_str::<serde_json::Value>(o).unwrap())
+    .find(|o| o["kind"] == "ConfigMap")
+    .expect("the ConfigMap");
     let conf = map["data"]["default.conf"].as_str().unwrap();
     assert!(conf.contains("listen 8080;"), "{conf}");
     let mut pods = Vec::new();

@@ -284,18 +284,13 @@ async fn dry_run_the_rollout_example(client: &Client, namespace: &str) {
         .create(&PostParams::default(), &ns)
         .await
         .expect("create the namespace");
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/kubernetes.md")).unwrap();
-    let section = doc
-        .split("## Gate a rollout on Service routing")
-        .nth(1)
-        .expect("the section");
-    let block = section
-        .split("```yaml kubernetes\n")
-        .nth(1)
-        .and_then(|b| b.split("```").next())
-        .expect("its objects");
+    let documents = sonde_tests::doc_documents(
+        "docs/kubernetes.md",
+        "## Gate a rollout on Service routing",
+        "yaml kubernetes",
+    );
     let mut kinds = Vec::new();
-    for text in block.split("\n---\n") {
+    for text in &documents {
         let mut object: DynamicObject = serde_saphyr::from_str(text).expect("an object");
         object.metadata.namespace = Some(namespace.to_string());
         let gvk = GroupVersionKind::try_from(object.types.as_ref().expect("apiVersion and kind")).unwrap();
