@@ -241,6 +241,11 @@ impl Reconciler {
         (this, Box::pin(pod_events), Box::pin(check_events))
     }
 
+    /// The SondeChecks as the controller's reflector holds them.
+    pub(super) fn checks(&self) -> Store<SondeCheck> {
+        self.checks.clone()
+    }
+
     /// Runs until the watches end (never, unless the client goes away).
     pub(super) async fn run(mut self, mut pod_events: Reflected<Pod>, mut check_events: Reflected<SondeCheck>) {
         let (done_tx, mut done_rx) = mpsc::unbounded_channel();

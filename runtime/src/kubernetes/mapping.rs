@@ -640,6 +640,7 @@ mod tests {
                 period_seconds: 1,
                 ..Default::default()
             },
+            status: None,
         }
     }
 

@@ -16,7 +16,9 @@
 //! - `writer`: the strategic-merge patch, rate limit and backoff;
 //! - `events`: Kubernetes Events on Pods and SondeChecks, through
 //!   kube-runtime's recorder;
-//! - [`review`]: the API's callers, by `TokenReview` and `SubjectAccessReview`.
+//! - [`review`]: the API's callers, by `TokenReview` and `SubjectAccessReview`;
+//! - [`status`]: each SondeCheck's `status`, written by the one agent
+//!   elected through a Lease.
 //!
 //! Namespaces map to tenants (by default the tenant of the namespace's
 //! name), so a check is held to its tenant's quotas and ceiling like any
@@ -44,6 +46,7 @@ pub(crate) mod mapping;
 mod plan;
 pub mod review;
 mod stats;
+pub mod status;
 mod writer;
 
 use crate::control::Control;
@@ -60,6 +63,8 @@ pub struct GateController {
     pub stats: Arc<Stats>,
     synced: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
+    /// The status writer's election (and, while it leads, the writer).
+    status: tokio::task::JoinHandle<()>,
 }
 
 impl GateController {
@@ -74,12 +79,14 @@ impl GateController {
     /// Stops the controller; conditions on Pods are left as they are.
     pub fn stop(&self) {
         self.task.abort();
+        self.status.abort();
     }
 }
 
 impl Drop for GateController {
     fn drop(&mut self) {
         self.task.abort();
+        self.status.abort();
     }
 }
 
@@ -112,8 +119,22 @@ pub fn spawn(
 ) -> GateController {
     let (synced_tx, synced) = watch::channel(false);
     tracing::info!(node = %settings.node_name, plugins = ?settings.plugins, qps = settings.qps, burst = settings.burst, "kubernetes: serving readiness gates sonde.dev/* of this node's Pods");
+    let (status_client, status_control, status_settings) = (client.clone(), control.clone(), settings.clone());
     let (controller, pods, checks) =
         controller::Reconciler::new(client, control, results, settings, stats.clone(), synced_tx);
+    // One agent of all writes the SondeChecks' statuses (docs/kubernetes.md).
+    let status = tokio::spawn(status::run(status::Inputs {
+        client: status_client,
+        control: status_control,
+        settings: status_settings,
+        stats: stats.clone(),
+        checks: controller.checks(),
+    }));
     let task = tokio::spawn(controller.run(pods, checks));
-    GateController { stats, synced, task }
+    GateController {
+        stats,
+        synced,
+        task,
+        status,
+    }
 }

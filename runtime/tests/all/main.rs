@@ -25,6 +25,7 @@ mod http;
 mod instance_pool;
 mod kubernetes;
 mod kubernetes_e2e;
+mod kubernetes_status;
 mod names;
 mod oci;
 mod oci_hostile;

@@ -307,6 +307,10 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
         let value = match (&e["value"], &e["valueFrom"]["fieldRef"]["fieldPath"]) {
             (Value::String(v), _) => mapped(v, &mounts),
             (_, Value::String(f)) if f == "spec.nodeName" => NODE.to_string(),
+            (_, Value::String(f)) if f == "metadata.namespace" => daemonset["metadata"]["namespace"]
+                .as_str()
+                .expect("the DaemonSet's namespace")
+                .to_string(),
             _ => panic!("an env entry this test cannot fill: {e}"),
         };
         env.insert(name, value);
