@@ -178,7 +178,7 @@ pub struct SondeCheckStatus {
     pub pods_unknown: u32,
 }
 
-/// A condition of a [`SondeCheckStatus`], shaped like Kubernetes'
+/// A condition of a SondeCheck's status, shaped like Kubernetes'
 /// `metav1.Condition`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]

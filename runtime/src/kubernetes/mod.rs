@@ -129,6 +129,7 @@ pub fn spawn(
         settings: status_settings,
         stats: stats.clone(),
         checks: controller.checks(),
+        synced: synced.clone(),
     }));
     let task = tokio::spawn(controller.run(pods, checks));
     GateController {

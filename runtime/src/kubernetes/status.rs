@@ -530,6 +530,8 @@ pub(super) struct Inputs {
     pub(super) stats: Arc<Stats>,
     /// The controller's SondeChecks (the status writer reads the same).
     pub(super) checks: Store<SondeCheck>,
+    /// Whether the controller's stores listed.
+    pub(super) synced: watch::Receiver<bool>,
 }
 
 /// Runs the election and, while this agent leads, the status writer.
@@ -592,6 +594,7 @@ struct Leader {
     settings: GateSettings,
     stats: Arc<Stats>,
     checks: Store<SondeCheck>,
+    synced: watch::Receiver<bool>,
     pods: HashMap<PodKey, Tracked>,
     /// A (re-)list in progress.
     relist: Option<HashMap<PodKey, Tracked>>,
@@ -614,6 +617,7 @@ impl Leader {
             settings: inputs.settings.clone(),
             stats: inputs.stats.clone(),
             checks: inputs.checks.clone(),
+            synced: inputs.synced.clone(),
             pods: HashMap::new(),
             relist: None,
             listed: false,
@@ -630,10 +634,6 @@ impl Leader {
         let mut pods = watcher::watcher(Api::<Pod>::all(self.client.clone()), watcher::Config::default())
             .default_backoff()
             .boxed();
-        // Errs only when the controller's SondeCheck reflector is gone.
-        if self.checks.wait_until_ready().await.is_err() {
-            return;
-        }
         let mut tick = tokio::time::interval(EVALUATE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -682,7 +682,9 @@ impl Leader {
     /// Compares every check's status with what it should be, and writes
     /// what differs and is due.
     async fn evaluate(&mut self) {
-        if !self.listed {
+        // The controller says when its stores listed (kube-runtime's own
+        // readiness signal wakes only the last of two tasks waiting on it).
+        if !self.listed || !*self.synced.borrow() {
             return;
         }
         self.stats.status_evaluations.fetch_add(1, Ordering::Relaxed);

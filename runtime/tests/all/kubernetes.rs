@@ -395,13 +395,13 @@ impl FakeApi {
 fn lease(w: &mut World, r: &Recorded) -> Response<Body> {
     // /apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]
     let parts: Vec<&str> = r.path.split('/').collect();
-    assert_eq!(parts.get(5), Some(&"leases"), "{}", r.path);
+    assert_eq!(parts.get(6), Some(&"leases"), "{}", r.path);
     let name = match r.method.as_str() {
         "POST" => r.body["metadata"]["name"].as_str().unwrap().to_string(),
-        _ => parts[6].to_string(),
+        _ => parts[7].to_string(),
     };
     assert_eq!(name, "sonde-status", "the one Lease the agents use");
-    let key = (parts[4].to_string(), name);
+    let key = (parts[5].to_string(), name);
     let conflict = |why: &str| full(409, &status(409, "Conflict", why));
     w.rv += 1;
     let rv = w.rv.to_string();
@@ -1430,12 +1430,29 @@ fn shipped_crd_is_generated_from_the_sondecheck_type() {
         columns,
         [
             ("Plugin", "string", ".spec.plugin"),
+            ("Mode", "string", ".spec.mode"),
+            (
+                "Accepted",
+                "string",
+                ".status.conditions[?(@.type==\"Accepted\")].status"
+            ),
+            ("Ready", "integer", ".status.podsReady"),
+            ("NotReady", "integer", ".status.podsNotReady"),
+            ("Unknown", "integer", ".status.podsUnknown"),
+            ("Reason", "string", ".status.conditions[?(@.type==\"Accepted\")].reason"),
             ("Port", "string", ".spec.port"),
             ("Period", "integer", ".spec.periodSeconds"),
-            ("Mode", "string", ".spec.mode"),
             ("Age", "date", ".metadata.creationTimestamp"),
         ]
     );
+    // The status is a subresource: the agents' status writes cannot touch
+    // the spec, and a user's spec writes cannot forge the status.
+    assert_eq!(version["subresources"], json!({"status": {}}));
+    let status = &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+    assert_eq!(status["conditions"]["x-kubernetes-list-type"], "map");
+    for k in ["observedGeneration", "podsReady", "podsNotReady", "podsUnknown"] {
+        assert_eq!(status[k]["type"], "integer", "{k}");
+    }
     let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
     let rules = |v: &Value| -> Vec<String> {
         v["x-kubernetes-validations"]
