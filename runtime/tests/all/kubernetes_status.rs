@@ -208,10 +208,11 @@ async fn a_check_whose_pods_pass_is_accepted_and_counted_and_its_status_follows_
         "the leader watches every node's Pods"
     );
 
-    // Steady state: evaluations go on, writes do not.
+    // Steady state: evaluations go on, writes do not (for longer than
+    // the shortest time between two writes of a check).
     let writes = status_writes(&api.requests()).count();
     let evaluations = || gates.stats.status_evaluations.load(Ordering::Relaxed);
-    let until = evaluations() + 4;
+    let until = evaluations() + 8;
     tokio::time::timeout(PATIENCE, async {
         while evaluations() < until {
             tokio::time::sleep(Duration::from_millis(100)).await;
