@@ -38,7 +38,7 @@ pub(crate) struct Recorded {
     pub(crate) method: String,
     pub(crate) path: String,
     pub(crate) query: String,
-    content_type: String,
+    pub(crate) content_type: String,
     pub(crate) body: Value,
 }
 
