@@ -45,9 +45,9 @@ fn never_both(mut a: watch::Receiver<bool>, mut b: watch::Receiver<bool>, both: 
     });
 }
 
-#[tokio::test(start_paused = true)]
-async fn one_agent_leads_and_another_takes_over_only_after_it_stops_renewing() {
-    let api = FakeApi::new();
+/// Two electors on one API server: `node-a`, leading once this returns,
+/// then `node-b`; and the flag [`never_both`] sets.
+async fn two_electors(api: &FakeApi) -> (status::Election, status::Election, Arc<AtomicBool>) {
     api.open_leases();
     let a = status::elect(api.client(), "sonde-system", "node-a", LeaseTiming::default());
     let mut leads_a = a.leading.clone();
@@ -56,9 +56,17 @@ async fn one_agent_leads_and_another_takes_over_only_after_it_stops_renewing() {
         .expect("the first agent creates the Lease")
         .unwrap();
     let b = status::elect(api.client(), "sonde-system", "node-b", LeaseTiming::default());
-    let mut leads_b = b.leading.clone();
     let both = Arc::new(AtomicBool::new(false));
-    never_both(leads_a.clone(), leads_b.clone(), both.clone());
+    never_both(a.leading.clone(), b.leading.clone(), both.clone());
+    (a, b, both)
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_agent_leads_and_another_takes_over_only_after_it_stops_renewing() {
+    let api = FakeApi::new();
+    let (a, b, both) = two_electors(&api).await;
+    let leads_a = a.leading.clone();
+    let mut leads_b = b.leading.clone();
 
     // Ten minutes of renewals: the second agent reads the Lease now and
     // then and never takes it.
@@ -115,17 +123,9 @@ async fn one_agent_leads_and_another_takes_over_only_after_it_stops_renewing() {
 #[tokio::test(start_paused = true)]
 async fn a_holder_that_cannot_renew_stops_writing_before_its_lease_expires() {
     let api = FakeApi::new();
-    api.open_leases();
-    let a = status::elect(api.client(), "sonde-system", "node-a", LeaseTiming::default());
+    let (a, b, both) = two_electors(&api).await;
     let mut leads_a = a.leading.clone();
-    tokio::time::timeout(PATIENCE, leads_a.wait_for(|l| *l))
-        .await
-        .expect("a leads")
-        .unwrap();
-    let b = status::elect(api.client(), "sonde-system", "node-b", LeaseTiming::default());
     let leads_b = b.leading.clone();
-    let both = Arc::new(AtomicBool::new(false));
-    never_both(leads_a.clone(), leads_b.clone(), both.clone());
     let renewed = Instant::now();
     api.fail_lease_writes(true);
     tokio::time::timeout(PATIENCE, leads_a.wait_for(|l| !*l))
