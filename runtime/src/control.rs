@@ -1034,6 +1034,16 @@ impl Control {
         Ok(self.commit(&mut reg, prepared, &[]).await)
     }
 
+    /// Checks `change` against the registry in force as
+    /// [`Control::apply_change`] would, and drops it: nothing is committed,
+    /// nothing scheduled. A change whose `oci://` plugin is being pulled
+    /// passes (the pull goes on in the background, as a change would
+    /// start it). The Kubernetes status writer's dry run of a SondeCheck.
+    pub async fn check_change(&self, change: Change) -> Result<(), ConfigErrors> {
+        let reg = self.registry.lock().await;
+        reg.prepare(&self.engine, change).await.map(drop)
+    }
+
     /// Tells of each `oci://` reference whose background pull ended (landed
     /// or failed) or whose backoff passed.
     pub fn pulls_ended(&self) -> tokio::sync::broadcast::Receiver<Arc<str>> {

@@ -240,6 +240,36 @@ fn ready_endpoints(slices: &Store<EndpointSlice>, namespace: &str, name: &str, i
         .count()
 }
 
+/// The Services and EndpointSlices the controller follows, as checks
+/// through a Service see them.
+#[derive(Clone)]
+pub(crate) struct Services {
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
+    /// Both have listed once.
+    ready: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Services {
+    /// Service `name` of `namespace`, with its ready endpoints; why not,
+    /// when it cannot be had.
+    pub(crate) fn view(&self, namespace: &str, name: &str) -> Result<ServiceView, Refusal> {
+        if !self.ready.load(Ordering::Relaxed) {
+            return Err(Refusal::ServicesNotListed);
+        }
+        let service = self
+            .services
+            .get(&ObjectRef::new(name).within(namespace))
+            .ok_or_else(|| Refusal::NoSuchService {
+                namespace: namespace.to_string(),
+                service: name.to_string(),
+            })?;
+        let mut view = ServiceView::of(&service, 0);
+        view.ready_endpoints = ready_endpoints(&self.slices, namespace, name, view.cluster_ips.first());
+        Ok(view)
+    }
+}
+
 /// The reflectors' streams, which fill the stores as they are polled.
 pub(crate) struct Streams {
     pods: Reflected<Pod>,
@@ -280,6 +310,8 @@ pub(crate) struct Reconciler {
     /// Which of the Service and EndpointSlice stores have listed once
     /// (checks at Pods do not wait on them).
     services_listed: (bool, bool),
+    /// Set once both have: what [`Services::view`] reads.
+    services_ready: Arc<std::sync::atomic::AtomicBool>,
     /// Both stores have listed once.
     ready: bool,
     synced: watch::Sender<bool>,
@@ -362,6 +394,7 @@ impl Reconciler {
             events,
             done_tx,
             services_listed: (false, false),
+            services_ready: Arc::default(),
             ready: false,
             synced,
         };
@@ -372,6 +405,11 @@ impl Reconciler {
             slices: Box::pin(slice_events),
         };
         (this, streams)
+    }
+
+    /// The SondeChecks as the controller's reflector holds them.
+    pub(super) fn checks(&self) -> Store<SondeCheck> {
+        self.checks.clone()
     }
 
     /// Runs until the watches end (never, unless the client goes away).
@@ -409,6 +447,7 @@ impl Reconciler {
                 services = &mut listed, if !self.ready => {
                     if services {
                         self.services_listed = (true, true);
+                        self.services_ready.store(true, Ordering::Relaxed);
                     } else {
                         tracing::warn!(grace_s = SERVICES_GRACE.as_secs(), "Services and EndpointSlices not listed yet: serving gates; checks through a Service wait (does the ClusterRole allow services and discovery.k8s.io endpointslices list and watch?)");
                     }
@@ -532,6 +571,9 @@ impl Reconciler {
                 } else {
                     self.services_listed.1 = true;
                 }
+                if self.services_listed == (true, true) {
+                    self.services_ready.store(true, Ordering::Relaxed);
+                }
                 return self.reconcile_all().await;
             }
             Event::Apply(o) | Event::Delete(o) => o,
@@ -559,19 +601,16 @@ impl Reconciler {
 
     /// Service `name` of `namespace` as a check sees it.
     fn service(&self, namespace: &str, name: &str) -> Result<ServiceView, Refusal> {
-        if self.services_listed != (true, true) {
-            return Err(Refusal::ServicesNotListed);
+        self.services().view(namespace, name)
+    }
+
+    /// The Services as checks see them, for the status writer too.
+    pub(super) fn services(&self) -> Services {
+        Services {
+            services: self.services.clone(),
+            slices: self.slices.clone(),
+            ready: self.services_ready.clone(),
         }
-        let service = self
-            .services
-            .get(&ObjectRef::new(name).within(namespace))
-            .ok_or_else(|| Refusal::NoSuchService {
-                namespace: namespace.to_string(),
-                service: name.to_string(),
-            })?;
-        let mut view = ServiceView::of(&service, 0);
-        view.ready_endpoints = ready_endpoints(&self.slices, namespace, name, view.cluster_ips.first());
-        Ok(view)
     }
 
     /// The Pod `key` as the controller sees it: the store's, with the

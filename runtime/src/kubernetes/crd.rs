@@ -32,11 +32,17 @@ pub const GATE_PREFIX: &str = "sonde.dev/";
     shortname = "sck",
     category = "sonde",
     doc = "A check that sonde's DaemonSet runs against each Pod that names it in a readiness gate sonde.dev/<check-name>.",
+    status = "SondeCheckStatus",
     printcolumn = r#"{"name": "Plugin", "type": "string", "jsonPath": ".spec.plugin"}"#,
-    printcolumn = r#"{"name": "Port", "type": "string", "jsonPath": ".spec.port"}"#,
-    printcolumn = r#"{"name": "Service", "type": "string", "jsonPath": ".spec.service.name"}"#,
-    printcolumn = r#"{"name": "Period", "type": "integer", "jsonPath": ".spec.periodSeconds"}"#,
     printcolumn = r#"{"name": "Mode", "type": "string", "jsonPath": ".spec.mode"}"#,
+    printcolumn = r#"{"name": "Accepted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status", "description": "Whether the agents accept the check (the Accepted condition's reason says why not)"}"#,
+    printcolumn = r#"{"name": "Ready", "type": "integer", "jsonPath": ".status.podsReady", "description": "Pods whose gate on the check is True"}"#,
+    printcolumn = r#"{"name": "NotReady", "type": "integer", "jsonPath": ".status.podsNotReady", "description": "Pods whose gate on the check is False"}"#,
+    printcolumn = r#"{"name": "Unknown", "type": "integer", "jsonPath": ".status.podsUnknown", "description": "Pods whose gate on the check is Unknown or not written yet"}"#,
+    printcolumn = r#"{"name": "Reason", "type": "string", "priority": 1, "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].reason"}"#,
+    printcolumn = r#"{"name": "Port", "type": "string", "priority": 1, "jsonPath": ".spec.port"}"#,
+    printcolumn = r#"{"name": "Service", "type": "string", "priority": 1, "jsonPath": ".spec.service.name"}"#,
+    printcolumn = r#"{"name": "Period", "type": "integer", "priority": 1, "jsonPath": ".spec.periodSeconds"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("has(self.port) != has(self.service)").message("set exactly one of port (the Pod's port) and service (a Service of the Pod's namespace)"))]
@@ -167,6 +173,53 @@ pub struct CheckLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?\s*([KMG]i?B|B)?$"))]
     pub memory: Option<String>,
+}
+
+/// How a SondeCheck is doing (its `status` subresource), written by the
+/// one agent that holds the Lease `sonde-status` (docs/kubernetes.md, "Is
+/// my check working?").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SondeCheckStatus {
+    /// The metadata.generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Accepted: whether the agents accept the check (allowlist, tenant,
+    /// ceiling, plugin schema), and if not, why.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<StatusCondition>,
+    /// Pods whose readiness gate on the check is True.
+    #[serde(default)]
+    pub pods_ready: u32,
+    /// Pods whose readiness gate on the check is False.
+    #[serde(default)]
+    pub pods_not_ready: u32,
+    /// Pods whose readiness gate on the check is Unknown or not written yet.
+    #[serde(default)]
+    pub pods_unknown: u32,
+}
+
+/// A condition of a SondeCheck's status, shaped like Kubernetes'
+/// `metav1.Condition`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusCondition {
+    /// The condition's type (Accepted).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    /// Why, in CamelCase (PluginNotAllowed, OutsideCeiling, ...).
+    pub reason: String,
+    /// Why, for people.
+    #[serde(default)]
+    pub message: String,
+    /// When the status last changed (RFC 3339).
+    pub last_transition_time: String,
+    /// The metadata.generation it was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 /// The header of the generated `deploy/kubernetes/crd.yaml`.

@@ -840,6 +840,7 @@ mod tests {
                 period_seconds: 1,
                 ..Default::default()
             },
+            status: None,
         }
     }
 

@@ -19,6 +19,8 @@
 //! - [`review`]: the API's callers, by `TokenReview` and `SubjectAccessReview`;
 //! - `namespaces`: the Namespaces labelled `sonde.dev/tenant-template`,
 //!   whose tenants the config's namespace templates make.
+//! - [`status`]: each SondeCheck's `status`, written by the one agent
+//!   elected through a Lease.
 //!
 //! Namespaces map to tenants (by default the tenant of the namespace's
 //! name), so a check is held to its tenant's quotas and ceiling like any
@@ -47,6 +49,7 @@ mod namespaces;
 mod plan;
 pub mod review;
 mod stats;
+pub mod status;
 mod writer;
 
 use crate::control::Control;
@@ -63,6 +66,8 @@ pub struct GateController {
     pub stats: Arc<Stats>,
     synced: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
+    /// The status writer's election (and, while it leads, the writer).
+    status: tokio::task::JoinHandle<()>,
 }
 
 impl GateController {
@@ -77,12 +82,14 @@ impl GateController {
     /// Stops the controller; conditions on Pods are left as they are.
     pub fn stop(&self) {
         self.task.abort();
+        self.status.abort();
     }
 }
 
 impl Drop for GateController {
     fn drop(&mut self) {
         self.task.abort();
+        self.status.abort();
     }
 }
 
@@ -115,6 +122,7 @@ pub fn spawn(
 ) -> GateController {
     let (synced_tx, synced) = watch::channel(false);
     tracing::info!(node = %settings.node_name, plugins = ?settings.plugins, qps = settings.qps, burst = settings.burst, "kubernetes: serving readiness gates sonde.dev/* of this node's Pods");
+    let (status_client, status_control, status_settings) = (client.clone(), control.clone(), settings.clone());
     let (controller, streams) = controller::Reconciler::new(
         client.clone(),
         control.clone(),
@@ -123,6 +131,16 @@ pub fn spawn(
         stats.clone(),
         synced_tx,
     );
+    // One agent of all writes the SondeChecks' statuses (docs/kubernetes.md).
+    let status = tokio::spawn(status::run(status::Inputs {
+        client: status_client,
+        control: status_control,
+        settings: status_settings,
+        stats: stats.clone(),
+        checks: controller.checks(),
+        services: controller.services(),
+        synced: synced.clone(),
+    }));
     // With namespace templates, Namespaces are followed in the same task
     // (stopped with it), and no gate is served before their tenants are in force.
     let task = tokio::spawn(async move {
@@ -137,5 +155,10 @@ pub fn spawn(
         };
         tokio::join!(namespaces::follow(client, control, listed_tx), gates);
     });
-    GateController { stats, synced, task }
+    GateController {
+        stats,
+        synced,
+        task,
+        status,
+    }
 }

@@ -214,7 +214,7 @@ fn unknown_override_message(annotation: &str, check: &str) -> String {
 
 /// The config target of `d`, parsed as any config file's (its source named
 /// after the SondeCheck and the Pod).
-fn parse_target(d: &Desired, key: &PodKey, check: &str) -> Result<config::Target, ConfigErrors> {
+pub(crate) fn parse_target(d: &Desired, key: &PodKey, check: &str) -> Result<config::Target, ConfigErrors> {
     let source = format!("SondeCheck {}/{check} for Pod {}", key.0, key.1);
     let text = serde_json::json!({ "targets": [d.target] }).to_string();
     let file = config::parse(Path::new(&source), &text)?;

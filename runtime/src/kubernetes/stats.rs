@@ -29,6 +29,14 @@ pub struct Stats {
     pub events_failed: AtomicU64,
     /// Events dropped past the rate.
     pub events_dropped: AtomicU64,
+    /// 1 while this agent holds the status Lease and writes SondeCheck statuses.
+    pub status_leader: AtomicU64,
+    /// Times the status writer compared every check's status with what it counts.
+    pub status_evaluations: AtomicU64,
+    /// SondeCheck status patches that succeeded.
+    pub status_writes: AtomicU64,
+    /// SondeCheck status patches that failed.
+    pub status_write_errors: AtomicU64,
 }
 
 impl Stats {
@@ -37,13 +45,18 @@ impl Stats {
     pub fn writes(&self) -> crate::metrics::KubernetesWrites {
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         crate::metrics::KubernetesWrites {
-            written: vec![("pod_status", n(&self.patches)), ("event", n(&self.events_sent))],
+            written: vec![
+                ("pod_status", n(&self.patches)),
+                ("event", n(&self.events_sent)),
+                ("check_status", n(&self.status_writes)),
+            ],
             failed: vec![
                 ("pod_status", "forbidden", n(&self.forbidden)),
                 ("pod_status", "gone", n(&self.gone)),
                 ("pod_status", "retry", n(&self.retries)),
                 ("event", "error", n(&self.events_failed)),
                 ("event", "dropped", n(&self.events_dropped)),
+                ("check_status", "error", n(&self.status_write_errors)),
             ],
         }
     }

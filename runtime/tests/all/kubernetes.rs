@@ -38,7 +38,7 @@ pub(crate) struct Recorded {
     pub(crate) method: String,
     pub(crate) path: String,
     pub(crate) query: String,
-    content_type: String,
+    pub(crate) content_type: String,
     pub(crate) body: Value,
 }
 
@@ -64,6 +64,14 @@ struct World {
     namespaces: BTreeMap<String, Value>,
     /// Namespace watches, each with its label selector (a key that must exist).
     namespace_watches: Vec<(String, mpsc::UnboundedSender<Bytes>)>,
+    /// Leases by (namespace, name), when [`FakeApi::open_leases`] was
+    /// called; before, another agent holds the status Lease and renews it.
+    leases: BTreeMap<(String, String), Value>,
+    leases_open: bool,
+    /// Lease writes fail with a 500 (the API server cannot reach etcd).
+    lease_writes_fail: bool,
+    /// The holder of each Lease write that succeeded, and when, in order.
+    lease_holders: Vec<(String, tokio::time::Instant)>,
 }
 
 /// The mocked API server.
@@ -107,16 +115,21 @@ impl FakeApi {
     }
 
     pub(crate) fn start() -> (kube::Client, Self) {
-        let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<Body>>();
         let api = Self::new();
-        let server = api.clone();
+        (api.client(), api)
+    }
+
+    /// Another client of this API server (another agent's).
+    pub(crate) fn client(&self) -> kube::Client {
+        let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<Body>>();
+        let server = self.clone();
         tokio::spawn(async move {
             while let Some((req, send)) = handle.next_request().await {
                 let resp = server.answer(req).await;
                 send.send_response(resp);
             }
         });
-        (kube::Client::new(service, "default"), api)
+        kube::Client::new(service, "default")
     }
 
     fn world(&self) -> std::sync::MutexGuard<'_, World> {
@@ -152,6 +165,23 @@ impl FakeApi {
         let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
         let mut w = self.world();
         match (r.method.as_str(), r.path.as_str()) {
+            // The status writer's watch of every Pod: no field selector.
+            ("GET", "/api/v1/pods") if !query.contains_key("fieldSelector") => {
+                if watching {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    w.pod_watches.push(tx);
+                    return stream(rx);
+                }
+                let items: Vec<Value> = w.pods.values().cloned().collect();
+                full(
+                    200,
+                    &json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": w.rv.to_string()}, "items": items}),
+                )
+            }
+            (_, path) if path.starts_with("/apis/coordination.k8s.io/v1/namespaces/") => lease(&mut w, r),
+            ("PATCH", path) if path.starts_with("/apis/sonde.dev/v1alpha1/namespaces/") => {
+                check_status(&mut w, r, &query)
+            }
             ("GET", "/api/v1/pods") => {
                 let selector = query.get("fieldSelector").cloned().unwrap_or_default();
                 let node = selector
@@ -421,6 +451,27 @@ impl FakeApi {
         }
     }
 
+    /// Lets agents create and take Leases (before: another agent holds
+    /// the status Lease and renews it).
+    pub(crate) fn open_leases(&self) {
+        self.world().leases_open = true;
+    }
+
+    /// Makes Lease writes fail with a 500, or succeed again.
+    pub(crate) fn fail_lease_writes(&self, fail: bool) {
+        self.world().lease_writes_fail = fail;
+    }
+
+    /// The holder of each Lease write that succeeded, and when, in order.
+    pub(crate) fn lease_holders(&self) -> Vec<(String, tokio::time::Instant)> {
+        self.world().lease_holders.clone()
+    }
+
+    /// SondeCheck `ns/name` as stored.
+    pub(crate) fn check(&self, ns: &str, name: &str) -> Value {
+        self.world().checks[&(ns.to_string(), name.to_string())].clone()
+    }
+
     pub(crate) fn pod(&self, ns: &str, name: &str) -> Value {
         self.world().pods[&(ns.to_string(), name.to_string())].clone()
     }
@@ -433,7 +484,7 @@ impl FakeApi {
     pub(crate) fn patches(&self) -> Vec<Recorded> {
         self.requests()
             .into_iter()
-            .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+            .filter(|r| r.method == "PATCH" && r.path.starts_with("/api/v1/") && r.path.ends_with("/status"))
             .collect()
     }
 
@@ -467,6 +518,112 @@ fn collection_of(obj: &Value) -> Option<&'static str> {
 /// Whether Namespace `ns` has label `key`.
 fn has_label(ns: &Value, key: &str) -> bool {
     ns["metadata"]["labels"].get(key).is_some()
+}
+
+/// The Lease API (`coordination.k8s.io/v1`): get, create, and replace by
+/// resourceVersion (`409` on a stale one), as the API server does. Until
+/// [`FakeApi::open_leases`], another agent holds every Lease and renews it
+/// before each read, and writes conflict.
+fn lease(w: &mut World, r: &Recorded) -> Response<Body> {
+    // /apis/coordination.k8s.io/v1/namespaces/{ns}/leases[/{name}]
+    let parts: Vec<&str> = r.path.split('/').collect();
+    assert_eq!(parts.get(6), Some(&"leases"), "{}", r.path);
+    let name = match r.method.as_str() {
+        "POST" => r.body["metadata"]["name"].as_str().unwrap().to_string(),
+        _ => parts[7].to_string(),
+    };
+    assert_eq!(name, "sonde-status", "the one Lease the agents use");
+    let key = (parts[5].to_string(), name);
+    let conflict = |why: &str| full(409, &status(409, "Conflict", why));
+    w.rv += 1;
+    let rv = w.rv.to_string();
+    if !w.leases_open {
+        if r.method != "GET" {
+            return conflict("the object has been modified");
+        }
+        let now = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
+        return full(
+            200,
+            &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"namespace": key.0, "name": key.1, "resourceVersion": rv},
+                    "spec": {"holderIdentity": "another-node", "leaseDurationSeconds": 30, "renewTime": now}}),
+        );
+    }
+    if w.lease_writes_fail && r.method != "GET" {
+        return full(500, &status(500, "InternalError", "etcdserver: request timed out"));
+    }
+    match r.method.as_str() {
+        "GET" => match w.leases.get(&key) {
+            Some(l) => full(200, l),
+            None => full(
+                404,
+                &status(404, "NotFound", "leases.coordination.k8s.io \"sonde-status\" not found"),
+            ),
+        },
+        "POST" if w.leases.contains_key(&key) => full(409, &status(409, "AlreadyExists", "already exists")),
+        "PUT"
+            if w.leases.get(&key).map(|l| &l["metadata"]["resourceVersion"])
+                != Some(&r.body["metadata"]["resourceVersion"]) =>
+        {
+            conflict("the object has been modified; please apply your changes to the latest version and try again")
+        }
+        "POST" | "PUT" => {
+            let mut l = r.body.clone();
+            l["metadata"]["namespace"] = key.0.clone().into();
+            l["metadata"]["resourceVersion"] = rv.into();
+            let holder = l["spec"]["holderIdentity"].as_str().unwrap_or_default().to_string();
+            w.lease_holders.push((holder, tokio::time::Instant::now()));
+            w.leases.insert(key, l.clone());
+            full(if r.method == "POST" { 201 } else { 200 }, &l)
+        }
+        m => panic!("unexpected {m} of a Lease"),
+    }
+}
+
+/// A JSON merge patch (RFC 7386) of `patch` onto `target`.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Some(fields) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    for (k, v) in fields {
+        if v.is_null() {
+            target.as_object_mut().unwrap().remove(k);
+        } else {
+            merge_patch(&mut target[k], v);
+        }
+    }
+}
+
+/// `PATCH .../sondechecks/{name}/status`: a merge patch of `status` only,
+/// by the field manager `sonde-status`.
+fn check_status(w: &mut World, r: &Recorded, query: &BTreeMap<String, String>) -> Response<Body> {
+    // /apis/sonde.dev/v1alpha1/namespaces/{ns}/sondechecks/{name}/status
+    let parts: Vec<&str> = r.path.split('/').collect();
+    assert_eq!(
+        (parts.get(6), parts.get(8)),
+        (Some(&"sondechecks"), Some(&"status")),
+        "{}",
+        r.path
+    );
+    assert_eq!(r.content_type, "application/merge-patch+json");
+    assert_eq!(query.get("fieldManager").map(String::as_str), Some("sonde-status"));
+    let keys: Vec<&String> = r.body.as_object().expect("a JSON object").keys().collect();
+    assert_eq!(keys, ["status"], "the status only: {}", r.body);
+    let key = (parts[5].to_string(), parts[7].to_string());
+    let Some(mut check) = w.checks.get(&key).cloned() else {
+        return full(404, &status(404, "NotFound", "sondechecks.sonde.dev not found"));
+    };
+    merge_patch(&mut check["status"], &r.body["status"]);
+    w.rv += 1;
+    check["metadata"]["resourceVersion"] = w.rv.to_string().into();
+    w.checks.insert(key, check.clone());
+    let ev = line("MODIFIED", &check);
+    w.check_watches.retain(|tx| tx.send(ev.clone()).is_ok());
+    full(200, &check)
 }
 
 fn stream(rx: mpsc::UnboundedReceiver<Bytes>) -> Response<Body> {
@@ -557,7 +714,7 @@ async fn agent_with(
 }
 
 /// [`agent_with`], and `shop_ceiling` added to tenant `shop`'s ceiling.
-async fn agent_configured(
+pub(crate) async fn agent_configured(
     client: kube::Client,
     dir: &Path,
     extra: &str,
@@ -1405,13 +1562,30 @@ fn shipped_crd_is_generated_from_the_sondecheck_type() {
         columns,
         [
             ("Plugin", "string", ".spec.plugin"),
+            ("Mode", "string", ".spec.mode"),
+            (
+                "Accepted",
+                "string",
+                ".status.conditions[?(@.type==\"Accepted\")].status"
+            ),
+            ("Ready", "integer", ".status.podsReady"),
+            ("NotReady", "integer", ".status.podsNotReady"),
+            ("Unknown", "integer", ".status.podsUnknown"),
+            ("Reason", "string", ".status.conditions[?(@.type==\"Accepted\")].reason"),
             ("Port", "string", ".spec.port"),
             ("Service", "string", ".spec.service.name"),
             ("Period", "integer", ".spec.periodSeconds"),
-            ("Mode", "string", ".spec.mode"),
             ("Age", "date", ".metadata.creationTimestamp"),
         ]
     );
+    // The status is a subresource: the agents' status writes cannot touch
+    // the spec, and a user's spec writes cannot forge the status.
+    assert_eq!(version["subresources"], json!({"status": {}}));
+    let status = &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+    assert_eq!(status["conditions"]["x-kubernetes-list-type"], "map");
+    for k in ["observedGeneration", "podsReady", "podsNotReady", "podsUnknown"] {
+        assert_eq!(status[k]["type"], "integer", "{k}");
+    }
     let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
     let rules = |v: &Value| -> Vec<String> {
         v["x-kubernetes-validations"]

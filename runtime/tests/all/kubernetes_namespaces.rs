@@ -273,12 +273,11 @@ async fn a_labelled_namespace_runs_its_gates_under_the_template_until_unlabelled
     assert_eq!(cond(&stored, "sonde.dev/ready").unwrap()["reason"], "CheckUnavailable");
     // Everything the agent asked of the API server, Namespaces included,
     // the shipped ClusterRole allows.
-    let rules = shipped_rules();
+    let rules = crate::shipped_install::agent_rules();
     for r in api.requests() {
-        let (group, resource, verb) = rbac_attributes(&r);
         assert!(
-            allows(&rules, &group, &resource, &verb),
-            "rbac.yaml's ClusterRole sonde does not allow {verb} {resource} ({group:?}): {} {}?{}",
+            crate::shipped_install::agent_may(&rules, &r),
+            "rbac.yaml does not let sonde's ServiceAccount make {} {}?{}",
             r.method,
             r.path,
             r.query
@@ -290,68 +289,6 @@ async fn a_labelled_namespace_runs_its_gates_under_the_template_until_unlabelled
     );
     drop(gates);
     agent.stop().await;
-}
-
-/// The rules of `deploy/kubernetes/rbac.yaml`'s ClusterRole `sonde`, as
-/// shipped: (API groups, resources, verbs).
-fn shipped_rules() -> Vec<(Vec<String>, Vec<String>, Vec<String>)> {
-    let text = std::fs::read_to_string(crate::support::repo().join("deploy/kubernetes/rbac.yaml")).unwrap();
-    let role = text
-        .split("\n---\n")
-        .map(|doc| serde_saphyr::from_str::<Value>(doc).unwrap())
-        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "sonde")
-        .expect("ClusterRole sonde");
-    let strings = |v: &Value| -> Vec<String> {
-        v.as_array()
-            .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
-            .unwrap_or_default()
-    };
-    role["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (strings(&r["apiGroups"]), strings(&r["resources"]), strings(&r["verbs"])))
-        .collect()
-}
-
-/// What RBAC checks of a request: its API group, resource (with its
-/// subresource) and verb.
-fn rbac_attributes(r: &crate::kubernetes::Recorded) -> (String, String, String) {
-    let segments: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
-    let (group, rest) = match segments.as_slice() {
-        ["api", _version, rest @ ..] => (String::new(), rest),
-        ["apis", group, _version, rest @ ..] => (group.to_string(), rest),
-        _ => panic!("not an API path: {}", r.path),
-    };
-    let (resource, name, sub) = match rest {
-        ["namespaces", _, resource, more @ ..] => (*resource, more.first(), more.get(1)),
-        [resource, more @ ..] => (*resource, more.first(), more.get(1)),
-        [] => panic!("no resource: {}", r.path),
-    };
-    let resource = match sub {
-        Some(sub) => format!("{resource}/{sub}"),
-        None => resource.to_string(),
-    };
-    let watching = r.query.split('&').any(|kv| kv == "watch=true" || kv == "watch=1");
-    let verb = match (r.method.as_str(), name.is_some()) {
-        ("GET", true) => "get",
-        ("GET", false) if watching => "watch",
-        ("GET", false) => "list",
-        ("POST", _) => "create",
-        ("PATCH", _) => "patch",
-        ("PUT", _) => "update",
-        ("DELETE", _) => "delete",
-        (m, _) => panic!("{m}"),
-    };
-    (group, resource, verb.to_string())
-}
-
-fn allows(rules: &[(Vec<String>, Vec<String>, Vec<String>)], group: &str, resource: &str, verb: &str) -> bool {
-    rules.iter().any(|(groups, resources, verbs)| {
-        groups.iter().any(|g| g == group || g == "*")
-            && resources.iter().any(|r| r == resource || r == "*")
-            && verbs.iter().any(|v| v == verb || v == "*")
-    })
 }
 
 /// A burst of labels (a cluster admin opting in forty namespaces at once)

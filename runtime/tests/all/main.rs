@@ -26,6 +26,7 @@ mod instance_pool;
 mod kubernetes;
 mod kubernetes_e2e;
 mod kubernetes_namespaces;
+mod kubernetes_status;
 mod names;
 mod oci;
 mod oci_hostile;

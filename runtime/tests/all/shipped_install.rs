@@ -12,12 +12,15 @@
 //! finds it through `$KUBECONFIG`, where in a Pod it would use its
 //! ServiceAccount), answering `TokenReview`s for a few known tokens and
 //! `SubjectAccessReview`s by the rules of `rbac.yaml`'s `sonde-reader`
-//! ClusterRole, taken as bound to Prometheus's ServiceAccount.
+//! ClusterRole, taken as bound to Prometheus's ServiceAccount. With no
+//! other agent, this one takes the status Lease and writes the check's
+//! status; every request it makes is checked against the rules
+//! `rbac.yaml` binds to its ServiceAccount.
 //!
 //! Needs root (to run the agent as the DaemonSet's user, as CI does) and
 //! the DaemonSet's port, 9464, free on loopback.
 
-use crate::kubernetes::{Body, FakeApi, cond, full};
+use crate::kubernetes::{Body, FakeApi, Recorded, cond, full};
 use crate::support::call;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -55,6 +58,79 @@ fn of_kind(docs: &[Value], kind: &str, name: &str) -> Value {
         .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
         .unwrap_or_else(|| panic!("no {kind} {name}"))
         .clone()
+}
+
+/// The rules the shipped `rbac.yaml` grants sonde's ServiceAccount, each
+/// with the namespace it holds in (`None`: a ClusterRole, everywhere).
+pub(crate) fn agent_rules() -> Vec<(Option<String>, Value)> {
+    let rbac = manifest("rbac.yaml");
+    let bound = |binding: &Value| {
+        binding["subjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["kind"] == "ServiceAccount" && s["name"] == "sonde" && s["namespace"] == "sonde-system")
+    };
+    let mut rules = Vec::new();
+    for b in rbac
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding")
+    {
+        if !bound(b) {
+            continue;
+        }
+        let role = of_kind(
+            &rbac,
+            b["roleRef"]["kind"].as_str().unwrap(),
+            b["roleRef"]["name"].as_str().unwrap(),
+        );
+        let namespace = role["metadata"]["namespace"].as_str().map(str::to_string);
+        assert_eq!(
+            namespace.as_deref(),
+            b["metadata"]["namespace"].as_str(),
+            "a RoleBinding binds a Role of its own namespace"
+        );
+        for rule in role["rules"].as_array().unwrap() {
+            rules.push((namespace.clone(), rule.clone()));
+        }
+    }
+    rules
+}
+
+/// Whether `rules` allow the API request `r`, read as RBAC reads it: its
+/// group, resource (and subresource), namespace and verb.
+pub(crate) fn agent_may(rules: &[(Option<String>, Value)], r: &Recorded) -> bool {
+    let parts: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
+    let (group, rest) = match parts[0] {
+        "api" => ("", &parts[2..]),
+        _ => (parts[1], &parts[3..]),
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(*ns), rest),
+        _ => (None, rest),
+    };
+    let resource = match rest {
+        [res, _, sub] => format!("{res}/{sub}"),
+        [res, ..] => res.to_string(),
+        [] => return false,
+    };
+    let verb = match (r.method.as_str(), rest.len()) {
+        ("GET", 1) if r.query.contains("watch=true") => "watch",
+        ("GET", 1) => "list",
+        ("GET", _) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", _) => "delete",
+        _ => return false,
+    };
+    let has = |v: &Value, want: &str| v.as_array().unwrap().iter().any(|x| x == want || x == "*");
+    rules.iter().any(|(ns, rule)| {
+        (ns.is_none() || ns.as_deref() == namespace)
+            && has(&rule["apiGroups"], group)
+            && has(&rule["resources"], &resource)
+            && has(&rule["verbs"], verb)
+    })
 }
 
 /// What the fake API server's reviews saw.
@@ -259,6 +335,8 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
 
     // The API server, with one Pod of this node behind a gate.
     let api = FakeApi::new();
+    // No other agent: this one takes the status Lease and writes statuses.
+    api.open_leases();
     let reviews = Arc::new(Reviews::default());
     let server = serve(api.clone(), reviews.clone()).await;
     // The Pod's service: a real listener at its IP.
@@ -307,6 +385,10 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
         let value = match (&e["value"], &e["valueFrom"]["fieldRef"]["fieldPath"]) {
             (Value::String(v), _) => mapped(v, &mounts),
             (_, Value::String(f)) if f == "spec.nodeName" => NODE.to_string(),
+            (_, Value::String(f)) if f == "metadata.namespace" => daemonset["metadata"]["namespace"]
+                .as_str()
+                .expect("the DaemonSet's namespace")
+                .to_string(),
             _ => panic!("an env entry this test cannot fill: {e}"),
         };
         env.insert(name, value);
@@ -432,6 +514,39 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
     let sent = reviews.agent_auth.lock().unwrap().clone();
     assert!(!sent.is_empty());
     assert!(sent.iter().all(|a| *a == format!("Bearer {AGENT_TOKEN}")), "{sent:?}");
+
+    // It elected itself and wrote the check's status; every request it
+    // made to the API server is one the shipped RBAC allows.
+    let waited = tokio::time::timeout(
+        PATIENCE,
+        api.wait("the check's status", |log| {
+            log.iter()
+                .any(|r| r.method == "PATCH" && r.path.ends_with("/sondechecks/ready/status"))
+        }),
+    )
+    .await;
+    assert!(waited.is_ok(), "no status written:\n{}", logs());
+    let rules = agent_rules();
+    let requests = api.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.path.contains("/namespaces/sonde-system/leases"))
+    );
+    for r in &requests {
+        assert!(
+            agent_may(&rules, r),
+            "rbac.yaml does not allow {} {}?{}",
+            r.method,
+            r.path,
+            r.query
+        );
+    }
+    let elsewhere = Recorded {
+        path: "/apis/coordination.k8s.io/v1/namespaces/default/leases/sonde-status".into(),
+        ..requests.iter().find(|r| r.path.contains("/leases/")).unwrap().clone()
+    };
+    assert!(!agent_may(&rules, &elsewhere), "Leases in the agent's namespace only");
 
     // It wrote where the manifests give room, and nowhere else.
     let cache = &mounts.iter().find(|(m, _)| m == "/var/cache/sonde").unwrap().1;
