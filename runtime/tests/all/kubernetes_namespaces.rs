@@ -248,6 +248,23 @@ async fn a_labelled_namespace_runs_its_gates_under_the_template_until_unlabelled
     assert!(agent.results.get("k8s_team-x_x_ready").is_none());
     assert!(agent.control.tenants().get("team-x").is_none());
 
+    // The gates waited for the Namespaces: team-a's was never refused nor
+    // Unknown on the way to True (a restart does not flap it).
+    assert!(
+        refusals(&api, "team-a", "ready").is_empty(),
+        "{:?}",
+        refusals(&api, "team-a", "ready")
+    );
+    let path = "/api/v1/namespaces/team-a/pods/web/status";
+    let ready: Vec<Value> = api
+        .patches()
+        .iter()
+        .filter(|p| p.path == path)
+        .flat_map(|p| p.body["status"]["conditions"].as_array().cloned().unwrap_or_default())
+        .filter(|c| c["type"] == "sonde.dev/ready")
+        .collect();
+    assert!(ready.iter().all(|c| c["status"] == "True"), "{ready:?}");
+
     // A reload of the file keeps the templated tenants and the gate's probe.
     agent.reload().await.unwrap();
     assert!(agent.control.tenants().get("team-a").is_some(), "kept across a reload");
