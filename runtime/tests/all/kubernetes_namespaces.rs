@@ -448,3 +448,33 @@ fn validate_takes_the_documented_example_and_names_a_bad_template_s_key() {
     );
     assert!(stderr.contains("bad.yaml:"), "names the file and line: {stderr}");
 }
+
+/// A namespace whose checks were refused for want of a tenant gets its
+/// gates True once the cluster admin labels it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labelling_a_refused_namespace_brings_its_gate_true() {
+    let config = documented_config().replace(POD_CIDR.0, POD_CIDR.1);
+    let server = HttpServer::start().await;
+    let (client, api) = FakeApi::start();
+    api.put_namespace(namespace("late", None));
+    api.put(check("late", "ready", 1, 1), false);
+    api.put(
+        pod("late", "web", "uid-l", NODE, server.addr.port(), &["ready"], json!([])),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path(), &config).await;
+    gates.synced().await;
+    wait_until("the gate Unknown, without a tenant", || {
+        last_written(&api, "late", "web", "ready").is_some_and(|c| c["status"] == "Unknown")
+    })
+    .await;
+    api.put_namespace(namespace("late", Some("standard")));
+    wait_until("the gate True once labelled", || {
+        last_written(&api, "late", "web", "ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    assert_eq!(agent.results.get("k8s_late_web_ready").unwrap().tenant, "late");
+    drop(gates);
+    agent.stop().await;
+}
