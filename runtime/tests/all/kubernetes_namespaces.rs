@@ -248,6 +248,23 @@ async fn a_labelled_namespace_runs_its_gates_under_the_template_until_unlabelled
     assert!(agent.results.get("k8s_team-x_x_ready").is_none());
     assert!(agent.control.tenants().get("team-x").is_none());
 
+    // The gates waited for the Namespaces: team-a's was never refused nor
+    // Unknown on the way to True (a restart does not flap it).
+    assert!(
+        refusals(&api, "team-a", "ready").is_empty(),
+        "{:?}",
+        refusals(&api, "team-a", "ready")
+    );
+    let path = "/api/v1/namespaces/team-a/pods/web/status";
+    let ready: Vec<Value> = api
+        .patches()
+        .iter()
+        .filter(|p| p.path == path)
+        .flat_map(|p| p.body["status"]["conditions"].as_array().cloned().unwrap_or_default())
+        .filter(|c| c["type"] == "sonde.dev/ready")
+        .collect();
+    assert!(ready.iter().all(|c| c["status"] == "True"), "{ready:?}");
+
     // A reload of the file keeps the templated tenants and the gate's probe.
     agent.reload().await.unwrap();
     assert!(agent.control.tenants().get("team-a").is_some(), "kept across a reload");
@@ -367,4 +384,34 @@ fn validate_takes_the_documented_example_and_names_a_bad_template_s_key() {
         "{stderr}"
     );
     assert!(stderr.contains("bad.yaml:"), "names the file and line: {stderr}");
+}
+
+/// A namespace whose checks were refused for want of a tenant gets its
+/// gates True once the cluster admin labels it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labelling_a_refused_namespace_brings_its_gate_true() {
+    let config = documented_config().replace(POD_CIDR.0, POD_CIDR.1);
+    let server = HttpServer::start().await;
+    let (client, api) = FakeApi::start();
+    api.put_namespace(namespace("late", None));
+    api.put(check("late", "ready", 1, 1), false);
+    api.put(
+        pod("late", "web", "uid-l", NODE, server.addr.port(), &["ready"], json!([])),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = agent(client, dir.path(), &config).await;
+    gates.synced().await;
+    wait_until("the gate Unknown, without a tenant", || {
+        last_written(&api, "late", "web", "ready").is_some_and(|c| c["status"] == "Unknown")
+    })
+    .await;
+    api.put_namespace(namespace("late", Some("standard")));
+    wait_until("the gate True once labelled", || {
+        last_written(&api, "late", "web", "ready").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    assert_eq!(agent.results.get("k8s_late_web_ready").unwrap().tenant, "late");
+    drop(gates);
+    agent.stop().await;
 }
