@@ -161,6 +161,8 @@ pub async fn run(kubeconfig: &Path) {
         "sonde owns only its condition: {fields}"
     );
 
+    the_check_says_how_it_is_doing(&client, &checks).await;
+
     // Steady: no write while the result holds.
     let rv = p.metadata.resource_version.clone();
     crate::kubernetes::runs(&agent, &format!("k8s_{namespace}_web-1_ready"), 3).await;
@@ -262,6 +264,26 @@ async fn through_a_service(client: &Client, namespace: &str, pods: &Api<Pod>) {
         "names the ClusterIP outside the ceiling: {notes:?}"
     );
     assert!(notes["via-headless"].contains("headless"), "{notes:?}");
+    // And each SondeCheck's status says why, for `kubectl get`.
+    for (name, reason) in [
+        ("via-egress", "OutsideCeiling"),
+        ("via-headless", "ServiceWithoutClusterIP"),
+    ] {
+        let refused = move |c: Option<&SondeCheck>| {
+            c.and_then(|c| c.status.as_ref()).is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|k| k.type_ == "Accepted" && k.status == "False" && k.reason == reason)
+            })
+        };
+        tokio::time::timeout(
+            PATIENCE,
+            kube::runtime::wait::await_condition(checks.clone(), name, refused),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name}: Accepted False, {reason}"))
+        .expect("watch the SondeCheck");
+    }
     for name in ["egress", "headless"] {
         let gate = format!("sonde.dev/via-{name}");
         until(pods, &format!("proxy-{name}"), "the gate Unknown", |p| {
@@ -305,4 +327,44 @@ async fn dry_run_the_rollout_example(client: &Client, namespace: &str) {
     }
     assert_eq!(kinds, ["SondeCheck", "Service", "ConfigMap", "StatefulSet"]);
     let _ = namespaces.delete(namespace, &DeleteParams::default()).await;
+}
+
+/// The SondeCheck's status, written by the one agent elected through the
+/// Lease `sonde-status` in `sonde-system` (created here when the cluster
+/// has no such namespace): Accepted True for the current generation, and
+/// the one Pod of this node whose gate is True counted (the other Pod, on
+/// a node with no agent, counted as Unknown).
+async fn the_check_says_how_it_is_doing(client: &Client, checks: &Api<SondeCheck>) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt("sonde-system").await.unwrap().is_none() {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "sonde-system"}})).unwrap();
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create sonde-system");
+    }
+    let cond = |c: Option<&SondeCheck>| {
+        c.and_then(|c| c.status.as_ref()).is_some_and(|s| {
+            s.pods_ready == 1
+                && s.pods_unknown == 1
+                && s.observed_generation == c.and_then(|c| c.metadata.generation)
+                && s.conditions.iter().any(|k| k.type_ == "Accepted" && k.status == "True")
+        })
+    };
+    // The Lease is taken on the first try when no agent holds it; a
+    // leftover holder from an earlier run expires within a minute.
+    tokio::time::timeout(
+        Duration::from_secs(150),
+        kube::runtime::wait::await_condition(checks.clone(), "ready", cond),
+    )
+    .await
+    .expect("the status: Accepted, 1 ready, 1 unknown")
+    .expect("watch the SondeCheck");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), "sonde-system");
+    let lease = leases.get("sonde-status").await.expect("the Lease");
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some(NODE),
+        "the agent of this test leads"
+    );
 }
