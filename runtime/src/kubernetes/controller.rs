@@ -223,18 +223,18 @@ fn ready_endpoints(slices: &Store<EndpointSlice>, namespace: &str, name: &str, i
         Some(std::net::IpAddr::V6(_)) => "IPv6",
         _ => "IPv4",
     };
+    // Only the Service's slices are cloned out of the cluster-wide store.
     slices
-        .state()
-        .iter()
-        .filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
-        .filter(|s| s.address_type == family)
-        .filter(|s| {
-            s.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(SERVICE_NAME_LABEL))
-                .is_some_and(|n| n == name)
+        .state_filter(|s| {
+            s.metadata.namespace.as_deref() == Some(namespace)
+                && s.address_type == family
+                && s.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                    .is_some_and(|n| n == name)
         })
+        .iter()
         .flat_map(|s| s.endpoints.iter())
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
         .count()
@@ -287,8 +287,8 @@ pub(crate) struct Reconciler {
     stats: Arc<Stats>,
     pods: Store<Pod>,
     checks: Store<SondeCheck>,
-    services: Store<Service>,
-    slices: Store<EndpointSlice>,
+    /// The Services and EndpointSlices, as checks through one see them.
+    services: Services,
     written: HashMap<PodKey, Written>,
     bindings: HashMap<String, Binding>,
     /// StartupOnly gates already True, by (Pod UID, check).
@@ -310,8 +310,6 @@ pub(crate) struct Reconciler {
     /// Which of the Service and EndpointSlice stores have listed once
     /// (checks at Pods do not wait on them).
     services_listed: (bool, bool),
-    /// Set once both have: what [`Services::view`] reads.
-    services_ready: Arc<std::sync::atomic::AtomicBool>,
     /// Both stores have listed once.
     ready: bool,
     synced: watch::Sender<bool>,
@@ -378,8 +376,11 @@ impl Reconciler {
             stats,
             pods,
             checks,
-            services,
-            slices,
+            services: Services {
+                services,
+                slices,
+                ready: Arc::default(),
+            },
             written: HashMap::new(),
             bindings: HashMap::new(),
             started: HashSet::new(),
@@ -394,7 +395,6 @@ impl Reconciler {
             events,
             done_tx,
             services_listed: (false, false),
-            services_ready: Arc::default(),
             ready: false,
             synced,
         };
@@ -423,7 +423,7 @@ impl Reconciler {
         let (done_tx, mut done_rx) = mpsc::unbounded_channel();
         self.done_tx = done_tx;
         let (pods, checks) = (self.pods.clone(), self.checks.clone());
-        let (services, slices) = (self.services.clone(), self.slices.clone());
+        let (services, slices) = (self.services.services.clone(), self.services.slices.clone());
         let listed = async move {
             // Errs only when a writer is dropped, i.e. its stream ended,
             // which ends this loop too.
@@ -447,7 +447,7 @@ impl Reconciler {
                 services = &mut listed, if !self.ready => {
                     if services {
                         self.services_listed = (true, true);
-                        self.services_ready.store(true, Ordering::Relaxed);
+                        self.services.ready.store(true, Ordering::Relaxed);
                     } else {
                         tracing::warn!(grace_s = SERVICES_GRACE.as_secs(), "Services and EndpointSlices not listed yet: serving gates; checks through a Service wait (does the ClusterRole allow services and discovery.k8s.io endpointslices list and watch?)");
                     }
@@ -572,7 +572,7 @@ impl Reconciler {
                     self.services_listed.1 = true;
                 }
                 if self.services_listed == (true, true) {
-                    self.services_ready.store(true, Ordering::Relaxed);
+                    self.services.ready.store(true, Ordering::Relaxed);
                 }
                 return self.reconcile_all().await;
             }
@@ -599,18 +599,9 @@ impl Reconciler {
         }
     }
 
-    /// Service `name` of `namespace` as a check sees it.
-    fn service(&self, namespace: &str, name: &str) -> Result<ServiceView, Refusal> {
-        self.services().view(namespace, name)
-    }
-
     /// The Services as checks see them, for the status writer too.
     pub(super) fn services(&self) -> Services {
-        Services {
-            services: self.services.clone(),
-            slices: self.slices.clone(),
-            ready: self.services_ready.clone(),
-        }
+        self.services.clone()
     }
 
     /// The Pod `key` as the controller sees it: the store's, with the
@@ -665,7 +656,7 @@ impl Reconciler {
         let namespace = key.0.clone();
         let lookup = move |name: &str| checks.get(&ObjectRef::new(name).within(&namespace));
         let started = |uid: &str, check: &str| self.started.contains(&(uid.to_string(), check.to_string()));
-        let services = |name: &str| self.service(&key.0, name);
+        let services = |name: &str| self.services.view(&key.0, name);
         let plan = plan_pod(&PodInputs {
             key,
             pod: pod.as_ref(),
