@@ -1837,15 +1837,18 @@ mod through_a_service {
         agent.stop().await;
     }
 
-    /// A Service outside the namespace's ceiling, a missing one, a headless
-    /// one and a port the Service lacks: each refused with an Event on the
-    /// SondeCheck naming it, the gate Unknown/CheckUnavailable; nothing is
-    /// dialled.
+    /// A Service outside the namespace's ceiling, a missing one (though
+    /// another namespace has it), a headless one and a port it lacks: each
+    /// refused with an Event on the SondeCheck naming it, the gate
+    /// Unknown/CheckUnavailable; nothing is dialled.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_service_outside_the_ceiling_missing_headless_or_without_the_port_is_refused() {
         let (client, api) = FakeApi::start();
         // The Service CIDR is not in tenant shop's ceiling (loopback only).
         api.put(service("shop", "egress", "10.96.0.10", 80), false);
+        // Another namespace's Service of that name, inside the ceiling:
+        // a check finds Services of its own namespace only.
+        api.put(service("other", "nowhere", "127.0.0.1", 80), false);
         let mut headless = service("shop", "headless", "None", 80);
         headless["spec"]["clusterIPs"] = json!(["None"]);
         api.put(headless, false);
