@@ -545,6 +545,12 @@ pub struct KubernetesSpec {
     /// `burst: 10` — writes allowed at once above `qps`. Default 10.
     #[serde(default)]
     pub burst: Option<u32>,
+    /// `message_refresh: 1m` (default) — while a gate's status holds, how
+    /// often its message is brought up to date with its probe's latest
+    /// run: at most one such write per Pod per period, and none while the
+    /// message is the same. At least `1s`.
+    #[serde(default)]
+    pub message_refresh: Option<Dur>,
     /// `namespace_templates: {team: {quotas: {...}, ceiling: {...}}}` —
     /// tenants for namespaces the cluster admin opts in with the label
     /// `sonde.dev/tenant-template: <name>`: each such namespace gets a

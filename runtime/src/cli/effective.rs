@@ -143,7 +143,7 @@ fn probe(p: &std::sync::Arc<crate::registry::ProbeSpec>) -> Value {
 
 /// The `kubernetes:` block, defaults filled in.
 fn kubernetes(k: &crate::config::KubernetesSpec, t: &crate::registry::settings::NamespaceTemplates) -> Value {
-    use crate::kubernetes::mapping::{DEFAULT_BURST, DEFAULT_PLUGINS, DEFAULT_QPS};
+    use crate::kubernetes::mapping::{DEFAULT_BURST, DEFAULT_MESSAGE_REFRESH, DEFAULT_PLUGINS, DEFAULT_QPS};
     let templates: serde_json::Map<String, Value> = t
         .templates
         .iter()
@@ -164,6 +164,7 @@ fn kubernetes(k: &crate::config::KubernetesSpec, t: &crate::registry::settings::
         "max_templated_namespaces": t.max,
         "qps": k.qps.unwrap_or(DEFAULT_QPS),
         "burst": k.burst.unwrap_or(DEFAULT_BURST),
+        "message_refresh": dur(k.message_refresh.map_or(DEFAULT_MESSAGE_REFRESH, |d| d.0)),
     })
 }
 

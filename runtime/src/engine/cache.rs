@@ -104,6 +104,11 @@ impl CompileCache {
         }
     }
 
+    /// The cache's directory, when the cache is on (private to this user).
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
     fn path(&self, digest_hex: &str) -> Option<PathBuf> {
         let dir = self.dir.as_ref()?;
         Some(dir.join(format!("{digest_hex}-{:016x}.cwasm", self.engine_key)))

@@ -77,7 +77,8 @@ impl Compiler {
     }
 }
 
-/// Compiles `wasm` in a child process into `out` under `budget`; the child
+/// Compiles `wasm` in a child process into `out` under `budget`, handing
+/// it the component through a file in `scratch`; the child
 /// builds the engine configuration of [`super::pool::base_config`], which
 /// compiles the same code as the agent's.
 pub(crate) async fn in_child(
@@ -86,6 +87,7 @@ pub(crate) async fn in_child(
     budget: CompileBudget,
     wasm: &[u8],
     out: &Path,
+    scratch: &Path,
 ) -> Result<(), LoadError> {
     let internal = |what: &str, e: std::io::Error| LoadError::Compile {
         plugin: plugin.to_string(),
@@ -94,7 +96,7 @@ pub(crate) async fn in_child(
     let input = tempfile::Builder::new()
         .prefix("sonde-compile-")
         .suffix(".wasm")
-        .tempfile()
+        .tempfile_in(scratch)
         .map_err(|e| internal("cannot write the component for the compiler", e))?;
     std::fs::write(input.path(), wasm).map_err(|e| internal("cannot write the component for the compiler", e))?;
     // RLIMIT_CPU counts every thread: the compiler runs one per core.

@@ -279,14 +279,14 @@ impl Engine {
         }
         cache.note_miss();
         // Without a cache, the artifact goes to a private temporary
-        // directory, removed once loaded.
+        // directory in the engine's scratch directory, removed once loaded.
         let scratch;
         let out = match cache.entry(digest) {
             Some(path) => path,
             None => {
                 scratch = tempfile::Builder::new()
                     .prefix("sonde-compiled-")
-                    .tempdir()
+                    .tempdir_in(&self.inner.scratch)
                     .map_err(|e| LoadError::Compile {
                         plugin: plugin.to_string(),
                         source: e.into(),
@@ -294,7 +294,7 @@ impl Engine {
                 scratch.path().join("component.cwasm")
             }
         };
-        compile::in_child(plugin, program, budget, wasm, &out).await?;
+        compile::in_child(plugin, program, budget, wasm, &out, &self.inner.scratch).await?;
         // SAFETY: the file was just written by this binary's compiler, in
         // the private cache directory or a private temporary one.
         #[allow(unsafe_code)]

@@ -103,6 +103,8 @@ struct Inner {
     /// (the registry, a call). The engine itself holds a loaded plugin
     /// weakly, so its compiled code is freed once nothing uses it.
     plugins: Mutex<HashMap<Digest, Loaded>>,
+    /// Where the engine's temporary files go (see [`scratch_dir`]).
+    scratch: PathBuf,
     slots: Semaphore,
     /// The TLS client and keep-alive pool every call shares.
     host: Arc<host::Shared>,
@@ -113,6 +115,27 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.ticker.stop();
     }
+}
+
+/// Where the engine writes its temporary files (the empty directory shown
+/// to plugins, a component handed to the compiler child, an uncached
+/// compiled artifact): the compile cache's directory when the cache is on
+/// (private to this user, and in a container on a volume), else `$TMPDIR`.
+/// Nothing else is written outside the configured directories, so the
+/// agent starts on a read-only root filesystem with no `/tmp`.
+fn scratch_dir(cache: &cache::CompileCache) -> PathBuf {
+    cache
+        .dir()
+        .map_or_else(std::env::temp_dir, std::path::Path::to_path_buf)
+}
+
+/// Makes a directory in `scratch`, opens it and removes it: the handle
+/// stays valid and can never gain an entry, and nothing is left behind.
+fn open_removed_empty_dir(scratch: &std::path::Path) -> std::io::Result<Dir> {
+    let tmp = tempfile::Builder::new().prefix("sonde-empty-").tempdir_in(scratch)?;
+    let dir = host::filesystem::open_empty_dir(tmp.path());
+    tmp.close()?;
+    dir
 }
 
 /// The sandboxed executor; clones share it. Engines in one process share
@@ -140,17 +163,15 @@ impl Engine {
         store::add_to_linker(&mut linker_closed, false).map_err(EngineError)?;
         let mut linker_files = Linker::new(&engine);
         store::add_to_linker(&mut linker_files, true).map_err(EngineError)?;
-        // Opened, then removed: the handle stays valid and can never gain
-        // an entry, and nothing is left behind.
-        let empty_dir = tempfile::Builder::new()
-            .prefix("sonde-empty-")
-            .tempdir()
-            .and_then(|tmp| {
-                let dir = host::filesystem::open_empty_dir(tmp.path());
-                tmp.close()?;
-                dir
-            })
-            .map_err(|e| EngineError(e.into()))?;
+        let cache = cache::CompileCache::new(&engine, config.cache_dir);
+        let scratch = scratch_dir(&cache);
+        let empty_dir = open_removed_empty_dir(&scratch).map_err(|source| {
+            EngineError(wasmtime::Error::msg(format!(
+                "cannot make a scratch directory in {}: {source} (the engine's temporary files go in the compile \
+                 cache directory when it is usable — $SONDE_CACHE_DIR, or --cache-dir — else in $TMPDIR)",
+                scratch.display()
+            )))
+        })?;
         let ticker = Arc::new(Ticker::default());
         {
             let engine = engine.clone();
@@ -162,7 +183,8 @@ impl Engine {
         }
         Ok(Self {
             inner: Arc::new(Inner {
-                cache: cache::CompileCache::new(&engine, config.cache_dir),
+                cache,
+                scratch,
                 compiler: config.compiler,
                 engine,
                 linker_closed,

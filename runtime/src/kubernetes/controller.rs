@@ -441,6 +441,9 @@ impl Reconciler {
         let mut changes = self.results.subscribe();
         let mut reloads = self.control.reloads();
         let mut pulls = self.control.pulls_ended();
+        let every = self.settings.message_refresh;
+        let mut refresh = tokio::time::interval_at(Instant::now() + every, every);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let wake = self.wake.take();
             tokio::select! {
@@ -495,6 +498,7 @@ impl Reconciler {
                     Err(broadcast::error::RecvError::Closed) => {}
                 },
                 Some(done) = done_rx.recv() => self.on_done(done),
+                _ = refresh.tick() => self.refresh_messages(),
                 () = sleep_until(wake), if wake.is_some() => {}
             }
             self.pump();
@@ -865,6 +869,24 @@ impl Reconciler {
             });
             let cond = Cond::of_state(view.state, timed_out, &message);
             self.want(&b.pod, &b.uid, &condition_type(&b.check), cond);
+        }
+    }
+
+    /// Each gate whose status holds takes the message of its probe's
+    /// latest run (see [`Cond::latest`]): `kubectl describe pod` says why
+    /// now, not why when the status last flipped. Called every
+    /// `kubernetes.message_refresh`, so a Pod gets at most one such write
+    /// per period (its gates' changes share one patch), and none while the
+    /// messages are the same.
+    fn refresh_messages(&mut self) {
+        let all: Vec<(String, Binding)> = self.bindings.iter().map(|(n, b)| (n.clone(), b.clone())).collect();
+        for (name, b) in all {
+            let Some(view) = self.results.get(&name).filter(|v| !v.stale) else {
+                continue;
+            };
+            if let Some(cond) = view.last.as_ref().and_then(|o| Cond::latest(view.state, &o.result)) {
+                self.want(&b.pod, &b.uid, &condition_type(&b.check), cond);
+            }
         }
     }
 

@@ -63,9 +63,14 @@ pub struct SondeCheckSpec {
     /// containers' ports. A Pod may override it with the annotation
     /// sonde.dev/<check-name>.port. Exactly one of port and service is set.
     // A structural schema allows no `type` inside anyOf, and numeric bounds
-    // do not apply to strings: CEL checks both.
+    // do not apply to strings: the name's length and form are OpenAPI's
+    // `maxLength` and `pattern` (which apply to strings only), the number's
+    // range is CEL's. No CEL string function here: the API server costs an
+    // int-or-string at the largest request whatever its `maxLength`, and a
+    // `matches` on it put the CRD 100 times over its CEL budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))").message("port is a number 1-65535 or a container port's name (IANA_SVC_NAME, at most 15 characters)"))]
+    #[schemars(extend("maxLength" = 15, "pattern" = PORT_NAME))]
+    #[x_kube(validation = Rule::new("type(self) != int || (self >= 1 && self <= 65535)").message("port is a number 1-65535 or a container port's name (IANA_SVC_NAME, at most 15 characters)"))]
     pub port: Option<IntOrString>,
     /// Check through a Service of the Pod's namespace instead of at the
     /// Pod: the agent dials the Service's ClusterIP and port, so the answer
@@ -103,6 +108,10 @@ pub struct SondeCheckSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<CheckLimits>,
 }
+
+/// A port's name (a DNS label: IANA_SVC_NAME for a container's, the
+/// Service's own for a Service's).
+const PORT_NAME: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
 fn one() -> u32 {
     1
@@ -148,7 +157,9 @@ pub struct ServiceRef {
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
     /// The Service's port: its number, or its name in the Service's ports.
-    #[x_kube(validation = Rule::new("type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 63 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))").message("port is a number 1-65535 or the name of one of the Service's ports"))]
+    // Checked as [`SondeCheckSpec::port`] is, for the same reason.
+    #[schemars(extend("maxLength" = 63, "pattern" = PORT_NAME))]
+    #[x_kube(validation = Rule::new("type(self) != int || (self >= 1 && self <= 65535)").message("port is a number 1-65535 or the name of one of the Service's ports"))]
     pub port: IntOrString,
 }
 

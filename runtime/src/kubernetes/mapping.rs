@@ -9,11 +9,12 @@ use crate::config::KubernetesSpec;
 use crate::oci::{Reference, RegistryScope};
 use crate::tenants::DEFAULT_TENANT;
 use crate::thresholds::Counter;
-use crate::verdict::Status;
+use crate::verdict::{Reason, RunResult, Status};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::time::Duration;
 
 /// Default `kubernetes.plugins`: the built-ins that reach a port.
 pub const DEFAULT_PLUGINS: &[&str] = &["http", "tcp", "grpc"];
@@ -21,6 +22,11 @@ pub const DEFAULT_PLUGINS: &[&str] = &["http", "tcp", "grpc"];
 pub const DEFAULT_QPS: f64 = 5.0;
 /// Default `kubernetes.burst`.
 pub const DEFAULT_BURST: u32 = 10;
+/// Default `kubernetes.message_refresh`: a gate's message follows its
+/// probe's latest run at most this often while its status holds.
+pub const DEFAULT_MESSAGE_REFRESH: Duration = Duration::from_secs(60);
+/// The shortest `kubernetes.message_refresh`.
+pub const MIN_MESSAGE_REFRESH: Duration = Duration::from_secs(1);
 /// The per-Pod override annotations a Pod may set, as
 /// `sonde.dev/<check-name>.<field>`.
 pub const OVERRIDABLE: &[&str] = &["port"];
@@ -44,6 +50,9 @@ pub struct GateSettings {
     pub qps: f64,
     /// Writes allowed at once.
     pub burst: u32,
+    /// How often gates whose status holds take their probe's latest
+    /// message (at most one such write per Pod per period).
+    pub message_refresh: Duration,
 }
 
 /// Why the settings cannot be used.
@@ -70,6 +79,9 @@ pub enum GateSettingsError {
         /// The burst.
         burst: u32,
     },
+    /// `message_refresh` is shorter than [`MIN_MESSAGE_REFRESH`].
+    #[error("kubernetes.message_refresh: {} is shorter than 1s", humantime::format_duration(*.0))]
+    MessageRefresh(Duration),
 }
 
 impl GateSettings {
@@ -86,6 +98,12 @@ impl GateSettings {
         if !(qps > 0.0 && qps.is_finite()) || burst == 0 {
             return Err(GateSettingsError::Rate { qps, burst });
         }
+        let message_refresh = spec
+            .and_then(|s| s.message_refresh)
+            .map_or(DEFAULT_MESSAGE_REFRESH, |d| d.0);
+        if message_refresh < MIN_MESSAGE_REFRESH {
+            return Err(GateSettingsError::MessageRefresh(message_refresh));
+        }
         let plugins = spec
             .and_then(|s| s.plugins.clone())
             .unwrap_or_else(|| DEFAULT_PLUGINS.iter().map(|p| p.to_string()).collect());
@@ -96,6 +114,7 @@ impl GateSettings {
             namespaces: spec.map(|s| s.namespaces.clone()).unwrap_or_default(),
             qps,
             burst,
+            message_refresh,
         })
     }
 
@@ -406,6 +425,18 @@ impl Cond {
             reason: reason.into(),
             message: short(message),
         }
+    }
+
+    /// The condition for a probe state with the message of its latest
+    /// run, when that run agrees with the state (a passing run while the
+    /// probe passes, a failing one while it fails): how a gate's message
+    /// follows the latest reason while its status holds. `None` when the
+    /// run disagrees (a failure still under the threshold would explain a
+    /// passing gate with a failure) or says nothing (an unknown state).
+    pub fn latest(state: Status, run: &RunResult) -> Option<Self> {
+        let cond = Self::of_state(state, run.reason == Some(Reason::Timeout), &run.message);
+        let agrees = Self::of_state(run.status, false, "").status == cond.status;
+        (agrees && cond.status != CondStatus::Unknown).then_some(cond)
     }
 
     /// `Unknown`/`CheckUnavailable`: nothing can be said about the Pod.
@@ -1092,6 +1123,32 @@ mod tests {
         let mut c = check(IntOrString::Int(80));
         c.spec.plugin = "exec".into();
         assert!(desired(&pod(), &c, &s, &no_services).unwrap_err().of_check());
+    }
+
+    #[test]
+    fn a_gate_takes_the_latest_message_only_from_a_run_that_agrees_with_its_state() {
+        let run = |status, reason, message: &str| RunResult {
+            status,
+            reason,
+            message: message.into(),
+            metrics: Vec::new(),
+            detail: None,
+            duration: std::time::Duration::ZERO,
+            fuel_consumed: 0,
+        };
+        let refused = run(Status::Failure, None, "connection refused");
+        let c = Cond::latest(Status::Failure, &refused).unwrap();
+        assert_eq!((c.status, c.reason.as_str()), (CondStatus::False, "CheckFailed"));
+        assert_eq!(c.message, "connection refused");
+        let slow = run(Status::Failure, Some(Reason::Timeout), "no answer within 1s");
+        assert_eq!(Cond::latest(Status::Failure, &slow).unwrap().reason, "CheckTimeout");
+        // A failure under the threshold does not explain a passing gate,
+        // nor a success a failing one; an unknown state says nothing.
+        assert_eq!(Cond::latest(Status::Success, &refused), None);
+        assert_eq!(Cond::latest(Status::Failure, &run(Status::Success, None, "200")), None);
+        assert_eq!(Cond::latest(Status::Unknown, &run(Status::Unknown, None, "x")), None);
+        let warned = Cond::latest(Status::Success, &run(Status::Warning, None, "slow")).unwrap();
+        assert_eq!((warned.status, warned.message.as_str()), (CondStatus::True, "slow"));
     }
 
     #[test]

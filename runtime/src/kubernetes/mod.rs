@@ -54,7 +54,7 @@ mod writer;
 
 use crate::control::Control;
 use crate::results::ResultCache;
-pub use mapping::{Allowlist, AllowlistProblem, GateSettings, GateSettingsError};
+pub use mapping::{Allowlist, AllowlistProblem, DEFAULT_MESSAGE_REFRESH, GateSettings, GateSettingsError};
 pub use stats::Stats;
 use std::sync::Arc;
 use tokio::sync::watch;

@@ -337,7 +337,7 @@ fn validate_prints_the_effective_config() {
 fn validate_refuses_what_run_refuses_with_the_same_message() {
     let dir = tempfile::tempdir().unwrap();
     let target = "targets:\n  - name: web\n    address: 127.0.0.1:9\n    probes: [{plugin: tcp}]\n";
-    let cases: [(&str, &[&str], &str); 3] = [
+    let cases: [(&str, &[&str], &str); 4] = [
         (
             "api: 0.0.0.0:9464\n",
             &[],
@@ -352,6 +352,11 @@ fn validate_refuses_what_run_refuses_with_the_same_message() {
             "kubernetes: {node_name: n1, qps: 0}\n",
             &[],
             "kubernetes: qps and burst must be positive",
+        ),
+        (
+            "kubernetes: {node_name: n1, message_refresh: 500ms}\n",
+            &[],
+            "kubernetes.message_refresh: 500ms is shorter than 1s",
         ),
     ];
     for (i, (head, flags, refusal)) in cases.into_iter().enumerate() {

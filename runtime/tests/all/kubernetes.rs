@@ -730,6 +730,7 @@ pub(crate) async fn agent_configured(
         namespaces: BTreeMap::new(),
         qps: 200.0,
         burst: 200,
+        message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
     };
     start_gates(client, dir, &config, settings, false).await
 }
@@ -917,6 +918,67 @@ async fn the_patch_comes_only_after_failure_threshold_failures() {
     assert_eq!(api.patches().len(), 1);
     let stored = api.pod("shop", "web-1");
     assert_eq!(cond(&stored, "sonde.dev/ready").unwrap()["status"], "False");
+    drop(gates);
+    agent.stop().await;
+}
+
+/// A gate whose status holds takes its probe's latest message at each
+/// `message_refresh`: a Pod that keeps failing, for another reason, says
+/// the new reason without a flip (no `lastTransitionTime`, no Event), and
+/// nothing more is written while the message stays the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_gate_message_follows_the_latest_reason_without_a_flip() {
+    let server = HttpServer::start().await;
+    server.set_healthy(false);
+    let (client, api) = FakeApi::start();
+    api.put(check("shop", "ready", 1, 1), false);
+    api.put(
+        pod("shop", "web-1", "uid-1", NODE, server.addr.port(), &["ready"], passed()),
+        false,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = "tenants:\n  - id: shop\n    ceiling: {net: [\"127.0.0.0/8:*\"]}\ntargets: []\n";
+    let settings = GateSettings {
+        node_name: NODE.into(),
+        plugins: Allowlist::parse(&["http".to_string()]).unwrap(),
+        namespaces: BTreeMap::new(),
+        qps: 200.0,
+        burst: 200,
+        message_refresh: Duration::from_secs(1),
+    };
+    let (agent, gates) = start_gates(client, dir.path(), config, settings, false).await;
+    gates.synced().await;
+    api.wait("the False condition", |r| r.iter().any(|r| r.method == "PATCH"))
+        .await;
+    let first = cond(&api.pod("shop", "web-1"), "sonde.dev/ready").unwrap().clone();
+    assert_eq!(first["status"], "False");
+    assert!(first["message"].as_str().unwrap().contains("503"), "{first}");
+
+    // From now on the connection is refused: still failing, another reason.
+    drop(server);
+    api.wait("the refused connection's message", |r| {
+        r.iter().filter(|r| r.method == "PATCH").count() >= 2
+    })
+    .await;
+    let second = api.patches()[1].body["status"]["conditions"][0].clone();
+    assert_eq!(second["status"], "False");
+    assert_eq!(second["reason"], "CheckFailed");
+    assert!(
+        second.get("lastTransitionTime").is_none(),
+        "the status did not flip: {second}"
+    );
+    assert_ne!(second["message"], first["message"]);
+    let stored = cond(&api.pod("shop", "web-1"), "sonde.dev/ready").unwrap().clone();
+    assert_eq!(stored["message"], second["message"]);
+    assert_eq!(stored["lastTransitionTime"], first["lastTransitionTime"]);
+
+    // Three more runs of a 1 s check span two more refreshes: the message
+    // is the same, so nothing more is written, and no Event but the flip's.
+    runs(&agent, "k8s_shop_web-1_ready", 3).await;
+    assert_eq!(api.patches().len(), 2, "{:#?}", api.patches());
+    let events = api.events();
+    let reasons: Vec<&str> = events.iter().map(|e| e.body["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["CheckFailed"], "{events:#?}");
     drop(gates);
     agent.stop().await;
 }
@@ -1403,6 +1465,7 @@ async fn a_silent_registry_in_one_namespace_holds_up_no_other() {
         namespaces: BTreeMap::new(),
         qps: 200.0,
         burst: 200,
+        message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
     };
     let (agent, gates) = start_gates(client, dir.path(), &config, settings, false).await;
     gates.synced().await;

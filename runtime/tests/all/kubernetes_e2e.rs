@@ -104,6 +104,7 @@ async fn start_agent(namespace: &str, client: Client, dir: &Path) -> (Agent, kub
         namespaces: BTreeMap::new(),
         qps: 5.0,
         burst: 10,
+        message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
     };
     let (agent, handle) = crate::kubernetes::start_gates(client, dir, &config, settings, true).await;
     handle.synced().await;

@@ -5,7 +5,7 @@
 //! flood of scrapes gets while scheduled probes keep their period — and
 //! `sonde validate` refusing what `sonde run` would.
 
-use crate::support::{parse_response, secret, sonde, start_agent};
+use crate::support::{parse_response, secret, sonde, start_agent, tool};
 use sonde_tests::{CountingListener, HttpServer, closed_port};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -441,24 +441,6 @@ fn plugin_units_become_base_units_by_the_documented_rule() {
         assert!((v - want).abs() < 1e-9, "{value}{unit}: {v}");
         assert_eq!(u, base, "{unit}");
     }
-}
-
-/// `name`'s path on `PATH`; `None` (the test is skipped, and says so) when
-/// it is not installed, unless `SONDE_REQUIRE_TOOLS` is set (scripts/test
-/// sets it: in CI a missing tool is a failure).
-fn tool(name: &str, package: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .and_then(|path| std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file()));
-    if found.is_none() {
-        assert!(
-            std::env::var_os("SONDE_REQUIRE_TOOLS").is_none(),
-            "{name} is not installed: apt-get install {package}"
-        );
-        eprintln!(
-            "skipped: {name} is not installed (Debian package {package}); SONDE_REQUIRE_TOOLS=1 makes this a failure"
-        );
-    }
-    found
 }
 
 fn shipped(path: &str) -> PathBuf {

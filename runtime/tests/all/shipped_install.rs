@@ -261,59 +261,69 @@ fn mapped(value: &str, mounts: &[(String, PathBuf)]) -> String {
     value.to_string()
 }
 
+/// How the agent is started the way the DaemonSet starts it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Launch {
+    /// On this host's filesystem as the DaemonSet's user and group, each
+    /// volume a directory under a fake root (paths rewritten to it).
+    Host,
+    /// As the DaemonSet's container under podman: an image of the binary
+    /// alone (`FROM scratch`: the binary and the libraries it links), the
+    /// container's security context (read-only root with no `/tmp`, no
+    /// capabilities, no privilege escalation, its user and group) and its
+    /// volumes mounted where the Pod mounts them. The one difference: the
+    /// host's network, where this test's API server and Pod listen.
+    Container,
+}
+
+/// The two launches share the DaemonSet's port.
+static PORT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by_token_review() {
-    // SAFETY: getuid has no preconditions.
-    #[allow(unsafe_code)]
-    let root = unsafe { libc::getuid() } == 0;
-    if !root {
-        eprintln!("SKIPPED the shipped-install test: it runs the agent as the DaemonSet's user, which needs root");
-        return;
-    }
-    let daemonset = manifest("daemonset.yaml").remove(0);
-    let configmap = manifest("configmap.yaml").remove(0);
-    let pod_spec = &daemonset["spec"]["template"]["spec"];
-    let container = &pod_spec["containers"][0];
-    let uid = pod_spec["securityContext"]["runAsUser"].as_u64().unwrap();
-    let gid = pod_spec["securityContext"]["runAsGroup"].as_u64().unwrap();
-    assert_eq!(pod_spec["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    shipped_daemonset(Launch::Host).await;
+}
 
-    // The fake root: the binary where the image has it, and the volumes.
-    let fake = tempfile::tempdir().unwrap();
-    chmod(fake.path(), 0o755);
-    let bin = fake.path().join("usr/local/bin/sonde");
-    std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
-    std::fs::copy(env!("CARGO_BIN_EXE_sonde"), &bin).unwrap();
-    chmod(&bin, 0o755);
-    // Every volume's directory first, then the files: the config names
-    // paths on the other volumes.
+/// The blocker a real node found: the container crash-looped on its
+/// read-only root ("cannot set up the wasm engine: Read-only file system
+/// … /tmp/sonde-empty-…"), which the run on the host's filesystem could
+/// not see.
+#[tokio::test]
+async fn the_shipped_daemonset_container_starts_on_its_read_only_root_and_serves_a_gate() {
+    shipped_daemonset(Launch::Container).await;
+}
+
+/// The volumes of the DaemonSet's container: (mount path, directory),
+/// the ConfigMap's files written (the ceiling's Pod network on loopback;
+/// for [`Launch::Host`], mount paths rewritten to the directories).
+fn lay_out_volumes(fake: &Path, pod_spec: &Value, launch: Launch) -> Vec<(String, PathBuf)> {
+    let container = &pod_spec["containers"][0];
+    let configmap = manifest("configmap.yaml").remove(0);
     let mut mounts = Vec::new();
     for m in container["volumeMounts"].as_array().unwrap() {
         let mount = m["mountPath"].as_str().unwrap().to_string();
-        let dir = fake.path().join(mount.trim_start_matches('/'));
+        let dir = fake.join(mount.trim_start_matches('/'));
         mounts.push((mount, dir));
     }
-    for m in container["volumeMounts"].as_array().unwrap() {
-        let mount = m["mountPath"].as_str().unwrap().to_string();
+    for (m, (_, dir)) in container["volumeMounts"].as_array().unwrap().iter().zip(&mounts) {
         let volume = pod_spec["volumes"]
             .as_array()
             .unwrap()
             .iter()
             .find(|v| v["name"] == m["name"])
             .unwrap();
-        let dir = fake.path().join(mount.trim_start_matches('/'));
-        let dir = &dir;
         std::fs::create_dir_all(dir).unwrap();
-        for a in dir.ancestors().take_while(|a| *a != fake.path()) {
+        for a in dir.ancestors().take_while(|a| *a != fake) {
             chmod(a, 0o755);
         }
         if let Some(name) = volume["configMap"]["name"].as_str() {
             assert_eq!(configmap["metadata"]["name"], name);
             for (file, text) in configmap["data"].as_object().unwrap() {
                 let mut text = text.as_str().unwrap().to_string();
-                for (mount, dir) in &mounts {
-                    text = text.replace(mount.as_str(), &dir.display().to_string());
+                if launch == Launch::Host {
+                    for (mount, dir) in &mounts {
+                        text = text.replace(mount.as_str(), &dir.display().to_string());
+                    }
                 }
                 if file == "sonde.yaml" {
                     assert!(
@@ -332,6 +342,168 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
             chmod(dir, 0o777);
         }
     }
+    mounts
+}
+
+/// An image holding `bin` at `/usr/local/bin/sonde`, with the shared
+/// libraries it links and nothing else, imported into podman as `tag`.
+fn scratch_image(podman: &Path, bin: &Path, tag: &str) {
+    let root = tempfile::tempdir().unwrap();
+    let put = |from: &Path, at: &Path| {
+        let to = root.path().join(at.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, &to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+    };
+    put(bin, Path::new("/usr/local/bin/sonde"));
+    let ldd = std::process::Command::new("ldd").arg(bin).output().expect("ldd runs");
+    assert!(ldd.status.success(), "ldd {}", bin.display());
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or
+        // "/lib64/ld-linux-x86-64.so.2 (0x…)"; not "linux-vdso.so.1 (0x…)".
+        let path = line.split("=>").last().unwrap().split_whitespace().next().unwrap_or("");
+        if path.starts_with('/') {
+            put(Path::new(path), Path::new(path));
+        }
+    }
+    let tar = std::process::Command::new("tar")
+        .args(["-C"])
+        .arg(root.path())
+        .args(["-cf", "-", "."])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("tar runs");
+    let imported = std::process::Command::new(podman)
+        .args(["import", "--quiet", "-", tag])
+        .stdin(tar.stdout.unwrap())
+        .output()
+        .expect("podman runs");
+    assert!(
+        imported.status.success(),
+        "podman import: {}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+}
+
+/// Removes the test's container and image, however the test ends.
+struct PodmanCleanup {
+    podman: PathBuf,
+    name: String,
+    tag: String,
+}
+
+impl Drop for PodmanCleanup {
+    fn drop(&mut self) {
+        let podman = |args: &[&str]| {
+            let _ = std::process::Command::new(&self.podman)
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        };
+        podman(&["rm", "--force", "--time", "0", &self.name]);
+        podman(&["rmi", "--force", &self.tag]);
+    }
+}
+
+/// `podman run` of the DaemonSet's container, from `image`, with its
+/// security context, env and volumes; `kubeconfig` mounted where `$KUBECONFIG`
+/// names it (in a Pod the agent uses its ServiceAccount instead).
+fn podman_run(
+    podman: &Path,
+    pod_spec: &Value,
+    mounts: &[(String, PathBuf)],
+    env: &BTreeMap<String, String>,
+    image: &str,
+    name: &str,
+    kubeconfig: &Path,
+) -> std::process::Command {
+    let container = &pod_spec["containers"][0];
+    let pod_context = &pod_spec["securityContext"];
+    let context = &container["securityContext"];
+    // runc: crun refuses this machine's hybrid cgroup layout.
+    let mut command = std::process::Command::new(podman);
+    command.args(["--runtime", "runc", "run", "--rm", "--pull=never", "--name", name]);
+    command.args([
+        "--network=host",
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+    ]);
+    command.arg(format!(
+        "--user={}:{}",
+        pod_context["runAsUser"], pod_context["runAsGroup"]
+    ));
+    if context["readOnlyRootFilesystem"] == true {
+        // podman would mount a tmpfs on /tmp; a Pod gets none.
+        command.args(["--read-only", "--read-only-tmpfs=false"]);
+    }
+    for cap in context["capabilities"]["drop"].as_array().into_iter().flatten() {
+        command.arg(format!("--cap-drop={}", cap.as_str().unwrap()));
+    }
+    if context["allowPrivilegeEscalation"] == false {
+        command.arg("--security-opt=no-new-privileges");
+    }
+    for (m, (mount, dir)) in container["volumeMounts"].as_array().unwrap().iter().zip(mounts) {
+        let ro = if m["readOnly"] == true { ":ro" } else { "" };
+        command.arg(format!("--volume={}:{mount}{ro}", dir.display()));
+    }
+    command.arg(format!(
+        "--volume={}:/run/sonde-test/kubeconfig:ro",
+        kubeconfig.display()
+    ));
+    command.arg("--env=KUBECONFIG=/run/sonde-test/kubeconfig");
+    for (k, v) in env {
+        command.arg(format!("--env={k}={v}"));
+    }
+    command.arg(image);
+    command
+}
+
+async fn shipped_daemonset(launch: Launch) {
+    // SAFETY: getuid has no preconditions.
+    #[allow(unsafe_code)]
+    let root = unsafe { libc::getuid() } == 0;
+    if !root {
+        eprintln!("SKIPPED the shipped-install test: it runs the agent as the DaemonSet's user, which needs root");
+        return;
+    }
+    let podman = match launch {
+        Launch::Host => None,
+        Launch::Container => {
+            let (Some(podman), Some(_)) = (
+                crate::support::tool("podman", "podman"),
+                crate::support::tool("runc", "runc"),
+            ) else {
+                return;
+            };
+            Some(podman)
+        }
+    };
+    let _port = PORT.lock().await;
+    let daemonset = manifest("daemonset.yaml").remove(0);
+    let pod_spec = &daemonset["spec"]["template"]["spec"];
+    let container = &pod_spec["containers"][0];
+    let uid = pod_spec["securityContext"]["runAsUser"].as_u64().unwrap();
+    let gid = pod_spec["securityContext"]["runAsGroup"].as_u64().unwrap();
+    assert_eq!(pod_spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+
+    // The fake root: the volumes, and for the host launch the binary where
+    // the image has it.
+    let fake = tempfile::tempdir().unwrap();
+    chmod(fake.path(), 0o755);
+    let bin = fake.path().join("usr/local/bin/sonde");
+    if launch == Launch::Host {
+        std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        std::fs::copy(env!("CARGO_BIN_EXE_sonde"), &bin).unwrap();
+        chmod(&bin, 0o755);
+    }
+    let mounts = lay_out_volumes(fake.path(), pod_spec, launch);
+    let map = |v: &str| match launch {
+        Launch::Host => mapped(v, &mounts),
+        Launch::Container => v.to_string(),
+    };
 
     // The API server, with one Pod of this node behind a gate.
     let api = FakeApi::new();
@@ -372,18 +544,18 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
     .unwrap();
     chmod(&kubeconfig, 0o644);
 
-    // The DaemonSet's args and env, mount paths mapped.
+    // The DaemonSet's args and env (for the host launch, mount paths mapped).
     let args: Vec<String> = container["args"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| mapped(a.as_str().unwrap(), &mounts))
+        .map(|a| map(a.as_str().unwrap()))
         .collect();
     let mut env = BTreeMap::new();
     for e in container["env"].as_array().unwrap() {
         let name = e["name"].as_str().unwrap().to_string();
         let value = match (&e["value"], &e["valueFrom"]["fieldRef"]["fieldPath"]) {
-            (Value::String(v), _) => mapped(v, &mounts),
+            (Value::String(v), _) => map(v),
             (_, Value::String(f)) if f == "spec.nodeName" => NODE.to_string(),
             (_, Value::String(f)) if f == "metadata.namespace" => daemonset["metadata"]["namespace"]
                 .as_str()
@@ -399,41 +571,63 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
         .skip_while(|a| *a != "--config")
         .nth(1)
         .expect("--config in the DaemonSet's args");
+    let tag = format!("localhost/sonde-shipped-test:{}", std::process::id());
+    let name = format!("sonde-shipped-test-{}", std::process::id());
+    let _cleanup = podman.as_ref().map(|podman| {
+        scratch_image(podman, Path::new(env!("CARGO_BIN_EXE_sonde")), &tag);
+        PodmanCleanup {
+            podman: podman.clone(),
+            name: format!("{name}-run"),
+            tag: tag.clone(),
+        }
+    });
     // The binary as the DaemonSet's user and group, with its env only.
-    let as_daemonset = || {
-        let mut command = std::process::Command::new("setpriv");
-        command
-            .args([
-                "--reuid",
-                &uid.to_string(),
-                "--regid",
-                &gid.to_string(),
-                "--clear-groups",
-                "--",
-            ])
-            .arg(&bin)
-            .env_clear()
-            .envs(&env)
-            .current_dir("/");
-        command
+    let as_daemonset = |run: &str| match &podman {
+        None => {
+            let mut command = std::process::Command::new("setpriv");
+            command
+                .args([
+                    "--reuid",
+                    &uid.to_string(),
+                    "--regid",
+                    &gid.to_string(),
+                    "--clear-groups",
+                    "--",
+                ])
+                .arg(&bin)
+                .env_clear()
+                .envs(&env)
+                .env("KUBECONFIG", &kubeconfig)
+                .current_dir("/");
+            command
+        }
+        Some(podman) => podman_run(
+            podman,
+            pod_spec,
+            &mounts,
+            &env,
+            &tag,
+            &format!("{name}-{run}"),
+            &kubeconfig,
+        ),
     };
-    let validated = as_daemonset().args(["validate", config]).output().unwrap();
+    let validated = as_daemonset("validate").args(["validate", config]).output().unwrap();
     assert!(
         validated.status.success(),
-        "sonde validate refused the shipped config: {}",
+        "sonde validate refused the shipped config ({launch:?}): {}{}",
+        String::from_utf8_lossy(&validated.stdout),
         String::from_utf8_lossy(&validated.stderr)
     );
 
     let log_path = fake.path().join("sonde.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = tokio::process::Command::from(as_daemonset())
+    let mut child = tokio::process::Command::from(as_daemonset("run"))
         .args(&args)
-        .env("KUBECONFIG", &kubeconfig)
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .kill_on_drop(true)
         .spawn()
-        .expect("setpriv runs");
+        .expect("the agent starts");
     let logs = || std::fs::read_to_string(&log_path).unwrap_or_default();
 
     // Ready: /healthz answers 200, without a token.
@@ -442,14 +636,14 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            panic!("sonde exited ({status}) before it was ready:\n{}", logs());
+            panic!("sonde exited ({status}) before it was ready ({launch:?}):\n{}", logs());
         }
         if let Some((200, _)) = crate::support::try_call(agent, "GET", "/healthz", None, b"").await {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "/healthz was not 200 within {PATIENCE:?}:\n{}",
+            "/healthz was not 200 within {PATIENCE:?} ({launch:?}):\n{}",
             logs()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -556,6 +750,8 @@ async fn the_shipped_daemonset_starts_serves_a_gate_and_authenticates_scrapes_by
         .unwrap_or(0);
     assert!(compiled > 0, "the compile cache is on the volume:\n{}", logs());
     assert!(!logs().contains("compile cache disabled"), "{}", logs());
+
+    assert!(!logs().contains("Read-only file system"), "{}", logs());
 
     child.start_kill().unwrap();
     let _ = child.wait().await;

@@ -279,3 +279,21 @@ pub fn parse_response(text: &[u8]) -> (u16, String) {
     let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
     (status, body)
 }
+
+/// `name`'s path on `PATH`; `None` (the test is skipped, and says so) when
+/// it is not installed, unless `SONDE_REQUIRE_TOOLS` is set (scripts/test
+/// sets it: in CI a missing tool is a failure).
+pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file()));
+    if found.is_none() {
+        assert!(
+            std::env::var_os("SONDE_REQUIRE_TOOLS").is_none(),
+            "{name} is not installed: apt-get install {package}"
+        );
+        eprintln!(
+            "skipped: {name} is not installed (Debian package {package}); SONDE_REQUIRE_TOOLS=1 makes this a failure"
+        );
+    }
+    found
+}
