@@ -3,7 +3,7 @@
 
 Usage: scripts/long-functions.py [SRC_DIR] [--max N]
 
-Reads every .rs file under SRC_DIR (default runtime/src) and measures each
+Reads every .rs file under SRC_DIR (default: every runtime/*/src) and measures each
 function, from the line of its `fn` to the line of its closing brace
 (comments, strings and character literals are blanked first, so a brace in
 them does not count). Items under `#[cfg(test)]` are left out. Prints each

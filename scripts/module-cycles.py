@@ -3,7 +3,7 @@
 
 Usage: scripts/module-cycles.py [SRC_DIR] [--depth N]
 
-Reads every .rs file under SRC_DIR (default runtime/src), maps it to its
+Reads every .rs file under SRC_DIR (default: every runtime/*/src), maps it to its
 module path (engine/store.rs -> engine::store), and draws an edge A -> B for
 every `crate::B...` path in A's code (comments and doc comments skipped,
 `use crate::{a, b}` groups expanded, `super::` resolved). Modules are cut to

@@ -5,7 +5,8 @@
 use sonde_sdk::{Outcome, Probe, ProbeError, Request, log};
 
 /// A line that, printed raw, looks like the agent's own.
-const FORGED: &str = "\n2026-11-24T04:00:00.000000Z  INFO sonde_runtime::agent: forged line: all probes healthy\r\x1b[2J\x1b[31m\u{9b}0m";
+const FORGED: &str =
+    "\n2026-11-24T04:00:00.000000Z  INFO sonde::agent: forged line: all probes healthy\r\x1b[2J\x1b[31m\u{9b}0m";
 
 struct ForgeLogLines;
 

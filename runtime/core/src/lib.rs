@@ -1,0 +1,22 @@
+//! sonde's agent core: the [`config`] file is loaded by the [`registry`]
+//! into the set of probes (their plugins resolved, grants checked against
+//! their [`tenants`]' ceilings); the [`scheduler`] decides when each runs
+//! and the [`executor`] when its call may enter the sandbox; `thresholds`
+//! turn results into state changes kept by [`results`] and exposed by
+//! [`metrics`]. [`control`] is the one path by which a running agent's
+//! probes change (reloads, the API, Kubernetes); [`managed`] keeps what
+//! tenants upload; [`auth`] says who an API caller is.
+
+#![deny(missing_docs)]
+
+pub mod auth;
+pub mod config;
+pub mod control;
+pub mod executor;
+pub mod managed;
+pub mod metrics;
+pub mod registry;
+pub mod results;
+pub mod scheduler;
+pub mod tenants;
+pub mod thresholds;

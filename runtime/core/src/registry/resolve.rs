@@ -1,0 +1,342 @@
+//! The resolve step: a plugin as written in the config (`http`,
+//! `./check.wasm`) becomes a loaded [`Plugin`], its signature checked first
+//! when the config requires it, and its config schema compiled once per
+//! digest. Built-ins never change, so a registry keeps them by name; files
+//! are read again on every change, since they may have been replaced.
+
+use super::outcome::{PullCost, ResolveError};
+use super::pulls::{Asked, Pulls};
+use sonde_oci::signing::PublicKey;
+use sonde_sandbox::engine::{Engine, LoadError, Plugin};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// How plugin files must be signed (`trust:`, `require_signed:`).
+#[derive(Debug, Default)]
+pub struct Trust {
+    /// The keys whose signatures are accepted.
+    pub keys: Vec<PublicKey>,
+    /// Whether an unsigned or untrusted plugin file is refused.
+    pub required: bool,
+}
+
+/// Whether `name` is written as a file rather than a built-in's name or
+/// an OCI reference.
+pub(crate) fn is_path(name: &str) -> bool {
+    !is_oci(name) && (name.contains('/') || name.ends_with(".wasm"))
+}
+
+/// Whether `name` is an OCI reference (`oci://…`).
+pub fn is_oci(name: &str) -> bool {
+    sonde_oci::Reference::is_oci(name)
+}
+
+/// Pulls (or finds in the cache) the plugin `name`, an `oci://` reference,
+/// checks its signature first when `trust.required`, and loads it.
+/// Returns it with its reference pinned to the digest that runs, and the
+/// bytes that came from the registry (0 when the cache had everything).
+pub(crate) async fn oci_plugin(
+    engine: &Engine,
+    client: &sonde_oci::Client,
+    name: &str,
+    trust: &Trust,
+) -> Result<(Arc<Plugin>, String, u64), ResolveError> {
+    let oci = |e| ResolveError::Oci(Arc::new(e));
+    let reference = sonde_oci::Reference::parse(name).map_err(oci)?;
+    let resolved = client.resolve(&reference).await.map_err(oci)?;
+    if let sonde_oci::Source::CacheRegistryDown { error, .. } = &resolved.source {
+        tracing::warn!(plugin = %resolved.pinned(), error = %error, "registry unreachable; the plugin is loaded from the cache");
+    }
+    let (plugin, pinned) = verify_and_load(engine, &resolved, trust).await?;
+    Ok((plugin, pinned, resolved.transferred))
+}
+
+/// Checks `resolved`'s signature when `trust.required`, then loads it:
+/// the plugin and its pinned reference.
+async fn verify_and_load(
+    engine: &Engine,
+    resolved: &sonde_oci::Resolved,
+    trust: &Trust,
+) -> Result<(Arc<Plugin>, String), ResolveError> {
+    let pinned = resolved.pinned().to_string();
+    if trust.required {
+        let signer = resolved
+            .verify(&trust.keys)
+            .map_err(|e| ResolveError::Unsigned(Arc::new(e)))?;
+        tracing::info!(plugin = %pinned, signer = %signer.name, key = %signer.key_id, "plugin signature verified");
+    }
+    let plugin = engine
+        .load(&pinned, &resolved.bytes)
+        .await
+        .map_err(|e| ResolveError::Load(Arc::new(e)))?;
+    Ok((plugin, pinned))
+}
+
+/// Loads a built-in by name, or a `.wasm` file by path (relative to `base`),
+/// checking its signature first when `trust.required`. The bytes checked
+/// are the bytes loaded.
+pub async fn plugin(engine: &Engine, base: &Path, name: &str, trust: &Trust) -> Result<Arc<Plugin>, ResolveError> {
+    let load = |e: LoadError| ResolveError::Load(Arc::new(e));
+    if is_path(name) {
+        let path = base.join(name);
+        if !trust.required {
+            return engine.load_file(&path).await.map_err(load);
+        }
+        let label = path.display().to_string();
+        let bytes = sonde_sandbox::engine::read_plugin_file(&path).await.map_err(load)?;
+        let sig = sonde_oci::signing::read_signature(&path).map_err(|e| ResolveError::Signature(Arc::new(e)))?;
+        let unsigned = |e| ResolveError::Unsigned(Arc::new(e));
+        let sig_name = sonde_oci::signing::signature_path(&path).display().to_string();
+        let signer =
+            sonde_oci::signing::verify(&label, &bytes, &sig_name, sig.as_deref(), &trust.keys).map_err(unsigned)?;
+        tracing::info!(plugin = %label, signer = %signer.name, key = %signer.key_id, "plugin signature verified");
+        return engine.load(&label, &bytes).await.map_err(load);
+    }
+    match sonde_builtins::get(name) {
+        Some(bytes) => engine.load(name, bytes).await.map_err(load),
+        None => Err(ResolveError::UnknownBuiltin { name: name.to_string() }),
+    }
+}
+
+/// What a registry keeps between changes: built-ins by name, each
+/// digest's compiled config schema, the registry client, and — in the
+/// agent, where it outlives reloads — the background [`Pulls`]. Clones
+/// share it.
+#[derive(Clone, Default)]
+pub struct Cache {
+    inner: Arc<Mutex<CacheInner>>,
+    /// Set in the agent: `oci://` plugins not at hand are pulled in the
+    /// background instead of waited for.
+    pulls: Option<Pulls>,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    builtins: HashMap<String, Arc<Plugin>>,
+    /// Digest-pinned `oci://` references never change: resolved once.
+    pinned: HashMap<String, (Arc<Plugin>, String)>,
+    schemas: HashMap<sonde_policy::identity::Digest, Option<Arc<jsonschema::Validator>>>,
+    oci: Option<(sonde_oci::ClientSettings, Arc<sonde_oci::Client>)>,
+    /// The trust settings the resolved plugins were checked under.
+    trust: Option<(bool, Vec<String>)>,
+}
+
+/// What asking for an `oci://` plugin gives.
+pub(crate) enum OciPlugin {
+    /// Resolved, with what it cost (when this change is the one charged).
+    Ready((Arc<Plugin>, String), Option<PullCost>),
+    /// Being pulled in the background since then; the probes that need it
+    /// wait ([`Cache::pulls`] says when it ends).
+    Pulling(std::time::SystemTime),
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").finish_non_exhaustive()
+    }
+}
+
+impl Cache {
+    /// A cache whose `oci://` plugins are pulled in the background (the
+    /// agent's): a change never waits on a registry.
+    pub fn background() -> Self {
+        Self {
+            pulls: Some(Pulls::default()),
+            ..Self::default()
+        }
+    }
+
+    /// The background pulls, in the agent.
+    pub fn pulls(&self) -> Option<&Pulls> {
+        self.pulls.as_ref()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Resolves `name` as [`plugin`] does, reusing a built-in already loaded.
+    pub async fn plugin(
+        &self,
+        engine: &Engine,
+        base: &Path,
+        name: &str,
+        trust: &Trust,
+    ) -> Result<Arc<Plugin>, ResolveError> {
+        if !is_path(name)
+            && let Some(p) = self.lock().builtins.get(name)
+        {
+            return Ok(p.clone());
+        }
+        let p = plugin(engine, base, name, trust).await?;
+        if !is_path(name) {
+            self.lock().builtins.insert(name.to_string(), p.clone());
+        }
+        Ok(p)
+    }
+
+    /// Drops what was resolved under other trust settings than `trust`.
+    fn check_trust(&self, trust: &Trust) {
+        let now = (
+            trust.required,
+            trust.keys.iter().map(|k| k.key_id().to_string()).collect::<Vec<_>>(),
+        );
+        let mut inner = self.lock();
+        if inner.trust.as_ref().is_some_and(|t| *t != now) {
+            inner.pinned.clear();
+            if let Some(p) = &self.pulls {
+                p.forget();
+            }
+        }
+        inner.trust = Some(now);
+    }
+
+    /// Resolves the `oci://` reference `name` as [`oci_plugin`] does, with
+    /// the registry's client (built from `settings`, again when they
+    /// change), once for a digest-pinned reference.
+    ///
+    /// In the agent ([`Cache::background`]) it never waits on a registry:
+    /// a plugin not resolved yet and not whole in the disk cache is pulled
+    /// in the background for `tenant` and [`OciPlugin::Pulling`] returned;
+    /// a pull that failed is its error until its backoff passes.
+    pub(crate) async fn oci_plugin(
+        &self,
+        engine: &Engine,
+        settings: &sonde_oci::ClientSettings,
+        name: &str,
+        trust: &Arc<Trust>,
+        tenant: &crate::tenants::TenantId,
+    ) -> Result<OciPlugin, ResolveError> {
+        let oci = |e| ResolveError::Oci(Arc::new(e));
+        self.check_trust(trust);
+        if let Some(p) = self.lock().pinned.get(name) {
+            return Ok(OciPlugin::Ready(p.clone(), None));
+        }
+        let reference = sonde_oci::Reference::parse(name).map_err(oci)?;
+        let client = self.oci_client(settings)?;
+        let Some(pulls) = &self.pulls else {
+            let started = std::time::Instant::now();
+            let (plugin, pinned, bytes) = oci_plugin(engine, &client, name, trust).await?;
+            let cost = PullCost {
+                bytes,
+                elapsed: started.elapsed(),
+            };
+            let resolved = (plugin, pinned);
+            if reference.is_pinned() {
+                self.lock().pinned.insert(name.to_string(), resolved.clone());
+            }
+            return Ok(OciPlugin::Ready(resolved, Some(cost)));
+        };
+        if let Some((ready, cost)) = pulls.take_pinned(name) {
+            self.lock().pinned.insert(name.to_string(), ready.clone());
+            return Ok(OciPlugin::Ready(ready, cost));
+        }
+        // Whole in the disk cache: no registry needed, no wait.
+        if reference.is_pinned()
+            && let Some(resolved) = client.resolve_cached(&reference, trust.required).map_err(oci)?
+        {
+            let ready = verify_and_load(engine, &resolved, trust).await?;
+            self.lock().pinned.insert(name.to_string(), ready.clone());
+            return Ok(OciPlugin::Ready(ready, Some(PullCost::default())));
+        }
+        let (engine, trust, owned) = (engine.clone(), trust.clone(), name.to_string());
+        let pull = async move {
+            let started = std::time::Instant::now();
+            let (plugin, pinned, bytes) = oci_plugin(&engine, &client, &owned, &trust).await?;
+            let cost = PullCost {
+                bytes,
+                elapsed: started.elapsed(),
+            };
+            Ok(((plugin, pinned), cost))
+        };
+        Ok(match pulls.ask(name, tenant, reference.is_pinned(), pull) {
+            Asked::Ready(ready, cost) => {
+                if reference.is_pinned() {
+                    self.lock().pinned.insert(name.to_string(), ready.clone());
+                }
+                OciPlugin::Ready(ready, cost)
+            }
+            Asked::Pulling(since) => OciPlugin::Pulling(since),
+            Asked::Failed(e) => return Err(e),
+        })
+    }
+
+    /// Forgets the `oci://` plugins nothing else holds any more (no probe
+    /// of the registry in force, no run), so that their compiled code is
+    /// freed: called before each whole load, while the registry in force
+    /// still holds what it uses.
+    pub(crate) fn release_unused(&self) {
+        self.lock().pinned.retain(|_, (p, _)| Arc::strong_count(p) > 1);
+        if let Some(p) = &self.pulls {
+            p.release_unused();
+        }
+    }
+
+    fn oci_client(&self, settings: &sonde_oci::ClientSettings) -> Result<Arc<sonde_oci::Client>, ResolveError> {
+        let mut inner = self.lock();
+        if let Some((s, c)) = &inner.oci
+            && s == settings
+        {
+            return Ok(c.clone());
+        }
+        let client = Arc::new(sonde_oci::Client::new(settings.clone()).map_err(|e| ResolveError::Oci(Arc::new(e)))?);
+        inner.oci = Some((settings.clone(), client.clone()));
+        Ok(client)
+    }
+
+    /// The compiled config schema of `plugin`, if it publishes one that
+    /// compiles.
+    pub fn schema(&self, plugin: &Plugin) -> Option<Arc<jsonschema::Validator>> {
+        self.lock()
+            .schemas
+            .entry(plugin.digest())
+            .or_insert_with(|| {
+                let schema = plugin.info().config_schema.as_deref()?;
+                let schema: serde_json::Value = serde_json::from_str(schema).ok()?;
+                jsonschema::validator_for(&schema).ok().map(Arc::new)
+            })
+            .clone()
+    }
+}
+
+/// The first five ways `config` does not fit `validator`, as (JSON pointer,
+/// message) pairs.
+pub(crate) fn schema_errors(validator: &jsonschema::Validator, config: &serde_json::Value) -> Vec<(String, String)> {
+    validator
+        .iter_errors(config)
+        .take(5)
+        .map(|e| (e.instance_path().to_string(), e.to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plugin_name_is_a_file_an_oci_reference_or_a_built_in() {
+        for file in ["./check.wasm", "plugins/check", "check.wasm", "/abs/check.wasm"] {
+            assert!(is_path(file) && !is_oci(file), "{file}");
+        }
+        let oci = "oci://registry.example/checks/redis@sha256:0123";
+        assert!(is_oci(oci) && !is_path(oci), "a reference has slashes but is no file");
+        assert!(!is_path("http") && !is_oci("http"), "a built-in");
+    }
+
+    #[test]
+    fn schema_errors_name_the_pointer_and_stop_at_five() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": { "port": { "type": "integer" } },
+            "additionalProperties": { "type": "string" },
+        });
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        assert!(schema_errors(&validator, &serde_json::json!({"port": 1})).is_empty());
+        let one = schema_errors(&validator, &serde_json::json!({"port": "x"}));
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].0, "/port");
+        let many: serde_json::Map<_, _> = (0..8).map(|i| (format!("k{i}"), serde_json::json!(i))).collect();
+        assert_eq!(schema_errors(&validator, &serde_json::Value::Object(many)).len(), 5);
+    }
+}

@@ -1,0 +1,288 @@
+//! The `SondeCheck` custom resource (`sonde.dev/v1alpha1`, namespaced).
+//! The Rust type is the source of truth: `#[derive(CustomResource)]` gives
+//! it its `kube::Resource` and its CRD, from which
+//! `deploy/kubernetes/crd.yaml` is generated ([`crd_yaml`]; a test fails
+//! when the shipped file and the type disagree, see docs/kubernetes.md).
+//! Field names follow the kubelet's probe spec; the doc comments of the
+//! spec's fields are the descriptions `kubectl explain` shows.
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// The API group.
+pub const GROUP: &str = "sonde.dev";
+/// The API version within the group.
+pub const VERSION: &str = "v1alpha1";
+/// The kind.
+pub const KIND: &str = "SondeCheck";
+/// The prefix of a readiness gate's condition type that names a
+/// SondeCheck: `sonde.dev/<check-name>`.
+pub const GATE_PREFIX: &str = "sonde.dev/";
+
+/// What the check runs against each Pod that names it in a readiness gate
+/// sonde.dev/<check-name> (the resource is `SondeCheck`).
+#[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "sonde.dev",
+    version = "v1alpha1",
+    kind = "SondeCheck",
+    namespaced,
+    derive = "PartialEq",
+    shortname = "sck",
+    category = "sonde",
+    doc = "A check that sonde's DaemonSet runs against each Pod that names it in a readiness gate sonde.dev/<check-name>.",
+    status = "SondeCheckStatus",
+    printcolumn = r#"{"name": "Plugin", "type": "string", "jsonPath": ".spec.plugin"}"#,
+    printcolumn = r#"{"name": "Mode", "type": "string", "jsonPath": ".spec.mode"}"#,
+    printcolumn = r#"{"name": "Accepted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status", "description": "Whether the agents accept the check (the Accepted condition's reason says why not)"}"#,
+    printcolumn = r#"{"name": "Ready", "type": "integer", "jsonPath": ".status.podsReady", "description": "Pods whose gate on the check is True"}"#,
+    printcolumn = r#"{"name": "NotReady", "type": "integer", "jsonPath": ".status.podsNotReady", "description": "Pods whose gate on the check is False"}"#,
+    printcolumn = r#"{"name": "Unknown", "type": "integer", "jsonPath": ".status.podsUnknown", "description": "Pods whose gate on the check is Unknown or not written yet"}"#,
+    printcolumn = r#"{"name": "Reason", "type": "string", "priority": 1, "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].reason"}"#,
+    printcolumn = r#"{"name": "Port", "type": "string", "priority": 1, "jsonPath": ".spec.port"}"#,
+    printcolumn = r#"{"name": "Service", "type": "string", "priority": 1, "jsonPath": ".spec.service.name"}"#,
+    printcolumn = r#"{"name": "Period", "type": "integer", "priority": 1, "jsonPath": ".spec.periodSeconds"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("has(self.port) != has(self.service)").message("set exactly one of port (the Pod's port) and service (a Service of the Pod's namespace)"))]
+#[x_kube(validation = Rule::new("!has(self.timeoutSeconds) || !has(self.periodSeconds) || self.timeoutSeconds <= self.periodSeconds").message("timeoutSeconds must not exceed periodSeconds"))]
+#[serde(rename_all = "camelCase")]
+pub struct SondeCheckSpec {
+    /// The plugin that runs the check: a built-in name (http, tcp, grpc), a
+    /// plugin on the agent's disk, or an oci://registry/repository@sha256:...
+    /// reference. The agent's plugin allowlist decides which a namespace may use.
+    #[schemars(length(min = 1, max = 512))]
+    #[x_kube(validation = Rule::new("!self.startsWith('oci://') || self.contains('@sha256:')").message("an oci:// plugin is pinned by digest (oci://registry/repository@sha256:...)"))]
+    pub plugin: String,
+    /// The plugin's config, checked against the plugin's JSON Schema by the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub config: Option<serde_json::Value>,
+    /// The Pod's port to check: a number, or the name of one of its
+    /// containers' ports. A Pod may override it with the annotation
+    /// sonde.dev/<check-name>.port. Exactly one of port and service is set.
+    // A structural schema allows no `type` inside anyOf, and numeric bounds
+    // do not apply to strings: the name's length and form are OpenAPI's
+    // `maxLength` and `pattern` (which apply to strings only), the number's
+    // range is CEL's. No CEL string function here: the API server costs an
+    // int-or-string at the largest request whatever its `maxLength`, and a
+    // `matches` on it put the CRD 100 times over its CEL budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 15, "pattern" = PORT_NAME))]
+    #[x_kube(validation = Rule::new("type(self) != int || (self >= 1 && self <= 65535)").message("port is a number 1-65535 or a container port's name (IANA_SVC_NAME, at most 15 characters)"))]
+    pub port: Option<IntOrString>,
+    /// Check through a Service of the Pod's namespace instead of at the
+    /// Pod: the agent dials the Service's ClusterIP and port, so the answer
+    /// comes from whichever Pod the cluster routes the connection to (use
+    /// the http plugin's backend check to require this Pod). Exactly one of
+    /// port and service is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceRef>,
+    /// Seconds after the Pod is seen with an IP before the first run.
+    #[serde(default)]
+    #[schemars(range(max = 3600))]
+    pub initial_delay_seconds: u32,
+    /// Seconds between runs.
+    #[serde(default = "ten")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub period_seconds: u32,
+    /// The deadline of one run, in seconds; at most periodSeconds.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 60))]
+    pub timeout_seconds: u32,
+    /// Passes in a row that set the condition True. Unlike a kubelet
+    /// liveness probe, any value is allowed.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 100))]
+    pub success_threshold: u32,
+    /// Failures in a row that set the condition False.
+    #[serde(default = "three")]
+    #[schemars(range(min = 1, max = 100))]
+    pub failure_threshold: u32,
+    /// Continuous keeps checking and follows the result. StartupOnly sets
+    /// the condition True once and then stops checking that Pod.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Per-run limits, within the namespace's tenant ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<CheckLimits>,
+}
+
+/// A port's name (a DNS label: IANA_SVC_NAME for a container's, the
+/// Service's own for a Service's).
+const PORT_NAME: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+fn one() -> u32 {
+    1
+}
+fn three() -> u32 {
+    3
+}
+fn ten() -> u32 {
+    10
+}
+
+impl Default for SondeCheckSpec {
+    /// A spec with every documented default and no plugin or port.
+    fn default() -> Self {
+        Self {
+            plugin: String::new(),
+            config: None,
+            port: None,
+            service: None,
+            initial_delay_seconds: 0,
+            period_seconds: ten(),
+            timeout_seconds: one(),
+            success_threshold: one(),
+            failure_threshold: three(),
+            mode: Mode::default(),
+            limits: None,
+        }
+    }
+}
+
+/// The schema of `config`: any JSON object, kept as written.
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// A Service of the Pod's namespace, and one of its ports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+pub struct ServiceRef {
+    /// The Service's name.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// The Service's port: its number, or its name in the Service's ports.
+    // Checked as [`SondeCheckSpec::port`] is, for the same reason.
+    #[schemars(extend("maxLength" = 63, "pattern" = PORT_NAME))]
+    #[x_kube(validation = Rule::new("type(self) != int || (self >= 1 && self <= 65535)").message("port is a number 1-65535 or the name of one of the Service's ports"))]
+    pub port: IntOrString,
+}
+
+/// How long a check keeps running against a Pod.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum Mode {
+    /// Keep checking; the condition follows the result.
+    #[default]
+    Continuous,
+    /// Set the condition True once, then stop checking that Pod.
+    StartupOnly,
+}
+
+/// Per-run limits of a [`SondeCheck`], within its tenant's ceiling.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CheckLimits {
+    /// Fuel per run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub fuel: Option<u64>,
+    /// A size such as 16MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?\s*([KMG]i?B|B)?$"))]
+    pub memory: Option<String>,
+}
+
+/// How a SondeCheck is doing (its `status` subresource), written by the
+/// one agent that holds the Lease `sonde-status` (docs/kubernetes.md, "Is
+/// my check working?").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SondeCheckStatus {
+    /// The metadata.generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Accepted: whether the agents accept the check (allowlist, tenant,
+    /// ceiling, plugin schema), and if not, why.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<StatusCondition>,
+    /// Pods whose readiness gate on the check is True.
+    #[serde(default)]
+    pub pods_ready: u32,
+    /// Pods whose readiness gate on the check is False.
+    #[serde(default)]
+    pub pods_not_ready: u32,
+    /// Pods whose readiness gate on the check is Unknown or not written yet.
+    #[serde(default)]
+    pub pods_unknown: u32,
+}
+
+/// A condition of a SondeCheck's status, shaped like Kubernetes'
+/// `metav1.Condition`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusCondition {
+    /// The condition's type (Accepted).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    /// Why, in CamelCase (PluginNotAllowed, OutsideCeiling, ...).
+    pub reason: String,
+    /// Why, for people.
+    #[serde(default)]
+    pub message: String,
+    /// When the status last changed (RFC 3339).
+    pub last_transition_time: String,
+    /// The metadata.generation it was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The header of the generated `deploy/kubernetes/crd.yaml`.
+const CRD_HEADER: &str = "\
+# SondeCheck: a check that sonde's DaemonSet runs against each Pod that names
+# it in a readiness gate `sonde.dev/<check-name>` (docs/kubernetes.md).
+# Generated from the SondeCheck type (runtime/kubernetes/src/crd.rs): do not
+# edit by hand; regenerate with
+#   SONDE_WRITE_CRD=1 cargo test --workspace --test all -- shipped_crd
+";
+
+/// The CRD of [`SondeCheck`] as `deploy/kubernetes/crd.yaml` ships it.
+pub fn crd_yaml() -> String {
+    let crd = SondeCheck::crd();
+    let yaml = serde_saphyr::to_string(&crd).expect("a CRD serializes");
+    format!("{CRD_HEADER}{yaml}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_crd_example() {
+        let c: SondeCheck = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sonde.dev/v1alpha1",
+            "kind": "SondeCheck",
+            "metadata": {"name": "web-ready", "namespace": "shop"},
+            "spec": {"plugin": "http", "config": {"path": "/ready"}, "port": "http",
+                     "periodSeconds": 5, "mode": "StartupOnly", "limits": {"fuel": 1000}}
+        }))
+        .unwrap();
+        assert_eq!(c.spec.port, Some(IntOrString::String("http".into())));
+        assert_eq!(c.spec.period_seconds, 5);
+        assert_eq!(
+            (c.spec.timeout_seconds, c.spec.failure_threshold),
+            (1, 3),
+            "the defaults"
+        );
+        assert_eq!(c.spec.mode, Mode::StartupOnly);
+        assert_eq!(
+            <SondeCheck as kube::Resource>::url_path(&(), Some("shop")),
+            "/apis/sonde.dev/v1alpha1/namespaces/shop/sondechecks"
+        );
+        let sent = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            (&sent["apiVersion"], &sent["kind"]),
+            (
+                &serde_json::json!("sonde.dev/v1alpha1"),
+                &serde_json::json!("SondeCheck")
+            ),
+            "what the API server requires of an object it is sent"
+        );
+    }
+}

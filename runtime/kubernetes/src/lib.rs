@@ -1,0 +1,169 @@
+//! Kubernetes readiness gates, from a DaemonSet: a Pod names a
+//! [`SondeCheck`](crd::SondeCheck) in a readiness gate
+//! `sonde.dev/<check-name>`; the agent on the Pod's node keeps one probe
+//! per (Pod, gate) in the registry — added when the Pod has an IP, changed
+//! when its IP or the check changes, removed when the Pod goes, each an
+//! incremental registry change — and writes the gate's condition on the
+//! Pod's status when the probe's state changes (docs/kubernetes.md).
+//!
+//! - [`crd`]: the `SondeCheck` resource;
+//! - `mapping`: the settings, the Pod as the controller sees it, and the
+//!   probe of a (Pod, gate) pair — pure functions;
+//! - `plan`: reconciling one Pod as a pure plan (which probes to add,
+//!   replace or remove; which gates have none and why; which Events);
+//! - `controller`: the reflectors, the applier of plans, and the write
+//!   queue;
+//! - `writer`: the strategic-merge patch, rate limit and backoff;
+//! - `events`: Kubernetes Events on Pods and SondeChecks, through
+//!   kube-runtime's recorder;
+//! - [`review`]: the API's callers, by `TokenReview` and `SubjectAccessReview`;
+//! - `namespaces`: the Namespaces labelled `sonde.dev/tenant-template`,
+//!   whose tenants the config's namespace templates make.
+//! - [`status`]: each SondeCheck's `status`, written by the one agent
+//!   elected through a Lease.
+//!
+//! Namespaces map to tenants (by default the tenant of the namespace's
+//! name), so a check is held to its tenant's quotas and ceiling like any
+//! probe; a check outside them is refused with an Event on it.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn demo(agent: &sonde::agent::Agent) -> Result<(), Box<dyn std::error::Error>> {
+//! use crate::{self, GateSettings};
+//!
+//! let settings = GateSettings::new(None, std::env::var("NODE_NAME").ok())?;
+//! let client = kubernetes::connect().await?;
+//! let handle = kubernetes::spawn(client, agent.control.clone(), agent.results.clone(), settings, Default::default());
+//! handle.synced().await;
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+
+mod controller;
+pub mod crd;
+mod events;
+mod expand;
+pub(crate) mod mapping;
+mod namespaces;
+mod plan;
+pub mod review;
+mod stats;
+pub mod status;
+mod writer;
+
+pub use mapping::{
+    Allowlist, AllowlistProblem, DEFAULT_BURST, DEFAULT_MESSAGE_REFRESH, DEFAULT_PLUGINS, DEFAULT_QPS, GateSettings,
+    GateSettingsError,
+};
+use sonde_core::control::Control;
+use sonde_core::results::ResultCache;
+pub use stats::Stats;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The running readiness-gate controller ([`spawn`]); dropping it stops
+/// the controller.
+pub struct GateController {
+    /// What it did so far.
+    pub stats: Arc<Stats>,
+    synced: watch::Receiver<bool>,
+    task: tokio::task::JoinHandle<()>,
+    /// The status writer's election (and, while it leads, the writer).
+    status: tokio::task::JoinHandle<()>,
+}
+
+impl GateController {
+    /// Waits until both reflectors listed and every Pod's probes are in
+    /// the registry.
+    pub async fn synced(&self) {
+        let mut s = self.synced.clone();
+        // Errs only when the controller ended: nothing more to wait for.
+        let _ = s.wait_for(|v| *v).await;
+    }
+
+    /// Stops the controller; conditions on Pods are left as they are.
+    pub fn stop(&self) {
+        self.task.abort();
+        self.status.abort();
+    }
+}
+
+impl Drop for GateController {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.status.abort();
+    }
+}
+
+/// Why the agent cannot reach the API server.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Neither in-cluster config nor a kubeconfig.
+    #[error("kubernetes: no API server config (in-cluster ServiceAccount or kubeconfig): {0}")]
+    Config(#[from] kube::config::InferConfigError),
+    /// The client cannot be built.
+    #[error("kubernetes: cannot build the API client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// A client of the API server from the in-cluster ServiceAccount (or
+/// `$KUBECONFIG`), over rustls with the ring provider.
+pub async fn connect() -> Result<kube::Client, ConnectError> {
+    let config = kube::Config::infer().await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Starts the controller of `settings.node_name`'s Pods on the registry
+/// of `control`, following probe states in `results`.
+pub fn spawn(
+    client: kube::Client,
+    control: Arc<Control>,
+    results: ResultCache,
+    settings: GateSettings,
+    stats: Arc<Stats>,
+) -> GateController {
+    let (synced_tx, synced) = watch::channel(false);
+    tracing::info!(node = %settings.node_name, plugins = ?settings.plugins, qps = settings.qps, burst = settings.burst, "kubernetes: serving readiness gates sonde.dev/* of this node's Pods");
+    let (status_client, status_control, status_settings) = (client.clone(), control.clone(), settings.clone());
+    let (controller, streams) = controller::Reconciler::new(
+        client.clone(),
+        control.clone(),
+        results,
+        settings,
+        stats.clone(),
+        synced_tx,
+    );
+    // One agent of all writes the SondeChecks' statuses (docs/kubernetes.md).
+    let status = tokio::spawn(status::run(status::Inputs {
+        client: status_client,
+        control: status_control,
+        settings: status_settings,
+        stats: stats.clone(),
+        checks: controller.checks(),
+        services: controller.services(),
+        synced: synced.clone(),
+    }));
+    // With namespace templates, Namespaces are followed in the same task
+    // (stopped with it), and no gate is served before their tenants are in force.
+    let task = tokio::spawn(async move {
+        if !control.has_namespace_templates().await {
+            return controller.run(streams).await;
+        }
+        let (listed_tx, mut listed) = watch::channel(false);
+        let gates = async move {
+            // Errs only when the Namespace watch ended: serve without it.
+            let _ = listed.wait_for(|l| *l).await;
+            controller.run(streams).await;
+        };
+        tokio::join!(namespaces::follow(client, control, listed_tx), gates);
+    });
+    GateController {
+        stats,
+        synced,
+        task,
+        status,
+    }
+}

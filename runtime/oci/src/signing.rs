@@ -1,0 +1,758 @@
+//! Plugin signing: a vendor signs a component with an ed25519 key, and an
+//! operator who trusts the vendor's public key can tell a signed plugin from
+//! an unsigned, tampered or foreign one before running it.
+//!
+//! What is signed is the component's SHA-256 digest together with the
+//! signer's name, the key id and the time of signing, so none of them can be
+//! changed without breaking the signature. The signature lives next to the
+//! component, in `FILE.wasm.sig`. Built-in plugins are trusted by being
+//! embedded and are never checked.
+//!
+//! # Files
+//!
+//! All three files are text. Key files are a header line, then `name: value`
+//! lines (blank lines and lines starting with `#` are ignored):
+//!
+//! ```text
+//! sonde-secret-key v1 ed25519          sonde-public-key v1 ed25519
+//! signer: acme                         signer: acme
+//! key: <base64 of the 32-byte seed>    key: <base64 of the 32-byte public key>
+//! ```
+//!
+//! [`keygen`] writes the secret key with mode 0600 and the public key to
+//! `KEYFILE.pub`, and never overwrites either. The key id is the first 8
+//! bytes of the SHA-256 of the public key, in hex.
+//!
+//! The signature file is one JSON object:
+//!
+//! ```json
+//! {"format": "sonde-signature-v1", "algorithm": "ed25519", "signer": "acme",
+//!  "key_id": "3f1c0a9e5b7d2468", "signed_at": "2026-11-22T17:30:00Z",
+//!  "digest": "sha256:<hex>", "signature": "<base64 of 64 bytes>"}
+//! ```
+//!
+//! The signature covers these lines, each ending in `\n`:
+//! `sonde-signature-v1`, `signer: NAME`, `key_id: ID`, `signed_at: TIME`,
+//! `digest: sha256:HEX`.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use crate::signing::{self, PublicKey};
+//! use std::path::Path;
+//!
+//! # fn demo() -> Result<(), signing::SignatureError> {
+//! let trusted = vec![PublicKey::read(Path::new("/etc/sonde/keys/acme.pub"))?];
+//! let signer = signing::verify_file(Path::new("/opt/acme/replica.wasm"), &trusted)?;
+//! println!("signed by {} at {}", signer.name, signer.signed_at);
+//! # Ok(())
+//! # }
+//! ```
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use sonde_policy::identity::{self, Digest, ReadError};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// The first line of a secret key file.
+pub(crate) const SECRET_KEY_HEADER: &str = "sonde-secret-key v1 ed25519";
+/// The first line of a public key file.
+pub const PUBLIC_KEY_HEADER: &str = "sonde-public-key v1 ed25519";
+/// The `format` of a signature file, and the first line of what is signed.
+pub(crate) const SIGNATURE_FORMAT: &str = "sonde-signature-v1";
+
+/// Key and signature files larger than this are refused unread.
+const MAX_FILE_BYTES: u64 = 64 * 1024;
+/// The longest signer name.
+const MAX_SIGNER_BYTES: usize = 128;
+
+/// Why signing, verifying or handling a key failed. Each message names the
+/// file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum SignatureError {
+    /// The plugin has no signature file.
+    #[error("{plugin}: unsigned: no signature file {sig}")]
+    Unsigned {
+        /// The plugin's file.
+        plugin: String,
+        /// Where its signature was looked for.
+        sig: String,
+    },
+    /// The plugin's bytes are not those that were signed.
+    #[error("{plugin}: tampered: its digest sha256:{actual} is not the signed sha256:{signed} ({sig})")]
+    DigestMismatch {
+        /// The plugin's file.
+        plugin: String,
+        /// The signature file.
+        sig: String,
+        /// The digest of the plugin as it is.
+        actual: String,
+        /// The digest the signature names.
+        signed: String,
+    },
+    /// The signature does not verify with the signer's (trusted) key: the
+    /// signature file was altered.
+    #[error("{plugin}: tampered: the signature in {sig} does not match key {key_id} ({signer})")]
+    BadSignature {
+        /// The plugin's file.
+        plugin: String,
+        /// The signature file.
+        sig: String,
+        /// The name the signature claims.
+        signer: String,
+        /// The key id it names.
+        key_id: String,
+    },
+    /// The signature was made with a key that is not trusted.
+    #[error(
+        "{plugin}: untrusted: signed by {signer:?} with key {key_id}, which is not among the {trusted} trusted key(s) ({sig})"
+    )]
+    Untrusted {
+        /// The plugin's file.
+        plugin: String,
+        /// The signature file.
+        sig: String,
+        /// The name the signature claims.
+        signer: String,
+        /// The key id it names.
+        key_id: String,
+        /// How many keys are trusted.
+        trusted: usize,
+    },
+    /// The signature file is not a sonde signature.
+    #[error("{sig}: not a valid sonde signature file: {detail}")]
+    MalformedSignature {
+        /// The signature file.
+        sig: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A key file is not a sonde key of the expected kind.
+    #[error("{path}: not a valid sonde {kind} key file: {detail}")]
+    MalformedKey {
+        /// The key file.
+        path: String,
+        /// `secret` or `public`.
+        kind: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A key file to be written already exists.
+    #[error("{path}: already exists; sonde does not overwrite keys")]
+    KeyExists {
+        /// The existing file.
+        path: String,
+    },
+    /// The signer name cannot be used.
+    #[error("signer name {name:?}: {detail}")]
+    BadSignerName {
+        /// The name given.
+        name: String,
+        /// Why it is refused.
+        detail: String,
+    },
+    /// The system gave no randomness for a new key.
+    #[error("cannot generate a key: no randomness from the system: {0}")]
+    Random(String),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+impl SignatureError {
+    /// Whether the error says the plugin must not be trusted (unsigned,
+    /// tampered, untrusted or a malformed signature), rather than that
+    /// the check itself could not be made (a key file missing, say).
+    pub fn is_verdict(&self) -> bool {
+        matches!(
+            self,
+            Self::Unsigned { .. }
+                | Self::DigestMismatch { .. }
+                | Self::BadSignature { .. }
+                | Self::Untrusted { .. }
+                | Self::MalformedSignature { .. }
+        )
+    }
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> SignatureError + '_ {
+    move |source| SignatureError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Reads a small text file, refusing large ones unread.
+fn read_small(path: &Path) -> Result<Vec<u8>, SignatureError> {
+    read_capped(path, MAX_FILE_BYTES)
+}
+
+/// `path`'s bytes, through [`identity::read_regular`]: a regular file of at
+/// most `max` bytes (a FIFO or device is refused, never waited on).
+fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, SignatureError> {
+    let invalid = |why: String| SignatureError::Io {
+        path: path.display().to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, why),
+    };
+    identity::read_regular(path, max).map_err(|e| match e {
+        ReadError::Io(source) => io_error(path)(source),
+        ReadError::NotAFile(kind) => invalid(format!("not a regular file ({kind})")),
+        ReadError::TooLarge { .. } => invalid(format!("larger than {max} bytes")),
+    })
+}
+
+fn check_signer_name(name: &str) -> Result<(), SignatureError> {
+    let bad = |detail: &str| SignatureError::BadSignerName {
+        name: name.to_string(),
+        detail: detail.to_string(),
+    };
+    if name.trim().is_empty() {
+        return Err(bad("must not be empty"));
+    }
+    if name.len() > MAX_SIGNER_BYTES {
+        return Err(bad("longer than 128 bytes"));
+    }
+    if name.chars().any(char::is_control) || name != name.trim() {
+        return Err(bad("must not contain control characters or leading/trailing spaces"));
+    }
+    Ok(())
+}
+
+/// The id of a public key: the first 8 bytes of its SHA-256, in hex.
+fn key_id(key: &VerifyingKey) -> String {
+    identity::hex(&Digest::of(key.as_bytes()).as_bytes()[..8])
+}
+
+/// Parses a key file: its header, then `signer:` and `key:` lines.
+fn parse_key_file(path: &Path, kind: &'static str, header: &str) -> Result<(String, [u8; 32]), SignatureError> {
+    let bytes = read_small(path)?;
+    let text = String::from_utf8(bytes).map_err(|_| SignatureError::MalformedKey {
+        path: path.display().to_string(),
+        kind,
+        detail: "not UTF-8 text".into(),
+    })?;
+    parse_key_text(&path.display().to_string(), &text, kind, header)
+}
+
+/// Parses a key file's text; `source` names it in errors.
+fn parse_key_text(
+    source: &str,
+    text: &str,
+    kind: &'static str,
+    header: &str,
+) -> Result<(String, [u8; 32]), SignatureError> {
+    let malformed = |detail: String| SignatureError::MalformedKey {
+        path: source.to_string(),
+        kind,
+        detail,
+    };
+    let mut lines = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'));
+    match lines.next() {
+        Some(first) if first == header => {}
+        Some(first) if first == SECRET_KEY_HEADER || first == PUBLIC_KEY_HEADER => {
+            let other = if kind == "secret" { "a public" } else { "a secret" };
+            return Err(malformed(format!("this is {other} key file")));
+        }
+        _ => return Err(malformed(format!("the first line must be `{header}`"))),
+    }
+    let (mut signer, mut key) = (None, None);
+    for line in lines {
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| malformed(format!("line {line:?} is not `name: value`")))?;
+        let value = value.trim();
+        match name.trim() {
+            "signer" => signer = Some(value.to_string()),
+            "key" => key = Some(value.to_string()),
+            other => return Err(malformed(format!("unknown field {other:?}"))),
+        }
+    }
+    let signer = signer.ok_or_else(|| malformed("no `signer:` line".into()))?;
+    check_signer_name(&signer).map_err(|e| malformed(e.to_string()))?;
+    let key = key.ok_or_else(|| malformed("no `key:` line".into()))?;
+    let key: [u8; 32] = BASE64
+        .decode(&key)
+        .ok()
+        .and_then(|k| k.try_into().ok())
+        .ok_or_else(|| malformed("`key:` is not 32 bytes of base64".into()))?;
+    Ok((signer, key))
+}
+
+/// A secret signing key and the name it signs as.
+pub struct SecretKey {
+    signer: String,
+    key: SigningKey,
+}
+
+impl std::fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretKey")
+            .field("signer", &self.signer)
+            .field("key_id", &self.public().key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SecretKey {
+    /// Generates a new key from the system's randomness.
+    pub fn generate(signer: &str) -> Result<Self, SignatureError> {
+        check_signer_name(signer)?;
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| SignatureError::Random(e.to_string()))?;
+        Ok(Self {
+            signer: signer.to_string(),
+            key: SigningKey::from_bytes(&seed),
+        })
+    }
+
+    /// Reads a secret key file.
+    pub fn read(path: &Path) -> Result<Self, SignatureError> {
+        let (signer, seed) = parse_key_file(path, "secret", SECRET_KEY_HEADER)?;
+        Ok(Self {
+            signer,
+            key: SigningKey::from_bytes(&seed),
+        })
+    }
+
+    /// The name this key signs as.
+    pub fn signer(&self) -> &str {
+        &self.signer
+    }
+
+    /// Its public half.
+    pub fn public(&self) -> PublicKey {
+        let key = self.key.verifying_key();
+        PublicKey {
+            signer: self.signer.clone(),
+            key_id: key_id(&key),
+            key,
+        }
+    }
+
+    fn to_file_text(&self) -> String {
+        format!(
+            "{SECRET_KEY_HEADER}\nsigner: {}\nkey: {}\n",
+            self.signer,
+            BASE64.encode(self.key.to_bytes())
+        )
+    }
+
+    /// Signs a component: the signature file's contents.
+    pub fn sign(&self, wasm: &[u8], at: SystemTime) -> SignatureFile {
+        let public = self.public();
+        let mut sig = SignatureFile {
+            format: SIGNATURE_FORMAT.into(),
+            algorithm: "ed25519".into(),
+            signer: self.signer.clone(),
+            key_id: public.key_id,
+            signed_at: humantime::format_rfc3339_seconds(at).to_string(),
+            digest: Digest::of(wasm).to_string(),
+            signature: String::new(),
+        };
+        sig.signature = BASE64.encode(self.key.sign(sig.signed_message().as_bytes()).to_bytes());
+        sig
+    }
+}
+
+/// A public key an operator trusts, with the name it was issued to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublicKey {
+    signer: String,
+    key_id: String,
+    key: VerifyingKey,
+}
+
+impl PublicKey {
+    /// Reads a public key file (`KEYFILE.pub`).
+    pub fn read(path: &Path) -> Result<Self, SignatureError> {
+        let (signer, bytes) = parse_key_file(path, "public", PUBLIC_KEY_HEADER)?;
+        Self::from_parts(&path.display().to_string(), signer, &bytes)
+    }
+
+    /// Parses the text of a public key file given inline (in a config
+    /// file, say); `source` names it in errors (`config.yaml: trust[0]`).
+    pub fn parse(source: &str, text: &str) -> Result<Self, SignatureError> {
+        let (signer, bytes) = parse_key_text(source, text, "public", PUBLIC_KEY_HEADER)?;
+        Self::from_parts(source, signer, &bytes)
+    }
+
+    fn from_parts(source: &str, signer: String, bytes: &[u8; 32]) -> Result<Self, SignatureError> {
+        let key = VerifyingKey::from_bytes(bytes).map_err(|e| SignatureError::MalformedKey {
+            path: source.to_string(),
+            kind: "public",
+            detail: format!("not an ed25519 public key: {e}"),
+        })?;
+        Ok(Self {
+            signer,
+            key_id: key_id(&key),
+            key,
+        })
+    }
+
+    /// The name in the key file.
+    pub fn signer(&self) -> &str {
+        &self.signer
+    }
+
+    /// The key's id: the first 8 bytes of its SHA-256, in hex.
+    pub fn key_id(&self) -> &str {
+        &self.key_id
+    }
+
+    fn to_file_text(&self) -> String {
+        format!(
+            "{PUBLIC_KEY_HEADER}\nsigner: {}\nkey: {}\n",
+            self.signer,
+            BASE64.encode(self.key.as_bytes())
+        )
+    }
+}
+
+/// The contents of a `FILE.wasm.sig` file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignatureFile {
+    /// Always [`SIGNATURE_FORMAT`].
+    pub format: String,
+    /// Always `ed25519`.
+    pub algorithm: String,
+    /// The name of whoever signed.
+    pub signer: String,
+    /// The id of the key that signed.
+    pub key_id: String,
+    /// When, in RFC 3339 (UTC, seconds).
+    pub signed_at: String,
+    /// `sha256:` and the component's digest in hex.
+    pub digest: String,
+    /// The ed25519 signature of [`SignatureFile::signed_message`], base64.
+    pub signature: String,
+}
+
+impl SignatureFile {
+    /// The text the signature covers.
+    pub(crate) fn signed_message(&self) -> String {
+        format!(
+            "{SIGNATURE_FORMAT}\nsigner: {}\nkey_id: {}\nsigned_at: {}\ndigest: {}\n",
+            self.signer, self.key_id, self.signed_at, self.digest
+        )
+    }
+
+    /// The file's text: pretty JSON and a final newline.
+    pub fn to_text(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+}
+
+/// Who signed a plugin that verified.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Signer {
+    /// The name in the signature (signed by the key, so as trusted as it).
+    pub name: String,
+    /// The id of the trusted key that verified it.
+    pub key_id: String,
+    /// When it was signed, as the signature says (RFC 3339).
+    pub signed_at: String,
+    /// The component's digest, `sha256:` and hex.
+    pub digest: String,
+}
+
+/// Where the signature of the component at `wasm` lives: `FILE.wasm.sig`.
+pub fn signature_path(wasm: &Path) -> PathBuf {
+    let mut name = wasm.as_os_str().to_os_string();
+    name.push(".sig");
+    PathBuf::from(name)
+}
+
+/// Checks that `wasm` (the component loaded from `plugin`, a name used in
+/// messages) carries a valid signature by one of `trusted`.
+///
+/// `sig` is the signature file's contents, or `None` when there is none;
+/// `sig_name` names it in messages. The errors tell apart an unsigned plugin
+/// ([`SignatureError::Unsigned`]), a tampered one (its bytes changed:
+/// [`SignatureError::DigestMismatch`]; the signature file changed:
+/// [`SignatureError::BadSignature`]) and one signed by a key not trusted
+/// ([`SignatureError::Untrusted`]).
+pub fn verify(
+    plugin: &str,
+    wasm: &[u8],
+    sig_name: &str,
+    sig: Option<&[u8]>,
+    trusted: &[PublicKey],
+) -> Result<Signer, SignatureError> {
+    let Some(sig_bytes) = sig else {
+        return Err(SignatureError::Unsigned {
+            plugin: plugin.to_string(),
+            sig: sig_name.to_string(),
+        });
+    };
+    let malformed = |detail: String| SignatureError::MalformedSignature {
+        sig: sig_name.to_string(),
+        detail,
+    };
+    if sig_bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(malformed(format!("larger than {MAX_FILE_BYTES} bytes")));
+    }
+    let file: SignatureFile = serde_json::from_slice(sig_bytes).map_err(|e| malformed(e.to_string()))?;
+    if file.format != SIGNATURE_FORMAT {
+        return Err(malformed(format!(
+            "format {:?}, expected {SIGNATURE_FORMAT:?}",
+            file.format
+        )));
+    }
+    if file.algorithm != "ed25519" {
+        return Err(malformed(format!(
+            "algorithm {:?}, expected \"ed25519\"",
+            file.algorithm
+        )));
+    }
+    check_signer_name(&file.signer).map_err(|e| malformed(e.to_string()))?;
+    if humantime::parse_rfc3339(&file.signed_at).is_err() {
+        return Err(malformed(format!(
+            "signed_at {:?} is not an RFC 3339 time",
+            file.signed_at
+        )));
+    }
+    let signature: [u8; 64] = BASE64
+        .decode(&file.signature)
+        .ok()
+        .and_then(|s| s.try_into().ok())
+        .ok_or_else(|| malformed("signature is not 64 bytes of base64".into()))?;
+    let actual = Digest::of(wasm).hex();
+    let signed = file.digest.strip_prefix("sha256:").unwrap_or(&file.digest);
+    if signed != actual {
+        return Err(SignatureError::DigestMismatch {
+            plugin: plugin.to_string(),
+            sig: sig_name.to_string(),
+            actual,
+            signed: signed.to_string(),
+        });
+    }
+    let Some(key) = trusted.iter().find(|k| k.key_id == file.key_id) else {
+        return Err(SignatureError::Untrusted {
+            plugin: plugin.to_string(),
+            sig: sig_name.to_string(),
+            signer: file.signer,
+            key_id: file.key_id,
+            trusted: trusted.len(),
+        });
+    };
+    let signature = ed25519_dalek::Signature::from_bytes(&signature);
+    if key
+        .key
+        .verify_strict(file.signed_message().as_bytes(), &signature)
+        .is_err()
+    {
+        return Err(SignatureError::BadSignature {
+            plugin: plugin.to_string(),
+            sig: sig_name.to_string(),
+            signer: file.signer,
+            key_id: file.key_id,
+        });
+    }
+    Ok(Signer {
+        name: file.signer,
+        key_id: file.key_id,
+        signed_at: file.signed_at,
+        digest: file.digest,
+    })
+}
+
+/// Reads the signature file of the component at `wasm` (`FILE.wasm.sig`):
+/// `None` when there is none, an error when it cannot be read or is larger
+/// than 64 KiB.
+pub fn read_signature(wasm: &Path) -> Result<Option<Vec<u8>>, SignatureError> {
+    match read_small(&signature_path(wasm)) {
+        Ok(s) => Ok(Some(s)),
+        Err(SignatureError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Checks the component at `wasm` against its `FILE.wasm.sig`, as
+/// [`verify`] does. A missing signature file is [`SignatureError::Unsigned`].
+pub fn verify_file(wasm: &Path, trusted: &[PublicKey]) -> Result<Signer, SignatureError> {
+    let bytes = read_capped(wasm, identity::MAX_PLUGIN_BYTES)?;
+    let sig_path = signature_path(wasm);
+    let sig = read_signature(wasm)?;
+    verify(
+        &wasm.display().to_string(),
+        &bytes,
+        &sig_path.display().to_string(),
+        sig.as_deref(),
+        trusted,
+    )
+}
+
+/// Signs `bytes`, the component as read from `wasm` (once, by the caller,
+/// which checked them), with `key` and writes `FILE.wasm.sig` (replacing
+/// an older signature). Returns the signature file's path.
+pub fn sign_file(key: &SecretKey, wasm: &Path, bytes: &[u8], at: SystemTime) -> Result<PathBuf, SignatureError> {
+    let sig = key.sign(bytes, at);
+    let path = signature_path(wasm);
+    std::fs::write(&path, sig.to_text()).map_err(io_error(&path))?;
+    Ok(path)
+}
+
+/// The public key file written next to a secret key file: `KEYFILE.pub`.
+pub fn public_key_path(secret: &Path) -> PathBuf {
+    let mut name = secret.as_os_str().to_os_string();
+    name.push(".pub");
+    PathBuf::from(name)
+}
+
+/// Generates a key pair for `signer` and writes the secret key to `path`
+/// (mode 0600) and the public key to `path.pub`. Refuses to overwrite
+/// either file.
+pub fn keygen(path: &Path, signer: &str) -> Result<PublicKey, SignatureError> {
+    let key = SecretKey::generate(signer)?;
+    let public_path = public_key_path(path);
+    for p in [path, public_path.as_path()] {
+        if p.symlink_metadata().is_ok() {
+            return Err(SignatureError::KeyExists {
+                path: p.display().to_string(),
+            });
+        }
+    }
+    write_new(path, key.to_file_text().as_bytes(), 0o600)?;
+    let public = key.public();
+    if let Err(e) = write_new(&public_path, public.to_file_text().as_bytes(), 0o644) {
+        // Leave no secret key without its public half.
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(public)
+}
+
+/// Creates `path` with `mode`, failing when it exists.
+fn write_new(path: &Path, contents: &[u8], mode: u32) -> Result<(), SignatureError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|source| match source.kind() {
+            std::io::ErrorKind::AlreadyExists => SignatureError::KeyExists {
+                path: path.display().to_string(),
+            },
+            _ => SignatureError::Io {
+                path: path.display().to_string(),
+                source,
+            },
+        })?;
+    file.write_all(contents).map_err(io_error(path))?;
+    file.sync_all().map_err(io_error(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> SecretKey {
+        SecretKey::generate(name).unwrap()
+    }
+
+    #[test]
+    fn a_signature_covers_digest_signer_and_time() {
+        let k = key("acme");
+        let wasm = b"\0asm component bytes";
+        let sig = k.sign(wasm, SystemTime::UNIX_EPOCH);
+        let text = sig.to_text();
+        let trusted = [k.public()];
+        let signer = verify("p.wasm", wasm, "p.wasm.sig", Some(text.as_bytes()), &trusted).unwrap();
+        assert_eq!(signer.name, "acme");
+        assert_eq!(signer.signed_at, "1970-01-01T00:00:00Z");
+
+        // Changing any signed field breaks the signature.
+        for field in ["signer", "signed_at", "key_id"] {
+            let mut forged = sig.clone();
+            match field {
+                "signer" => forged.signer = "mallory".into(),
+                "signed_at" => forged.signed_at = "2030-01-01T00:00:00Z".into(),
+                _ => forged.key_id = "0000000000000000".into(),
+            }
+            let err = verify(
+                "p.wasm",
+                wasm,
+                "p.wasm.sig",
+                Some(forged.to_text().as_bytes()),
+                &trusted,
+            )
+            .unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    SignatureError::BadSignature { .. } | SignatureError::Untrusted { .. }
+                ),
+                "{field}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn signer_names_are_one_printable_line() {
+        assert!(SecretKey::generate("acme corp").is_ok());
+        for bad in ["", "a\nb", " lead", &"x".repeat(200)] {
+            assert!(SecretKey::generate(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_signature_files_are_refused_with_the_reason() {
+        let k = key("acme");
+        let wasm = b"bytes";
+        let trusted = [k.public()];
+        let cases: [(&str, &str); 3] = [
+            ("not json", "expected"),
+            (r#"{"format": "x"}"#, "missing field"),
+            (
+                r#"{"format": "other", "algorithm": "ed25519", "signer": "a", "key_id": "", "signed_at": "", "digest": "", "signature": ""}"#,
+                "format \"other\"",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = verify("p.wasm", wasm, "p.wasm.sig", Some(text.as_bytes()), &trusted).unwrap_err();
+            assert!(matches!(err, SignatureError::MalformedSignature { .. }), "{err}");
+            assert!(err.to_string().contains(expected), "{err}");
+            assert!(err.to_string().starts_with("p.wasm.sig:"), "{err}");
+        }
+    }
+
+    #[test]
+    fn key_files_round_trip_and_refuse_the_wrong_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("acme.key");
+        let public = keygen(&path, "acme").unwrap();
+        let secret = SecretKey::read(&path).unwrap();
+        assert_eq!(secret.public(), public);
+        assert_eq!(PublicKey::read(&public_key_path(&path)).unwrap(), public);
+        let err = PublicKey::read(&path).unwrap_err();
+        assert!(err.to_string().contains("this is a secret key file"), "{err}");
+        let err = SecretKey::read(&public_key_path(&path)).unwrap_err();
+        assert!(err.to_string().contains("this is a public key file"), "{err}");
+        let text = std::fs::read_to_string(public_key_path(&path)).unwrap();
+        assert_eq!(PublicKey::parse("inline", &text).unwrap(), public);
+        let err = PublicKey::parse("config.yaml: trust[0]", "nonsense").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("config.yaml: trust[0]: not a valid sonde public key"),
+            "{err}"
+        );
+        let err = keygen(&path, "acme").unwrap_err();
+        assert!(matches!(err, SignatureError::KeyExists { .. }), "{err}");
+    }
+}

@@ -1,0 +1,134 @@
+//! How the host connects for a plugin (`http`, `tcp`, `tls`, `grpc`,
+//! `wasi:http`): one name lookup (bounded agent-wide by
+//! the engine's gate of lookups and run on its gate of blocking threads,
+//! [`CallBounds::pass`] and [`CallBounds::run_blocking`]), one check of the
+//! addresses it found ([`CallGrants::authorize_peer`]), a TCP connection
+//! to an address so checked (the first that answers) — never a second
+//! lookup —, the time of each,
+//! and a socket that closes with a reset. The caller has checked the
+//! grants for what the plugin asked ([`CallGrants::authorize`]) and counted
+//! the socket.
+
+use super::bounds::CallBounds;
+use sonde_policy::grants::{CallGrants, Host, Use};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+
+/// Resolves the name `host` for a plugin's call: every address, in
+/// canonical form. Waits (without a thread) for a lookup slot and a
+/// blocking thread; both are held by the thread doing the lookup until the
+/// resolver answers, even if the caller has given up. The caller bounds
+/// the wait with its deadline; cut off while waiting, the call is recorded
+/// as having run into the bound.
+pub(crate) async fn lookup(host: &str, bounds: &CallBounds) -> Result<Vec<IpAddr>, LookupError> {
+    let slot = bounds.pass(bounds.gates().lookups()).await;
+    let name = host.to_string();
+    let addrs = bounds
+        .run_blocking(Some(slot), move || {
+            (name.as_str(), 0)
+                .to_socket_addrs()
+                .map(|a| a.map(|a| a.ip().to_canonical()).collect::<Vec<_>>())
+        })
+        .await;
+    let host = || host.to_string();
+    match addrs {
+        Ok(Ok(addrs)) => Ok(addrs),
+        Ok(Err(source)) => Err(LookupError::Resolver { host: host(), source }),
+        Err(source) => Err(LookupError::Lost { host: host(), source }),
+    }
+}
+
+/// Why a name lookup for a plugin failed; each names the host.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LookupError {
+    /// The resolver's answer.
+    #[error("{host}: {source}")]
+    Resolver { host: String, source: std::io::Error },
+    /// The thread doing the lookup gave no answer.
+    #[error("{host}: {source}")]
+    Lost {
+        host: String,
+        source: super::blocking::WorkLost,
+    },
+}
+
+/// A connection the host opened for a plugin, and the time each phase took.
+pub(crate) struct Dialed {
+    pub(crate) stream: TcpStream,
+    /// The address connected to, as checked.
+    pub(crate) peer: SocketAddr,
+    pub(crate) dns: Duration,
+    pub(crate) connect: Duration,
+}
+
+/// Why [`dial`] failed.
+#[derive(Debug)]
+pub(crate) enum DialError {
+    /// The name did not resolve.
+    Dns(String),
+    /// Every address found is one the probe may not reach; the denial is
+    /// recorded.
+    Denied(String),
+    /// The connection failed.
+    Connect(String),
+}
+
+/// Connects for a plugin to the host and port of `what` (an `http`, `tcp`,
+/// `tls` or `grpc` use the caller has authorized): an address as it is
+/// written, a name through one lookup whose addresses are checked, to the
+/// first address allowed that answers. The socket closes with a reset: a probe every
+/// few seconds must not pile up TIME_WAIT sockets on either side.
+pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds) -> Result<Dialed, DialError> {
+    let Some((host, port)) = what.authority() else {
+        return Err(DialError::Connect(format!("{what:?} names no host to connect to")));
+    };
+    let start = Instant::now();
+    // An address in any spelling is reached as the grant check read it,
+    // never handed to a resolver that might read it otherwise.
+    let (name, candidates) = match Host::parse(host) {
+        Host::Ip(ip) => (None, vec![SocketAddr::new(ip, port)]),
+        _ => {
+            let found = lookup(host, bounds).await.map_err(|e| DialError::Dns(e.to_string()))?;
+            if found.is_empty() {
+                return Err(DialError::Dns(format!("{host}: no address")));
+            }
+            (
+                Some(host),
+                found.into_iter().map(|ip| SocketAddr::new(ip, port)).collect(),
+            )
+        }
+    };
+    let allowed = grants
+        .authorize_peer(what, name, &candidates)
+        .map_err(|d| DialError::Denied(d.0))?;
+    let dns = start.elapsed();
+    // The addresses allowed, in the resolver's order, until one answers
+    // (`localhost` is often ::1 first, while the service listens on IPv4);
+    // the caller's deadline bounds the whole.
+    let mut failed = None;
+    let mut connected = None;
+    for addr in allowed {
+        match TcpStream::connect(addr).await {
+            Ok(stream) => {
+                connected = Some((stream, addr));
+                break;
+            }
+            Err(e) => failed = Some(format!("{addr}: {e}")),
+        }
+    }
+    let Some((stream, addr)) = connected else {
+        return Err(DialError::Connect(failed.unwrap_or_default()));
+    };
+    // tokio deprecates SO_LINGER because a non-zero linger blocks on drop;
+    // a zero linger never does.
+    #[allow(deprecated)]
+    let _ = stream.set_linger(Some(Duration::ZERO));
+    let _ = stream.set_nodelay(true);
+    Ok(Dialed {
+        stream,
+        peer: addr,
+        dns,
+        connect: start.elapsed() - dns,
+    })
+}

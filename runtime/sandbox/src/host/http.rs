@@ -1,0 +1,383 @@
+//! sonde's `http` interface: the host-owned HTTP/1.1 transport for probes.
+//! A new connection per request (timed phase by phase, closed with a
+//! reset), or on request one from the keep-alive [`Pool`]; either way the
+//! URL's authority is checked against the grants before anything is sent.
+
+use super::bounds::CallBounds;
+use super::dial::{DialError, dial};
+use super::pool::{Conn, Pool, PoolKey};
+use super::tls_client::{TlsClient, TlsError, TlsInfo, TlsOptions};
+use crate::bindings::sonde::probe::http as probe_http;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Body as _;
+use probe_http::{HttpError, Request as ProbeRequest, Response as ProbeResponse, Timings};
+use sonde_policy::grants::{CallGrants, Use};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
+use wasmtime::component::{HasData, Linker};
+
+/// What `http` sees of one call: its grants and deadline, and the
+/// engine's TLS client and connection pool.
+pub(crate) struct HttpView<'a> {
+    /// The call's grants.
+    pub(crate) grants: &'a CallGrants,
+    /// When the call ends.
+    pub(crate) deadline: Instant,
+    /// The engine's TLS client.
+    pub(crate) tls: &'a TlsClient,
+    /// The engine's keep-alive pool.
+    pub(crate) pool: &'a Pool,
+    /// The tenant the call runs for: its pooled connections are its own.
+    pub(crate) tenant: &'a Arc<str>,
+    /// The call's bounds: every new connection counts as a socket.
+    pub(crate) bounds: &'a CallBounds,
+}
+
+struct Http;
+
+impl HasData for Http {
+    type Data<'a> = HttpView<'a>;
+}
+
+/// Adds the `http` interface to `linker` (the once-per-process phase);
+/// `get` gives the view of the call in the store's data.
+pub(crate) fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> HttpView<'_>,
+) -> wasmtime::Result<()> {
+    probe_http::add_to_linker::<T, Http>(linker, get)
+}
+
+/// What the transport offers by ALPN: it speaks HTTP/1.1 only.
+const ALPN: &[&[u8]] = &[b"http/1.1"];
+
+/// The most of a response body the host reads for a plugin.
+pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// The most header names a `send-keeping` call may name.
+pub(crate) const MAX_KEPT_HEADERS: usize = 64;
+
+/// Whether the response header `name` goes back to the plugin: all of
+/// them for `send`, those named for `send-keeping`.
+fn kept(keep: Option<&[String]>, name: &str) -> bool {
+    keep.is_none_or(|names| names.iter().any(|k| k.eq_ignore_ascii_case(name)))
+}
+
+/// Where one request goes, as checked against the grants.
+struct Target {
+    uri: http::Uri,
+    host: String,
+    port: u16,
+    /// For `https://`: how to verify the server.
+    tls: Option<TlsOptions>,
+}
+
+/// The phases a new connection went through.
+#[derive(Default)]
+struct Phases {
+    dns: Duration,
+    connect: Duration,
+    tls: Duration,
+}
+
+fn tls_error(e: TlsError) -> HttpError {
+    match e {
+        TlsError::ServerName { .. } | TlsError::Ca(_) => HttpError::Invalid(e.to_string()),
+        TlsError::Handshake(_) | TlsError::Certificate(_) => HttpError::Tls(e.to_string()),
+    }
+}
+
+/// Starts HTTP/1.1 over `io`, a connection to `peer`; the connection's
+/// task runs until the returned [`Conn`] is dropped.
+async fn http1<I>(io: I, peer: SocketAddr, tls: Option<Arc<TlsInfo>>) -> Result<Conn, HttpError>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
+        .await
+        .map_err(|e| HttpError::Protocol(e.to_string()))?;
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(Conn::new(sender, peer, tls, task))
+}
+
+/// Opens a new connection to `target`, with TLS for `https://`; it counts
+/// against the call's socket bound (a pooled one does not: the pool's own
+/// bounds hold it).
+async fn open(
+    client: &TlsClient,
+    grants: &CallGrants,
+    bounds: &CallBounds,
+    target: &Target,
+) -> Result<(Conn, Phases), HttpError> {
+    bounds.take_socket().map_err(|e| HttpError::Invalid(e.to_string()))?;
+    let what = Use::Http {
+        host: &target.host,
+        port: target.port,
+    };
+    let dialed = dial(grants, what, bounds).await.map_err(|e| match e {
+        DialError::Dns(m) => HttpError::Dns(m),
+        DialError::Denied(m) => HttpError::Denied(m),
+        DialError::Connect(m) => HttpError::Connect(m),
+    })?;
+    let peer = dialed.peer;
+    let mut phases = Phases {
+        dns: dialed.dns,
+        connect: dialed.connect,
+        tls: Duration::ZERO,
+    };
+    let conn = match &target.tls {
+        None => http1(dialed.stream, peer, None).await?,
+        Some(options) => {
+            let start = Instant::now();
+            let (stream, info) = client
+                .connect(dialed.stream, &target.host, options, ALPN)
+                .await
+                .map_err(tls_error)?;
+            phases.tls = start.elapsed();
+            http1(stream, peer, Some(Arc::new(info))).await?
+        }
+    };
+    Ok((conn, phases))
+}
+
+fn build_request(req: &ProbeRequest, target: &Target) -> Result<http::Request<Full<bytes::Bytes>>, HttpError> {
+    let method = http::Method::from_bytes(req.method.as_bytes())
+        .map_err(|e| HttpError::Invalid(format!("method {:?}: {e}", req.method)))?;
+    let path = target.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut builder = http::Request::builder().method(method).uri(path);
+    if !req.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        builder = builder.header(
+            http::header::HOST,
+            target.uri.authority().map_or(target.host.as_str(), |a| a.as_str()),
+        );
+    }
+    for (name, value) in &req.headers {
+        builder = builder.header(name.as_str(), value.as_str());
+    }
+    builder
+        .body(Full::new(bytes::Bytes::from(req.body.clone())))
+        .map_err(|e| HttpError::Invalid(e.to_string()))
+}
+
+async fn exchange(
+    view: &HttpView<'_>,
+    req: ProbeRequest,
+    target: Target,
+    keep: Option<&[String]>,
+) -> Result<ProbeResponse, HttpError> {
+    let HttpView {
+        grants,
+        tls: client,
+        pool,
+        tenant,
+        bounds,
+        ..
+    } = *view;
+    let start = Instant::now();
+    let request = build_request(&req, &target)?;
+    let key = req
+        .keepalive
+        .then(|| PoolKey::new(tenant, &target.host, target.port, target.tls.as_ref()));
+    let pooled = match &key {
+        Some(key) => checkout(view, key, &target).await,
+        None => None,
+    };
+    let (mut conn, mut phases, mut reused) = match pooled {
+        Some(conn) => (conn, Phases::default(), true),
+        None => {
+            let (conn, phases) = open(client, grants, bounds, &target).await?;
+            (conn, phases, false)
+        }
+    };
+    let response = match conn.sender.try_send_request(request).await {
+        Ok(response) => response,
+        Err(mut e) if reused => {
+            // The server closed the idle connection as the request went out;
+            // a request that was not sent is sent once more, on a new one.
+            let Some(request) = e.take_message() else {
+                return Err(HttpError::Protocol(e.into_error().to_string()));
+            };
+            (conn, phases) = open(client, grants, bounds, &target).await?;
+            reused = false;
+            conn.sender
+                .send_request(request)
+                .await
+                .map_err(|e| HttpError::Protocol(e.to_string()))?
+        }
+        Err(e) => return Err(HttpError::Protocol(e.into_error().to_string())),
+    };
+    let first_byte = start.elapsed();
+    let status = response.status().as_u16();
+    let headers = kept_headers(response.headers(), keep);
+    let max = (req.max_body as usize).min(MAX_BODY_BYTES);
+    // Only a connection whose response was read to its end can serve the
+    // next request; any other is dropped, which resets it.
+    let (body, ended) = read_body(response.into_body(), max).await?;
+    let tls = conn.tls.as_deref().map(Into::into);
+    if let Some(key) = key
+        && ended
+    {
+        pool.checkin(key, conn);
+    }
+    let secs = |d: Duration| d.as_secs_f64();
+    let setup = phases.dns + phases.connect + phases.tls;
+    Ok(ProbeResponse {
+        status,
+        headers,
+        body,
+        timings: Timings {
+            dns: secs(phases.dns),
+            connect: secs(phases.connect),
+            tls: secs(phases.tls),
+            first_byte: secs(first_byte.saturating_sub(setup)),
+            total: secs(start.elapsed()),
+        },
+        tls,
+        reused,
+    })
+}
+
+/// An idle connection from the pool for `key` that this call may use: a
+/// pooled connection was checked for the call that opened it, so it
+/// serves this one only if this call may reach where it goes. If not, it
+/// goes back for the calls it may serve, and this one dials (and is
+/// checked) anew. One the server has closed meanwhile is dropped.
+async fn checkout(view: &HttpView<'_>, key: &PoolKey, target: &Target) -> Option<Conn> {
+    let mut pooled = view.pool.checkout(key);
+    let name = sonde_policy::grants::host_address(&target.host)
+        .is_none()
+        .then_some(target.host.as_str());
+    if let Some(refused) = pooled.take_if(|c| !view.grants.permits_peer(name, c.peer)) {
+        view.pool.checkin(key.clone(), refused);
+    }
+    if let Some(conn) = &mut pooled
+        && conn.sender.ready().await.is_err()
+    {
+        pooled = None;
+    }
+    pooled
+}
+
+/// The response headers the plugin asked to keep (`keep`), as text.
+fn kept_headers(headers: &hyper::HeaderMap, keep: Option<&[String]>) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(n, _)| kept(keep, n.as_str()))
+        .map(|(n, v)| {
+            (
+                n.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Reads at most `max` bytes of `incoming`; with whether it was read to
+/// its end.
+async fn read_body(mut incoming: hyper::body::Incoming, max: usize) -> Result<(Vec<u8>, bool), HttpError> {
+    let mut body = Vec::new();
+    let mut ended = false;
+    while body.len() < max {
+        match incoming.frame().await {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    body.extend_from_slice(&data[..data.len().min(max - body.len())]);
+                }
+            }
+            Some(Err(e)) => return Err(HttpError::Protocol(format!("reading the body: {e}"))),
+            None => {
+                ended = true;
+                break;
+            }
+        }
+    }
+    Ok((body, ended || incoming.is_end_stream()))
+}
+
+impl probe_http::Host for HttpView<'_> {
+    async fn send(&mut self, req: ProbeRequest) -> wasmtime::Result<Result<ProbeResponse, HttpError>> {
+        Ok(self.send_checked(req, None).await)
+    }
+
+    async fn send_keeping(
+        &mut self,
+        req: ProbeRequest,
+        keep: Vec<String>,
+    ) -> wasmtime::Result<Result<ProbeResponse, HttpError>> {
+        if keep.len() > MAX_KEPT_HEADERS {
+            return Ok(Err(HttpError::Invalid(format!(
+                "{} response headers to keep, at most {MAX_KEPT_HEADERS}",
+                keep.len()
+            ))));
+        }
+        Ok(self.send_checked(req, Some(&keep)).await)
+    }
+}
+
+impl HttpView<'_> {
+    async fn send_checked(&self, req: ProbeRequest, keep: Option<&[String]>) -> Result<ProbeResponse, HttpError> {
+        let uri: http::Uri = req
+            .url
+            .parse()
+            .map_err(|e| HttpError::Invalid(format!("URL {:?}: {e}", req.url)))?;
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => {
+                return Err(HttpError::Invalid(format!(
+                    "URL {:?}: expected http:// or https://",
+                    req.url
+                )));
+            }
+        };
+        let Some(host) = uri.host().filter(|h| !h.is_empty()).map(str::to_string) else {
+            return Err(HttpError::Invalid(format!("URL {:?} has no host", req.url)));
+        };
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        // Before any connection, pooled or new.
+        self.grants
+            .authorize(Use::Http { host: &host, port })
+            .map_err(|d| HttpError::Denied(d.0))?;
+        let tls = if https {
+            let options = super::tls::options_from_wit(req.tls.clone()).map_err(tls_error)?;
+            self.tls.validate(&host, &options, ALPN).map_err(tls_error)?;
+            Some(options)
+        } else {
+            None
+        };
+        let target = Target { uri, host, port, tls };
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let timeout = Duration::from_millis(req.timeout_ms);
+        if timeout >= left {
+            // The call's own deadline ends it first and records `timeout`.
+            return exchange(self, req, target, keep).await;
+        }
+        match tokio::time::timeout(timeout, exchange(self, req, target, keep)).await {
+            Ok(result) => result,
+            Err(_) => Err(HttpError::Timeout(format!(
+                "no response within {}ms",
+                timeout.as_millis()
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kept;
+
+    #[test]
+    fn headers_kept_are_those_named_in_any_case() {
+        let names = ["location".to_string(), "X-Trace".to_string()];
+        assert!(kept(None, "content-length"), "send keeps every header");
+        assert!(kept(Some(&names), "location"));
+        assert!(kept(Some(&names), "x-trace"));
+        assert!(!kept(Some(&names), "content-length"));
+        assert!(!kept(Some(&names), "locatio"));
+        assert!(!kept(Some(&[]), "location"));
+    }
+}

@@ -1,0 +1,680 @@
+//! `sonde run`: the agent. Loads the config into a [`Registry`], restores
+//! state, starts the [`scheduler`] and the [`api`], reloads on SIGHUP or
+//! when the config file changes (an invalid new config leaves the old one
+//! running, and the error shows in `/v1/status`), and on SIGTERM or SIGINT
+//! stops scheduling, lets runs in flight finish within the grace period,
+//! saves state and returns.
+
+use crate::api::{self, ApiAuth, ApiState};
+use sonde_core::config::ConfigErrors;
+use sonde_core::control::{self, AgentStatus, Control, ControlParts, LeftOut};
+pub use sonde_core::control::{AgentOptions, DEFAULT_API, DEFAULT_CONFIG, DEFAULT_CONFIG_NAME};
+use sonde_core::executor::{Executor, ExecutorConfig};
+use sonde_core::metrics::{Metrics, RunMetrics};
+use sonde_core::registry::{ProbeSpec, Registry, TargetSpec};
+use sonde_core::results::{DEFAULT_HISTORY, ResultCache};
+use sonde_core::scheduler::{self, ActionOutcome, Runner};
+use sonde_kubernetes as kubernetes;
+use sonde_sandbox::engine::Engine;
+use sonde_sandbox::verdict::RunResult;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// The commit the binary was built from (`unknown` outside a git checkout).
+pub const COMMIT: &str = crate::build::INFO.commit;
+/// How often the config file is checked for changes.
+pub(crate) const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Runs probes and actions with the engine and the host, each probe call
+/// through the fair [`Executor`].
+pub struct EngineRunner {
+    engine: Engine,
+    executor: Executor,
+}
+
+impl EngineRunner {
+    /// A runner on `engine` with a default executor that knows only the
+    /// operator's tenant.
+    ///
+    /// # Panics
+    ///
+    /// When the sandbox runtime's threads cannot be started.
+    pub fn new(engine: Engine) -> Self {
+        let executor = Executor::new(ExecutorConfig::default()).expect("start the sandbox runtime");
+        Self::with_executor(engine, executor)
+    }
+
+    /// A runner on `engine` whose calls go through `executor`.
+    pub fn with_executor(engine: Engine, executor: Executor) -> Self {
+        Self { engine, executor }
+    }
+
+    /// Its executor.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+}
+
+impl Runner for EngineRunner {
+    async fn probe(&self, spec: &ProbeSpec, attempt: u32) -> RunResult {
+        self.executor.run(&self.engine, spec, attempt).await
+    }
+
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.executor.runtime()
+    }
+
+    async fn act(&self, target: &TargetSpec) -> ActionOutcome {
+        let Some(action) = &target.on_failure else {
+            return ActionOutcome {
+                ok: true,
+                message: "no action".into(),
+            };
+        };
+        match sonde_sandbox::host::exec::run_program(
+            &action.argv,
+            &action.env,
+            action.timeout,
+            sonde_sandbox::host::contain::RunLimits::default(),
+        )
+        .await
+        {
+            Ok(out) if out.timed_out => ActionOutcome {
+                ok: false,
+                message: format!(
+                    "{} killed after {}",
+                    action.argv[0],
+                    humantime::format_duration(action.timeout)
+                ),
+            },
+            Ok(out) => ActionOutcome {
+                ok: out.exit_code == Some(0),
+                message: format!(
+                    "{} exited {}: {}",
+                    action.argv[0],
+                    out.exit_code.map_or("by a signal".into(), |c| c.to_string()),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            },
+            Err(e) => ActionOutcome {
+                ok: false,
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The config is invalid.
+    #[error("{0}")]
+    Config(ConfigErrors),
+    /// The config is valid, but what it asks for cannot start this way
+    /// ([`start_problems`]: `sonde validate` says the same).
+    #[error("{}", StartProblem::list(.0))]
+    Refused(Vec<StartProblem>),
+    /// Something else failed at start.
+    #[error("{0}")]
+    Start(String),
+}
+
+/// Something `sonde run` refuses at start in a config that loads: what
+/// [`start_problems`] finds, `sonde run` and `sonde validate` alike.
+#[derive(Debug, thiserror::Error)]
+pub enum StartProblem {
+    /// The API would answer without a token where anyone can reach it, or
+    /// a token is asked for (`--api-auth token`) and none is configured.
+    #[error("{why}")]
+    ApiAuth {
+        /// Where the API would listen.
+        addr: SocketAddr,
+        /// What [`ApiAuth::resolve`] said.
+        why: String,
+    },
+    /// Readiness gates would be served (a `kubernetes:` block, or
+    /// `--kubernetes`) with settings that cannot work.
+    #[error("{file}{source}")]
+    Kubernetes {
+        /// The config file and `: `, or nothing for the embedded default.
+        file: String,
+        /// What is wrong.
+        source: kubernetes::GateSettingsError,
+    },
+}
+
+impl StartProblem {
+    /// The problems, one a line.
+    pub fn list(problems: &[StartProblem]) -> String {
+        problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// What `sonde run` was asked besides the config file that decides
+/// whether it can start ([`start_problems`]).
+#[derive(Clone, Debug)]
+pub(crate) struct StartOptions {
+    /// `--api`: overrides the file's `api`.
+    pub api: Option<SocketAddr>,
+    /// `--api-auth`.
+    pub api_auth: ApiAuth,
+    /// Whether readiness gates are served: `Some` for `sonde run`, with
+    /// `--kubernetes` and `$NODE_NAME`; `None` for an agent that serves
+    /// none (the library's [`Agent::start`]), whose `kubernetes:` block is
+    /// then not checked.
+    pub kubernetes: Option<KubernetesStart>,
+}
+
+/// How `sonde run` would serve readiness gates.
+#[derive(Clone, Debug, Default)]
+pub struct KubernetesStart {
+    /// `--kubernetes`: serve them without a `kubernetes:` block.
+    pub forced: bool,
+    /// `$NODE_NAME`, where the block names no node.
+    pub node_name: Option<String>,
+}
+
+/// Everything `sonde run` refuses at start in a config that loads: the one
+/// place these rules live, called by [`Agent::start`] (which refuses to
+/// start on any) and by `sonde validate` (which reports them as errors), so
+/// the two cannot disagree. Empty when the agent can start.
+///
+/// What is left to the start itself, because only running finds it: a
+/// state directory another sonde holds, an address already in use, the
+/// API server out of reach.
+pub(crate) fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartProblem> {
+    let mut problems = Vec::new();
+    if let Some(addr) = options.api.or(registry.api)
+        && let Err(why) = options.api_auth.or_file(registry.api_auth).resolve(
+            addr,
+            registry.tenants.has_tokens(),
+            registry.tenants.len() > 1,
+        )
+    {
+        problems.push(StartProblem::ApiAuth {
+            addr,
+            why: why.to_string(),
+        });
+    }
+    if let Some(k) = &options.kubernetes
+        && (k.forced || registry.kubernetes.is_some())
+        && let Err(source) = kubernetes::GateSettings::new(registry.kubernetes.as_ref(), k.node_name.clone())
+    {
+        problems.push(StartProblem::Kubernetes {
+            file: registry
+                .source
+                .as_ref()
+                .map_or(String::new(), |p| format!("{}: ", p.display())),
+            source,
+        });
+    }
+    problems
+}
+
+/// A running agent: what tests and `sonde run` hold on to.
+pub struct Agent {
+    /// The scheduler.
+    pub scheduler: scheduler::SchedulerHandle,
+    /// The results.
+    pub results: ResultCache,
+    /// Where the API listens, if it does.
+    pub api: Option<SocketAddr>,
+    /// The config status.
+    pub status: Arc<Mutex<AgentStatus>>,
+    /// Set once the agent is stopping (`/healthz` answers 503).
+    pub draining: Arc<AtomicBool>,
+    /// The executor: per-tenant permits and stats.
+    pub executor: Executor,
+    /// The tenants of the config in force, with their tokens.
+    pub tenants: Arc<Mutex<Arc<sonde_core::tenants::Tenants>>>,
+    /// Reloads and runtime management.
+    pub control: Arc<Control>,
+    /// The readiness-gate controller's counters, shown by `/metrics`
+    /// whether or not it runs.
+    gate_stats: Arc<kubernetes::Stats>,
+    options: AgentOptions,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The first load of the config, refused if [`start_problems`] finds
+/// anything with `kubernetes`; its warnings logged.
+async fn load_checked(
+    engine: &Engine,
+    options: &AgentOptions,
+    cache: &sonde_core::registry::resolve::Cache,
+    kubernetes: Option<KubernetesStart>,
+) -> Result<(Registry, Vec<LeftOut>), AgentError> {
+    let (registry, skipped) = control::load(engine, options, cache)
+        .await
+        .map_err(AgentError::Config)?;
+    let problems = start_problems(
+        &registry,
+        &StartOptions {
+            api: options.api,
+            api_auth: options.api_auth,
+            kubernetes,
+        },
+    );
+    if !problems.is_empty() {
+        return Err(AgentError::Refused(problems));
+    }
+    for w in &registry.warnings {
+        tracing::warn!("{w}");
+    }
+    Ok((registry, skipped))
+}
+
+/// The executor, with the tenants and pulls of `registry`.
+fn start_executor(registry: &Registry) -> Result<Executor, AgentError> {
+    let executor = Executor::new(ExecutorConfig::default()).map_err(|e| {
+        AgentError::Start(format!(
+            "{e}; the system refused a thread: check the user's process limits (ulimit -u)"
+        ))
+    })?;
+    executor.configure(&registry.tenants);
+    executor.record_pulls(&registry.pulls);
+    Ok(executor)
+}
+
+/// Serves the API on `addr`.
+async fn serve_api(
+    addr: SocketAddr,
+    state: ApiState,
+    engine: &Engine,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), AgentError> {
+    api::serve(addr, state, engine.own_listeners()).await.map_err(|e| {
+        AgentError::Start(format!(
+            "{e}; is another sonde (or another program) serving there? Stop it, or choose another address with --api or the file's `api`"
+        ))
+    })
+}
+
+/// How many targets, probes and tenants `registry` has.
+fn counts(registry: &Registry) -> (usize, usize, usize) {
+    (
+        registry.targets().len(),
+        registry.probes().len(),
+        registry.tenants.len(),
+    )
+}
+
+/// The result cache: kept in `state_dir`, or in memory only.
+fn open_results(state_dir: Option<&Path>) -> Result<ResultCache, AgentError> {
+    match state_dir {
+        Some(dir) => ResultCache::open(dir, DEFAULT_HISTORY).map_err(|e| {
+            AgentError::Start(format!(
+                "{e}; give a directory this user can write and no other sonde uses (--state-dir or the file's state_dir)"
+            ))
+        }),
+        None => Ok(ResultCache::new(DEFAULT_HISTORY)),
+    }
+}
+
+/// The status of the first load of `registry`, which left out `skipped`.
+fn first_status(options: &AgentOptions, registry: &Registry, skipped: Vec<LeftOut>) -> AgentStatus {
+    AgentStatus {
+        config: options
+            .config
+            .as_ref()
+            .map_or(DEFAULT_CONFIG_NAME.to_string(), |p| p.display().to_string()),
+        loaded_at: Some(SystemTime::now()),
+        reload_error: None,
+        left_out: skipped,
+        pulling: registry.waiting.clone(),
+        probes: registry.probes().len(),
+        version: env!("CARGO_PKG_VERSION"),
+        namespace_tenants: Vec::new(),
+    }
+}
+
+/// How the API authenticates its clients (with the Kubernetes reviewer
+/// when it asks the API server).
+async fn api_access(
+    options: &AgentOptions,
+    registry: &Registry,
+    api_addr: Option<SocketAddr>,
+) -> Result<(ApiAuth, Option<Arc<kubernetes::review::Reviewer>>), AgentError> {
+    // Checked before (start_problems): this cannot fail.
+    let auth = match api_addr {
+        Some(addr) => options
+            .api_auth
+            .or_file(registry.api_auth)
+            .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
+            .map_err(|e| AgentError::Start(e.to_string()))?,
+        None => ApiAuth::None,
+    };
+    let reviews = match auth {
+        ApiAuth::Kubernetes => {
+            let client = kubernetes::connect()
+                .await
+                .map_err(|e| AgentError::Start(format!("api: auth kubernetes: {e}")))?;
+            let limits = kubernetes::review::ReviewLimits::default();
+            Some(Arc::new(kubernetes::review::Reviewer::new(client, limits)))
+        }
+        _ => None,
+    };
+    Ok((auth, reviews))
+}
+
+/// The readiness-gate controller's writes, read when `/metrics` is scraped.
+fn gate_writes(stats: &Arc<kubernetes::Stats>) -> Arc<dyn Fn() -> sonde_core::metrics::KubernetesWrites + Send + Sync> {
+    let stats = stats.clone();
+    Arc::new(move || stats.writes())
+}
+
+/// `stats` of `engine`, read when `/metrics` is scraped.
+fn engine_stats<T: 'static>(engine: &Engine, stats: fn(&Engine) -> T) -> Arc<dyn Fn() -> T + Send + Sync> {
+    let engine = engine.clone();
+    Arc::new(move || stats(&engine))
+}
+
+/// What `/metrics` reads the pulls from ([`Metrics::pulls`]).
+type PullsSource = Arc<dyn Fn() -> (Vec<sonde_core::registry::Waiting>, usize) + Send + Sync>;
+
+/// The pulls for `/metrics`: the plugins waited for, and the pulls in
+/// flight.
+fn pulls_metric(control: &Arc<Control>, status: &Arc<Mutex<AgentStatus>>) -> PullsSource {
+    let (control, status) = (control.clone(), status.clone());
+    Arc::new(move || {
+        let waiting = status.lock().unwrap_or_else(|e| e.into_inner()).pulling.clone();
+        (waiting, control.pulls_in_flight())
+    })
+}
+
+/// The scheduler of `registry`'s probes, running them on `engine` through
+/// `executor`, into `results`.
+fn start_scheduler(
+    engine: &Engine,
+    executor: &Executor,
+    results: &ResultCache,
+    registry: &Registry,
+    jitter: bool,
+    observer: &Arc<RunMetrics>,
+) -> scheduler::SchedulerHandle {
+    let runner = Arc::new(EngineRunner::with_executor(engine.clone(), executor.clone()));
+    let options = scheduler::Options {
+        jitter,
+        observer: observer.clone(),
+    };
+    scheduler::spawn(runner, results.clone(), registry, options)
+}
+
+/// The line that says the agent has started, and with what.
+fn log_started(
+    config: &str,
+    (targets, probes, tenants): (usize, usize, usize),
+    api: Option<SocketAddr>,
+    state_dir: Option<&Path>,
+    jitter: bool,
+) {
+    tracing::info!(
+        version = %env!("CARGO_PKG_VERSION"),
+        commit = %COMMIT,
+        config = %config,
+        targets,
+        probes,
+        tenants,
+        api = %api.map_or("none".to_string(), |a| format!("http://{a}")),
+        state_dir = %state_dir.map_or("none (state is not kept across restarts)".into(), |d| d.display().to_string()),
+        exec_containment = %sonde_sandbox::host::contain::Containment::in_force().describe(),
+        "{}",
+        if jitter {
+            "sonde started; first runs spread over their periods (--no-jitter starts them at once)"
+        } else {
+            "sonde started; every probe runs now (--no-jitter)"
+        }
+    );
+}
+
+impl Agent {
+    /// Loads everything and starts scheduling and serving (no readiness
+    /// gates: [`run_with`] serves those).
+    pub async fn start(engine: Engine, options: AgentOptions) -> Result<Self, AgentError> {
+        Self::start_with(engine, options, None).await
+    }
+
+    /// As [`Agent::start`], refusing what [`start_problems`] finds with
+    /// `kubernetes` (how readiness gates would be served, if they are).
+    pub async fn start_with(
+        engine: Engine,
+        options: AgentOptions,
+        kubernetes: Option<KubernetesStart>,
+    ) -> Result<Self, AgentError> {
+        // Shared by every load: a pull started by one lands for the next,
+        // and none is waited for (the API and every probe at hand start now).
+        let cache = sonde_core::registry::resolve::Cache::background();
+        let ended = cache.pulls().map(|p| p.subscribe());
+        let (registry, skipped) = load_checked(&engine, &options, &cache, kubernetes).await?;
+        // The sandbox's bounds are the engine's: every call from now runs
+        // under the config's.
+        engine.set_host_limits(registry.host_limits);
+        let state_dir = options.state_dir.clone().or_else(|| registry.state_dir.clone());
+        let results = open_results(state_dir.as_deref())?;
+        let api_addr = options.api.or(registry.api);
+        let status = Arc::new(Mutex::new(first_status(&options, &registry, skipped)));
+        let counts = counts(&registry);
+        let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
+        let api_limits = registry.api_limits;
+        let (auth, reviews) = api_access(&options, &registry, api_addr).await?;
+        let run_metrics = Arc::new(RunMetrics::default());
+        let executor = start_executor(&registry)?;
+        let tenants = Arc::new(Mutex::new(registry.tenants.clone()));
+        let scheduler = start_scheduler(&engine, &executor, &results, &registry, options.jitter, &run_metrics);
+        let control = Arc::new(Control::new(ControlParts {
+            engine: engine.clone(),
+            options: options.clone(),
+            state_dir: state_dir.clone(),
+            scheduler: scheduler.clone(),
+            executor: executor.clone(),
+            status: status.clone(),
+            tenants: tenants.clone(),
+            registry,
+            cache,
+        }));
+        let draining = Arc::new(AtomicBool::new(false));
+        let gate_stats = Arc::new(kubernetes::Stats::default());
+        let mut tasks = Vec::new();
+        if let Some(ended) = ended {
+            tasks.push(tokio::spawn(take_up_pulls(control.clone(), ended)));
+        }
+        let mut api = None;
+        if let Some(addr) = api_addr {
+            let state = ApiState {
+                results: results.clone(),
+                scheduler: scheduler.clone(),
+                status: status.clone(),
+                metrics: Metrics {
+                    build: crate::build::INFO,
+                    runs: run_metrics,
+                    results: results.clone(),
+                    scheduler: scheduler.clone(),
+                    pool: engine_stats(&engine, Engine::pool_stats),
+                    cache: engine_stats(&engine, Engine::cache_stats),
+                    executor: executor.clone(),
+                    pulls: pulls_metric(&control, &status),
+                    status: status.clone(),
+                    kubernetes: gate_writes(&gate_stats),
+                },
+                draining: draining.clone(),
+                health_timeout,
+                control: control.clone(),
+                auth,
+                reviews,
+                limits: api_limits,
+                watches: api::WatchStreams::default(),
+                scrapes: api::scrape::ScrapeGate::default(),
+            };
+            let (bound, task) = serve_api(addr, state, &engine).await?;
+            api = Some(bound);
+            tasks.push(task);
+        }
+        let config = status.lock().unwrap_or_else(|e| e.into_inner()).config.clone();
+        log_started(&config, counts, api, state_dir.as_deref(), options.jitter);
+        Ok(Self {
+            scheduler,
+            results,
+            api,
+            status,
+            draining,
+            executor,
+            tenants,
+            control,
+            gate_stats,
+            options,
+            tasks,
+        })
+    }
+
+    /// Reads the config file again (with the probes tenants stored) and
+    /// applies it; an invalid one is refused (the old config keeps
+    /// running) and the error kept in the status.
+    pub async fn reload(&self) -> Result<scheduler::ReloadSummary, ConfigErrors> {
+        self.control.reload().await
+    }
+
+    /// Stops scheduling, waits for runs in flight (up to the grace
+    /// period), stops serving and saves state.
+    pub async fn stop(self) {
+        self.draining.store(true, Ordering::Relaxed);
+        self.scheduler.shutdown(self.options.grace).await;
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Some(addr) = self.api {
+            self.control.engine().own_listeners().remove(addr);
+        }
+        let results = self.results.clone();
+        let _ = tokio::task::spawn_blocking(move || results.flush()).await;
+    }
+}
+
+/// Takes up the probes of the file and the store that wait on a background
+/// pull: when one ends (or its backoff passes), the config is loaded again,
+/// from memory and the cache, so that they run (or show why not).
+async fn take_up_pulls(control: Arc<Control>, mut ended: tokio::sync::broadcast::Receiver<Arc<str>>) {
+    loop {
+        let reference = match ended.recv().await {
+            Ok(r) => Some(r),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        control.take_up(reference.as_deref()).await;
+    }
+}
+
+/// A cheap fingerprint of a file: its modification time and length.
+fn fingerprint(path: &Path) -> Option<(SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+/// `sonde run`: starts the agent and runs it until SIGTERM or SIGINT.
+pub async fn run(engine: Engine, options: AgentOptions) -> Result<(), AgentError> {
+    run_with(engine, options, false).await
+}
+
+/// Starts the Kubernetes readiness-gate controller when the config has a
+/// `kubernetes:` block or `forced` (`sonde run --kubernetes`).
+async fn start_kubernetes(
+    agent: &Agent,
+    options: &AgentOptions,
+    forced: bool,
+) -> Result<Option<kubernetes::GateController>, AgentError> {
+    let spec = match &options.config {
+        Some(p) => sonde_core::config::read(p).map_err(AgentError::Config)?.0.kubernetes,
+        None => None,
+    };
+    if spec.is_none() && !forced {
+        return Ok(None);
+    }
+    let settings = kubernetes::GateSettings::new(spec.as_ref(), std::env::var("NODE_NAME").ok()).map_err(|e| {
+        let file = options.config.as_ref().map(|p| format!("{}: ", p.display()));
+        AgentError::Start(format!("{}{e}", file.unwrap_or_default()))
+    })?;
+    let client = kubernetes::connect()
+        .await
+        .map_err(|e| AgentError::Start(e.to_string()))?;
+    Ok(Some(kubernetes::spawn(
+        client,
+        agent.control.clone(),
+        agent.results.clone(),
+        settings,
+        agent.gate_stats.clone(),
+    )))
+}
+
+/// `sonde run [--kubernetes]`: starts the agent (and, with `kubernetes` or
+/// a `kubernetes:` block, the readiness-gate controller) and runs it until
+/// SIGTERM or SIGINT. Gate conditions are left as they are at shutdown.
+pub async fn run_with(engine: Engine, options: AgentOptions, kubernetes: bool) -> Result<(), AgentError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let sig = |kind| {
+        signal(kind).map_err(|e| AgentError::Start(format!("cannot handle signals: {e}; please report this as a bug")))
+    };
+    let mut hup = sig(SignalKind::hangup())?;
+    let mut term = sig(SignalKind::terminate())?;
+    let mut int = sig(SignalKind::interrupt())?;
+    let start = KubernetesStart {
+        forced: kubernetes,
+        node_name: std::env::var("NODE_NAME").ok(),
+    };
+    let agent = Agent::start_with(engine, options.clone(), Some(start)).await?;
+    let gates = start_kubernetes(&agent, &options, kubernetes).await?;
+    // Under systemd (Type=notify), `systemctl start` returns now: the API
+    // is up and every probe is scheduled.
+    notify(&[sd_notify::NotifyState::Ready]);
+    let mut watch = tokio::time::interval(WATCH_INTERVAL);
+    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut seen = options.config.as_deref().and_then(fingerprint);
+    let signal = loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                tracing::debug!("SIGHUP: reloading the config");
+                reload(&agent).await;
+                seen = options.config.as_deref().and_then(fingerprint);
+            }
+            _ = watch.tick(), if options.config.is_some() => {
+                let now = options.config.as_deref().and_then(fingerprint);
+                if now.is_some() && now != seen {
+                    seen = now;
+                    tracing::debug!("the config file changed: reloading");
+                    reload(&agent).await;
+                }
+            }
+            _ = term.recv() => break "SIGTERM",
+            _ = int.recv() => break "SIGINT",
+        }
+    };
+    notify(&[sd_notify::NotifyState::Stopping]);
+    tracing::info!(signal = %signal, grace = %humantime::format_duration(options.grace), "stopping: letting runs in flight finish");
+    let started = std::time::Instant::now();
+    if let Some(g) = &gates {
+        g.stop();
+    }
+    agent.stop().await;
+    tracing::info!(took_ms = started.elapsed().as_millis() as u64, "sonde stopped");
+    Ok(())
+}
+
+/// A reload as systemd wants to see it: RELOADING=1 with the monotonic
+/// time, then READY=1 whether the new config was taken or refused (the
+/// old one keeps running either way). `control` logs the outcome.
+async fn reload(agent: &Agent) {
+    let mut states = vec![sd_notify::NotifyState::Reloading];
+    if let Ok(now) = sd_notify::NotifyState::monotonic_usec_now() {
+        states.push(now);
+    }
+    notify(&states);
+    let _ = agent.reload().await;
+    notify(&[sd_notify::NotifyState::Ready]);
+}
+
+/// Tells systemd (when `$NOTIFY_SOCKET` is set) how the agent is doing.
+fn notify(states: &[sd_notify::NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "cannot notify systemd; check the unit's NotifyAccess= and that $NOTIFY_SOCKET is reachable");
+    }
+}

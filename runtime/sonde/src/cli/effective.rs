@@ -1,0 +1,203 @@
+//! The effective config: what a loaded [`Registry`] puts in force, every
+//! key with its value after defaults and normalisation, as `sonde validate
+//! -o json` prints it.
+//!
+//! It is built from what the registry holds, not from the file: a key the
+//! file sets but the registry drops shows its default here, so the golden
+//! cases of `tests/cases/config/valid/` (which hold this output) catch it.
+//! Durations are written as `humantime` does (`1m 30s`), sizes in bytes.
+//! Tokens are never printed: `token` (a tenant's) and `operator_token` say
+//! whether one is set.
+
+use serde_json::{Value, json};
+use sonde_core::registry::Registry;
+use std::time::Duration;
+
+fn dur(d: Duration) -> Value {
+    Value::String(humantime::format_duration(d).to_string())
+}
+
+/// Pairs as a JSON object, in their order.
+fn strings(pairs: &[(String, String)]) -> Value {
+    Value::Object(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect(),
+    )
+}
+
+/// The effective config of `reg`.
+pub fn effective(reg: &Registry) -> Value {
+    let a = &reg.api_limits;
+    let sandbox: serde_json::Map<String, Value> = reg
+        .host_limits
+        .entries()
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    let tenants: Vec<Value> = reg.tenants.iter().map(|t| tenant(t)).collect();
+    let targets: Vec<Value> = reg.targets().map(|t| target(reg, t)).collect();
+    json!({
+        "api": {
+            "listen": reg.api.map(|a| a.to_string()),
+            "header_read_timeout": dur(a.header_read_timeout),
+            "body_read_timeout": dur(a.body_read_timeout),
+            "max_connections": a.max_connections,
+            "max_header_bytes": a.max_header_bytes,
+            "max_watch_streams": a.max_watch_streams,
+            "max_probe_runs": a.max_probe_runs,
+            "max_probe_queue": a.max_probe_queue,
+            "auth": reg.api_auth.unwrap_or_default(),
+        },
+        "state_dir": reg.state_dir,
+        "health_timeout": dur(reg.health_timeout.unwrap_or(crate::api::DEFAULT_HEALTH_TIMEOUT)),
+        "trust": reg.trusted_keys(),
+        "require_signed": reg.require_signed,
+        "oci": reg.oci_settings().map(oci),
+        "operator_token": reg
+            .tenants
+            .credentials()
+            .any(|(_, who)| who == sonde_core::auth::Principal::Operator),
+        "sandbox": sandbox,
+        "tenants": tenants,
+        "targets": targets,
+        "kubernetes": reg.kubernetes.as_ref().map(|k| kubernetes(k, &reg.namespace_templates)),
+        "modules": reg.modules.names().map(|name| {
+            let m = reg.modules.get(name).expect("a listed module");
+            (name.to_string(), json!({
+                "plugin": m.plugin_ref,
+                "tenant": &*m.tenant,
+                "config": serde_json::from_str::<Value>(&m.config).unwrap_or_default(),
+                "timeout": dur(m.limits.timeout),
+                "limits": {"fuel": m.limits.fuel, "memory": m.limits.memory},
+                "grants": {"net": m.grants.net.iter().map(|n| n.to_string()).collect::<Vec<_>>()},
+            }))
+        }).collect::<serde_json::Map<_, _>>(),
+    })
+}
+
+/// A tenant's entry.
+fn tenant(t: &sonde_core::tenants::Tenant) -> Value {
+    let q = &t.quotas;
+    json!({
+        "id": &*t.id,
+        "token": t.token.is_some(),
+        "quotas": {
+            "max_probes": q.max_probes,
+            "max_concurrent_runs": q.max_concurrent_runs,
+            "timeout": dur(q.timeout),
+            "fuel": q.fuel,
+            "memory": q.memory,
+        },
+        "ceiling": t.ceiling.as_ref().map(|c| json!({
+            "net": c.net.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "exec": c.exec,
+            "files": c.files,
+            "registries": c.registries.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "names_may_reach": names_may_reach(c),
+        })),
+    })
+}
+
+/// A target's entry, with its probes.
+fn target(reg: &Registry, t: &sonde_core::registry::TargetSpec) -> Value {
+    let probes: Vec<Value> = reg.probes_of(&t.name).map(probe).collect();
+    json!({
+        "name": &*t.name,
+        "tenant": &*t.tenant,
+        "address": t.address,
+        "on_failure": t.on_failure.as_ref().map(|f| json!({
+            "command": f.argv,
+            "timeout": dur(f.timeout),
+            "env": strings(&f.env),
+        })),
+        "probes": probes,
+    })
+}
+
+/// A probe's entry.
+fn probe(p: &std::sync::Arc<sonde_core::registry::ProbeSpec>) -> Value {
+    json!({
+        "name": &*p.name,
+        "kind": p.kind.as_str(),
+        "plugin": p.plugin_ref,
+        "config": serde_json::from_str::<Value>(&p.config).unwrap_or(Value::Null),
+        "target": p.address,
+        "period": dur(p.period),
+        "initial_delay": dur(p.initial_delay),
+        "timeout": dur(p.limits.timeout),
+        "success_threshold": p.success_threshold,
+        "failure_threshold": p.failure_threshold,
+        "grants": {
+            "net": p.grants.net.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "exec": p.grants.exec,
+            "files": p.grants.files,
+            "env": strings(&p.grants.env),
+        },
+        "limits": { "fuel": p.limits.fuel, "memory": p.limits.memory },
+        "groups": &*p.groups,
+        "labels": strings(&p.labels),
+    })
+}
+
+/// The `kubernetes:` block, defaults filled in.
+fn kubernetes(k: &sonde_core::config::KubernetesSpec, t: &sonde_core::registry::settings::NamespaceTemplates) -> Value {
+    use sonde_kubernetes::{DEFAULT_BURST, DEFAULT_MESSAGE_REFRESH, DEFAULT_PLUGINS, DEFAULT_QPS};
+    let templates: serde_json::Map<String, Value> = t
+        .templates
+        .iter()
+        .map(|(name, t)| {
+            let made = sonde_core::tenants::Tenant::new(name, t.quotas, t.ceiling.clone());
+            let entry = tenant(&made);
+            (
+                name.clone(),
+                json!({"quotas": entry["quotas"], "ceiling": entry["ceiling"]}),
+            )
+        })
+        .collect();
+    json!({
+        "node_name": k.node_name,
+        "plugins": k.plugins.clone().unwrap_or_else(|| DEFAULT_PLUGINS.iter().map(|p| p.to_string()).collect()),
+        "namespaces": k.namespaces,
+        "namespace_templates": templates,
+        "max_templated_namespaces": t.max,
+        "qps": k.qps.unwrap_or(DEFAULT_QPS),
+        "burst": k.burst.unwrap_or(DEFAULT_BURST),
+        "message_refresh": dur(k.message_refresh.map_or(DEFAULT_MESSAGE_REFRESH, |d| d.0)),
+    })
+}
+
+/// The `oci:` block.
+fn oci(o: &sonde_oci::ClientSettings) -> Value {
+    let registries: serde_json::Map<String, Value> = o
+        .registries
+        .iter()
+        .map(|(host, r)| {
+            let r = json!({
+                "username": r.username,
+                "password_file": r.password_file,
+                "ca_file": r.ca_file,
+                "insecure": r.insecure,
+            });
+            (host.clone(), r)
+        })
+        .collect();
+    json!({
+        "registries": registries,
+        "cache_dir": o.cache_dir,
+        "cache_max": o.cache_max_bytes,
+        "timeout": dur(o.timeout),
+    })
+}
+
+/// A ceiling's `names_may_reach`, as written in a config.
+fn names_may_reach(c: &sonde_core::tenants::Ceiling) -> Vec<&'static str> {
+    [
+        c.names_reach_public.then_some("public"),
+        c.names_reach_private.then_some("private"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}

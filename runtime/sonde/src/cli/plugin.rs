@@ -1,0 +1,509 @@
+//! `sonde plugin`: inspect, list, sign and verify plugins, and push them to
+//! and pull them from OCI registries.
+
+use super::{CliError, Output, load_plugin};
+use clap::{Args, Subcommand};
+use sonde_oci::signing::{self, PublicKey, SecretKey};
+use sonde_oci::{self as oci, Reference};
+use sonde_policy::identity::{self, Digest, WasmKind};
+use sonde_sandbox::engine::{Engine, EngineConfig, Plugin};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How to reach the registry of an `oci://` reference.
+#[derive(Debug, Default, Args)]
+pub struct RegistryArgs {
+    /// For oci:// references: the registry user (basic auth, and the token flow that starts from it).
+    #[arg(long, value_name = "USER", requires = "registry_password_file")]
+    pub registry_user: Option<String>,
+    /// For oci:// references: a file whose first line is the registry password.
+    #[arg(long, value_name = "FILE", requires = "registry_user")]
+    pub registry_password_file: Option<PathBuf>,
+    /// For oci:// references: a PEM file of CA certificates to trust for the registry, besides the system roots.
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Option<PathBuf>,
+    /// For oci:// references: speak plain HTTP to the registry (loopback and dev registries only).
+    #[arg(long)]
+    pub insecure_registry: bool,
+    /// For oci:// references: the longest a whole pull or push may take.
+    #[arg(long, default_value = "60s", value_parser = super::args::parse_duration, value_name = "DURATION")]
+    pub registry_timeout: Duration,
+    /// For oci:// references: the longest the registry may stay silent (its first byte, or between two reads).
+    #[arg(long, default_value = "10s", value_parser = super::args::parse_positive_duration, value_name = "DURATION")]
+    pub registry_idle_timeout: Duration,
+    /// Where pulled blobs are cached, by digest [default: CACHE_DIR/oci].
+    #[arg(long, value_name = "DIR")]
+    pub oci_cache: Option<PathBuf>,
+}
+
+impl RegistryArgs {
+    /// A registry client for `reference`, caching in `--oci-cache`, else
+    /// `oci/` of the compile cache, else the system temp dir.
+    pub(crate) fn client(&self, config: &EngineConfig, reference: &Reference) -> Result<oci::Client, CliError> {
+        let cache_dir = match (&self.oci_cache, &config.cache_dir) {
+            (Some(d), _) => d.clone(),
+            (None, Some(d)) => d.join("oci"),
+            (None, None) => std::env::temp_dir().join("sonde-oci"),
+        };
+        let mut settings = oci::ClientSettings::new(cache_dir);
+        settings.timeout = self.registry_timeout;
+        if !self.registry_idle_timeout.is_zero() {
+            settings.limits.idle = self.registry_idle_timeout;
+        }
+        settings.registries.insert(
+            reference.registry().to_string(),
+            oci::RegistryAccess {
+                username: self.registry_user.clone(),
+                password_file: self.registry_password_file.clone(),
+                ca_file: self.registry_ca.clone(),
+                insecure: self.insecure_registry,
+            },
+        );
+        Ok(oci::Client::new(settings)?)
+    }
+}
+
+/// Prints download progress on stderr when it is a terminal and the blob is
+/// larger than 1 MiB.
+fn progress_printer(what: String) -> impl Fn(oci::Progress) + Sync {
+    let tty = std::io::stderr().is_terminal();
+    move |p: oci::Progress| {
+        if !tty || p.total < 1 << 20 {
+            return;
+        }
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        eprint!("\rpulling {what}: {:.1} / {:.1} MiB", mib(p.done), mib(p.total));
+        if p.done >= p.total {
+            eprintln!();
+        }
+    }
+}
+
+/// Resolves an `oci://` reference, verifies its signature against `trust`
+/// (when any key is given) and loads it. The plugin's label is the
+/// reference pinned to the digest that resolved.
+pub(crate) async fn load_oci(
+    engine: &Engine,
+    config: &EngineConfig,
+    registry: &RegistryArgs,
+    reference: &str,
+    trust: &[PublicKey],
+) -> Result<Arc<Plugin>, CliError> {
+    let reference = Reference::parse(reference)?;
+    let client = registry.client(config, &reference)?;
+    let resolved = client
+        .resolve_with_progress(&reference, &progress_printer(reference.to_string()))
+        .await?;
+    report_source(&resolved);
+    if !trust.is_empty() {
+        let signer = resolved
+            .verify(trust)
+            .map_err(|e| CliError(format!("refusing to run {e}")))?;
+        tracing::info!(plugin = %resolved.pinned(), signer = %signer.name, key_id = %signer.key_id, "signature verified");
+    }
+    Ok(engine.load(&resolved.pinned().to_string(), &resolved.bytes).await?)
+}
+
+fn report_source(resolved: &oci::Resolved) {
+    if let oci::Source::CacheRegistryDown { error, tag_resolved_at } = &resolved.source {
+        match tag_resolved_at {
+            Some(at) => eprintln!(
+                "sonde: {}: registry unreachable ({error}); using the cached digest {} this tag resolved to at {at}",
+                resolved.reference, resolved.digest
+            ),
+            None => eprintln!(
+                "sonde: {}: registry unreachable ({error}); using the cached copy",
+                resolved.pinned()
+            ),
+        }
+    }
+}
+
+fn source_text(source: &oci::Source) -> &'static str {
+    match source {
+        oci::Source::Registry => "registry",
+        oci::Source::Cache => "cache",
+        oci::Source::CacheRegistryDown { .. } => "cache (registry unreachable)",
+    }
+}
+
+/// Writes `bytes` to `path` through a temp file in the same directory.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    use std::io::Write;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let err = |e: std::io::Error| CliError::file(path, &e);
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
+    tmp.write_all(bytes).map_err(err)?;
+    tmp.as_file().sync_all().map_err(err)?;
+    tmp.persist(path).map_err(|e| err(e.error))?;
+    Ok(())
+}
+
+/// `sonde plugin` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Show what a plugin says about itself (describe), its imports and digest.
+    Inspect {
+        /// A built-in name, the path to a `.wasm` component, or oci://HOST/REPO:TAG or @sha256:DIGEST.
+        plugin: String,
+        /// Output format.
+        #[arg(long, short, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Push a component to an OCI registry (the CNCF wasm artifact layout); FILE.wasm.sig, if present, is attached too.
+    Push {
+        /// The component.
+        wasm: PathBuf,
+        /// Where: oci://HOST[:PORT]/REPO:TAG.
+        reference: String,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Pull a component from an OCI registry, checked against its digest; its signature, if attached, goes to FILE.sig.
+    Pull {
+        /// oci://HOST[:PORT]/REPO:TAG or @sha256:DIGEST.
+        reference: String,
+        /// Where to write it [default: the repository's last component, .wasm, in the current directory].
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Refuse it (exit 2, nothing written) unless its signature is valid by this public key. Repeatable.
+        #[arg(long = "trust", value_name = "KEYFILE.pub")]
+        trust: Vec<PathBuf>,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// List the built-in plugins.
+    List,
+    /// Generate an ed25519 signing key: KEYFILE (secret, mode 0600) and KEYFILE.pub. Never overwrites.
+    Keygen {
+        /// Where to write the secret key; the public key goes to KEYFILE.pub.
+        keyfile: PathBuf,
+        /// The name signatures made with this key carry [default: the key file's name without extension].
+        #[arg(long, value_name = "NAME")]
+        signer: Option<String>,
+    },
+    /// Sign a component: writes FILE.wasm.sig (the digest, signer name and time, signed with ed25519).
+    Sign {
+        /// The secret key file (from `sonde plugin keygen`).
+        #[arg(long, value_name = "KEYFILE")]
+        key: PathBuf,
+        /// The component to sign.
+        wasm: PathBuf,
+        /// Also attach the signature to this artifact in a registry (oci://…), which must hold this very component.
+        #[arg(long, value_name = "OCI_REFERENCE")]
+        push: Option<String>,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Create a plugin crate: Cargo.toml, src/lib.rs (a TCP check with a JSON config), tests and a README.
+    New {
+        /// The plugin's (Cargo package) name.
+        name: String,
+        /// Where to create it [default: ./NAME]; must not exist.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// The sonde SDK to depend on [default: the sdk/ of the checkout this binary was built from].
+        #[arg(long, value_name = "PATH")]
+        sdk: Option<PathBuf>,
+        /// The vendor name the plugin's describe() reports.
+        #[arg(long, default_value = "", value_name = "NAME")]
+        vendor: String,
+    },
+    /// Verify FILE.wasm against FILE.wasm.sig and trusted public keys: exit 0 valid, 2 unsigned, tampered or untrusted.
+    Verify {
+        /// A trusted public key file (KEYFILE.pub). Repeatable.
+        #[arg(long, value_name = "KEYFILE.pub", required = true)]
+        key: Vec<PathBuf>,
+        /// The component to verify.
+        wasm: PathBuf,
+    },
+}
+
+pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32, CliError> {
+    match cmd {
+        PluginCommand::New { name, dir, sdk, vendor } => {
+            let dir = super::scaffold::create(super::scaffold::NewPlugin { name, dir, sdk, vendor })?;
+            out!(
+                "created {0}\n  cd {0}\n  cargo build --target wasm32-wasip2 --release\n  cargo test",
+                dir.display()
+            );
+            Ok(0)
+        }
+        PluginCommand::Keygen { keyfile, signer } => keygen(&keyfile, signer),
+        PluginCommand::Sign {
+            key,
+            wasm,
+            push,
+            registry,
+        } => sign(&config, &key, &wasm, push.as_deref(), &registry).await,
+        PluginCommand::Push {
+            wasm,
+            reference,
+            registry,
+        } => push(config, &wasm, &reference, &registry).await,
+        PluginCommand::Pull {
+            reference,
+            output,
+            trust,
+            registry,
+        } => pull(config, &reference, output, &trust, &registry).await,
+        PluginCommand::Verify { key, wasm } => verify(&key, &wasm),
+        PluginCommand::List => {
+            let engine = Engine::new(config)?;
+            for name in sonde_builtins::names() {
+                let p = load_plugin(&engine, name).await?;
+                out!("{name:<12} {} {}", p.info().version, p.info().description);
+            }
+            Ok(0)
+        }
+        PluginCommand::Inspect {
+            plugin,
+            output,
+            registry,
+        } => inspect(config, &plugin, output, &registry).await,
+    }
+}
+
+/// `sonde plugin keygen KEYFILE`.
+fn keygen(keyfile: &Path, signer: Option<String>) -> Result<i32, CliError> {
+    let signer = match signer {
+        Some(s) => s,
+        None => keyfile
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let public = signing::keygen(keyfile, &signer)?;
+    out!(
+        "wrote {} (secret, keep it private) and {} (public, give it to operators); signer {:?}, key id {}",
+        keyfile.display(),
+        signing::public_key_path(keyfile).display(),
+        public.signer(),
+        public.key_id()
+    );
+    Ok(0)
+}
+
+/// `sonde plugin sign --key KEYFILE FILE.wasm [--push oci://…]`.
+async fn sign(
+    config: &EngineConfig,
+    key: &Path,
+    wasm: &Path,
+    push: Option<&str>,
+    registry: &RegistryArgs,
+) -> Result<i32, CliError> {
+    let key = SecretKey::read(key)?;
+    let bytes = sonde_sandbox::engine::read_plugin_file(wasm).await?;
+    if identity::sniff(&bytes) != WasmKind::Component {
+        return Err(CliError(format!(
+            "{}: not a WebAssembly component; sign the .wasm built for wasm32-wasip2",
+            wasm.display()
+        )));
+    }
+    let sig = signing::sign_file(&key, wasm, &bytes, std::time::SystemTime::now())?;
+    out!(
+        "signed {} as {:?} (key id {}): {}",
+        wasm.display(),
+        key.signer(),
+        key.public().key_id(),
+        sig.display()
+    );
+    if let Some(reference) = push {
+        let reference = Reference::parse(reference)?;
+        let client = registry.client(config, &reference)?;
+        let sig_text = std::fs::read(&sig).map_err(|e| CliError::file(&sig, &e))?;
+        let pushed = client
+            .push_signature(&reference, &Digest::of(&bytes).to_string(), &sig_text)
+            .await?;
+        out!(
+            "attached to {} as {}",
+            pushed.artifact,
+            describe_location(&pushed.location)
+        );
+    }
+    Ok(0)
+}
+
+/// `sonde plugin verify --key KEYFILE.pub FILE.wasm`: 0 when valid, 2 when
+/// not.
+fn verify(keys: &[PathBuf], wasm: &Path) -> Result<i32, CliError> {
+    let trusted = keys.iter().map(|k| PublicKey::read(k)).collect::<Result<Vec<_>, _>>()?;
+    match signing::verify_file(wasm, &trusted) {
+        Ok(signer) => {
+            out!(
+                "valid: {} signed by {:?} (key id {}) at {}, {}",
+                wasm.display(),
+                signer.name,
+                signer.key_id,
+                signer.signed_at,
+                signer.digest
+            );
+            Ok(0)
+        }
+        Err(e) if e.is_verdict() => {
+            out!("invalid: {e}");
+            Ok(2)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `sonde plugin inspect PLUGIN`: what the plugin says of itself, its
+/// digest and its imports.
+async fn inspect(config: EngineConfig, plugin: &str, output: Output, registry: &RegistryArgs) -> Result<i32, CliError> {
+    let engine = Engine::new(config.clone())?;
+    let p = if Reference::is_oci(plugin) {
+        load_oci(&engine, &config, registry, plugin, &[]).await?
+    } else {
+        load_plugin(&engine, plugin).await?
+    };
+    let info = p.info();
+    match output {
+        Output::Json => {
+            let v = serde_json::json!({
+                "plugin": p.label(),
+                "digest": p.digest().to_string(),
+                "info": info,
+                "imports": p.imports(),
+            });
+            out!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+        Output::Text => {
+            out!("plugin:       {}", p.label());
+            out!("digest:       {}", p.digest());
+            out!("name:         {}", info.name);
+            out!("version:      {}", info.version);
+            out!("vendor:       {}", info.vendor);
+            out!("description:  {}", info.description);
+            if info.capabilities.is_empty() {
+                out!("capabilities: none beyond its target");
+            } else {
+                out!("capabilities:");
+                for c in &info.capabilities {
+                    out!("  {:?} {}: {}", c.kind, c.value, c.why);
+                }
+            }
+            out!("imports:");
+            for i in p.imports() {
+                out!("  {i}");
+            }
+            match &info.config_schema {
+                Some(s) => out!("config schema:\n{s}"),
+                None => out!("config schema: none"),
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn describe_location(location: &oci::SignatureLocation) -> String {
+    match location {
+        oci::SignatureLocation::Referrer { manifest } => format!("an OCI referrer ({manifest})"),
+        oci::SignatureLocation::Tag { tag } => format!("tag {tag} (the registry lists no referrers)"),
+        oci::SignatureLocation::Cache => "the cached signature".into(),
+    }
+}
+
+/// `sonde plugin push FILE.wasm oci://…`.
+async fn push(config: EngineConfig, wasm: &Path, reference: &str, registry: &RegistryArgs) -> Result<i32, CliError> {
+    let reference = Reference::parse(reference)?;
+    let bytes = sonde_sandbox::engine::read_plugin_file(wasm).await?;
+    // Load it first: what is pushed must be a sonde plugin, and its imports
+    // go into the artifact's config.
+    let engine = Engine::new(config.clone())?;
+    let plugin = engine.load(&wasm.display().to_string(), &bytes).await?;
+    let info = oci::ComponentInfo {
+        exports: vec!["describe".into(), "check".into()],
+        imports: plugin.imports().to_vec(),
+        target: Some("sonde:probe/plugin@0.1.0".into()),
+    };
+    let client = registry.client(&config, &reference)?;
+    let pushed = client.push(&reference, &bytes, &info).await?;
+    out!(
+        "pushed {} ({} bytes, component {})",
+        pushed.reference,
+        bytes.len(),
+        pushed.wasm_digest
+    );
+    if let Some(sig) = signing::read_signature(wasm)? {
+        let attached = client
+            .push_signature(&pushed.reference, &pushed.wasm_digest, &sig)
+            .await?;
+        out!(
+            "attached {} as {}",
+            signing::signature_path(wasm).display(),
+            describe_location(&attached.location)
+        );
+    }
+    Ok(0)
+}
+
+/// `sonde plugin pull oci://… [-o FILE] [--trust KEY]`.
+async fn pull(
+    config: EngineConfig,
+    reference: &str,
+    output: Option<PathBuf>,
+    trust: &[PathBuf],
+    registry: &RegistryArgs,
+) -> Result<i32, CliError> {
+    let reference = Reference::parse(reference)?;
+    let trusted = trust
+        .iter()
+        .map(|k| PublicKey::read(k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let client = registry.client(&config, &reference)?;
+    let resolved = client
+        .resolve_with_progress(&reference, &progress_printer(reference.to_string()))
+        .await?;
+    report_source(&resolved);
+    if !trusted.is_empty() {
+        match resolved.verify(&trusted) {
+            Ok(signer) => out!("valid signature by {:?} (key id {})", signer.name, signer.key_id),
+            Err(e) if e.is_verdict() => {
+                out!("invalid: {e}");
+                return Ok(2);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let path = output.unwrap_or_else(|| {
+        let name = reference.repository().rsplit('/').next().unwrap_or("plugin");
+        PathBuf::from(format!("{name}.wasm"))
+    });
+    write_atomic(&path, &resolved.bytes)?;
+    let sig_path = signing::signature_path(&path);
+    match &resolved.signature {
+        Some((sig, _)) => write_atomic(&sig_path, sig)?,
+        // A stale signature next to new bytes would mislead `verify`.
+        None => match std::fs::remove_file(&sig_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(CliError::file(&sig_path, &e)),
+        },
+    }
+    out!(
+        "pulled {} from {} to {} ({} bytes, component {}){}",
+        resolved.pinned(),
+        source_text(&resolved.source),
+        path.display(),
+        resolved.bytes.len(),
+        resolved.wasm_digest,
+        if resolved.signature.is_some() {
+            format!("; signature in {}", sig_path.display())
+        } else {
+            "; no signature attached".into()
+        }
+    );
+    Ok(0)
+}

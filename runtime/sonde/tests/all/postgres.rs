@@ -1,0 +1,241 @@
+//! The postgres plugin against a real PostgreSQL (Debian's package), with
+//! SCRAM-SHA-256, md5 and trust authentication.
+
+use crate::support::{builtin, cache_dir, check, run};
+use sonde_sandbox::host::Grants;
+use sonde_sandbox::verdict::{Reason, RunResult, Status};
+use sonde_tests::{PgAuth, PostgresServer};
+use std::process::Command;
+use std::time::Duration;
+
+/// Headroom for a loaded CI machine: a SCRAM login and `SELECT 1` take
+/// about 7 ms and 45 million fuel here (PBKDF2 with 4096 rounds in wasm).
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn postgres(server: &PostgresServer, config: serde_json::Value) -> RunResult {
+    check("postgres", &server.addr.to_string(), &config.to_string(), TIMEOUT).await
+}
+
+fn password() -> serde_json::Value {
+    serde_json::json!({ "user": "postgres", "password": PostgresServer::PASSWORD })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_right_password_succeeds_wrong_fails_with_the_reason_stopped_fails() {
+    let mut server = PostgresServer::start(PgAuth::Scram);
+    let r = postgres(&server, password()).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.message.starts_with("\"SELECT 1\" → 1; PostgreSQL "), "{}", r.message);
+    assert!(r.message.contains("scram-sha-256 auth as postgres"), "{}", r.message);
+    assert!(r.metrics.iter().any(|m| m.name == "query_seconds"), "{r:?}");
+
+    let r = postgres(&server, serde_json::json!({ "user": "postgres", "password": "wrong" })).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(
+        r.message
+            .contains("authentication refused: FATAL 28P01: password authentication failed for user \"postgres\""),
+        "{}",
+        r.message
+    );
+
+    // No password configured while the server wants one: the check cannot be made.
+    let r = postgres(&server, serde_json::json!({ "user": "postgres" })).await;
+    assert_eq!(
+        (r.status, r.reason),
+        (Status::Unknown, Some(Reason::InvalidConfig)),
+        "{r:?}"
+    );
+    assert!(r.message.contains("SCRAM-SHA-256"), "{}", r.message);
+
+    server.stop();
+    let r = postgres(&server, password()).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(r.message.contains("connection refused"), "{}", r.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_databases_and_roles_are_checked() {
+    let server = PostgresServer::start(PgAuth::Scram);
+    // CREATE DATABASE cannot share psql's transaction with anything else.
+    server.psql("CREATE DATABASE app");
+    server.psql("CREATE ROLE probe LOGIN PASSWORD 'probe-pw'");
+    let with = |extra: serde_json::Value| {
+        let mut c = password();
+        c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        c
+    };
+
+    let r = postgres(
+        &server,
+        with(serde_json::json!({"query": "SELECT current_database()", "database": "app"})),
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(
+        r.message.starts_with("\"SELECT current_database()\" → app;"),
+        "{}",
+        r.message
+    );
+
+    let r = postgres(
+        &server,
+        serde_json::json!({"user": "probe", "password": "probe-pw", "database": "app"}),
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+
+    let r = postgres(&server, with(serde_json::json!({"query": "SELECT * FROM missing"}))).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(r.message.contains("ERROR 42P01"), "{}", r.message);
+
+    let r = postgres(&server, with(serde_json::json!({"database": "nope"}))).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(
+        r.message.contains("3D000") && r.message.contains("\"nope\""),
+        "{}",
+        r.message
+    );
+
+    let r = postgres(
+        &server,
+        with(serde_json::json!({"role": "primary", "max_replica_lag": "10s"})),
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.message.contains(", primary,"), "{}", r.message);
+    let r = postgres(&server, with(serde_json::json!({"role": "standby"}))).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert_eq!(r.message, "role is primary, expected standby");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_password_can_come_from_a_granted_file() {
+    let server = PostgresServer::start(PgAuth::Scram);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pgpass");
+    std::fs::write(&file, format!("{}\n", PostgresServer::PASSWORD)).unwrap();
+    let config = serde_json::json!({ "user": "postgres", "password_file": file }).to_string();
+    let plugin = builtin("postgres").await;
+    let target = server.addr.to_string();
+
+    let granted = Grants {
+        files: vec![dir.path().to_path_buf()],
+        ..Grants::default()
+    };
+    let r = run(&plugin, &target, &config, &granted, TIMEOUT).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+
+    let r = run(&plugin, &target, &config, &Grants::default(), TIMEOUT).await;
+    assert_eq!((r.status, r.reason), (Status::Unknown, Some(Reason::Denied)), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn md5_and_trust_authentication() {
+    let md5 = PostgresServer::start(PgAuth::Md5);
+    let r = postgres(&md5, password()).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.message.contains("md5 auth"), "{}", r.message);
+    let r = postgres(&md5, serde_json::json!({ "user": "postgres", "password": "wrong" })).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(r.message.contains("28P01"), "{}", r.message);
+    drop(md5);
+
+    let trust = PostgresServer::start(PgAuth::Trust);
+    let r = postgres(&trust, serde_json::json!({})).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.message.contains("trust auth as postgres"), "{}", r.message);
+}
+
+fn sonde_check(server: &PostgresServer, password: &str) -> std::process::Output {
+    let config = serde_json::json!({ "user": "postgres", "password": password }).to_string();
+    Command::new(env!("CARGO_BIN_EXE_sonde"))
+        .arg("--cache-dir")
+        .arg(cache_dir())
+        .args(["check", "postgres", "--timeout", "5s", "--target"])
+        .arg(server.addr.to_string())
+        .args(["--config", &config])
+        .output()
+        .expect("run sonde")
+}
+
+#[test]
+fn cli_exit_codes_right_password_0_wrong_2_stopped_2() {
+    let mut server = PostgresServer::start(PgAuth::Scram);
+    let out = sonde_check(&server, PostgresServer::PASSWORD);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = sonde_check(&server, "wrong");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("password authentication failed"),
+        "{out:?}"
+    );
+    server.stop();
+    let out = sonde_check(&server, PostgresServer::PASSWORD);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// Polls `done` every 50 ms for up to 20 s (waiting on replication, a
+/// separate process), and fails the test with `what` if it never holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_is_checked_for_role_and_replay_lag() {
+    let primary = PostgresServer::start(PgAuth::Scram);
+    primary.psql("CREATE TABLE beat (at timestamptz)");
+    let standby = PostgresServer::start_standby(&primary);
+    primary.psql("INSERT INTO beat VALUES (now())");
+    wait_until("the standby to replay the insert", || {
+        standby.psql("SELECT count(*) FROM beat") == "1"
+    });
+    let config = |extra: serde_json::Value| {
+        let mut c = password();
+        c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        c
+    };
+
+    let r = postgres(
+        &standby,
+        config(serde_json::json!({"role": "standby", "max_replica_lag": "30s"})),
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.message.contains(", standby,"), "{}", r.message);
+    let lag = r
+        .metrics
+        .iter()
+        .find(|m| m.name == "replica_lag_seconds")
+        .expect("lag metric")
+        .value;
+    assert!((0.0..30.0).contains(&lag), "{lag}");
+
+    let r = postgres(&standby, config(serde_json::json!({"role": "primary"}))).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert_eq!(r.message, "role is standby, expected primary");
+
+    // Pause replay and write on the primary: the standby receives WAL it
+    // does not replay, and its last replayed transaction ages.
+    standby.psql("SELECT pg_wal_replay_pause()");
+    primary.psql("INSERT INTO beat VALUES (now())");
+    wait_until("the standby to receive WAL it has not replayed", || {
+        standby.psql("SELECT pg_last_wal_receive_lsn() > pg_last_wal_replay_lsn()") == "t"
+    });
+    let r = postgres(&standby, config(serde_json::json!({"max_replica_lag": "1ms"}))).await;
+    assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert!(r.message.starts_with("standby replay lag "), "{}", r.message);
+    assert!(r.message.ends_with("more than 1ms"), "{}", r.message);
+    let r = postgres(&standby, config(serde_json::json!({"max_replica_lag": "1h"}))).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let lag = r
+        .metrics
+        .iter()
+        .find(|m| m.name == "replica_lag_seconds")
+        .expect("lag metric")
+        .value;
+    assert!(lag > 0.0, "{lag}");
+}

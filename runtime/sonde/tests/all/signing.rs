@@ -1,0 +1,367 @@
+//! Plugin signing: the library the config loader calls, and `sonde plugin
+//! keygen | sign | verify` as a user runs them.
+
+use crate::support::sonde;
+use sonde_oci::signing::{self, PublicKey, SecretKey, SignatureError};
+use sonde_policy::identity::Digest;
+use sonde_tests::guests;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::SystemTime;
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A temp dir with a real plugin (the always_up guest) and a key pair.
+struct Setup {
+    dir: tempfile::TempDir,
+    wasm: PathBuf,
+    key: PathBuf,
+}
+
+impl Setup {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let wasm = dir.path().join("plugin.wasm");
+        std::fs::copy(guests::ALWAYS_UP, &wasm).unwrap();
+        let key = dir.path().join("acme.key");
+        signing::keygen(&key, "acme").unwrap();
+        Self { dir, wasm, key }
+    }
+
+    fn public(&self) -> PublicKey {
+        PublicKey::read(&signing::public_key_path(&self.key)).unwrap()
+    }
+
+    fn sign(&self) {
+        signing::sign_file(
+            &SecretKey::read(&self.key).unwrap(),
+            &self.wasm,
+            &std::fs::read(&self.wasm).unwrap(),
+            SystemTime::now(),
+        )
+        .unwrap();
+    }
+}
+
+fn flip_one_byte(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let i = bytes.len() / 2;
+    bytes[i] ^= 0x01;
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn a_signed_plugin_verifies_and_names_its_signer() {
+    let s = Setup::new();
+    s.sign();
+    let signer = signing::verify_file(&s.wasm, &[s.public()]).unwrap();
+    assert_eq!(signer.name, "acme");
+    assert_eq!(signer.key_id, s.public().key_id());
+    let wasm = std::fs::read(&s.wasm).unwrap();
+    assert_eq!(signer.digest, format!("sha256:{}", Digest::of(&wasm).hex()));
+}
+
+#[test]
+fn flipping_one_byte_of_the_component_is_tampered() {
+    let s = Setup::new();
+    s.sign();
+    flip_one_byte(&s.wasm);
+    let err = signing::verify_file(&s.wasm, &[s.public()]).unwrap_err();
+    assert!(matches!(err, SignatureError::DigestMismatch { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("tampered"), "{text}");
+    assert!(text.contains(&s.wasm.display().to_string()), "{text}");
+}
+
+#[test]
+fn an_altered_signature_file_is_tampered() {
+    let s = Setup::new();
+    s.sign();
+    let sig_path = signing::signature_path(&s.wasm);
+    let mut sig: signing::SignatureFile = serde_json::from_slice(&std::fs::read(&sig_path).unwrap()).unwrap();
+    sig.signed_at = "2099-01-01T00:00:00Z".into();
+    std::fs::write(&sig_path, sig.to_text()).unwrap();
+    let err = signing::verify_file(&s.wasm, &[s.public()]).unwrap_err();
+    assert!(matches!(err, SignatureError::BadSignature { .. }), "{err}");
+    assert!(err.to_string().contains("tampered"), "{err}");
+}
+
+#[test]
+fn a_key_not_trusted_is_untrusted() {
+    let s = Setup::new();
+    s.sign();
+    let other = s.dir.path().join("other.key");
+    signing::keygen(&other, "other").unwrap();
+    let other = PublicKey::read(&signing::public_key_path(&other)).unwrap();
+    let err = signing::verify_file(&s.wasm, &[other]).unwrap_err();
+    assert!(matches!(err, SignatureError::Untrusted { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("untrusted") && text.contains("\"acme\""), "{text}");
+    // No trusted keys at all: untrusted too.
+    let err = signing::verify_file(&s.wasm, &[]).unwrap_err();
+    assert!(matches!(err, SignatureError::Untrusted { .. }), "{err}");
+}
+
+#[test]
+fn a_missing_signature_file_is_unsigned() {
+    let s = Setup::new();
+    let err = signing::verify_file(&s.wasm, &[s.public()]).unwrap_err();
+    assert!(matches!(err, SignatureError::Unsigned { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("unsigned") && text.contains("plugin.wasm.sig"), "{text}");
+}
+
+#[test]
+fn the_verify_bytes_api_matches_the_file_api() {
+    let s = Setup::new();
+    s.sign();
+    let wasm = std::fs::read(&s.wasm).unwrap();
+    let sig = std::fs::read(signing::signature_path(&s.wasm)).unwrap();
+    let signer = signing::verify("plugin.wasm", &wasm, "plugin.wasm.sig", Some(&sig), &[s.public()]).unwrap();
+    assert_eq!(signer.name, "acme");
+    let err = signing::verify("plugin.wasm", &wasm, "plugin.wasm.sig", None, &[s.public()]).unwrap_err();
+    assert!(matches!(err, SignatureError::Unsigned { .. }));
+}
+
+#[test]
+fn keygen_writes_a_private_key_and_refuses_to_overwrite() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("vendor.key");
+    let key_arg = key.to_str().unwrap();
+    let out = sonde(&["plugin", "keygen", key_arg, "--signer", "Acme Corp"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let public = std::fs::read_to_string(signing::public_key_path(&key)).unwrap();
+    assert!(public.starts_with(signing::PUBLIC_KEY_HEADER), "{public}");
+    assert!(public.contains("signer: Acme Corp"), "{public}");
+    let before = std::fs::read(&key).unwrap();
+
+    let out = sonde(&["plugin", "keygen", key_arg]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already exists"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read(&key).unwrap(), before, "the key was overwritten");
+}
+
+#[test]
+fn cli_sign_and_verify_exit_0_valid_2_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("plugin.wasm");
+    std::fs::copy(guests::ALWAYS_UP, &wasm).unwrap();
+    let wasm_arg = wasm.to_str().unwrap();
+    let key = dir.path().join("acme.key");
+    let public = signing::public_key_path(&key);
+    let (key_arg, public_arg) = (key.to_str().unwrap(), public.to_str().unwrap());
+    assert_eq!(sonde(&["plugin", "keygen", key_arg]).status.code(), Some(0));
+
+    let out = sonde(&["plugin", "verify", "--key", public_arg, wasm_arg]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stdout(&out).contains("unsigned"), "{out:?}");
+
+    let out = sonde(&["plugin", "sign", "--key", key_arg, wasm_arg]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(signing::signature_path(&wasm).exists());
+
+    let out = sonde(&["plugin", "verify", "--key", public_arg, wasm_arg]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        stdout(&out).starts_with("valid:") && stdout(&out).contains("\"acme\""),
+        "{out:?}"
+    );
+
+    let other = dir.path().join("other.key");
+    assert_eq!(
+        sonde(&["plugin", "keygen", other.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+    let other_public = signing::public_key_path(&other);
+    let out = sonde(&["plugin", "verify", "--key", other_public.to_str().unwrap(), wasm_arg]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stdout(&out).contains("untrusted"), "{out:?}");
+
+    flip_one_byte(&wasm);
+    let out = sonde(&["plugin", "verify", "--key", public_arg, wasm_arg]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stdout(&out).contains("tampered"), "{out:?}");
+
+    // A secret key given where a public key is expected is a usage error, not a verdict.
+    let out = sonde(&["plugin", "verify", "--key", key_arg, wasm_arg]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("this is a secret key file"),
+        "{out:?}"
+    );
+
+    // Only components are signed.
+    let text = dir.path().join("notes.wasm");
+    std::fs::write(&text, "not wasm").unwrap();
+    let out = sonde(&["plugin", "sign", "--key", key_arg, text.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+}
+
+#[test]
+fn check_with_trust_runs_only_validly_signed_plugins() {
+    let s = Setup::new();
+    let wasm = s.wasm.to_str().unwrap();
+    let public = signing::public_key_path(&s.key);
+    let public = public.to_str().unwrap();
+
+    let out = sonde(&["check", wasm, "--trust", public]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("refusing to run") && err.contains("unsigned"), "{err}");
+
+    s.sign();
+    let out = sonde(&["check", wasm, "--trust", public]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    flip_one_byte(&s.wasm);
+    let out = sonde(&["check", wasm, "--trust", public]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("refusing to run") && err.contains("tampered"), "{err}");
+
+    // Built-ins are trusted by being embedded.
+    let out = sonde(&["check", "tcp", "--target", "127.0.0.1:1", "--trust", public]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// A config that runs `plugin.wasm` with `require_signed` and `trust` keys.
+fn config_requiring_signatures(setup: &Setup, trust: &[&Path]) -> PathBuf {
+    let config = setup.dir.path().join("sonde.yaml");
+    let keys: Vec<String> = trust.iter().map(|k| format!("{:?}", k.display().to_string())).collect();
+    std::fs::write(
+        &config,
+        format!(
+            "require_signed: true\ntrust: [{}]\ntargets:\n  - name: t\n    address: 127.0.0.1:1\n    probes:\n      - {{name: p, plugin: ./plugin.wasm}}\n",
+            keys.join(", ")
+        ),
+    )
+    .unwrap();
+    config
+}
+
+#[test]
+fn require_signed_refuses_tampered_unsigned_and_untrusted_plugins_at_load() {
+    let setup = Setup::new();
+    let public = signing::public_key_path(&setup.key);
+    let config = config_requiring_signatures(&setup, &[&public]);
+    let validate = || sonde(&["validate", config.to_str().unwrap()]);
+
+    let out = validate();
+    assert_eq!(out.status.code(), Some(2), "unsigned");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sonde.yaml:7:") && err.contains("require_signed") && err.contains("unsigned"),
+        "{err}"
+    );
+
+    setup.sign();
+    let out = validate();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    flip_one_byte(&setup.wasm);
+    let out = validate();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("tampered"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Signed again, but by a key the config does not trust.
+    let other = setup.dir.path().join("other.key");
+    signing::keygen(&other, "other").unwrap();
+    signing::sign_file(
+        &SecretKey::read(&other).unwrap(),
+        &setup.wasm,
+        &std::fs::read(&setup.wasm).unwrap(),
+        SystemTime::now(),
+    )
+    .unwrap();
+    let out = validate();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("untrusted") || err.contains("not trusted"), "{err}");
+
+    // And the same refusal stops `sonde run` before anything runs.
+    let out = sonde(&["run", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_probe_missing_a_grant_its_plugin_asks_for_gets_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &config,
+        "targets:\n  - name: t\n    address: 127.0.0.1:1\n    probes:\n      - {name: age, plugin: file-age, config: {path: /etc/hostname, max_age: 1h}}\n",
+    )
+    .unwrap();
+    let out = sonde(&["validate", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: ") && err.contains("\"age\"") && err.contains("files"),
+        "{err}"
+    );
+    std::fs::write(
+        &config,
+        "targets:\n  - name: t\n    address: 127.0.0.1:1\n    probes:\n      - {name: age, plugin: file-age, config: {path: /etc/hostname, max_age: 1h}, grants: {files: [/etc]}}\n",
+    )
+    .unwrap();
+    let out = sonde(&["validate", config.to_str().unwrap()]);
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("warning"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `sonde plugin verify` reads the plugin as every other reader does: a
+/// FIFO in its place is refused at once (it used to wait for a writer,
+/// forever), and a file past the plugin cap is refused without being read.
+#[test]
+fn verify_refuses_a_fifo_and_an_oversized_file_without_waiting() {
+    let s = Setup::new();
+    let public = signing::public_key_path(&s.key);
+    let fifo = s.dir.path().join("fifo.wasm");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let started = std::time::Instant::now();
+    let out = sonde(&[
+        "plugin",
+        "verify",
+        "--key",
+        public.to_str().unwrap(),
+        fifo.to_str().unwrap(),
+    ]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "verify waited on the FIFO"
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a regular file"),
+        "{out:?}"
+    );
+
+    let big = s.dir.path().join("big.wasm");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(sonde_policy::identity::MAX_PLUGIN_BYTES + 1)
+        .unwrap();
+    let err = signing::verify_file(&big, &[s.public()]).unwrap_err();
+    assert!(err.to_string().contains("larger than 33554432 bytes"), "{err}");
+}
