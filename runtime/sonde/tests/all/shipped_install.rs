@@ -346,8 +346,17 @@ fn lay_out_volumes(fake: &Path, pod_spec: &Value, launch: Launch) -> Vec<(String
 }
 
 /// An image holding `bin` at `/usr/local/bin/sonde`, with the shared
-/// libraries it links and nothing else, imported into podman as `tag`.
+/// libraries it links and the CA certificates (what the shipped base image
+/// adds) and nothing else, imported into podman as `tag`,
+/// with the shipped Containerfile's `ENTRYPOINT`.
 fn scratch_image(podman: &Path, bin: &Path, tag: &str) {
+    let containerfile =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/Containerfile"))
+            .unwrap();
+    let entrypoint = containerfile
+        .lines()
+        .find(|l| l.starts_with("ENTRYPOINT "))
+        .expect("the Containerfile's ENTRYPOINT");
     let root = tempfile::tempdir().unwrap();
     let put = |from: &Path, at: &Path| {
         let to = root.path().join(at.strip_prefix("/").unwrap());
@@ -355,6 +364,10 @@ fn scratch_image(podman: &Path, bin: &Path, tag: &str) {
         std::fs::copy(from, &to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
     };
     put(bin, Path::new("/usr/local/bin/sonde"));
+    // As the shipped base image has them: the agent's clients (the API
+    // server's, OCI registries') load the system's roots.
+    let roots = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    put(roots, roots);
     let ldd = std::process::Command::new("ldd").arg(bin).output().expect("ldd runs");
     assert!(ldd.status.success(), "ldd {}", bin.display());
     for line in String::from_utf8_lossy(&ldd.stdout).lines() {
@@ -373,7 +386,7 @@ fn scratch_image(podman: &Path, bin: &Path, tag: &str) {
         .spawn()
         .expect("tar runs");
     let imported = std::process::Command::new(podman)
-        .args(["import", "--quiet", "-", tag])
+        .args(["import", "--quiet", "--change", entrypoint, "-", tag])
         .stdin(tar.stdout.unwrap())
         .output()
         .expect("podman runs");
