@@ -351,7 +351,7 @@ fn lay_out_volumes(fake: &Path, pod_spec: &Value, launch: Launch) -> Vec<(String
 /// with the shipped Containerfile's `ENTRYPOINT`.
 fn scratch_image(podman: &Path, bin: &Path, tag: &str) {
     let containerfile =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/Containerfile"))
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/Containerfile"))
             .unwrap();
     let entrypoint = containerfile
         .lines()
