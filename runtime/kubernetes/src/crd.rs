@@ -20,6 +20,14 @@ pub const KIND: &str = "SondeCheck";
 /// SondeCheck: `sonde.dev/<check-name>`.
 pub const GATE_PREFIX: &str = "sonde.dev/";
 
+/// The field manager of the gate conditions the agents write on Pods
+/// (`managedFields` shows it owning its conditions only).
+pub const GATE_FIELD_MANAGER: &str = "sonde";
+
+/// The field manager of the SondeChecks' statuses and of the Lease that
+/// elects their writer.
+pub const STATUS_FIELD_MANAGER: &str = "sonde-status";
+
 /// What the check runs against each Pod that names it in a readiness gate
 /// sonde.dev/<check-name> (the resource is `SondeCheck`).
 #[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -77,7 +77,7 @@ impl EventSink {
 
 /// `message` cut to [`MAX_NOTE`] bytes on a char boundary.
 fn note(message: &str) -> String {
-    super::mapping::cut(message, MAX_NOTE)
+    super::view::cut(message, MAX_NOTE)
 }
 
 /// The reference to a Pod an Event is about.

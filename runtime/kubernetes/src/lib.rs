@@ -7,12 +7,16 @@
 //! Pod's status when the probe's state changes (docs/kubernetes.md).
 //!
 //! - [`crd`]: the `SondeCheck` resource;
-//! - `mapping`: the settings, the Pod as the controller sees it, and the
-//!   probe of a (Pod, gate) pair — pure functions;
+//! - `settings`: the agent's `kubernetes:` settings and the plugin
+//!   allowlist;
+//! - `view`: a Pod as the controller sees it, and a gate's condition;
+//! - `desired`: the probe of a (Pod, gate) pair, or why it has none —
+//!   pure functions;
 //! - `plan`: reconciling one Pod as a pure plan (which probes to add,
 //!   replace or remove; which gates have none and why; which Events);
 //! - `controller`: the reflectors, the applier of plans, and the write
 //!   queue;
+//! - `queue`: the per-Pod latest-wins write queue, a pure state machine;
 //! - `writer`: the strategic-merge patch, rate limit and backoff;
 //! - `events`: Kubernetes Events on Pods and SondeChecks, through
 //!   kube-runtime's recorder;
@@ -44,17 +48,22 @@
 
 mod controller;
 pub mod crd;
+mod desired;
 mod events;
 mod expand;
-pub(crate) mod mapping;
+mod lease;
 mod namespaces;
 mod plan;
+mod queue;
 pub mod review;
+mod services;
+mod settings;
 mod stats;
 pub mod status;
+mod view;
 mod writer;
 
-pub use mapping::{
+pub use settings::{
     Allowlist, AllowlistProblem, DEFAULT_BURST, DEFAULT_MESSAGE_REFRESH, DEFAULT_PLUGINS, DEFAULT_QPS, GateSettings,
     GateSettingsError,
 };

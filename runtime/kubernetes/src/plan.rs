@@ -6,10 +6,9 @@
 //! performs it; nothing here touches the registry or the API server.
 
 use super::crd::{Mode, SondeCheck};
-use super::mapping::{
-    Cond, CondStatus, Desired, GateSettings, OVERRIDABLE, PodKey, PodView, Refusal, ServiceView, condition_type,
-    desired,
-};
+use super::desired::{Desired, Refusal, ServiceView, desired};
+use super::settings::GateSettings;
+use super::view::{Cond, CondStatus, OVERRIDABLE, PodKey, PodView, condition_type};
 use sonde_core::config::{self, ConfigErrors};
 use sonde_core::thresholds::Counter;
 use std::collections::{BTreeMap, HashMap};

@@ -2,7 +2,7 @@
 //! with the Pod's UID as precondition), the agent-wide rate limit, the
 //! per-Pod backoff and what each API answer means for the write.
 
-use super::mapping::Cond;
+use super::view::Cond;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -115,18 +115,24 @@ pub const MAX_FORBIDDEN_BACKOFF: Duration = Duration::from_secs(300);
 /// The wait before retry number `attempt` (1-based) of a write that ended
 /// in `outcome`, with up to a quarter of random spread.
 pub fn backoff(outcome: &Outcome, attempt: u32) -> Duration {
+    backoff_with(outcome, attempt, fastrand::f64())
+}
+
+/// [`backoff`] with the random part given: `spread` in `[0, 1)` adds that
+/// fraction of a quarter (0 in tests, for exact waits).
+pub fn backoff_with(outcome: &Outcome, attempt: u32, spread: f64) -> Duration {
     let (first, max) = match outcome {
         Outcome::Forbidden(_) => (FORBIDDEN_BACKOFF, MAX_FORBIDDEN_BACKOFF),
         _ => (FIRST_BACKOFF, MAX_BACKOFF),
     };
     let base = first.saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(max);
-    base + base.mul_f64(fastrand::f64() / 4.0)
+    base + base.mul_f64(spread / 4.0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mapping::CondStatus;
+    use crate::view::CondStatus;
 
     #[test]
     fn the_patch_carries_the_uid_and_one_condition() {
