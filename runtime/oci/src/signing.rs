@@ -38,7 +38,7 @@
 //! # Examples
 //!
 //! ```no_run
-//! use crate::signing::{self, PublicKey};
+//! use sonde_oci::signing::{self, PublicKey};
 //! use std::path::Path;
 //!
 //! # fn demo() -> Result<(), signing::SignatureError> {

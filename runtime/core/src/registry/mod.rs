@@ -29,12 +29,12 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use sonde_sandbox::engine::{Engine, EngineConfig};
-//! use crate::registry::{Change, Registry};
+//! use sonde_core::registry::{Change, Registry};
 //! use std::path::Path;
 //!
 //! let engine = Engine::new(EngineConfig::default())?;
 //! let mut reg = Registry::load_text(&engine, Path::new("sonde.yaml"), "targets: []").await?;
-//! let file = crate::config::parse(
+//! let file = sonde_core::config::parse(
 //!     Path::new("PUT /v1/probes/db"),
 //!     "targets:\n  - name: db\n    address: 127.0.0.1:5432\n    probes: [{plugin: tcp}]\n",
 //! )?;
