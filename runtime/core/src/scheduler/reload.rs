@@ -39,7 +39,12 @@ impl<R: Runner> Core<R> {
     /// Drops the targets gone (`removed`, or with `full` every one not in
     /// `updated`) and puts in the new and changed ones; a target already
     /// started stays started, and keeps its hold.
-    pub(super) fn apply_targets(&mut self, full: bool, removed: &[Arc<str>], updated: Vec<crate::registry::TargetUpdate>) {
+    pub(super) fn apply_targets(
+        &mut self,
+        full: bool,
+        removed: &[Arc<str>],
+        updated: Vec<crate::registry::TargetUpdate>,
+    ) {
         let now = Instant::now();
         if full {
             let keep: std::collections::HashSet<&Arc<str>> = updated.iter().map(|t| &t.spec.name).collect();
