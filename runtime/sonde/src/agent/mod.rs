@@ -49,7 +49,7 @@ pub struct Agent {
     /// The executor: per-tenant permits and stats.
     pub executor: Executor,
     /// The tenants of the config in force, with their tokens.
-    pub tenants: Arc<Mutex<Arc<sonde_core::tenants::Tenants>>>,
+    pub tenants: tokio::sync::watch::Receiver<Arc<sonde_core::tenants::Tenants>>,
     /// Reloads and runtime management.
     pub control: Arc<Control>,
     /// The readiness-gate controller's counters, shown by `/metrics`
@@ -271,7 +271,6 @@ impl Agent {
         let (auth, reviews) = api_access(&options, &registry, api_addr).await?;
         let run_metrics = Arc::new(RunMetrics::default());
         let executor = start_executor(&registry)?;
-        let tenants = Arc::new(Mutex::new(registry.tenants.clone()));
         let scheduler = start_scheduler(&engine, &executor, &results, &registry, options.jitter, &run_metrics);
         let control = Arc::new(Control::new(ControlParts {
             engine: engine.clone(),
@@ -280,7 +279,6 @@ impl Agent {
             scheduler: scheduler.clone(),
             executor: executor.clone(),
             status: status.clone(),
-            tenants: tenants.clone(),
             registry,
             cache,
         }));
@@ -330,7 +328,7 @@ impl Agent {
             status,
             draining,
             executor,
-            tenants,
+            tenants: control.watch_tenants(),
             control,
             gate_stats,
             options,
