@@ -30,19 +30,9 @@ _spec.loader.exec_module(_lf)
 # say "not split yet" are the files the crate split left over 600 lines;
 # they go as they are split.
 ALLOWED = {
-    "runtime/core/src/config.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
-    "runtime/core/src/control.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
-    "runtime/core/src/metrics.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
-    "runtime/core/src/scheduler.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
-    "runtime/core/src/registry/mod.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
-    "runtime/core/src/results/mod.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
     "runtime/kubernetes/src/controller.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
     "runtime/kubernetes/src/mapping.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
     "runtime/kubernetes/src/status.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
-    "runtime/oci/src/client.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
-    "runtime/oci/src/signing.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
-    "runtime/policy/src/grants.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
-    "runtime/sandbox/src/host/spawn.rs": "not split yet (issue 36: Architecture IV); no new file may join it",
 }
 
 

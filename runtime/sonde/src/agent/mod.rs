@@ -89,7 +89,8 @@ async fn load_checked(
 
 /// The executor, with the tenants and pulls of `registry`.
 fn start_executor(registry: &Registry) -> Result<Executor, AgentError> {
-    let executor = Executor::new(ExecutorConfig::default()).map_err(|source| AgentError::Executor { source: source.into() })?;
+    let executor =
+        Executor::new(ExecutorConfig::default()).map_err(|source| AgentError::Executor { source: source.into() })?;
     executor.configure(&registry.tenants);
     executor.record_pulls(&registry.pulls);
     Ok(executor)
@@ -118,7 +119,9 @@ fn counts(registry: &Registry) -> (usize, usize, usize) {
 /// The result cache: kept in `state_dir`, or in memory only.
 fn open_results(state_dir: Option<&Path>) -> Result<ResultCache, AgentError> {
     match state_dir {
-        Some(dir) => ResultCache::open(dir, DEFAULT_HISTORY).map_err(|source| AgentError::StateDir { source: source.into() }),
+        Some(dir) => {
+            ResultCache::open(dir, DEFAULT_HISTORY).map_err(|source| AgentError::StateDir { source: source.into() })
+        }
         None => Ok(ResultCache::new(DEFAULT_HISTORY)),
     }
 }
