@@ -98,7 +98,15 @@ pub(crate) enum DialError {
     },
 }
 
-impl From<DialError> for probe_http::HttpError {
+/// The three kinds of failure sonde's own WIT errors tell apart (`dns`,
+/// `denied`, `connect`), each with the message the plugin is told.
+enum Failed {
+    Dns(String),
+    Denied(String),
+    Connect(String),
+}
+
+impl From<DialError> for Failed {
     fn from(e: DialError) -> Self {
         let message = e.to_string();
         match e {
@@ -109,28 +117,28 @@ impl From<DialError> for probe_http::HttpError {
     }
 }
 
-impl From<DialError> for probe_grpc::GrpcError {
-    fn from(e: DialError) -> Self {
-        let message = e.to_string();
-        match e {
-            DialError::Lookup(_) | DialError::NoAddress { .. } => Self::Dns(message),
-            DialError::Denied(_) => Self::Denied(message),
-            DialError::Connect { .. } | DialError::NoAuthority { .. } => Self::Connect(message),
+/// One conversion per sonde WIT error, each through [`Failed`].
+macro_rules! wit_error_from_dial {
+    ($($(#[$doc:meta])* $wit:ty;)*) => {$(
+        $(#[$doc])*
+        impl From<DialError> for $wit {
+            fn from(e: DialError) -> Self {
+                match Failed::from(e) {
+                    Failed::Dns(m) => Self::Dns(m),
+                    Failed::Denied(m) => Self::Denied(m),
+                    Failed::Connect(m) => Self::Connect(m),
+                }
+            }
         }
-    }
+    )*};
 }
 
-/// `sonde:probe/tls`'s error, which `sonde:probe/tcp` returns too (`tcp`
-/// words a connection's failure as the system's reason alone).
-impl From<DialError> for probe_tls::TlsError {
-    fn from(e: DialError) -> Self {
-        let message = e.to_string();
-        match e {
-            DialError::Lookup(_) | DialError::NoAddress { .. } => Self::Dns(message),
-            DialError::Denied(_) => Self::Denied(message),
-            DialError::Connect { .. } | DialError::NoAuthority { .. } => Self::Connect(message),
-        }
-    }
+wit_error_from_dial! {
+    probe_http::HttpError;
+    probe_grpc::GrpcError;
+    /// `sonde:probe/tls`'s error, which `sonde:probe/tcp` returns too (`tcp`
+    /// words a connection's failure as the system's reason alone).
+    probe_tls::TlsError;
 }
 
 /// `wasi:http`'s error: the error codes wasmtime-wasi-http hands the plugin.
