@@ -4,7 +4,7 @@
 # (nginx) on core 1, loopback only.
 #
 #   apt-get install nginx-light prometheus-blackbox-exporter monitoring-plugins-standard
-#   cargo build --release -p sonde-runtime -p sonde-tests   # sonde, and the test guests (always_up)
+#   cargo build --release -p sonde -p sonde-tests   # sonde, and the test guests (always_up)
 #   scripts/bench.sh            # everything but the scheduler scale runs
 #   scripts/bench.sh scale      # also the 100,000 and 1,000,000 probe runs (~2 min)
 #   REPS=9 N=10000 scripts/bench.sh   # repetitions per row, runs per repetition

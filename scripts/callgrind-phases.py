@@ -22,14 +22,14 @@ cats = [
  ("store + call state set-up", r"Store<T>::new|StoreOpaque::new|StoreInner<.*>::new|CallState::new|new_store|ResourceTable::new|WasiHttpCtx|CallGrants::new|NetPattern::for_target|MemoryCap|CallBounds"),
  ("instantiation (funcs, imports, instance slots)", r"instantiat|Instance::new|initialize|allocate_instance|component::instance|lookup_vmdef|store_invariant_func|OwnedImports|InstanceAllocator>::allocate|::alloc$|new_module_instance|vmctx|VMComponentContext|ModuleRegistry|register|cranelift_bforest|FuncKey|func_loc|trampoline_ptrs|EngineCode|get_func_ref|get_export|ref_func|Instantiator|PrimaryMap|typecheck|MemoryPool::allocate|TablePool::allocate|StackPool::allocate|index_allocator|PluginPre|Plugin::new|Indices"),
  ("memory reset on drop (PAGEMAP_SCAN + memset)", r"pagemap|cow::|memset"),
- ("instance dealloc + store drop", r"deallocate|merge_or_flush|decommit|drop_in_place<wasmtime|StoreOpaque as core::ops::drop|drop_in_place<sonde_runtime::engine::store|free_many|free_locked|DecommitQueue"),
+ ("instance dealloc + store drop", r"deallocate|merge_or_flush|decommit|drop_in_place<wasmtime|StoreOpaque as core::ops::drop|drop_in_place<sonde_sandbox::engine::store|free_many|free_locked|DecommitQueue"),
  ("fiber switches (async wasm calls)", r"fiber|Fiber"),
  ("component calls: lift/lower, realloc, host-call trampolines", r"component::func|typed::|Lower|Lift[^a-z]|lower|::lift|trampoline|array_call|ResourceTable|wasm_to_host|HostFunc|func::Func|Caller|component::resources|canonical|ValRaw|catch_traps|traphandlers|call_unchecked|HostFn|LowerContext|LiftContext|options_memory|realloc_|Resource<|WasmList|WasmStr|from_utf8|bindings::sonde"),
- ("host capability (grant check, dial, hyper, pool)", r"sonde_runtime::host|hyper::|^http::|<http::|rustls|dial|h1::|HeaderMap|HeaderName|httparse|bytes::|want::|try_lock|Pool"),
+ ("host capability (grant check, dial, hyper, pool)", r"sonde_sandbox::host|sonde_policy::|hyper::|^http::|<http::|rustls|dial|h1::|HeaderMap|HeaderName|httparse|bytes::|want::|try_lock|Pool"),
  ("tokio, std time/net (scheduler, timers, I/O)", r"tokio::|mio::|std::io|std::net|std::sys|socket|epoll|Timespec|Instant|parking_lot|core::net"),
  ("malloc/free/memcpy", r"malloc|free|realloc|memcpy|memmove|calloc|cfree|tcache|_int_|__rdl_|__rustc::|finish_grow|RawVec|memcmp|strlen"),
  ("result: lifting the outcome, plugin_text, RunResult", r"from_outcome|plugin_text|verdict::|RunResult|truncate"),
- ("sonde engine + bench loop", r"sonde_runtime"),
+ ("sonde engine + bench loop", r"sonde_sandbox|sonde_core|sonde::"),
 ]
 def selfcost(path):
     out = subprocess.run(["callgrind_annotate", "--auto=no", "--threshold=100", path], capture_output=True, text=True).stdout

@@ -9,7 +9,7 @@
 #   scripts/soak.sh              # 10 minutes
 #   SOAK_SECONDS=60 scripts/soak.sh
 #
-# The driver is the Rust test runtime/tests/soak.rs (ignored by a plain
+# The driver is the Rust test runtime/sonde/tests/soak.rs (ignored by a plain
 # `cargo test`); this script builds and runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -68,7 +68,7 @@ pub fn metadata(path: &str) -> Result<Metadata, FsError> {
     #[cfg(all(not(feature = "std"), target_arch = "wasm32"))]
     {
         use wasip2::filesystem::types::DescriptorType;
-        let stat = crate::rt::stat(path)?;
+        let stat = grant_dirs::stat(path)?;
         Ok(Metadata {
             kind: match stat.type_ {
                 DescriptorType::RegularFile => FileKind::File,
@@ -105,7 +105,7 @@ pub fn metadata(path: &str) -> Result<Metadata, FsError> {
 /// The contents of the file at absolute `path`, as UTF-8 text.
 pub fn read_to_string(path: &str) -> Result<String, FsError> {
     #[cfg(all(not(feature = "std"), target_arch = "wasm32"))]
-    let bytes = crate::rt::read(path)?;
+    let bytes = grant_dirs::read(path)?;
     #[cfg(any(feature = "std", not(target_arch = "wasm32")))]
     let bytes = std::fs::read(path).map_err(from_io)?;
     String::from_utf8(bytes).map_err(|_| FsError {
@@ -130,7 +130,7 @@ fn from_io(e: std::io::Error) -> FsError {
 /// `path` below `root`, relative, when `root` is `path` or one of its
 /// ancestors: how a path is matched to the `files` grant covering it.
 #[cfg(any(test, all(not(feature = "std"), target_arch = "wasm32")))]
-pub(crate) fn within<'a>(path: &'a str, root: &str) -> Option<&'a str> {
+fn within<'a>(path: &'a str, root: &str) -> Option<&'a str> {
     let root = root.trim_end_matches('/');
     let rest = path.strip_prefix(root)?;
     if rest.is_empty() {
@@ -138,6 +138,76 @@ pub(crate) fn within<'a>(path: &'a str, root: &str) -> Option<&'a str> {
     }
     let rest = rest.strip_prefix('/')?;
     Some(rest.trim_start_matches('/'))
+}
+
+/// The files of the `files` grants without std: through the directories
+/// the host opened for them (wasi-libc's preopens), in std's words.
+#[cfg(all(not(feature = "std"), target_arch = "wasm32"))]
+mod grant_dirs {
+    use super::{FsError, FsErrorKind, within};
+    use alloc::string::String;
+    use alloc::vec::Vec;
+    use wasip2::filesystem::preopens::get_directories;
+    use wasip2::filesystem::types::{Descriptor, DescriptorFlags, DescriptorStat, ErrorCode, OpenFlags, PathFlags};
+
+    /// A failed file operation without std, in the words std would use: no
+    /// covering grant (`None`) reads as no such file, as with wasi-libc.
+    fn fs_error(code: Option<ErrorCode>) -> FsError {
+        let (kind, message) = match code {
+            None | Some(ErrorCode::NoEntry) => (FsErrorKind::NotFound, "No such file or directory"),
+            Some(ErrorCode::Access | ErrorCode::NotPermitted) => (FsErrorKind::Denied, "Permission denied"),
+            Some(ErrorCode::IsDirectory) => (FsErrorKind::Other, "Is a directory"),
+            Some(ErrorCode::NotDirectory) => (FsErrorKind::Other, "Not a directory"),
+            Some(e) => (FsErrorKind::Other, e.name()),
+        };
+        FsError {
+            kind,
+            message: String::from(message),
+        }
+    }
+
+    /// The directory the host opened for the `files` grant that covers
+    /// absolute `path` (the deepest), and `path` relative to it (`.` for the
+    /// directory itself).
+    fn covering(path: &str) -> Result<(Descriptor, &str), FsError> {
+        let (dir, rest) = get_directories()
+            .into_iter()
+            .filter_map(|(dir, root)| within(path, &root).map(|rest| (dir, rest)))
+            .min_by_key(|(_, rest)| rest.len())
+            .ok_or_else(|| fs_error(None))?;
+        Ok((dir, if rest.is_empty() { "." } else { rest }))
+    }
+
+    /// The status of the file at absolute `path`, symlinks followed, through
+    /// the directory of the `files` grant that covers it.
+    pub(super) fn stat(path: &str) -> Result<DescriptorStat, FsError> {
+        let (dir, rel) = covering(path)?;
+        dir.stat_at(PathFlags::SYMLINK_FOLLOW, rel)
+            .map_err(|e| fs_error(Some(e)))
+    }
+
+    /// Reads the file at absolute `path`, through the directory of the `files`
+    /// grant that covers it.
+    pub(super) fn read(path: &str) -> Result<Vec<u8>, FsError> {
+        let failed = |e: ErrorCode| fs_error(Some(e));
+        let (dir, rel) = covering(path)?;
+        let file = dir
+            .open_at(
+                PathFlags::SYMLINK_FOLLOW,
+                rel,
+                OpenFlags::empty(),
+                DescriptorFlags::READ,
+            )
+            .map_err(failed)?;
+        let mut bytes = Vec::new();
+        loop {
+            let (chunk, end) = file.read(64 * 1024, bytes.len() as u64).map_err(failed)?;
+            bytes.extend_from_slice(&chunk);
+            if end || chunk.is_empty() {
+                return Ok(bytes);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,13 +1,7 @@
 //! What `std` would otherwise give a plugin built without it, in the
 //! sandbox: the allocator, the panic handler (its message goes to the
-//! host's log), and the files of the `files` grants, through the
-//! directories the host opened for them (for [`crate::fs`]).
-
-use crate::fs::{FsError, FsErrorKind, within};
-use alloc::string::String;
-use alloc::vec::Vec;
-use wasip2::filesystem::preopens::get_directories;
-use wasip2::filesystem::types::{Descriptor, DescriptorFlags, DescriptorStat, ErrorCode, OpenFlags, PathFlags};
+//! host's log) and the canonical ABI's `cabi_realloc`. Files without std
+//! are [`crate::fs`]'s own.
 
 // wasi-libc's static library, which std's guests link too: `memcmp` and
 // `bcmp` (which `core` calls and wasm has no instruction for), and, unless
@@ -115,6 +109,7 @@ fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
 #[cfg(feature = "panic-message")]
 fn log_panic(info: &core::panic::PanicInfo<'_>) {
     use crate::bindings::sonde::probe::log::{Level, log};
+    use alloc::string::String;
     use core::fmt::Write;
     use core::sync::atomic::{AtomicBool, Ordering};
     static PANICKING: AtomicBool = AtomicBool::new(false);
@@ -167,63 +162,4 @@ pub unsafe extern "C" fn cabi_realloc(old: *mut u8, old_len: usize, align: usize
         core::arch::wasm32::unreachable();
     }
     ptr
-}
-
-/// A failed file operation without std, in the words std would use: no
-/// covering grant (`None`) reads as no such file, as with wasi-libc.
-fn fs_error(code: Option<ErrorCode>) -> FsError {
-    let (kind, message) = match code {
-        None | Some(ErrorCode::NoEntry) => (FsErrorKind::NotFound, "No such file or directory"),
-        Some(ErrorCode::Access | ErrorCode::NotPermitted) => (FsErrorKind::Denied, "Permission denied"),
-        Some(ErrorCode::IsDirectory) => (FsErrorKind::Other, "Is a directory"),
-        Some(ErrorCode::NotDirectory) => (FsErrorKind::Other, "Not a directory"),
-        Some(e) => (FsErrorKind::Other, e.name()),
-    };
-    FsError {
-        kind,
-        message: String::from(message),
-    }
-}
-
-/// The directory the host opened for the `files` grant that covers
-/// absolute `path` (the deepest), and `path` relative to it (`.` for the
-/// directory itself).
-fn covering(path: &str) -> Result<(Descriptor, &str), FsError> {
-    let (dir, rest) = get_directories()
-        .into_iter()
-        .filter_map(|(dir, root)| within(path, &root).map(|rest| (dir, rest)))
-        .min_by_key(|(_, rest)| rest.len())
-        .ok_or_else(|| fs_error(None))?;
-    Ok((dir, if rest.is_empty() { "." } else { rest }))
-}
-
-/// The status of the file at absolute `path`, symlinks followed, through
-/// the directory of the `files` grant that covers it.
-pub(crate) fn stat(path: &str) -> Result<DescriptorStat, FsError> {
-    let (dir, rel) = covering(path)?;
-    dir.stat_at(PathFlags::SYMLINK_FOLLOW, rel)
-        .map_err(|e| fs_error(Some(e)))
-}
-
-/// Reads the file at absolute `path`, through the directory of the `files`
-/// grant that covers it.
-pub(crate) fn read(path: &str) -> Result<Vec<u8>, FsError> {
-    let failed = |e: ErrorCode| fs_error(Some(e));
-    let (dir, rel) = covering(path)?;
-    let file = dir
-        .open_at(
-            PathFlags::SYMLINK_FOLLOW,
-            rel,
-            OpenFlags::empty(),
-            DescriptorFlags::READ,
-        )
-        .map_err(failed)?;
-    let mut bytes = Vec::new();
-    loop {
-        let (chunk, end) = file.read(64 * 1024, bytes.len() as u64).map_err(failed)?;
-        bytes.extend_from_slice(&chunk);
-        if end || chunk.is_empty() {
-            return Ok(bytes);
-        }
-    }
 }

@@ -2,7 +2,7 @@
 //! a probe (a target of its own, as an API upload or a Kubernetes Pod
 //! brings) checked and committed, then removed again — the same checks as a
 //! whole load (names, quotas, ceilings, plugin, schema). Target: ≤ 1 ms
-//! each. Run with `cargo bench -p sonde-runtime --bench registry`.
+//! each. Run with `cargo bench -p sonde-core --bench registry`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use sonde_core::config;

@@ -14,7 +14,7 @@
 //! # Examples
 //!
 //! ```
-//! use sonde::api::auth::{Principal, Token, authenticate, bearer};
+//! use sonde_core::auth::{Principal, Token, authenticate, bearer};
 //!
 //! let acme = Token::new("acme-s3cret\n").unwrap();
 //! let known = [(&acme, Principal::Tenant("acme".into()))];

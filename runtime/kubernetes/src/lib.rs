@@ -33,12 +33,17 @@
 //! # Examples
 //!
 //! ```no_run
-//! # async fn demo(agent: &sonde::agent::Agent) -> Result<(), Box<dyn std::error::Error>> {
-//! use crate::{self, GateSettings};
+//! # use std::sync::Arc;
+//! # async fn demo(
+//! #     control: Arc<sonde_core::control::Control>,
+//! #     results: sonde_core::results::ResultCache,
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
+//! use sonde_kubernetes::{self as kubernetes, GateSettings};
 //!
+//! // The agent's control and results (the `sonde` binary's agent has both).
 //! let settings = GateSettings::new(None, std::env::var("NODE_NAME").ok())?;
 //! let client = kubernetes::connect().await?;
-//! let handle = kubernetes::spawn(client, agent.control.clone(), agent.results.clone(), settings, Default::default());
+//! let handle = kubernetes::spawn(client, control, results, settings, Default::default());
 //! handle.synced().await;
 //! # Ok(())
 //! # }

@@ -25,7 +25,7 @@
 //! # Examples
 //!
 //! ```no_run
-//! use crate::{Client, Reference, ClientSettings};
+//! use sonde_oci::{Client, Reference, ClientSettings};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = Client::new(ClientSettings::new("/var/lib/sonde/oci".into()))?;

@@ -2,7 +2,7 @@
 //! call + drop, compile excluded), one tcp run against a loopback listener,
 //! and one http run against a loopback hyper server (a new connection per
 //! run, and over the host's keep-alive pool). Run with
-//! `cargo bench -p sonde-runtime`; `sonde bench` (BENCHMARKS.md) measures
+//! `cargo bench -p sonde-sandbox`; `sonde bench` (BENCHMARKS.md) measures
 //! throughput against a native baseline.
 
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -29,12 +29,12 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use sonde_sandbox::engine::{Engine, EngineConfig};
-//! use crate::registry::{Change, Registry};
+//! use sonde_core::registry::{Change, Registry};
 //! use std::path::Path;
 //!
 //! let engine = Engine::new(EngineConfig::default())?;
 //! let mut reg = Registry::load_text(&engine, Path::new("sonde.yaml"), "targets: []").await?;
-//! let file = crate::config::parse(
+//! let file = sonde_core::config::parse(
 //!     Path::new("PUT /v1/probes/db"),
 //!     "targets:\n  - name: db\n    address: 127.0.0.1:5432\n    probes: [{plugin: tcp}]\n",
 //! )?;
@@ -46,6 +46,7 @@
 //! ```
 
 mod admit;
+mod change;
 pub mod modules;
 pub mod mounts;
 mod outcome;
@@ -66,6 +67,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use change::{Change, Delta, Prepared, Pull, TargetUpdate, Unavailable, Waiting};
 pub use outcome::{PullCost, ResolveError};
 pub use problem::{ConfigProblem, Located, Owner};
 pub use resolve::Trust;
@@ -221,158 +223,6 @@ struct TargetEntry {
     spec: Arc<TargetSpec>,
     place: Place,
     probes: Vec<(Arc<str>, Place)>,
-}
-
-/// A change to a registry: targets (each with its probes) to remove, then
-/// targets to add. A target added under the name of one removed replaces
-/// it; under the name of one that stays, it is refused as a duplicate.
-#[derive(Debug, Default)]
-pub struct Change {
-    /// Names of targets to remove, with all their probes.
-    pub remove: Vec<Arc<str>>,
-    /// Targets to add, as parsed from a file or built from a stored probe
-    /// (`source` names where they came from in errors).
-    pub add: Vec<config::Target>,
-}
-
-impl Change {
-    /// Adds `targets`.
-    pub fn add(targets: Vec<config::Target>) -> Self {
-        Self {
-            remove: Vec::new(),
-            add: targets,
-        }
-    }
-
-    /// Removes the targets named `names`.
-    pub fn remove(names: impl IntoIterator<Item = impl Into<Arc<str>>>) -> Self {
-        Self {
-            remove: names.into_iter().map(Into::into).collect(),
-            add: Vec::new(),
-        }
-    }
-}
-
-/// A [`Change`] checked against a registry, ready to [`Registry::commit`].
-#[derive(Debug)]
-#[must_use = "a prepared change does nothing until it is committed"]
-pub struct Prepared {
-    /// The registry generation it was checked against.
-    generation: u64,
-    remove: Vec<Arc<str>>,
-    targets: Vec<TargetEntry>,
-    probes: Vec<Arc<ProbeSpec>>,
-    /// What deserves attention but does not refuse the change.
-    pub warnings: Vec<ConfigError>,
-    /// Probes whose `oci://` plugin its registry could not give now: left
-    /// out of a whole load, refusing an incremental change.
-    unavailable: Vec<Unavailable>,
-    /// Probes whose `oci://` plugin is being pulled in the background (in
-    /// the agent): not in the change; added when the pull lands.
-    waiting: Vec<Waiting>,
-    /// What the change's `oci://` plugins cost to resolve, by tenant.
-    pulls: Vec<Pull>,
-}
-
-/// A probe left out for now because its `oci://` plugin is being pulled in
-/// the background; it is added when the pull lands.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Waiting {
-    /// The probe.
-    pub probe: Arc<str>,
-    /// Its target.
-    pub target: Arc<str>,
-    /// The tenant that owns it.
-    #[serde(serialize_with = "as_str")]
-    pub tenant: TenantId,
-    /// Its kind.
-    pub kind: Kind,
-    /// The plugin, as written.
-    pub plugin: String,
-    /// When the pull started.
-    #[serde(serialize_with = "rfc3339")]
-    pub since: std::time::SystemTime,
-}
-
-fn as_str<S: serde::Serializer>(t: &TenantId, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(t)
-}
-
-fn rfc3339<S: serde::Serializer>(t: &std::time::SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(&humantime::format_rfc3339_seconds(*t))
-}
-
-/// One `oci://` plugin resolved for a change, and what it cost: charged to
-/// the tenant whose probe named it first (`sonde_tenant_oci_pull_*`).
-#[derive(Clone, Debug)]
-pub struct Pull {
-    /// The tenant charged.
-    pub tenant: TenantId,
-    /// The reference as written.
-    pub reference: String,
-    /// Bytes from the registry and time spent.
-    pub cost: PullCost,
-}
-
-/// A probe left out of a load because its `oci://` plugin could not be
-/// pulled and was not cached: the rest of the config runs without it.
-#[derive(Clone, Debug)]
-pub struct Unavailable {
-    /// The probe.
-    pub probe: Arc<str>,
-    /// The tenant that owns it.
-    pub tenant: TenantId,
-    /// The `oci://` plugin, as written, whose pull failed (none when the
-    /// probe is left out for another reason).
-    pub plugin: Option<String>,
-    /// Where and why, as a config error would say it.
-    pub error: ConfigError,
-}
-
-impl Prepared {
-    /// The probes it adds or replaces.
-    pub fn probes(&self) -> impl Iterator<Item = &Arc<ProbeSpec>> {
-        self.probes.iter()
-    }
-
-    /// What resolving its `oci://` plugins cost, by tenant (whether or not
-    /// it is then committed: the pulls happened).
-    pub fn pulls(&self) -> &[Pull] {
-        &self.pulls
-    }
-
-    /// The probes it leaves out until their plugin's pull lands.
-    pub fn waiting(&self) -> &[Waiting] {
-        &self.waiting
-    }
-}
-
-/// One target as the scheduler needs it: its spec and its probes' names.
-#[derive(Clone, Debug)]
-pub struct TargetUpdate {
-    /// The target.
-    pub spec: Arc<TargetSpec>,
-    /// The names of all its probes.
-    pub probes: Vec<Arc<str>>,
-    /// Whether one of them is a startup probe.
-    pub has_startup: bool,
-}
-
-/// What a committed change did, for the scheduler: the targets and probes
-/// added or replaced, and those removed. A `full` delta is a whole
-/// registry: anything it does not name is gone.
-#[derive(Clone, Debug, Default)]
-pub struct Delta {
-    /// Whether this is the whole registry.
-    pub full: bool,
-    /// Targets added or replaced.
-    pub targets: Vec<TargetUpdate>,
-    /// Probes added or replaced.
-    pub probes: Vec<Arc<ProbeSpec>>,
-    /// Targets removed.
-    pub removed_targets: Vec<Arc<str>>,
-    /// Probes removed.
-    pub removed_probes: Vec<Arc<str>>,
 }
 
 /// A whole resolved config.
@@ -697,17 +547,5 @@ impl Registry {
             .into_iter()
             .flat_map(|t| t.probes.iter())
             .filter_map(|(n, _)| self.probes.get(n))
-    }
-}
-
-impl From<&Registry> for Delta {
-    fn from(r: &Registry) -> Self {
-        r.delta()
-    }
-}
-
-impl From<Registry> for Delta {
-    fn from(r: Registry) -> Self {
-        r.delta()
     }
 }

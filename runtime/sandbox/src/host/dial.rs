@@ -10,7 +10,8 @@
 //! the socket.
 
 use super::bounds::CallBounds;
-use sonde_policy::grants::{CallGrants, Host, Use};
+use crate::bindings::sonde::probe::{grpc as probe_grpc, http as probe_http, tls as probe_tls};
+use sonde_policy::grants::{CallGrants, Denied, Host, Use};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -62,16 +63,101 @@ pub(crate) struct Dialed {
     pub(crate) connect: Duration,
 }
 
-/// Why [`dial`] failed.
-#[derive(Debug)]
+/// Why [`dial`] failed, with what caused it. Each capability turns it into
+/// its own WIT error through one conversion (below), as the plugin reads
+/// it: the `Display` of each variant is the message the plugin is told.
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum DialError {
-    /// The name did not resolve.
-    Dns(String),
+    /// The name did not resolve: the resolver's error, or no answer.
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
+    /// The name resolved, to no address (or none the check let through).
+    #[error("{host}: no address")]
+    NoAddress {
+        /// The name looked up.
+        host: String,
+    },
     /// Every address found is one the probe may not reach; the denial is
-    /// recorded.
+    /// recorded, and its message is the plugin's.
+    #[error(transparent)]
+    Denied(#[from] Denied),
+    /// No allowed address answered: the last one tried, and why.
+    #[error("{addr}: {source}")]
+    Connect {
+        /// The address tried last.
+        addr: SocketAddr,
+        /// The connection's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The use handed to [`dial`] names no host (a caller's mistake).
+    #[error("{what} names no host to connect to")]
+    NoAuthority {
+        /// The use, as `Debug` shows it.
+        what: String,
+    },
+}
+
+/// The three kinds of failure sonde's own WIT errors tell apart (`dns`,
+/// `denied`, `connect`), each with the message the plugin is told.
+enum Failed {
+    Dns(String),
     Denied(String),
-    /// The connection failed.
     Connect(String),
+}
+
+impl From<DialError> for Failed {
+    fn from(e: DialError) -> Self {
+        let message = e.to_string();
+        match e {
+            DialError::Lookup(_) | DialError::NoAddress { .. } => Self::Dns(message),
+            DialError::Denied(_) => Self::Denied(message),
+            DialError::Connect { .. } | DialError::NoAuthority { .. } => Self::Connect(message),
+        }
+    }
+}
+
+/// One conversion per sonde WIT error, each through [`Failed`].
+macro_rules! wit_error_from_dial {
+    ($($(#[$doc:meta])* $wit:ty;)*) => {$(
+        $(#[$doc])*
+        impl From<DialError> for $wit {
+            fn from(e: DialError) -> Self {
+                match Failed::from(e) {
+                    Failed::Dns(m) => Self::Dns(m),
+                    Failed::Denied(m) => Self::Denied(m),
+                    Failed::Connect(m) => Self::Connect(m),
+                }
+            }
+        }
+    )*};
+}
+
+wit_error_from_dial! {
+    probe_http::HttpError;
+    probe_grpc::GrpcError;
+    /// `sonde:probe/tls`'s error, which `sonde:probe/tcp` returns too (`tcp`
+    /// words a connection's failure as the system's reason alone).
+    probe_tls::TlsError;
+}
+
+/// `wasi:http`'s error: the error codes wasmtime-wasi-http hands the plugin.
+impl From<DialError> for wasmtime_wasi_http::Error {
+    fn from(e: DialError) -> Self {
+        match e {
+            DialError::Lookup(_) | DialError::NoAddress { .. } => Self::DnsError {
+                rcode: None,
+                info_code: None,
+            },
+            DialError::Denied(_) => Self::HttpRequestDenied,
+            // The text, not the io::Error itself: wasmtime-wasi-http reads
+            // an error's kind (`AddrNotAvailable` becomes a DNS error), and
+            // the plugin is told what the host tried, as before.
+            e @ (DialError::Connect { .. } | DialError::NoAuthority { .. }) => {
+                Self::Connect(std::io::Error::other(e.to_string()))
+            }
+        }
+    }
 }
 
 /// Connects for a plugin to the host and port of `what` (an `http`, `tcp`,
@@ -81,7 +167,9 @@ pub(crate) enum DialError {
 /// few seconds must not pile up TIME_WAIT sockets on either side.
 pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds) -> Result<Dialed, DialError> {
     let Some((host, port)) = what.authority() else {
-        return Err(DialError::Connect(format!("{what:?} names no host to connect to")));
+        return Err(DialError::NoAuthority {
+            what: format!("{what:?}"),
+        });
     };
     let start = Instant::now();
     // An address in any spelling is reached as the grant check read it,
@@ -89,9 +177,9 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
     let (name, candidates) = match Host::parse(host) {
         Host::Ip(ip) => (None, vec![SocketAddr::new(ip, port)]),
         _ => {
-            let found = lookup(host, bounds).await.map_err(|e| DialError::Dns(e.to_string()))?;
+            let found = lookup(host, bounds).await?;
             if found.is_empty() {
-                return Err(DialError::Dns(format!("{host}: no address")));
+                return Err(DialError::NoAddress { host: host.to_string() });
             }
             (
                 Some(host),
@@ -99,9 +187,7 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
             )
         }
     };
-    let allowed = grants
-        .authorize_peer(what, name, &candidates)
-        .map_err(|d| DialError::Denied(d.0))?;
+    let allowed = grants.authorize_peer(what, name, &candidates)?;
     let dns = start.elapsed();
     // The addresses allowed, in the resolver's order, until one answers
     // (`localhost` is often ::1 first, while the service listens on IPv4);
@@ -114,11 +200,12 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
                 connected = Some((stream, addr));
                 break;
             }
-            Err(e) => failed = Some(format!("{addr}: {e}")),
+            Err(source) => failed = Some(DialError::Connect { addr, source }),
         }
     }
     let Some((stream, addr)) = connected else {
-        return Err(DialError::Connect(failed.unwrap_or_default()));
+        // `authorize_peer` allows at least one address, so one was tried.
+        return Err(failed.unwrap_or_else(|| DialError::NoAddress { host: host.to_string() }));
     };
     // tokio deprecates SO_LINGER because a non-zero linger blocks on drop;
     // a zero linger never does.

@@ -10,7 +10,7 @@
 //! connection.
 
 use super::bounds::CallBounds;
-use super::dial::{DialError, dial};
+use super::dial::dial;
 use super::tls_client::{TlsClient, TlsError, TlsOptions};
 use crate::bindings::sonde::probe::grpc as probe_grpc;
 use crate::bindings::sonde::probe::http::Timings;
@@ -271,13 +271,7 @@ async fn exchange(
     } = call;
     let start = Instant::now();
     bounds.take_socket().map_err(|e| GrpcError::Invalid(e.to_string()))?;
-    let dialed = dial(grants, Use::Grpc { host: &host, port }, bounds)
-        .await
-        .map_err(|e| match e {
-            DialError::Dns(m) => GrpcError::Dns(m),
-            DialError::Denied(m) => GrpcError::Denied(m),
-            DialError::Connect(m) => GrpcError::Connect(m),
-        })?;
+    let dialed = dial(grants, Use::Grpc { host: &host, port }, bounds).await?;
     let connected = Instant::now();
     let (answer, info) = match &tls {
         None => (unary(dialed.stream, uri, headers, body).await?, None),

@@ -4,7 +4,7 @@
 //! URL's authority is checked against the grants before anything is sent.
 
 use super::bounds::CallBounds;
-use super::dial::{DialError, dial};
+use super::dial::dial;
 use super::pool::{Conn, Pool, PoolKey};
 use super::tls_client::{TlsClient, TlsError, TlsInfo, TlsOptions};
 use crate::bindings::sonde::probe::http as probe_http;
@@ -118,11 +118,7 @@ async fn open(
         host: &target.host,
         port: target.port,
     };
-    let dialed = dial(grants, what, bounds).await.map_err(|e| match e {
-        DialError::Dns(m) => HttpError::Dns(m),
-        DialError::Denied(m) => HttpError::Denied(m),
-        DialError::Connect(m) => HttpError::Connect(m),
-    })?;
+    let dialed = dial(grants, what, bounds).await?;
     let peer = dialed.peer;
     let mut phases = Phases {
         dns: dialed.dns,

@@ -16,7 +16,7 @@
 
 use super::Shared;
 use super::bounds::CallBounds;
-use super::dial::{DialError, dial};
+use super::dial::dial;
 use super::tls_client::{TlsError, TlsOptions};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -91,17 +91,6 @@ struct Target {
 trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
-fn dial_error(e: DialError) -> Error {
-    match e {
-        DialError::Dns(_) => Error::DnsError {
-            rcode: None,
-            info_code: None,
-        },
-        DialError::Denied(_) => Error::HttpRequestDenied,
-        DialError::Connect(m) => Error::Connect(std::io::Error::other(m)),
-    }
-}
-
 fn tls_error(e: TlsError) -> Error {
     match e {
         TlsError::ServerName { .. } => Error::HttpRequestUriInvalid,
@@ -137,7 +126,7 @@ async fn send(
         port: target.port,
     };
     let connecting = async {
-        let dialed = dial(grants, what, bounds).await.map_err(dial_error)?;
+        let dialed = dial(grants, what, bounds).await?;
         let io: Box<dyn Io> = if target.https {
             let (stream, _) = shared
                 .tls

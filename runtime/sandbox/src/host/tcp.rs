@@ -24,11 +24,11 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
     probe_tcp::add_to_linker::<T, Tls>(linker, get)
 }
 
-/// The reason alone, as a person reads it: `10.0.0.1:80: Connection
-/// refused (os error 111)` becomes `connection refused`.
-fn reason(message: &str) -> String {
-    let r = message.rsplit_once(": ").map_or(message, |(_, r)| r);
-    let r = r.split(" (os error").next().unwrap_or(r);
+/// The reason alone, as a person reads it: `Connection refused (os error
+/// 111)` becomes `connection refused` (the address is the plugin's own).
+fn reason(error: &std::io::Error) -> String {
+    let message = error.to_string();
+    let r = message.split(" (os error").next().unwrap_or(&message);
     let mut chars = r.chars();
     chars
         .next()
@@ -52,9 +52,8 @@ impl TlsView<'_> {
         let dialed = match tokio::time::timeout(timeout, dial(self.grants, Use::Tcp { host, port }, self.bounds)).await
         {
             Ok(Ok(d)) => d,
-            Ok(Err(DialError::Dns(m))) => return Err(WitError::Dns(m)),
-            Ok(Err(DialError::Denied(m))) => return Err(WitError::Denied(m)),
-            Ok(Err(DialError::Connect(m))) => return Err(WitError::Connect(reason(&m))),
+            Ok(Err(DialError::Connect { source, .. })) => return Err(WitError::Connect(reason(&source))),
+            Ok(Err(e)) => return Err(e.into()),
             Err(_) => {
                 return Err(WitError::Timeout(format!(
                     "no connection within {}ms",

@@ -16,7 +16,7 @@
 //! as `denied` whatever the plugin does with the error.
 
 use super::bounds::CallBounds;
-use super::dial::{DialError, dial};
+use super::dial::dial;
 use super::tls_client::{MAX_CA_PEM_BYTES, TlsClient, TlsError, TlsInfo, TlsOptions};
 use crate::bindings::sonde::probe::tls as probe_tls;
 use crate::bindings::{Session, SessionStream};
@@ -166,13 +166,7 @@ async fn handshake(
     port: u16,
     options: &TlsOptions,
 ) -> Result<(TlsStream<TcpStream>, HandshakeResult), WitError> {
-    let dialed = dial(grants, Use::Tls { host, port }, bounds)
-        .await
-        .map_err(|e| match e {
-            DialError::Dns(m) => WitError::Dns(m),
-            DialError::Denied(m) => WitError::Denied(m),
-            DialError::Connect(m) => WitError::Connect(m),
-        })?;
+    let dialed = dial(grants, Use::Tls { host, port }, bounds).await?;
     let start = Instant::now();
     let (stream, info) = client
         .connect(dialed.stream, host, options, &[])

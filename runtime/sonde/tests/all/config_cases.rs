@@ -6,7 +6,7 @@
 //! case names the rules it breaks in a `# rules:` line, and every refusal
 //! rule of the registry ([`ConfigProblem`]) is named by some case.
 //!
-//! `SONDE_BLESS=1 cargo test -p sonde-runtime --test all config_cases`
+//! `SONDE_BLESS=1 cargo test -p sonde --test all config_cases`
 //! rewrites the `.expected` files from what the registry says; review the
 //! diff before committing it.
 

@@ -378,7 +378,7 @@ fn scratch_image(podman: &Path, bin: &Path, tag: &str) {
             put(Path::new(path), Path::new(path));
         }
     }
-    let tar = std::process::Command::new("tar")
+    let mut tar = std::process::Command::new("tar")
         .args(["-C"])
         .arg(root.path())
         .args(["-cf", "-", "."])
@@ -387,9 +387,10 @@ fn scratch_image(podman: &Path, bin: &Path, tag: &str) {
         .expect("tar runs");
     let imported = std::process::Command::new(podman)
         .args(["import", "--quiet", "--change", entrypoint, "-", tag])
-        .stdin(tar.stdout.unwrap())
+        .stdin(tar.stdout.take().unwrap())
         .output()
         .expect("podman runs");
+    assert!(tar.wait().unwrap().success(), "tar of the image's root failed");
     assert!(
         imported.status.success(),
         "podman import: {}",

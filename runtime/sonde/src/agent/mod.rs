@@ -5,7 +5,13 @@
 //! stops scheduling, lets runs in flight finish within the grace period,
 //! saves state and returns.
 
+mod problems;
+mod runner;
+
 use crate::api::{self, ApiAuth, ApiState};
+pub use problems::{AgentError, KubernetesStart, StartProblem};
+pub(crate) use problems::{StartOptions, start_problems};
+pub use runner::EngineRunner;
 use sonde_core::config::ConfigErrors;
 use sonde_core::control::{self, AgentStatus, Control, ControlParts, LeftOut};
 pub use sonde_core::control::{AgentOptions, DEFAULT_API, DEFAULT_CONFIG, DEFAULT_CONFIG_NAME};
@@ -28,192 +34,6 @@ pub const COMMIT: &str = crate::build::INFO.commit;
 /// How often the config file is checked for changes.
 pub(crate) const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Runs probes and actions with the engine and the host, each probe call
-/// through the fair [`Executor`].
-pub struct EngineRunner {
-    engine: Engine,
-    executor: Executor,
-}
-
-impl EngineRunner {
-    /// A runner on `engine` with a default executor that knows only the
-    /// operator's tenant.
-    ///
-    /// # Panics
-    ///
-    /// When the sandbox runtime's threads cannot be started.
-    pub fn new(engine: Engine) -> Self {
-        let executor = Executor::new(ExecutorConfig::default()).expect("start the sandbox runtime");
-        Self::with_executor(engine, executor)
-    }
-
-    /// A runner on `engine` whose calls go through `executor`.
-    pub fn with_executor(engine: Engine, executor: Executor) -> Self {
-        Self { engine, executor }
-    }
-
-    /// Its executor.
-    pub fn executor(&self) -> &Executor {
-        &self.executor
-    }
-}
-
-impl Runner for EngineRunner {
-    async fn probe(&self, spec: &ProbeSpec, attempt: u32) -> RunResult {
-        self.executor.run(&self.engine, spec, attempt).await
-    }
-
-    fn runtime(&self) -> Option<tokio::runtime::Handle> {
-        self.executor.runtime()
-    }
-
-    async fn act(&self, target: &TargetSpec) -> ActionOutcome {
-        let Some(action) = &target.on_failure else {
-            return ActionOutcome {
-                ok: true,
-                message: "no action".into(),
-            };
-        };
-        match sonde_sandbox::host::exec::run_program(
-            &action.argv,
-            &action.env,
-            action.timeout,
-            sonde_sandbox::host::contain::RunLimits::default(),
-        )
-        .await
-        {
-            Ok(out) if out.timed_out => ActionOutcome {
-                ok: false,
-                message: format!(
-                    "{} killed after {}",
-                    action.argv[0],
-                    humantime::format_duration(action.timeout)
-                ),
-            },
-            Ok(out) => ActionOutcome {
-                ok: out.exit_code == Some(0),
-                message: format!(
-                    "{} exited {}: {}",
-                    action.argv[0],
-                    out.exit_code.map_or("by a signal".into(), |c| c.to_string()),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ),
-            },
-            Err(e) => ActionOutcome {
-                ok: false,
-                message: e.to_string(),
-            },
-        }
-    }
-}
-
-/// Why the agent could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    /// The config is invalid.
-    #[error("{0}")]
-    Config(ConfigErrors),
-    /// The config is valid, but what it asks for cannot start this way
-    /// ([`start_problems`]: `sonde validate` says the same).
-    #[error("{}", StartProblem::list(.0))]
-    Refused(Vec<StartProblem>),
-    /// Something else failed at start.
-    #[error("{0}")]
-    Start(String),
-}
-
-/// Something `sonde run` refuses at start in a config that loads: what
-/// [`start_problems`] finds, `sonde run` and `sonde validate` alike.
-#[derive(Debug, thiserror::Error)]
-pub enum StartProblem {
-    /// The API would answer without a token where anyone can reach it, or
-    /// a token is asked for (`--api-auth token`) and none is configured.
-    #[error("{why}")]
-    ApiAuth {
-        /// Where the API would listen.
-        addr: SocketAddr,
-        /// What [`ApiAuth::resolve`] said.
-        why: String,
-    },
-    /// Readiness gates would be served (a `kubernetes:` block, or
-    /// `--kubernetes`) with settings that cannot work.
-    #[error("{file}{source}")]
-    Kubernetes {
-        /// The config file and `: `, or nothing for the embedded default.
-        file: String,
-        /// What is wrong.
-        source: kubernetes::GateSettingsError,
-    },
-}
-
-impl StartProblem {
-    /// The problems, one a line.
-    pub fn list(problems: &[StartProblem]) -> String {
-        problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
-    }
-}
-
-/// What `sonde run` was asked besides the config file that decides
-/// whether it can start ([`start_problems`]).
-#[derive(Clone, Debug)]
-pub(crate) struct StartOptions {
-    /// `--api`: overrides the file's `api`.
-    pub api: Option<SocketAddr>,
-    /// `--api-auth`.
-    pub api_auth: ApiAuth,
-    /// Whether readiness gates are served: `Some` for `sonde run`, with
-    /// `--kubernetes` and `$NODE_NAME`; `None` for an agent that serves
-    /// none (the library's [`Agent::start`]), whose `kubernetes:` block is
-    /// then not checked.
-    pub kubernetes: Option<KubernetesStart>,
-}
-
-/// How `sonde run` would serve readiness gates.
-#[derive(Clone, Debug, Default)]
-pub struct KubernetesStart {
-    /// `--kubernetes`: serve them without a `kubernetes:` block.
-    pub forced: bool,
-    /// `$NODE_NAME`, where the block names no node.
-    pub node_name: Option<String>,
-}
-
-/// Everything `sonde run` refuses at start in a config that loads: the one
-/// place these rules live, called by [`Agent::start`] (which refuses to
-/// start on any) and by `sonde validate` (which reports them as errors), so
-/// the two cannot disagree. Empty when the agent can start.
-///
-/// What is left to the start itself, because only running finds it: a
-/// state directory another sonde holds, an address already in use, the
-/// API server out of reach.
-pub(crate) fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartProblem> {
-    let mut problems = Vec::new();
-    if let Some(addr) = options.api.or(registry.api)
-        && let Err(why) = options.api_auth.or_file(registry.api_auth).resolve(
-            addr,
-            registry.tenants.has_tokens(),
-            registry.tenants.len() > 1,
-        )
-    {
-        problems.push(StartProblem::ApiAuth {
-            addr,
-            why: why.to_string(),
-        });
-    }
-    if let Some(k) = &options.kubernetes
-        && (k.forced || registry.kubernetes.is_some())
-        && let Err(source) = kubernetes::GateSettings::new(registry.kubernetes.as_ref(), k.node_name.clone())
-    {
-        problems.push(StartProblem::Kubernetes {
-            file: registry
-                .source
-                .as_ref()
-                .map_or(String::new(), |p| format!("{}: ", p.display())),
-            source,
-        });
-    }
-    problems
-}
-
 /// A running agent: what tests and `sonde run` hold on to.
 pub struct Agent {
     /// The scheduler.
@@ -229,7 +49,7 @@ pub struct Agent {
     /// The executor: per-tenant permits and stats.
     pub executor: Executor,
     /// The tenants of the config in force, with their tokens.
-    pub tenants: Arc<Mutex<Arc<sonde_core::tenants::Tenants>>>,
+    pub tenants: tokio::sync::watch::Receiver<Arc<sonde_core::tenants::Tenants>>,
     /// Reloads and runtime management.
     pub control: Arc<Control>,
     /// The readiness-gate controller's counters, shown by `/metrics`
@@ -269,11 +89,8 @@ async fn load_checked(
 
 /// The executor, with the tenants and pulls of `registry`.
 fn start_executor(registry: &Registry) -> Result<Executor, AgentError> {
-    let executor = Executor::new(ExecutorConfig::default()).map_err(|e| {
-        AgentError::Start(format!(
-            "{e}; the system refused a thread: check the user's process limits (ulimit -u)"
-        ))
-    })?;
+    let executor =
+        Executor::new(ExecutorConfig::default()).map_err(|source| AgentError::Executor { source: source.into() })?;
     executor.configure(&registry.tenants);
     executor.record_pulls(&registry.pulls);
     Ok(executor)
@@ -285,11 +102,9 @@ async fn serve_api(
     state: ApiState,
     engine: &Engine,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), AgentError> {
-    api::serve(addr, state, engine.own_listeners()).await.map_err(|e| {
-        AgentError::Start(format!(
-            "{e}; is another sonde (or another program) serving there? Stop it, or choose another address with --api or the file's `api`"
-        ))
-    })
+    api::serve(addr, state, engine.own_listeners())
+        .await
+        .map_err(|source| AgentError::Listen { source })
 }
 
 /// How many targets, probes and tenants `registry` has.
@@ -304,11 +119,9 @@ fn counts(registry: &Registry) -> (usize, usize, usize) {
 /// The result cache: kept in `state_dir`, or in memory only.
 fn open_results(state_dir: Option<&Path>) -> Result<ResultCache, AgentError> {
     match state_dir {
-        Some(dir) => ResultCache::open(dir, DEFAULT_HISTORY).map_err(|e| {
-            AgentError::Start(format!(
-                "{e}; give a directory this user can write and no other sonde uses (--state-dir or the file's state_dir)"
-            ))
-        }),
+        Some(dir) => {
+            ResultCache::open(dir, DEFAULT_HISTORY).map_err(|source| AgentError::StateDir { source: source.into() })
+        }
         None => Ok(ResultCache::new(DEFAULT_HISTORY)),
     }
 }
@@ -343,14 +156,14 @@ async fn api_access(
             .api_auth
             .or_file(registry.api_auth)
             .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
-            .map_err(|e| AgentError::Start(e.to_string()))?,
+            .map_err(|source| AgentError::ApiAuth { source })?,
         None => ApiAuth::None,
     };
     let reviews = match auth {
         ApiAuth::Kubernetes => {
             let client = kubernetes::connect()
                 .await
-                .map_err(|e| AgentError::Start(format!("api: auth kubernetes: {e}")))?;
+                .map_err(|source| AgentError::Reviews { source: source.into() })?;
             let limits = kubernetes::review::ReviewLimits::default();
             Some(Arc::new(kubernetes::review::Reviewer::new(client, limits)))
         }
@@ -461,7 +274,6 @@ impl Agent {
         let (auth, reviews) = api_access(&options, &registry, api_addr).await?;
         let run_metrics = Arc::new(RunMetrics::default());
         let executor = start_executor(&registry)?;
-        let tenants = Arc::new(Mutex::new(registry.tenants.clone()));
         let scheduler = start_scheduler(&engine, &executor, &results, &registry, options.jitter, &run_metrics);
         let control = Arc::new(Control::new(ControlParts {
             engine: engine.clone(),
@@ -470,7 +282,6 @@ impl Agent {
             scheduler: scheduler.clone(),
             executor: executor.clone(),
             status: status.clone(),
-            tenants: tenants.clone(),
             registry,
             cache,
         }));
@@ -520,7 +331,7 @@ impl Agent {
             status,
             draining,
             executor,
-            tenants,
+            tenants: control.watch_tenants(),
             control,
             gate_stats,
             options,
@@ -592,11 +403,14 @@ async fn start_kubernetes(
     }
     let settings = kubernetes::GateSettings::new(spec.as_ref(), std::env::var("NODE_NAME").ok()).map_err(|e| {
         let file = options.config.as_ref().map(|p| format!("{}: ", p.display()));
-        AgentError::Start(format!("{}{e}", file.unwrap_or_default()))
+        AgentError::GateSettings {
+            file: file.unwrap_or_default(),
+            source: e.into(),
+        }
     })?;
     let client = kubernetes::connect()
         .await
-        .map_err(|e| AgentError::Start(e.to_string()))?;
+        .map_err(|source| AgentError::Kubernetes { source: source.into() })?;
     Ok(Some(kubernetes::spawn(
         client,
         agent.control.clone(),
@@ -611,9 +425,7 @@ async fn start_kubernetes(
 /// SIGTERM or SIGINT. Gate conditions are left as they are at shutdown.
 pub async fn run_with(engine: Engine, options: AgentOptions, kubernetes: bool) -> Result<(), AgentError> {
     use tokio::signal::unix::{SignalKind, signal};
-    let sig = |kind| {
-        signal(kind).map_err(|e| AgentError::Start(format!("cannot handle signals: {e}; please report this as a bug")))
-    };
+    let sig = |kind| signal(kind).map_err(|source| AgentError::Signals { source });
     let mut hup = sig(SignalKind::hangup())?;
     let mut term = sig(SignalKind::terminate())?;
     let mut int = sig(SignalKind::interrupt())?;

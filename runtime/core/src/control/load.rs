@@ -1,0 +1,359 @@
+//! Loading the config (the file, then the stored probes) and putting a
+//! whole new registry in force: reloads, and the tenants of labelled
+//! namespaces.
+
+use super::{AgentOptions, Control, ControlError, DEFAULT_API, DEFAULT_CONFIG, DEFAULT_CONFIG_NAME, LeftOut};
+use crate::config::{self, ConfigError, ConfigErrors};
+use crate::managed::{self, Store};
+use crate::registry::settings::{NamespaceTenant, TemplateOutcome};
+use crate::registry::{Change, Prepared, Registry};
+use crate::scheduler::ReloadSummary;
+use crate::tenants::Tenants;
+use sonde_sandbox::engine::Engine;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+/// Reads the config file, or the embedded default (serving the API on
+/// `options.api` when given).
+fn read_config(options: &AgentOptions) -> Result<(PathBuf, config::File), ConfigErrors> {
+    match options.config.as_deref() {
+        Some(p) => Ok((p.to_path_buf(), config::read(p)?.0)),
+        None => {
+            let text = match options.api {
+                Some(a) => DEFAULT_CONFIG.replace(DEFAULT_API, &a.to_string()),
+                None => DEFAULT_CONFIG.to_string(),
+            };
+            let path = PathBuf::from(DEFAULT_CONFIG_NAME);
+            let file = config::parse(&path, &text)?;
+            Ok((path, file))
+        }
+    }
+}
+
+/// Loads the config file (or the embedded default), then adds every stored
+/// probe to it, each as a change of its own: a stored probe that no longer
+/// loads (the operator tightened a ceiling, its plugin went) is left out
+/// and named in the second value, so it cannot stop the agent from
+/// starting. The file's own errors are the caller's.
+///
+/// This is the one place a [`Registry`] is built from the config.
+pub async fn load(
+    engine: &Engine,
+    options: &AgentOptions,
+    cache: &crate::registry::resolve::Cache,
+) -> Result<(Registry, Vec<LeftOut>), ConfigErrors> {
+    let (path, file) = read_config(options)?;
+    cache.release_unused();
+    let mut reg = Registry::load_with(engine, &path, file, cache.clone()).await?;
+    if options.config.is_none() {
+        reg.source = None;
+    }
+    let mut left_out: Vec<LeftOut> = reg
+        .unavailable
+        .iter()
+        .map(|u| LeftOut {
+            probe: u.probe.to_string(),
+            tenant: u.tenant.clone(),
+            reason: u.error.to_string(),
+            plugin: u.plugin.clone(),
+        })
+        .collect();
+    let state_dir = options.state_dir.clone().or_else(|| reg.state_dir.clone());
+    if let Some(dir) = &state_dir {
+        let store = Store::open(dir).map_err(|e| {
+            ConfigErrors(vec![ConfigError {
+                place: config::Place {
+                    file: dir.join("managed"),
+                    line: 0,
+                    column: 0,
+                },
+                message: format!("the stored probes cannot be opened: {e}"),
+            }])
+        })?;
+        for p in store.probes() {
+            let change = managed::to_target(&store, &p)
+                .map_err(|e| e.to_string())
+                .map(|t| Change::add(vec![t]));
+            let prepared = match change {
+                Ok(c) => reg.prepare(engine, c).await.map_err(|e| messages(&e)),
+                Err(e) => Err(e),
+            };
+            match prepared {
+                Ok(prepared) if !prepared.waiting().is_empty() => {
+                    reg.pulls.extend_from_slice(prepared.pulls());
+                    reg.waiting.extend_from_slice(prepared.waiting());
+                }
+                Ok(prepared) => {
+                    reg.pulls.extend_from_slice(prepared.pulls());
+                    let _ = reg.commit(prepared);
+                }
+                Err(reason) => left_out.push(LeftOut {
+                    probe: p.name,
+                    tenant: p.tenant.as_str().into(),
+                    reason,
+                    plugin: p.spec["plugin"]
+                        .as_str()
+                        .filter(|n| crate::registry::resolve::is_oci(n))
+                        .map(str::to_string),
+                }),
+            }
+        }
+    }
+    for l in &left_out {
+        tracing::error!("{l}; left out");
+    }
+    Ok((reg, left_out))
+}
+
+/// Adds to `reg`'s tenants those its namespace templates make for
+/// `labelled`; what each labelled namespace got.
+fn with_namespace_tenants(reg: &mut Registry, labelled: &BTreeMap<String, String>) -> Vec<NamespaceTenant> {
+    if labelled.is_empty() {
+        return Vec::new();
+    }
+    let (made, outcomes) = crate::registry::settings::generate(&reg.namespace_templates, &reg.tenants, labelled);
+    if !made.is_empty() {
+        reg.tenants = Arc::new(reg.tenants.extended(made));
+    }
+    outcomes
+}
+
+/// Logs, once, what a labelled namespace got when it differs from what it
+/// had (`before`): which of the template and an explicit tenant or mapping
+/// won, or why it has no tenant; and the namespaces no longer labelled.
+fn log_namespace_changes(before: &[NamespaceTenant], now: &[NamespaceTenant]) {
+    let had: BTreeMap<&str, &NamespaceTenant> = before.iter().map(|n| (n.namespace.as_str(), n)).collect();
+    for n in now {
+        if had.get(n.namespace.as_str()) == Some(&n) {
+            continue;
+        }
+        let (namespace, template) = (n.namespace.as_str(), n.template.as_str());
+        match n.outcome {
+            TemplateOutcome::UnknownTemplate | TemplateOutcome::OverLimit => {
+                tracing::warn!(
+                    namespace,
+                    template,
+                    "kubernetes: namespace labelled sonde.dev/tenant-template: {}",
+                    n.outcome
+                );
+            }
+            _ => tracing::info!(
+                namespace,
+                template,
+                "kubernetes: namespace labelled sonde.dev/tenant-template: {}",
+                n.outcome
+            ),
+        }
+    }
+    let labelled: std::collections::BTreeSet<&str> = now.iter().map(|n| n.namespace.as_str()).collect();
+    for (namespace, n) in had {
+        if !labelled.contains(namespace) && n.outcome == TemplateOutcome::Templated {
+            tracing::info!(namespace, template = %n.template, "kubernetes: namespace no longer labelled sonde.dev/tenant-template: its tenant is gone");
+        }
+    }
+}
+
+/// The messages of `errors`, without their place (a stored probe's place
+/// is its name, which a [`LeftOut`] says already).
+fn messages(errors: &ConfigErrors) -> String {
+    errors
+        .0
+        .iter()
+        .map(|e| e.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl Control {
+    /// The tenants in force.
+    pub fn tenants(&self) -> Arc<Tenants> {
+        self.tenants.borrow().clone()
+    }
+
+    /// Follows the tenants in force: the value changes at each load.
+    pub fn watch_tenants(&self) -> tokio::sync::watch::Receiver<Arc<Tenants>> {
+        self.tenants.subscribe()
+    }
+
+    /// Puts a whole new registry in force (in `current`): tenants, status,
+    /// then the scheduler.
+    async fn apply(
+        &self,
+        current: &mut Registry,
+        reg: Registry,
+        left_out: Vec<LeftOut>,
+        namespaces: Vec<NamespaceTenant>,
+    ) -> ReloadSummary {
+        let before = self.engine.host_limits();
+        if before != reg.host_limits {
+            self.engine.set_host_limits(reg.host_limits);
+            tracing::info!(
+                changed = %sonde_sandbox::host::bounds::changes(&before, &reg.host_limits),
+                "sandbox: the new bounds are in force for every call that starts from now; calls in flight finish under theirs, and a smaller lookups_in_flight or blocking_threads takes effect as the work holding the gate ends"
+            );
+        }
+        self.executor.configure(&reg.tenants);
+        self.executor.record_pulls(&reg.pulls);
+        self.tenants.send_replace(reg.tenants.clone());
+        self.require_signed.store(reg.require_signed, Ordering::Relaxed);
+        {
+            let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            s.loaded_at = Some(SystemTime::now());
+            s.reload_error = None;
+            s.left_out = left_out;
+            s.pulling = reg.waiting.clone();
+            s.probes = reg.probes().len();
+            log_namespace_changes(&s.namespace_tenants, &namespaces);
+            s.namespace_tenants = namespaces;
+        }
+        *current = reg;
+        let summary = self.scheduler.reload(&*current).await;
+        self.reloads.send_modify(|n| *n += 1);
+        summary
+    }
+
+    /// Commits a change prepared against `reg` and hands what it did to
+    /// the scheduler; the probes it names are no longer left out.
+    pub(super) async fn commit(&self, reg: &mut Registry, prepared: Prepared, names: &[&str]) -> ReloadSummary {
+        self.executor.record_pulls(prepared.pulls());
+        let delta = reg.commit(prepared);
+        {
+            let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            s.probes = reg.probes().len();
+            s.left_out.retain(|l| !names.contains(&l.probe.as_str()));
+        }
+        self.scheduler.reload(delta).await
+    }
+
+    /// Reads the config file again (with the stored probes) and applies
+    /// it; an invalid one is refused, the old config keeps running and the
+    /// error is kept in the status.
+    pub async fn reload(&self) -> Result<ReloadSummary, ConfigErrors> {
+        let mut current = self.registry.lock().await;
+        self.reload_locked(&mut current).await
+    }
+
+    /// After the pull of `reference` ended (`None`: of some references):
+    /// loads the config again if a probe of the file or the store waits on
+    /// it. Checked under the registry's lock, so that a reload in progress
+    /// that saw the pull running is never missed.
+    pub async fn take_up(&self, reference: Option<&str>) {
+        let mut current = self.registry.lock().await;
+        let due = reference.is_none_or(|r| self.waits_on(r));
+        if due {
+            tracing::debug!(plugin = %reference.unwrap_or("(several)"), "a pull ended: loading the config again");
+            let _ = self.reload_locked(&mut current).await;
+        }
+    }
+
+    async fn reload_locked(&self, current: &mut Registry) -> Result<ReloadSummary, ConfigErrors> {
+        match self.load().await {
+            Ok((reg, left_out, namespaces)) => {
+                for w in &reg.warnings {
+                    tracing::warn!("{w}");
+                }
+                let summary = self.apply(current, reg, left_out, namespaces).await;
+                let (config, probes) = {
+                    let st = self.status.lock().unwrap_or_else(|e| e.into_inner());
+                    (st.config.clone(), st.probes)
+                };
+                tracing::info!(
+                    config = %config,
+                    probes,
+                    added = summary.added.len(),
+                    changed = summary.changed.len(),
+                    removed = summary.removed.len(),
+                    kept = summary.kept,
+                    "config reloaded"
+                );
+                Ok(summary)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "config reload refused; the previous config keeps running: fix the file (`sonde validate FILE`) and reload again");
+                self.status.lock().unwrap_or_else(|e| e.into_inner()).reload_error = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// After a stored plugin changed: loads and applies everything again,
+    /// since any probe may use it.
+    pub(super) async fn reload_after_change(&self, current: &mut Registry) -> Result<(), ControlError> {
+        let (reg, left_out, namespaces) = self
+            .load()
+            .await
+            .map_err(|source| ControlError::Unavailable { stored: true, source })?;
+        self.apply(current, reg, left_out, namespaces).await;
+        Ok(())
+    }
+
+    /// [`load`], then the tenants the namespace templates make for the
+    /// labelled namespaces, added last: the file's targets and the stored
+    /// probes are checked against the config's tenants only, so a
+    /// templated tenant's probes come only from SondeChecks.
+    async fn load(&self) -> Result<(Registry, Vec<LeftOut>, Vec<NamespaceTenant>), ConfigErrors> {
+        let (mut reg, left_out) = load(&self.engine, &self.options, &self.cache).await?;
+        let labelled = self.labelled.borrow().clone();
+        let namespaces = with_namespace_tenants(&mut reg, &labelled);
+        Ok((reg, left_out, namespaces))
+    }
+
+    /// Whether the config in force has a namespace template
+    /// (`kubernetes.namespace_templates`): only then are Namespaces watched.
+    pub async fn has_namespace_templates(&self) -> bool {
+        !self.registry.lock().await.namespace_templates.templates.is_empty()
+    }
+
+    /// Puts in force the tenants the templates make for `labelled`
+    /// (namespace to the value of its `sonde.dev/tenant-template` label):
+    /// unless it is what is in force already, the config is loaded again
+    /// with them (as a reload; the file's own errors refuse it and keep the
+    /// tenants in force, and the next reload that loads puts `labelled` in
+    /// force). Every later reload keeps them. Returns whether it loaded.
+    pub async fn set_labelled_namespaces(&self, labelled: BTreeMap<String, String>) -> bool {
+        let mut current = self.registry.lock().await;
+        let changed = self.labelled.send_if_modified(|now| {
+            let changed = **now != labelled;
+            if changed {
+                *now = Arc::new(labelled);
+            }
+            changed
+        });
+        if !changed {
+            return false;
+        }
+        tracing::debug!("kubernetes: the labelled namespaces changed: loading the config again with their tenants");
+        let _ = self.reload_locked(&mut current).await;
+        true
+    }
+    /// Tells of each `oci://` reference whose background pull ended (landed
+    /// or failed) or whose backoff passed.
+    pub fn pulls_ended(&self) -> tokio::sync::broadcast::Receiver<Arc<str>> {
+        match self.cache.pulls() {
+            Some(p) => p.subscribe(),
+            None => tokio::sync::broadcast::channel(1).1,
+        }
+    }
+
+    /// Background pulls running or waiting for a slot.
+    pub fn pulls_in_flight(&self) -> usize {
+        self.cache.pulls().map_or(0, |p| p.in_flight())
+    }
+
+    /// Whether a reload would take up a probe of the file or the store that
+    /// waits on (or was left out by) a pull of `reference`.
+    fn waits_on(&self, reference: &str) -> bool {
+        let s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        s.pulling.iter().any(|w| w.plugin == reference)
+            || s.left_out.iter().any(|l| l.plugin.as_deref() == Some(reference))
+    }
+
+    /// Follows whole-registry replacements: the count changes after each
+    /// reload of the config file (or of stored plugins).
+    pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloads.subscribe()
+    }
+}

@@ -1,0 +1,165 @@
+//! Plugins uploaded through the API: stored per tenant, compiled one at a
+//! time per tenant, and in force after a reload of everything.
+
+use super::{Conflict, Control, ControlError, Problem, Subject, check_name, internal, tenant_of};
+use crate::auth::Principal;
+use crate::managed::{self, Store};
+use sonde_policy::identity::Digest;
+use sonde_sandbox::engine::LoadError;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Whether a plugin that does not load is the uploader's fault (its
+/// bytes), rather than the agent's.
+fn uploaders_fault(e: &LoadError) -> bool {
+    matches!(
+        e,
+        LoadError::NotWasm { .. }
+            | LoadError::CoreModule { .. }
+            | LoadError::WrongWorld { .. }
+            | LoadError::UnknownImport { .. }
+            | LoadError::Compile { .. }
+            | LoadError::OverBudget { .. }
+            // Its `describe` trapped, timed out or reached past its grants.
+            | LoadError::Describe { .. }
+    )
+}
+
+impl Control {
+    /// Adds or replaces the caller's plugin `name` (`PUT /v1/plugins/{name}`):
+    /// validates the component and stores it as the caller's; probes that
+    /// use it restart with the new version. Returns whether it replaced an
+    /// existing one.
+    pub async fn put_plugin(&self, who: &Principal, name: &str, wasm: &[u8]) -> Result<bool, ControlError> {
+        let store = self.store()?;
+        let tenant = tenant_of(who);
+        check_name(Subject::Plugin, name)?;
+        if sonde_builtins::get(name).is_some() {
+            return Err(Conflict::BuiltIn { name: name.to_string() }.into());
+        }
+        if self.require_signed.load(Ordering::Relaxed) {
+            return Err(Conflict::RequireSigned.into());
+        }
+        if wasm.len() > managed::MAX_PLUGIN_BYTES {
+            return Err(ControlError::TooLarge {
+                what: Subject::Plugin,
+                limit: managed::MAX_PLUGIN_BYTES,
+            });
+        }
+        let refuse_taken = |owner: &Option<String>| {
+            if owner.as_deref().is_some_and(|o| o != tenant) {
+                return Err(ControlError::NotFound {
+                    what: Subject::Plugin,
+                    name: name.to_string(),
+                    taken: true,
+                });
+            }
+            Ok(())
+        };
+        refuse_taken(&store.plugin_owner(name))?;
+        // Compiled before the control lock is taken, so another tenant's
+        // change never waits for this compile; one compile per tenant at
+        // a time, so a tenant cannot hold many compilers at once. Kept
+        // loaded until the registry holds it, so it is compiled once.
+        let loaded = {
+            let _one_at_a_time = self.compile_lane(tenant).lock_owned().await;
+            let start = std::time::Instant::now();
+            let loaded = self.engine.load(&format!("upload {name}"), wasm).await;
+            self.executor.record_compile(tenant, start.elapsed());
+            loaded
+        };
+        let _loaded = match loaded {
+            Ok(plugin) => plugin,
+            Err(e) if uploaders_fault(&e) => {
+                return Err(ControlError::Invalid {
+                    what: Subject::Plugin,
+                    name: name.to_string(),
+                    problems: vec![Problem::Plugin(e)],
+                });
+            }
+            Err(e) => {
+                return Err(ControlError::Internal {
+                    action: "load the plugin",
+                    source: Box::new(e),
+                });
+            }
+        };
+        let mut current = self.registry.lock().await;
+        let owner = store.plugin_owner(name);
+        refuse_taken(&owner)?;
+        let old = std::fs::read(store.plugin_path(tenant, name))
+            .ok()
+            .map(|b| Digest::of(&b));
+        store
+            .put_plugin(tenant, name, wasm)
+            .map_err(internal("store the plugin"))?;
+        tracing::info!(tenant, plugin = name, bytes = wasm.len(), "plugin stored");
+        self.reload_after_change(&mut current).await?;
+        if let Some(old) = old {
+            self.forget_unless_stored(store, &old);
+        }
+        Ok(owner.is_some())
+    }
+
+    /// Lets the engine free the compile-cache file of `digest` unless a
+    /// stored plugin (of any tenant) still has those bytes.
+    fn forget_unless_stored(&self, store: &Store, digest: &Digest) {
+        let stored = store
+            .plugins()
+            .iter()
+            .any(|(_, _, path)| std::fs::read(path).is_ok_and(|b| Digest::of(&b) == *digest));
+        if !stored {
+            self.engine.forget(digest);
+        }
+    }
+
+    /// The lock that lets one compile of `tenant` run at a time.
+    fn compile_lane(&self, tenant: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut lanes = self.compiling.lock().unwrap_or_else(|e| e.into_inner());
+        // Only lanes someone holds or waits for are kept.
+        lanes.retain(|_, l| Arc::strong_count(l) > 1);
+        lanes.entry(tenant.to_string()).or_default().clone()
+    }
+
+    /// Removes the caller's plugin `name` (`DELETE /v1/plugins/{name}`);
+    /// refused while a probe of the caller uses it.
+    pub async fn delete_plugin(&self, who: &Principal, name: &str) -> Result<(), ControlError> {
+        let store = self.store()?;
+        let tenant = tenant_of(who);
+        let mut current = self.registry.lock().await;
+        if !managed::valid_name(name) || store.plugin_owner(name).as_deref() != Some(tenant) {
+            return Err(ControlError::NotFound {
+                what: Subject::Plugin,
+                name: name.to_string(),
+                taken: false,
+            });
+        }
+        let users: Vec<String> = store
+            .probes()
+            .into_iter()
+            .filter(|p| p.tenant == tenant && p.spec["plugin"].as_str() == Some(name))
+            .map(|p| p.name)
+            .collect();
+        if !users.is_empty() {
+            return Err(Conflict::InUse {
+                plugin: name.to_string(),
+                probes: users,
+            }
+            .into());
+        }
+        let old = std::fs::read(store.plugin_path(tenant, name))
+            .ok()
+            .map(|b| Digest::of(&b));
+        store
+            .delete_plugin(tenant, name)
+            .map_err(internal("delete the plugin"))?;
+        tracing::info!(tenant, plugin = name, "plugin deleted");
+        self.reload_after_change(&mut current).await?;
+        // Its compiled code went with the old registry; its cache file
+        // goes now, unless another plugin of the same bytes still runs.
+        if let Some(old) = old {
+            self.forget_unless_stored(store, &old);
+        }
+        Ok(())
+    }
+}

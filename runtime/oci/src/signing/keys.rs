@@ -1,0 +1,258 @@
+//! Keys: a signer's secret key and the public key an operator trusts,
+//! their files (a header line, then `name: value` lines), and [`keygen`].
+
+use super::{
+    PUBLIC_KEY_HEADER, SECRET_KEY_HEADER, SIGNATURE_FORMAT, SignatureError, SignatureFile, check_signer_name, io_error,
+    read_small,
+};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+use sonde_policy::identity::{self, Digest};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// The id of a public key: the first 8 bytes of its SHA-256, in hex.
+fn key_id(key: &VerifyingKey) -> String {
+    identity::hex(&Digest::of(key.as_bytes()).as_bytes()[..8])
+}
+
+/// Parses a key file: its header, then `signer:` and `key:` lines.
+fn parse_key_file(path: &Path, kind: &'static str, header: &str) -> Result<(String, [u8; 32]), SignatureError> {
+    let bytes = read_small(path)?;
+    let text = String::from_utf8(bytes).map_err(|_| SignatureError::MalformedKey {
+        path: path.display().to_string(),
+        kind,
+        detail: "not UTF-8 text".into(),
+    })?;
+    parse_key_text(&path.display().to_string(), &text, kind, header)
+}
+
+/// Parses a key file's text; `source` names it in errors.
+fn parse_key_text(
+    source: &str,
+    text: &str,
+    kind: &'static str,
+    header: &str,
+) -> Result<(String, [u8; 32]), SignatureError> {
+    let malformed = |detail: String| SignatureError::MalformedKey {
+        path: source.to_string(),
+        kind,
+        detail,
+    };
+    let mut lines = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'));
+    match lines.next() {
+        Some(first) if first == header => {}
+        Some(first) if first == SECRET_KEY_HEADER || first == PUBLIC_KEY_HEADER => {
+            let other = if kind == "secret" { "a public" } else { "a secret" };
+            return Err(malformed(format!("this is {other} key file")));
+        }
+        _ => return Err(malformed(format!("the first line must be `{header}`"))),
+    }
+    let (mut signer, mut key) = (None, None);
+    for line in lines {
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| malformed(format!("line {line:?} is not `name: value`")))?;
+        let value = value.trim();
+        match name.trim() {
+            "signer" => signer = Some(value.to_string()),
+            "key" => key = Some(value.to_string()),
+            other => return Err(malformed(format!("unknown field {other:?}"))),
+        }
+    }
+    let signer = signer.ok_or_else(|| malformed("no `signer:` line".into()))?;
+    check_signer_name(&signer).map_err(|e| malformed(e.to_string()))?;
+    let key = key.ok_or_else(|| malformed("no `key:` line".into()))?;
+    let key: [u8; 32] = BASE64
+        .decode(&key)
+        .ok()
+        .and_then(|k| k.try_into().ok())
+        .ok_or_else(|| malformed("`key:` is not 32 bytes of base64".into()))?;
+    Ok((signer, key))
+}
+
+/// A secret signing key and the name it signs as.
+pub struct SecretKey {
+    signer: String,
+    key: SigningKey,
+}
+
+impl std::fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretKey")
+            .field("signer", &self.signer)
+            .field("key_id", &self.public().key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SecretKey {
+    /// Generates a new key from the system's randomness.
+    pub fn generate(signer: &str) -> Result<Self, SignatureError> {
+        check_signer_name(signer)?;
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| SignatureError::Random(e.to_string()))?;
+        Ok(Self {
+            signer: signer.to_string(),
+            key: SigningKey::from_bytes(&seed),
+        })
+    }
+
+    /// Reads a secret key file.
+    pub fn read(path: &Path) -> Result<Self, SignatureError> {
+        let (signer, seed) = parse_key_file(path, "secret", SECRET_KEY_HEADER)?;
+        Ok(Self {
+            signer,
+            key: SigningKey::from_bytes(&seed),
+        })
+    }
+
+    /// The name this key signs as.
+    pub fn signer(&self) -> &str {
+        &self.signer
+    }
+
+    /// Its public half.
+    pub fn public(&self) -> PublicKey {
+        let key = self.key.verifying_key();
+        PublicKey {
+            signer: self.signer.clone(),
+            key_id: key_id(&key),
+            key,
+        }
+    }
+
+    fn to_file_text(&self) -> String {
+        format!(
+            "{SECRET_KEY_HEADER}\nsigner: {}\nkey: {}\n",
+            self.signer,
+            BASE64.encode(self.key.to_bytes())
+        )
+    }
+
+    /// Signs a component: the signature file's contents.
+    pub fn sign(&self, wasm: &[u8], at: SystemTime) -> SignatureFile {
+        let public = self.public();
+        let mut sig = SignatureFile {
+            format: SIGNATURE_FORMAT.into(),
+            algorithm: "ed25519".into(),
+            signer: self.signer.clone(),
+            key_id: public.key_id,
+            signed_at: humantime::format_rfc3339_seconds(at).to_string(),
+            digest: Digest::of(wasm).to_string(),
+            signature: String::new(),
+        };
+        sig.signature = BASE64.encode(self.key.sign(sig.signed_message().as_bytes()).to_bytes());
+        sig
+    }
+}
+
+/// A public key an operator trusts, with the name it was issued to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublicKey {
+    signer: String,
+    pub(super) key_id: String,
+    pub(super) key: VerifyingKey,
+}
+
+impl PublicKey {
+    /// Reads a public key file (`KEYFILE.pub`).
+    pub fn read(path: &Path) -> Result<Self, SignatureError> {
+        let (signer, bytes) = parse_key_file(path, "public", PUBLIC_KEY_HEADER)?;
+        Self::from_parts(&path.display().to_string(), signer, &bytes)
+    }
+
+    /// Parses the text of a public key file given inline (in a config
+    /// file, say); `source` names it in errors (`config.yaml: trust[0]`).
+    pub fn parse(source: &str, text: &str) -> Result<Self, SignatureError> {
+        let (signer, bytes) = parse_key_text(source, text, "public", PUBLIC_KEY_HEADER)?;
+        Self::from_parts(source, signer, &bytes)
+    }
+
+    fn from_parts(source: &str, signer: String, bytes: &[u8; 32]) -> Result<Self, SignatureError> {
+        let key = VerifyingKey::from_bytes(bytes).map_err(|e| SignatureError::MalformedKey {
+            path: source.to_string(),
+            kind: "public",
+            detail: format!("not an ed25519 public key: {e}"),
+        })?;
+        Ok(Self {
+            signer,
+            key_id: key_id(&key),
+            key,
+        })
+    }
+
+    /// The name in the key file.
+    pub fn signer(&self) -> &str {
+        &self.signer
+    }
+
+    /// The key's id: the first 8 bytes of its SHA-256, in hex.
+    pub fn key_id(&self) -> &str {
+        &self.key_id
+    }
+
+    fn to_file_text(&self) -> String {
+        format!(
+            "{PUBLIC_KEY_HEADER}\nsigner: {}\nkey: {}\n",
+            self.signer,
+            BASE64.encode(self.key.as_bytes())
+        )
+    }
+}
+
+/// The public key file written next to a secret key file: `KEYFILE.pub`.
+pub fn public_key_path(secret: &Path) -> PathBuf {
+    let mut name = secret.as_os_str().to_os_string();
+    name.push(".pub");
+    PathBuf::from(name)
+}
+
+/// Generates a key pair for `signer` and writes the secret key to `path`
+/// (mode 0600) and the public key to `path.pub`. Refuses to overwrite
+/// either file.
+pub fn keygen(path: &Path, signer: &str) -> Result<PublicKey, SignatureError> {
+    let key = SecretKey::generate(signer)?;
+    let public_path = public_key_path(path);
+    for p in [path, public_path.as_path()] {
+        if p.symlink_metadata().is_ok() {
+            return Err(SignatureError::KeyExists {
+                path: p.display().to_string(),
+            });
+        }
+    }
+    write_new(path, key.to_file_text().as_bytes(), 0o600)?;
+    let public = key.public();
+    if let Err(e) = write_new(&public_path, public.to_file_text().as_bytes(), 0o644) {
+        // Leave no secret key without its public half.
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(public)
+}
+
+/// Creates `path` with `mode`, failing when it exists.
+fn write_new(path: &Path, contents: &[u8], mode: u32) -> Result<(), SignatureError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|source| match source.kind() {
+            std::io::ErrorKind::AlreadyExists => SignatureError::KeyExists {
+                path: path.display().to_string(),
+            },
+            _ => SignatureError::Io {
+                path: path.display().to_string(),
+                source,
+            },
+        })?;
+    file.write_all(contents).map_err(io_error(path))?;
+    file.sync_all().map_err(io_error(path))
+}
