@@ -10,8 +10,10 @@ use crate::view::PodView;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sonde_core::tenants::DEFAULT_TENANT;
 use std::net::IpAddr;
-use std::time::Duration;
 
+/// The name of the probe (and its target) of gate `check` of a Pod:
+/// `k8s_<namespace>_<pod>_<check>` (`_` appears in none of them, so the
+/// name is unambiguous), or, past the catalog's 128 bytes, a prefix and a
 /// hash of the three.
 pub fn probe_name(namespace: &str, pod: &str, check: &str) -> String {
     let full = format!("k8s_{namespace}_{pod}_{check}");

@@ -245,10 +245,6 @@ pub fn condition_type(check: &str) -> String {
     format!("{GATE_PREFIX}{check}")
 }
 
-/// The name of the probe (and its target) of gate `check` of a Pod:
-/// `k8s_<namespace>_<pod>_<check>` (`_` appears in none of them, so the
-/// name is unambiguous), or, past the registry's 128 bytes, a prefix and a
-
 /// Keeps only what the controller reads of a Pod, so the store holds no
 /// more than that: its name, namespace, UID, resource version, deletion
 /// time and `sonde.dev/` annotations; its node, readiness gates and named

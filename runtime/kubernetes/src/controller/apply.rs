@@ -2,39 +2,19 @@
 //! SondeChecks, and the conditions of gates that have no probe.
 
 use super::Reconciler;
-use crate::crd::{GATE_FIELD_MANAGER, GATE_PREFIX};
-use crate::crd::{Mode, SondeCheck};
-use crate::events::{EventSink, pod_reference};
-use crate::plan::{AddProbe, Binding, PodInputs, PodPlan, messages, plan_pod};
-use crate::queue::{Done, Finished, Outgoing, WriteQueue};
-use crate::services::{SERVICE_NAME_LABEL, Services, trim_service, trim_slice};
-use crate::settings::GateSettings;
-use crate::stats::Stats;
-use crate::view::{Cond, CondStatus, PodKey, PodView, condition_type, trim_pod};
-use crate::writer::{Outcome, patch_body};
-use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodCondition, PodSpec, PodStatus, Service, ServicePort, ServiceSpec,
-};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
-use kube::{Api, Resource, ResourceExt};
-use sonde_core::control::{ChangeError, Control};
+use crate::crd::SondeCheck;
+use crate::events::pod_reference;
+use crate::plan::{AddProbe, Binding, PodPlan, messages};
+use crate::view::{Cond, PodKey, PodView, condition_type};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use sonde_core::control::ChangeError;
 use sonde_core::registry::Change;
-use sonde_core::results::{ResultCache, StateChange};
-use sonde_sandbox::verdict::{Reason, Status};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::sync::{broadcast, mpsc, watch};
-use tokio::time::Instant;
 
 /// Why a registry change of the controller's was not applied.
-enum Applied {
+pub(super) enum Applied {
     /// Refused: what is wrong.
     Refused(sonde_core::config::ConfigErrors),
     /// Its plugin is being pulled: the text for the gate and the Event.

@@ -3,35 +3,19 @@
 //! in the [`WriteQueue`] and sent as the queue says.
 
 use super::{Reconciler, pod_ref};
-use crate::crd::{GATE_FIELD_MANAGER, GATE_PREFIX};
-use crate::crd::{Mode, SondeCheck};
-use crate::events::{EventSink, pod_reference};
-use crate::plan::{AddProbe, Binding, PodInputs, PodPlan, messages, plan_pod};
-use crate::queue::{Done, Finished, Outgoing, WriteQueue};
-use crate::services::{SERVICE_NAME_LABEL, Services, trim_service, trim_slice};
-use crate::settings::GateSettings;
-use crate::stats::Stats;
-use crate::view::{Cond, CondStatus, PodKey, PodView, condition_type, trim_pod};
+use crate::crd::GATE_FIELD_MANAGER;
+use crate::crd::Mode;
+use crate::events::pod_reference;
+use crate::plan::Binding;
+use crate::queue::{Done, Finished, Outgoing};
+use crate::view::{Cond, CondStatus, PodKey, PodView, condition_type};
 use crate::writer::{Outcome, patch_body};
-use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodCondition, PodSpec, PodStatus, Service, ServicePort, ServiceSpec,
-};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
-use kube::{Api, Resource, ResourceExt};
-use sonde_core::control::{ChangeError, Control};
-use sonde_core::registry::Change;
-use sonde_core::results::{ResultCache, StateChange};
+use sonde_core::results::StateChange;
 use sonde_sandbox::verdict::{Reason, Status};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 
 impl Reconciler {

@@ -17,32 +17,24 @@
 //! spawned tasks that report back on a channel, so the task never waits on
 //! the API server while it could be taking a watch event or a result.
 
-use super::crd::{GATE_FIELD_MANAGER, GATE_PREFIX};
-use super::crd::{Mode, SondeCheck};
-use super::events::{EventSink, pod_reference};
-use super::plan::{AddProbe, Binding, PodInputs, PodPlan, messages, plan_pod};
-use super::queue::{Done, Finished, Outgoing, WriteQueue};
+use super::crd::SondeCheck;
+use super::events::EventSink;
+use super::plan::{Binding, PodInputs, plan_pod};
+use super::queue::{Done, WriteQueue};
 use super::services::{SERVICE_NAME_LABEL, Services, trim_service, trim_slice};
 use super::settings::GateSettings;
 use super::stats::Stats;
-use super::view::{Cond, CondStatus, PodKey, PodView, condition_type, trim_pod};
-use super::writer::{Outcome, patch_body};
+use super::view::{PodKey, PodView, trim_pod};
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodCondition, PodSpec, PodStatus, Service, ServicePort, ServiceSpec,
-};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
-use sonde_core::control::{ChangeError, Control};
-use sonde_core::registry::Change;
-use sonde_core::results::{ResultCache, StateChange};
-use sonde_sandbox::verdict::{Reason, Status};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use sonde_core::control::Control;
+use sonde_core::results::ResultCache;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::sync::{broadcast, mpsc, watch};

@@ -24,13 +24,13 @@
 //! check, under the agent-wide rate limit. Losing the Lease drops the Pod
 //! watch and everything it held.
 
-use super::crd::{GATE_PREFIX, SondeCheck, SondeCheckStatus, StatusCondition};
-use super::desired::{Refusal, desired};
+use super::crd::{SondeCheck, SondeCheckStatus};
+use super::desired::desired;
 use super::plan::{messages, parse_target};
 use super::services::Services;
 use super::settings::GateSettings;
 use super::stats::Stats;
-use super::view::{CondStatus, PodKey, PodView};
+use super::view::PodKey;
 use super::writer::{Outcome, TokenBucket, backoff};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -39,10 +39,9 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
-use sonde_core::config::ConfigErrors;
 use sonde_core::control::Control;
 use sonde_core::registry::Change;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -56,7 +55,7 @@ pub use crate::lease::{Election, LEASE_NAME, LeaseTiming, elect};
 pub use summary::ACCEPTED;
 #[cfg(test)]
 use summary::REASONS;
-use summary::{Counts, Tracked, Verdict, aggregate, errors_reason, next_status, refusal_reason, stand_in};
+use summary::{Tracked, Verdict, aggregate, errors_reason, next_status, refusal_reason, stand_in};
 
 mod summary;
 /// The shortest time between two status writes of one check.
@@ -427,8 +426,10 @@ impl Leader {
 
 #[cfg(test)]
 mod tests {
+    use super::summary::Counts;
     use super::*;
-    use sonde_core::config::{ConfigError, Place};
+    use crate::desired::Refusal;
+    use sonde_core::config::{ConfigError, ConfigErrors, Place};
 
     fn tracked(name: &str, gates: &[(&str, Option<&str>)], ip: bool) -> Tracked {
         let conditions: Vec<serde_json::Value> = gates
