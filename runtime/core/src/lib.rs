@@ -1,4 +1,4 @@
-//! sonde's agent core: the [`config`] file is loaded by the [`registry`]
+//! sonde's agent core: the [`config`] file is loaded by the [`catalog`]
 //! into the set of probes (their plugins resolved, grants checked against
 //! their [`tenants`]' ceilings); the [`scheduler`] decides when each runs
 //! and the [`executor`] when its call may enter the sandbox; `thresholds`
@@ -10,13 +10,13 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod catalog;
 pub mod config;
 pub mod control;
 pub mod executor;
-pub mod managed;
 pub mod metrics;
-pub mod registry;
 pub mod results;
 pub mod scheduler;
 pub mod tenants;
 pub mod thresholds;
+pub mod uploads;

@@ -686,7 +686,7 @@ mod tests {
         assert_ne!(probe_name("a", "b.c", "d"), probe_name("a", "b", "c.d"));
         let long = probe_name("ns", &"p".repeat(200), "check");
         assert_eq!(long.len(), 128);
-        assert!(sonde_core::registry::valid_name(&long));
+        assert!(sonde_core::catalog::valid_name(&long));
     }
 
     #[test]

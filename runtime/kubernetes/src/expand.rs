@@ -1,5 +1,5 @@
 //! Whose gate a check is: `$(POD_IP)`-style references in a SondeCheck's
-//! `config`, expanded for each Pod before the registry checks the config.
+//! `config`, expanded for each Pod before the catalog checks the config.
 //!
 //! The syntax and its edge cases are Kubernetes' own for a container's
 //! `env` and `args`: `$(NAME)` is replaced by the variable's value when the

@@ -1,9 +1,9 @@
 //! Kubernetes readiness gates, from a DaemonSet: a Pod names a
 //! [`SondeCheck`](crd::SondeCheck) in a readiness gate
 //! `sonde.dev/<check-name>`; the agent on the Pod's node keeps one probe
-//! per (Pod, gate) in the registry — added when the Pod has an IP, changed
+//! per (Pod, gate) in the catalog — added when the Pod has an IP, changed
 //! when its IP or the check changes, removed when the Pod goes, each an
-//! incremental registry change — and writes the gate's condition on the
+//! incremental catalog change — and writes the gate's condition on the
 //! Pod's status when the probe's state changes (docs/kubernetes.md).
 //!
 //! - [`crd`]: the `SondeCheck` resource;
@@ -91,7 +91,7 @@ pub struct GateController {
 
 impl GateController {
     /// Waits until both reflectors listed and every Pod's probes are in
-    /// the registry.
+    /// the catalog.
     pub async fn synced(&self) {
         let mut s = self.synced.clone();
         // Errs only when the controller ended: nothing more to wait for.
@@ -130,7 +130,7 @@ pub async fn connect() -> Result<kube::Client, ConnectError> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Starts the controller of `settings.node_name`'s Pods on the registry
+/// Starts the controller of `settings.node_name`'s Pods on the catalog
 /// of `control`, following probe states in `results`.
 pub fn spawn(
     client: kube::Client,

@@ -4,7 +4,7 @@
 //! {namespace → label value} to [`Control::set_labelled_namespaces`],
 //! which loads the config again with a tenant made from the named
 //! `kubernetes.namespace_templates` entry for each one that has no
-//! explicit tenant or mapping ([`sonde_core::registry::settings::generate`]).
+//! explicit tenant or mapping ([`sonde_core::catalog::settings::generate`]).
 //!
 //! A burst of Namespace events (a cluster admin labelling a hundred
 //! namespaces) costs one load per [`MIN_INTERVAL`] at most: the last set
@@ -23,8 +23,8 @@ use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
+use sonde_core::catalog::settings::TEMPLATE_LABEL;
 use sonde_core::control::Control;
-use sonde_core::registry::settings::TEMPLATE_LABEL;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

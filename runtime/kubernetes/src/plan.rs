@@ -3,7 +3,7 @@
 //! the gates already passed once, a [`PodPlan`] — which probes to remove,
 //! which to add or replace (their config targets parsed), which gates have
 //! no probe and why, and which Events to record. The controller's applier
-//! performs it; nothing here touches the registry or the API server.
+//! performs it; nothing here touches the catalog or the API server.
 
 use super::crd::{Mode, SondeCheck};
 use super::desired::{Desired, Refusal, ServiceView, desired};
@@ -37,7 +37,7 @@ pub(crate) struct AddProbe {
     pub(crate) name: String,
     /// The SondeCheck the gate names.
     pub(crate) check: String,
-    /// What the registry is given, and what is bound once it is added.
+    /// What the catalog is given, and what is bound once it is added.
     pub(crate) desired: Desired,
     /// The target as a config file would have it, parsed.
     pub(crate) target: config::Target,
@@ -51,14 +51,14 @@ pub(crate) struct AddProbe {
 }
 
 /// A gate whose probe's config target does not parse: refused like a
-/// probe the registry refuses.
+/// probe the catalog refuses.
 #[derive(Debug)]
 pub(crate) struct BadTarget {
     /// The probe's name.
     pub(crate) name: String,
     /// The SondeCheck the gate names.
     pub(crate) check: String,
-    /// Whether a probe of this name is in the registry (it goes).
+    /// Whether a probe of this name is in the catalog (it goes).
     pub(crate) replaces: bool,
     /// What is wrong.
     pub(crate) errors: ConfigErrors,
@@ -100,14 +100,14 @@ pub(crate) struct PodInputs<'a> {
     pub(crate) services: &'a dyn Fn(&str) -> Result<ServiceView, Refusal>,
     /// The agent's settings.
     pub(crate) settings: &'a GateSettings,
-    /// Every probe the controller has in the registry, by name.
+    /// Every probe the controller has in the catalog, by name.
     pub(crate) bindings: &'a HashMap<String, Binding>,
     /// Whether the StartupOnly gate on a check passed already, by (Pod UID, check).
     pub(crate) started: &'a dyn Fn(&str, &str) -> bool,
 }
 
 /// The plan that brings the probes of one Pod in line with its gates and
-/// checks: one registry change per gate whose probe is added, retargeted or
+/// checks: one catalog change per gate whose probe is added, retargeted or
 /// removed; nothing for a gate whose probe is as it should be.
 pub(crate) fn plan_pod(input: &PodInputs<'_>) -> PodPlan {
     let mut plan = PodPlan::default();
@@ -137,7 +137,7 @@ pub(crate) fn plan_pod(input: &PodInputs<'_>) -> PodPlan {
         match parse_target(&d, input.key, &check) {
             Ok(target) => {
                 let seed = Cond::seed(pod.conditions.get(&condition_type(&check)));
-                let oci = sonde_core::registry::resolve::is_oci(d.target["probes"][0]["plugin"].as_str().unwrap_or(""));
+                let oci = sonde_core::catalog::resolve::is_oci(d.target["probes"][0]["plugin"].as_str().unwrap_or(""));
                 plan.add.push(AddProbe {
                     name,
                     check,

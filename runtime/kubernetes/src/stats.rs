@@ -17,11 +17,11 @@ pub struct Stats {
     pub gone: AtomicU64,
     /// (Pod, gate) pairs refused (check outside its ceiling, allowlist, no tenant).
     pub refused: AtomicU64,
-    /// Registry changes applied.
+    /// Catalog changes applied.
     pub changes: AtomicU64,
-    /// Registry changes that failed where none should (a probe's removal).
+    /// Catalog changes that failed where none should (a probe's removal).
     pub change_errors: AtomicU64,
-    /// Probes (Pod, gate) in the registry now.
+    /// Probes (Pod, gate) in the catalog now.
     pub probes: AtomicU64,
     /// Events recorded.
     pub events_sent: AtomicU64,

@@ -16,9 +16,9 @@
 
 use sonde::agent::EngineRunner;
 use sonde_core::auth::Principal;
+use sonde_core::catalog::{Catalog, ProbeSpec};
 use sonde_core::executor::{Executor, ExecutorConfig};
 use sonde_core::metrics::{Metrics, RunMetrics};
-use sonde_core::registry::{ProbeSpec, Registry};
 use sonde_core::results::ResultCache;
 use sonde_core::scheduler::{self, Observer};
 use sonde_sandbox::engine::{Engine, EngineConfig};
@@ -138,7 +138,7 @@ targets:
         ..EngineConfig::default()
     })
     .unwrap();
-    let reg = Registry::load_file(&engine, &path)
+    let reg = Catalog::load_file(&engine, &path)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let executor = Executor::new(ExecutorConfig::default()).unwrap();

@@ -3,7 +3,7 @@
 //!
 //! This module only reads and checks the *shape* of the file. Whether a
 //! plugin exists, whether its config fits its schema and whether grants
-//! parse is the [`registry`](crate::registry)'s job; it reports against the
+//! parse is the [`catalog`](crate::catalog)'s job; it reports against the
 //! locations kept here ([`Spanned`]).
 //!
 //! ```yaml

@@ -132,7 +132,7 @@ pub struct Probe {
     pub groups: Vec<Spanned<String>>,
     /// `labels: {team: payments}` — extra labels on the probe's series in
     /// `/metrics` and on its entry in `/v1/probes`: at most
-    /// [`crate::registry::MAX_LABELS`], each name
+    /// [`crate::catalog::MAX_LABELS`], each name
     /// `[a-zA-Z_][a-zA-Z0-9_]*` and none of the series' own labels, each
     /// value 1-256 bytes (a Pod name fits). Default: none.
     #[serde(default)]

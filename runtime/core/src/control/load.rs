@@ -1,14 +1,14 @@
 //! Loading the config (the file, then the stored probes) and putting a
-//! whole new registry in force: reloads, and the tenants of labelled
+//! whole new catalog in force: reloads, and the tenants of labelled
 //! namespaces.
 
 use super::{AgentOptions, Control, ControlError, DEFAULT_API, DEFAULT_CONFIG, DEFAULT_CONFIG_NAME, LeftOut};
+use crate::catalog::settings::{NamespaceTenant, TemplateOutcome};
+use crate::catalog::{Catalog, Change, Prepared};
 use crate::config::{self, ConfigError, ConfigErrors};
-use crate::managed::{self, Store};
-use crate::registry::settings::{NamespaceTenant, TemplateOutcome};
-use crate::registry::{Change, Prepared, Registry};
 use crate::scheduler::ReloadSummary;
 use crate::tenants::Tenants;
+use crate::uploads::{self, Store};
 use sonde_sandbox::engine::Engine;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -39,15 +39,15 @@ fn read_config(options: &AgentOptions) -> Result<(PathBuf, config::File), Config
 /// and named in the second value, so it cannot stop the agent from
 /// starting. The file's own errors are the caller's.
 ///
-/// This is the one place a [`Registry`] is built from the config.
+/// This is the one place a [`Catalog`] is built from the config.
 pub async fn load(
     engine: &Engine,
     options: &AgentOptions,
-    cache: &crate::registry::resolve::Cache,
-) -> Result<(Registry, Vec<LeftOut>), ConfigErrors> {
+    cache: &crate::catalog::resolve::Cache,
+) -> Result<(Catalog, Vec<LeftOut>), ConfigErrors> {
     let (path, file) = read_config(options)?;
     cache.release_unused();
-    let mut reg = Registry::load_with(engine, &path, file, cache.clone()).await?;
+    let mut reg = Catalog::load_with(engine, &path, file, cache.clone()).await?;
     if options.config.is_none() {
         reg.source = None;
     }
@@ -61,7 +61,7 @@ pub async fn load(
             plugin: u.plugin.clone(),
         })
         .collect();
-    let state_dir = options.state_dir.clone().or_else(|| reg.state_dir.clone());
+    let state_dir = options.state_dir.clone().or_else(|| reg.agent.state_dir.clone());
     if let Some(dir) = &state_dir {
         let store = Store::open(dir).map_err(|e| {
             ConfigErrors(vec![ConfigError {
@@ -74,7 +74,7 @@ pub async fn load(
             }])
         })?;
         for p in store.probes() {
-            let change = managed::to_target(&store, &p)
+            let change = uploads::to_target(&store, &p)
                 .map_err(|e| e.to_string())
                 .map(|t| Change::add(vec![t]));
             let prepared = match change {
@@ -96,7 +96,7 @@ pub async fn load(
                     reason,
                     plugin: p.spec["plugin"]
                         .as_str()
-                        .filter(|n| crate::registry::resolve::is_oci(n))
+                        .filter(|n| crate::catalog::resolve::is_oci(n))
                         .map(str::to_string),
                 }),
             }
@@ -110,11 +110,11 @@ pub async fn load(
 
 /// Adds to `reg`'s tenants those its namespace templates make for
 /// `labelled`; what each labelled namespace got.
-fn with_namespace_tenants(reg: &mut Registry, labelled: &BTreeMap<String, String>) -> Vec<NamespaceTenant> {
+fn with_namespace_tenants(reg: &mut Catalog, labelled: &BTreeMap<String, String>) -> Vec<NamespaceTenant> {
     if labelled.is_empty() {
         return Vec::new();
     }
-    let (made, outcomes) = crate::registry::settings::generate(&reg.namespace_templates, &reg.tenants, labelled);
+    let (made, outcomes) = crate::catalog::settings::generate(&reg.namespace_templates, &reg.tenants, labelled);
     if !made.is_empty() {
         reg.tenants = Arc::new(reg.tenants.extended(made));
     }
@@ -178,27 +178,27 @@ impl Control {
         self.tenants.subscribe()
     }
 
-    /// Puts a whole new registry in force (in `current`): tenants, status,
+    /// Puts a whole new catalog in force (in `current`): tenants, status,
     /// then the scheduler.
     async fn apply(
         &self,
-        current: &mut Registry,
-        reg: Registry,
+        current: &mut Catalog,
+        reg: Catalog,
         left_out: Vec<LeftOut>,
         namespaces: Vec<NamespaceTenant>,
     ) -> ReloadSummary {
         let before = self.engine.host_limits();
-        if before != reg.host_limits {
-            self.engine.set_host_limits(reg.host_limits);
+        if before != reg.agent.host_limits {
+            self.engine.set_host_limits(reg.agent.host_limits);
             tracing::info!(
-                changed = %sonde_sandbox::host::bounds::changes(&before, &reg.host_limits),
+                changed = %sonde_sandbox::host::bounds::changes(&before, &reg.agent.host_limits),
                 "sandbox: the new bounds are in force for every call that starts from now; calls in flight finish under theirs, and a smaller lookups_in_flight or blocking_threads takes effect as the work holding the gate ends"
             );
         }
         self.executor.configure(&reg.tenants);
         self.executor.record_pulls(&reg.pulls);
         self.tenants.send_replace(reg.tenants.clone());
-        self.require_signed.store(reg.require_signed, Ordering::Relaxed);
+        self.require_signed.store(reg.agent.require_signed, Ordering::Relaxed);
         {
             let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
             s.loaded_at = Some(SystemTime::now());
@@ -217,7 +217,7 @@ impl Control {
 
     /// Commits a change prepared against `reg` and hands what it did to
     /// the scheduler; the probes it names are no longer left out.
-    pub(super) async fn commit(&self, reg: &mut Registry, prepared: Prepared, names: &[&str]) -> ReloadSummary {
+    pub(super) async fn commit(&self, reg: &mut Catalog, prepared: Prepared, names: &[&str]) -> ReloadSummary {
         self.executor.record_pulls(prepared.pulls());
         let delta = reg.commit(prepared);
         {
@@ -232,16 +232,16 @@ impl Control {
     /// it; an invalid one is refused, the old config keeps running and the
     /// error is kept in the status.
     pub async fn reload(&self) -> Result<ReloadSummary, ConfigErrors> {
-        let mut current = self.registry.lock().await;
+        let mut current = self.catalog.lock().await;
         self.reload_locked(&mut current).await
     }
 
     /// After the pull of `reference` ended (`None`: of some references):
     /// loads the config again if a probe of the file or the store waits on
-    /// it. Checked under the registry's lock, so that a reload in progress
+    /// it. Checked under the catalog's lock, so that a reload in progress
     /// that saw the pull running is never missed.
     pub async fn take_up(&self, reference: Option<&str>) {
-        let mut current = self.registry.lock().await;
+        let mut current = self.catalog.lock().await;
         let due = reference.is_none_or(|r| self.waits_on(r));
         if due {
             tracing::debug!(plugin = %reference.unwrap_or("(several)"), "a pull ended: loading the config again");
@@ -249,7 +249,7 @@ impl Control {
         }
     }
 
-    async fn reload_locked(&self, current: &mut Registry) -> Result<ReloadSummary, ConfigErrors> {
+    async fn reload_locked(&self, current: &mut Catalog) -> Result<ReloadSummary, ConfigErrors> {
         match self.load().await {
             Ok((reg, left_out, namespaces)) => {
                 for w in &reg.warnings {
@@ -281,7 +281,7 @@ impl Control {
 
     /// After a stored plugin changed: loads and applies everything again,
     /// since any probe may use it.
-    pub(super) async fn reload_after_change(&self, current: &mut Registry) -> Result<(), ControlError> {
+    pub(super) async fn reload_after_change(&self, current: &mut Catalog) -> Result<(), ControlError> {
         let (reg, left_out, namespaces) = self
             .load()
             .await
@@ -294,7 +294,7 @@ impl Control {
     /// labelled namespaces, added last: the file's targets and the stored
     /// probes are checked against the config's tenants only, so a
     /// templated tenant's probes come only from SondeChecks.
-    async fn load(&self) -> Result<(Registry, Vec<LeftOut>, Vec<NamespaceTenant>), ConfigErrors> {
+    async fn load(&self) -> Result<(Catalog, Vec<LeftOut>, Vec<NamespaceTenant>), ConfigErrors> {
         let (mut reg, left_out) = load(&self.engine, &self.options, &self.cache).await?;
         let labelled = self.labelled.borrow().clone();
         let namespaces = with_namespace_tenants(&mut reg, &labelled);
@@ -304,7 +304,7 @@ impl Control {
     /// Whether the config in force has a namespace template
     /// (`kubernetes.namespace_templates`): only then are Namespaces watched.
     pub async fn has_namespace_templates(&self) -> bool {
-        !self.registry.lock().await.namespace_templates.templates.is_empty()
+        !self.catalog.lock().await.namespace_templates.templates.is_empty()
     }
 
     /// Puts in force the tenants the templates make for `labelled`
@@ -314,7 +314,7 @@ impl Control {
     /// tenants in force, and the next reload that loads puts `labelled` in
     /// force). Every later reload keeps them. Returns whether it loaded.
     pub async fn set_labelled_namespaces(&self, labelled: BTreeMap<String, String>) -> bool {
-        let mut current = self.registry.lock().await;
+        let mut current = self.catalog.lock().await;
         let changed = self.labelled.send_if_modified(|now| {
             let changed = **now != labelled;
             if changed {
@@ -351,7 +351,7 @@ impl Control {
             || s.left_out.iter().any(|l| l.plugin.as_deref() == Some(reference))
     }
 
-    /// Follows whole-registry replacements: the count changes after each
+    /// Follows whole-catalog replacements: the count changes after each
     /// reload of the config file (or of stored plugins).
     pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
         self.reloads.subscribe()

@@ -1,8 +1,8 @@
 //! What changes a running agent's config: reloads of the file, and tenants
 //! adding or removing plugins and probes through the API. Every change goes
 //! through one lock and one path ([`load()`]: build the whole new
-//! [`Registry`] from the file and the stored probes), is validated, stores
-//! what the caller sent, then hands the registry to the scheduler. A
+//! [`Catalog`] from the file and the stored probes), is validated, stores
+//! what the caller sent, then hands the catalog to the scheduler. A
 //! refused change leaves nothing stored and nothing running changed.
 //!
 //! Control speaks domain types: a refusal is a [`ControlError`], a stored
@@ -10,13 +10,13 @@
 //! the API's business.
 
 use crate::auth::{ApiAuth, Principal};
+use crate::catalog::Catalog;
+use crate::catalog::settings::NamespaceTenant;
 use crate::config::{ConfigError, ConfigErrors};
 use crate::executor::Executor;
-use crate::managed::{self, SpecError, Store};
-use crate::registry::Registry;
-use crate::registry::settings::NamespaceTenant;
 use crate::scheduler;
 use crate::tenants::{DEFAULT_TENANT, TenantId, Tenants};
+use crate::uploads::{self, SpecError, Store};
 use serde::Serialize;
 use sonde_sandbox::engine::{Engine, LoadError};
 use std::collections::BTreeMap;
@@ -73,7 +73,7 @@ pub struct AgentStatus {
     pub left_out: Vec<LeftOut>,
     /// Probes waiting for their `oci://` plugin, being pulled in the
     /// background; each runs when its pull lands.
-    pub pulling: Vec<crate::registry::Waiting>,
+    pub pulling: Vec<crate::catalog::Waiting>,
     /// The number of probes.
     pub probes: usize,
     /// The agent's version.
@@ -92,7 +92,7 @@ fn rfc3339<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, 
     }
 }
 
-/// A probe that does not load and is left out of the registry so that it
+/// A probe that does not load and is left out of the catalog so that it
 /// cannot stop the agent: a stored probe (added through the API) whose
 /// ceiling was tightened or whose plugin went, or a probe of the file whose
 /// `oci://` plugin its registry could not give (nothing cached). It
@@ -264,10 +264,10 @@ pub enum ChangeError {
     Invalid(ConfigErrors),
     /// A probe's `oci://` plugin is being pulled in the background.
     #[error("{}", pulling_text(.0))]
-    Pulling(Vec<crate::registry::Waiting>),
+    Pulling(Vec<crate::catalog::Waiting>),
 }
 
-fn pulling_text(waiting: &[crate::registry::Waiting]) -> String {
+fn pulling_text(waiting: &[crate::catalog::Waiting]) -> String {
     let mut plugins: Vec<&str> = waiting.iter().map(|w| w.plugin.as_str()).collect();
     plugins.dedup();
     format!(
@@ -328,9 +328,9 @@ pub struct ControlParts {
     /// The agent's status (last load, last reload error).
     pub status: Arc<Mutex<AgentStatus>>,
     /// The probes in force.
-    pub registry: Registry,
+    pub catalog: Catalog,
     /// Resolved plugins and background pulls, shared by every load.
-    pub cache: crate::registry::resolve::Cache,
+    pub cache: crate::catalog::resolve::Cache,
 }
 
 /// The running agent's control: reloads and runtime management.
@@ -345,18 +345,18 @@ pub struct Control {
     /// API's authentication ([`Control::tenants`], [`Control::watch_tenants`]).
     pub(crate) tenants: tokio::sync::watch::Sender<Arc<Tenants>>,
     pub(crate) require_signed: AtomicBool,
-    /// The registry in force. Its lock serialises every change: checked
+    /// The catalog in force. Its lock serialises every change: checked
     /// against it, stored, committed, handed to the scheduler. Never held
     /// across the compile of an upload.
-    pub(crate) registry: tokio::sync::Mutex<Registry>,
+    pub(crate) catalog: tokio::sync::Mutex<Catalog>,
     /// One lock per tenant with a compile in flight: its uploads compile
     /// one at a time.
     pub(crate) compiling: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Counts whole-registry replacements (reloads), which drop the probes
+    /// Counts whole-catalog replacements (reloads), which drop the probes
     /// of [`Control::apply_change`].
     pub(crate) reloads: tokio::sync::watch::Sender<u64>,
     /// What every load shares: resolved plugins and the background pulls.
-    pub(crate) cache: crate::registry::resolve::Cache,
+    pub(crate) cache: crate::catalog::resolve::Cache,
     /// The Kubernetes namespaces labelled `sonde.dev/tenant-template`, each
     /// with the label's value, as last seen ([`Control::set_labelled_namespaces`]):
     /// every load makes their tenants from the templates in force.
@@ -373,19 +373,19 @@ impl Control {
             scheduler,
             executor,
             status,
-            registry,
+            catalog,
             cache,
         } = parts;
         Self {
             store: state_dir.as_deref().map(Store::new),
-            require_signed: AtomicBool::new(registry.require_signed),
+            require_signed: AtomicBool::new(catalog.agent.require_signed),
             engine,
             options,
             scheduler,
             executor,
             status,
-            tenants: tokio::sync::watch::Sender::new(registry.tenants.clone()),
-            registry: tokio::sync::Mutex::new(registry),
+            tenants: tokio::sync::watch::Sender::new(catalog.tenants.clone()),
+            catalog: tokio::sync::Mutex::new(catalog),
             compiling: Mutex::default(),
             reloads: tokio::sync::watch::Sender::new(0),
             cache,
@@ -399,8 +399,8 @@ impl Control {
     }
 
     /// The probes in force, behind the lock that serialises every change.
-    pub fn registry(&self) -> &tokio::sync::Mutex<Registry> {
-        &self.registry
+    pub fn catalog(&self) -> &tokio::sync::Mutex<Catalog> {
+        &self.catalog
     }
 }
 
@@ -418,7 +418,7 @@ fn tenant_of(who: &Principal) -> &str {
 }
 
 fn check_name(what: Subject, name: &str) -> Result<(), ControlError> {
-    if managed::valid_name(name) {
+    if uploads::valid_name(name) {
         Ok(())
     } else {
         Err(ControlError::BadName {
@@ -428,8 +428,8 @@ fn check_name(what: Subject, name: &str) -> Result<(), ControlError> {
     }
 }
 
-/// How [`managed::to_target`] names a stored probe's source, which the
-/// registry's errors about it carry.
+/// How [`uploads::to_target`] names a stored probe's source, which the
+/// catalog's errors about it carry.
 fn source_of(name: &str) -> PathBuf {
     PathBuf::from(format!("PUT /v1/probes/{name}"))
 }

@@ -3,7 +3,7 @@
 
 use super::{Conflict, Control, ControlError, Problem, Subject, check_name, internal, tenant_of};
 use crate::auth::Principal;
-use crate::managed::{self, Store};
+use crate::uploads::{self, Store};
 use sonde_policy::identity::Digest;
 use sonde_sandbox::engine::LoadError;
 use std::sync::Arc;
@@ -40,10 +40,10 @@ impl Control {
         if self.require_signed.load(Ordering::Relaxed) {
             return Err(Conflict::RequireSigned.into());
         }
-        if wasm.len() > managed::MAX_PLUGIN_BYTES {
+        if wasm.len() > uploads::MAX_PLUGIN_BYTES {
             return Err(ControlError::TooLarge {
                 what: Subject::Plugin,
-                limit: managed::MAX_PLUGIN_BYTES,
+                limit: uploads::MAX_PLUGIN_BYTES,
             });
         }
         let refuse_taken = |owner: &Option<String>| {
@@ -60,7 +60,7 @@ impl Control {
         // Compiled before the control lock is taken, so another tenant's
         // change never waits for this compile; one compile per tenant at
         // a time, so a tenant cannot hold many compilers at once. Kept
-        // loaded until the registry holds it, so it is compiled once.
+        // loaded until the catalog holds it, so it is compiled once.
         let loaded = {
             let _one_at_a_time = self.compile_lane(tenant).lock_owned().await;
             let start = std::time::Instant::now();
@@ -84,7 +84,7 @@ impl Control {
                 });
             }
         };
-        let mut current = self.registry.lock().await;
+        let mut current = self.catalog.lock().await;
         let owner = store.plugin_owner(name);
         refuse_taken(&owner)?;
         let old = std::fs::read(store.plugin_path(tenant, name))
@@ -126,8 +126,8 @@ impl Control {
     pub async fn delete_plugin(&self, who: &Principal, name: &str) -> Result<(), ControlError> {
         let store = self.store()?;
         let tenant = tenant_of(who);
-        let mut current = self.registry.lock().await;
-        if !managed::valid_name(name) || store.plugin_owner(name).as_deref() != Some(tenant) {
+        let mut current = self.catalog.lock().await;
+        if !uploads::valid_name(name) || store.plugin_owner(name).as_deref() != Some(tenant) {
             return Err(ControlError::NotFound {
                 what: Subject::Plugin,
                 name: name.to_string(),
@@ -155,7 +155,7 @@ impl Control {
             .map_err(internal("delete the plugin"))?;
         tracing::info!(tenant, plugin = name, "plugin deleted");
         self.reload_after_change(&mut current).await?;
-        // Its compiled code went with the old registry; its cache file
+        // Its compiled code went with the old catalog; its cache file
         // goes now, unless another plugin of the same bytes still runs.
         if let Some(old) = old {
             self.forget_unless_stored(store, &old);

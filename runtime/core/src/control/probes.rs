@@ -5,10 +5,10 @@ use super::{
     ChangeError, Conflict, Control, ControlError, Problem, Subject, check_name, internal, source_of, tenant_of,
 };
 use crate::auth::Principal;
+use crate::catalog::{Catalog, Change, Prepared};
 use crate::config::{self, ConfigError, ConfigErrors};
-use crate::managed::{self, Store, StoredProbe};
-use crate::registry::{Change, Prepared, Registry};
 use crate::scheduler::ReloadSummary;
+use crate::uploads::{self, Store, StoredProbe};
 
 impl Control {
     /// Adds or replaces the caller's probe `name` (`PUT /v1/probes/{name}`)
@@ -26,17 +26,17 @@ impl Control {
         let store = self.store()?;
         let tenant = tenant_of(who);
         check_name(Subject::Probe, name)?;
-        if body.len() > managed::MAX_PROBE_BYTES {
+        if body.len() > uploads::MAX_PROBE_BYTES {
             return Err(ControlError::TooLarge {
                 what: Subject::Probe,
-                limit: managed::MAX_PROBE_BYTES,
+                limit: uploads::MAX_PROBE_BYTES,
             });
         }
-        let spec = managed::parse_spec(body).map_err(|source| ControlError::BadSpec {
+        let spec = uploads::parse_spec(body).map_err(|source| ControlError::BadSpec {
             name: name.to_string(),
             source,
         })?;
-        let mut reg = self.registry.lock().await;
+        let mut reg = self.catalog.lock().await;
         let mine = self.check_owner(store, who, name, &owner_now)?;
         let probe = StoredProbe {
             tenant: tenant.to_string(),
@@ -65,20 +65,20 @@ impl Control {
     ) -> Result<Vec<(String, bool)>, ControlError> {
         let store = self.store()?;
         let tenant = tenant_of(who);
-        if body.len() > managed::MAX_BATCH_BYTES {
+        if body.len() > uploads::MAX_BATCH_BYTES {
             return Err(ControlError::TooLarge {
                 what: Subject::Probe,
-                limit: managed::MAX_BATCH_BYTES,
+                limit: uploads::MAX_BATCH_BYTES,
             });
         }
-        let specs = managed::parse_batch(body).map_err(|source| ControlError::BadSpec {
+        let specs = uploads::parse_batch(body).map_err(|source| ControlError::BadSpec {
             name: String::new(),
             source,
         })?;
         for (name, _) in &specs {
             check_name(Subject::Probe, name)?;
         }
-        let mut reg = self.registry.lock().await;
+        let mut reg = self.catalog.lock().await;
         let mut replaced = Vec::with_capacity(specs.len());
         let probes: Vec<StoredProbe> = specs
             .into_iter()
@@ -135,7 +135,7 @@ impl Control {
     /// its name when `names` says it exists) against `reg` as one change.
     async fn prepare(
         &self,
-        reg: &Registry,
+        reg: &Catalog,
         store: &Store,
         probes: &[StoredProbe],
         names: &[(&str, bool)],
@@ -150,7 +150,7 @@ impl Control {
             if *mine {
                 change.remove.push((*name).into());
             }
-            let target = managed::to_target(store, p).map_err(|e| {
+            let target = uploads::to_target(store, p).map_err(|e| {
                 invalid(
                     name,
                     vec![ConfigError {
@@ -179,7 +179,7 @@ impl Control {
         }
     }
 
-    /// Applies `change` to the registry in force as one incremental change,
+    /// Applies `change` to the catalog in force as one incremental change,
     /// nothing stored: probes a controller keeps from another source of
     /// truth (the Kubernetes controller: one per
     /// Pod gate). Refused whole, with every error, or committed and handed
@@ -188,11 +188,11 @@ impl Control {
     ///
     /// A change whose `oci://` plugin is being pulled is not applied
     /// ([`ChangeError::Pulling`]); [`Control::pulls_ended`] tells when to
-    /// send it again. Nothing here waits on a registry.
+    /// send it again. Nothing here waits on a catalog.
     pub async fn apply_change(&self, change: Change) -> Result<ReloadSummary, ChangeError> {
-        let mut reg = self.registry.lock().await;
+        let mut reg = self.catalog.lock().await;
         // Said here, without the list of the tenants there are (the
-        // registry's message, for the file's author): such a refusal is
+        // catalog's message, for the file's author): such a refusal is
         // read by the source's users (an Event in a namespace), to whom
         // other tenants' names are none of their business.
         let unknown: Vec<ConfigError> = change
@@ -217,13 +217,13 @@ impl Control {
         Ok(self.commit(&mut reg, prepared, &[]).await)
     }
 
-    /// Checks `change` against the registry in force as
+    /// Checks `change` against the catalog in force as
     /// [`Control::apply_change`] would, and drops it: nothing is committed,
     /// nothing scheduled. A change whose `oci://` plugin is being pulled
     /// passes (the pull goes on in the background, as a change would
     /// start it). The Kubernetes status writer's dry run of a SondeCheck.
     pub async fn check_change(&self, change: Change) -> Result<(), ConfigErrors> {
-        let reg = self.registry.lock().await;
+        let reg = self.catalog.lock().await;
         reg.prepare(&self.engine, change).await.map(drop)
     }
     /// Removes the caller's probe `name` (`DELETE /v1/probes/{name}`): only
@@ -232,9 +232,9 @@ impl Control {
     pub async fn delete_probe(&self, who: &Principal, name: &str, visible: bool) -> Result<(), ControlError> {
         let store = self.store()?;
         let tenant = tenant_of(who);
-        let mut reg = self.registry.lock().await;
+        let mut reg = self.catalog.lock().await;
         let removed =
-            managed::valid_name(name) && store.delete_probe(tenant, name).map_err(internal("delete the probe"))?;
+            uploads::valid_name(name) && store.delete_probe(tenant, name).map_err(internal("delete the probe"))?;
         if !removed {
             return Err(if visible {
                 Conflict::InConfigFile {
@@ -255,7 +255,7 @@ impl Control {
                 self.commit(&mut reg, prepared, &[name]).await;
                 Ok(())
             }
-            // A removal breaks no rule; if it did, the registry would say so.
+            // A removal breaks no rule; if it did, the catalog would say so.
             Err(source) => Err(ControlError::Unavailable { stored: true, source }),
         }
     }

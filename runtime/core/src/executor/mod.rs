@@ -30,7 +30,7 @@ mod stats;
 
 pub use stats::{QUEUE_WAIT_BUCKETS, TenantStats};
 
-use crate::registry::ProbeSpec;
+use crate::catalog::ProbeSpec;
 use crate::tenants::Tenants;
 use admission::Admission;
 use share::Fair;
@@ -225,7 +225,7 @@ impl Executor {
     /// Charges `pulls` (what resolving a change's `oci://` plugins cost)
     /// to their tenants. A tenant the executor does not know (refused by
     /// the same change) is not charged.
-    pub fn record_pulls(&self, pulls: &[crate::registry::Pull]) {
+    pub fn record_pulls(&self, pulls: &[crate::catalog::Pull]) {
         for p in pulls {
             if let Some(c) = self.inner.admission.counters(&p.tenant) {
                 c.record_pull(p.cost.bytes, p.cost.elapsed);

@@ -32,9 +32,9 @@
 //! Kubernetes gate's probe: `namespace`, `pod` and `check`).
 
 use crate::auth::Principal;
+use crate::catalog::ProbeSpec;
 use crate::config::Kind;
 use crate::executor::{Executor, TenantStats};
-use crate::registry::ProbeSpec;
 use crate::results::{Observation, ResultCache, RunCount};
 use crate::scheduler::{self, Observer};
 use prometheus_client::collector::Collector;
@@ -118,7 +118,7 @@ pub struct Metrics {
     pub executor: Executor,
     /// The probes waiting for their `oci://` plugin's background pull, and
     /// the pulls in flight.
-    pub pulls: Arc<dyn Fn() -> (Vec<crate::registry::Waiting>, usize) + Send + Sync>,
+    pub pulls: Arc<dyn Fn() -> (Vec<crate::catalog::Waiting>, usize) + Send + Sync>,
     /// The agent's status: when the config in force was loaded, whether
     /// the last reload was refused.
     pub status: Arc<std::sync::Mutex<crate::control::AgentStatus>>,

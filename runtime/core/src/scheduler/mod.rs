@@ -16,8 +16,8 @@
 //! target's `on_failure` action runs and its probes hold until it is done,
 //! then start again from their initial state and initial delay.
 
+use crate::catalog::{Delta, ProbeSpec, TargetSpec};
 use crate::config::Kind;
-use crate::registry::{Delta, ProbeSpec, TargetSpec};
 use crate::results::{ProbeMeta, ResultCache};
 use crate::thresholds::Counter;
 use sonde_sandbox::verdict::{RunResult, Status};
@@ -247,10 +247,10 @@ impl SchedulerHandle {
         rx.await.map_err(|_| TriggerError::ShuttingDown)?
     }
 
-    /// Applies a registry change: unchanged probes keep their state and
-    /// schedule, changed ones restart, removed ones go. A whole registry
-    /// (`&Registry`, or a full [`Delta`]) replaces everything; a delta from
-    /// [`Registry::commit`](crate::registry::Registry::commit) touches only
+    /// Applies a catalog change: unchanged probes keep their state and
+    /// schedule, changed ones restart, removed ones go. A whole catalog
+    /// (`&Catalog`, or a full [`Delta`]) replaces everything; a delta from
+    /// [`Catalog::commit`](crate::catalog::Catalog::commit) touches only
     /// what it names.
     pub async fn reload(&self, change: impl Into<Delta>) -> ReloadSummary {
         let (reply, rx) = oneshot::channel();
@@ -310,11 +310,11 @@ struct Core<R: Runner> {
     progress: Arc<Progress>,
 }
 
-/// Starts the scheduler task with `registry`'s probes and returns its handle.
+/// Starts the scheduler task with `catalog`'s probes and returns its handle.
 pub fn spawn<R: Runner>(
     runner: Arc<R>,
     results: ResultCache,
-    registry: impl Into<Delta>,
+    catalog: impl Into<Delta>,
     options: Options,
 ) -> SchedulerHandle {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -331,7 +331,7 @@ pub fn spawn<R: Runner>(
         in_flight: 0,
         progress: Arc::new(Progress::new()),
     };
-    core.apply(registry.into());
+    core.apply(catalog.into());
     let progress = core.progress.clone();
     tokio::spawn(core.run(rx));
     SchedulerHandle { tx, progress }

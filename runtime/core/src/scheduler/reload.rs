@@ -15,7 +15,7 @@ impl<R: Runner> Core<R> {
         summary
     }
 
-    /// Removes the probes gone: those `d` names, or for a whole registry,
+    /// Removes the probes gone: those `d` names, or for a whole catalog,
     /// those not in it. Their waiters learn they are gone.
     pub(super) fn remove_gone_probes(&mut self, d: &Delta, summary: &mut ReloadSummary) {
         let gone: Vec<Arc<str>> = if d.full {
@@ -43,7 +43,7 @@ impl<R: Runner> Core<R> {
         &mut self,
         full: bool,
         removed: &[Arc<str>],
-        updated: Vec<crate::registry::TargetUpdate>,
+        updated: Vec<crate::catalog::TargetUpdate>,
     ) {
         let now = Instant::now();
         if full {

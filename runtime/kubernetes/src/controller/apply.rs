@@ -1,4 +1,4 @@
-//! Performing a Pod's plan: the registry changes, the Events on Pods and
+//! Performing a Pod's plan: the catalog changes, the Events on Pods and
 //! SondeChecks, and the conditions of gates that have no probe.
 
 use super::Reconciler;
@@ -8,12 +8,12 @@ use crate::plan::{AddProbe, Binding, PodPlan, messages};
 use crate::view::{Cond, PodKey, PodView, condition_type};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
+use sonde_core::catalog::Change;
 use sonde_core::control::ChangeError;
-use sonde_core::registry::Change;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Why a registry change of the controller's was not applied.
+/// Why a catalog change of the controller's was not applied.
 pub(super) enum Applied {
     /// Refused: what is wrong.
     Refused(sonde_core::config::ConfigErrors),
@@ -22,7 +22,7 @@ pub(super) enum Applied {
 }
 
 impl Reconciler {
-    /// Performs `plan` for Pod `key` (`pod`): the registry changes, the
+    /// Performs `plan` for Pod `key` (`pod`): the catalog changes, the
     /// Events, the conditions of gates that have no probe.
     pub(super) async fn apply_plan(&mut self, key: &PodKey, pod: Option<&PodView>, plan: PodPlan) {
         let uid = pod.map(|p| p.uid.clone()).unwrap_or_default();
@@ -121,7 +121,7 @@ impl Reconciler {
         self.checks.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// A gate's probe the registry refused: the Event on its SondeCheck,
+    /// A gate's probe the catalog refused: the Event on its SondeCheck,
     /// and the old probe (if any) removed.
     pub(super) async fn refused(&mut self, check: &str, key: &PodKey, message: &str, replaces: bool, name: &str) {
         self.stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -133,7 +133,7 @@ impl Reconciler {
         }
     }
 
-    /// Removes probe `name` from the registry and forgets it; a failure is
+    /// Removes probe `name` from the catalog and forgets it; a failure is
     /// logged and counted.
     pub(super) async fn remove_probe(&mut self, name: &str) {
         if let Err(e) = self.control.apply_change(Change::remove([name])).await {

@@ -1,6 +1,6 @@
 //! The controller: one task that follows this node's Pods and every
 //! SondeCheck through kube-runtime reflectors, keeps one probe per (Pod,
-//! gate) in the registry through incremental changes, turns probe state
+//! gate) in the catalog through incremental changes, turns probe state
 //! changes into gate conditions and writes them through a per-Pod
 //! latest-wins queue under the agent-wide rate limit.
 //!
@@ -93,7 +93,7 @@ pub(crate) struct Reconciler {
 type Reflected<K> = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Event<K>, watcher::Error>> + Send>>;
 
 impl Reconciler {
-    /// A controller writing through `client` and changing the registry
+    /// A controller writing through `client` and changing the catalog
     /// through `control`, with the streams that fill its stores.
     pub(super) fn new(
         client: kube::Client,
@@ -259,7 +259,7 @@ impl Reconciler {
                     if r.is_err() {
                         break;
                     }
-                    // A reload replaced the registry without the gates' probes.
+                    // A reload replaced the catalog without the gates' probes.
                     self.bindings.clear();
                     self.reconcile_all().await;
                 }

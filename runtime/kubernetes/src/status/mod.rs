@@ -18,7 +18,7 @@
 //! watch, keeping only Pods with a `sonde.dev/*` readiness gate, and of
 //! those only what [`PodView`] holds), counts each check's gates, decides
 //! `Accepted` with the controller's own pure functions ([`desired`] and a
-//! dry run of the registry change, [`Control::check_change`]) against one
+//! dry run of the catalog change, [`Control::check_change`]) against one
 //! Pod that names the check, and patches a check's status only when it
 //! differs from what the object has, at most once per [`WRITE_EVERY`] per
 //! check, under the agent-wide rate limit. Losing the Lease drops the Pod
@@ -39,8 +39,8 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
+use sonde_core::catalog::Change;
 use sonde_core::control::Control;
-use sonde_core::registry::Change;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -63,12 +63,12 @@ pub const WRITE_EVERY: Duration = Duration::from_secs(10);
 /// How often the leader compares what it counts with what the checks say.
 pub const EVALUATE_EVERY: Duration = Duration::from_secs(2);
 /// How long a dry run's verdict on a check is reused while neither the
-/// check nor the Pod it was tried on changes (the registry may: a plugin
+/// check nor the Pod it was tried on changes (the catalog may: a plugin
 /// file appears, a tenant's ceiling is reloaded).
 const VERDICT_TTL: Duration = Duration::from_secs(60);
-/// The most dry runs of the registry change one evaluation makes: with
+/// The most dry runs of the catalog change one evaluation makes: with
 /// more checks to try than that (thousands created at once), the rest keep
-/// their status until a later evaluation, and the registry's lock is not
+/// their status until a later evaluation, and the catalog's lock is not
 /// held for long.
 const DRY_RUNS_PER_EVALUATION: usize = 32;
 

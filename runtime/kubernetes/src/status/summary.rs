@@ -150,7 +150,7 @@ pub(crate) fn refusal_reason(r: &Refusal) -> &'static str {
     }
 }
 
-/// The `Accepted` reason of the registry's refusal: a tenant's ceiling or
+/// The `Accepted` reason of the catalog's refusal: a tenant's ceiling or
 /// quota, a plugin that cannot be had, or anything else in the config.
 pub(crate) fn errors_reason(errors: &ConfigErrors) -> &'static str {
     let any = |f: &dyn Fn(&str) -> bool| errors.0.iter().any(|e| f(&e.message));

@@ -1,4 +1,4 @@
-//! The executor: runs one plugin call in a fresh sandbox under a deadline, a
+//! The engine: runs one plugin call in a fresh sandbox under a deadline, a
 //! fuel budget and a memory cap, and turns whatever happened into a
 //! [`RunResult`].
 //!
@@ -138,7 +138,7 @@ fn open_removed_empty_dir(scratch: &std::path::Path) -> std::io::Result<Dir> {
     dir
 }
 
-/// The sandboxed executor; clones share it. Engines in one process share
+/// The sandbox engine; clones share it. Engines in one process share
 /// nothing of their configuration: each enforces its own bounds.
 #[derive(Clone)]
 pub struct Engine {

@@ -1,4 +1,4 @@
-//! `sonde run`: the agent. Loads the config into a [`Registry`], restores
+//! `sonde run`: the agent. Loads the config into a [`Catalog`], restores
 //! state, starts the [`scheduler`] and the [`api`], reloads on SIGHUP or
 //! when the config file changes (an invalid new config leaves the old one
 //! running, and the error shows in `/v1/status`), and on SIGTERM or SIGINT
@@ -12,12 +12,12 @@ use crate::api::{self, ApiAuth, ApiState};
 pub use problems::{AgentError, KubernetesStart, StartProblem};
 pub(crate) use problems::{StartOptions, start_problems};
 pub use runner::EngineRunner;
+use sonde_core::catalog::{Catalog, ProbeSpec, TargetSpec};
 use sonde_core::config::ConfigErrors;
 use sonde_core::control::{self, AgentStatus, Control, ControlParts, LeftOut};
 pub use sonde_core::control::{AgentOptions, DEFAULT_API, DEFAULT_CONFIG, DEFAULT_CONFIG_NAME};
 use sonde_core::executor::{Executor, ExecutorConfig};
 use sonde_core::metrics::{Metrics, RunMetrics};
-use sonde_core::registry::{ProbeSpec, Registry, TargetSpec};
 use sonde_core::results::{DEFAULT_HISTORY, ResultCache};
 use sonde_core::scheduler::{self, ActionOutcome, Runner};
 use sonde_kubernetes as kubernetes;
@@ -34,24 +34,18 @@ pub const COMMIT: &str = crate::build::INFO.commit;
 /// How often the config file is checked for changes.
 pub(crate) const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
-/// A running agent: what tests and `sonde run` hold on to.
+/// A running agent: what tests and `sonde run` hold on to. What it runs
+/// is read through its methods; it changes only through [`Agent::control`]
+/// and [`Agent::reload`].
 pub struct Agent {
-    /// The scheduler.
-    pub scheduler: scheduler::SchedulerHandle,
-    /// The results.
-    pub results: ResultCache,
-    /// Where the API listens, if it does.
-    pub api: Option<SocketAddr>,
-    /// The config status.
-    pub status: Arc<Mutex<AgentStatus>>,
+    scheduler: scheduler::SchedulerHandle,
+    results: ResultCache,
+    api: Option<SocketAddr>,
+    status: Arc<Mutex<AgentStatus>>,
     /// Set once the agent is stopping (`/healthz` answers 503).
-    pub draining: Arc<AtomicBool>,
-    /// The executor: per-tenant permits and stats.
-    pub executor: Executor,
-    /// The tenants of the config in force, with their tokens.
-    pub tenants: tokio::sync::watch::Receiver<Arc<sonde_core::tenants::Tenants>>,
-    /// Reloads and runtime management.
-    pub control: Arc<Control>,
+    draining: Arc<AtomicBool>,
+    executor: Executor,
+    control: Arc<Control>,
     /// The readiness-gate controller's counters, shown by `/metrics`
     /// whether or not it runs.
     gate_stats: Arc<kubernetes::Stats>,
@@ -64,14 +58,14 @@ pub struct Agent {
 async fn load_checked(
     engine: &Engine,
     options: &AgentOptions,
-    cache: &sonde_core::registry::resolve::Cache,
+    cache: &sonde_core::catalog::resolve::Cache,
     kubernetes: Option<KubernetesStart>,
-) -> Result<(Registry, Vec<LeftOut>), AgentError> {
-    let (registry, skipped) = control::load(engine, options, cache)
+) -> Result<(Catalog, Vec<LeftOut>), AgentError> {
+    let (catalog, skipped) = control::load(engine, options, cache)
         .await
         .map_err(AgentError::Config)?;
     let problems = start_problems(
-        &registry,
+        &catalog,
         &StartOptions {
             api: options.api,
             api_auth: options.api_auth,
@@ -81,18 +75,18 @@ async fn load_checked(
     if !problems.is_empty() {
         return Err(AgentError::Refused(problems));
     }
-    for w in &registry.warnings {
+    for w in &catalog.warnings {
         tracing::warn!("{w}");
     }
-    Ok((registry, skipped))
+    Ok((catalog, skipped))
 }
 
-/// The executor, with the tenants and pulls of `registry`.
-fn start_executor(registry: &Registry) -> Result<Executor, AgentError> {
+/// The executor, with the tenants and pulls of `catalog`.
+fn start_executor(catalog: &Catalog) -> Result<Executor, AgentError> {
     let executor =
         Executor::new(ExecutorConfig::default()).map_err(|source| AgentError::Executor { source: source.into() })?;
-    executor.configure(&registry.tenants);
-    executor.record_pulls(&registry.pulls);
+    executor.configure(&catalog.tenants);
+    executor.record_pulls(&catalog.pulls);
     Ok(executor)
 }
 
@@ -107,13 +101,9 @@ async fn serve_api(
         .map_err(|source| AgentError::Listen { source })
 }
 
-/// How many targets, probes and tenants `registry` has.
-fn counts(registry: &Registry) -> (usize, usize, usize) {
-    (
-        registry.targets().len(),
-        registry.probes().len(),
-        registry.tenants.len(),
-    )
+/// How many targets, probes and tenants `catalog` has.
+fn counts(catalog: &Catalog) -> (usize, usize, usize) {
+    (catalog.targets().len(), catalog.probes().len(), catalog.tenants.len())
 }
 
 /// The result cache: kept in `state_dir`, or in memory only.
@@ -126,8 +116,8 @@ fn open_results(state_dir: Option<&Path>) -> Result<ResultCache, AgentError> {
     }
 }
 
-/// The status of the first load of `registry`, which left out `skipped`.
-fn first_status(options: &AgentOptions, registry: &Registry, skipped: Vec<LeftOut>) -> AgentStatus {
+/// The status of the first load of `catalog`, which left out `skipped`.
+fn first_status(options: &AgentOptions, catalog: &Catalog, skipped: Vec<LeftOut>) -> AgentStatus {
     AgentStatus {
         config: options
             .config
@@ -136,8 +126,8 @@ fn first_status(options: &AgentOptions, registry: &Registry, skipped: Vec<LeftOu
         loaded_at: Some(SystemTime::now()),
         reload_error: None,
         left_out: skipped,
-        pulling: registry.waiting.clone(),
-        probes: registry.probes().len(),
+        pulling: catalog.waiting.clone(),
+        probes: catalog.probes().len(),
         version: env!("CARGO_PKG_VERSION"),
         namespace_tenants: Vec::new(),
     }
@@ -147,15 +137,15 @@ fn first_status(options: &AgentOptions, registry: &Registry, skipped: Vec<LeftOu
 /// when it asks the API server).
 async fn api_access(
     options: &AgentOptions,
-    registry: &Registry,
+    catalog: &Catalog,
     api_addr: Option<SocketAddr>,
 ) -> Result<(ApiAuth, Option<Arc<kubernetes::review::Reviewer>>), AgentError> {
     // Checked before (start_problems): this cannot fail.
     let auth = match api_addr {
         Some(addr) => options
             .api_auth
-            .or_file(registry.api_auth)
-            .resolve(addr, registry.tenants.has_tokens(), registry.tenants.len() > 1)
+            .or_file(catalog.agent.api_auth)
+            .resolve(addr, catalog.tenants.has_tokens(), catalog.tenants.len() > 1)
             .map_err(|source| AgentError::ApiAuth { source })?,
         None => ApiAuth::None,
     };
@@ -185,7 +175,7 @@ fn engine_stats<T: 'static>(engine: &Engine, stats: fn(&Engine) -> T) -> Arc<dyn
 }
 
 /// What `/metrics` reads the pulls from ([`Metrics::pulls`]).
-type PullsSource = Arc<dyn Fn() -> (Vec<sonde_core::registry::Waiting>, usize) + Send + Sync>;
+type PullsSource = Arc<dyn Fn() -> (Vec<sonde_core::catalog::Waiting>, usize) + Send + Sync>;
 
 /// The pulls for `/metrics`: the plugins waited for, and the pulls in
 /// flight.
@@ -197,13 +187,13 @@ fn pulls_metric(control: &Arc<Control>, status: &Arc<Mutex<AgentStatus>>) -> Pul
     })
 }
 
-/// The scheduler of `registry`'s probes, running them on `engine` through
+/// The scheduler of `catalog`'s probes, running them on `engine` through
 /// `executor`, into `results`.
 fn start_scheduler(
     engine: &Engine,
     executor: &Executor,
     results: &ResultCache,
-    registry: &Registry,
+    catalog: &Catalog,
     jitter: bool,
     observer: &Arc<RunMetrics>,
 ) -> scheduler::SchedulerHandle {
@@ -212,7 +202,7 @@ fn start_scheduler(
         jitter,
         observer: observer.clone(),
     };
-    scheduler::spawn(runner, results.clone(), registry, options)
+    scheduler::spawn(runner, results.clone(), catalog, options)
 }
 
 /// The line that says the agent has started, and with what.
@@ -243,6 +233,38 @@ fn log_started(
 }
 
 impl Agent {
+    /// The scheduler of the probes in force.
+    pub fn scheduler(&self) -> &scheduler::SchedulerHandle {
+        &self.scheduler
+    }
+
+    /// Every probe's latest result and state.
+    pub fn results(&self) -> &ResultCache {
+        &self.results
+    }
+
+    /// Where the API listens, if it does.
+    pub fn api(&self) -> Option<SocketAddr> {
+        self.api
+    }
+
+    /// The config status as it is now: the last reload's error, what was
+    /// left out.
+    pub fn status(&self) -> AgentStatus {
+        self.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The executor: per-tenant permits and stats.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// Reloads and runtime changes (probes and plugins of tenants, the
+    /// readiness-gate controller's probes).
+    pub fn control(&self) -> &Arc<Control> {
+        &self.control
+    }
+
     /// Loads everything and starts scheduling and serving (no readiness
     /// gates: [`run_with`] serves those).
     pub async fn start(engine: Engine, options: AgentOptions) -> Result<Self, AgentError> {
@@ -258,23 +280,23 @@ impl Agent {
     ) -> Result<Self, AgentError> {
         // Shared by every load: a pull started by one lands for the next,
         // and none is waited for (the API and every probe at hand start now).
-        let cache = sonde_core::registry::resolve::Cache::background();
+        let cache = sonde_core::catalog::resolve::Cache::background();
         let ended = cache.pulls().map(|p| p.subscribe());
-        let (registry, skipped) = load_checked(&engine, &options, &cache, kubernetes).await?;
+        let (catalog, skipped) = load_checked(&engine, &options, &cache, kubernetes).await?;
         // The sandbox's bounds are the engine's: every call from now runs
         // under the config's.
-        engine.set_host_limits(registry.host_limits);
-        let state_dir = options.state_dir.clone().or_else(|| registry.state_dir.clone());
+        engine.set_host_limits(catalog.agent.host_limits);
+        let state_dir = options.state_dir.clone().or_else(|| catalog.agent.state_dir.clone());
         let results = open_results(state_dir.as_deref())?;
-        let api_addr = options.api.or(registry.api);
-        let status = Arc::new(Mutex::new(first_status(&options, &registry, skipped)));
-        let counts = counts(&registry);
-        let health_timeout = registry.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
-        let api_limits = registry.api_limits;
-        let (auth, reviews) = api_access(&options, &registry, api_addr).await?;
+        let api_addr = options.api.or(catalog.agent.api);
+        let status = Arc::new(Mutex::new(first_status(&options, &catalog, skipped)));
+        let counts = counts(&catalog);
+        let health_timeout = catalog.agent.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
+        let api_limits = catalog.agent.api_limits;
+        let (auth, reviews) = api_access(&options, &catalog, api_addr).await?;
         let run_metrics = Arc::new(RunMetrics::default());
-        let executor = start_executor(&registry)?;
-        let scheduler = start_scheduler(&engine, &executor, &results, &registry, options.jitter, &run_metrics);
+        let executor = start_executor(&catalog)?;
+        let scheduler = start_scheduler(&engine, &executor, &results, &catalog, options.jitter, &run_metrics);
         let control = Arc::new(Control::new(ControlParts {
             engine: engine.clone(),
             options: options.clone(),
@@ -282,7 +304,7 @@ impl Agent {
             scheduler: scheduler.clone(),
             executor: executor.clone(),
             status: status.clone(),
-            registry,
+            catalog,
             cache,
         }));
         let draining = Arc::new(AtomicBool::new(false));
@@ -331,7 +353,6 @@ impl Agent {
             status,
             draining,
             executor,
-            tenants: control.watch_tenants(),
             control,
             gate_stats,
             options,
@@ -394,10 +415,9 @@ async fn start_kubernetes(
     options: &AgentOptions,
     forced: bool,
 ) -> Result<Option<kubernetes::GateController>, AgentError> {
-    let spec = match &options.config {
-        Some(p) => sonde_core::config::read(p).map_err(AgentError::Config)?.0.kubernetes,
-        None => None,
-    };
+    // The block as the agent's first load read it: the file is not read
+    // twice (it may have changed since).
+    let spec = agent.control.catalog().lock().await.agent.kubernetes.clone();
     if spec.is_none() && !forced {
         return Ok(None);
     }

@@ -132,13 +132,13 @@ pub struct KubernetesStart {
 /// What is left to the start itself, because only running finds it: a
 /// state directory another sonde holds, an address already in use, the
 /// API server out of reach.
-pub(crate) fn start_problems(registry: &Registry, options: &StartOptions) -> Vec<StartProblem> {
+pub(crate) fn start_problems(catalog: &Catalog, options: &StartOptions) -> Vec<StartProblem> {
     let mut problems = Vec::new();
-    if let Some(addr) = options.api.or(registry.api)
-        && let Err(why) = options.api_auth.or_file(registry.api_auth).resolve(
+    if let Some(addr) = options.api.or(catalog.agent.api)
+        && let Err(why) = options.api_auth.or_file(catalog.agent.api_auth).resolve(
             addr,
-            registry.tenants.has_tokens(),
-            registry.tenants.len() > 1,
+            catalog.tenants.has_tokens(),
+            catalog.tenants.len() > 1,
         )
     {
         problems.push(StartProblem::ApiAuth {
@@ -147,11 +147,11 @@ pub(crate) fn start_problems(registry: &Registry, options: &StartOptions) -> Vec
         });
     }
     if let Some(k) = &options.kubernetes
-        && (k.forced || registry.kubernetes.is_some())
-        && let Err(source) = kubernetes::GateSettings::new(registry.kubernetes.as_ref(), k.node_name.clone())
+        && (k.forced || catalog.agent.kubernetes.is_some())
+        && let Err(source) = kubernetes::GateSettings::new(catalog.agent.kubernetes.as_ref(), k.node_name.clone())
     {
         problems.push(StartProblem::Kubernetes {
-            file: registry
+            file: catalog
                 .source
                 .as_ref()
                 .map_or(String::new(), |p| format!("{}: ", p.display())),

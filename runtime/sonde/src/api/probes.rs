@@ -63,7 +63,7 @@ pub(super) async fn put_probe(
     Path(name): Path<String>,
     body: Body,
 ) -> Result<Response, HttpError> {
-    let body = read_body(&state, body, sonde_core::managed::MAX_PROBE_BYTES).await?;
+    let body = read_body(&state, body, sonde_core::uploads::MAX_PROBE_BYTES).await?;
     let owner = |n: &str| state.results.get(n).map(|p| p.tenant);
     let replaced = state.control.put_probe(&who, &name, &body, owner).await?;
     Ok(stored("probe", &name, replaced))
@@ -75,7 +75,7 @@ pub(super) async fn put_probes(
     State(state): State<ApiState>,
     body: Body,
 ) -> Result<Response, HttpError> {
-    let body = read_body(&state, body, sonde_core::managed::MAX_BATCH_BYTES).await?;
+    let body = read_body(&state, body, sonde_core::uploads::MAX_BATCH_BYTES).await?;
     let owner = |n: &str| state.results.get(n).map(|p| p.tenant);
     let done = state.control.put_probes(&who, &body, owner).await?;
     let (replaced, added): (Vec<_>, Vec<_>) = done.into_iter().partition(|(_, r)| *r);
@@ -113,7 +113,7 @@ pub(super) async fn put_plugin(
     Path(name): Path<String>,
     body: Body,
 ) -> Result<Response, HttpError> {
-    let body = read_body(&state, body, sonde_core::managed::MAX_PLUGIN_BYTES).await?;
+    let body = read_body(&state, body, sonde_core::uploads::MAX_PLUGIN_BYTES).await?;
     let replaced = state.control.put_plugin(&who, &name, &body).await?;
     Ok(stored("plugin", &name, replaced))
 }

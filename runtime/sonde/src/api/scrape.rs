@@ -35,7 +35,7 @@ use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use http::{HeaderMap, StatusCode};
 use sonde_core::auth::Principal;
-use sonde_core::registry::ProbeSpec;
+use sonde_core::catalog::ProbeSpec;
 use sonde_sandbox::verdict::{RunResult, Status};
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
@@ -340,17 +340,17 @@ pub(super) async fn probe(
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    // A reload holds the registry while it loads: wait for it no longer
+    // A reload holds the catalog while it loads: wait for it no longer
     // than the scrape would.
     let wait = scrape.unwrap_or(RELOAD_WAIT);
-    let Ok(registry) = tokio::time::timeout(wait, state.control.registry().lock()).await else {
+    let Ok(catalog) = tokio::time::timeout(wait, state.control.catalog().lock()).await else {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the config is being reloaded; try again (the modules are not known until it is)",
         );
     };
-    let modules = registry.modules.clone();
-    drop(registry);
+    let modules = catalog.modules.clone();
+    drop(catalog);
     let Some(module) = modules.get(&module_name).filter(|m| who.sees(&m.tenant)) else {
         return error(StatusCode::BAD_REQUEST, format!("no module named {module_name:?}"));
     };

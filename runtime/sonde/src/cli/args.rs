@@ -82,7 +82,7 @@ impl SandboxArgs {
                     f.display()
                 )));
             }
-            if let Some((mount, fstype)) = sonde_core::registry::mounts::pseudo_within(f) {
+            if let Some((mount, fstype)) = sonde_core::catalog::mounts::pseudo_within(f) {
                 return Err(CliError(format!(
                     "--allow-file {}: {} a {fstype} filesystem, which would expose sonde's own process; grant a directory of ordinary files",
                     f.display(),

@@ -1,4 +1,4 @@
-//! The effective config: what a loaded [`Registry`] puts in force, every
+//! The effective config: what a loaded [`Catalog`] puts in force, every
 //! key with its value after defaults and normalisation, as `sonde validate
 //! -o json` prints it.
 //!
@@ -10,7 +10,7 @@
 //! whether one is set.
 
 use serde_json::{Value, json};
-use sonde_core::registry::Registry;
+use sonde_core::catalog::Catalog;
 use std::time::Duration;
 
 fn dur(d: Duration) -> Value {
@@ -28,9 +28,10 @@ fn strings(pairs: &[(String, String)]) -> Value {
 }
 
 /// The effective config of `reg`.
-pub fn effective(reg: &Registry) -> Value {
-    let a = &reg.api_limits;
+pub fn effective(reg: &Catalog) -> Value {
+    let a = &reg.agent.api_limits;
     let sandbox: serde_json::Map<String, Value> = reg
+        .agent
         .host_limits
         .entries()
         .iter()
@@ -40,7 +41,7 @@ pub fn effective(reg: &Registry) -> Value {
     let targets: Vec<Value> = reg.targets().map(|t| target(reg, t)).collect();
     json!({
         "api": {
-            "listen": reg.api.map(|a| a.to_string()),
+            "listen": reg.agent.api.map(|a| a.to_string()),
             "header_read_timeout": dur(a.header_read_timeout),
             "body_read_timeout": dur(a.body_read_timeout),
             "max_connections": a.max_connections,
@@ -48,12 +49,12 @@ pub fn effective(reg: &Registry) -> Value {
             "max_watch_streams": a.max_watch_streams,
             "max_probe_runs": a.max_probe_runs,
             "max_probe_queue": a.max_probe_queue,
-            "auth": reg.api_auth.unwrap_or_default(),
+            "auth": reg.agent.api_auth.unwrap_or_default(),
         },
-        "state_dir": reg.state_dir,
-        "health_timeout": dur(reg.health_timeout.unwrap_or(crate::api::DEFAULT_HEALTH_TIMEOUT)),
+        "state_dir": reg.agent.state_dir,
+        "health_timeout": dur(reg.agent.health_timeout.unwrap_or(crate::api::DEFAULT_HEALTH_TIMEOUT)),
         "trust": reg.trusted_keys(),
-        "require_signed": reg.require_signed,
+        "require_signed": reg.agent.require_signed,
         "oci": reg.oci_settings().map(oci),
         "operator_token": reg
             .tenants
@@ -62,7 +63,7 @@ pub fn effective(reg: &Registry) -> Value {
         "sandbox": sandbox,
         "tenants": tenants,
         "targets": targets,
-        "kubernetes": reg.kubernetes.as_ref().map(|k| kubernetes(k, &reg.namespace_templates)),
+        "kubernetes": reg.agent.kubernetes.as_ref().map(|k| kubernetes(k, &reg.namespace_templates)),
         "modules": reg.modules.names().map(|name| {
             let m = reg.modules.get(name).expect("a listed module");
             (name.to_string(), json!({
@@ -101,7 +102,7 @@ fn tenant(t: &sonde_core::tenants::Tenant) -> Value {
 }
 
 /// A target's entry, with its probes.
-fn target(reg: &Registry, t: &sonde_core::registry::TargetSpec) -> Value {
+fn target(reg: &Catalog, t: &sonde_core::catalog::TargetSpec) -> Value {
     let probes: Vec<Value> = reg.probes_of(&t.name).map(probe).collect();
     json!({
         "name": &*t.name,
@@ -117,7 +118,7 @@ fn target(reg: &Registry, t: &sonde_core::registry::TargetSpec) -> Value {
 }
 
 /// A probe's entry.
-fn probe(p: &std::sync::Arc<sonde_core::registry::ProbeSpec>) -> Value {
+fn probe(p: &std::sync::Arc<sonde_core::catalog::ProbeSpec>) -> Value {
     json!({
         "name": &*p.name,
         "kind": p.kind.as_str(),
@@ -142,7 +143,7 @@ fn probe(p: &std::sync::Arc<sonde_core::registry::ProbeSpec>) -> Value {
 }
 
 /// The `kubernetes:` block, defaults filled in.
-fn kubernetes(k: &sonde_core::config::KubernetesSpec, t: &sonde_core::registry::settings::NamespaceTemplates) -> Value {
+fn kubernetes(k: &sonde_core::config::KubernetesSpec, t: &sonde_core::catalog::settings::NamespaceTemplates) -> Value {
     use sonde_kubernetes::{DEFAULT_BURST, DEFAULT_MESSAGE_REFRESH, DEFAULT_PLUGINS, DEFAULT_QPS};
     let templates: serde_json::Map<String, Value> = t
         .templates

@@ -106,7 +106,7 @@ pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliE
 
 pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result<i32, CliError> {
     let engine = Engine::new(config)?;
-    let reg = match sonde_core::registry::Registry::load_file(&engine, &args.config).await {
+    let reg = match sonde_core::catalog::Catalog::load_file(&engine, &args.config).await {
         Ok(reg) => reg,
         Err(e) => {
             eprintln!("{e}");

@@ -38,7 +38,7 @@ async fn state_follows_a_flipping_server_with_thresholds() {
     )
     .unwrap();
     let agent = Agent::start(engine(), options(&config)).await.unwrap();
-    let mut changes = agent.results.subscribe();
+    let mut changes = agent.results().subscribe();
     let next_change = async |changes: &mut tokio::sync::broadcast::Receiver<_>| {
         tokio::time::timeout(Duration::from_secs(10), changes.recv())
             .await
@@ -47,7 +47,7 @@ async fn state_follows_a_flipping_server_with_thresholds() {
     };
     let c: sonde_core::results::StateChange = next_change(&mut changes).await;
     assert_eq!((c.from, c.to), (Status::Failure, Status::Success));
-    let history = agent.results.get("web-ready").unwrap().history.unwrap();
+    let history = agent.results().get("web-ready").unwrap().history.unwrap();
     let statuses: Vec<Status> = history.iter().map(|h| h.status).collect();
     assert_eq!(statuses, [Status::Success, Status::Success], "two passes, not one");
 
@@ -55,7 +55,7 @@ async fn state_follows_a_flipping_server_with_thresholds() {
     let c = next_change(&mut changes).await;
     assert_eq!((c.from, c.to), (Status::Success, Status::Failure));
     assert!(c.message.contains("500"), "{}", c.message);
-    let p = agent.results.get("web-ready").unwrap();
+    let p = agent.results().get("web-ready").unwrap();
     assert_eq!(p.consecutive, 3);
     let statuses: Vec<Status> = p.history.unwrap().iter().rev().take(4).map(|h| h.status).collect();
     assert_eq!(
@@ -68,7 +68,7 @@ async fn state_follows_a_flipping_server_with_thresholds() {
     let c = next_change(&mut changes).await;
     assert_eq!((c.from, c.to), (Status::Failure, Status::Success));
     let statuses: Vec<Status> = agent
-        .results
+        .results()
         .get("web-ready")
         .unwrap()
         .history
@@ -96,13 +96,13 @@ async fn an_invalid_reload_keeps_the_old_config_running() {
     std::fs::write(&config, good.replace("period: 100ms", "period: 100ms, colour: red")).unwrap();
     let e = agent.reload().await.unwrap_err().to_string();
     assert!(e.contains("sonde.yaml:5:") && e.contains("colour"), "{e}");
-    let status = agent.status.lock().unwrap().clone();
+    let status = agent.status();
     assert_eq!(status.reload_error.as_deref(), Some(e.as_str()));
-    assert_eq!(agent.results.list().len(), 1, "the old probe is still there");
+    assert_eq!(agent.results().list().len(), 1, "the old probe is still there");
     std::fs::write(&config, good.replace("/ok", "/health")).unwrap();
     let summary = agent.reload().await.unwrap();
     assert_eq!(summary.changed, ["up"]);
-    assert!(agent.status.lock().unwrap().reload_error.is_none());
+    assert!(agent.status().reload_error.is_none());
     agent.stop().await;
 }
 

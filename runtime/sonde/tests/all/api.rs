@@ -31,7 +31,7 @@ async fn start(yaml: &str) -> (Agent, SocketAddr, tempfile::TempDir) {
     let config = dir.path().join("sonde.yaml");
     std::fs::write(&config, yaml).unwrap();
     let agent = Agent::start(engine(), options(&config)).await.unwrap();
-    let api = agent.api.unwrap();
+    let api = agent.api().unwrap();
     (agent, api, dir)
 }
 
@@ -191,7 +191,7 @@ async fn watch_sees_each_change_once_in_order_and_a_reconnect_misses_none() {
     let server = HttpServer::start().await;
     let (agent, api, _dir) = start(&web(server.addr, "")).await;
     wait_status(api, "/v1/ready/edge", 200).await;
-    let mut reference = agent.results.subscribe();
+    let mut reference = agent.results().subscribe();
     let mut watch = Watch::open(api, "/v1/watch?probe=web-ready", None).await;
 
     let mut seen = Vec::new();
@@ -385,7 +385,7 @@ async fn livez_fails_while_the_scheduler_is_stalled_and_recovers() {
         body["last_updated"].is_string() && body["current_time"].is_string(),
         "{body}"
     );
-    agent.scheduler.stall(Duration::from_secs(4));
+    agent.scheduler().stall(Duration::from_secs(4));
     let body = wait_status(api, "/livez", 503).await;
     // 503 once overdue passes the 1 s health_timeout; the body shows whole
     // milliseconds, so 1000.4 ms reads as 1000.
@@ -570,7 +570,7 @@ async fn the_default_config_probes_the_api_where_it_is_moved() {
     options.config = None;
     options.api = Some(api);
     let agent = Agent::start(engine(), options).await.unwrap();
-    assert_eq!(agent.api, Some(api));
+    assert_eq!(agent.api(), Some(api));
     let body = wait_status(api, "/v1/ready/sonde", 200).await;
     assert_eq!(body["probes"], 1, "{body}");
     assert_eq!(get(api, "/v1/live/sonde").await.0, 200);

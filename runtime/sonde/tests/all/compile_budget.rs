@@ -85,7 +85,7 @@ async fn start(dir: &Path, budget: CompileBudget) -> (Agent, SocketAddr) {
         api_auth: ApiAuth::Auto,
     };
     let agent = Agent::start(engine, options).await.unwrap();
-    let api = agent.api.unwrap();
+    let api = agent.api().unwrap();
     (agent, api)
 }
 

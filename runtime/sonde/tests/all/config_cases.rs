@@ -12,7 +12,7 @@
 
 use crate::support::engine;
 use sonde::cli::effective::effective;
-use sonde_core::registry::{ConfigProblem, Registry};
+use sonde_core::catalog::{Catalog, ConfigProblem};
 use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -161,7 +161,7 @@ fn yamls(dir: &Path) -> Vec<PathBuf> {
 
 /// What a loaded registry puts in force: its effective config, as
 /// `sonde validate -o json` prints it, then one line a warning.
-fn describe(reg: &Registry) -> String {
+fn describe(reg: &Catalog) -> String {
     let mut out = serde_json::to_string_pretty(&effective(reg)).unwrap();
     out.push('\n');
     for w in &reg.warnings {
@@ -173,7 +173,7 @@ fn describe(reg: &Registry) -> String {
 /// `text` without the scratch directory and with the user's cache (the
 /// default `oci.cache_dir` without a `state_dir`) as `<user cache>`.
 fn normalise(text: &str, scratch: &Path) -> String {
-    let user_cache = sonde_core::registry::settings::oci_cache_dir(None);
+    let user_cache = sonde_core::catalog::settings::oci_cache_dir(None);
     text.replace(&format!("{}/", scratch.display()), "")
         .replace(&user_cache.display().to_string(), "<user cache>/oci")
 }
@@ -201,7 +201,7 @@ async fn config_cases() {
         if let Some(rules) = text.lines().find_map(|l| l.strip_prefix("# rules:")) {
             named.extend(rules.split(',').map(|r| r.trim().to_string()).filter(|r| !r.is_empty()));
         }
-        let actual = match Registry::load_file(&engine(), &case).await {
+        let actual = match Catalog::load_file(&engine(), &case).await {
             Ok(reg) => describe(&reg),
             Err(e) => format!("refused:\n{e}\n"),
         };
@@ -214,7 +214,7 @@ async fn config_cases() {
             .find_map(|l| l.strip_prefix("# rules:"))
             .unwrap_or_else(|| panic!("{}: no `# rules:` line", case.display()));
         named.extend(rules.split(',').map(|r| r.trim().to_string()).filter(|r| !r.is_empty()));
-        let actual = match Registry::load_file(&engine(), &case).await {
+        let actual = match Catalog::load_file(&engine(), &case).await {
             Ok(_) => "loaded, but should have been refused\n".to_string(),
             Err(e) => format!("{e}\n"),
         };

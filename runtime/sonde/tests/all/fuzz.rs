@@ -256,7 +256,7 @@ async fn config_files_never_crash_the_parser_or_the_load() {
             Ok(_) => {
                 parsed += 1;
                 let engine = engine();
-                let load = sonde_core::registry::Registry::load_text(&engine, &path, &text);
+                let load = sonde_core::catalog::Catalog::load_text(&engine, &path, &text);
                 // A load waits on nothing outside: bounded loosely.
                 match tokio::time::timeout(std::time::Duration::from_secs(60), load)
                     .await

@@ -757,8 +757,8 @@ pub(crate) async fn start_gates(
     let agent = Agent::start(engine(), options).await.unwrap();
     let handle = kubernetes::spawn(
         client,
-        agent.control.clone(),
-        agent.results.clone(),
+        agent.control().clone(),
+        agent.results().clone(),
         settings,
         Default::default(),
     );
@@ -767,11 +767,11 @@ pub(crate) async fn start_gates(
 
 /// Waits until probe `name` has run `n` more times than `after`.
 pub(crate) async fn runs(agent: &Agent, name: &str, n: usize) {
-    let start = agent.results.get(name).and_then(|v| v.history).map_or(0, |h| h.len());
-    let mut follow = agent.results.run_log().follow();
+    let start = agent.results().get(name).and_then(|v| v.history).map_or(0, |h| h.len());
+    let mut follow = agent.results().run_log().follow();
     tokio::time::timeout(PATIENCE, async {
         loop {
-            let now = agent.results.get(name).and_then(|v| v.history).map_or(0, |h| h.len());
+            let now = agent.results().get(name).and_then(|v| v.history).map_or(0, |h| h.len());
             if now >= (start + n).min(sonde_core::results::DEFAULT_HISTORY) {
                 return;
             }
@@ -810,13 +810,13 @@ async fn a_gate_follows_its_pod_added_retargeted_and_removed() {
     let (agent, gates) = agent(client, dir.path()).await;
     gates.synced().await;
     let name = "k8s_shop_web-1_ready";
-    let view = agent.results.get(name).expect("one probe for the (Pod, gate)");
+    let view = agent.results().get(name).expect("one probe for the (Pod, gate)");
     assert_eq!(view.target, name);
     assert_eq!(view.tenant, "shop");
     let labels: Vec<(&str, &str)> = view.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     assert_eq!(labels, [("check", "ready"), ("namespace", "shop"), ("pod", "web-1")]);
     assert!(
-        agent.results.get("k8s_shop_web-2_ready").is_none(),
+        agent.results().get("k8s_shop_web-2_ready").is_none(),
         "another node's Pod"
     );
 
@@ -852,7 +852,7 @@ async fn a_gate_follows_its_pod_added_retargeted_and_removed() {
         (Some("False"), Some("CheckFailed"))
     );
     assert!(c["message"].as_str().unwrap().contains("500"), "{c}");
-    let view = agent.results.get(name).unwrap();
+    let view = agent.results().get(name).unwrap();
     assert!(
         view.history.unwrap().len() >= 2,
         "two failures in a row before the write (failureThreshold 2)"
@@ -860,9 +860,9 @@ async fn a_gate_follows_its_pod_added_retargeted_and_removed() {
 
     // Removed with its Pod.
     api.delete_pod("shop", "web-1", false);
-    let mut follow = agent.results.run_log().follow();
+    let mut follow = agent.results().run_log().follow();
     tokio::time::timeout(PATIENCE, async {
-        while agent.results.get(name).is_some() {
+        while agent.results().get(name).is_some() {
             let _ = tokio::time::timeout(Duration::from_millis(200), follow.changed()).await;
         }
     })
@@ -908,13 +908,13 @@ async fn the_patch_comes_only_after_failure_threshold_failures() {
     let name = "k8s_shop_web-1_ready";
     // Two failures: below the threshold, the Pod keeps True.
     runs(&agent, name, 2).await;
-    let v = agent.results.get(name).unwrap();
+    let v = agent.results().get(name).unwrap();
     if v.consecutive < 3 {
         assert_eq!(api.patches().len(), 0, "no write before the third failure");
     }
     api.wait("the False condition", |r| r.iter().any(|r| r.method == "PATCH"))
         .await;
-    assert!(agent.results.get(name).unwrap().consecutive >= 3);
+    assert!(agent.results().get(name).unwrap().consecutive >= 3);
     assert_eq!(api.patches().len(), 1);
     let stored = api.pod("shop", "web-1");
     assert_eq!(cond(&stored, "sonde.dev/ready").unwrap()["status"], "False");
@@ -1124,7 +1124,10 @@ async fn a_check_outside_its_namespace_ceiling_is_refused_with_an_event() {
     let dir = tempfile::tempdir().unwrap();
     let (agent, gates) = agent(client, dir.path()).await;
     gates.synced().await;
-    assert!(agent.results.get("k8s_poor_web-1_ready").is_none(), "refused, not run");
+    assert!(
+        agent.results().get("k8s_poor_web-1_ready").is_none(),
+        "refused, not run"
+    );
     api.wait("two refusal events", |r| {
         r.iter()
             .filter(|r| r.method == "POST" && r.body["reason"] == "Refused")
@@ -1189,7 +1192,7 @@ async fn a_410_gone_watch_relists_and_drops_pods_deleted_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
     let (agent, gates) = agent(client, dir.path()).await;
     gates.synced().await;
-    assert!(agent.results.get("k8s_shop_web-2_ready").is_some());
+    assert!(agent.results().get("k8s_shop_web-2_ready").is_some());
     let lists = |r: &[Recorded]| {
         r.iter()
             .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch="))
@@ -1204,15 +1207,15 @@ async fn a_410_gone_watch_relists_and_drops_pods_deleted_meanwhile() {
         w.pod_watches.clear(); // ends the open watch
     }
     api.wait("a re-list", |r| lists(r) >= 2).await;
-    let mut follow = agent.results.run_log().follow();
+    let mut follow = agent.results().run_log().follow();
     tokio::time::timeout(PATIENCE, async {
-        while agent.results.get("k8s_shop_web-2_ready").is_some() {
+        while agent.results().get("k8s_shop_web-2_ready").is_some() {
             let _ = tokio::time::timeout(Duration::from_millis(200), follow.changed()).await;
         }
     })
     .await
     .expect("the deleted Pod's probe goes after the re-list");
-    assert!(agent.results.get("k8s_shop_web-1_ready").is_some());
+    assert!(agent.results().get("k8s_shop_web-1_ready").is_some());
     assert_eq!(api.patches().len(), 0);
     drop(gates);
     agent.stop().await;
@@ -1369,10 +1372,10 @@ async fn an_oci_check_covered_by_the_allowlist_drives_its_gate_and_another_is_re
         })
     })
     .await;
-    let view = agent.results.get("k8s_shop_web-1_ready").unwrap();
+    let view = agent.results().get("k8s_shop_web-1_ready").unwrap();
     assert_eq!(view.plugin, pinned[0], "runs the pinned digest");
     assert_eq!(view.tenant, "shop");
-    let pulled = agent.executor.tenant_stats("shop").unwrap().pull_bytes;
+    let pulled = agent.executor().tenant_stats("shop").unwrap().pull_bytes;
     assert!(
         (tcp.len() as u64..2 * tcp.len() as u64).contains(&pulled),
         "one pull, the namespace's tenant's: {pulled} bytes for a {} byte component",
@@ -1393,7 +1396,10 @@ async fn an_oci_check_covered_by_the_allowlist_drives_its_gate_and_another_is_re
         "{}",
         refusal.body
     );
-    assert!(agent.results.get("k8s_shop_web-2_stray").is_none(), "refused, not run");
+    assert!(
+        agent.results().get("k8s_shop_web-2_stray").is_none(),
+        "refused, not run"
+    );
     drop(gates);
     agent.stop().await;
     accepting.abort();
@@ -1510,7 +1516,7 @@ async fn a_silent_registry_in_one_namespace_holds_up_no_other() {
     assert_eq!(pulling.len(), 1, "one Event for the pull: {pulling:#?}");
     assert_eq!(pulling[0].body["regarding"]["name"], "pulled");
     assert!(
-        agent.results.get("k8s_shop_a-1_pulled").is_none(),
+        agent.results().get("k8s_shop_a-1_pulled").is_none(),
         "A's probe waits, not run"
     );
     drop(gates);
@@ -1756,7 +1762,7 @@ mod through_a_service {
     }
 
     fn metric(agent: &Agent, probe: &str, name: &str) -> Option<f64> {
-        let last = agent.results.get(probe)?.last?;
+        let last = agent.results().get(probe)?.last?;
         last.result.metrics.iter().find(|m| m.name == name).map(|m| m.value)
     }
 
@@ -1783,7 +1789,7 @@ mod through_a_service {
         // Three attempts per ready endpoint (3; the not-ready one is not
         // counted), each a fresh connection the balancer routes elsewhere.
         assert_eq!(metric(&agent, probe, "backend_attempts"), Some(9.0));
-        let last = agent.results.get(probe).unwrap().last.unwrap().result;
+        let last = agent.results().get(probe).unwrap().last.unwrap().result;
         assert!(
             last.message
                 .contains("not routed to this backend (Pod-IPv4: 127.0.0.11) in 9 attempts")
@@ -1798,7 +1804,7 @@ mod through_a_service {
             gate_of(&api, "proxy-0")
         );
         // kube-proxy now routes to the new Pod too: the next run passes.
-        let seq = *agent.results.run_log().follow().borrow();
+        let seq = *agent.results().run_log().follow().borrow();
         balancer.route_to(&[me.addr, other1.addr, other2.addr]);
         api.wait("the gate True", |r| {
             r.iter()
@@ -1806,7 +1812,7 @@ mod through_a_service {
         })
         .await;
         let since: Vec<Status> = agent
-            .results
+            .results()
             .run_log()
             .after(seq)
             .unwrap()
@@ -1829,7 +1835,7 @@ mod through_a_service {
         );
         // StartupOnly: set once and left. The probe is gone; the Service
         // dropping the Pod again writes nothing.
-        api.wait("the probe removed", |_| agent.results.get(probe).is_none())
+        api.wait("the probe removed", |_| agent.results().get(probe).is_none())
             .await;
         let patches = api.patches().len();
         balancer.route_to(&[other1.addr]);
@@ -1845,7 +1851,7 @@ mod through_a_service {
         // events, and wrote nothing for the first.
         api.put(proxy("proxy-1", "uid-p1", "127.0.0.14"), false);
         runs(&agent, "k8s_shop_proxy-1_routed", 1).await;
-        assert!(agent.results.get(probe).is_none(), "never checked again");
+        assert!(agent.results().get(probe).is_none(), "never checked again");
         assert_eq!(
             api.patches()
                 .iter()
@@ -1976,7 +1982,7 @@ mod through_a_service {
             assert_eq!(event.body["type"], "Warning");
             let note = event.body["note"].as_str().unwrap();
             assert!(note.contains(says), "{gate}: {note}");
-            assert!(agent.results.get(&format!("k8s_shop_proxy-0_{gate}")).is_none());
+            assert!(agent.results().get(&format!("k8s_shop_proxy-0_{gate}")).is_none());
         }
         let ceiling = api
             .events()
@@ -1998,13 +2004,13 @@ mod through_a_service {
         // The Service appears: the missing check's gate gets its probe.
         api.put(service("shop", "nowhere", "127.0.0.1", 80), false);
         api.wait("the probe through the new Service", |_| {
-            agent.results.get("k8s_shop_proxy-0_missing").is_some()
+            agent.results().get("k8s_shop_proxy-0_missing").is_some()
         })
         .await;
         // And goes with it.
         api.delete_other(&service("shop", "nowhere", "127.0.0.1", 80));
         api.wait("the probe gone with the Service", |_| {
-            agent.results.get("k8s_shop_proxy-0_missing").is_none()
+            agent.results().get("k8s_shop_proxy-0_missing").is_none()
         })
         .await;
         drop(gates);

@@ -96,7 +96,7 @@ async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 fn outcomes(agent: &Agent) -> Vec<(String, String, String)> {
-    let status = agent.status.lock().unwrap().clone();
+    let status = agent.status();
     let v = serde_json::to_value(&status).unwrap();
     v["namespace_tenants"]
         .as_array()
@@ -186,13 +186,13 @@ async fn a_labelled_namespace_runs_its_gates_under_the_template_until_unlabelled
 
     // Inside the template: the gate turns True under tenant team-a.
     let name = "k8s_team-a_web_ready";
-    assert_eq!(agent.results.get(name).expect("its probe").tenant, "team-a");
+    assert_eq!(agent.results().get(name).expect("its probe").tenant, "team-a");
     wait_until("team-a's gate True", || {
         last_written(&api, "team-a", "web", "ready").is_some_and(|c| c["status"] == "True")
     })
     .await;
     let tenant = agent
-        .control
+        .control()
         .tenants()
         .get("team-a")
         .cloned()
@@ -208,7 +208,7 @@ async fn a_labelled_namespace_runs_its_gates_under_the_template_until_unlabelled
     );
     assert!(tenant.token.is_none(), "a templated tenant has no API token");
     assert_eq!(
-        agent.executor.tenant_stats("team-a").map(|s| s.limit),
+        agent.executor().tenant_stats("team-a").map(|s| s.limit),
         Some(2),
         "its runs are held to the template's max_concurrent_runs"
     );
@@ -241,8 +241,8 @@ async fn a_labelled_namespace_runs_its_gates_under_the_template_until_unlabelled
         !x.contains("payments") && !x.contains("team-a"),
         "other tenants' names are not team-x's business: {x}"
     );
-    assert!(agent.results.get("k8s_team-x_x_ready").is_none());
-    assert!(agent.control.tenants().get("team-x").is_none());
+    assert!(agent.results().get("k8s_team-x_x_ready").is_none());
+    assert!(agent.control().tenants().get("team-x").is_none());
 
     // The gates waited for the Namespaces: team-a's was never refused nor
     // Unknown on the way to True (a restart does not flap it).
@@ -263,9 +263,12 @@ async fn a_labelled_namespace_runs_its_gates_under_the_template_until_unlabelled
 
     // A reload of the file keeps the templated tenants and the gate's probe.
     agent.reload().await.unwrap();
-    assert!(agent.control.tenants().get("team-a").is_some(), "kept across a reload");
+    assert!(
+        agent.control().tenants().get("team-a").is_some(),
+        "kept across a reload"
+    );
     wait_until("the gate's probe back after the reload", || {
-        agent.results.get(name).is_some()
+        agent.results().get(name).is_some()
     })
     .await;
 
@@ -275,8 +278,8 @@ async fn a_labelled_namespace_runs_its_gates_under_the_template_until_unlabelled
         last_written(&api, "team-a", "web", "ready").is_some_and(|c| c["status"] == "Unknown")
     })
     .await;
-    assert!(agent.control.tenants().get("team-a").is_none());
-    assert!(agent.results.get(name).is_none(), "its probe went with its tenant");
+    assert!(agent.control().tenants().get("team-a").is_none());
+    assert!(agent.results().get(name).is_none(), "its probe went with its tenant");
     let gone = refusals(&api, "team-a", "ready");
     assert!(
         gone.iter().any(|m| m.contains("no tenant \"team-a\"")),
@@ -313,13 +316,13 @@ async fn a_burst_of_labels_costs_a_few_loads() {
     let dir = tempfile::tempdir().unwrap();
     let (agent, gates) = agent(client, dir.path(), &config).await;
     gates.synced().await;
-    let reloads = agent.control.reloads();
+    let reloads = agent.control().reloads();
     let before = *reloads.borrow();
     for i in 0..40 {
         api.put_namespace(namespace(&format!("burst-{i:02}"), Some("standard")));
     }
     wait_until("forty templated tenants", || {
-        (0..40).all(|i| agent.control.tenants().get(&format!("burst-{i:02}")).is_some())
+        (0..40).all(|i| agent.control().tenants().get(&format!("burst-{i:02}")).is_some())
     })
     .await;
     let loads = *reloads.borrow() - before;
@@ -407,7 +410,7 @@ async fn labelling_a_refused_namespace_brings_its_gate_true() {
         last_written(&api, "late", "web", "ready").is_some_and(|c| c["status"] == "True")
     })
     .await;
-    assert_eq!(agent.results.get("k8s_late_web_ready").unwrap().tenant, "late");
+    assert_eq!(agent.results().get("k8s_late_web_ready").unwrap().tenant, "late");
     drop(gates);
     agent.stop().await;
 }

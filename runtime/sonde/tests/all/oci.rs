@@ -789,7 +789,7 @@ async fn an_agent_runs_oci_plugins_and_restarts_from_its_cache_with_the_registry
     );
     // The pulls counted against the tenant that named the plugins: at
     // least the component's bytes.
-    let pulled = agent.executor.tenant_stats("default").unwrap().pull_bytes;
+    let pulled = agent.executor().tenant_stats("default").unwrap().pull_bytes;
     assert!(pulled >= tcp_component().len() as u64, "{pulled} bytes charged");
     assert!(
         metrics.contains("sonde_tenant_oci_pull_bytes_total{tenant=\"default\"}"),
@@ -810,7 +810,7 @@ async fn an_agent_runs_oci_plugins_and_restarts_from_its_cache_with_the_registry
     let (agent, api) = support::start_agent(&config).await;
     let probes = wait_all_succeed(api, &["pinned", "tagged"]).await;
     // From the cache: nothing came from a registry.
-    assert_eq!(agent.executor.tenant_stats("default").unwrap().pull_bytes, 0);
+    assert_eq!(agent.executor().tenant_stats("default").unwrap().pull_bytes, 0);
     assert!(
         !probes.as_array().unwrap().iter().any(|p| p["name"] == "never"),
         "{probes:#}"

@@ -715,7 +715,7 @@ async fn a_probe_waits_for_its_pull_visibly_and_runs_when_it_lands() {
     let metrics = get("/metrics").await;
     assert!(!metrics.contains("sonde_probe_waiting_for_plugin{"), "{metrics}");
     assert!(metrics.contains("sonde_oci_pulls_in_flight 0"), "{metrics}");
-    let charged = agent.executor.tenant_stats("default").unwrap().pull_bytes;
+    let charged = agent.executor().tenant_stats("default").unwrap().pull_bytes;
     assert!(
         charged >= sonde_builtins::get("tcp").unwrap().len() as u64,
         "the pull is charged to the tenant once it is taken up: {charged}"

@@ -711,7 +711,7 @@ async fn the_docs_modules_load_as_shipped() {
     std::fs::write(&path, &text).unwrap();
     let out = sonde(&["validate", path.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let reg = sonde_core::registry::Registry::load_file(&crate::support::engine(), &path)
+    let reg = sonde_core::catalog::Catalog::load_file(&crate::support::engine(), &path)
         .await
         .unwrap();
     let names: Vec<&str> = reg.modules.names().collect();

@@ -10,7 +10,7 @@
 //! prober, so each test says exactly what every run returns.
 
 use crate::support::engine;
-use sonde_core::registry::{ProbeSpec, Registry, TargetSpec};
+use sonde_core::catalog::{Catalog, ProbeSpec, TargetSpec};
 use sonde_core::results::ResultCache;
 use sonde_core::scheduler::{self, ActionOutcome, Options, Runner, SchedulerHandle, TriggerError};
 use sonde_sandbox::verdict::{Reason, RunResult, Status};
@@ -136,8 +136,8 @@ impl Runner for Script {
     }
 }
 
-async fn registry(yaml: &str) -> Registry {
-    Registry::load_text(&engine(), Path::new("test.yaml"), yaml)
+async fn registry(yaml: &str) -> Catalog {
+    Catalog::load_text(&engine(), Path::new("test.yaml"), yaml)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
 }

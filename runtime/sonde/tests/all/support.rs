@@ -216,7 +216,7 @@ pub async fn start_agent_on(engine: Engine, config: &std::path::Path) -> (sonde:
         api_auth: sonde::api::ApiAuth::Auto,
     };
     let agent = sonde::agent::Agent::start(engine, options).await.unwrap();
-    let api = agent.api.unwrap();
+    let api = agent.api().unwrap();
     (agent, api)
 }
 

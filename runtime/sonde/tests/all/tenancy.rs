@@ -5,15 +5,15 @@
 
 use crate::support::engine;
 use sonde::api::auth::{Principal, authenticate};
-use sonde_core::registry::Registry;
+use sonde_core::catalog::Catalog;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-async fn load(dir: &Path, yaml: &str) -> Result<Registry, String> {
+async fn load(dir: &Path, yaml: &str) -> Result<Catalog, String> {
     let path = dir.join("sonde.yaml");
     std::fs::write(&path, yaml).unwrap();
-    Registry::load_file(&engine(), &path).await.map_err(|e| e.to_string())
+    Catalog::load_file(&engine(), &path).await.map_err(|e| e.to_string())
 }
 
 fn token_file(dir: &Path, name: &str, token: &str, mode: u32) {

@@ -198,7 +198,7 @@ async fn tenants_add_plugins_and_probes_that_survive_a_restart_and_bad_uploads_s
 
     // Bad plugins: each refused with the reason, nothing stored.
     let not_a_plugin = std::fs::read(guests::NOT_A_PLUGIN).unwrap();
-    let too_big = vec![0u8; sonde_core::managed::MAX_PLUGIN_BYTES + 1];
+    let too_big = vec![0u8; sonde_core::uploads::MAX_PLUGIN_BYTES + 1];
     let backdoor = std::fs::read(guests::IMPORT_BACKDOOR).unwrap();
     let bad_describe = std::fs::read(guests::PANIC_IN_DESCRIBE).unwrap();
     let cases: [(&str, &[u8], u16, &str); 8] = [
@@ -240,7 +240,7 @@ async fn tenants_add_plugins_and_probes_that_survive_a_restart_and_bad_uploads_s
     let elsewhere = "address: 192.0.2.1:80\nplugin: tcp\n".to_string();
     let huge = format!(
         "address: 127.0.0.1:1\nplugin: tcp\n# {}\n",
-        "x".repeat(sonde_core::managed::MAX_PROBE_BYTES)
+        "x".repeat(sonde_core::uploads::MAX_PROBE_BYTES)
     );
     let cases: [(&str, String, u16, &str); 7] = [
         ("huge", huge, 413, "limit"),

@@ -102,7 +102,7 @@ pub(super) async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Resu
 
     let target: Arc<str> = "bench".into();
     let probes = bench_probes(&args, &target, &plugin, &plugin_config, &grants);
-    let registry = Registry::from_specs(
+    let catalog = Catalog::from_specs(
         Arc::default(),
         vec![Arc::new(TargetSpec {
             name: target,
@@ -117,7 +117,7 @@ pub(super) async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Resu
     let handle = scheduler::spawn(
         runner,
         results,
-        registry,
+        catalog,
         scheduler::Options {
             jitter: true,
             observer: watch.clone(),
@@ -166,7 +166,7 @@ pub(super) async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Resu
 
 /// Refuses a period the scheduler would not run and a bench of no probes.
 pub(super) fn check_scheduler_args(args: &BenchArgs) -> Result<(), CliError> {
-    if args.period < sonde_core::registry::MIN_PERIOD {
+    if args.period < sonde_core::catalog::MIN_PERIOD {
         return Err(CliError(
             "--period must be at least 100ms (the scheduler's shortest period); give --period 100ms or more".into(),
         ));
@@ -177,7 +177,7 @@ pub(super) fn check_scheduler_args(args: &BenchArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Each probe as the registry would resolve it from a config file, with
+/// Each probe as the catalog would resolve it from a config file, with
 /// strings and grants of its own; the config parser is not measured.
 pub(super) fn bench_probes(
     args: &BenchArgs,
@@ -199,7 +199,7 @@ pub(super) fn bench_probes(
                 period: args.period,
                 initial_delay: Duration::ZERO,
                 success_threshold: 1,
-                failure_threshold: sonde_core::registry::DEFAULT_FAILURE_THRESHOLD,
+                failure_threshold: sonde_core::catalog::DEFAULT_FAILURE_THRESHOLD,
                 limits: args.sandbox.limits(),
                 grants: Arc::new(grants.clone()),
                 groups: Arc::from(Vec::<String>::new()),

@@ -34,7 +34,7 @@ impl Change {
     }
 }
 
-/// A [`Change`] checked against a registry, ready to [`Registry::commit`].
+/// A [`Change`] checked against a registry, ready to [`Catalog::commit`].
 #[derive(Debug)]
 #[must_use = "a prepared change does nothing until it is committed"]
 pub struct Prepared {
@@ -156,14 +156,14 @@ pub struct Delta {
     pub removed_probes: Vec<Arc<str>>,
 }
 
-impl From<&Registry> for Delta {
-    fn from(r: &Registry) -> Self {
+impl From<&Catalog> for Delta {
+    fn from(r: &Catalog) -> Self {
         r.delta()
     }
 }
 
-impl From<Registry> for Delta {
-    fn from(r: Registry) -> Self {
+impl From<Catalog> for Delta {
+    fn from(r: Catalog) -> Self {
         r.delta()
     }
 }

@@ -5,7 +5,7 @@
 //! whatever the registry holds.
 
 use super::problem::{ConfigProblem, Located};
-use super::{Change, Prepared, ProbeSpec, PullCost, Registry, ResolveError, TargetEntry, TargetSpec, probe, resolve};
+use super::{Catalog, Change, Prepared, ProbeSpec, PullCost, ResolveError, TargetEntry, TargetSpec, probe, resolve};
 use crate::config::{self, ConfigError, Kind, Place};
 use crate::tenants::{Quotas, Tenant, TenantId};
 use sonde_sandbox::engine::{CapabilityKind, Engine, Plugin, PluginInfo};
@@ -18,7 +18,7 @@ use std::sync::Arc;
 /// and probes counted, on top of the registry less what the change
 /// removes.
 pub(super) struct RegistryOverlay<'r> {
-    reg: &'r Registry,
+    reg: &'r Catalog,
     removed_targets: HashSet<Arc<str>>,
     removed_probes: HashSet<Arc<str>>,
     /// Probes the removals take from each tenant.
@@ -29,7 +29,7 @@ pub(super) struct RegistryOverlay<'r> {
 }
 
 impl<'r> RegistryOverlay<'r> {
-    pub(super) fn new(reg: &'r Registry, remove: &[Arc<str>]) -> Self {
+    pub(super) fn new(reg: &'r Catalog, remove: &[Arc<str>]) -> Self {
         let mut p = RegistryOverlay {
             reg,
             removed_targets: HashSet::new(),
@@ -92,12 +92,7 @@ impl<'r> RegistryOverlay<'r> {
 /// Runs `change` through the check, resolve and build steps against `reg`.
 /// Errors go to `errors`; what was built is returned either way, but is
 /// only fit to commit when no error was found.
-pub(super) async fn prepare(
-    reg: &Registry,
-    engine: &Engine,
-    change: Change,
-    errors: &mut Vec<ConfigError>,
-) -> Prepared {
+pub(super) async fn prepare(reg: &Catalog, engine: &Engine, change: Change, errors: &mut Vec<ConfigError>) -> Prepared {
     let mut admission = Admission {
         reg,
         engine,
@@ -128,7 +123,7 @@ pub(super) async fn prepare(
 /// loads plugins, the registry as the change leaves it so far, the plugins
 /// resolved so far, and what has been built.
 struct Admission<'a, 'r> {
-    reg: &'r Registry,
+    reg: &'r Catalog,
     engine: &'a Engine,
     overlay: RegistryOverlay<'r>,
     /// Plugin files and OCI tags are resolved once per change; built-ins
@@ -447,7 +442,7 @@ fn registry_allowed(
 
 /// The target's tenant (`None` for one not defined, an error already: its
 /// probes are checked against no ceiling) and its id.
-fn tenant_of(reg: &Registry, t: &config::Target, problems: &mut Vec<Located>) -> (Option<Arc<Tenant>>, TenantId) {
+fn tenant_of(reg: &Catalog, t: &config::Target, problems: &mut Vec<Located>) -> (Option<Arc<Tenant>>, TenantId) {
     let Some(id) = &t.tenant else {
         let op = reg.tenants.operator().clone();
         let id = op.id.clone();
@@ -483,7 +478,7 @@ type Resolved = HashMap<String, Result<Resolution, ResolveError>>;
 /// Resolves `name` once per change. An `oci://` plugin resolved now (not
 /// by an earlier probe of the change) comes with what its pull cost.
 async fn resolve_plugin(
-    reg: &Registry,
+    reg: &Catalog,
     engine: &Engine,
     files: &mut Resolved,
     name: &str,

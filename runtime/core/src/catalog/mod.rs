@@ -13,10 +13,10 @@
 //!    registry: unique names, probe quotas, ceilings;
 //! 5. **resolve** — [`resolve`] loads the plugin (signature first when
 //!    required) and checks the config against its schema;
-//! 6. **build** — the [`ProbeSpec`]s, committed by [`Registry::commit`].
+//! 6. **build** — the [`ProbeSpec`]s, committed by [`Catalog::commit`].
 //!
 //! A whole file goes through the pipeline as one [`Change`] on an empty
-//! registry ([`Registry::load`]); a probe added, replaced or removed at run
+//! registry ([`Catalog::load`]); a probe added, replaced or removed at run
 //! time (an API upload, a stored probe, a Kubernetes Pod) goes through the
 //! same steps as a [`Change`] on the current registry, so the refusal rules
 //! are the same and the cost is that of the change, not of the registry.
@@ -29,11 +29,11 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use sonde_sandbox::engine::{Engine, EngineConfig};
-//! use sonde_core::registry::{Change, Registry};
+//! use sonde_core::catalog::{Change, Catalog};
 //! use std::path::Path;
 //!
 //! let engine = Engine::new(EngineConfig::default())?;
-//! let mut reg = Registry::load_text(&engine, Path::new("sonde.yaml"), "targets: []").await?;
+//! let mut reg = Catalog::load_text(&engine, Path::new("sonde.yaml"), "targets: []").await?;
 //! let file = sonde_core::config::parse(
 //!     Path::new("PUT /v1/probes/db"),
 //!     "targets:\n  - name: db\n    address: 127.0.0.1:5432\n    probes: [{plugin: tcp}]\n",
@@ -225,11 +225,10 @@ struct TargetEntry {
     probes: Vec<(Arc<str>, Place)>,
 }
 
-/// A whole resolved config.
+/// The agent-wide keys of a config file, which no probe change touches:
+/// a reload replaces them whole.
 #[derive(Clone, Debug, Default)]
-pub struct Registry {
-    /// The file it came from (none for the embedded default).
-    pub source: Option<PathBuf>,
+pub struct AgentWide {
     /// `api:` from the file.
     pub api: Option<std::net::SocketAddr>,
     /// The API's limits (`api: {...}`), defaults filled in.
@@ -249,6 +248,17 @@ pub struct Registry {
     pub health_timeout: Option<Duration>,
     /// `require_signed:` from the file.
     pub require_signed: bool,
+}
+
+/// A whole resolved config.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    /// The file it came from (none for the embedded default).
+    pub source: Option<PathBuf>,
+    /// What the file sets for the agent as a whole, apart from its
+    /// probes: where the API listens and its limits, the host's bounds,
+    /// the state directory, the `kubernetes:` block.
+    pub agent: AgentWide,
     /// `tenants:` from the file, the operator's `default` first, with the
     /// API tokens.
     pub tenants: Arc<Tenants>,
@@ -289,7 +299,7 @@ pub struct Registry {
     generation: u64,
 }
 
-impl Registry {
+impl Catalog {
     /// How `oci://` plugins are pulled (`oci:`, defaults filled in).
     pub fn oci_settings(&self) -> Option<&sonde_oci::ClientSettings> {
         self.oci.as_deref()
@@ -319,10 +329,10 @@ impl Registry {
         Self::load_with(engine, path, file, resolve::Cache::default()).await
     }
 
-    /// As [`Registry::load`], keeping what `cache` resolved before; with a
+    /// As [`Catalog::load`], keeping what `cache` resolved before; with a
     /// [`resolve::Cache::background`] (the agent's) no `oci://` plugin is
     /// waited for: the probes that need one not at hand are
-    /// [`Registry::waiting`] while it is pulled.
+    /// [`Catalog::waiting`] while it is pulled.
     pub(crate) async fn load_with(
         engine: &Engine,
         path: &Path,
@@ -333,24 +343,26 @@ impl Registry {
         let mut located = Vec::new();
         let s = settings::settings(path, &base, &file, &mut located);
         let mut errors: Vec<ConfigError> = located.into_iter().map(|l| l.into_error(path)).collect();
-        let mut reg = Registry {
+        let mut reg = Catalog {
             source: Some(path.to_path_buf()),
-            api: s.api,
-            api_limits: s.api_limits,
-            api_auth: s.api_auth,
-            host_limits: s.host_limits,
-            state_dir: s.state_dir,
-            health_timeout: s.health_timeout,
-            require_signed: s.trust.required,
+            agent: AgentWide {
+                api: s.api,
+                api_limits: s.api_limits,
+                api_auth: s.api_auth,
+                host_limits: s.host_limits,
+                kubernetes: file.kubernetes.take(),
+                state_dir: s.state_dir,
+                health_timeout: s.health_timeout,
+                require_signed: s.trust.required,
+            },
             tenants: Arc::new(s.tenants),
             path: path.to_path_buf(),
             base,
             trust: Arc::new(s.trust),
             oci: s.oci.map(Arc::new),
-            kubernetes: file.kubernetes.take(),
             namespace_templates: Arc::new(s.namespace_templates),
             cache,
-            ..Registry::default()
+            ..Catalog::default()
         };
         let targets = std::mem::take(&mut file.targets);
         let modules = std::mem::take(&mut file.modules);
@@ -377,9 +389,9 @@ impl Registry {
     /// `probes` as they are, unchecked, owned by the operator's tenant set
     /// `tenants`.
     pub fn from_specs(tenants: Arc<Tenants>, targets: Vec<Arc<TargetSpec>>, probes: Vec<Arc<ProbeSpec>>) -> Self {
-        let mut reg = Registry {
+        let mut reg = Catalog {
             tenants,
-            ..Registry::default()
+            ..Catalog::default()
         };
         let unknown = Place {
             file: PathBuf::new(),

@@ -60,7 +60,7 @@ pub struct Store {
 /// Whether `name` can be a file name here: the config's name rule, and
 /// not `.` or `..`.
 pub fn valid_name(name: &str) -> bool {
-    crate::registry::valid_name(name) && name != "." && name != ".."
+    crate::catalog::valid_name(name) && name != "." && name != ".."
 }
 
 fn private_dir(dir: &Path) -> std::io::Result<()> {
@@ -361,7 +361,7 @@ fn check_spec(value: serde_json::Value) -> Result<serde_json::Value, SpecError> 
         return Err(SpecError::NoAddress);
     }
     match map.get("plugin").and_then(|p| p.as_str()) {
-        Some(p) if crate::registry::resolve::is_path(p) => return Err(SpecError::PluginPath(p.into())),
+        Some(p) if crate::catalog::resolve::is_path(p) => return Err(SpecError::PluginPath(p.into())),
         _ => {}
     }
     Ok(value)

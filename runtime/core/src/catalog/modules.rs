@@ -10,7 +10,7 @@
 //! errors name the file, line and key like any probe's, so `sonde
 //! validate` refuses what `sonde run` would.
 
-use super::{Change, ProbeSpec, Registry};
+use super::{Catalog, Change, ProbeSpec};
 use crate::config::{self, ConfigError, ConfigErrors};
 use sonde_sandbox::engine::Engine;
 use std::collections::BTreeMap;
@@ -85,7 +85,7 @@ fn stand_in_address(grant: &str) -> String {
 /// A module whose `oci://` plugin cannot be had now is left out (logged),
 /// as a probe's would be.
 pub(crate) async fn resolve(
-    reg: &Registry,
+    reg: &Catalog,
     engine: &Engine,
     path: &Path,
     modules: BTreeMap<String, config::Module>,
@@ -98,7 +98,7 @@ pub(crate) async fn resolve(
             place: config::place(path, &at),
             message,
         };
-        if !crate::registry::valid_name(&name) {
+        if !crate::catalog::valid_name(&name) {
             errors.push(error(format!(
                 "modules: {name:?}: a module name is 1-128 letters, digits, `-`, `_` or `.`"
             )));

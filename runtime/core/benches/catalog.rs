@@ -5,8 +5,8 @@
 //! each. Run with `cargo bench -p sonde-core --bench registry`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use sonde_core::catalog::{Catalog, Change};
 use sonde_core::config;
-use sonde_core::registry::{Change, Registry};
 use sonde_sandbox::engine::{Engine, EngineConfig};
 use std::fmt::Write;
 use std::path::Path;
@@ -55,11 +55,7 @@ fn bench(c: &mut Criterion) {
     })
     .unwrap();
     let mut reg = rt
-        .block_on(Registry::load_text(
-            &engine,
-            Path::new("bench.yaml"),
-            &file_with(LOADED),
-        ))
+        .block_on(Catalog::load_text(&engine, Path::new("bench.yaml"), &file_with(LOADED)))
         .unwrap();
     assert_eq!(reg.probes().len(), LOADED);
 

@@ -3,8 +3,8 @@
 //! the same words, as the same probe written in the file.
 
 use crate::support::engine;
+use sonde_core::catalog::{Catalog, Change};
 use sonde_core::config;
-use sonde_core::registry::{Change, Registry};
 use std::path::Path;
 
 const FILE: &str = r#"
@@ -25,8 +25,8 @@ targets:
       - { name: db-ready, plugin: tcp }
 "#;
 
-async fn loaded() -> Registry {
-    Registry::load_text(&engine(), Path::new("sonde.yaml"), FILE)
+async fn loaded() -> Catalog {
+    Catalog::load_text(&engine(), Path::new("sonde.yaml"), FILE)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
 }
@@ -50,7 +50,7 @@ async fn an_added_probe_is_refused_for_the_reasons_and_in_the_words_of_a_whole_l
         .unwrap_err()
         .to_string();
     // The same target written in the file.
-    let whole = Registry::load_text(&engine(), Path::new("sonde.yaml"), &format!("{FILE}{extra}"))
+    let whole = Catalog::load_text(&engine(), Path::new("sonde.yaml"), &format!("{FILE}{extra}"))
         .await
         .unwrap_err()
         .to_string();
