@@ -19,7 +19,7 @@
 
 // The `all` suite's helpers (tokens, requests), of which the soak uses a few.
 #[allow(dead_code)]
-#[path = "all/support.rs"]
+#[path = "all/support/mod.rs"]
 mod support;
 
 use sonde_tests::guests;

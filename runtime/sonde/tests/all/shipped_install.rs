@@ -20,8 +20,8 @@
 //! Needs root (to run the agent as the DaemonSet's user, as CI does) and
 //! the DaemonSet's port, 9464, free on loopback.
 
-use crate::kubernetes::{Body, FakeApi, Recorded, cond, full};
 use crate::support::call;
+use crate::support::fake_api::{Body, FakeApi, Recorded, cond, full};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::convert::Infallible;

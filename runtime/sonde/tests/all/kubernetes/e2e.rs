@@ -1,5 +1,5 @@
 //! The readiness-gate controller against a real API server (no kubelet
-//! needed): run by `kubernetes::e2e_against_a_real_api_server` when
+//! needed): run by [`e2e_against_a_real_api_server`] when
 //! `SONDE_E2E_KUBECONFIG` names a kubeconfig. The cluster needs the CRD
 //! (`kubectl apply -f deploy/kubernetes/crd.yaml`); the test makes its own
 //! namespace and deletes it at the end.
@@ -111,7 +111,7 @@ async fn start_agent(namespace: &str, client: Client, dir: &Path) -> (Agent, kub
     (agent, handle)
 }
 
-pub async fn run(kubeconfig: &Path) {
+async fn run(kubeconfig: &Path) {
     let client = client(kubeconfig).await;
     let namespace = format!("sonde-e2e-{}", fastrand::u32(..));
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -365,4 +365,16 @@ async fn the_check_says_how_it_is_doing(client: &Client, checks: &Api<SondeCheck
         Some(NODE),
         "the agent of this test leads"
     );
+}
+
+/// Against a real API server: runs only with `SONDE_E2E_KUBECONFIG`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_against_a_real_api_server() {
+    let Ok(path) = std::env::var("SONDE_E2E_KUBECONFIG") else {
+        eprintln!(
+            "SKIPPED e2e_against_a_real_api_server: set SONDE_E2E_KUBECONFIG to a kubeconfig of a test cluster to run it"
+        );
+        return;
+    };
+    run(Path::new(&path)).await;
 }

@@ -8,7 +8,8 @@
 //! Pods are on the loopback, so that one range (and nothing else) is
 //! replaced by `127.0.0.0/8` before the agent reads the config.
 
-use crate::kubernetes::{FakeApi, check, cond, pod, start_gates};
+use crate::kubernetes::start_gates;
+use crate::support::fake_api::{FakeApi, check, cond, pod};
 use serde_json::{Value, json};
 use sonde::agent::Agent;
 use sonde_kubernetes::GateSettings;

@@ -142,12 +142,12 @@ fn starved_lookups(sandbox: &str, resolver_ip: &str, gate: &str) {
         .collect();
     let path = config(dir.path(), sandbox, "slow.sonde-test:80", &probes);
     let (resolver, mut child, _stderr, api) =
-        crate::containment::agent_with_silent_resolver(dir.path(), resolver_ip, &path);
+        super::containment::agent_with_silent_resolver(dir.path(), resolver_ip, &path);
     let waited = Instant::now();
-    let mut probes = crate::containment::get_text(&api, "/v1/probes");
+    let mut probes = super::containment::get_text(&api, "/v1/probes");
     while !probes.contains(gate) && waited.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(100));
-        probes = crate::containment::get_text(&api, "/v1/probes");
+        probes = super::containment::get_text(&api, "/v1/probes");
     }
     let _ = child.kill();
     let _ = child.wait();

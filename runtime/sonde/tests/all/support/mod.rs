@@ -1,6 +1,8 @@
 //! Shared test setup: one engine per test binary, with its compile cache in
 //! Cargo's scratch directory so reruns do not recompile.
 
+pub(crate) mod fake_api;
+
 use sonde_sandbox::engine::{Call, Engine, EngineConfig, Limits, Plugin};
 use sonde_sandbox::host::Grants;
 use sonde_sandbox::verdict::RunResult;

@@ -3,7 +3,8 @@
 //! the elected agent's counts, `Accepted` verdicts and writes (real
 //! agents, real probes against loopback servers).
 
-use crate::kubernetes::{FakeApi, Recorded, agent_configured, check, pod};
+use crate::kubernetes::agent_configured;
+use crate::support::fake_api::{FakeApi, Recorded, check, pod};
 use serde_json::{Value, json};
 use sonde_kubernetes::status::{self, LeaseTiming};
 use sonde_tests::HttpServer;

@@ -1,5 +1,13 @@
 //! Hostile guests against the executor: every limit and every grant.
 
+mod bounds;
+mod compile_budget;
+mod containment;
+mod instance_pool;
+mod keys;
+mod names;
+mod plugin_text;
+
 use crate::support::{accepted_before_now, builtin, engine, guest, run, run_alone, run_with_limits};
 use sonde_sandbox::engine::{CacheOutcome, Engine, EngineConfig, Limits, LoadError};
 use sonde_sandbox::host::Grants;

@@ -3,6 +3,9 @@
 //! test with its own storage, and with htpasswd auth or TLS where a test
 //! needs them. Never a mock.
 
+pub(crate) mod hostile;
+mod signing;
+
 use crate::support::{self, sonde};
 use sonde_oci::signing::{SecretKey, SignatureError};
 use sonde_oci::{self as oci, Client, ClientSettings, OciError, Reference, RegistryAccess, SignatureLocation, Source};

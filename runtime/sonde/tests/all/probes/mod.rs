@@ -1,0 +1,11 @@
+//! The built-in plugins, each against the real server it checks.
+
+mod exec;
+mod file_age;
+mod grpc;
+mod http;
+mod postgres;
+mod redis;
+mod tcp;
+mod tls;
+mod tls_cert;
