@@ -414,3 +414,32 @@ fn completions_man_page_and_version_come_from_the_cli() {
         format!("sonde {} (commit {commit})", env!("CARGO_PKG_VERSION"))
     );
 }
+
+/// `--log-level sonde=debug` turns on the debug lines of every crate of
+/// sonde's (a directive's target matches every target it begins: the
+/// sandbox's lines are `sonde_sandbox::…`), as the CHANGELOG's log-targets
+/// entry tells users; the agent's default filter shows no debug line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sonde_debug_reaches_every_crate_and_the_default_shows_no_debug_line() {
+    let server = Server::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = one_probe(dir.path(), server.addr);
+    tokio::task::spawn_blocking(move || {
+        let mut debug = Agent::start(&config, &["--no-jitter", "--log-level", "sonde=debug"], &[]);
+        debug.expect("a debug line of the sandbox crate", |l| {
+            l.contains("DEBUG") && l.contains("sonde_sandbox::")
+        });
+        debug.expect("the start line", |l| l.contains("sonde started"));
+        drop(debug);
+        let mut default = Agent::start(&config, &["--no-jitter"], &[]);
+        default.expect("the start line", |l| l.contains("sonde started"));
+        default.expect("a state change", |l| l.contains("state changed"));
+        let debug_lines: Vec<&String> = default.seen.iter().filter(|l| l.contains("DEBUG")).collect();
+        assert!(
+            debug_lines.is_empty(),
+            "the default filter let debug lines through: {debug_lines:#?}"
+        );
+    })
+    .await
+    .unwrap();
+}
