@@ -6,6 +6,7 @@
 //! Field names follow the kubelet's probe spec; the doc comments of the
 //! spec's fields are the descriptions `kubectl explain` shows.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -117,6 +118,15 @@ pub struct SondeCheckSpec {
     /// Per-run limits, within the namespace's tenant ceiling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<CheckLimits>,
+    /// The Pods of the check's namespace that get its readiness gate
+    /// sonde.dev/<check-name> when they are created, from the shipped
+    /// MutatingAdmissionPolicy (deploy/kubernetes/gate-injection.yaml), in
+    /// namespaces labelled sonde.dev/readiness-gates=inject. A Kubernetes
+    /// label selector (matchLabels, matchExpressions); unset, no Pod gets
+    /// the gate but by its own template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "pod_selector_schema")]
+    pub pod_selector: Option<LabelSelector>,
 }
 
 /// A port's name (a DNS label: IANA_SVC_NAME for a container's, the
@@ -148,6 +158,7 @@ impl Default for SondeCheckSpec {
             failure_threshold: three(),
             mode: Mode::default(),
             limits: None,
+            pod_selector: None,
         }
     }
 }
@@ -158,6 +169,94 @@ fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,
     })
+}
+
+/// The operators of a label selector's `matchExpressions`.
+pub const SELECTOR_OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
+
+/// The schema of `podSelector`: Kubernetes' LabelSelector, with its
+/// operators listed (an `enum`, checked by the API server without CEL).
+fn pod_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "properties": {
+            "matchLabels": {
+                "description": "Labels a Pod must carry, each with this value.",
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+            },
+            "matchExpressions": {
+                "description": "Requirements a Pod's labels must all meet.",
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["key", "operator"],
+                    "properties": {
+                        "key": {"description": "The label's key.", "type": "string"},
+                        "operator": {
+                            "description": "In and NotIn take values; Exists and DoesNotExist take none.",
+                            "type": "string",
+                            "enum": SELECTOR_OPERATORS,
+                        },
+                        "values": {
+                            "description": "The values of In and NotIn.",
+                            "type": "array",
+                            "items": {"type": "string"},
+                        },
+                    },
+                },
+            },
+        },
+    })
+}
+
+/// Why a `podSelector` is malformed ([`check_selector`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// `In` or `NotIn` without values.
+    #[error("podSelector: matchExpressions key {key:?}: operator {operator} needs values")]
+    ValuesMissing {
+        /// The expression's key.
+        key: String,
+        /// Its operator.
+        operator: String,
+    },
+    /// `Exists` or `DoesNotExist` with values.
+    #[error("podSelector: matchExpressions key {key:?}: operator {operator} takes no values")]
+    ValuesNotAllowed {
+        /// The expression's key.
+        key: String,
+        /// Its operator.
+        operator: String,
+    },
+    /// An operator Kubernetes does not have.
+    #[error(
+        "podSelector: matchExpressions key {key:?}: unknown operator {operator:?} (In, NotIn, Exists, DoesNotExist)"
+    )]
+    UnknownOperator {
+        /// The expression's key.
+        key: String,
+        /// Its operator.
+        operator: String,
+    },
+}
+
+/// Checks `selector`'s expressions as Kubernetes does: In and NotIn have
+/// values, Exists and DoesNotExist have none, no other operator.
+pub fn check_selector(selector: &LabelSelector) -> Result<(), SelectorError> {
+    for e in selector.match_expressions.iter().flatten() {
+        let has_values = e.values.as_ref().is_some_and(|v| !v.is_empty());
+        let (key, operator) = (e.key.clone(), e.operator.clone());
+        match e.operator.as_str() {
+            "In" | "NotIn" if !has_values => return Err(SelectorError::ValuesMissing { key, operator }),
+            "Exists" | "DoesNotExist" if has_values => {
+                return Err(SelectorError::ValuesNotAllowed { key, operator });
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            _ => return Err(SelectorError::UnknownOperator { key, operator }),
+        }
+    }
+    Ok(())
 }
 
 /// A Service of the Pod's namespace, and one of its ports.
@@ -281,6 +380,7 @@ mod tests {
             "the defaults"
         );
         assert_eq!(c.spec.mode, Mode::StartupOnly);
+        assert_eq!(c.spec.pod_selector, None, "no podSelector unless written");
         assert_eq!(
             <SondeCheck as kube::Resource>::url_path(&(), Some("shop")),
             "/apis/sonde.dev/v1alpha1/namespaces/shop/sondechecks"
@@ -294,5 +394,38 @@ mod tests {
             ),
             "what the API server requires of an object it is sent"
         );
+    }
+
+    #[test]
+    fn reads_a_pod_selector_and_refuses_malformed_expressions() {
+        let spec: SondeCheckSpec = serde_json::from_value(serde_json::json!({
+            "plugin": "http", "port": 80,
+            "podSelector": {"matchLabels": {"app": "web"},
+                            "matchExpressions": [{"key": "track", "operator": "In", "values": ["canary"]},
+                                                 {"key": "legacy", "operator": "DoesNotExist"}]}
+        }))
+        .unwrap();
+        let selector = spec.pod_selector.clone().expect("the podSelector");
+        assert_eq!(selector.match_labels.unwrap()["app"], "web");
+        assert_eq!(check_selector(spec.pod_selector.as_ref().unwrap()), Ok(()));
+        let sent = serde_json::to_value(&spec).unwrap();
+        assert_eq!(sent["podSelector"]["matchExpressions"][1]["operator"], "DoesNotExist");
+
+        let bad = |operator: &str, values: Option<Vec<&str>>| {
+            let e = serde_json::json!({"matchExpressions": [{"key": "k", "operator": operator, "values": values}]});
+            check_selector(&serde_json::from_value(e).unwrap()).unwrap_err()
+        };
+        assert!(matches!(bad("In", None), SelectorError::ValuesMissing { .. }));
+        assert!(matches!(
+            bad("NotIn", Some(vec![])),
+            SelectorError::ValuesMissing { .. }
+        ));
+        assert!(matches!(
+            bad("Exists", Some(vec!["x"])),
+            SelectorError::ValuesNotAllowed { .. }
+        ));
+        let unknown = bad("Matches", Some(vec!["x"]));
+        assert!(matches!(unknown, SelectorError::UnknownOperator { .. }));
+        assert!(unknown.to_string().contains("\"Matches\""), "{unknown}");
     }
 }

@@ -3,7 +3,7 @@
 //! probe's; or why it has none ([`Refusal`]). Pure functions of the
 //! settings, the Pod's view and the SondeCheck.
 
-use crate::crd::{GATE_PREFIX, Mode, SondeCheck};
+use crate::crd::{GATE_PREFIX, Mode, SelectorError, SondeCheck, check_selector};
 use crate::expand::{PodIdentity, expand};
 use crate::settings::GateSettings;
 use crate::view::PodView;
@@ -76,6 +76,10 @@ pub(crate) enum Refusal {
     /// CRD's rules refuses it first).
     #[error("set exactly one of port and service")]
     PortOrService,
+    /// A malformed `podSelector` (an API server with the CRD's schema
+    /// refuses an unknown operator first).
+    #[error(transparent)]
+    InvalidPodSelector(#[from] SelectorError),
 }
 
 impl Refusal {
@@ -91,6 +95,7 @@ impl Refusal {
                 | Self::ServiceWithoutClusterIp { .. }
                 | Self::NoSuchServicePort { .. }
                 | Self::PortOrService
+                | Self::InvalidPodSelector(_)
         )
     }
 }
@@ -284,6 +289,9 @@ pub fn desired(
         return Err(Refusal::PluginNotAllowed {
             plugin: spec.plugin.clone(),
         });
+    }
+    if let Some(selector) = &spec.pod_selector {
+        check_selector(selector)?;
     }
     let Some(dial) = dial(pod, check, services)? else {
         return Ok(None);
@@ -596,6 +604,25 @@ mod tests {
         assert_eq!(
             desired(&p, &check(IntOrString::Int(80)), &settings(), &no_services),
             Ok(None)
+        );
+    }
+
+    #[test]
+    fn a_pod_selector_is_no_matter_to_the_probe_unless_malformed() {
+        let mut c = check(IntOrString::Int(80));
+        let plain = desired(&pod(), &c, &settings(), &no_services).unwrap();
+        c.spec.pod_selector = Some(serde_json::from_value(serde_json::json!({"matchLabels": {"app": "web"}})).unwrap());
+        assert_eq!(desired(&pod(), &c, &settings(), &no_services).unwrap(), plain);
+        c.spec.pod_selector = Some(
+            serde_json::from_value(serde_json::json!({"matchExpressions": [{"key": "track", "operator": "In"}]}))
+                .unwrap(),
+        );
+        let refusal = desired(&pod(), &c, &settings(), &no_services).unwrap_err();
+        assert!(matches!(refusal, Refusal::InvalidPodSelector(_)), "{refusal:?}");
+        assert!(refusal.of_check());
+        assert!(
+            refusal.to_string().contains("\"track\": operator In needs values"),
+            "{refusal}"
         );
     }
 

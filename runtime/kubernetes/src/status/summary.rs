@@ -133,6 +133,7 @@ pub(crate) const REASONS: &[&str] = &[
     "ServicesNotListed",
     "ServiceWithoutClusterIP",
     "NoSuchServicePort",
+    "InvalidPodSelector",
 ];
 
 /// The `Accepted` reason of a refusal by [`desired`].
@@ -147,6 +148,7 @@ pub(crate) fn refusal_reason(r: &Refusal) -> &'static str {
         Refusal::PluginNotAllowed { .. } => "PluginNotAllowed",
         Refusal::NoSuchPort { .. } => "NoSuchPort",
         Refusal::BadPort { .. } => "InvalidPort",
+        Refusal::InvalidPodSelector(_) => "InvalidPodSelector",
     }
 }
 
