@@ -26,7 +26,7 @@ use std::time::Duration;
 const NODE: &str = "sonde-e2e-node";
 const PATIENCE: Duration = Duration::from_secs(60);
 
-async fn client(kubeconfig: &Path) -> Client {
+pub(super) async fn client(kubeconfig: &Path) -> Client {
     let kc = Kubeconfig::read_from(kubeconfig).expect("read the kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await

@@ -5,7 +5,9 @@
 
 mod crd;
 mod e2e;
+mod e2e_injection;
 mod gates;
+mod injection;
 mod namespaces;
 mod services;
 mod status;
