@@ -179,49 +179,9 @@ async fn run(kubeconfig: &Path) {
     let (shop, other) = (format!("sonde-inject-{id}"), format!("sonde-plain-{id}"));
     namespace(&client, &shop, json!({"sonde.dev/readiness-gates": "inject"})).await;
     namespace(&client, &other, json!({})).await;
-    check(&client, &shop, "web", Some(json!({"matchLabels": {"app": "web"}}))).await;
-    let canary = json!({"matchExpressions": [{"key": "track", "operator": "In", "values": ["canary"]},
-                                             {"key": "legacy", "operator": "DoesNotExist"}]});
-    check(&client, &shop, "canary", Some(canary)).await;
-    check(&client, &shop, "manual", None).await;
-    check(&client, &other, "web", Some(json!({"matchLabels": {"app": "web"}}))).await;
+    checks(&client, &shop, &other).await;
     let waited = until_the_binding_applies(&client, &shop).await;
-
-    let gate = |check: &str| format!("{GATE_PREFIX}{check}");
-    let web = gate("web");
-    let web_gate = vec![web.clone()];
-    let made = pod(&client, &shop, "web-1", json!({"app": "web"}), &[]).await;
-    assert_eq!(made, web_gate, "a matching Pod gets the gate");
-    let made = pod(&client, &shop, "web-2", json!({"app": "web"}), &[&web, "example.com/x"]).await;
-    assert_eq!(
-        made,
-        [web.as_str(), "example.com/x"],
-        "a gate already there is not added twice"
-    );
-    let made = pod(
-        &client,
-        &shop,
-        "canary-1",
-        json!({"app": "web", "track": "canary"}),
-        &[],
-    )
-    .await;
-    assert_eq!(made.len(), 2, "two checks select it: {made:?}");
-    assert!(made.contains(&web) && made.contains(&gate("canary")), "{made:?}");
-    let made = pod(
-        &client,
-        &shop,
-        "canary-legacy",
-        json!({"track": "canary", "legacy": "y"}),
-        &[],
-    )
-    .await;
-    assert!(made.is_empty(), "DoesNotExist fails: {made:?}");
-    let made = pod(&client, &shop, "db-1", json!({"app": "db"}), &[]).await;
-    assert!(made.is_empty(), "a Pod no podSelector matches is left alone: {made:?}");
-    let made = pod(&client, &other, "web-1", json!({"app": "web"}), &[]).await;
-    assert!(made.is_empty(), "a namespace not opted in is left alone: {made:?}");
-
+    the_pods_get_their_gates(&client, &shop, &other).await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in [&shop, &other] {
         let _ = namespaces.delete(ns, &DeleteParams::default()).await;
@@ -231,6 +191,54 @@ async fn run(kubeconfig: &Path) {
         "e2e gate injection ({file}): the binding applied after {waited:?}, {:?} in all",
         started.elapsed()
     );
+}
+
+/// SondeChecks in `shop` selecting with each operator, one without a
+/// `podSelector`, and one in `other`, a namespace not opted in.
+async fn checks(client: &Client, shop: &str, other: &str) {
+    check(client, shop, "web", Some(json!({"matchLabels": {"app": "web"}}))).await;
+    let canary = json!({"matchExpressions": [{"key": "track", "operator": "In", "values": ["canary"]},
+                                             {"key": "legacy", "operator": "DoesNotExist"}]});
+    check(client, shop, "canary", Some(canary)).await;
+    let stable = json!({"matchExpressions": [{"key": "app", "operator": "Exists"},
+                                             {"key": "track", "operator": "NotIn", "values": ["canary"]}]});
+    check(client, shop, "stable", Some(stable)).await;
+    check(client, shop, "manual", None).await;
+    check(client, other, "web", Some(json!({"matchLabels": {"app": "web"}}))).await;
+}
+
+/// The Pods created in `shop` get the gates of the checks that select
+/// them, once each; those in `other` get none.
+async fn the_pods_get_their_gates(client: &Client, shop: &str, other: &str) {
+    // The gates a Pod is created with, sorted (one evaluation per
+    // SondeCheck, in no promised order).
+    let gates = async |ns: &str, name: &str, labels, given: &[&str]| {
+        let mut made = pod(client, ns, name, labels, given).await;
+        made.sort();
+        made
+    };
+    let gate = |check: &str| format!("{GATE_PREFIX}{check}");
+    let (web, stable) = (gate("web"), gate("stable"));
+    let made = gates(shop, "web-1", json!({"app": "web"}), &[]).await;
+    assert_eq!(
+        made,
+        [stable.clone(), web.clone()],
+        "matchLabels, Exists and NotIn select it"
+    );
+    let made = gates(shop, "web-2", json!({"app": "web"}), &[&web, "example.com/x"]).await;
+    assert_eq!(
+        made,
+        ["example.com/x".to_string(), stable.clone(), web.clone()],
+        "a gate already there is not added twice"
+    );
+    let made = gates(shop, "canary-1", json!({"app": "web", "track": "canary"}), &[]).await;
+    assert_eq!(made, [gate("canary"), web.clone()], "In selects it, NotIn does not");
+    let made = gates(shop, "canary-legacy", json!({"track": "canary", "legacy": "y"}), &[]).await;
+    assert!(made.is_empty(), "DoesNotExist fails: {made:?}");
+    let made = gates(shop, "bare", json!({}), &[]).await;
+    assert!(made.is_empty(), "a Pod no podSelector matches is left alone: {made:?}");
+    let made = gates(other, "web-1", json!({"app": "web"}), &[]).await;
+    assert!(made.is_empty(), "a namespace not opted in is left alone: {made:?}");
 }
 
 /// Deletes what [`install_crd`] and [`install_policy`] made.
