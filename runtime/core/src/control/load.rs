@@ -173,11 +173,6 @@ impl Control {
         self.tenants.borrow().clone()
     }
 
-    /// Follows the tenants in force: the value changes at each load.
-    pub fn watch_tenants(&self) -> tokio::sync::watch::Receiver<Arc<Tenants>> {
-        self.tenants.subscribe()
-    }
-
     /// Puts a whole new catalog in force (in `current`): tenants, status,
     /// then the scheduler.
     async fn apply(

@@ -342,7 +342,7 @@ pub struct Control {
     pub(crate) executor: Executor,
     pub(crate) status: Arc<Mutex<AgentStatus>>,
     /// The tenants in force: replaced whole at each load, read by the
-    /// API's authentication ([`Control::tenants`], [`Control::watch_tenants`]).
+    /// API's authentication ([`Control::tenants`]).
     pub(crate) tenants: tokio::sync::watch::Sender<Arc<Tenants>>,
     pub(crate) require_signed: AtomicBool,
     /// The catalog in force. Its lock serialises every change: checked

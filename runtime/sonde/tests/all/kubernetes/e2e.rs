@@ -9,6 +9,7 @@
 //! `status.podIP`/`podIPs` to the loopback where it serves the target and
 //! seeding the kubelet's own conditions, which must survive sonde's writes.
 
+use super::e2e_injection::namespace as create_namespace;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
@@ -87,15 +88,6 @@ async fn make_gated_pod(pods: &Api<Pod>, name: &str, node: &str, port: u16, gate
         .expect("play the kubelet");
 }
 
-/// Creates namespace `name`.
-async fn create_namespace(namespaces: &Api<Namespace>, name: &str) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    namespaces
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
-}
-
 async fn start_agent(namespace: &str, client: Client, dir: &Path) -> (Agent, kubernetes::GateController) {
     let config = format!("tenants:\n  - id: {namespace}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]}}\ntargets: []\n");
     let settings = GateSettings {
@@ -115,7 +107,7 @@ async fn run(kubeconfig: &Path) {
     let client = client(kubeconfig).await;
     let namespace = format!("sonde-e2e-{}", fastrand::u32(..));
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    create_namespace(&namespaces, &namespace).await;
+    create_namespace(&client, &namespace, json!({})).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let checks: Api<SondeCheck> = Api::namespaced(client.clone(), &namespace);
     let server = HttpServer::start().await;
@@ -307,7 +299,7 @@ async fn dry_run_the_rollout_example(client: &Client, namespace: &str) {
     // A namespace of its own: the example's names are its own too.
     let namespace = &format!("{namespace}-rollout");
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    create_namespace(&namespaces, namespace).await;
+    create_namespace(client, namespace, json!({})).await;
     let documents = sonde_tests::doc_documents(
         "docs/kubernetes.md",
         "## Gate a rollout on Service routing",
@@ -339,7 +331,7 @@ async fn dry_run_the_rollout_example(client: &Client, namespace: &str) {
 async fn the_check_says_how_it_is_doing(client: &Client, checks: &Api<SondeCheck>) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     if namespaces.get_opt("sonde-system").await.unwrap().is_none() {
-        create_namespace(&namespaces, "sonde-system").await;
+        create_namespace(client, "sonde-system", json!({})).await;
     }
     let cond = |c: Option<&SondeCheck>| {
         c.and_then(|c| c.status.as_ref()).is_some_and(|s| {

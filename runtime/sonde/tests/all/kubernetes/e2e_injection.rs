@@ -90,7 +90,7 @@ async fn install_policy(client: &Client, file: &str, installed: &mut Installed) 
 
 /// Creates namespace `name` (with `labels`) and its `default`
 /// ServiceAccount, which Pods need and no controller-manager may make.
-async fn namespace(client: &Client, name: &str, labels: serde_json::Value) {
+pub(super) async fn namespace(client: &Client, name: &str, labels: serde_json::Value) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
     namespaces
