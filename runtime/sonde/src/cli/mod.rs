@@ -24,6 +24,7 @@ mod check;
 pub mod client;
 mod completions;
 pub mod effective;
+mod modules;
 mod plugin;
 mod run;
 mod scaffold;
@@ -74,6 +75,9 @@ pub enum Command {
     Run(run::RunArgs),
     /// Check a config file without running it (exit 0 valid, 2 invalid).
     Validate(run::ValidateArgs),
+    /// Bring modules from elsewhere: `sonde modules import blackbox.yml --grant 10.0.0.0/8:*` prints blackbox_exporter's modules as sonde's.
+    #[command(subcommand)]
+    Modules(modules::ModulesCommand),
     /// Show a running agent's probes (exit 0 when every probe passes, 2 when one does not, 3 when the agent cannot be reached).
     Status(run::StatusArgs),
     /// Measure what a plugin costs per run (against a native baseline with --baseline), or the scheduler at scale (--scheduler).
@@ -198,6 +202,7 @@ async fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Plugin(cmd) => plugin::run(config, cmd).await,
         Command::Run(args) => run::run(config, args).await,
         Command::Validate(args) => run::validate(config, args).await,
+        Command::Modules(cmd) => modules::run(cmd),
         Command::Status(args) => run::status(args).await,
         Command::Bench(args) => bench::run(config, args).await,
         Command::Completions(args) => completions::completions(args),

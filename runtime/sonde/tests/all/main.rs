@@ -16,6 +16,7 @@ mod crash;
 mod examples;
 mod first_contact;
 mod fuzz;
+mod import_blackbox;
 mod kubernetes;
 mod oci;
 mod probes;

@@ -1,0 +1,413 @@
+//! blackbox_exporter's `blackbox.yml`, read key by key into sonde modules:
+//! the module level, the `tcp` and `grpc` probers and `tls_config` here,
+//! the `http` prober in [`super::http`].
+
+use super::tree::{self, Node};
+use super::walk::{Ctx, Severity};
+use serde_json::{Map, Value as Json};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// blackbox_exporter's deadline for a module without `timeout` when the
+/// scrape sends no `X-Prometheus-Scrape-Timeout-Seconds`: written out, so
+/// that the scrape's own deadline governs under sonde as it did.
+pub(crate) const NO_TIMEOUT: &str = "120s";
+
+/// One module as sonde will run it.
+#[derive(Debug)]
+pub(crate) struct Imported {
+    pub name: String,
+    /// Where the module starts in the blackbox_exporter file.
+    pub line: u64,
+    pub prober: String,
+    pub plugin: &'static str,
+    /// `None`: the module had none ([`NO_TIMEOUT`]).
+    pub timeout: Option<String>,
+    pub config: Map<String, Json>,
+    /// Directories the plugin must read (a `ca_file`'s).
+    pub files: BTreeSet<PathBuf>,
+}
+
+/// What a prober's block maps to: the plugin's config and the files it reads.
+#[derive(Debug, Default)]
+pub(crate) struct Out {
+    pub config: Map<String, Json>,
+    pub files: BTreeSet<PathBuf>,
+}
+
+/// Reads `text` (a blackbox_exporter config file): the modules sonde can
+/// run, and every problem found. A module with a problem of its own that
+/// is not [`Severity::Unsupported`] is not among the modules.
+pub(crate) fn import(text: &str) -> Result<(Vec<Imported>, Ctx), (String, u64, u64)> {
+    let root = tree::parse(text)?;
+    let mut ctx = Ctx::default();
+    let mut out = Vec::new();
+    for top in ctx.entries(&root, "") {
+        let top_path = top.key.to_string();
+        if top.key != "modules" {
+            ctx.invalid(
+                top.at,
+                &top_path,
+                "unknown key: blackbox_exporter's file has only `modules`",
+            );
+            continue;
+        }
+        for m in ctx.entries(top.node, &top_path) {
+            let before = ctx.problems.len();
+            let imported = module(&mut ctx, m.key, m.node, &m.path);
+            let dropped = ctx.problems[before..]
+                .iter()
+                .any(|p| p.severity != Severity::Unsupported);
+            if let Some(mut imported) = imported.filter(|_| !dropped) {
+                imported.line = m.at.line();
+                out.push(imported);
+            }
+        }
+    }
+    Ok((out, ctx))
+}
+
+fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported> {
+    if !sonde_core::catalog::valid_name(name) {
+        ctx.unsupported_module(
+            node.referenced,
+            path,
+            "not a sonde module name (1-128 letters, digits, `-`, `_` or `.`)",
+        );
+    }
+    let entries = ctx.entries(node, path);
+    let prober = entries.iter().find(|e| e.key == "prober");
+    let Some(prober_entry) = prober else {
+        ctx.invalid(
+            node.referenced,
+            &format!("{path}.prober"),
+            "missing: every module names its prober",
+        );
+        return None;
+    };
+    let prober = ctx.string(prober_entry.node, &prober_entry.path)?;
+    let plugin = match prober.as_str() {
+        "http" => "http",
+        "tcp" => "tcp",
+        "grpc" => "grpc",
+        "icmp" | "dns" => {
+            ctx.unsupported_module(
+                prober_entry.node.referenced,
+                &prober_entry.path,
+                format!("{prober} is not supported by sonde (not built in; a plugin can do it, docs/plugins.md)"),
+            );
+            return None;
+        }
+        other => {
+            ctx.invalid(
+                prober_entry.node.referenced,
+                &prober_entry.path,
+                format!("unknown prober {other:?} (blackbox_exporter has http, tcp, grpc, dns and icmp)"),
+            );
+            return None;
+        }
+    };
+    let mut timeout = None;
+    let mut out = Out::default();
+    for e in &entries {
+        match e.key {
+            "prober" => {}
+            "timeout" => timeout = module_timeout(ctx, e.node, &e.path),
+            key @ ("http" | "tcp" | "grpc" | "dns" | "icmp") if key == prober => match key {
+                "http" => super::http::http(ctx, e.node, &e.path, &mut out),
+                "tcp" => tcp(ctx, e.node, &e.path, &mut out),
+                _ => grpc(ctx, e.node, &e.path, &mut out),
+            },
+            "http" | "tcp" | "grpc" | "dns" | "icmp" => {
+                ctx.note(
+                    &e.path,
+                    format_args!(
+                        "left out: the module's prober is {prober}, so blackbox_exporter does not use it either"
+                    ),
+                );
+            }
+            _ => ctx.invalid(
+                e.at,
+                &e.path,
+                "unknown key (a module has prober, timeout, http, tcp, grpc, dns and icmp)",
+            ),
+        }
+    }
+    // blackbox_exporter's default is 2xx; sonde's (the kubelet's) 200-399.
+    if plugin == "http" && !out.config.contains_key("expected_status") {
+        out.config
+            .insert("expected_status".into(), serde_json::json!(["200-299"]));
+    }
+    Some(Imported {
+        name: name.to_string(),
+        line: 0,
+        prober,
+        plugin,
+        timeout,
+        config: out.config,
+        files: out.files,
+    })
+}
+
+/// A module's `timeout`, as sonde writes it; `None` for none (or zero,
+/// which blackbox_exporter reads as none).
+fn module_timeout(ctx: &mut Ctx, node: &Node, path: &str) -> Option<String> {
+    let text = ctx.string(node, path)?;
+    match humantime::parse_duration(text.trim()) {
+        Ok(d) if d.is_zero() => None,
+        Ok(_) => Some(text.trim().to_string()),
+        Err(e) => {
+            ctx.invalid(node.referenced, path, format!("{text:?} is not a duration ({e})"));
+            None
+        }
+    }
+}
+
+/// The IP-family keys every prober has: sonde dials the addresses the
+/// resolver gives, in its order, and keeps no family of its own.
+pub(crate) fn ip_protocol(ctx: &mut Ctx, key: &str, node: &Node, path: &str) {
+    match key {
+        "preferred_ip_protocol" => {
+            if ctx.string(node, path).is_some() {
+                ctx.unsupported(
+                    node.referenced,
+                    path,
+                    "not supported: sonde tries the addresses the resolver returns in its order, of either family",
+                );
+            }
+        }
+        _ => {
+            if ctx.boolean(node, path) == Some(false) {
+                ctx.unsupported(
+                    node.referenced,
+                    path,
+                    "false is not supported: sonde cannot hold a probe to one IP family",
+                );
+            }
+        }
+    }
+}
+
+/// `tls_config`, into the keys sonde's plugins share (`insecure_skip_verify`,
+/// `ca_file`, `ca_pem`, `server_name`).
+pub(crate) fn tls_config(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
+    let mut insecure = false;
+    let mut ca: Option<(&'static str, String, Option<PathBuf>)> = None;
+    for e in ctx.entries(node, path) {
+        match e.key {
+            "insecure_skip_verify" => insecure = ctx.boolean(e.node, &e.path).unwrap_or(false),
+            "server_name" => {
+                if let Some(name) = ctx.string(e.node, &e.path).filter(|s| !s.is_empty()) {
+                    out.config.insert("server_name".into(), name.into());
+                }
+            }
+            "ca_file" | "ca" => {
+                let Some(value) = ctx.string(e.node, &e.path).filter(|s| !s.is_empty()) else {
+                    continue;
+                };
+                if ca.is_some() {
+                    ctx.invalid(e.at, &e.path, "ca and ca_file together: give one");
+                } else if e.key == "ca" {
+                    ca = Some(("ca_pem", value, None));
+                } else if let Some(dir) = ca_dir(ctx, e.node, &e.path, &value) {
+                    ca = Some(("ca_file", value, Some(dir)));
+                }
+            }
+            "cert_file" | "key_file" | "cert" | "key" | "cert_ref" | "key_ref" | "ca_ref" => {
+                if ctx.string(e.node, &e.path).is_some_and(|s| !s.is_empty()) {
+                    ctx.unsupported(
+                        e.node.referenced,
+                        &e.path,
+                        "not supported: sonde sends no client certificate",
+                    );
+                }
+            }
+            "min_version" => match ctx.string(e.node, &e.path).as_deref() {
+                // sonde's TLS client speaks TLS 1.2 and 1.3 only.
+                None | Some("" | "TLS12") => {}
+                Some(v) => ctx.unsupported(
+                    e.node.referenced,
+                    &e.path,
+                    format!("{v} is not supported: sonde's TLS client speaks TLS 1.2 and 1.3, and takes no minimum"),
+                ),
+            },
+            "max_version" => {
+                if ctx.string(e.node, &e.path).is_some_and(|s| !s.is_empty()) {
+                    ctx.unsupported(
+                        e.node.referenced,
+                        &e.path,
+                        "not supported: sonde's TLS client takes no maximum version",
+                    );
+                }
+            }
+            _ => ctx.invalid(e.at, &e.path, "unknown key of tls_config"),
+        }
+    }
+    if insecure {
+        out.config.insert("insecure_skip_verify".into(), true.into());
+        if ca.take().is_some() {
+            ctx.note(
+                path,
+                "the CA is left out: with insecure_skip_verify, blackbox_exporter does not use it either",
+            );
+        }
+    }
+    if let Some((key, value, dir)) = ca {
+        out.config.insert(key.into(), value.into());
+        out.files.extend(dir);
+    }
+}
+
+/// The directory a `ca_file` is in, which the module's `files` grant must
+/// name: it must be an absolute path in a directory that exists here.
+fn ca_dir(ctx: &mut Ctx, node: &Node, path: &str, file: &str) -> Option<PathBuf> {
+    let file = Path::new(file);
+    let dir = file
+        .parent()
+        .filter(|d| file.is_absolute() && !d.as_os_str().is_empty());
+    let Some(dir) = dir else {
+        ctx.unsupported_module(
+            node.referenced,
+            path,
+            format!(
+                "{}: give an absolute path: sonde reads it through a files grant of its directory",
+                file.display()
+            ),
+        );
+        return None;
+    };
+    if !dir.is_dir() || sonde_core::catalog::mounts::pseudo_within(dir).is_some() {
+        ctx.unsupported_module(
+            node.referenced,
+            path,
+            format!(
+                "{}: not a directory of ordinary files on this machine; sonde reads the CA through a files grant of it",
+                dir.display()
+            ),
+        );
+        return None;
+    }
+    Some(dir.to_path_buf())
+}
+
+/// `tcp:`: `query_response` into `steps`, `tls`, `tls_config`.
+fn tcp(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
+    let mut tls = false;
+    let mut tls_node = None;
+    let mut steps = Vec::new();
+    for e in ctx.entries(node, path) {
+        match e.key {
+            "query_response" => {
+                for (p, item) in ctx.items(e.node, &e.path) {
+                    query_response(ctx, item, &p, &mut steps);
+                }
+            }
+            "tls" => tls = ctx.boolean(e.node, &e.path).unwrap_or(false),
+            "tls_config" => tls_node = Some((e.node, e.path)),
+            "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, e.node, &e.path),
+            "source_ip_address" => {
+                if ctx.string(e.node, &e.path).is_some_and(|s| !s.is_empty()) {
+                    ctx.unsupported(
+                        e.node.referenced,
+                        &e.path,
+                        "not supported: sonde does not choose the source address",
+                    );
+                }
+            }
+            _ => ctx.invalid(e.at, &e.path, "unknown key of the tcp prober"),
+        }
+    }
+    if tls {
+        out.config.insert("tls".into(), true.into());
+    }
+    if let Some((n, p)) = tls_node {
+        if tls {
+            tls_config(ctx, n, &p, out);
+        } else {
+            ctx.note(
+                &p,
+                "left out: without tls: true, blackbox_exporter does not use it either",
+            );
+        }
+    }
+    if !steps.is_empty() {
+        out.config.insert("steps".into(), Json::Array(steps));
+    }
+}
+
+/// One `query_response` entry: its expect, then its send (blackbox_exporter
+/// ends each send with a newline, and matches an expect line by line).
+fn query_response(ctx: &mut Ctx, node: &Node, path: &str, steps: &mut Vec<Json>) {
+    let mut expect = None;
+    let mut send = None;
+    for e in ctx.entries(node, path) {
+        match e.key {
+            "expect" => expect = ctx.string(e.node, &e.path).filter(|s| !s.is_empty()).map(|s| (s, e)),
+            "send" => send = ctx.string(e.node, &e.path).filter(|s| !s.is_empty()).map(|s| (s, e)),
+            "starttls" => {
+                if ctx.boolean(e.node, &e.path) == Some(true) {
+                    ctx.unsupported_module(
+                        e.node.referenced,
+                        &e.path,
+                        "not supported: sonde's tcp plugin cannot start TLS in the middle of an exchange",
+                    );
+                }
+            }
+            _ => ctx.invalid(
+                e.at,
+                &e.path,
+                "unknown key of a query_response entry (expect, send, starttls)",
+            ),
+        }
+    }
+    if let Some((pattern, e)) = &expect
+        && let Some(pattern) = ctx.regex(e.node, &e.path, pattern)
+    {
+        // ^ and $ at each line's ends (CRLF too), as blackbox_exporter's
+        // line-by-line match reads them.
+        steps.push(serde_json::json!({"expect": format!("(?mR){pattern}")}));
+    }
+    if let Some((text, e)) = send {
+        if expect.is_some() && text.contains('$') {
+            ctx.unsupported_module(
+                e.node.referenced,
+                &e.path,
+                "not supported: sonde's tcp plugin sends the text as written, without the expect's capture groups ($1, ${name})",
+            );
+            return;
+        }
+        steps.push(serde_json::json!({"send": format!("{text}\n")}));
+    }
+}
+
+/// `grpc:`: `service`, `tls`, `tls_config`.
+fn grpc(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
+    let mut tls = false;
+    let mut tls_node = None;
+    for e in ctx.entries(node, path) {
+        match e.key {
+            "service" => {
+                if let Some(s) = ctx.string(e.node, &e.path) {
+                    out.config.insert("service".into(), s.into());
+                }
+            }
+            "tls" => tls = ctx.boolean(e.node, &e.path).unwrap_or(false),
+            "tls_config" => tls_node = Some((e.node, e.path)),
+            "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, e.node, &e.path),
+            _ => ctx.invalid(e.at, &e.path, "unknown key of the grpc prober"),
+        }
+    }
+    if tls {
+        out.config.insert("tls".into(), true.into());
+    }
+    if let Some((n, p)) = tls_node {
+        if tls {
+            tls_config(ctx, n, &p, out);
+        } else {
+            ctx.note(
+                &p,
+                "left out: without tls: true, blackbox_exporter does not use it either",
+            );
+        }
+    }
+}

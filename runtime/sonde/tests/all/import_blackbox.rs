@@ -1,0 +1,373 @@
+//! `sonde modules import`: blackbox_exporter's own example configs (as
+//! Debian ships them) and small files of our own, through the real binary,
+//! and its output through the real `sonde validate`.
+
+use crate::support::sonde;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+const EXAMPLES: &str = "/usr/share/doc/prometheus-blackbox-exporter/examples";
+
+/// One of the example files of Debian's prometheus-blackbox-exporter;
+/// `None` (the test is skipped, and says so) when the package is not
+/// installed, unless `SONDE_REQUIRE_TOOLS` is set (scripts/test sets it).
+fn debian_example(name: &str) -> Option<PathBuf> {
+    let path = Path::new(EXAMPLES).join(name);
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("SONDE_REQUIRE_TOOLS").is_none(),
+        "{} is missing: apt-get install prometheus-blackbox-exporter",
+        path.display()
+    );
+    eprintln!(
+        "skipped: {} is missing (Debian package prometheus-blackbox-exporter); SONDE_REQUIRE_TOOLS=1 makes this a failure",
+        path.display()
+    );
+    None
+}
+
+fn import(file: &Path, extra: &[&str]) -> Output {
+    let file = file.to_str().unwrap();
+    sonde(&[&["modules", "import", file, "--grant", "10.0.0.0/8:*"][..], extra].concat())
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The import's output as a sonde config file, checked by `sonde
+/// validate`; the file's modules as JSON.
+fn validated(dir: &Path, out: &Output) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+    let yaml = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(
+        yaml.starts_with("# sonde modules imported from the blackbox_exporter config "),
+        "{yaml}"
+    );
+    let config = dir.join("sonde.yaml");
+    std::fs::write(&config, &yaml).unwrap();
+    let check = sonde(&["validate", config.to_str().unwrap()]);
+    assert_eq!(check.status.code(), Some(0), "{}\n{yaml}", stderr(&check));
+    let file = sonde_core::config::parse(&config, &yaml).unwrap();
+    let modules: serde_json::Map<String, serde_json::Value> = file
+        .modules
+        .iter()
+        .map(|(name, m)| {
+            let config = m.config.as_ref().map_or(serde_json::json!({}), |c| c.value.clone());
+            let value = serde_json::json!({
+                "plugin": m.plugin.value,
+                "timeout": m.timeout.as_ref().map(|t| humantime::format_duration(t.value.0).to_string()),
+                "config": config,
+                "net": m.grants.net.iter().map(|g| g.value.clone()).collect::<Vec<_>>(),
+                "files": m.grants.files.iter().map(|g| g.value.display().to_string()).collect::<Vec<_>>(),
+            });
+            (name.clone(), value)
+        })
+        .collect();
+    serde_json::Value::Object(modules)
+}
+
+/// What `example.yml` has that sonde cannot honour, by key path.
+const EXAMPLE_UNSUPPORTED: &[&str] = &[
+    "modules.http_2xx_example.http.valid_http_versions: not supported",
+    "modules.http_2xx_example.http.fail_if_header_matches[0]: not supported",
+    "modules.http_2xx_example.http.preferred_ip_protocol: not supported",
+    "modules.http_2xx_example.http.ip_protocol_fallback: false is not supported",
+    "modules.http_with_proxy.http.proxy_url: not supported",
+    "modules.http_with_proxy.http.skip_resolve_phase_with_proxy: true is not supported",
+    "modules.http_gzip.http.compression: not supported",
+    "modules.http_gzip_with_accept_encoding.http.compression: not supported",
+    "modules.imap_starttls.tcp.query_response[3].starttls: not supported",
+    "modules.smtp_starttls.tcp.query_response[5].starttls: not supported",
+    "modules.irc_banner_example.tcp.query_response[2].send: not supported",
+    "modules.icmp_example.prober: icmp is not supported by sonde",
+    "modules.dns_udp_example.prober: dns is not supported by sonde",
+    "modules.dns_soa.prober: dns is not supported by sonde",
+    "modules.dns_tcp_example.prober: dns is not supported by sonde",
+];
+
+#[test]
+fn blackbox_exporters_example_is_refused_naming_each_unsupported_option() {
+    let Some(example) = debian_example("example.yml") else {
+        return;
+    };
+    let out = import(&example, &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty(), "nothing on stdout: {out:?}");
+    let err = stderr(&out);
+    for named in EXAMPLE_UNSUPPORTED {
+        assert!(err.contains(named), "{named} is not named:\n{err}");
+    }
+    // Each with the file, line and column: the icmp module's prober.
+    let icmp = format!("{}:116:13: modules.icmp_example.prober:", example.display());
+    assert!(err.contains(&icmp), "{icmp}\n{err}");
+    assert!(err.contains("--skip-unsupported leaves them out"), "{err}");
+    // What maps is not named.
+    for mapped in [
+        "http_post_2xx",
+        "tls_connect",
+        "tcp_connect_example",
+        "fail_if_body_matches_regexp",
+    ] {
+        assert!(!err.contains(mapped), "{mapped} is named:\n{err}");
+    }
+}
+
+#[test]
+fn blackbox_exporters_example_imports_with_skip_unsupported_and_validates() {
+    let Some(example) = debian_example("example.yml") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = import(&example, &["--skip-unsupported"]);
+    let err = stderr(&out);
+    for named in EXAMPLE_UNSUPPORTED {
+        assert!(err.contains(&format!("skipped: {}", example.display())), "{err}");
+        assert!(err.contains(named), "{named} is not listed as skipped:\n{err}");
+    }
+    let modules = validated(dir.path(), &out);
+    let names: Vec<&str> = modules.as_object().unwrap().keys().map(String::as_str).collect();
+    // The modules without a prober or a step sonde lacks; the custom-CA
+    // one only where its CA's directory exists.
+    let mut expected = vec![
+        "http_2xx_example",
+        "http_basic_auth_example",
+        "http_gzip",
+        "http_gzip_with_accept_encoding",
+        "http_post_2xx",
+        "http_with_proxy",
+        "tcp_connect_example",
+        "tls_connect",
+    ];
+    if Path::new("/certs").is_dir() {
+        expected.insert(2, "http_custom_ca_example");
+    } else {
+        assert!(
+            err.contains("modules.http_custom_ca_example.http.tls_config.ca_file: /certs: not a directory"),
+            "{err}"
+        );
+    }
+    assert_eq!(names, expected);
+    let post = &modules["http_post_2xx"];
+    assert_eq!(post["plugin"], "http");
+    assert_eq!(post["timeout"], "5s");
+    assert_eq!(post["net"], serde_json::json!(["10.0.0.0/8:*"]));
+    assert_eq!(
+        post["config"],
+        serde_json::json!({"method": "POST", "headers": {"Content-Type": "application/json"}, "body": "{}", "expected_status": ["200-299"]})
+    );
+    let web = &modules["http_2xx_example"]["config"];
+    assert_eq!(web["headers"]["Host"], "vhost.example.com");
+    assert_eq!(web["body_not_regex"], "Could not connect to database");
+    assert_eq!(web["body_regex"], "Download the latest version here");
+    assert_eq!(
+        web["header_regex"]["Access-Control-Allow-Origin"],
+        "(\\*|example\\.com)"
+    );
+    assert_eq!(
+        modules["http_basic_auth_example"]["config"]["headers"]["Authorization"],
+        "Basic dXNlcm5hbWU6bXlzZWNyZXQ="
+    );
+    assert_eq!(modules["tls_connect"]["config"], serde_json::json!({"tls": true}));
+    assert_eq!(modules["tcp_connect_example"]["plugin"], "tcp");
+    // No timeout in blackbox_exporter: the scrape's deadline governs.
+    assert_eq!(modules["http_gzip"]["timeout"], "2m");
+}
+
+#[test]
+fn blackbox_exporters_shipped_config_imports_with_skip_unsupported_and_validates() {
+    let Some(shipped) = debian_example("blackbox.yml") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let refused = import(&shipped, &[]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let err = stderr(&refused);
+    for named in [
+        "modules.icmp.prober: icmp is not supported by sonde",
+        "modules.icmp_ttl5.prober: icmp is not supported by sonde",
+        "modules.grpc.grpc.preferred_ip_protocol: not supported",
+        "modules.irc_banner.tcp.query_response[2].send: not supported",
+    ] {
+        assert!(err.contains(named), "{named}:\n{err}");
+    }
+    let modules = validated(dir.path(), &import(&shipped, &["--skip-unsupported"]));
+    assert_eq!(
+        modules["grpc_plain"]["config"],
+        serde_json::json!({"service": "service1"})
+    );
+    assert_eq!(modules["grpc"]["config"], serde_json::json!({"tls": true}));
+    assert_eq!(
+        modules["pop3s_banner"]["config"],
+        serde_json::json!({"tls": true, "steps": [{"expect": "(?mR)^+OK"}]})
+    );
+    assert_eq!(
+        modules["ssh_banner"]["config"]["steps"],
+        serde_json::json!([{"expect": "(?mR)^SSH-2.0-"}, {"send": "SSH-2.0-blackbox-ssh-check\n"}])
+    );
+    assert_eq!(
+        modules["http_2xx"]["config"],
+        serde_json::json!({"expected_status": ["200-299"]})
+    );
+    assert!(modules.get("icmp").is_none() && modules.get("irc_banner").is_none());
+}
+
+#[test]
+fn each_prober_maps_and_validates_with_every_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    let bb = dir.path().join("blackbox.yml");
+    std::fs::write(
+        &bb,
+        format!(
+            r#"modules:
+  https_api:
+    prober: http
+    timeout: 3s
+    http:
+      valid_status_codes: [200, 401]
+      method: HEAD
+      fail_if_body_matches_regexp: [panic, "stack trace"]
+      fail_if_header_not_matches: [{{header: Content-Type, regexp: json}}]
+      tls_config: {{ca_file: {ca}, server_name: api.internal}}
+      bearer_token: t0ken
+  redis:
+    prober: tcp
+    tcp:
+      query_response: [{{send: PING}}, {{expect: "^\\+PONG$"}}]
+  grpc_tls:
+    prober: grpc
+    timeout: 1s
+    grpc: {{service: health, tls: true, tls_config: {{insecure_skip_verify: true}}}}
+"#,
+            ca = certs.join("ca.pem").display()
+        ),
+    )
+    .unwrap();
+    let out = sonde(&[
+        "modules",
+        "import",
+        bb.to_str().unwrap(),
+        "--grant",
+        "10.0.0.0/8:*",
+        "--grant",
+        "*.internal:443",
+    ]);
+    let modules = validated(dir.path(), &out);
+    let grants = serde_json::json!(["10.0.0.0/8:*", "*.internal:443"]);
+    let api = &modules["https_api"];
+    assert_eq!(api["net"], grants);
+    assert_eq!(api["files"], serde_json::json!([certs.display().to_string()]));
+    assert_eq!(
+        api["config"],
+        serde_json::json!({
+            "method": "HEAD",
+            "expected_status": [200, 401],
+            "body_not_regex": "(?:panic)|(?:stack trace)",
+            "header_regex": {"Content-Type": "json"},
+            "ca_file": certs.join("ca.pem").display().to_string(),
+            "server_name": "api.internal",
+            "headers": {"Authorization": "Bearer t0ken"},
+        })
+    );
+    assert!(stderr(&out).contains("note: modules.https_api.http.bearer_token: written as an Authorization header"));
+    assert_eq!(
+        modules["redis"]["config"],
+        serde_json::json!({"steps": [{"send": "PING\n"}, {"expect": "(?mR)^\\+PONG$"}]})
+    );
+    assert_eq!(
+        modules["grpc_tls"]["config"],
+        serde_json::json!({"service": "health", "tls": true, "insecure_skip_verify": true})
+    );
+    assert_eq!(modules["grpc_tls"]["timeout"], "1s");
+}
+
+#[test]
+fn bad_input_is_refused_with_nothing_on_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let bb = dir.path().join("blackbox.yml");
+    let write = |text: &str| std::fs::write(&bb, text).unwrap();
+
+    // A key blackbox_exporter would refuse: an error, --skip-unsupported or not.
+    write("modules:\n  a:\n    prober: http\n    http:\n      methd: GET\n  b:\n    prober: icmp\n");
+    for extra in [&[][..], &["--skip-unsupported"][..]] {
+        let out = import(&bb, extra);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("{}:5:7: modules.a.http.methd: unknown key", bb.display())),
+            "{err}"
+        );
+        assert!(
+            err.contains("modules.b.prober: icmp is not supported by sonde"),
+            "{err}"
+        );
+    }
+
+    // Broken YAML, with its place.
+    write("modules:\n  a: [\n");
+    let out = import(&bb, &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr(&out).contains(&format!("{}:", bb.display())), "{out:?}");
+
+    // A grant sonde's parser refuses, named with its value; none at all.
+    write("modules:\n  a:\n    prober: tcp\n");
+    let bad = sonde(&["modules", "import", bb.to_str().unwrap(), "--grant", "10.0.0.0/33:*"]);
+    assert_eq!(bad.status.code(), Some(3), "{bad:?}");
+    assert!(stderr(&bad).contains("--grant: net grant \"10.0.0.0/33:*\""), "{bad:?}");
+    assert!(bad.stdout.is_empty());
+    let none = sonde(&["modules", "import", bb.to_str().unwrap()]);
+    assert_eq!(none.status.code(), Some(2), "{none:?}");
+    assert!(stderr(&none).contains("--grant"), "{none:?}");
+
+    // A file that is not there.
+    let missing = sonde(&["modules", "import", "/nonexistent/blackbox.yml", "--grant", "*:*"]);
+    assert_eq!(missing.status.code(), Some(3), "{missing:?}");
+}
+
+#[test]
+fn every_flag_of_modules_import_is_documented() {
+    use clap::CommandFactory;
+    let cli = sonde::cli::Cli::command();
+    let import = cli
+        .find_subcommand("modules")
+        .and_then(|m| m.find_subcommand("import"))
+        .expect("sonde modules import");
+    let doc = std::fs::read_to_string(crate::support::repo().join("docs/prometheus.md")).unwrap();
+    let table: Vec<&str> = doc
+        .lines()
+        .skip_while(|l| !l.starts_with("### Migrating from blackbox_exporter"))
+        .skip_while(|l| !l.starts_with("| flag |"))
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    let readme = std::fs::read_to_string(crate::support::repo().join("README.md")).unwrap();
+    let synopsis = readme
+        .lines()
+        .find(|l| l.starts_with("sonde modules import "))
+        .expect("README.md's synopsis has sonde modules import");
+    let mut documented = 0;
+    for arg in import.get_arguments().filter(|a| !a.is_global_set()) {
+        let name = match (arg.get_long(), arg.get_value_names()) {
+            (Some("help"), _) => continue,
+            (Some(long), _) => format!("--{long}"),
+            (None, Some(names)) => names[0].to_string(),
+            (None, None) => continue,
+        };
+        assert!(
+            table.iter().any(|row| row.starts_with(&format!("| `{name}"))),
+            "{name} is not in docs/prometheus.md's flag table of sonde modules import: {table:?}"
+        );
+        if name.starts_with("--") {
+            assert!(
+                synopsis.contains(&name),
+                "{name} is not in README.md's synopsis: {synopsis}"
+            );
+        }
+        documented += 1;
+    }
+    assert_eq!(documented, 3);
+}
