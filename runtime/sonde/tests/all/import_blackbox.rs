@@ -371,3 +371,33 @@ fn every_flag_of_modules_import_is_documented() {
     }
     assert_eq!(documented, 3);
 }
+
+#[test]
+fn an_imported_query_response_talks_as_blackbox_exporter_would() {
+    use std::io::{BufRead, BufReader, Write};
+    // A server that greets with two lines, then answers the line it reads.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.write_all(b"* hello\r\n+OK ready\r\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(s.try_clone().unwrap()).read_line(&mut line).unwrap();
+        s.write_all(format!("got {}\r\n", line.trim_end()).as_bytes()).unwrap();
+        line
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let bb = dir.path().join("blackbox.yml");
+    // blackbox_exporter matches each line alone (so ^ and $ are a line's
+    // ends, before its \r\n) and ends each send with a newline.
+    std::fs::write(
+        &bb,
+        "modules:\n  banner:\n    prober: tcp\n    tcp:\n      query_response:\n        - expect: '^\\+OK ready$'\n        - send: QUIT\n        - expect: '^got QUIT$'\n",
+    )
+    .unwrap();
+    let modules = validated(dir.path(), &import(&bb, &[]));
+    let config = modules["banner"]["config"].to_string();
+    let out = sonde(&["check", "tcp", "--target", &addr, "--config", &config]);
+    assert_eq!(out.status.code(), Some(0), "{config}: {out:?}");
+    assert_eq!(server.join().unwrap(), "QUIT\n");
+}

@@ -254,7 +254,16 @@ pub(crate) fn tls_config(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) 
     }
     if let Some((key, value, dir)) = ca {
         out.config.insert(key.into(), value.into());
-        out.files.extend(dir);
+        if let Some(dir) = dir {
+            ctx.note(
+                path,
+                format_args!(
+                    "grants.files gets {} so the plugin may read the CA (read-only)",
+                    dir.display()
+                ),
+            );
+            out.files.insert(dir);
+        }
     }
 }
 

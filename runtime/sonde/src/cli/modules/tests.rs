@@ -296,3 +296,64 @@ fn the_output_reads_back_as_sonde_modules_with_the_same_config() {
         [("modules.odd: name", Severity::UnsupportedModule)]
     );
 }
+
+#[test]
+fn anchors_aliases_and_merge_keys_read_as_blackbox_exporter_reads_them() {
+    let (m, problems) = modules(
+        "modules:\n  base: &base\n    prober: http\n    timeout: 5s\n    http: &http {method: POST, headers: {A: b}}\n  post:\n    <<: *base\n    timeout: 7s\n  again:\n    prober: http\n    http: *http\n",
+    );
+    assert!(problems.is_empty(), "{problems:#?}");
+    let names: Vec<&str> = m.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["base", "post", "again"]);
+    assert_eq!(m[1].timeout.as_deref(), Some("7s"));
+    assert_eq!(m[1].config["method"], "POST");
+    assert_eq!(m[2].config["headers"]["A"], "b");
+}
+
+#[test]
+fn mangled_files_get_an_answer_never_a_panic() {
+    let seed = include_str!("tests.rs");
+    let start = seed.find("modules:\n  web:").unwrap();
+    let end = start + seed[start..].find("\"#").unwrap();
+    let lines: Vec<&str> = seed[start..end].lines().collect();
+    let mut rng = fastrand::Rng::with_seed(39);
+    let tokens = [
+        "",
+        "- ",
+        ": ",
+        "{",
+        "}",
+        "[",
+        "]",
+        "&a ",
+        "*a",
+        "<<: ",
+        "~",
+        "'",
+        "\"",
+        "\t",
+        "9999999999999999999999",
+    ];
+    for _ in 0..500 {
+        let mut text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        for _ in 0..rng.usize(1..4) {
+            let i = rng.usize(..text.len());
+            match rng.u8(..3) {
+                0 => drop(text.remove(i)),
+                1 => text.insert(i, text[i].clone()),
+                _ => {
+                    let at = rng.usize(..=text[i].len());
+                    let at = (0..=at).rev().find(|&j| text[i].is_char_boundary(j)).unwrap_or(0);
+                    text[i].insert_str(at, tokens[rng.usize(..tokens.len())]);
+                }
+            }
+            if text.is_empty() {
+                break;
+            }
+        }
+        let text = text.join("\n");
+        if let Ok((modules, ctx)) = import(&text) {
+            let _ = super::render("bb.yml", &["*:*".into()], &modules, &ctx.problems);
+        }
+    }
+}
