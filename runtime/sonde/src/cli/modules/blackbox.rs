@@ -113,12 +113,16 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
         match e.key {
             "prober" => {}
             "timeout" => timeout = module_timeout(ctx, e.node, &e.path),
-            key @ ("http" | "tcp" | "grpc" | "dns" | "icmp") if key == prober => match key {
-                "http" => super::http::http(ctx, e.node, &e.path, &mut out),
-                "tcp" => tcp(ctx, e.node, &e.path, &mut out),
-                _ => grpc(ctx, e.node, &e.path, &mut out),
-            },
-            "http" | "tcp" | "grpc" | "dns" | "icmp" => {
+            key @ ("http" | "tcp" | "grpc") if key == prober => prober_block(ctx, key, e.node, &e.path, &mut out),
+            key @ ("http" | "tcp" | "grpc" | "dns" | "icmp") => {
+                // blackbox_exporter does not use another prober's block, but
+                // refuses one with a key it does not know.
+                if key != "dns" && key != "icmp" {
+                    let mut scratch = Ctx::default();
+                    prober_block(&mut scratch, key, e.node, &e.path, &mut Out::default());
+                    let invalid = scratch.problems.into_iter().filter(|p| p.severity == Severity::Invalid);
+                    ctx.problems.extend(invalid);
+                }
                 ctx.note(
                     &e.path,
                     format_args!(
@@ -147,6 +151,15 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
         config: out.config,
         files: out.files,
     })
+}
+
+/// The block of prober `key` (`http`, `tcp` or `grpc`), into `out`.
+fn prober_block(ctx: &mut Ctx, key: &str, node: &Node, path: &str, out: &mut Out) {
+    match key {
+        "http" => super::http::http(ctx, node, path, out),
+        "tcp" => tcp(ctx, node, path, out),
+        _ => grpc(ctx, node, path, out),
+    }
 }
 
 /// A module's `timeout`, as sonde writes it; `None` for none (or zero,

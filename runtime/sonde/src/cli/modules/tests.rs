@@ -247,6 +247,12 @@ fn what_blackbox_exporter_would_refuse_is_an_error_with_its_place() {
     // A key given twice: the parser's own error, with its place.
     let twice = import("modules:\n  a:\n    prober: http\n    prober: tcp\n").unwrap_err();
     assert_eq!(twice, ("duplicate mapping key: prober".to_string(), 4, 5));
+    // Another prober's block is not used, but its keys are still checked.
+    let (m, problems) = modules("modules:\n  a:\n    prober: tcp\n    http: {method: GET, metod: GET, proxy_url: x}\n");
+    assert_eq!(paths(&problems), [("modules.a.http.metod", Severity::Invalid)]);
+    assert_eq!(m.len(), 0);
+    let (m, problems) = modules("modules:\n  a:\n    prober: tcp\n    http: {method: GET, proxy_url: x}\n");
+    assert!(problems.is_empty() && m[0].config.is_empty(), "{problems:?} {m:?}");
     let (_, problems) = modules("modulez: {}\n");
     assert_eq!(paths(&problems), [("modulez", Severity::Invalid)]);
     let (_, problems) = modules("modules:\n  a:\n    prober: http\n    http:\n      valid_status_codes: 200\n");
