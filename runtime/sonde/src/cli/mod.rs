@@ -75,7 +75,7 @@ pub enum Command {
     Run(run::RunArgs),
     /// Check a config file without running it (exit 0 valid, 2 invalid).
     Validate(run::ValidateArgs),
-    /// Bring modules from elsewhere: `sonde modules import blackbox.yml --grant 10.0.0.0/8:*` prints blackbox_exporter's modules as sonde's.
+    /// Bring modules from elsewhere: `sonde modules import blackbox.yml --grant '10.0.0.0/8:*'` prints blackbox_exporter's modules as sonde's.
     #[command(subcommand)]
     Modules(modules::ModulesCommand),
     /// Show a running agent's probes (exit 0 when every probe passes, 2 when one does not, 3 when the agent cannot be reached).
