@@ -85,12 +85,21 @@ fn http_defaults_are_blackbox_exporters() {
 fn basic_auth_becomes_an_authorization_header() {
     let m = only("modules:\n  a:\n    prober: http\n    http:\n      basic_auth: {username: user, password: pass}\n");
     assert_eq!(m.config["headers"]["Authorization"], "Basic dXNlcjpwYXNz");
-    let m = only(
-        "modules:\n  a:\n    prober: http\n    http:\n      insecure: 1\n"
-            .replace("insecure: 1", "authorization: {type: Token, credentials: abc}")
-            .as_str(),
-    );
+    let m = only("modules:\n  a:\n    prober: http\n    http:\n      authorization: {type: Token, credentials: abc}\n");
     assert_eq!(m.config["headers"]["Authorization"], "Token abc");
+    // Two credentials: blackbox_exporter refuses them; one beside an
+    // Authorization header: sonde cannot say which blackbox_exporter sends.
+    let (_, problems) = modules(
+        "modules:\n  a:\n    prober: http\n    http:\n      bearer_token: a\n      basic_auth: {username: u}\n",
+    );
+    assert_eq!(paths(&problems), [("modules.a.http.basic_auth", Severity::Invalid)]);
+    let (_, problems) = modules(
+        "modules:\n  a:\n    prober: http\n    http:\n      bearer_token: a\n      headers: {authorization: b}\n",
+    );
+    assert_eq!(
+        paths(&problems),
+        [("modules.a.http.bearer_token", Severity::Unsupported)]
+    );
 }
 
 #[test]
