@@ -273,6 +273,20 @@ impl Tenant {
         }
     }
 
+    /// Whether `target` (`address` parsed), a probe's target or one a
+    /// `/probe` request names, is inside the ceiling: the one check of
+    /// [`Tenant::check`] that depends on the target alone.
+    pub fn check_target(&self, probe: &str, address: &str, target: &NetPattern) -> Result<(), CeilingError> {
+        match &self.ceiling {
+            Some(ceiling) if !ceiling.covers_net(target) => Err(CeilingError::Target {
+                tenant: self.id.clone(),
+                probe: probe.to_string(),
+                target: address.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Every way probe `probe` (its target `address`, `grants` and
     /// `limits`) exceeds this tenant's ceiling or per-call quotas.
     pub fn check(&self, probe: &str, address: &str, grants: &Grants, limits: &Limits) -> Vec<CeilingError> {
@@ -317,13 +331,9 @@ impl Tenant {
         // one that parses must be within the ceiling like any grant.
         if !address.is_empty()
             && let Ok(target) = NetPattern::for_target(address)
-            && !ceiling.covers_net(&target)
+            && let Err(e) = self.check_target(probe, address, &target)
         {
-            errors.push(CeilingError::Target {
-                tenant: tenant.clone(),
-                probe: probe.to_string(),
-                target: address.to_string(),
-            });
+            errors.push(e);
         }
         for (index, n) in grants.net.iter().enumerate() {
             if !ceiling.covers_net(n) {

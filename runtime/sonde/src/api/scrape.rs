@@ -30,12 +30,14 @@
 //!   the operator's); to anyone else it does not exist (400, as an
 //!   unknown module).
 
-use super::{ApiState, error, full, query};
+use super::{ApiState, error, full};
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use http::{HeaderMap, StatusCode};
 use sonde_core::auth::Principal;
 use sonde_core::catalog::ProbeSpec;
+use sonde_sandbox::engine::Call;
+use sonde_sandbox::host::NetPattern;
 use sonde_sandbox::verdict::{RunResult, Status};
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
@@ -209,9 +211,10 @@ enum Denial {
 
 /// The module's net grant that admits `target`, or why `target` may not be
 /// probed with `module`: the same comparisons a probe's grants and its
-/// tenant's ceiling make.
-fn admit(state: &ApiState, module: &ProbeSpec, target: &str) -> Result<sonde_sandbox::host::NetPattern, Denial> {
-    let pattern = sonde_sandbox::host::NetPattern::for_target(target)?;
+/// tenant's ceiling make. The module's own grants and limits were checked
+/// against the ceiling when the file loaded; only the target is new.
+fn admit<'m>(state: &ApiState, module: &'m ProbeSpec, target: &str) -> Result<&'m NetPattern, Denial> {
+    let pattern = NetPattern::for_target(target)?;
     let grant = module
         .grants
         .net
@@ -221,13 +224,10 @@ fn admit(state: &ApiState, module: &ProbeSpec, target: &str) -> Result<sonde_san
             target: target.to_string(),
             grants: module.grants.net.iter().map(|g| g.to_string()).collect(),
         })?;
-    if let Some(tenant) = state.control.tenants().get(&module.tenant)
-        && let Some(e) = tenant
-            .check(&module.name, target, &module.grants, &module.limits)
-            .into_iter()
-            .next()
-    {
-        return Err(Denial::Ceiling(e));
+    if let Some(tenant) = state.control.tenants().get(&module.tenant) {
+        tenant
+            .check_target(&module.name, target, &pattern)
+            .map_err(Denial::Ceiling)?;
     }
     if let Ok(addr) = target.parse::<std::net::SocketAddr>()
         && let Some(own) = state.control.engine().own_listeners().reached_by(addr)
@@ -237,35 +237,43 @@ fn admit(state: &ApiState, module: &ProbeSpec, target: &str) -> Result<sonde_san
             own,
         });
     }
-    Ok(grant.clone())
+    Ok(grant)
 }
 
-/// What a debug answer tells, line by line.
-#[derive(Default)]
-struct DebugLog(String);
+/// What a debug answer tells, line by line; nothing (and no formatting)
+/// unless the request asked for it.
+struct DebugLog(Option<String>);
 
 impl DebugLog {
-    fn line(&mut self, text: impl AsRef<str>) {
-        self.0.push_str(text.as_ref());
-        self.0.push('\n');
+    fn new(debug: bool) -> Self {
+        Self(debug.then(String::new))
+    }
+
+    fn line(&mut self, text: impl FnOnce() -> String) {
+        if let Some(log) = &mut self.0 {
+            log.push_str(&text());
+            log.push('\n');
+        }
     }
 
     /// How the run ended, what the plugin said and measured.
     fn outcome(&mut self, result: &RunResult, took: Duration) {
-        self.line(format!(
-            "outcome: {}{} in {} (plugin {}, fuel {})",
-            result.status.as_str(),
-            result.reason.map_or(String::new(), |r| format!(" ({r})")),
-            humantime::format_duration(truncate_micros(took)),
-            humantime::format_duration(truncate_micros(result.duration)),
-            result.fuel_consumed
-        ));
-        self.line(format!("message: {}", result.message));
+        self.line(|| {
+            format!(
+                "outcome: {}{} in {} (plugin {}, fuel {})",
+                result.status.as_str(),
+                result.reason.map_or(String::new(), |r| format!(" ({r})")),
+                humantime::format_duration(truncate_micros(took)),
+                humantime::format_duration(truncate_micros(result.duration)),
+                result.fuel_consumed
+            )
+        });
+        self.line(|| format!("message: {}", result.message));
         if let Some(d) = &result.detail {
-            self.line(format!("detail: {d}"));
+            self.line(|| format!("detail: {d}"));
         }
         for m in &result.metrics {
-            self.line(format!("metric {} = {} {}", m.name, m.value, m.unit));
+            self.line(|| format!("metric {} = {} {}", m.name, m.value, m.unit));
         }
     }
 }
@@ -313,6 +321,30 @@ fn exposition(result: &RunResult, took: Duration) -> String {
     out
 }
 
+/// The parameters of a `/probe` request, read in one pass over its query.
+#[derive(Default)]
+struct Params<'a> {
+    module: Option<std::borrow::Cow<'a, str>>,
+    target: Option<std::borrow::Cow<'a, str>>,
+    debug: bool,
+}
+
+impl<'a> Params<'a> {
+    /// The first `module` and `target`, and `debug`; other keys are ignored.
+    fn parse(query: Option<&'a str>) -> Self {
+        let mut p = Params::default();
+        for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            match &*k {
+                "module" if p.module.is_none() => p.module = Some(v),
+                "target" if p.target.is_none() => p.target = Some(v),
+                "debug" => p.debug = v == "true" || v == "1",
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
 /// `GET /probe`.
 pub(super) async fn probe(
     who: Principal,
@@ -321,21 +353,19 @@ pub(super) async fn probe(
     headers: HeaderMap,
 ) -> Response {
     let start = Instant::now();
-    let q = q.as_deref();
-    let debug = query(q, "debug").is_some_and(|v| v == "true" || v == "1");
-    let Some(module_name) = query(q, "module").filter(|m| !m.is_empty()) else {
+    let params = Params::parse(q.as_deref());
+    let Some(module_name) = params.module.filter(|m| !m.is_empty()) else {
         return error(
             StatusCode::BAD_REQUEST,
             "module: missing (/probe?target=...&module=...)",
         );
     };
-    let Some(target) = query(q, "target").filter(|t| !t.trim().is_empty()) else {
+    let Some(target) = params.target.as_deref().map(str::trim).filter(|t| !t.is_empty()) else {
         return error(
             StatusCode::BAD_REQUEST,
             "target: missing (/probe?target=...&module=...)",
         );
     };
-    let target = target.trim().to_string();
     let scrape = match scrape_timeout(&headers) {
         Ok(s) => s,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
@@ -354,36 +384,38 @@ pub(super) async fn probe(
     let Some(module) = modules.get(&module_name).filter(|m| who.sees(&m.tenant)) else {
         return error(StatusCode::BAD_REQUEST, format!("no module named {module_name:?}"));
     };
-    let mut log = DebugLog::default();
-    log.line(format!(
-        "module {module_name}: plugin {}, tenant {}, timeout {}",
-        module.plugin_ref,
-        &*module.tenant,
-        humantime::format_duration(module.limits.timeout)
-    ));
-    log.line(format!("target {target}"));
-    let result = match admit(&state, module, &target) {
+    let mut log = DebugLog::new(params.debug);
+    log.line(|| {
+        format!(
+            "module {module_name}: plugin {}, tenant {}, timeout {}",
+            module.plugin_ref,
+            &*module.tenant,
+            humantime::format_duration(module.limits.timeout)
+        )
+    });
+    log.line(|| format!("target {target}"));
+    let result = match admit(&state, module, target) {
         Err(denial) => {
-            log.line(format!("admission: denied: {denial}"));
+            log.line(|| format!("admission: denied: {denial}"));
             RunResult::error(sonde_sandbox::verdict::Reason::Denied, denial.to_string())
         }
         Ok(grant) => {
-            log.line(format!(
-                "admission: allowed: {target} is inside the module's net grant {grant}"
-            ));
+            log.line(|| format!("admission: allowed: {target} is inside the module's net grant {grant}"));
             let deadline = deadline(scrape, module.limits.timeout);
-            log.line(format!(
-                "deadline {} ({})",
-                humantime::format_duration(deadline),
-                match scrape {
-                    Some(s) => format!(
-                        "the scrape's {}s less its margin, capped by the module's timeout",
-                        s.as_secs_f64()
-                    ),
-                    None => "the module's timeout: no scrape timeout header".into(),
-                }
-            ));
-            match run(&state, module, &target, deadline, start).await {
+            log.line(|| {
+                format!(
+                    "deadline {} ({})",
+                    humantime::format_duration(deadline),
+                    match scrape {
+                        Some(s) => format!(
+                            "the scrape's {}s less its margin, capped by the module's timeout",
+                            s.as_secs_f64()
+                        ),
+                        None => "the module's timeout: no scrape timeout header".into(),
+                    }
+                )
+            });
+            match run(&state, module, target, deadline, start).await {
                 Ok(r) => r,
                 Err(response) => return response,
             }
@@ -392,10 +424,10 @@ pub(super) async fn probe(
     let took = start.elapsed();
     log.outcome(&result, took);
     let metrics = exposition(&result, took);
-    if debug {
-        log.line("\nmetrics:");
-        log.0.push_str(&metrics);
-        return full(StatusCode::OK, "text/plain; charset=utf-8", log.0);
+    if let Some(mut text) = log.0 {
+        text.push_str("\nmetrics:\n");
+        text.push_str(&metrics);
+        return full(StatusCode::OK, "text/plain; charset=utf-8", text);
     }
     full(StatusCode::OK, TEXT, metrics)
 }
@@ -407,7 +439,10 @@ fn truncate_micros(d: Duration) -> Duration {
 
 /// Runs `module` against `target` through the gate and the executor,
 /// within `deadline` of `start`: the run's result, or the answer that the
-/// gate is full (429) or the deadline passed in the queue (503).
+/// gate is full (429) or the deadline passed in the queue (503). The run
+/// takes its tenant's permit and CPU share as any run does, but runs on
+/// this request's own thread ([`sonde_core::executor::Executor::run_here`]):
+/// the request only waits for it, and the gate bounds how many there are.
 async fn run(
     state: &ApiState,
     module: &ProbeSpec,
@@ -436,11 +471,21 @@ async fn run(
                 ));
             }
         };
-    let mut spec = module.clone();
-    spec.address = target.to_string();
-    spec.limits.timeout = deadline.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
-    let engine = state.control.engine().clone();
-    let result = state.metrics.executor.run(&engine, &spec, 1).await;
+    let mut limits = module.limits;
+    limits.timeout = deadline.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
+    let call = Call {
+        probe: &module.name,
+        target,
+        config: &module.config,
+        limits,
+        grants: &module.grants,
+        attempt: 1,
+    };
+    let result = state
+        .metrics
+        .executor
+        .run_here(state.control.engine(), module, &call)
+        .await;
     drop(permit);
     Ok(result)
 }

@@ -309,6 +309,67 @@ modules:
     assert!(silent.accepted() <= ran, "{} > {ran}", silent.accepted());
 }
 
+/// A `/probe` run is polled on the thread that serves its request, not
+/// handed to the sandbox threads: with every `/probe` slot taken by a
+/// plugin that spins until its deadline, the API (on this test's one
+/// thread) must still answer, because a spinning call yields at each epoch
+/// tick.
+#[tokio::test]
+async fn spinning_probe_runs_leave_the_api_answering() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"operator_token_file: op.token
+api: {{ max_probe_runs: 4 }}
+modules:
+  spin:
+    plugin: {spin}
+    timeout: 3s
+    grants: {{ net: ["127.0.0.1:*"] }}
+"#,
+        spin = sonde_tests::guests::SPIN_FOREVER
+    );
+    let (_agent, api) = start_agent(&write_config(dir.path(), &yaml)).await;
+    let started = Instant::now();
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            tokio::spawn(async move {
+                let answer = get(api, "/probe?target=127.0.0.1:9&module=spin", &bearer(OP)).await;
+                (answer, Instant::now())
+            })
+        })
+        .collect();
+    // Every slot is taken once the four runs hold their tenant's permits.
+    loop {
+        let (_, text) = get(api, "/metrics", &bearer(OP)).await;
+        if series(&text, "sonde_tenant_runs_running{tenant=\"default\"}") == Some(4.0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the four runs never started:\n{text}"
+        );
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..5 {
+        let (code, body) = get(api, "/livez", &[]).await;
+        assert_eq!(code, 200, "{body}");
+    }
+    let answered = Instant::now();
+    let mut first_end = None::<Instant>;
+    for r in runs {
+        let ((code, body), ended) = r.await.unwrap();
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("probe_success 0"), "{body}");
+        first_end = Some(first_end.map_or(ended, |f| f.min(ended)));
+    }
+    // Were the API blocked behind the spinning calls, /livez would have
+    // answered only once one of them had ended.
+    assert!(
+        answered < first_end.unwrap(),
+        "/livez answered only after a spinning run ended: the API waited behind them"
+    );
+}
+
 #[tokio::test]
 async fn validate_refuses_every_bad_module_naming_the_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
