@@ -177,8 +177,11 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
     let (name, candidates) = match Host::parse(host) {
         Host::Ip(ip) => (None, vec![SocketAddr::new(ip, port)]),
         _ => {
-            let found = lookup(host, bounds).await?;
+            let found = lookup(host, bounds)
+                .await
+                .inspect_err(|_| bounds.observe(|o| o.looked_up(start.elapsed(), false)))?;
             if found.is_empty() {
+                bounds.observe(|o| o.looked_up(start.elapsed(), false));
                 return Err(DialError::NoAddress { host: host.to_string() });
             }
             (
@@ -189,6 +192,7 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
     };
     let allowed = grants.authorize_peer(what, name, &candidates)?;
     let dns = start.elapsed();
+    bounds.observe(|o| o.looked_up(dns, true));
     // The addresses allowed, in the resolver's order, until one answers
     // (`localhost` is often ::1 first, while the service listens on IPv4);
     // the caller's deadline bounds the whole.
@@ -204,9 +208,14 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
         }
     }
     let Some((stream, addr)) = connected else {
+        if let Some(DialError::Connect { addr, .. }) = &failed {
+            bounds.observe(|o| o.connected(addr.ip(), None));
+        }
         // `authorize_peer` allows at least one address, so one was tried.
         return Err(failed.unwrap_or_else(|| DialError::NoAddress { host: host.to_string() }));
     };
+    let connect = start.elapsed() - dns;
+    bounds.observe(|o| o.connected(addr.ip(), Some(connect)));
     // tokio deprecates SO_LINGER because a non-zero linger blocks on drop;
     // a zero linger never does.
     #[allow(deprecated)]
@@ -216,6 +225,6 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
         stream,
         peer: addr,
         dns,
-        connect: start.elapsed() - dns,
+        connect,
     })
 }

@@ -1,0 +1,504 @@
+//! `/probe` beside Debian's blackbox_exporter: the same cases (modules of
+//! the same meaning, the same real targets on loopback) asked of both, and
+//! the answers compared series by series — which series there are (name,
+//! label names, and the values of the labels with a fixed vocabulary), the
+//! values alert rules read, and that a phase blackbox timed is timed by
+//! sonde too. sonde's own `sonde_*` series are left out of the comparison.
+//!
+//! The exporter is `/usr/bin/prometheus-blackbox-exporter` (Debian's
+//! `prometheus-blackbox-exporter`); without it the test is skipped, unless
+//! `SONDE_REQUIRE_TOOLS` is set.
+
+use crate::support::{parse_response, secret, start_agent, tool};
+use sonde_tests::{GrpcHealthServer, HttpServer, ServingStatus, TestCert, closed_port};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+const OP: &str = "operator-secret";
+
+/// Labels whose values come from a fixed vocabulary: part of a series'
+/// identity. The others (a certificate's subject…) are compared as values.
+const VOCABULARY: [&str; 3] = ["phase", "serving_status", "version"];
+
+/// Series whose values alert rules read: they must be equal.
+const EQUAL: [&str; 17] = [
+    "probe_success",
+    "probe_http_status_code",
+    "probe_http_ssl",
+    "probe_http_version",
+    "probe_http_redirects",
+    "probe_http_content_length",
+    "probe_http_uncompressed_body_length",
+    "probe_failed_due_to_regex",
+    "probe_ssl_earliest_cert_expiry",
+    "probe_ssl_last_chain_expiry_timestamp_seconds",
+    "probe_ssl_last_chain_info",
+    "probe_tls_version_info",
+    "probe_grpc_status_code",
+    "probe_grpc_healthcheck_response",
+    "probe_grpc_ssl",
+    "probe_ip_protocol",
+    "probe_ip_addr_hash",
+];
+
+/// Series that are times: sonde's is above 0 where blackbox's is, and
+/// only there (a phase not reached is 0).
+const TIMES: [&str; 3] = [
+    "probe_http_duration_seconds",
+    "probe_grpc_duration_seconds",
+    "probe_dns_lookup_time_seconds",
+];
+
+/// One sample: its name, labels and value.
+type Sample = (String, BTreeMap<String, String>, f64);
+
+/// Parses an answer in the text format (the subset both answer with).
+fn samples(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let (series, value) = line.rsplit_once(' ').expect("a sample line");
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value of {line:?}"));
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_string(), BTreeMap::new()),
+            Some((name, rest)) => (name.to_string(), labels(rest.strip_suffix('}').expect("}"))),
+        };
+        out.push((name, labels, value));
+    }
+    out
+}
+
+/// `k="v",k2="v2"` with the text format's escapes.
+fn labels(mut text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    while let Some((key, rest)) = text.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = rest.char_indices();
+        let mut end = rest.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, c)) => value.push(c),
+                    None => {}
+                },
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        out.insert(key.trim_start_matches(',').to_string(), value);
+        text = &rest[end..];
+    }
+    out
+}
+
+/// A series' identity: its name, label names and vocabulary values.
+fn identity((name, labels, _): &Sample) -> String {
+    let labels: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| {
+            if VOCABULARY.contains(&k.as_str()) {
+                format!("{k}={v:?}")
+            } else {
+                k.clone()
+            }
+        })
+        .collect();
+    format!("{name}{{{}}}", labels.join(","))
+}
+
+/// A series with every label: the key its values are compared under.
+fn full((name, labels, _): &Sample) -> String {
+    format!("{name}{labels:?}")
+}
+
+/// How sonde's answer differs from blackbox's for one case.
+fn differences(case: &str, blackbox: &str, sonde: &str) -> Vec<String> {
+    let mut bb = samples(blackbox);
+    let ours: Vec<Sample> = samples(sonde)
+        .into_iter()
+        .filter(|(n, _, _)| !n.starts_with("sonde_"))
+        .collect();
+    // 0.23's gRPC prober answers `probe_ssl_earliest_cert_expiry 0`
+    // without TLS; 0.26 no longer does, nor does sonde (an expiry of 1970
+    // fires every expiry alert).
+    if !ours.iter().any(|(n, _, _)| n == "probe_tls_version_info") && ours.iter().any(|(n, _, _)| n == "probe_grpc_ssl")
+    {
+        bb.retain(|(n, _, v)| !(n == "probe_ssl_earliest_cert_expiry" && *v == 0.0));
+    }
+    let mut out = Vec::new();
+    let ids = |s: &[Sample]| s.iter().map(identity).collect::<BTreeSet<_>>();
+    let (theirs_ids, ours_ids) = (ids(&bb), ids(&ours));
+    for missing in theirs_ids.difference(&ours_ids) {
+        out.push(format!("{case}: sonde lacks {missing}"));
+    }
+    for extra in ours_ids.difference(&theirs_ids) {
+        out.push(format!("{case}: sonde adds {extra}"));
+    }
+    let values = |s: &[Sample]| s.iter().map(|x| (full(x), x.2)).collect::<BTreeMap<_, _>>();
+    let ours_values = values(&ours);
+    for sample in &bb {
+        let (name, _, value) = sample;
+        if EQUAL.contains(&name.as_str()) {
+            match ours_values.get(&full(sample)) {
+                Some(v) if v == value => {}
+                Some(v) => out.push(format!("{case}: {} is {v}, blackbox says {value}", full(sample))),
+                None if name == "probe_ssl_last_chain_info" => {
+                    let ours: Vec<String> = ours.iter().filter(|s| &s.0 == name).map(full).collect();
+                    out.push(format!("{case}: blackbox's {} is not sonde's {ours:?}", full(sample)));
+                }
+                None => {}
+            }
+        }
+        if TIMES.contains(&name.as_str())
+            && let Some(v) = ours_values.get(&full(sample))
+            && (*value > 0.0) != (*v > 0.0)
+        {
+            out.push(format!("{case}: {} is {v}, blackbox says {value}", full(sample)));
+        }
+    }
+    out
+}
+
+/// `GET path` on a new connection, with an optional bearer token.
+async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let head = format!("GET {path} HTTP/1.1\r\nHost: probe\r\n{auth}Connection: close\r\n\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut text = Vec::new();
+    let _ = s.read_to_end(&mut text).await;
+    let (status, body) = parse_response(&text);
+    // blackbox answers chunked; the chunk sizes are not samples.
+    let body = if body.starts_with(|c: char| c.is_ascii_hexdigit()) && !body.starts_with("# ") {
+        dechunk(&body)
+    } else {
+        body
+    };
+    (status, body)
+}
+
+/// The data of a chunked body.
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Debian's blackbox_exporter, on a free loopback port, with `config`.
+struct Blackbox {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Blackbox {
+    async fn start(dir: &Path, config: &str) -> Option<Self> {
+        let binary = tool("prometheus-blackbox-exporter", "prometheus-blackbox-exporter")?;
+        let file = dir.join("blackbox.yml");
+        std::fs::write(&file, config).unwrap();
+        let addr = closed_port();
+        let child = Command::new(binary)
+            .arg(format!("--config.file={}", file.display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start blackbox_exporter");
+        let bb = Self { child, addr };
+        let start = Instant::now();
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "blackbox_exporter did not listen"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Some(bb)
+    }
+}
+
+impl Drop for Blackbox {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A line server as an SMTP server greets: `220` first, `221` and a close
+/// after `QUIT`.
+async fn smtp_like() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let _ = write.write_all(b"220 sonde.test ESMTP ready\r\n").await;
+                let mut lines = tokio::io::BufReader::new(read).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if line.trim().eq_ignore_ascii_case("QUIT") {
+                        let _ = write.write_all(b"221 bye\r\n").await;
+                        return;
+                    }
+                    let _ = write.write_all(b"250 ok\r\n").await;
+                }
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// A JSON string literal, which YAML reads too.
+fn json(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+/// The cases: (name, blackbox module, sonde module, target).
+type Case = (&'static str, &'static str, &'static str, String);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_answers_the_series_blackbox_exporter_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let valid = TestCert::new(2030, 1, 1);
+    let expired = TestCert::new(2021, 1, 1);
+    let self_signed = TestCert::self_signed_ca();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &valid.ca_pem).unwrap();
+    let expired_ca = dir.path().join("expired-ca.pem");
+    std::fs::write(&expired_ca, &expired.ca_pem).unwrap();
+    let (ca, expired_ca) = (ca.display(), expired_ca.display());
+
+    let bb_config = format!(
+        r#"modules:
+  http_2xx: {{ prober: http, timeout: 5s }}
+  http_short: {{ prober: http, timeout: 1s }}
+  http_body_match: {{ prober: http, timeout: 5s, http: {{ fail_if_body_not_matches_regexp: ["ok"] }} }}
+  http_body_nomatch: {{ prober: http, timeout: 5s, http: {{ fail_if_body_not_matches_regexp: ["goodbye"] }} }}
+  http_ca: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ ca_file: "{ca}" }} }} }}
+  http_expired_ca: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ ca_file: "{expired_ca}" }} }} }}
+  http_wrong_host: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ ca_file: "{ca}", server_name: wrong.sonde.test }} }} }}
+  http_insecure: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ insecure_skip_verify: true }} }} }}
+  tcp_connect: {{ prober: tcp, timeout: 5s }}
+  tcp_smtp:
+    prober: tcp
+    timeout: 5s
+    tcp: {{ query_response: [{{ expect: "^220 " }}, {{ send: "QUIT" }}, {{ expect: "^221" }}] }}
+  tcp_smtp_eof:
+    prober: tcp
+    timeout: 5s
+    tcp: {{ query_response: [{{ expect: "^220 " }}, {{ send: "QUIT" }}, {{ expect: "^250 " }}] }}
+  tcp_tls: {{ prober: tcp, timeout: 5s, tcp: {{ tls: true, tls_config: {{ ca_file: "{ca}" }} }} }}
+  grpc_plain: {{ prober: grpc, timeout: 5s, grpc: {{ tls: false, preferred_ip_protocol: ip4 }} }}
+  grpc_serving: {{ prober: grpc, timeout: 5s, grpc: {{ service: sonde.Serving, preferred_ip_protocol: ip4 }} }}
+  grpc_not_serving: {{ prober: grpc, timeout: 5s, grpc: {{ service: sonde.NotServing, preferred_ip_protocol: ip4 }} }}
+  grpc_unknown: {{ prober: grpc, timeout: 5s, grpc: {{ service: sonde.Unknown, preferred_ip_protocol: ip4 }} }}
+  grpc_missing: {{ prober: grpc, timeout: 5s, grpc: {{ service: sonde.Missing, preferred_ip_protocol: ip4 }} }}
+  grpc_tls: {{ prober: grpc, timeout: 5s, grpc: {{ tls: true, preferred_ip_protocol: ip4, tls_config: {{ ca_file: "{ca}" }} }} }}
+"#
+    );
+    let Some(blackbox) = Blackbox::start(dir.path(), &bb_config).await else {
+        return;
+    };
+
+    // The same modules, for sonde: 2xx expected, as blackbox's default.
+    let (ca_pem, expired_pem) = (json(&valid.ca_pem), json(&expired.ca_pem));
+    let grants = r#"grants: { net: ["127.0.0.1:*"] }"#;
+    secret(dir.path(), "op.token", OP);
+    let sonde_config = format!(
+        r#"operator_token_file: op.token
+modules:
+  http_2xx: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"] }}, {grants} }}
+  http_short: {{ plugin: http, timeout: 1s, config: {{ expected_status: ["200-299"] }}, {grants} }}
+  http_body_match: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], body_regex: "ok" }}, {grants} }}
+  http_body_nomatch: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], body_regex: "goodbye" }}, {grants} }}
+  http_ca: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], ca_pem: {ca_pem} }}, {grants} }}
+  http_expired_ca: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], ca_pem: {expired_pem} }}, {grants} }}
+  http_wrong_host: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], ca_pem: {ca_pem}, server_name: wrong.sonde.test }}, {grants} }}
+  http_insecure: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], insecure_skip_verify: true }}, {grants} }}
+  tcp_connect: {{ plugin: tcp, timeout: 5s, {grants} }}
+  tcp_smtp: {{ plugin: tcp, timeout: 5s, config: {{ steps: [{{ expect: "^220 " }}, {{ send: "QUIT\r\n" }}, {{ expect: "^221" }}] }}, {grants} }}
+  tcp_smtp_eof: {{ plugin: tcp, timeout: 5s, config: {{ steps: [{{ expect: "^220 " }}, {{ send: "QUIT\r\n" }}, {{ expect: "^250 " }}] }}, {grants} }}
+  tcp_tls: {{ plugin: tcp, timeout: 5s, config: {{ tls: true, ca_pem: {ca_pem} }}, {grants} }}
+  grpc_plain: {{ plugin: grpc, timeout: 5s, {grants} }}
+  grpc_serving: {{ plugin: grpc, timeout: 5s, config: {{ service: sonde.Serving }}, {grants} }}
+  grpc_not_serving: {{ plugin: grpc, timeout: 5s, config: {{ service: sonde.NotServing }}, {grants} }}
+  grpc_unknown: {{ plugin: grpc, timeout: 5s, config: {{ service: sonde.Unknown }}, {grants} }}
+  grpc_missing: {{ plugin: grpc, timeout: 5s, config: {{ service: sonde.Missing }}, {grants} }}
+  grpc_tls: {{ plugin: grpc, timeout: 5s, config: {{ tls: true, ca_pem: {ca_pem} }}, {grants} }}
+"#
+    );
+    let config = dir.path().join("sonde.yaml");
+    std::fs::write(&config, sonde_config).unwrap();
+    let (_agent, api) = start_agent(&config).await;
+
+    let web = HttpServer::start().await;
+    let https = HttpServer::start_tls(&valid).await;
+    let https_expired = HttpServer::start_tls(&expired).await;
+    let https_self_signed = HttpServer::start_tls(&self_signed).await;
+    let (smtp, _smtp) = smtp_like().await;
+    let grpc = GrpcHealthServer::start().await;
+    grpc.set("sonde.Serving", ServingStatus::Serving).await;
+    grpc.set("sonde.NotServing", ServingStatus::NotServing).await;
+    grpc.set("sonde.Unknown", ServingStatus::Unknown).await;
+    let grpc_tls = GrpcHealthServer::start_tls(&valid).await;
+    let closed = closed_port();
+
+    let cases: Vec<Case> = vec![
+        ("http 200", "http_2xx", "http_2xx", format!("http://{}/ok", web.addr)),
+        (
+            "http 404",
+            "http_2xx",
+            "http_2xx",
+            format!("http://{}/nothing", web.addr),
+        ),
+        ("http 500", "http_2xx", "http_2xx", format!("http://{}/fail", web.addr)),
+        (
+            "http 302 followed",
+            "http_2xx",
+            "http_2xx",
+            format!("http://{}/redirect", web.addr),
+        ),
+        (
+            "http body regex passes",
+            "http_body_match",
+            "http_body_match",
+            format!("http://{}/ok", web.addr),
+        ),
+        (
+            "http body regex fails",
+            "http_body_nomatch",
+            "http_body_nomatch",
+            format!("http://{}/ok", web.addr),
+        ),
+        ("http refused", "http_2xx", "http_2xx", format!("http://{closed}/")),
+        (
+            "http timeout",
+            "http_short",
+            "http_short",
+            format!("http://{}/hang", web.addr),
+        ),
+        (
+            "https valid",
+            "http_ca",
+            "http_ca",
+            format!("https://{}/ok", https.addr),
+        ),
+        (
+            "https self-signed",
+            "http_ca",
+            "http_ca",
+            format!("https://{}/ok", https_self_signed.addr),
+        ),
+        (
+            "https expired",
+            "http_expired_ca",
+            "http_expired_ca",
+            format!("https://{}/ok", https_expired.addr),
+        ),
+        (
+            "https wrong host",
+            "http_wrong_host",
+            "http_wrong_host",
+            format!("https://{}/ok", https.addr),
+        ),
+        (
+            "https expired, verification skipped",
+            "http_insecure",
+            "http_insecure",
+            format!("https://{}/ok", https_expired.addr),
+        ),
+        ("tcp open", "tcp_connect", "tcp_connect", web.addr.to_string()),
+        ("tcp refused", "tcp_connect", "tcp_connect", closed.to_string()),
+        ("tcp query-response passes", "tcp_smtp", "tcp_smtp", smtp.to_string()),
+        (
+            "tcp query-response hits EOF",
+            "tcp_smtp_eof",
+            "tcp_smtp_eof",
+            smtp.to_string(),
+        ),
+        ("tcp tls valid", "tcp_tls", "tcp_tls", https.addr.to_string()),
+        ("tcp tls expired", "tcp_tls", "tcp_tls", https_expired.addr.to_string()),
+        ("grpc serving", "grpc_plain", "grpc_plain", grpc.addr.to_string()),
+        (
+            "grpc service serving",
+            "grpc_serving",
+            "grpc_serving",
+            grpc.addr.to_string(),
+        ),
+        (
+            "grpc service not serving",
+            "grpc_not_serving",
+            "grpc_not_serving",
+            grpc.addr.to_string(),
+        ),
+        (
+            "grpc service unknown",
+            "grpc_unknown",
+            "grpc_unknown",
+            grpc.addr.to_string(),
+        ),
+        (
+            "grpc service missing",
+            "grpc_missing",
+            "grpc_missing",
+            grpc.addr.to_string(),
+        ),
+        ("grpc refused", "grpc_plain", "grpc_plain", closed.to_string()),
+        ("grpc tls", "grpc_tls", "grpc_tls", grpc_tls.addr.to_string()),
+    ];
+
+    let mut all = Vec::new();
+    let mut passed = 0;
+    for (case, bb_module, sonde_module, target) in &cases {
+        let (status, theirs) = get(
+            blackbox.addr,
+            &format!("/probe?module={bb_module}&target={target}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{case}: blackbox: {theirs}");
+        let (status, ours) = get(api, &format!("/probe?module={sonde_module}&target={target}"), Some(OP)).await;
+        assert_eq!(status, 200, "{case}: sonde: {ours}");
+        let found = differences(case, &theirs, &ours);
+        if std::env::var_os("SONDE_BB_DUMP").is_some() {
+            eprintln!("=== {case}\n--- blackbox\n{theirs}--- sonde\n{ours}");
+        }
+        if found.is_empty() {
+            passed += 1;
+        } else {
+            all.push(format!("{}\n--- blackbox\n{theirs}--- sonde\n{ours}", found.join("\n")));
+        }
+    }
+    eprintln!("{passed} of {} cases agree with blackbox_exporter", cases.len());
+    assert!(
+        all.is_empty(),
+        "{passed} of {} cases agree; the others:\n\n{}",
+        cases.len(),
+        all.join("\n\n")
+    );
+}
+
+#[test]
+fn the_text_format_parses_with_escapes() {
+    let s = samples("# HELP x y\nx{a=\"1\",b=\"q\\\"r\"} 2\ny 3.5e+09\n");
+    assert_eq!(s.len(), 2);
+    assert_eq!(s[0].1.get("b").map(String::as_str), Some("q\"r"));
+    assert_eq!(s[1].2, 3.5e9);
+    assert_eq!(identity(&s[0]), "x{a,b}");
+}
