@@ -264,6 +264,123 @@ async fn smtp_like() -> (SocketAddr, tokio::task::JoinHandle<()>) {
     (addr, task)
 }
 
+/// The answer a [`RawHttp`] server gives for `path`, byte for byte.
+fn raw_answer(path: &str) -> String {
+    let ok =
+        |extra: &str| format!("HTTP/1.1 200 OK\r\nContent-Length: 11\r\n{extra}Connection: close\r\n\r\nhello world");
+    let redirect = |code: &str, to: &str| {
+        format!("HTTP/1.1 {code}\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    };
+    match path {
+        "/ok" => ok(""),
+        "/204" => "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n".into(),
+        "/lastmod" => ok("Last-Modified: Wed, 21 Oct 2015 07:28:00 GMT\r\n"),
+        "/chunked" => "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+                       5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+            .into(),
+        "/r3" => redirect("301 Moved Permanently", "/r2"),
+        "/r2" => redirect("302 Found", "/r1"),
+        "/r1" => redirect("302 Found", "/ok"),
+        "/loop" => redirect("302 Found", "/loop"),
+        "/http10" => "HTTP/1.0 200 OK\r\nContent-Length: 11\r\n\r\nhello world".into(),
+        "/check-yes" => ok("X-Check: yes\r\n"),
+        "/check-no" => ok("X-Check: no\r\n"),
+        _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot found".into(),
+    }
+}
+
+/// Reads one request's head from `stream` and writes [`raw_answer`] for
+/// its path, then closes.
+async fn raw_serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut stream: S) {
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+        if head.len() > 16 * 1024 {
+            return;
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let _ = stream.write_all(raw_answer(&path).as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// An HTTP server written by hand, for the answers hyper does not give
+/// (HTTP/1.0, chunked, chains of redirects…); over TLS with `tls`.
+async fn raw_http(tls: Option<tokio_rustls::TlsAcceptor>) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                match tls {
+                    None => raw_serve(stream).await,
+                    Some(acceptor) => {
+                        if let Ok(stream) = acceptor.accept(stream).await {
+                            raw_serve(stream).await;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// A TLS 1.2-only server configuration whose leaf has a full subject and
+/// DNS, IP and e-mail names, and whose chain carries an unrelated expired
+/// certificate after the leaf; with the PEM of the CA that signed the leaf.
+fn tls12_multisan() -> (tokio_rustls::TlsAcceptor, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::OrganizationName, "sonde test");
+    ca.distinguished_name.push(DnType::CommonName, "sonde multi-SAN CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(vec![
+        "localhost".to_string(),
+        "alt.sonde.test".to_string(),
+        "127.0.0.1".to_string(),
+    ])
+    .unwrap();
+    leaf.subject_alt_names
+        .push(SanType::Rfc822Name("ops@sonde.test".try_into().unwrap()));
+    leaf.distinguished_name.push(DnType::CountryName, "ZZ");
+    leaf.distinguished_name.push(DnType::OrganizationName, "sonde test");
+    leaf.distinguished_name.push(DnType::OrganizationalUnitName, "probes");
+    leaf.distinguished_name.push(DnType::CommonName, "localhost");
+    leaf.not_after = rcgen::date_time_ymd(2031, 6, 1);
+    let leaf_cert = leaf.signed_by(&key, &issuer).unwrap();
+    let old_key = KeyPair::generate().unwrap();
+    let mut old = CertificateParams::new(vec!["old.sonde.test".to_string()]).unwrap();
+    old.distinguished_name.push(DnType::CommonName, "old.sonde.test");
+    old.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    old.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let old_cert = old.self_signed(&old_key).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf_cert.der().clone(), old_cert.der().clone()],
+            rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        )
+        .unwrap();
+    (
+        tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)),
+        ca_cert.pem(),
+    )
+}
+
 /// A JSON string literal, which YAML reads too.
 fn json(s: &str) -> String {
     serde_json::to_string(s).unwrap()
@@ -282,7 +399,10 @@ async fn probe_answers_the_series_blackbox_exporter_answers() {
     std::fs::write(&ca, &valid.ca_pem).unwrap();
     let expired_ca = dir.path().join("expired-ca.pem");
     std::fs::write(&expired_ca, &expired.ca_pem).unwrap();
-    let (ca, expired_ca) = (ca.display(), expired_ca.display());
+    let (multisan, multisan_pem) = tls12_multisan();
+    let multisan_ca = dir.path().join("multisan-ca.pem");
+    std::fs::write(&multisan_ca, &multisan_pem).unwrap();
+    let (ca, expired_ca, multisan_ca) = (ca.display(), expired_ca.display(), multisan_ca.display());
 
     let bb_config = format!(
         r#"modules:
@@ -294,7 +414,13 @@ async fn probe_answers_the_series_blackbox_exporter_answers() {
   http_expired_ca: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ ca_file: "{expired_ca}" }} }} }}
   http_wrong_host: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ ca_file: "{ca}", server_name: wrong.sonde.test }} }} }}
   http_insecure: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ insecure_skip_verify: true }} }} }}
+  http_multisan: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ ca_file: "{multisan_ca}" }} }} }}
+  http_header:
+    prober: http
+    timeout: 5s
+    http: {{ fail_if_header_not_matches: [{{ header: X-Check, regexp: "^yes$" }}] }}
   tcp_connect: {{ prober: tcp, timeout: 5s }}
+  tcp_multisan: {{ prober: tcp, timeout: 5s, tcp: {{ tls: true, tls_config: {{ ca_file: "{multisan_ca}" }} }} }}
   tcp_smtp:
     prober: tcp
     timeout: 5s
@@ -310,6 +436,9 @@ async fn probe_answers_the_series_blackbox_exporter_answers() {
   grpc_unknown: {{ prober: grpc, timeout: 5s, grpc: {{ service: sonde.Unknown, preferred_ip_protocol: ip4 }} }}
   grpc_missing: {{ prober: grpc, timeout: 5s, grpc: {{ service: sonde.Missing, preferred_ip_protocol: ip4 }} }}
   grpc_tls: {{ prober: grpc, timeout: 5s, grpc: {{ tls: true, preferred_ip_protocol: ip4, tls_config: {{ ca_file: "{ca}" }} }} }}
+  grpc_tls_noca: {{ prober: grpc, timeout: 5s, grpc: {{ tls: true, preferred_ip_protocol: ip4 }} }}
+  http_500_ok: {{ prober: http, timeout: 5s, http: {{ valid_status_codes: [500] }} }}
+  http_post: {{ prober: http, timeout: 5s, http: {{ method: POST, body: "hello" }} }}
 "#
     );
     let Some(blackbox) = Blackbox::start(dir.path(), &bb_config).await else {
@@ -317,7 +446,7 @@ async fn probe_answers_the_series_blackbox_exporter_answers() {
     };
 
     // The same modules, for sonde: 2xx expected, as blackbox's default.
-    let (ca_pem, expired_pem) = (json(&valid.ca_pem), json(&expired.ca_pem));
+    let (ca_pem, expired_pem, multisan_json) = (json(&valid.ca_pem), json(&expired.ca_pem), json(&multisan_pem));
     let grants = r#"grants: { net: ["127.0.0.1:*"] }"#;
     secret(dir.path(), "op.token", OP);
     let sonde_config = format!(
@@ -331,7 +460,10 @@ modules:
   http_expired_ca: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], ca_pem: {expired_pem} }}, {grants} }}
   http_wrong_host: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], ca_pem: {ca_pem}, server_name: wrong.sonde.test }}, {grants} }}
   http_insecure: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], insecure_skip_verify: true }}, {grants} }}
+  http_multisan: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], ca_pem: {multisan_json} }}, {grants} }}
+  http_header: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], header_regex: {{ X-Check: "^yes$" }} }}, {grants} }}
   tcp_connect: {{ plugin: tcp, timeout: 5s, {grants} }}
+  tcp_multisan: {{ plugin: tcp, timeout: 5s, config: {{ tls: true, ca_pem: {multisan_json} }}, {grants} }}
   tcp_smtp: {{ plugin: tcp, timeout: 5s, config: {{ steps: [{{ expect: "^220 " }}, {{ send: "QUIT\r\n" }}, {{ expect: "^221" }}] }}, {grants} }}
   tcp_smtp_eof: {{ plugin: tcp, timeout: 5s, config: {{ steps: [{{ expect: "^220 " }}, {{ send: "QUIT\r\n" }}, {{ expect: "^250 " }}] }}, {grants} }}
   tcp_tls: {{ plugin: tcp, timeout: 5s, config: {{ tls: true, ca_pem: {ca_pem} }}, {grants} }}
@@ -341,6 +473,9 @@ modules:
   grpc_unknown: {{ plugin: grpc, timeout: 5s, config: {{ service: sonde.Unknown }}, {grants} }}
   grpc_missing: {{ plugin: grpc, timeout: 5s, config: {{ service: sonde.Missing }}, {grants} }}
   grpc_tls: {{ plugin: grpc, timeout: 5s, config: {{ tls: true, ca_pem: {ca_pem} }}, {grants} }}
+  grpc_tls_noca: {{ plugin: grpc, timeout: 5s, config: {{ tls: true }}, {grants} }}
+  http_500_ok: {{ plugin: http, timeout: 5s, config: {{ expected_status: [500] }}, {grants} }}
+  http_post: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], method: POST, body: "hello" }}, {grants} }}
 "#
     );
     let config = dir.path().join("sonde.yaml");
@@ -357,6 +492,8 @@ modules:
     grpc.set("sonde.NotServing", ServingStatus::NotServing).await;
     grpc.set("sonde.Unknown", ServingStatus::Unknown).await;
     let grpc_tls = GrpcHealthServer::start_tls(&valid).await;
+    let (raw, _raw) = raw_http(None).await;
+    let (raw_tls, _raw_tls) = raw_http(Some(multisan)).await;
     let closed = closed_port();
 
     let cases: Vec<Case> = vec![
@@ -385,6 +522,34 @@ modules:
             "http_body_nomatch",
             "http_body_nomatch",
             format!("http://{}/ok", web.addr),
+        ),
+        ("http 204", "http_2xx", "http_2xx", format!("http://{raw}/204")),
+        (
+            "http Last-Modified",
+            "http_2xx",
+            "http_2xx",
+            format!("http://{raw}/lastmod"),
+        ),
+        ("http chunked", "http_2xx", "http_2xx", format!("http://{raw}/chunked")),
+        ("http HTTP/1.0", "http_2xx", "http_2xx", format!("http://{raw}/http10")),
+        ("http 3 redirects", "http_2xx", "http_2xx", format!("http://{raw}/r3")),
+        (
+            "http redirect loop",
+            "http_2xx",
+            "http_2xx",
+            format!("http://{raw}/loop"),
+        ),
+        (
+            "http header regex passes",
+            "http_header",
+            "http_header",
+            format!("http://{raw}/check-yes"),
+        ),
+        (
+            "http header regex fails",
+            "http_header",
+            "http_header",
+            format!("http://{raw}/check-no"),
         ),
         ("http refused", "http_2xx", "http_2xx", format!("http://{closed}/")),
         (
@@ -423,7 +588,19 @@ modules:
             "http_insecure",
             format!("https://{}/ok", https_expired.addr),
         ),
+        (
+            "https TLS 1.2, multi-SAN leaf, expired extra certificate",
+            "http_multisan",
+            "http_multisan",
+            format!("https://{raw_tls}/ok"),
+        ),
         ("tcp open", "tcp_connect", "tcp_connect", web.addr.to_string()),
+        (
+            "tcp tls 1.2, multi-SAN leaf",
+            "tcp_multisan",
+            "tcp_multisan",
+            raw_tls.to_string(),
+        ),
         ("tcp refused", "tcp_connect", "tcp_connect", closed.to_string()),
         ("tcp query-response passes", "tcp_smtp", "tcp_smtp", smtp.to_string()),
         (
@@ -461,6 +638,37 @@ modules:
         ),
         ("grpc refused", "grpc_plain", "grpc_plain", closed.to_string()),
         ("grpc tls", "grpc_tls", "grpc_tls", grpc_tls.addr.to_string()),
+        (
+            "grpc tls, CA not given",
+            "grpc_tls_noca",
+            "grpc_tls_noca",
+            grpc_tls.addr.to_string(),
+        ),
+        (
+            "http 500 expected",
+            "http_500_ok",
+            "http_500_ok",
+            format!("http://{}/fail", web.addr),
+        ),
+        (
+            "http 200 not expected",
+            "http_500_ok",
+            "http_500_ok",
+            format!("http://{}/ok", web.addr),
+        ),
+        ("http POST", "http_post", "http_post", format!("http://{}/ok", web.addr)),
+        (
+            "https on a plain port",
+            "http_ca",
+            "http_ca",
+            format!("https://{}/ok", web.addr),
+        ),
+        (
+            "tcp tls self-signed",
+            "tcp_tls",
+            "tcp_tls",
+            https_self_signed.addr.to_string(),
+        ),
     ];
 
     let mut all = Vec::new();
