@@ -284,7 +284,7 @@ async fn exchange(
             let took = connected.elapsed();
             bounds.observe(|o| {
                 o.handshake += took;
-                o.tls = Some(seen);
+                o.tls = Some(std::sync::Arc::new(seen));
             });
             if let Some(alpn) = info.alpn.as_deref().filter(|a| *a != "h2") {
                 return Err(GrpcError::Protocol(format!(

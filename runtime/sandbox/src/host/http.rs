@@ -129,7 +129,7 @@ async fn open(
         None => http1(dialed.stream, peer, None).await?,
         Some(options) => {
             let start = Instant::now();
-            let (stream, info) = client
+            let (stream, mut info) = client
                 .connect(dialed.stream, &target.host, options, ALPN)
                 .await
                 .map_err(|e| {
@@ -137,11 +137,12 @@ async fn open(
                     tls_error(e)
                 })?;
             phases.tls = start.elapsed();
-            let seen = super::tls_client::seen(stream.get_ref().1, options);
+            let seen = Arc::new(super::tls_client::seen(stream.get_ref().1, options));
             bounds.observe(|o| {
                 o.handshake += phases.tls;
-                o.tls = Some(seen);
+                o.tls = Some(seen.clone());
             });
+            info.seen = Some(seen);
             http1(stream, peer, Some(Arc::new(info))).await?
         }
     };
@@ -191,7 +192,19 @@ async fn exchange(
         None => None,
     };
     let (mut conn, mut phases, mut reused) = match pooled {
-        Some(conn) => (conn, Phases::default(), true),
+        Some(conn) => {
+            // No lookup and no connect: the address is the one it was
+            // opened to.
+            let seen = conn.tls.as_ref().and_then(|t| t.seen.clone());
+            bounds.observe(|o| {
+                o.looked_up(Duration::ZERO, true);
+                o.connected(conn.peer.ip(), None);
+                if seen.is_some() {
+                    o.tls = seen;
+                }
+            });
+            (conn, Phases::default(), true)
+        }
         None => {
             let (conn, phases) = open(client, grants, bounds, &target).await?;
             (conn, phases, false)

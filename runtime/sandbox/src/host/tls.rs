@@ -177,7 +177,7 @@ async fn handshake(
     let seen = super::tls_client::seen(stream.get_ref().1, options);
     bounds.observe(|o| {
         o.handshake += tls;
-        o.tls = Some(seen);
+        o.tls = Some(std::sync::Arc::new(seen));
     });
     let result = HandshakeResult {
         info: (&info).into(),

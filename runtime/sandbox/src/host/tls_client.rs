@@ -61,6 +61,9 @@ pub(crate) struct TlsInfo {
     pub(crate) subject: String,
     /// The server certificate's issuer.
     pub(crate) issuer: String,
+    /// What a run's observations keep of the session ([`seen`]), for a
+    /// connection kept alive: set by the capability that keeps it.
+    pub(crate) seen: Option<Arc<crate::verdict::observed::TlsSeen>>,
 }
 
 /// Why a TLS session could not be set up.
@@ -294,6 +297,7 @@ fn session_info(conn: &rustls::ClientConnection) -> Result<TlsInfo, TlsError> {
         not_after: validity.not_after.timestamp(),
         subject: cert.subject().to_string(),
         issuer: cert.issuer().to_string(),
+        seen: None,
     })
 }
 

@@ -10,6 +10,7 @@
 //! that opens no connection observes nothing (`None` on its result).
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The most certificates of a served chain that are kept.
@@ -38,8 +39,10 @@ pub struct Observed {
     pub grpc: Option<GrpcSeen>,
     /// Whether the plugin used `tcp` or `tls`.
     pub tcp: bool,
-    /// The run's last TLS session that completed its handshake.
-    pub tls: Option<TlsSeen>,
+    /// The run's last TLS session that completed its handshake (shared
+    /// with the pooled connection that carries it, for the runs that
+    /// reuse it).
+    pub tls: Option<Arc<TlsSeen>>,
 }
 
 /// A name lookup: its time, and whether it found an address.

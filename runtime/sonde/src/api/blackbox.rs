@@ -511,6 +511,98 @@ mod tests {
         );
     }
 
+    use sonde_sandbox::verdict::Reason;
+    use sonde_sandbox::verdict::observed::{GrpcSeen, HttpSeen, Lookup};
+
+    /// The series of an answer, without values: `name{labels}`.
+    fn series(text: &str) -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("sonde_"))
+            .map(|l| l.rsplit_once(' ').unwrap().0.to_string())
+            .collect()
+    }
+
+    fn unresolved(observed: Observed) -> RunResult {
+        let mut r = RunResult::error(Reason::Io, "");
+        r.status = Status::Failure;
+        r.observed = Some(Box::new(Observed {
+            first_lookup: Some(Lookup {
+                took: Duration::from_millis(3),
+                found: false,
+            }),
+            dns: Duration::from_millis(3),
+            ..observed
+        }));
+        r
+    }
+
+    #[test]
+    fn a_name_that_does_not_resolve_keeps_the_resolve_phase_only() {
+        let http = unresolved(Observed {
+            http: Some(HttpSeen::default()),
+            ..Observed::default()
+        });
+        let text = exposition(&http, Duration::from_millis(5));
+        assert_eq!(
+            series(&text),
+            [
+                "probe_dns_lookup_time_seconds",
+                "probe_duration_seconds",
+                "probe_failed_due_to_regex",
+                "probe_http_content_length",
+                "probe_http_duration_seconds{phase=\"resolve\"}",
+                "probe_http_redirects",
+                "probe_http_ssl",
+                "probe_http_status_code",
+                "probe_http_uncompressed_body_length",
+                "probe_http_version",
+                "probe_ip_addr_hash",
+                "probe_ip_protocol",
+                "probe_success",
+            ]
+        );
+        assert!(text.contains("\nprobe_ip_protocol 0\n"), "{text}");
+        assert!(text.contains("\nprobe_ip_addr_hash 0\n"), "{text}");
+        assert!(text.contains("\nprobe_http_status_code 0\n"), "{text}");
+
+        let grpc = unresolved(Observed {
+            grpc: Some(GrpcSeen::default()),
+            ..Observed::default()
+        });
+        let text = exposition(&grpc, Duration::from_millis(5));
+        assert_eq!(
+            series(&text),
+            [
+                "probe_dns_lookup_time_seconds",
+                "probe_duration_seconds",
+                "probe_grpc_duration_seconds{phase=\"resolve\"}",
+                "probe_grpc_ssl",
+                "probe_grpc_status_code",
+                "probe_ip_addr_hash",
+                "probe_ip_protocol",
+                "probe_success",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_run_that_connected_nowhere_answers_sondes_series_only() {
+        let denied = RunResult::error(Reason::Denied, "outside the grant");
+        assert_eq!(
+            series(&exposition(&denied, Duration::from_millis(1))),
+            ["probe_duration_seconds", "probe_success"]
+        );
+    }
+
+    #[test]
+    fn what_a_run_observes_stays_small() {
+        assert!(
+            std::mem::size_of::<Observed>() <= 320,
+            "{}",
+            std::mem::size_of::<Observed>()
+        );
+    }
+
     #[test]
     fn dn_values_are_escaped() {
         assert_eq!(dn_escape("a,b"), "a\\,b");

@@ -476,6 +476,8 @@ modules:
   grpc_tls_noca: {{ plugin: grpc, timeout: 5s, config: {{ tls: true }}, {grants} }}
   http_500_ok: {{ plugin: http, timeout: 5s, config: {{ expected_status: [500] }}, {grants} }}
   http_post: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], method: POST, body: "hello" }}, {grants} }}
+  http_keepalive: {{ plugin: http, timeout: 5s, config: {{ keepalive: true }}, {grants} }}
+  https_keepalive: {{ plugin: http, timeout: 5s, config: {{ keepalive: true, ca_pem: {ca_pem} }}, {grants} }}
 "#
     );
     let config = dir.path().join("sonde.yaml");
@@ -692,6 +694,46 @@ modules:
         } else {
             all.push(format!("{}\n--- blackbox\n{theirs}--- sonde\n{ours}", found.join("\n")));
         }
+    }
+    // blackbox_exporter never keeps a connection alive; sonde's
+    // `keepalive: true` reuses one, whose address and certificates are
+    // still answered.
+    for round in 0..2 {
+        let (_, ours) = get(
+            api,
+            &format!("/probe?module=http_keepalive&target=http://{}/ok", web.addr),
+            Some(OP),
+        )
+        .await;
+        for line in [
+            "probe_success 1",
+            "probe_ip_protocol 4",
+            "probe_ip_addr_hash 3668918509",
+        ] {
+            assert!(ours.lines().any(|l| l == line), "keepalive: {line} in\n{ours}");
+        }
+        let (_, ours) = get(
+            api,
+            &format!("/probe?module=https_keepalive&target=https://{}/ok", https.addr),
+            Some(OP),
+        )
+        .await;
+        let expiry = format!("probe_ssl_earliest_cert_expiry {}", valid.not_after);
+        for line in [
+            "probe_success 1",
+            "probe_http_ssl 1",
+            "probe_ip_protocol 4",
+            expiry.as_str(),
+        ] {
+            assert!(ours.lines().any(|l| l == line), "https keepalive: {line} in\n{ours}");
+        }
+        // The second run reused the connection: no handshake of its own.
+        let handshake = "probe_http_duration_seconds{phase=\"tls\"} 0";
+        assert_eq!(
+            ours.lines().any(|l| l == handshake),
+            round == 1,
+            "https keepalive, round {round}:\n{ours}"
+        );
     }
     eprintln!("{passed} of {} cases agree with blackbox_exporter", cases.len());
     assert!(
