@@ -8,6 +8,11 @@
 //! session only ([`MAX_CHAIN_CERTS`], [`MAX_CHAIN_BYTES`]), kept as the
 //! server sent them (DER) and parsed only by whoever reads them. A run
 //! that opens no connection observes nothing (`None` on its result).
+//!
+//! Every run records it, `/probe` or scheduled, so it is kept cheap: an
+//! uncontended lock of the call's bounds per fact, one allocation per run
+//! that connects, and per TLS handshake a copy of the chain served (which
+//! a kept-alive connection then shares with the runs that reuse it).
 
 use std::net::IpAddr;
 use std::sync::Arc;
