@@ -160,6 +160,21 @@ impl From<DialError> for wasmtime_wasi_http::Error {
     }
 }
 
+/// A lookup in progress: dropped before it found an address (it failed,
+/// or the caller's deadline cut it off), it is observed as one that
+/// found nothing.
+struct Unresolved<'a> {
+    bounds: &'a CallBounds,
+    start: Instant,
+}
+
+impl Drop for Unresolved<'_> {
+    fn drop(&mut self) {
+        let took = self.start.elapsed();
+        self.bounds.observe(|o| o.looked_up(took, false));
+    }
+}
+
 /// Connects for a plugin to the host and port of `what` (an `http`, `tcp`,
 /// `tls` or `grpc` use the caller has authorized): an address as it is
 /// written, a name through one lookup whose addresses are checked, to the
@@ -177,13 +192,13 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
     let (name, candidates) = match Host::parse(host) {
         Host::Ip(ip) => (None, vec![SocketAddr::new(ip, port)]),
         _ => {
-            let found = lookup(host, bounds)
-                .await
-                .inspect_err(|_| bounds.observe(|o| o.looked_up(start.elapsed(), false)))?;
+            // Failed, or cut off by the deadline: observed as found nothing.
+            let unresolved = Unresolved { bounds, start };
+            let found = lookup(host, bounds).await?;
             if found.is_empty() {
-                bounds.observe(|o| o.looked_up(start.elapsed(), false));
                 return Err(DialError::NoAddress { host: host.to_string() });
             }
+            std::mem::forget(unresolved);
             (
                 Some(host),
                 found.into_iter().map(|ip| SocketAddr::new(ip, port)).collect(),
