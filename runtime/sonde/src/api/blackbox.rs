@@ -17,7 +17,7 @@
 //! The families are sorted by name, each with its `HELP` and `TYPE`
 //! (every one a gauge), and a family's series by their labels.
 
-use sonde_sandbox::verdict::observed::{Observed, TlsSeen};
+use sonde_sandbox::verdict::observed::{GrpcSeen, HttpSeen, Observed, TlsSeen};
 use sonde_sandbox::verdict::{RunResult, Status};
 use std::fmt::Write;
 use std::net::IpAddr;
@@ -160,131 +160,146 @@ fn metric(result: &RunResult, name: &str) -> Option<f64> {
 }
 
 /// blackbox's series for what the host observed, by the prober the plugin
-/// acted as.
+/// acted as: `http`, `grpc`, or `tcp` (for `tcp` and `tls`).
 fn blackbox(a: &mut Answer, result: &RunResult, o: &Observed) {
     let regex = metric(result, REGEX_METRIC).map_or(0.0, |v| if v > 0.0 { 1.0 } else { 0.0 });
-    let resolved = o.first_lookup.is_some_and(|l| l.found);
+    // Whether the address is known: the phases past `resolve` are answered.
+    let resolved = o.first_lookup.is_none_or(|l| l.found);
     if let Some(h) = &o.http {
-        address(a, o);
-        a.gauge(
-            "probe_failed_due_to_regex",
-            "Whether a regex over the answer failed (1) or not (0)",
-            regex,
-        );
-        const PHASES: &str = "Time spent in each phase of the HTTP exchange, summed over its redirects";
-        let phase = |a: &mut Answer, p: &str, d: Duration| {
-            a.add("probe_http_duration_seconds", PHASES, &[("phase", p)], d.as_secs_f64());
-        };
-        phase(a, "resolve", o.dns);
-        if resolved || o.first_lookup.is_none() {
-            // A handshake that failed leaves no connection to time, as
-            // blackbox (Go's client) reports it.
-            let connect = if h.handshake_failed && h.responses == 0 {
-                Duration::ZERO
-            } else {
-                o.connect
-            };
-            phase(a, "connect", connect);
-            phase(a, "tls", o.handshake);
-            phase(a, "processing", h.processing);
-            phase(a, "transfer", h.transfer);
-        }
-        a.gauge(
-            "probe_http_status_code",
-            "The status of the last HTTP response, 0 when none came",
-            f64::from(h.status),
-        );
-        a.gauge(
-            "probe_http_version",
-            "The HTTP version of the last response (1.1, 2), 0 when none came",
-            f64::from(h.version.0) + f64::from(h.version.1) / 10.0,
-        );
-        a.gauge(
-            "probe_http_content_length",
-            "The Content-Length of the last response, -1 when it had none",
-            h.content_length as f64,
-        );
-        a.gauge(
-            "probe_http_uncompressed_body_length",
-            "Bytes of the last response's body read",
-            h.body_bytes as f64,
-        );
-        a.gauge(
-            "probe_http_redirects",
-            "How many responses were redirects",
-            f64::from(h.redirects),
-        );
-        a.gauge(
-            "probe_http_ssl",
-            "Whether the last response came over TLS (1) or not (0)",
-            f64::from(u8::from(h.ssl)),
-        );
-        if let Some(t) = h.last_modified {
-            a.gauge(
-                "probe_http_last_modified_timestamp_seconds",
-                "The last response's Last-Modified, in Unix seconds",
-                t as f64,
-            );
-        }
-        if h.ssl
-            && let Some(tls) = &o.tls
-        {
-            tls_series(a, tls, true);
-        }
+        http(a, o, h, regex, resolved);
     } else if let Some(g) = &o.grpc {
-        address(a, o);
-        const PHASES: &str = "Time spent in each phase of the gRPC health check";
+        grpc(a, o, g, metric(result, SERVING_METRIC), resolved);
+    } else if o.tcp {
+        tcp(a, o, regex);
+    }
+}
+
+/// The http prober's series.
+fn http(a: &mut Answer, o: &Observed, h: &HttpSeen, regex: f64, resolved: bool) {
+    address(a, o);
+    a.gauge(
+        "probe_failed_due_to_regex",
+        "Whether a regex over the answer failed (1) or not (0)",
+        regex,
+    );
+    const PHASES: &str = "Time spent in each phase of the HTTP exchange, summed over its redirects";
+    let phase = |a: &mut Answer, p: &str, d: Duration| {
+        a.add("probe_http_duration_seconds", PHASES, &[("phase", p)], d.as_secs_f64());
+    };
+    phase(a, "resolve", o.dns);
+    if resolved {
+        // A handshake that failed leaves no connection to time, as
+        // blackbox (Go's client) reports it.
+        let connect = if h.handshake_failed && h.responses == 0 {
+            Duration::ZERO
+        } else {
+            o.connect
+        };
+        phase(a, "connect", connect);
+        phase(a, "tls", o.handshake);
+        phase(a, "processing", h.processing);
+        phase(a, "transfer", h.transfer);
+    }
+    a.gauge(
+        "probe_http_status_code",
+        "The status of the last HTTP response, 0 when none came",
+        f64::from(h.status),
+    );
+    a.gauge(
+        "probe_http_version",
+        "The HTTP version of the last response (1.1, 2), 0 when none came",
+        f64::from(h.version.0) + f64::from(h.version.1) / 10.0,
+    );
+    a.gauge(
+        "probe_http_content_length",
+        "The Content-Length of the last response, -1 when it had none",
+        h.content_length as f64,
+    );
+    a.gauge(
+        "probe_http_uncompressed_body_length",
+        "Bytes of the last response's body read",
+        h.body_bytes as f64,
+    );
+    a.gauge(
+        "probe_http_redirects",
+        "How many responses were redirects",
+        f64::from(h.redirects),
+    );
+    a.gauge(
+        "probe_http_ssl",
+        "Whether the last response came over TLS (1) or not (0)",
+        f64::from(u8::from(h.ssl)),
+    );
+    if let Some(t) = h.last_modified {
+        a.gauge(
+            "probe_http_last_modified_timestamp_seconds",
+            "The last response's Last-Modified, in Unix seconds",
+            t as f64,
+        );
+    }
+    if h.ssl
+        && let Some(tls) = &o.tls
+    {
+        tls_series(a, tls, true);
+    }
+}
+
+/// The grpc prober's series; `serving` is the plugin's health status.
+fn grpc(a: &mut Answer, o: &Observed, g: &GrpcSeen, serving: Option<f64>, resolved: bool) {
+    address(a, o);
+    const PHASES: &str = "Time spent in each phase of the gRPC health check";
+    a.add(
+        "probe_grpc_duration_seconds",
+        PHASES,
+        &[("phase", "resolve")],
+        o.dns.as_secs_f64(),
+    );
+    if resolved {
         a.add(
             "probe_grpc_duration_seconds",
             PHASES,
-            &[("phase", "resolve")],
-            o.dns.as_secs_f64(),
+            &[("phase", "check")],
+            g.check.as_secs_f64(),
         );
-        if resolved || o.first_lookup.is_none() {
+        for (n, status) in SERVING_STATUSES.iter().enumerate() {
+            let this = serving.is_some_and(|v| v == n as f64);
             a.add(
-                "probe_grpc_duration_seconds",
-                PHASES,
-                &[("phase", "check")],
-                g.check.as_secs_f64(),
+                "probe_grpc_healthcheck_response",
+                "Which status the health check answered (1), all 0 when it got none",
+                &[("serving_status", status)],
+                f64::from(u8::from(this)),
             );
-            let serving = metric(result, SERVING_METRIC);
-            for (n, status) in SERVING_STATUSES.iter().enumerate() {
-                let this = serving.is_some_and(|v| v == n as f64);
-                a.add(
-                    "probe_grpc_healthcheck_response",
-                    "Which status the health check answered (1), all 0 when it got none",
-                    &[("serving_status", status)],
-                    f64::from(u8::from(this)),
-                );
-            }
         }
-        let connected = g.code.is_some();
-        a.gauge(
-            "probe_grpc_status_code",
-            "The gRPC status of the health check, 14 (UNAVAILABLE) when no status came",
-            f64::from(g.code.unwrap_or(GRPC_UNAVAILABLE)),
-        );
-        a.gauge(
-            "probe_grpc_ssl",
-            "Whether the health check went over TLS (1) or not (0)",
-            f64::from(u8::from(g.ssl && connected && o.tls.is_some())),
-        );
-        if g.ssl
-            && connected
-            && let Some(tls) = &o.tls
-        {
-            tls_series(a, tls, false);
-        }
-    } else if o.tcp {
-        address(a, o);
-        a.gauge(
-            "probe_failed_due_to_regex",
-            "Whether a regex over the answer failed (1) or not (0)",
-            regex,
-        );
-        if let Some(tls) = &o.tls {
-            tls_series(a, tls, true);
-        }
+    }
+    let connected = g.code.is_some();
+    a.gauge(
+        "probe_grpc_status_code",
+        "The gRPC status of the health check, 14 (UNAVAILABLE) when no status came",
+        f64::from(g.code.unwrap_or(GRPC_UNAVAILABLE)),
+    );
+    a.gauge(
+        "probe_grpc_ssl",
+        "Whether the health check went over TLS (1) or not (0)",
+        f64::from(u8::from(g.ssl && connected && o.tls.is_some())),
+    );
+    if g.ssl
+        && connected
+        && let Some(tls) = &o.tls
+    {
+        tls_series(a, tls, false);
+    }
+}
+
+/// The tcp prober's series.
+fn tcp(a: &mut Answer, o: &Observed, regex: f64) {
+    address(a, o);
+    a.gauge(
+        "probe_failed_due_to_regex",
+        "Whether a regex over the answer failed (1) or not (0)",
+        regex,
+    );
+    if let Some(tls) = &o.tls {
+        tls_series(a, tls, true);
     }
 }
 
@@ -512,7 +527,7 @@ mod tests {
     }
 
     use sonde_sandbox::verdict::Reason;
-    use sonde_sandbox::verdict::observed::{GrpcSeen, HttpSeen, Lookup};
+    use sonde_sandbox::verdict::observed::Lookup;
 
     /// The series of an answer, without values: `name{labels}`.
     fn series(text: &str) -> Vec<String> {
