@@ -274,8 +274,8 @@ fn grpc(a: &mut Answer, o: &Observed, g: &GrpcSeen, serving: Option<f64>, resolv
     let connected = g.code.is_some();
     a.gauge(
         "probe_grpc_status_code",
-        "The gRPC status of the health check, 14 (UNAVAILABLE) when no status came",
-        f64::from(g.code.unwrap_or(GRPC_UNAVAILABLE)),
+        "The gRPC status of the health check, 14 (UNAVAILABLE) when no status came, 0 when the target did not resolve",
+        f64::from(g.code.unwrap_or(if resolved { GRPC_UNAVAILABLE } else { 0 })),
     );
     a.gauge(
         "probe_grpc_ssl",
@@ -598,6 +598,7 @@ mod tests {
                 "probe_success",
             ]
         );
+        assert!(text.contains("\nprobe_grpc_status_code 0\n"), "{text}");
     }
 
     #[test]
