@@ -415,10 +415,30 @@ fn dn(name: &x509_parser::x509::X509Name<'_>) -> String {
     }
     for (oid, v) in &attrs {
         if !KNOWN.iter().any(|(k, _)| k == oid) {
-            parts.push(format!("{oid}={}", dn_escape(v)));
+            parts.push(format!("{oid}=#{}", der_string_hex(v)));
         }
     }
     parts.join(",")
+}
+
+/// An attribute of no short name, as Go writes it: the DER of the value
+/// re-encoded as Go's `asn1.Marshal` encodes a string (a PrintableString
+/// when every character allows it, else a UTF8String), in hex.
+fn der_string_hex(v: &str) -> String {
+    let printable = v
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b" '()+,-./:=?".contains(&b));
+    let mut der = vec![if printable { 0x13 } else { 0x0c }];
+    let len = v.len();
+    if len < 0x80 {
+        der.push(len as u8);
+    } else {
+        let bytes: Vec<u8> = len.to_be_bytes().into_iter().skip_while(|b| *b == 0).collect();
+        der.push(0x80 | bytes.len() as u8);
+        der.extend(bytes);
+    }
+    der.extend(v.as_bytes());
+    der.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Escapes an attribute value as RFC 2253 (and Go) do.
@@ -617,6 +637,12 @@ mod tests {
             "{}",
             std::mem::size_of::<Observed>()
         );
+    }
+
+    #[test]
+    fn an_attribute_without_a_short_name_is_its_der_in_hex() {
+        assert_eq!(der_string_hex("ops@sonde.test"), "0c0e6f707340736f6e64652e74657374");
+        assert_eq!(der_string_hex("AB"), "13024142");
     }
 
     #[test]

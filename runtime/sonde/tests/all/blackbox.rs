@@ -357,6 +357,11 @@ fn tls12_multisan() -> (tokio_rustls::TlsAcceptor, String) {
     leaf.distinguished_name.push(DnType::OrganizationName, "sonde test");
     leaf.distinguished_name.push(DnType::OrganizationalUnitName, "probes");
     leaf.distinguished_name.push(DnType::CommonName, "localhost");
+    // emailAddress: an attribute Go has no short name for.
+    leaf.distinguished_name.push(
+        DnType::CustomDnType(vec![1, 2, 840, 113_549, 1, 9, 1]),
+        "ops@sonde.test",
+    );
     leaf.not_after = rcgen::date_time_ymd(2031, 6, 1);
     let leaf_cert = leaf.signed_by(&key, &issuer).unwrap();
     let old_key = KeyPair::generate().unwrap();
