@@ -386,6 +386,44 @@ fn tls12_multisan() -> (tokio_rustls::TlsAcceptor, String) {
     )
 }
 
+/// A server configuration whose leaf is signed by an intermediate CA that
+/// expires before it (both sent), under a root of their own; with the
+/// root's PEM.
+fn via_intermediate() -> (tokio_rustls::TlsAcceptor, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca = |name: &str| {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, name);
+        p
+    };
+    let root_key = KeyPair::generate().unwrap();
+    let root_params = ca("sonde chain root");
+    let root = root_params.self_signed(&root_key).unwrap();
+    let root_issuer = Issuer::new(root_params, root_key);
+    let mid_key = KeyPair::generate().unwrap();
+    let mut mid_params = ca("sonde chain intermediate");
+    mid_params.not_after = rcgen::date_time_ymd(2030, 6, 1);
+    let mid = mid_params.signed_by(&mid_key, &root_issuer).unwrap();
+    let mid_issuer = Issuer::new(mid_params, mid_key);
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    leaf.distinguished_name.push(DnType::CommonName, "localhost");
+    leaf.not_after = rcgen::date_time_ymd(2031, 1, 1);
+    let leaf = leaf.signed_by(&key, &mid_issuer).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone(), mid.der().clone()],
+            rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        )
+        .unwrap();
+    (tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)), root.pem())
+}
+
 /// A JSON string literal, which YAML reads too.
 fn json(s: &str) -> String {
     serde_json::to_string(s).unwrap()
@@ -407,6 +445,10 @@ async fn probe_answers_the_series_blackbox_exporter_answers() {
     let (multisan, multisan_pem) = tls12_multisan();
     let multisan_ca = dir.path().join("multisan-ca.pem");
     std::fs::write(&multisan_ca, &multisan_pem).unwrap();
+    let (chained, chain_pem) = via_intermediate();
+    let chain_ca = dir.path().join("chain-ca.pem");
+    std::fs::write(&chain_ca, &chain_pem).unwrap();
+    let chain_ca = chain_ca.display();
     let (ca, expired_ca, multisan_ca) = (ca.display(), expired_ca.display(), multisan_ca.display());
 
     let bb_config = format!(
@@ -420,6 +462,7 @@ async fn probe_answers_the_series_blackbox_exporter_answers() {
   http_wrong_host: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ ca_file: "{ca}", server_name: wrong.sonde.test }} }} }}
   http_insecure: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ insecure_skip_verify: true }} }} }}
   http_multisan: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ ca_file: "{multisan_ca}" }} }} }}
+  http_chain: {{ prober: http, timeout: 5s, http: {{ tls_config: {{ ca_file: "{chain_ca}" }} }} }}
   http_header:
     prober: http
     timeout: 5s
@@ -452,6 +495,7 @@ async fn probe_answers_the_series_blackbox_exporter_answers() {
 
     // The same modules, for sonde: 2xx expected, as blackbox's default.
     let (ca_pem, expired_pem, multisan_json) = (json(&valid.ca_pem), json(&expired.ca_pem), json(&multisan_pem));
+    let chain_json = json(&chain_pem);
     let grants = r#"grants: { net: ["127.0.0.1:*"] }"#;
     secret(dir.path(), "op.token", OP);
     let sonde_config = format!(
@@ -467,6 +511,7 @@ modules:
   http_insecure: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], insecure_skip_verify: true }}, {grants} }}
   http_multisan: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], ca_pem: {multisan_json} }}, {grants} }}
   http_header: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], header_regex: {{ X-Check: "^yes$" }} }}, {grants} }}
+  http_chain: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], ca_pem: {chain_json} }}, {grants} }}
   tcp_connect: {{ plugin: tcp, timeout: 5s, {grants} }}
   tcp_multisan: {{ plugin: tcp, timeout: 5s, config: {{ tls: true, ca_pem: {multisan_json} }}, {grants} }}
   tcp_smtp: {{ plugin: tcp, timeout: 5s, config: {{ steps: [{{ expect: "^220 " }}, {{ send: "QUIT\r\n" }}, {{ expect: "^221" }}] }}, {grants} }}
@@ -501,6 +546,7 @@ modules:
     let grpc_tls = GrpcHealthServer::start_tls(&valid).await;
     let (raw, _raw) = raw_http(None).await;
     let (raw_tls, _raw_tls) = raw_http(Some(multisan)).await;
+    let (raw_chain, _raw_chain) = raw_http(Some(chained)).await;
     let closed = closed_port();
 
     let cases: Vec<Case> = vec![
@@ -600,6 +646,12 @@ modules:
             "http_multisan",
             "http_multisan",
             format!("https://{raw_tls}/ok"),
+        ),
+        (
+            "https via an intermediate that expires first",
+            "http_chain",
+            "http_chain",
+            format!("https://{raw_chain}/ok"),
         ),
         ("tcp open", "tcp_connect", "tcp_connect", web.addr.to_string()),
         (
