@@ -7,7 +7,8 @@
 //!
 //! The exporter is `/usr/bin/prometheus-blackbox-exporter` (Debian's
 //! `prometheus-blackbox-exporter`); without it the test is skipped, unless
-//! `SONDE_REQUIRE_TOOLS` is set.
+//! `SONDE_REQUIRE_TOOLS` is set. `SONDE_BB_DUMP=1` prints both answers of
+//! every case (with `--nocapture`).
 
 use crate::support::{parse_response, secret, start_agent, tool};
 use sonde_tests::{GrpcHealthServer, HttpServer, ServingStatus, TestCert, closed_port};
