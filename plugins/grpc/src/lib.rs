@@ -88,6 +88,17 @@ impl Health {
         }
     }
 
+    /// The enum's number on the wire.
+    fn wire(self) -> u64 {
+        match self {
+            Self::Unknown => 0,
+            Self::Serving => 1,
+            Self::NotServing => 2,
+            Self::ServiceUnknown => 3,
+            Self::Other(n) => n,
+        }
+    }
+
     fn name(self) -> String {
         match self {
             Self::Unknown => "UNKNOWN".into(),
@@ -194,10 +205,12 @@ fn verdict(what: &str, answer: &GrpcResponse) -> Result<Outcome, ProbeError> {
             let serving = decode_response(message)
                 .map_err(|e| ProbeError::io(format!("{what}: bad HealthCheckResponse: {e}")))?;
             let text = format!("{what}: {}", serving.name());
-            match serving {
+            let outcome = match serving {
                 Health::Serving => Outcome::success(text),
                 _ => Outcome::failure(text),
-            }
+            };
+            // Read by `/probe` for blackbox's `probe_grpc_healthcheck_response`.
+            outcome.with_metric("grpc_serving_status", serving.wire() as f64, "")
         }
         // What servers answer for a service they do not know.
         Code::NOT_FOUND => Outcome::failure(format!("{what}: SERVICE_UNKNOWN ({})", status(&answer.status_message))),

@@ -565,29 +565,29 @@ fn verdict(
     if let Some(re) = body_regex
         && !re.is_match(&body)
     {
-        return Some(Outcome::failure(format!(
+        return Some(regex_failed(Outcome::failure(format!(
             "status {status}, but the body does not match /{}/",
             re.as_str()
-        )));
+        ))));
     }
     if let Some(re) = body_not_regex
         && re.is_match(&body)
     {
-        return Some(Outcome::failure(format!(
+        return Some(regex_failed(Outcome::failure(format!(
             "status {status}, but the body matches /{}/",
             re.as_str()
-        )));
+        ))));
     }
     for (name, re) in header_regex {
         match response.header(name) {
             Some(v) if re.is_match(v) => {}
             Some(_) => {
-                return Some(Outcome::failure(format!(
+                return Some(regex_failed(Outcome::failure(format!(
                     "header {name} does not match /{}/",
                     re.as_str()
-                )));
+                ))));
             }
-            None => return Some(Outcome::failure(format!("header {name} is missing"))),
+            None => return Some(regex_failed(Outcome::failure(format!("header {name} is missing")))),
         }
     }
     if !config.json.is_empty() {
@@ -603,6 +603,13 @@ fn verdict(
         }
     }
     None
+}
+
+/// A failure because a body or header regex did not hold, marked with the
+/// metric `failed_due_to_regex` (1) that `/probe` answers as blackbox's
+/// `probe_failed_due_to_regex`.
+fn regex_failed(outcome: Outcome) -> Outcome {
+    outcome.with_metric("failed_due_to_regex", 1.0, "")
 }
 
 fn with_metrics(outcome: Outcome, response: &HttpResponse, total: Duration) -> Outcome {

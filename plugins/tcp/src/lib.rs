@@ -143,12 +143,20 @@ fn exchange(req: &Request, session: &mut Session, steps: &[Step], metrics: &[(&s
                 session.set_read_timeout(left);
                 let (bytes, error) = session.read_until(MAX_READ, |buf| re.is_match(buf));
                 if !re.is_match(&bytes) {
+                    // The peer closed without a match: what blackbox's
+                    // `probe_failed_due_to_regex` counts (a timeout is not).
+                    let closed = error.is_none() && bytes.len() < MAX_READ;
                     let why = match error {
                         Some(e) => format!("{} after {} bytes", e.describe(), bytes.len()),
                         None => format!("no match in {} bytes", bytes.len()),
                     };
                     let failure = Outcome::failure(format!("step {}: expected /{}/: {why}", i + 1, re.as_str()));
-                    return Some(with_metrics(failure, metrics).with_detail(excerpt(&bytes)));
+                    let failure = with_metrics(failure, metrics).with_detail(excerpt(&bytes));
+                    return Some(if closed {
+                        failure.with_metric("failed_due_to_regex", 1.0, "")
+                    } else {
+                        failure
+                    });
                 }
             }
         }

@@ -692,6 +692,7 @@ mod tests {
             detail: None,
             duration: std::time::Duration::ZERO,
             fuel_consumed: 0,
+            observed: None,
         };
         let refused = run(Status::Failure, None, "connection refused");
         let c = Cond::latest(Status::Failure, &refused).unwrap();

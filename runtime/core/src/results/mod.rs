@@ -216,7 +216,11 @@ impl ResultCache {
 
     /// Records a run: its outcome, the counter after it, and, when the
     /// state changed, broadcasts the change and saves it.
-    pub fn record(&self, name: &Arc<str>, result: RunResult, counter: Counter) {
+    pub fn record(&self, name: &Arc<str>, mut result: RunResult, counter: Counter) {
+        // What the host saw of the run's connections is for `/probe`'s
+        // answer, not kept: a probe's last outcome would hold it (and the
+        // TLS chain served) for as long as the probe exists.
+        result.observed = None;
         let now = SystemTime::now();
         let mut probes = self.write();
         let Some(r) = probes.get_mut(name) else { return };
@@ -464,6 +468,16 @@ mod tests {
         let v = cache.get("a").unwrap();
         assert_eq!(v.history.unwrap().len(), 4);
         assert_eq!(v.consecutive, 10);
+    }
+
+    #[test]
+    fn what_the_host_observed_is_not_kept() {
+        let cache = ResultCache::new(4);
+        let c = cache.insert(&meta("a", "t", Kind::Readiness), Counter::initial(Kind::Readiness));
+        let mut seen = ok();
+        seen.observed = Some(Box::default());
+        cache.record(&"a".into(), seen, c);
+        assert_eq!(cache.get("a").unwrap().last.unwrap().result.observed, None);
     }
 
     #[test]

@@ -184,6 +184,7 @@ impl Engine {
             result = RunResult::error(Reason::HostLimit, why.to_string());
         }
         result.duration = duration;
+        result.observed = store.data().bounds.take_observed();
         result.fuel_consumed = call.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
         result
     }

@@ -43,6 +43,7 @@
 //! the API need.
 
 use super::blocking::{Gate, Gates, Permit, WorkLost};
+use crate::verdict::Observed;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -327,6 +328,10 @@ struct Held {
     /// Waits for an agent-wide bound in progress, and what they wait for.
     waiting: usize,
     waiting_for: Option<String>,
+    /// What the call's connections showed the host, from the first one:
+    /// kept here because every capability that connects holds the call's
+    /// bounds.
+    observed: Option<Box<Observed>>,
 }
 
 impl CallBounds {
@@ -393,6 +398,16 @@ impl CallBounds {
             result
         });
         Ok(task.await?)
+    }
+
+    /// Records what a capability saw of one of the call's connections.
+    pub(crate) fn observe(&self, record: impl FnOnce(&mut Observed)) {
+        record(self.held().observed.get_or_insert_default());
+    }
+
+    /// What the call's connections showed the host, if it opened any.
+    pub(crate) fn take_observed(&self) -> Option<Box<Observed>> {
+        self.held().observed.take()
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {

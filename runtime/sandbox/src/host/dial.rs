@@ -160,6 +160,21 @@ impl From<DialError> for wasmtime_wasi_http::Error {
     }
 }
 
+/// A lookup in progress: dropped before it found an address (it failed,
+/// or the caller's deadline cut it off), it is observed as one that
+/// found nothing.
+struct Unresolved<'a> {
+    bounds: &'a CallBounds,
+    start: Instant,
+}
+
+impl Drop for Unresolved<'_> {
+    fn drop(&mut self) {
+        let took = self.start.elapsed();
+        self.bounds.observe(|o| o.looked_up(took, false));
+    }
+}
+
 /// Connects for a plugin to the host and port of `what` (an `http`, `tcp`,
 /// `tls` or `grpc` use the caller has authorized): an address as it is
 /// written, a name through one lookup whose addresses are checked, to the
@@ -177,10 +192,13 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
     let (name, candidates) = match Host::parse(host) {
         Host::Ip(ip) => (None, vec![SocketAddr::new(ip, port)]),
         _ => {
+            // Failed, or cut off by the deadline: observed as found nothing.
+            let unresolved = Unresolved { bounds, start };
             let found = lookup(host, bounds).await?;
             if found.is_empty() {
                 return Err(DialError::NoAddress { host: host.to_string() });
             }
+            std::mem::forget(unresolved);
             (
                 Some(host),
                 found.into_iter().map(|ip| SocketAddr::new(ip, port)).collect(),
@@ -189,6 +207,7 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
     };
     let allowed = grants.authorize_peer(what, name, &candidates)?;
     let dns = start.elapsed();
+    bounds.observe(|o| o.looked_up(dns, true));
     // The addresses allowed, in the resolver's order, until one answers
     // (`localhost` is often ::1 first, while the service listens on IPv4);
     // the caller's deadline bounds the whole.
@@ -204,9 +223,14 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
         }
     }
     let Some((stream, addr)) = connected else {
+        if let Some(DialError::Connect { addr, .. }) = &failed {
+            bounds.observe(|o| o.connected(addr.ip(), None));
+        }
         // `authorize_peer` allows at least one address, so one was tried.
         return Err(failed.unwrap_or_else(|| DialError::NoAddress { host: host.to_string() }));
     };
+    let connect = start.elapsed() - dns;
+    bounds.observe(|o| o.connected(addr.ip(), Some(connect)));
     // tokio deprecates SO_LINGER because a non-zero linger blocks on drop;
     // a zero linger never does.
     #[allow(deprecated)]
@@ -216,6 +240,6 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
         stream,
         peer: addr,
         dns,
-        connect: start.elapsed() - dns,
+        connect,
     })
 }

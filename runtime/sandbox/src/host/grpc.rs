@@ -280,6 +280,12 @@ async fn exchange(
                 .connect(dialed.stream, &host, options, ALPN)
                 .await
                 .map_err(tls_error)?;
+            let seen = super::tls_client::seen(stream.get_ref().1, options);
+            let took = connected.elapsed();
+            bounds.observe(|o| {
+                o.handshake += took;
+                o.tls = Some(std::sync::Arc::new(seen));
+            });
             if let Some(alpn) = info.alpn.as_deref().filter(|a| *a != "h2") {
                 return Err(GrpcError::Protocol(format!(
                     "the server chose {alpn:?} by ALPN, not h2"
@@ -530,7 +536,12 @@ impl GrpcView<'_> {
         if let Some(options) = &call.tls {
             self.tls.validate(&call.host, options, ALPN).map_err(tls_error)?;
         }
-        let left = self.deadline.saturating_duration_since(Instant::now());
+        let ssl = call.tls.is_some();
+        self.bounds.observe(|o| {
+            o.grpc.get_or_insert_default();
+        });
+        let start = Instant::now();
+        let left = self.deadline.saturating_duration_since(start);
         let timeout = Duration::from_millis(req.timeout_ms);
         let result = if timeout >= left {
             // The call's own deadline ends it first and records `timeout`.
@@ -544,6 +555,14 @@ impl GrpcView<'_> {
                 ))),
             }
         };
+        let took = start.elapsed();
+        self.bounds.observe(|o| {
+            let check = took.saturating_sub(o.dns);
+            let grpc = o.grpc.get_or_insert_default();
+            grpc.code = result.as_ref().ok().map(|r| r.code);
+            grpc.ssl = ssl;
+            grpc.check = check;
+        });
         match &result {
             Ok(r) => tracing::debug!(authority = %req.authority, path = %req.path, code = r.code, "grpc call answered"),
             Err(e) => tracing::debug!(authority = %req.authority, path = %req.path, error = ?e, "grpc call failed"),

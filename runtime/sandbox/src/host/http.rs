@@ -129,11 +129,20 @@ async fn open(
         None => http1(dialed.stream, peer, None).await?,
         Some(options) => {
             let start = Instant::now();
-            let (stream, info) = client
+            let (stream, mut info) = client
                 .connect(dialed.stream, &target.host, options, ALPN)
                 .await
-                .map_err(tls_error)?;
+                .map_err(|e| {
+                    bounds.observe(|o| o.http.get_or_insert_default().handshake_failed = true);
+                    tls_error(e)
+                })?;
             phases.tls = start.elapsed();
+            let seen = Arc::new(super::tls_client::seen(stream.get_ref().1, options));
+            bounds.observe(|o| {
+                o.handshake += phases.tls;
+                o.tls = Some(seen.clone());
+            });
+            info.seen = Some(seen);
             http1(stream, peer, Some(Arc::new(info))).await?
         }
     };
@@ -183,7 +192,19 @@ async fn exchange(
         None => None,
     };
     let (mut conn, mut phases, mut reused) = match pooled {
-        Some(conn) => (conn, Phases::default(), true),
+        Some(conn) => {
+            // No lookup and no connect: the address is the one it was
+            // opened to.
+            let seen = conn.tls.as_ref().and_then(|t| t.seen.clone());
+            bounds.observe(|o| {
+                o.looked_up(Duration::ZERO, true);
+                o.connected(conn.peer.ip(), None);
+                if seen.is_some() {
+                    o.tls = seen;
+                }
+            });
+            (conn, Phases::default(), true)
+        }
         None => {
             let (conn, phases) = open(client, grants, bounds, &target).await?;
             (conn, phases, false)
@@ -209,10 +230,14 @@ async fn exchange(
     let first_byte = start.elapsed();
     let status = response.status().as_u16();
     let headers = kept_headers(response.headers(), keep);
+    let seen = ResponseSeen::of(&req.method, &response, target.tls.is_some());
     let max = (req.max_body as usize).min(MAX_BODY_BYTES);
     // Only a connection whose response was read to its end can serve the
     // next request; any other is dropped, which resets it.
     let (body, ended) = read_body(response.into_body(), max).await?;
+    let setup = phases.dns + phases.connect + phases.tls;
+    let processing = first_byte.saturating_sub(setup);
+    bounds.observe(|o| seen.record(o, processing, start.elapsed().saturating_sub(first_byte), body.len()));
     let tls = conn.tls.as_deref().map(Into::into);
     if let Some(key) = key
         && ended
@@ -220,7 +245,6 @@ async fn exchange(
         pool.checkin(key, conn);
     }
     let secs = |d: Duration| d.as_secs_f64();
-    let setup = phases.dns + phases.connect + phases.tls;
     Ok(ProbeResponse {
         status,
         headers,
@@ -229,12 +253,74 @@ async fn exchange(
             dns: secs(phases.dns),
             connect: secs(phases.connect),
             tls: secs(phases.tls),
-            first_byte: secs(first_byte.saturating_sub(setup)),
+            first_byte: secs(processing),
             total: secs(start.elapsed()),
         },
         tls,
         reused,
     })
+}
+
+/// What a run's observations keep of one response, read from its head.
+struct ResponseSeen {
+    status: u16,
+    version: (u8, u8),
+    content_length: i64,
+    redirect: bool,
+    last_modified: Option<i64>,
+    ssl: bool,
+}
+
+impl ResponseSeen {
+    fn of(method: &str, response: &http::Response<hyper::body::Incoming>, ssl: bool) -> Self {
+        let status = response.status().as_u16();
+        let headers = response.headers();
+        let version = match response.version() {
+            http::Version::HTTP_09 => (0, 9),
+            http::Version::HTTP_10 => (1, 0),
+            http::Version::HTTP_2 => (2, 0),
+            http::Version::HTTP_3 => (3, 0),
+            _ => (1, 1),
+        };
+        // As Go's client counts it: no body for HEAD, 1xx, 204 and 304;
+        // otherwise the header, or -1 (unknown) without one.
+        let content_length = if method.eq_ignore_ascii_case("HEAD") || status < 200 || status == 204 || status == 304 {
+            0
+        } else {
+            headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+                .unwrap_or(-1)
+        };
+        let redirect = (300..400).contains(&status) && headers.contains_key(http::header::LOCATION);
+        let last_modified = headers
+            .get(http::header::LAST_MODIFIED)
+            .and_then(|v| httpdate::parse_http_date(v.to_str().ok()?).ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_secs()).ok());
+        Self {
+            status,
+            version,
+            content_length,
+            redirect,
+            last_modified,
+            ssl,
+        }
+    }
+
+    fn record(self, o: &mut crate::verdict::Observed, processing: Duration, transfer: Duration, body: usize) {
+        let http = o.http.get_or_insert_default();
+        http.responses += 1;
+        http.redirects += u32::from(self.redirect);
+        http.status = self.status;
+        http.version = self.version;
+        http.content_length = self.content_length;
+        http.last_modified = self.last_modified;
+        http.ssl = self.ssl;
+        http.body_bytes = body as u64;
+        http.processing += processing;
+        http.transfer = transfer;
+    }
 }
 
 /// An idle connection from the pool for `key` that this call may use: a
@@ -316,6 +402,9 @@ impl probe_http::Host for HttpView<'_> {
 
 impl HttpView<'_> {
     async fn send_checked(&self, req: ProbeRequest, keep: Option<&[String]>) -> Result<ProbeResponse, HttpError> {
+        self.bounds.observe(|o| {
+            o.http.get_or_insert_default();
+        });
         let uri: http::Uri = req
             .url
             .parse()

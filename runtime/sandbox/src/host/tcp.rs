@@ -48,6 +48,7 @@ impl TlsView<'_> {
         self.bounds
             .take_socket()
             .map_err(|e| WitError::Invalid(e.to_string()))?;
+        self.bounds.observe(|o| o.tcp = true);
         let timeout = Duration::from_millis(timeout_ms);
         let dialed = match tokio::time::timeout(timeout, dial(self.grants, Use::Tcp { host, port }, self.bounds)).await
         {

@@ -166,6 +166,7 @@ async fn handshake(
     port: u16,
     options: &TlsOptions,
 ) -> Result<(TlsStream<TcpStream>, HandshakeResult), WitError> {
+    bounds.observe(|o| o.tcp = true);
     let dialed = dial(grants, Use::Tls { host, port }, bounds).await?;
     let start = Instant::now();
     let (stream, info) = client
@@ -173,6 +174,11 @@ async fn handshake(
         .await
         .map_err(wit_error)?;
     let tls = start.elapsed();
+    let seen = super::tls_client::seen(stream.get_ref().1, options);
+    bounds.observe(|o| {
+        o.handshake += tls;
+        o.tls = Some(std::sync::Arc::new(seen));
+    });
     let result = HandshakeResult {
         info: (&info).into(),
         timings: Timings {

@@ -61,6 +61,9 @@ pub(crate) struct TlsInfo {
     pub(crate) subject: String,
     /// The server certificate's issuer.
     pub(crate) issuer: String,
+    /// What a run's observations keep of the session ([`seen`]), for a
+    /// connection kept alive: set by the capability that keeps it.
+    pub(crate) seen: Option<Arc<crate::verdict::observed::TlsSeen>>,
 }
 
 /// Why a TLS session could not be set up.
@@ -294,7 +297,39 @@ fn session_info(conn: &rustls::ClientConnection) -> Result<TlsInfo, TlsError> {
         not_after: validity.not_after.timestamp(),
         subject: cert.subject().to_string(),
         issuer: cert.issuer().to_string(),
+        seen: None,
     })
+}
+
+/// What a run's observations keep of an established session: its version
+/// and the certificates the server sent, as sent (bounded), whether or not
+/// they were verified.
+pub(crate) fn seen(conn: &rustls::ClientConnection, options: &TlsOptions) -> crate::verdict::observed::TlsSeen {
+    use crate::verdict::observed::{MAX_CHAIN_BYTES, MAX_CHAIN_CERTS, TlsSeen};
+    let version = match conn.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLS 1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLS 1.2",
+        Some(rustls::ProtocolVersion::TLSv1_1) => "TLS 1.1",
+        Some(rustls::ProtocolVersion::TLSv1_0) => "TLS 1.0",
+        _ => "unknown",
+    };
+    let mut bytes = 0;
+    let chain = conn
+        .peer_certificates()
+        .unwrap_or_default()
+        .iter()
+        .take(MAX_CHAIN_CERTS)
+        .take_while(|c| {
+            bytes += c.len();
+            bytes <= MAX_CHAIN_BYTES
+        })
+        .map(|c| c.to_vec())
+        .collect();
+    TlsSeen {
+        version,
+        chain,
+        verified: !options.insecure_skip_verify,
+    }
 }
 
 /// `insecure_skip_verify`: any certificate is accepted, but the server must

@@ -13,6 +13,9 @@ use std::fmt;
 use std::time::Duration;
 
 pub(crate) mod from_wit;
+pub mod observed;
+
+pub use observed::Observed;
 
 /// Cap on an outcome's message, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
@@ -154,6 +157,10 @@ pub struct RunResult {
     pub duration: Duration,
     /// Fuel the call consumed.
     pub fuel_consumed: u64,
+    /// What the host saw of the run's connections, if it opened any; not
+    /// stored with results (`/probe` reads it).
+    #[serde(skip)]
+    pub observed: Option<Box<Observed>>,
 }
 
 fn from_millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -181,6 +188,7 @@ impl RunResult {
             detail: None,
             duration: Duration::ZERO,
             fuel_consumed: 0,
+            observed: None,
         }
     }
 

@@ -37,6 +37,7 @@
 //! head size limit (431) and a limit on watch streams per caller (429).
 
 pub use sonde_core::auth;
+mod blackbox;
 mod error;
 mod groups;
 mod limits;

@@ -38,8 +38,7 @@ use sonde_core::auth::Principal;
 use sonde_core::catalog::ProbeSpec;
 use sonde_sandbox::engine::Call;
 use sonde_sandbox::host::NetPattern;
-use sonde_sandbox::verdict::{RunResult, Status};
-use std::fmt::Write;
+use sonde_sandbox::verdict::RunResult;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -278,47 +277,11 @@ impl DebugLog {
     }
 }
 
-/// Escapes a label value for the text format.
-fn label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-/// The answer's metrics: `probe_success`, `probe_duration_seconds`, the
-/// outcome and the plugin's measurements in base units.
+/// The answer's metrics: `probe_success`, `probe_duration_seconds`,
+/// blackbox_exporter's series for what the run did, and sonde's own
+/// ([`super::blackbox`]).
 fn exposition(result: &RunResult, took: Duration) -> String {
-    let success = u8::from(matches!(result.status, Status::Success | Status::Warning));
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP probe_success Whether the probe succeeded (1) or not (0)\n# TYPE probe_success gauge\nprobe_success {success}"
-    );
-    let _ = writeln!(
-        out,
-        "# HELP probe_duration_seconds How long the probe took, admission and queueing included\n# TYPE probe_duration_seconds gauge\nprobe_duration_seconds {}",
-        took.as_secs_f64()
-    );
-    let _ = writeln!(
-        out,
-        "# HELP sonde_probe_outcome The probe's status and, when it did not end with the plugin's verdict, why\n# TYPE sonde_probe_outcome gauge\nsonde_probe_outcome{{status=\"{}\",reason=\"{}\"}} 1",
-        result.status.as_str(),
-        result.reason.map_or("", |r| r.as_str())
-    );
-    if !result.metrics.is_empty() {
-        let _ = writeln!(
-            out,
-            "# HELP sonde_probe_metric A measurement the plugin returned, in base units\n# TYPE sonde_probe_metric gauge"
-        );
-    }
-    for m in result.metrics.iter().take(sonde_core::metrics::MAX_PLUGIN_SERIES) {
-        let (value, unit) = sonde_core::metrics::base_unit(m.value, &m.unit);
-        let _ = writeln!(
-            out,
-            "sonde_probe_metric{{metric=\"{}\",unit=\"{}\"}} {value}",
-            label(&m.name),
-            label(&unit)
-        );
-    }
-    out
+    super::blackbox::exposition(result, took)
 }
 
 /// The parameters of a `/probe` request, read in one pass over its query.

@@ -9,6 +9,7 @@ mod agent;
 mod api;
 mod backend;
 mod bench;
+mod blackbox;
 mod catalog;
 mod cli;
 mod config_cases;

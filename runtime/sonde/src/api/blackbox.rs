@@ -1,0 +1,654 @@
+//! The answer of `GET /probe` ([`super::scrape`]): blackbox_exporter's
+//! series, named, labelled and valued as Debian's blackbox_exporter
+//! (0.23) answers for the same case, beside sonde's own.
+//!
+//! Every blackbox series is taken from one of two places, here and nowhere
+//! else (docs/prometheus.md has the table):
+//!
+//! - what the host saw of the run's connections ([`Observed`]): the
+//!   address and its lookup, the phase timings, the HTTP status, version,
+//!   lengths and redirects, the TLS version and the certificates served,
+//!   the gRPC status. Which of `http`, `grpc` or `tcp`/`tls` the plugin
+//!   used picks the prober whose series are answered.
+//! - what only the plugin knows, which it reports as a metric of a
+//!   well-known name: [`REGEX_METRIC`] (a body, header or `expect` regex
+//!   failed) and [`SERVING_METRIC`] (the gRPC health status).
+//!
+//! The families are sorted by name, each with its `HELP` and `TYPE`
+//! (every one a gauge), and a family's series by their labels.
+
+use sonde_sandbox::verdict::observed::{GrpcSeen, HttpSeen, Observed, TlsSeen};
+use sonde_sandbox::verdict::{RunResult, Status};
+use std::fmt::Write;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// The metric a plugin reports (1) when a regex over the answer failed:
+/// blackbox's `probe_failed_due_to_regex`.
+pub(crate) const REGEX_METRIC: &str = "failed_due_to_regex";
+
+/// The metric the gRPC plugin reports with the health status's number
+/// (`grpc.health.v1.HealthCheckResponse.ServingStatus`).
+pub(crate) const SERVING_METRIC: &str = "grpc_serving_status";
+
+/// The health statuses, by their number on the wire.
+const SERVING_STATUSES: [&str; 4] = ["UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"];
+
+/// What Go's zero time is in Unix seconds: blackbox's
+/// `probe_ssl_last_chain_expiry_timestamp_seconds` when no chain was
+/// verified (`insecure_skip_verify`).
+const GO_ZERO_TIME: f64 = -62_135_596_800.0;
+
+/// The gRPC status a call that got no answer counts as: `UNAVAILABLE`.
+const GRPC_UNAVAILABLE: u32 = 14;
+
+/// One metric family: its name, help, and series (rendered labels, value).
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    series: Vec<(String, f64)>,
+}
+
+/// The families of one answer.
+#[derive(Default)]
+struct Answer(Vec<Family>);
+
+impl Answer {
+    /// Adds the series `name{labels} value`, in a family of its own or
+    /// after the family's others.
+    fn add(&mut self, name: &'static str, help: &'static str, labels: &[(&str, &str)], value: f64) {
+        let mut text = String::new();
+        if !labels.is_empty() {
+            text.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    text.push(',');
+                }
+                let _ = write!(text, "{k}=\"{}\"", escape(v));
+            }
+            text.push('}');
+        }
+        match self.0.iter_mut().find(|f| f.name == name) {
+            Some(f) => f.series.push((text, value)),
+            None => self.0.push(Family {
+                name,
+                help,
+                series: vec![(text, value)],
+            }),
+        }
+    }
+
+    fn gauge(&mut self, name: &'static str, help: &'static str, value: f64) {
+        self.add(name, help, &[], value);
+    }
+
+    fn render(mut self) -> String {
+        self.0.sort_by(|a, b| a.name.cmp(b.name));
+        for f in &mut self.0 {
+            f.series.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        let mut out = String::new();
+        for f in &self.0 {
+            let _ = writeln!(out, "# HELP {} {}\n# TYPE {} gauge", f.name, f.help, f.name);
+            for (labels, value) in &f.series {
+                let _ = writeln!(out, "{}{labels} {}", f.name, number(*value));
+            }
+        }
+        out
+    }
+}
+
+/// Escapes a label value for the text format.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// A sample value as the text format spells it.
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf".into() } else { "-Inf".into() }
+    } else {
+        v.to_string()
+    }
+}
+
+/// The answer's metrics: `probe_success`, `probe_duration_seconds`,
+/// blackbox's series for what the run did, and sonde's own
+/// (`sonde_probe_outcome`, the plugin's measurements in base units).
+pub(crate) fn exposition(result: &RunResult, took: Duration) -> String {
+    let mut a = Answer::default();
+    let success = matches!(result.status, Status::Success | Status::Warning);
+    a.gauge(
+        "probe_success",
+        "Whether the probe succeeded (1) or not (0)",
+        f64::from(u8::from(success)),
+    );
+    a.gauge(
+        "probe_duration_seconds",
+        "How long the probe took, admission and queueing included",
+        took.as_secs_f64(),
+    );
+    a.add(
+        "sonde_probe_outcome",
+        "The probe's status and, when it did not end with the plugin's verdict, why",
+        &[
+            ("status", result.status.as_str()),
+            ("reason", result.reason.map_or("", |r| r.as_str())),
+        ],
+        1.0,
+    );
+    for m in result.metrics.iter().take(sonde_core::metrics::MAX_PLUGIN_SERIES) {
+        let (value, unit) = sonde_core::metrics::base_unit(m.value, &m.unit);
+        a.add(
+            "sonde_probe_metric",
+            "A measurement the plugin returned, in base units",
+            &[("metric", &m.name), ("unit", &unit)],
+            value,
+        );
+    }
+    if let Some(o) = &result.observed {
+        blackbox(&mut a, result, o);
+    }
+    a.render()
+}
+
+/// The plugin's metric `name`, if it reported one.
+fn metric(result: &RunResult, name: &str) -> Option<f64> {
+    result.metrics.iter().find(|m| m.name == name).map(|m| m.value)
+}
+
+/// blackbox's series for what the host observed, by the prober the plugin
+/// acted as: `http`, `grpc`, or `tcp` (for `tcp` and `tls`).
+fn blackbox(a: &mut Answer, result: &RunResult, o: &Observed) {
+    let regex = metric(result, REGEX_METRIC).map_or(0.0, |v| if v > 0.0 { 1.0 } else { 0.0 });
+    // Whether the address is known: the phases past `resolve` are answered.
+    let resolved = o.first_lookup.is_none_or(|l| l.found);
+    if let Some(h) = &o.http {
+        http(a, o, h, regex, resolved);
+    } else if let Some(g) = &o.grpc {
+        grpc(a, o, g, metric(result, SERVING_METRIC), resolved);
+    } else if o.tcp {
+        tcp(a, o, regex);
+    }
+}
+
+/// The http prober's series.
+fn http(a: &mut Answer, o: &Observed, h: &HttpSeen, regex: f64, resolved: bool) {
+    address(a, o);
+    a.gauge(
+        "probe_failed_due_to_regex",
+        "Whether a regex over the answer failed (1) or not (0)",
+        regex,
+    );
+    const PHASES: &str = "Time spent in each phase of the HTTP exchange, summed over its redirects";
+    let phase = |a: &mut Answer, p: &str, d: Duration| {
+        a.add("probe_http_duration_seconds", PHASES, &[("phase", p)], d.as_secs_f64());
+    };
+    phase(a, "resolve", o.dns);
+    if resolved {
+        // A handshake that failed leaves no connection to time, as
+        // blackbox (Go's client) reports it.
+        let connect = if h.handshake_failed && h.responses == 0 {
+            Duration::ZERO
+        } else {
+            o.connect
+        };
+        phase(a, "connect", connect);
+        phase(a, "tls", o.handshake);
+        phase(a, "processing", h.processing);
+        phase(a, "transfer", h.transfer);
+    }
+    a.gauge(
+        "probe_http_status_code",
+        "The status of the last HTTP response, 0 when none came",
+        f64::from(h.status),
+    );
+    a.gauge(
+        "probe_http_version",
+        "The HTTP version of the last response (1.1, 2), 0 when none came",
+        f64::from(h.version.0) + f64::from(h.version.1) / 10.0,
+    );
+    a.gauge(
+        "probe_http_content_length",
+        "The Content-Length of the last response, -1 when it had none",
+        h.content_length as f64,
+    );
+    a.gauge(
+        "probe_http_uncompressed_body_length",
+        "Bytes of the last response's body read",
+        h.body_bytes as f64,
+    );
+    a.gauge(
+        "probe_http_redirects",
+        "How many responses were redirects",
+        f64::from(h.redirects),
+    );
+    a.gauge(
+        "probe_http_ssl",
+        "Whether the last response came over TLS (1) or not (0)",
+        f64::from(u8::from(h.ssl)),
+    );
+    if let Some(t) = h.last_modified {
+        a.gauge(
+            "probe_http_last_modified_timestamp_seconds",
+            "The last response's Last-Modified, in Unix seconds",
+            t as f64,
+        );
+    }
+    if h.ssl
+        && let Some(tls) = &o.tls
+    {
+        tls_series(a, tls, true);
+    }
+}
+
+/// The grpc prober's series; `serving` is the plugin's health status.
+fn grpc(a: &mut Answer, o: &Observed, g: &GrpcSeen, serving: Option<f64>, resolved: bool) {
+    address(a, o);
+    const PHASES: &str = "Time spent in each phase of the gRPC health check";
+    a.add(
+        "probe_grpc_duration_seconds",
+        PHASES,
+        &[("phase", "resolve")],
+        o.dns.as_secs_f64(),
+    );
+    if resolved {
+        a.add(
+            "probe_grpc_duration_seconds",
+            PHASES,
+            &[("phase", "check")],
+            g.check.as_secs_f64(),
+        );
+        for (n, status) in SERVING_STATUSES.iter().enumerate() {
+            let this = serving.is_some_and(|v| v == n as f64);
+            a.add(
+                "probe_grpc_healthcheck_response",
+                "Which status the health check answered (1), all 0 when it got none",
+                &[("serving_status", status)],
+                f64::from(u8::from(this)),
+            );
+        }
+    }
+    let connected = g.code.is_some();
+    a.gauge(
+        "probe_grpc_status_code",
+        "The gRPC status of the health check, 14 (UNAVAILABLE) when no status came, 0 when the target did not resolve",
+        f64::from(g.code.unwrap_or(if resolved { GRPC_UNAVAILABLE } else { 0 })),
+    );
+    a.gauge(
+        "probe_grpc_ssl",
+        "Whether the health check went over TLS (1) or not (0)",
+        f64::from(u8::from(g.ssl && connected && o.tls.is_some())),
+    );
+    if g.ssl
+        && connected
+        && let Some(tls) = &o.tls
+    {
+        tls_series(a, tls, false);
+    }
+}
+
+/// The tcp prober's series.
+fn tcp(a: &mut Answer, o: &Observed, regex: f64) {
+    address(a, o);
+    a.gauge(
+        "probe_failed_due_to_regex",
+        "Whether a regex over the answer failed (1) or not (0)",
+        regex,
+    );
+    if let Some(tls) = &o.tls {
+        tls_series(a, tls, true);
+    }
+}
+
+/// The three series of the target's address: its lookup time, its IP
+/// version and a hash of it (0 when the lookup found nothing).
+fn address(a: &mut Answer, o: &Observed) {
+    let Some(lookup) = o.first_lookup else {
+        return;
+    };
+    let peer = o.peer.filter(|_| lookup.found);
+    a.gauge(
+        "probe_dns_lookup_time_seconds",
+        "Time spent looking up the target's address",
+        lookup.took.as_secs_f64(),
+    );
+    a.gauge(
+        "probe_ip_protocol",
+        "The IP version of the target's address (4 or 6), 0 when it did not resolve",
+        match peer {
+            Some(IpAddr::V4(_)) => 4.0,
+            Some(IpAddr::V6(_)) => 6.0,
+            None => 0.0,
+        },
+    );
+    a.gauge(
+        "probe_ip_addr_hash",
+        "FNV-1a (32 bits) of the target address's bytes, to see it change; 0 when it did not resolve",
+        peer.map_or(0.0, |ip| f64::from(ip_hash(ip))),
+    );
+}
+
+/// FNV-1a, 32 bits, over the address's bytes (4 or 16).
+fn ip_hash(ip: IpAddr) -> u32 {
+    let bytes: Vec<u8> = match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    };
+    bytes
+        .iter()
+        .fold(2_166_136_261u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(16_777_619))
+}
+
+/// The facts of a served certificate the series use.
+struct Cert {
+    not_after: i64,
+    subject: String,
+    issuer: String,
+    /// The raw subject and issuer, to follow the chain.
+    subject_raw: Vec<u8>,
+    issuer_raw: Vec<u8>,
+    dns_names: Vec<String>,
+}
+
+fn parse(der: &[u8]) -> Option<Cert> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let dns_names = match cert.subject_alternative_name() {
+        Ok(Some(san)) => san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Some(Cert {
+        not_after: cert.validity().not_after.timestamp(),
+        subject: dn(cert.subject()),
+        issuer: dn(cert.issuer()),
+        subject_raw: cert.subject().as_raw().to_vec(),
+        issuer_raw: cert.issuer().as_raw().to_vec(),
+        dns_names,
+    })
+}
+
+/// A distinguished name as Go's `pkix.Name.String()` writes it, which
+/// blackbox's labels carry: the well-known attributes from the most
+/// specific (`CN`) to the least (`C`), comma-separated, then the others.
+fn dn(name: &x509_parser::x509::X509Name<'_>) -> String {
+    // Go's order, most specific first, and each attribute's short name.
+    const KNOWN: [(&str, &str); 9] = [
+        ("2.5.4.5", "SERIALNUMBER"),
+        ("2.5.4.3", "CN"),
+        ("2.5.4.11", "OU"),
+        ("2.5.4.10", "O"),
+        ("2.5.4.17", "POSTALCODE"),
+        ("2.5.4.9", "STREET"),
+        ("2.5.4.7", "L"),
+        ("2.5.4.8", "ST"),
+        ("2.5.4.6", "C"),
+    ];
+    let attrs: Vec<(String, String)> = name
+        .iter_attributes()
+        .map(|a| {
+            (
+                a.attr_type().to_id_string(),
+                a.as_str().map(str::to_string).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let mut parts = Vec::new();
+    for (oid, short) in KNOWN {
+        let values: Vec<String> = attrs
+            .iter()
+            .filter(|(o, _)| o == oid)
+            .map(|(_, v)| format!("{short}={}", dn_escape(v)))
+            .collect();
+        if !values.is_empty() {
+            parts.push(values.join("+"));
+        }
+    }
+    for (oid, v) in &attrs {
+        if !KNOWN.iter().any(|(k, _)| k == oid) {
+            parts.push(format!("{oid}=#{}", der_string_hex(v)));
+        }
+    }
+    parts.join(",")
+}
+
+/// An attribute of no short name, as Go writes it: the DER of the value
+/// re-encoded as Go's `asn1.Marshal` encodes a string (a PrintableString
+/// when every character allows it, else a UTF8String), in hex.
+fn der_string_hex(v: &str) -> String {
+    let printable = v
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b" '()+,-./:=?".contains(&b));
+    let mut der = vec![if printable { 0x13 } else { 0x0c }];
+    let len = v.len();
+    if len < 0x80 {
+        der.push(len as u8);
+    } else {
+        let bytes: Vec<u8> = len.to_be_bytes().into_iter().skip_while(|b| *b == 0).collect();
+        der.push(0x80 | bytes.len() as u8);
+        der.extend(bytes);
+    }
+    der.extend(v.as_bytes());
+    der.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Escapes an attribute value as RFC 2253 (and Go) do.
+fn dn_escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    let last = v.chars().count().saturating_sub(1);
+    for (i, c) in v.chars().enumerate() {
+        let special = matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
+            || (i == 0 && (c == ' ' || c == '#'))
+            || (i == last && c == ' ');
+        if special {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The TLS series of a session: the earliest expiry served, the expiry of
+/// the verified chain (`chain_expiry`: http and tcp answer it, gRPC does
+/// not), the leaf's facts and the version.
+fn tls_series(a: &mut Answer, tls: &TlsSeen, chain_expiry: bool) {
+    let certs: Vec<Cert> = tls.chain.iter().filter_map(|d| parse(d)).collect();
+    let Some(leaf) = certs.first() else {
+        return;
+    };
+    let earliest = certs.iter().map(|c| c.not_after).min().unwrap_or(leaf.not_after);
+    a.gauge(
+        "probe_ssl_earliest_cert_expiry",
+        "The earliest notAfter of the certificates served, in Unix seconds",
+        earliest as f64,
+    );
+    if chain_expiry {
+        let value = if tls.verified {
+            // The chain as it links up from the leaf, issuer to subject,
+            // among the certificates served.
+            let mut at = leaf;
+            let mut expiry = leaf.not_after;
+            for _ in 1..certs.len() {
+                if at.issuer_raw == at.subject_raw {
+                    break;
+                }
+                let Some(next) = certs.iter().skip(1).find(|c| c.subject_raw == at.issuer_raw) else {
+                    break;
+                };
+                expiry = expiry.min(next.not_after);
+                at = next;
+            }
+            expiry as f64
+        } else {
+            GO_ZERO_TIME
+        };
+        a.gauge(
+            "probe_ssl_last_chain_expiry_timestamp_seconds",
+            "The earliest notAfter of the verified chain, in Unix seconds; Go's zero time when nothing was verified",
+            value,
+        );
+    }
+    let fingerprint: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&tls.chain[0])
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let sans = leaf.dns_names.join(",");
+    a.add(
+        "probe_ssl_last_chain_info",
+        "The leaf certificate served: its SHA-256, subject, issuer and DNS names",
+        &[
+            ("fingerprint_sha256", &fingerprint),
+            ("issuer", &leaf.issuer),
+            ("subject", &leaf.subject),
+            ("subjectalternative", &sans),
+        ],
+        1.0,
+    );
+    a.add(
+        "probe_tls_version_info",
+        "The TLS version negotiated",
+        &[("version", tls.version)],
+        1.0,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_address_hash_is_fnv1a_over_its_bytes() {
+        assert_eq!(ip_hash("127.0.0.1".parse().unwrap()), 3_668_918_509);
+        assert_eq!(ip_hash("::1".parse().unwrap()), 1_751_717_746);
+    }
+
+    #[test]
+    fn families_are_sorted_with_help_and_type() {
+        let mut a = Answer::default();
+        a.gauge("b", "second", 1.5);
+        a.add("a", "first", &[("k", "w")], f64::NAN);
+        a.add("a", "first", &[("k", "v\"")], -1.0);
+        assert_eq!(
+            a.render(),
+            "# HELP a first\n# TYPE a gauge\na{k=\"v\\\"\"} -1\na{k=\"w\"} NaN\n# HELP b second\n# TYPE b gauge\nb 1.5\n"
+        );
+    }
+
+    use sonde_sandbox::verdict::Reason;
+    use sonde_sandbox::verdict::observed::Lookup;
+
+    /// The series of an answer, without values: `name{labels}`.
+    fn series(text: &str) -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("sonde_"))
+            .map(|l| l.rsplit_once(' ').unwrap().0.to_string())
+            .collect()
+    }
+
+    fn unresolved(observed: Observed) -> RunResult {
+        let mut r = RunResult::error(Reason::Io, "");
+        r.status = Status::Failure;
+        r.observed = Some(Box::new(Observed {
+            first_lookup: Some(Lookup {
+                took: Duration::from_millis(3),
+                found: false,
+            }),
+            dns: Duration::from_millis(3),
+            ..observed
+        }));
+        r
+    }
+
+    #[test]
+    fn a_name_that_does_not_resolve_keeps_the_resolve_phase_only() {
+        let http = unresolved(Observed {
+            http: Some(HttpSeen::default()),
+            ..Observed::default()
+        });
+        let text = exposition(&http, Duration::from_millis(5));
+        assert_eq!(
+            series(&text),
+            [
+                "probe_dns_lookup_time_seconds",
+                "probe_duration_seconds",
+                "probe_failed_due_to_regex",
+                "probe_http_content_length",
+                "probe_http_duration_seconds{phase=\"resolve\"}",
+                "probe_http_redirects",
+                "probe_http_ssl",
+                "probe_http_status_code",
+                "probe_http_uncompressed_body_length",
+                "probe_http_version",
+                "probe_ip_addr_hash",
+                "probe_ip_protocol",
+                "probe_success",
+            ]
+        );
+        assert!(text.contains("\nprobe_ip_protocol 0\n"), "{text}");
+        assert!(text.contains("\nprobe_ip_addr_hash 0\n"), "{text}");
+        assert!(text.contains("\nprobe_http_status_code 0\n"), "{text}");
+
+        let grpc = unresolved(Observed {
+            grpc: Some(GrpcSeen::default()),
+            ..Observed::default()
+        });
+        let text = exposition(&grpc, Duration::from_millis(5));
+        assert_eq!(
+            series(&text),
+            [
+                "probe_dns_lookup_time_seconds",
+                "probe_duration_seconds",
+                "probe_grpc_duration_seconds{phase=\"resolve\"}",
+                "probe_grpc_ssl",
+                "probe_grpc_status_code",
+                "probe_ip_addr_hash",
+                "probe_ip_protocol",
+                "probe_success",
+            ]
+        );
+        assert!(text.contains("\nprobe_grpc_status_code 0\n"), "{text}");
+    }
+
+    #[test]
+    fn a_run_that_connected_nowhere_answers_sondes_series_only() {
+        let denied = RunResult::error(Reason::Denied, "outside the grant");
+        assert_eq!(
+            series(&exposition(&denied, Duration::from_millis(1))),
+            ["probe_duration_seconds", "probe_success"]
+        );
+    }
+
+    #[test]
+    fn what_a_run_observes_stays_small() {
+        assert!(
+            std::mem::size_of::<Observed>() <= 320,
+            "{}",
+            std::mem::size_of::<Observed>()
+        );
+    }
+
+    #[test]
+    fn an_attribute_without_a_short_name_is_its_der_in_hex() {
+        assert_eq!(der_string_hex("ops@sonde.test"), "0c0e6f707340736f6e64652e74657374");
+        assert_eq!(der_string_hex("AB"), "13024142");
+    }
+
+    #[test]
+    fn dn_values_are_escaped() {
+        assert_eq!(dn_escape("a,b"), "a\\,b");
+        assert_eq!(dn_escape(" x "), "\\ x\\ ");
+        assert_eq!(dn_escape("plain"), "plain");
+    }
+}
