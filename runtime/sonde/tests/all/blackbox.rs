@@ -203,13 +203,13 @@ fn dechunk(body: &str) -> String {
 }
 
 /// Debian's blackbox_exporter, on a free loopback port, with `config`.
-struct Blackbox {
+pub(crate) struct Blackbox {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Blackbox {
-    async fn start(dir: &Path, config: &str) -> Option<Self> {
+    pub(crate) async fn start(dir: &Path, config: &str) -> Option<Self> {
         let binary = tool("prometheus-blackbox-exporter", "prometheus-blackbox-exporter")?;
         let file = dir.join("blackbox.yml");
         std::fs::write(&file, config).unwrap();

@@ -10,6 +10,7 @@ mod api;
 mod backend;
 mod bench;
 mod blackbox;
+mod blackbox_alerts;
 mod catalog;
 mod cli;
 mod config_cases;

@@ -794,7 +794,7 @@ fn free_port() -> u16 {
 }
 
 /// Kills the child when dropped.
-struct Killed(std::process::Child);
+pub(crate) struct Killed(pub(crate) std::process::Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
