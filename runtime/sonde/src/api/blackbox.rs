@@ -87,30 +87,42 @@ impl Answer {
         for f in &mut self.0 {
             f.series.sort_by(|a, b| a.0.cmp(&b.0));
         }
-        let mut out = String::new();
+        let mut out = String::with_capacity(2048);
         for f in &self.0 {
             let _ = writeln!(out, "# HELP {} {}\n# TYPE {} gauge", f.name, f.help, f.name);
             for (labels, value) in &f.series {
-                let _ = writeln!(out, "{}{labels} {}", f.name, number(*value));
+                let _ = writeln!(out, "{}{labels} {}", f.name, Number(*value));
             }
         }
         out
     }
 }
 
-/// Escapes a label value for the text format.
-fn escape(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+/// Escapes a label value for the text format (borrowed when nothing needs
+/// escaping, as nearly every value).
+fn escape(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.contains(['\\', '"', '\n']) {
+        value
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+            .into()
+    } else {
+        value.into()
+    }
 }
 
 /// A sample value as the text format spells it.
-fn number(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf".into() } else { "-Inf".into() }
-    } else {
-        v.to_string()
+struct Number(f64);
+
+impl std::fmt::Display for Number {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            v if v.is_nan() => f.write_str("NaN"),
+            v if v.is_infinite() && v > 0.0 => f.write_str("+Inf"),
+            v if v.is_infinite() => f.write_str("-Inf"),
+            v => write!(f, "{v}"),
+        }
     }
 }
 
