@@ -451,3 +451,53 @@ fn tenants_with_an_api_without_tokens_are_refused() {
         );
     }
 }
+
+/// `sonde check icmp`: a granted name that resolves to a class no name may
+/// lead to is denied before a ping socket is opened, naming the name, the
+/// address and the rule; the same name granted by its address (with any
+/// port, as ICMP has none) is pinged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn icmp_through_a_name_obeys_the_same_rules() {
+    let (_dir, hosts) = hosts_dir();
+    for (name, why) in [
+        (
+            "lo.acme.test",
+            "resolved to 127.0.0.1: loopback is not reachable through a name",
+        ),
+        ("lo6.acme.test", "resolved to ::1: loopback is not reachable"),
+        ("mapped.acme.test", "resolved to 127.0.0.1: loopback is not reachable"),
+        ("meta.acme.test", "resolved to 169.254.169.254: link-local"),
+    ] {
+        let v = check(&hosts, "icmp", name, serde_json::json!({}), &[]).await;
+        assert_denied(&v, &format!("ICMP echo to {name}"), why);
+    }
+    // A grant of the address with one port is no grant for ICMP.
+    let v = check(
+        &hosts,
+        "icmp",
+        "lo.acme.test",
+        serde_json::json!({}),
+        &["--allow-net", "127.0.0.1:80"],
+    )
+    .await;
+    assert_denied(
+        &v,
+        "ICMP echo to lo.acme.test",
+        "loopback is not reachable through a name",
+    );
+    if std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range").is_ok_and(|r| {
+        let mut parts = r.split_whitespace().map(|p| p.parse::<i64>().unwrap_or(0));
+        parts.next() <= parts.next()
+    }) {
+        let v = check(
+            &hosts,
+            "icmp",
+            "lo.acme.test",
+            serde_json::json!({}),
+            &["--allow-net", "127.0.0.1:*"],
+        )
+        .await;
+        assert_eq!(v["status"], "success", "{v}");
+        assert!(v["message"].as_str().unwrap().contains("127.0.0.1"), "{v}");
+    }
+}
