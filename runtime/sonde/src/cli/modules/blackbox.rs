@@ -91,10 +91,15 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
         "tcp" => "tcp",
         "grpc" => "grpc",
         "icmp" | "dns" => {
+            let why = if prober == "icmp" {
+                "not translated yet; write the module with the built-in icmp plugin, docs/plugins.md"
+            } else {
+                "not built in; a plugin can do it, docs/plugins.md"
+            };
             ctx.unsupported_module(
                 prober_entry.node.referenced,
                 &prober_entry.path,
-                format!("{prober} is not supported by sonde (not built in; a plugin can do it, docs/plugins.md)"),
+                format!("{prober} is not supported by sonde ({why})"),
             );
             return None;
         }

@@ -224,7 +224,7 @@ fn what_sonde_cannot_honour_is_named_by_its_key_path() {
     );
     assert_eq!(
         problems[0].message.as_str(),
-        "icmp is not supported by sonde (not built in; a plugin can do it, docs/plugins.md)"
+        "icmp is not supported by sonde (not translated yet; write the module with the built-in icmp plugin, docs/plugins.md)"
     );
     assert_eq!((problems[1].line, problems[1].column), (8, 15));
     // What --skip-unsupported keeps: the module without the options.
