@@ -194,16 +194,7 @@ fn open(peer: IpAddr, options: &Options) -> Result<UdpSocket, IcmpError> {
         IpAddr::V4(_) => (Domain::IPV4, Protocol::ICMPV4),
         IpAddr::V6(_) => (Domain::IPV6, Protocol::ICMPV6),
     };
-    let socket = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(protocol)).map_err(|e| {
-        match e.raw_os_error() {
-            Some(libc::EACCES | libc::EPERM) => IcmpError::Unavailable(format!(
-                "the system refuses the agent a ping socket ({}): its group (gid {}) is not within the `{SYSCTL}` sysctl, which governs IPv4 and IPv6 (e.g. `sysctl -w {SYSCTL}=\"0 2147483647\"`)",
-                reason(&e),
-                rustix::process::getgid().as_raw()
-            )),
-            _ => IcmpError::Connect(format!("no ping socket: {}", reason(&e))),
-        }
-    })?;
+    let socket = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(protocol)).map_err(refused)?;
     let set = |r: io::Result<()>, what: &str| r.map_err(|e| IcmpError::Invalid(format!("{what}: {}", reason(&e))));
     match peer {
         IpAddr::V4(_) => {
@@ -246,6 +237,19 @@ fn open(peer: IpAddr, options: &Options) -> Result<UdpSocket, IcmpError> {
     // tokio's UDP socket drives any datagram socket, a ping socket too.
     UdpSocket::from_std(std::net::UdpSocket::from(socket))
         .map_err(|e| IcmpError::Connect(format!("no ping socket: {}", reason(&e))))
+}
+
+/// The error of a ping socket the system did not give: closed by the
+/// sysctl (named, with the agent's group), or another reason.
+fn refused(e: io::Error) -> IcmpError {
+    match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => IcmpError::Unavailable(format!(
+            "the system refuses the agent a ping socket ({}): its group (gid {}) is not within the `{SYSCTL}` sysctl, which governs IPv4 and IPv6 (e.g. `sysctl -w {SYSCTL}=\"0 2147483647\"`)",
+            reason(&e),
+            rustix::process::getgid().as_raw()
+        )),
+        _ => IcmpError::Connect(format!("no ping socket: {}", reason(&e))),
+    }
 }
 
 /// Asks the kernel for each IPv4 reply's TTL (`IP_RECVTTL`), which neither
@@ -304,7 +308,7 @@ fn nonce() -> (u16, u64) {
 /// reply: the round trip, the reply's TTL or hop limit when the kernel
 /// gave it, and the payload's size.
 async fn exchange(socket: &UdpSocket, peer: IpAddr, payload: usize) -> Result<(Duration, Option<u8>, u32), IcmpError> {
-    let (request_type, reply_type) = types(peer);
+    let (request_type, _) = types(peer);
     let (sequence, seed) = nonce();
     let mut packet = Vec::with_capacity(8 + payload);
     packet.extend_from_slice(&[request_type, 0, 0, 0, 0, 0]);
@@ -340,45 +344,79 @@ async fn exchange(socket: &UdpSocket, peer: IpAddr, payload: usize) -> Result<(D
             .map_err(|e| IcmpError::Connect(format!("{peer}: {}", reason(&e))))?;
         let rtt = sent.elapsed();
         let data = &initialised(&buf)[..n.min(buf.len())];
-        let source = from.as_socket().map(|a| a.ip().to_canonical());
-        if source != Some(peer.to_canonical()) {
-            let shown = source.map_or_else(|| "an unknown address".to_string(), |s| s.to_string());
-            return Err(IcmpError::Reply(format!("a reply came from {shown}, not {peer}")));
-        }
-        if truncated || n > packet.len() {
-            return Err(IcmpError::Reply(format!(
-                "the reply from {peer} is longer than the {} bytes sent",
-                packet.len()
-            )));
-        }
-        if n < 8 {
-            return Err(IcmpError::Reply(format!("a malformed reply from {peer}: {n} bytes")));
-        }
-        if data[0] != reply_type || data[1] != 0 {
-            return Err(IcmpError::Reply(format!(
-                "not an echo reply from {peer}: type {} code {}",
-                data[0], data[1]
-            )));
-        }
-        if data[6..8] != packet[6..8] {
-            skipped += 1;
-            if skipped > MAX_SKIPPED {
-                return Err(IcmpError::Reply(format!(
-                    "{MAX_SKIPPED} replies from {peer} answered other requests"
-                )));
+        let source = from.as_socket().map(|a| a.ip());
+        match judge(peer, source, &packet, data, truncated)? {
+            Datagram::Reply => {}
+            Datagram::Stale => {
+                skipped += 1;
+                if skipped > MAX_SKIPPED {
+                    return Err(IcmpError::Reply(format!(
+                        "{MAX_SKIPPED} replies from {peer} answered other requests"
+                    )));
+                }
+                continue;
             }
-            continue;
-        }
-        if data[8..] != packet[8..] {
-            return Err(IcmpError::Reply(format!(
-                "the reply from {peer} does not echo the payload sent ({} of {} bytes)",
-                n - 8,
-                payload
-            )));
         }
         let hop_limit = hop_limit(initialised(&control), control_len);
-        return Ok((rtt, hop_limit, (n - 8) as u32));
+        return Ok((rtt, hop_limit, (data.len() - 8) as u32));
     }
+}
+
+/// What a datagram on the ping socket is to the request sent.
+#[derive(Debug, PartialEq)]
+enum Datagram {
+    /// The reply to it.
+    Reply,
+    /// A reply to an earlier request (another sequence number): skipped.
+    Stale,
+}
+
+/// Judges `data`, a datagram that came from `source` (as much as the
+/// buffer held; `truncated` when there was more) on the ping socket that
+/// sent `packet` to `peer`: the reply to it, a stale reply, or what is
+/// wrong with it as the failure's reason.
+fn judge(
+    peer: IpAddr,
+    source: Option<IpAddr>,
+    packet: &[u8],
+    data: &[u8],
+    truncated: bool,
+) -> Result<Datagram, IcmpError> {
+    let source = source.map(|s| s.to_canonical());
+    if source != Some(peer.to_canonical()) {
+        let shown = source.map_or_else(|| "an unknown address".to_string(), |s| s.to_string());
+        return Err(IcmpError::Reply(format!("a reply came from {shown}, not {peer}")));
+    }
+    if truncated || data.len() > packet.len() {
+        return Err(IcmpError::Reply(format!(
+            "the reply from {peer} is longer than the {} bytes sent",
+            packet.len()
+        )));
+    }
+    if data.len() < 8 {
+        return Err(IcmpError::Reply(format!(
+            "a malformed reply from {peer}: {} bytes",
+            data.len()
+        )));
+    }
+    let (_, reply_type) = types(peer);
+    if data[0] != reply_type || data[1] != 0 {
+        return Err(IcmpError::Reply(format!(
+            "not an echo reply from {peer}: type {} code {}",
+            data[0], data[1]
+        )));
+    }
+    if data[6..8] != packet[6..8] {
+        return Ok(Datagram::Stale);
+    }
+    if data[8..] != packet[8..] {
+        return Err(IcmpError::Reply(format!(
+            "the reply from {peer} does not echo the payload sent ({} of {} bytes)",
+            data.len() - 8,
+            packet.len() - 8
+        )));
+    }
+    Ok(Datagram::Reply)
 }
 
 /// The TTL or hop limit in the first control message of `control`, if it
@@ -423,6 +461,53 @@ mod tests {
         assert_eq!(hop_limit(&control, data_at + 4), None);
         control[type_at..type_at + 4].copy_from_slice(&libc::IPV6_TCLASS.to_ne_bytes());
         assert_eq!(hop_limit(&control, data_at + 4), None);
+    }
+
+    /// A reply that is malformed, oversized, of another type, from another
+    /// address or with another payload is a failure with its reason; one to
+    /// another request is skipped.
+    #[test]
+    fn replies_that_are_not_ours_are_failures_with_a_reason() {
+        let peer: IpAddr = "192.0.2.9".parse().unwrap();
+        let packet = [8, 0, 0, 0, 0, 0, 0x12, 0x34, 1, 2, 3, 4];
+        let mut reply = packet;
+        reply[0] = 0;
+        let judged = |source: &str, data: &[u8], truncated| judge(peer, source.parse().ok(), &packet, data, truncated);
+        let reason = |r: Result<Datagram, IcmpError>| match r {
+            Err(IcmpError::Reply(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(judged("192.0.2.9", &reply, false).unwrap(), Datagram::Reply);
+        assert_eq!(judged("::ffff:192.0.2.9", &reply, false).unwrap(), Datagram::Reply);
+        assert!(reason(judged("192.0.2.10", &reply, false)).contains("came from 192.0.2.10, not 192.0.2.9"));
+        assert!(reason(judged("", &reply, false)).contains("an unknown address"));
+        assert!(reason(judged("192.0.2.9", &reply, true)).contains("longer than the 12 bytes sent"));
+        let mut longer = reply.to_vec();
+        longer.push(0);
+        assert!(reason(judged("192.0.2.9", &longer, false)).contains("longer"));
+        assert!(reason(judged("192.0.2.9", &reply[..7], false)).contains("malformed reply from 192.0.2.9: 7 bytes"));
+        assert!(reason(judged("192.0.2.9", &packet, false)).contains("type 8 code 0"));
+        let mut stale = reply;
+        stale[7] = 0x35;
+        assert_eq!(judged("192.0.2.9", &stale, false).unwrap(), Datagram::Stale);
+        let mut other = reply;
+        other[11] = 9;
+        assert!(reason(judged("192.0.2.9", &other, false)).contains("does not echo the payload sent (4 of 4 bytes)"));
+        assert!(reason(judged("192.0.2.9", &reply[..10], false)).contains("(2 of 4 bytes)"));
+    }
+
+    #[test]
+    fn a_closed_sysctl_is_named_with_the_agent_s_group() {
+        let gid = rustix::process::getgid().as_raw();
+        for errno in [libc::EACCES, libc::EPERM] {
+            let Err(IcmpError::Unavailable(m)) = Err::<(), _>(refused(io::Error::from_raw_os_error(errno))) else {
+                panic!("{errno}");
+            };
+            assert!(m.contains("`net.ipv4.ping_group_range` sysctl"), "{m}");
+            assert!(m.contains(&format!("(gid {gid})")), "{m}");
+        }
+        let other = refused(io::Error::from_raw_os_error(libc::EAFNOSUPPORT));
+        assert!(matches!(other, IcmpError::Connect(m) if m.starts_with("no ping socket: address family")));
     }
 
     #[test]
