@@ -18,7 +18,7 @@ extern crate alloc;
 use alloc::format;
 use alloc::string::String;
 use serde::Deserialize;
-use sonde_sdk::bindings::sonde::probe::icmp::{self as host, IcmpError, IpProtocol, Options};
+use sonde_sdk::icmp::{EchoError, EchoOptions, IpProtocol};
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
 
 /// The largest payload the host sends.
@@ -47,7 +47,7 @@ fn yes() -> bool {
 }
 
 impl Config {
-    fn options(&self) -> Result<Options, ProbeError> {
+    fn options(&self) -> Result<EchoOptions, ProbeError> {
         let preferred = match self.preferred_ip_protocol.as_str() {
             "ip4" | "ipv4" => IpProtocol::Ip4,
             "ip6" | "ipv6" => IpProtocol::Ip6,
@@ -66,7 +66,7 @@ impl Config {
         if self.ttl == Some(0) {
             return Err(ProbeError::invalid_config("ttl 0: give 1 to 255"));
         }
-        Ok(Options {
+        Ok(EchoOptions {
             preferred,
             fallback: self.ip_protocol_fallback,
             payload_size: self.payload_size,
@@ -120,17 +120,11 @@ impl Probe for Icmp {
         let config: Config = req.config()?;
         let options = config.options()?;
         let host = host_of(req.target())?;
-        let millis = u64::try_from(req.remaining().as_millis()).unwrap_or(u64::MAX);
-        let reply = match host::echo(host, options, millis) {
+        let reply = match sonde_sdk::icmp::echo(host, &options, req.remaining()) {
             Ok(reply) => reply,
-            Err(IcmpError::Denied(m)) => return Err(ProbeError::denied(m)),
-            Err(IcmpError::Invalid(m)) => return Err(ProbeError::invalid_config(m)),
-            Err(IcmpError::Unavailable(m)) => return Err(ProbeError::io(m)),
-            Err(IcmpError::Dns(m) | IcmpError::Connect(m) | IcmpError::Timeout(m) | IcmpError::Reply(m)) => {
-                return Ok(Outcome::failure(format!("{host}: {m}")));
-            }
+            Err(EchoError::Failed(m)) => return Ok(Outcome::failure(format!("{host}: {m}"))),
+            Err(EchoError::Probe(e)) => return Err(e),
         };
-        let t = reply.timings;
         let version = match reply.protocol {
             IpProtocol::Ip4 => 4.0,
             IpProtocol::Ip6 => 6.0,
@@ -139,14 +133,18 @@ impl Probe for Icmp {
         let message = format!(
             "echo reply from {} in {:.3} ms ({} bytes{hops})",
             reply.address,
-            t.rtt * 1000.0,
+            reply.rtt_seconds * 1000.0,
             reply.payload_size
         );
         let mut outcome = Outcome::success(message)
-            .with_metric("resolve_seconds", t.resolve, "seconds")
-            .with_metric("setup_seconds", t.setup, "seconds")
-            .with_metric("rtt_seconds", t.rtt, "seconds")
-            .with_metric("probe_seconds", t.resolve + t.setup + t.rtt, "seconds")
+            .with_metric("resolve_seconds", reply.resolve_seconds, "seconds")
+            .with_metric("setup_seconds", reply.setup_seconds, "seconds")
+            .with_metric("rtt_seconds", reply.rtt_seconds, "seconds")
+            .with_metric(
+                "probe_seconds",
+                reply.resolve_seconds + reply.setup_seconds + reply.rtt_seconds,
+                "seconds",
+            )
             .with_metric("ip_protocol", version, "");
         if let Some(h) = reply.hop_limit {
             outcome = outcome.with_metric("reply_hop_limit", f64::from(h), "");
@@ -161,7 +159,7 @@ sonde_sdk::export!(Icmp);
 mod tests {
     use super::*;
 
-    fn options(json: &str) -> Result<Options, ProbeError> {
+    fn options(json: &str) -> Result<EchoOptions, ProbeError> {
         serde_json::from_str::<Config>(json)
             .map_err(|e| ProbeError::invalid_config(e.to_string()))?
             .options()
