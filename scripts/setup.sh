@@ -95,5 +95,7 @@ ensure_ping_sockets() {
     fi
   fi
   echo "== opening ping sockets: net.ipv4.ping_group_range was '$low $high'"
-  echo "0 2147483647" | "${sudo[@]}" tee "$range" >/dev/null || true
+  if ! echo "0 2147483647" | "${sudo[@]}" tee "$range" >/dev/null; then
+    echo "sonde: could not open ping sockets (is /proc/sys read-only here?); the icmp tests will fail under SONDE_REQUIRE_TOOLS" >&2
+  fi
 }
