@@ -404,13 +404,25 @@ targets:
     tenant: closed
     address: public.acme.test:80
     probes: [{{ name: reaches-nothing, plugin: tcp, period: 1s }}]
+  - name: inside-ping
+    tenant: acme
+    address: private.acme.test
+    probes: [{{ name: ping-by-default, plugin: icmp, period: 1s }}]
+  - name: outside-ping
+    tenant: closed
+    address: public.acme.test
+    probes: [{{ name: ping-nothing, plugin: icmp, period: 1s }}]
 "#,
             dir = dir.path().display()
         ),
     )
     .unwrap();
     let (mut child, api) = agent(&hosts, &config).await;
-    let last = results(api, &["by-default", "reaches-nothing"]).await;
+    let last = results(
+        api,
+        &["by-default", "reaches-nothing", "ping-by-default", "ping-nothing"],
+    )
+    .await;
     let _ = child.kill().await;
     for (name, why) in [
         (
@@ -420,6 +432,14 @@ targets:
         (
             "reaches-nothing",
             "public.acme.test resolved to 192.0.2.7: a public address is not reachable through a name for this tenant",
+        ),
+        (
+            "ping-by-default",
+            "ICMP echo to private.acme.test: private.acme.test resolved to 10.11.12.13: a private address (10.0.0.0/8) is not reachable through a name for this tenant",
+        ),
+        (
+            "ping-nothing",
+            "ICMP echo to public.acme.test: public.acme.test resolved to 192.0.2.7: a public address is not reachable",
         ),
     ] {
         let r = &last[name];
