@@ -82,9 +82,11 @@ fn ordered(host: &str, found: Vec<IpAddr>, options: &Options) -> Result<Vec<IpAd
             IpProtocol::Ip4 => "IPv4",
             IpProtocol::Ip6 => "IPv6",
         };
-        return Err(IcmpError::Dns(format!(
-            "{host}: no {version} address (and no fallback)"
-        )));
+        return Err(IcmpError::Dns(if options.fallback {
+            format!("{host}: no address")
+        } else {
+            format!("{host}: no {version} address, and no fallback to the other version")
+        }));
     }
     Ok(first)
 }
@@ -531,7 +533,11 @@ mod tests {
         );
         assert!(matches!(
             ordered("h", vec![v4], &options(IpProtocol::Ip6, false)),
-            Err(IcmpError::Dns(_))
+            Err(IcmpError::Dns(m)) if m.contains("no IPv6 address, and no fallback")
+        ));
+        assert!(matches!(
+            ordered("h", vec![], &options(IpProtocol::Ip6, true)),
+            Err(IcmpError::Dns(m)) if m == "h: no address"
         ));
         assert_eq!(
             ordered("h", vec![v4], &options(IpProtocol::Ip6, true)).unwrap(),
