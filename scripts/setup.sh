@@ -76,3 +76,26 @@ prune_target_dir() {
     exit 1
   fi
 }
+
+# Opens unprivileged ICMP echo sockets (the `icmp` capability's ping
+# sockets) to every group when the `net.ipv4.ping_group_range` sysctl
+# leaves them closed (`1 0`, some distributions' default): as root, else
+# through sudo. The sysctl governs IPv4 and IPv6 alike.
+ensure_ping_sockets() {
+  local range=/proc/sys/net/ipv4/ping_group_range sudo=()
+  [ -r "$range" ] || return 0
+  read -r low high <"$range"
+  [ "$low" -le "$high" ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    else
+      echo "sonde: ping sockets are closed (net.ipv4.ping_group_range is '$low $high'); the icmp tests need: sysctl -w net.ipv4.ping_group_range='0 2147483647'" >&2
+      return 0
+    fi
+  fi
+  echo "== opening ping sockets: net.ipv4.ping_group_range was '$low $high'"
+  if ! echo "0 2147483647" | "${sudo[@]}" tee "$range" >/dev/null; then
+    echo "sonde: could not open ping sockets (is /proc/sys read-only here?); the icmp tests will fail under SONDE_REQUIRE_TOOLS" >&2
+  fi
+}

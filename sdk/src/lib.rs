@@ -49,6 +49,7 @@ pub mod exec;
 pub mod fs;
 pub mod grpc;
 pub mod http;
+pub mod icmp;
 pub mod log;
 pub mod net;
 #[cfg(all(target_arch = "wasm32", not(feature = "std")))]

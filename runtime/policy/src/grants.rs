@@ -186,6 +186,38 @@ mod tests {
         assert!(g.permits_peer(None, sock("127.0.0.5:9465")));
     }
 
+    /// ICMP has no port: only a pattern of any port covers a host for it,
+    /// and the addresses a name found obey the same rules as a
+    /// connection's, the agent's own listeners aside (an echo reaches no
+    /// port).
+    #[test]
+    fn icmp_needs_a_grant_of_any_port_and_names_obey_the_reach() {
+        let icmp = |host| Use::Icmp { host };
+        let g = call_with(
+            "10.0.0.1",
+            &["db.acme.test:5432", "*.acme.test:*", "192.168.0.0/16:*"],
+            Reach::TENANT,
+            &["0.0.0.0:8080"],
+        );
+        assert!(g.allows(icmp("10.0.0.1")));
+        assert!(g.allows(icmp("www.acme.test")));
+        assert!(g.allows(icmp("192.168.1.1")));
+        assert!(!g.allows(icmp("10.0.0.2")));
+        let port_only = call("10.0.0.1:80", &["db.acme.test:5432"]);
+        assert!(!port_only.allows(icmp("10.0.0.1")));
+        assert!(!port_only.allows(icmp("db.acme.test")));
+        let peer = |g: &CallGrants, name, ip: &str| {
+            g.authorize_peer(icmp(name), Some(name), &[SocketAddr::new(ip.parse().unwrap(), 0)])
+        };
+        assert!(peer(&g, "www.acme.test", "203.0.113.5").is_ok());
+        let denied = peer(&g, "www.acme.test", "10.1.1.1").unwrap_err();
+        assert!(denied.0.contains("a private address"), "{denied}");
+        let denied = peer(&g, "www.acme.test", "127.0.0.1").unwrap_err();
+        assert!(denied.0.contains("loopback is not reachable"), "{denied}");
+        let literal = g.authorize_peer(icmp("10.0.0.1"), None, &[sock("10.0.0.1:0")]);
+        assert_eq!(literal, Ok(vec![sock("10.0.0.1:0")]));
+    }
+
     #[test]
     fn target_is_granted_and_nothing_else() {
         let g = call("127.0.0.1:8080", &[]);

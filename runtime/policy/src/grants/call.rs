@@ -52,6 +52,12 @@ pub enum Use<'a> {
         /// Its port.
         port: u16,
     },
+    /// An ICMP echo by sonde's `icmp`. ICMP has no port: only a pattern of
+    /// any port (`host:*`, as a bare-host target grants) covers it.
+    Icmp {
+        /// The host to ping.
+        host: &'a str,
+    },
     /// Running a program by sonde's `exec`.
     Exec(&'a str),
     /// A `wasi:filesystem` path operation inside a `files` grant that the
@@ -94,6 +100,7 @@ fn describe(what: Use<'_>) -> String {
         Use::Tcp { host, port } => format!("TCP connection to {host}:{port}"),
         Use::Tls { host, port } => format!("TLS handshake with {host}:{port}"),
         Use::Grpc { host, port } => format!("gRPC call to {host}:{port}"),
+        Use::Icmp { host } => format!("ICMP echo to {host}"),
         Use::Exec(program) => format!("exec {program}"),
         Use::FileRefused { method, path, .. } => format!("filesystem {method} {path}"),
         Use::File { method, path } => {
@@ -114,6 +121,23 @@ impl<'a> Use<'a> {
                 Some((host, port))
             }
             _ => None,
+        }
+    }
+}
+
+/// What port a peer check is for: a connection's, or none for an ICMP
+/// echo, which only a pattern of any port covers.
+#[derive(Clone, Copy, Debug)]
+enum PeerPort {
+    Port(u16),
+    Icmp,
+}
+
+impl PeerPort {
+    fn admitted_by(self, pattern: PortPattern) -> bool {
+        match self {
+            Self::Port(port) => pattern.matches(port),
+            Self::Icmp => pattern == PortPattern::Any,
         }
     }
 }
@@ -192,12 +216,17 @@ impl CallGrants {
                 self.patterns().any(|p| p.host.matches(&host))
             }
             // A plugin's own socket: the address is all there is to check.
-            Use::Connect(addr) => return self.peer_refusal(None, addr),
+            Use::Connect(addr) => return self.peer_refusal(None, addr, PeerPort::Port(addr.port())),
             Use::Bind(addr) => addr.port() == 0,
             Use::Listen(_) => false,
             Use::Http { host, port } | Use::Tcp { host, port } | Use::Tls { host, port } | Use::Grpc { host, port } => {
                 let host = Host::parse(host);
                 self.patterns().any(|p| p.matches(&host, port))
+            }
+            Use::Icmp { host } => {
+                let host = Host::parse(host);
+                self.patterns()
+                    .any(|p| p.port == PortPattern::Any && p.host.matches(&host))
             }
             Use::Exec(program) => {
                 let path = Path::new(program);
@@ -229,6 +258,10 @@ impl CallGrants {
                 _,
                 Use::Http { host, port } | Use::Tcp { host, port } | Use::Tls { host, port } | Use::Grpc { host, port },
             ) => (not_granted.into(), format!("{host}:{port} is {not_granted}")),
+            (_, Use::Icmp { host }) => (
+                "not the target and no `net` grant of it with any port".into(),
+                format!("{host} is not the target and no `net` grant of it with any port (`HOST:*`) covers ICMP"),
+            ),
             (_, Use::Exec(program)) => (
                 "not granted".into(),
                 format!("{program} is not in the probe's exec grant"),
@@ -248,11 +281,11 @@ impl CallGrants {
 
     /// Whether a pattern that names addresses (an IP, a CIDR or `*`) lets
     /// the probe reach `ip` on `port`; `explicit` leaves `*` out.
-    fn address_granted(&self, ip: IpAddr, port: u16, explicit: bool) -> bool {
+    fn address_granted(&self, ip: IpAddr, port: PeerPort, explicit: bool) -> bool {
         let host = Host::Ip(canonical_ip(ip));
         self.patterns()
             .filter(|p| !explicit || matches!(p.host, HostPattern::Cidr(..)))
-            .any(|p| p.matches(&host, port))
+            .any(|p| port.admitted_by(p.port) && p.host.matches(&host))
     }
 
     /// Why a connection to `addr` may not be made, or `None` if it may:
@@ -265,10 +298,17 @@ impl CallGrants {
     /// operator's only through an IP or CIDR grant. Then an address grant
     /// (IP, CIDR or `*`) reaches any address it covers, and a granted name
     /// only the addresses its [`Reach`](crate::reach::Reach) allows.
-    fn peer_refusal(&self, name: Option<&str>, addr: SocketAddr) -> Option<Refusal> {
-        let (ip, port) = (canonical_ip(addr.ip()), addr.port());
-        let shown = SocketAddr::new(ip, port);
-        if let Some(listener) = self.listeners.reached_by(shown) {
+    ///
+    /// For ICMP (`port` is [`PeerPort::Icmp`]) only patterns of any port
+    /// count, and no listener is reached (an echo reaches no port).
+    fn peer_refusal(&self, name: Option<&str>, addr: SocketAddr, port: PeerPort) -> Option<Refusal> {
+        let ip = canonical_ip(addr.ip());
+        let shown = SocketAddr::new(ip, addr.port());
+        let listener = match port {
+            PeerPort::Port(_) => self.listeners.reached_by(shown),
+            PeerPort::Icmp => None,
+        };
+        if let Some(listener) = listener {
             let via = name.map_or_else(String::new, |n| format!("{n} resolved to {ip}: "));
             if !self.config.reach.own_listeners {
                 return Some(Refusal::Because(format!(
@@ -288,14 +328,17 @@ impl CallGrants {
         match name {
             Some(name) => {
                 let host = Host::parse(name);
-                if !self.patterns().any(|p| p.matches(&host, port)) {
+                if !self
+                    .patterns()
+                    .any(|p| port.admitted_by(p.port) && p.host.matches(&host))
+                {
                     return Some(Refusal::NotGranted);
                 }
                 reach::name_refusal(self.config.reach, name, ip).map(Refusal::Because)
             }
             None => {
                 let resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
-                if resolved.admitted.iter().any(|(r, p)| *r == ip && p.matches(port)) {
+                if resolved.admitted.iter().any(|(r, p)| *r == ip && port.admitted_by(*p)) {
                     return None;
                 }
                 let refused = resolved.refused.iter().find(|(r, _)| *r == ip);
@@ -322,7 +365,11 @@ impl CallGrants {
         let mut allowed = Vec::with_capacity(candidates.len());
         let mut first_refusal = None;
         for addr in candidates {
-            match self.peer_refusal(name, *addr) {
+            let port = match what {
+                Use::Icmp { .. } => PeerPort::Icmp,
+                _ => PeerPort::Port(addr.port()),
+            };
+            match self.peer_refusal(name, *addr, port) {
                 None => allowed.push(SocketAddr::new(canonical_ip(addr.ip()), addr.port())),
                 Some(refusal) => {
                     tracing::debug!(name, %addr, ?refusal, "address left out");
@@ -343,7 +390,7 @@ impl CallGrants {
     /// rule as [`Self::authorize_peer`], recording nothing (a refused
     /// connection is set aside and a new one checked and opened).
     pub fn permits_peer(&self, name: Option<&str>, peer: SocketAddr) -> bool {
-        self.peer_refusal(name, peer).is_none()
+        self.peer_refusal(name, peer, PeerPort::Port(peer.port())).is_none()
     }
 
     /// Admits what a plugin's `wasi:sockets` lookup of the granted `name`

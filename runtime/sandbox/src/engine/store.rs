@@ -17,7 +17,7 @@
 use super::limits::MemoryCap;
 use crate::host::bounds::CallBounds;
 use crate::host::contain::RunLimits;
-use crate::host::{Shared, exec, filesystem, grpc, http, log, outgoing_handler, sockets, tcp, tls};
+use crate::host::{Shared, exec, filesystem, grpc, http, icmp, log, outgoing_handler, sockets, tcp, tls};
 use sonde_policy::grants::CallGrants;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -317,6 +317,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>, files_granted: bool)
     grpc::add_to_linker(linker, CallState::grpc_view)?;
     tls::add_to_linker(linker, CallState::tls_view)?;
     tcp::add_to_linker(linker, CallState::tls_view)?;
+    icmp::add_to_linker(linker, CallState::tls_view)?;
     Ok(())
 }
 

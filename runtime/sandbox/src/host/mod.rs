@@ -17,6 +17,7 @@
 //!   keep-alive [`pool`];
 //! - [`tls`]: sonde's `tls`, a TLS handshake or session by the host;
 //! - [`tcp`]: sonde's `tcp`, a plain TCP session by the host;
+//! - [`icmp`]: sonde's `icmp`, one echo on an unprivileged ping socket;
 //! - [`grpc`]: sonde's `grpc`, one unary call;
 //! - [`exec`]: sonde's `exec`, for granted programs only;
 //! - [`log`]: sonde's `log`, capped per call.
@@ -45,6 +46,7 @@ pub mod exec;
 pub mod filesystem;
 pub mod grpc;
 pub mod http;
+pub mod icmp;
 pub mod log;
 pub(crate) mod outgoing_handler;
 pub mod pool;

@@ -57,6 +57,8 @@ impl SessionStream {
 #[derive(Default)]
 pub(crate) struct TlsCtx {
     sessions: usize,
+    /// The ICMP echoes the call has sent (`host::icmp`).
+    pub(crate) echoes: usize,
 }
 
 /// What `tls` (and `tcp`, whose connections are `tls` sessions) sees of one

@@ -82,7 +82,7 @@ const EXAMPLE_UNSUPPORTED: &[&str] = &[
     "modules.imap_starttls.tcp.query_response[3].starttls: not supported",
     "modules.smtp_starttls.tcp.query_response[5].starttls: not supported",
     "modules.irc_banner_example.tcp.query_response[2].send: not supported",
-    "modules.icmp_example.prober: icmp is not supported by sonde",
+    "modules.icmp_example.icmp.source_ip_address: not supported",
     "modules.dns_udp_example.prober: dns is not supported by sonde",
     "modules.dns_soa.prober: dns is not supported by sonde",
     "modules.dns_tcp_example.prober: dns is not supported by sonde",
@@ -100,8 +100,11 @@ fn blackbox_exporters_example_is_refused_naming_each_unsupported_option() {
     for named in EXAMPLE_UNSUPPORTED {
         assert!(err.contains(named), "{named} is not named:\n{err}");
     }
-    // Each with the file, line and column: the icmp module's prober.
-    let icmp = format!("{}:116:13: modules.icmp_example.prober:", example.display());
+    // Each with the file, line and column: the icmp module's source address.
+    let icmp = format!(
+        "{}:120:26: modules.icmp_example.icmp.source_ip_address:",
+        example.display()
+    );
     assert!(err.contains(&icmp), "{icmp}\n{err}");
     assert!(err.contains("--skip-unsupported leaves them out"), "{err}");
     // What maps is not named.
@@ -138,6 +141,7 @@ fn blackbox_exporters_example_imports_with_skip_unsupported_and_validates() {
         "http_gzip_with_accept_encoding",
         "http_post_2xx",
         "http_with_proxy",
+        "icmp_example",
         "tcp_connect_example",
         "tls_connect",
     ];
@@ -150,6 +154,10 @@ fn blackbox_exporters_example_imports_with_skip_unsupported_and_validates() {
         );
     }
     assert_eq!(names, expected);
+    assert_eq!(
+        modules["icmp_example"]["config"],
+        serde_json::json!({"preferred_ip_protocol": "ip4"})
+    );
     let post = &modules["http_post_2xx"];
     assert_eq!(post["plugin"], "http");
     assert_eq!(post["timeout"], "5s");
@@ -186,8 +194,6 @@ fn blackbox_exporters_shipped_config_imports_with_skip_unsupported_and_validates
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     let err = stderr(&refused);
     for named in [
-        "modules.icmp.prober: icmp is not supported by sonde",
-        "modules.icmp_ttl5.prober: icmp is not supported by sonde",
         "modules.grpc.grpc.preferred_ip_protocol: not supported",
         "modules.irc_banner.tcp.query_response[2].send: not supported",
     ] {
@@ -211,7 +217,9 @@ fn blackbox_exporters_shipped_config_imports_with_skip_unsupported_and_validates
         modules["http_2xx"]["config"],
         serde_json::json!({"expected_status": ["200-299"]})
     );
-    assert!(modules.get("icmp").is_none() && modules.get("irc_banner").is_none());
+    assert_eq!(modules["icmp"]["plugin"], "icmp");
+    assert_eq!(modules["icmp_ttl5"]["config"], serde_json::json!({"ttl": 5}));
+    assert!(modules.get("irc_banner").is_none());
 }
 
 #[test]
@@ -292,7 +300,7 @@ fn bad_input_is_refused_with_nothing_on_stdout() {
     let write = |text: &str| std::fs::write(&bb, text).unwrap();
 
     // A key blackbox_exporter would refuse: an error, --skip-unsupported or not.
-    write("modules:\n  a:\n    prober: http\n    http:\n      methd: GET\n  b:\n    prober: icmp\n");
+    write("modules:\n  a:\n    prober: http\n    http:\n      methd: GET\n  b:\n    prober: dns\n");
     for extra in [&[][..], &["--skip-unsupported"][..]] {
         let out = import(&bb, extra);
         assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -302,10 +310,7 @@ fn bad_input_is_refused_with_nothing_on_stdout() {
             err.contains(&format!("{}:5:7: modules.a.http.methd: unknown key", bb.display())),
             "{err}"
         );
-        assert!(
-            err.contains("modules.b.prober: icmp is not supported by sonde"),
-            "{err}"
-        );
+        assert!(err.contains("modules.b.prober: dns is not supported by sonde"), "{err}");
     }
 
     // Broken YAML, with its place.

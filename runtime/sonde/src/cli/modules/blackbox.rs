@@ -90,11 +90,12 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
         "http" => "http",
         "tcp" => "tcp",
         "grpc" => "grpc",
-        "icmp" | "dns" => {
+        "icmp" => "icmp",
+        "dns" => {
             ctx.unsupported_module(
                 prober_entry.node.referenced,
                 &prober_entry.path,
-                format!("{prober} is not supported by sonde (not built in; a plugin can do it, docs/plugins.md)"),
+                "dns is not supported by sonde (not built in; a plugin can do it, docs/plugins.md)",
             );
             return None;
         }
@@ -113,11 +114,13 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
         match e.key {
             "prober" => {}
             "timeout" => timeout = module_timeout(ctx, e.node, &e.path),
-            key @ ("http" | "tcp" | "grpc") if key == prober => prober_block(ctx, key, e.node, &e.path, &mut out),
+            key @ ("http" | "tcp" | "grpc" | "icmp") if key == prober => {
+                prober_block(ctx, key, e.node, &e.path, &mut out);
+            }
             key @ ("http" | "tcp" | "grpc" | "dns" | "icmp") => {
                 // blackbox_exporter does not use another prober's block, but
                 // refuses one with a key it does not know.
-                if key != "dns" && key != "icmp" {
+                if key != "dns" {
                     let mut scratch = Ctx::default();
                     prober_block(&mut scratch, key, e.node, &e.path, &mut Out::default());
                     let invalid = scratch.problems.into_iter().filter(|p| p.severity == Severity::Invalid);
@@ -153,11 +156,12 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
     })
 }
 
-/// The block of prober `key` (`http`, `tcp` or `grpc`), into `out`.
+/// The block of prober `key` (`http`, `tcp`, `grpc` or `icmp`), into `out`.
 fn prober_block(ctx: &mut Ctx, key: &str, node: &Node, path: &str, out: &mut Out) {
     match key {
         "http" => super::http::http(ctx, node, path, out),
         "tcp" => tcp(ctx, node, path, out),
+        "icmp" => icmp(ctx, node, path, out),
         _ => grpc(ctx, node, path, out),
     }
 }
@@ -430,6 +434,56 @@ fn grpc(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
                 &p,
                 "left out: without tls: true, blackbox_exporter does not use it either",
             );
+        }
+    }
+}
+
+/// `icmp:`: the icmp plugin has blackbox_exporter's options under the same
+/// names, with the same defaults (`ip6`, with fallback).
+fn icmp(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
+    for e in ctx.entries(node, path) {
+        match e.key {
+            "preferred_ip_protocol" => {
+                if let Some(s) = ctx.string(e.node, &e.path) {
+                    match s.as_str() {
+                        "ip4" | "ip6" | "ipv4" | "ipv6" => {
+                            out.config.insert(e.key.into(), s.into());
+                        }
+                        _ => ctx.invalid(e.node.referenced, &e.path, format!("{s:?}: give ip4 or ip6")),
+                    }
+                }
+            }
+            "ip_protocol_fallback" | "dont_fragment" => {
+                if let Some(b) = ctx.boolean(e.node, &e.path) {
+                    out.config.insert(e.key.into(), b.into());
+                }
+            }
+            "payload_size" | "ttl" => {
+                let (low, high) = if e.key == "ttl" { (1, 255) } else { (0, 16384) };
+                match ctx.integer(e.node, &e.path) {
+                    // blackbox_exporter reads 0 as its default for both.
+                    Some(0) => {}
+                    Some(n) if (low..=high).contains(&n) => {
+                        out.config.insert(e.key.into(), n.into());
+                    }
+                    Some(n) => ctx.unsupported(
+                        e.node.referenced,
+                        &e.path,
+                        format!("{n} is not supported: the icmp plugin takes {low} to {high}"),
+                    ),
+                    None => {}
+                }
+            }
+            "source_ip_address" => {
+                if ctx.string(e.node, &e.path).is_some_and(|s| !s.is_empty()) {
+                    ctx.unsupported(
+                        e.node.referenced,
+                        &e.path,
+                        "not supported: sonde does not choose the source address",
+                    );
+                }
+            }
+            _ => ctx.invalid(e.at, &e.path, "unknown key of the icmp prober"),
         }
     }
 }

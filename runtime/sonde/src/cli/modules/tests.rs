@@ -174,8 +174,8 @@ fn a_ca_file_needs_its_directory_granted() {
 fn what_sonde_cannot_honour_is_named_by_its_key_path() {
     let (m, problems) = modules(
         r#"modules:
-  icmp:
-    prober: icmp
+  dns:
+    prober: dns
   http_post_2xx:
     prober: http
     http:
@@ -200,7 +200,7 @@ fn what_sonde_cannot_honour_is_named_by_its_key_path() {
     assert_eq!(
         paths(&problems),
         [
-            ("modules.icmp.prober", Severity::UnsupportedModule),
+            ("modules.dns.prober", Severity::UnsupportedModule),
             ("modules.http_post_2xx.http.oauth2", Severity::Unsupported),
             ("modules.http_post_2xx.http.ip_protocol_fallback", Severity::Unsupported),
             (
@@ -224,13 +224,41 @@ fn what_sonde_cannot_honour_is_named_by_its_key_path() {
     );
     assert_eq!(
         problems[0].message.as_str(),
-        "icmp is not supported by sonde (not built in; a plugin can do it, docs/plugins.md)"
+        "dns is not supported by sonde (not built in; a plugin can do it, docs/plugins.md)"
     );
     assert_eq!((problems[1].line, problems[1].column), (8, 15));
     // What --skip-unsupported keeps: the module without the options.
     let names: Vec<&str> = m.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["http_post_2xx"]);
     assert_eq!(m[0].config["body_regex"], "a");
+}
+
+/// blackbox_exporter's icmp options are the icmp plugin's, under the same
+/// names; a source address, a TTL past 255 or a payload past 16 KiB is not.
+#[test]
+fn an_icmp_module_keeps_its_options() {
+    let (m, problems) = modules(
+        "modules:\n  ping:\n    prober: icmp\n    timeout: 5s\n    icmp:\n      preferred_ip_protocol: ip4\n      ip_protocol_fallback: false\n      payload_size: 56\n      dont_fragment: true\n      ttl: 5\n",
+    );
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(m[0].plugin, "icmp");
+    assert_eq!(
+        serde_json::Value::Object(m[0].config.clone()),
+        serde_json::json!({"preferred_ip_protocol": "ip4", "ip_protocol_fallback": false, "payload_size": 56, "dont_fragment": true, "ttl": 5})
+    );
+    let (m, problems) = modules(
+        "modules:\n  ping:\n    prober: icmp\n    icmp:\n      source_ip_address: 10.0.0.1\n      ttl: 300\n      payload_size: 70000\n      count: 3\n",
+    );
+    assert!(m.is_empty());
+    assert_eq!(
+        paths(&problems),
+        [
+            ("modules.ping.icmp.source_ip_address", Severity::Unsupported),
+            ("modules.ping.icmp.ttl", Severity::Unsupported),
+            ("modules.ping.icmp.payload_size", Severity::Unsupported),
+            ("modules.ping.icmp.count", Severity::Invalid),
+        ]
+    );
 }
 
 #[test]

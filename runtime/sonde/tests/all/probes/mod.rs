@@ -4,6 +4,7 @@ mod exec;
 mod file_age;
 mod grpc;
 mod http;
+mod icmp;
 mod postgres;
 mod redis;
 mod tcp;

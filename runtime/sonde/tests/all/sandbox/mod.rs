@@ -358,6 +358,7 @@ async fn no_std_builtins_import_only_what_they_call() {
         ("grpc", &["sonde:probe/grpc"][..]),
         ("tls-cert", &["sonde:probe/tls"][..]),
         ("file-age", &["wasi:filesystem/preopens"][..]),
+        ("icmp", &["sonde:probe/icmp"][..]),
     ] {
         let p = builtin(name).await;
         let imports = p.imports();

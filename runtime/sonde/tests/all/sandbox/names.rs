@@ -28,6 +28,7 @@ const HOSTS: &str = "\
 224.0.0.1 mc.acme.test
 10.11.12.13 private.acme.test
 192.0.2.7 public.acme.test
+127.7.7.7 seven.acme.test
 ";
 
 /// A directory with the test's hosts file in it.
@@ -403,13 +404,25 @@ targets:
     tenant: closed
     address: public.acme.test:80
     probes: [{{ name: reaches-nothing, plugin: tcp, period: 1s }}]
+  - name: inside-ping
+    tenant: acme
+    address: private.acme.test
+    probes: [{{ name: ping-by-default, plugin: icmp, period: 1s }}]
+  - name: outside-ping
+    tenant: closed
+    address: public.acme.test
+    probes: [{{ name: ping-nothing, plugin: icmp, period: 1s }}]
 "#,
             dir = dir.path().display()
         ),
     )
     .unwrap();
     let (mut child, api) = agent(&hosts, &config).await;
-    let last = results(api, &["by-default", "reaches-nothing"]).await;
+    let last = results(
+        api,
+        &["by-default", "reaches-nothing", "ping-by-default", "ping-nothing"],
+    )
+    .await;
     let _ = child.kill().await;
     for (name, why) in [
         (
@@ -419,6 +432,14 @@ targets:
         (
             "reaches-nothing",
             "public.acme.test resolved to 192.0.2.7: a public address is not reachable through a name for this tenant",
+        ),
+        (
+            "ping-by-default",
+            "ICMP echo to private.acme.test: private.acme.test resolved to 10.11.12.13: a private address (10.0.0.0/8) is not reachable through a name for this tenant",
+        ),
+        (
+            "ping-nothing",
+            "ICMP echo to public.acme.test: public.acme.test resolved to 192.0.2.7: a public address is not reachable",
         ),
     ] {
         let r = &last[name];
@@ -450,4 +471,146 @@ fn tenants_with_an_api_without_tokens_are_refused() {
             "{command}: {stderr}"
         );
     }
+}
+
+/// `sonde check icmp`: a granted name that resolves to a class no name may
+/// lead to is denied before a ping socket is opened, naming the name, the
+/// address and the rule; the same name granted by its address (with any
+/// port, as ICMP has none) is pinged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn icmp_through_a_name_obeys_the_same_rules() {
+    let (_dir, hosts) = hosts_dir();
+    for (name, why) in [
+        (
+            "lo.acme.test",
+            "resolved to 127.0.0.1: loopback is not reachable through a name",
+        ),
+        ("lo6.acme.test", "resolved to ::1: loopback is not reachable"),
+        ("mapped.acme.test", "resolved to 127.0.0.1: loopback is not reachable"),
+        ("meta.acme.test", "resolved to 169.254.169.254: link-local"),
+    ] {
+        let v = check(&hosts, "icmp", name, serde_json::json!({}), &[]).await;
+        assert_denied(&v, &format!("ICMP echo to {name}"), why);
+    }
+    // A grant of the address with one port is no grant for ICMP.
+    let v = check(
+        &hosts,
+        "icmp",
+        "lo.acme.test",
+        serde_json::json!({}),
+        &["--allow-net", "127.0.0.1:80"],
+    )
+    .await;
+    assert_denied(
+        &v,
+        "ICMP echo to lo.acme.test",
+        "loopback is not reachable through a name",
+    );
+    if ping_sockets_open() {
+        let v = check(
+            &hosts,
+            "icmp",
+            "lo.acme.test",
+            serde_json::json!({}),
+            &["--allow-net", "127.0.0.1:*"],
+        )
+        .await;
+        assert_eq!(v["status"], "success", "{v}");
+        assert!(v["message"].as_str().unwrap().contains("127.0.0.1"), "{v}");
+    }
+}
+
+/// Counts the ICMP echo requests this machine sends to `dest` while it
+/// lives, on a raw socket (root only).
+struct EchoCounter {
+    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl EchoCounter {
+    fn start(dest: std::net::Ipv4Addr) -> Option<Self> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        use std::io::Read;
+        use std::sync::atomic::Ordering;
+        let mut socket = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4)).ok()?;
+        socket.set_read_timeout(Some(Duration::from_millis(20))).ok()?;
+        let counter = Self {
+            count: Default::default(),
+            stop: Default::default(),
+        };
+        let (count, stop) = (counter.count.clone(), counter.stop.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(n) = socket.read(&mut buf) else { continue };
+                let header = usize::from(buf[0] & 0x0f) * 4;
+                // An IPv4 header, then ICMP type 8 (echo request) to `dest`.
+                if n > header && buf[16..20] == dest.octets() && buf[header] == 8 {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        Some(counter)
+    }
+
+    /// The echo requests seen so far, once those in flight have arrived.
+    async fn seen(&self) -> usize {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.count.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for EchoCounter {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A denied echo sends nothing: no packet to the address, however the
+/// plugin or the target names it, while a granted one is seen by the same
+/// counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_icmp_echo_sends_nothing() {
+    let seven = std::net::Ipv4Addr::new(127, 7, 7, 7);
+    let Some(counter) = EchoCounter::start(seven) else {
+        eprintln!("skipped: counting echo requests needs a raw socket (root)");
+        return;
+    };
+    let (_dir, hosts) = hosts_dir();
+    let v = check(&hosts, "icmp", "seven.acme.test", serde_json::json!({}), &[]).await;
+    assert_denied(
+        &v,
+        "ICMP echo to seven.acme.test",
+        "resolved to 127.7.7.7: loopback is not reachable",
+    );
+    let config = serde_json::json!({"hosts": ["127.7.7.7", "0x7f.7.7.7", "2139031303", "seven.acme.test"]});
+    let v = check(&hosts, guests::ICMP_ABUSE, "192.0.2.1", config, &[]).await;
+    assert_denied(&v, "ICMP echo to 127.7.7.7", "not the target");
+    assert!(v["message"].as_str().unwrap().ends_with("(and 3 more)"), "{v}");
+    let config = serde_json::json!({"hosts": ["127.7.7.7"]});
+    let v = check(
+        &hosts,
+        guests::ICMP_ABUSE,
+        "192.0.2.1",
+        config,
+        &["--allow-net", "127.7.7.7:80"],
+    )
+    .await;
+    assert_denied(&v, "ICMP echo to 127.7.7.7", "with any port");
+    assert_eq!(counter.seen().await, 0);
+    // The counter sees a granted echo (when ping sockets are open).
+    if ping_sockets_open() {
+        let pinged = check(&hosts, "icmp", "127.7.7.7", serde_json::json!({}), &[]).await;
+        assert_eq!(pinged["status"], "success", "{pinged}");
+        assert!(counter.seen().await >= 1, "the counter saw no echo: {pinged}");
+    }
+}
+
+/// Whether `net.ipv4.ping_group_range` admits some group (scripts/test
+/// opens it; the tests of `probes::icmp` say when it is closed).
+fn ping_sockets_open() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range").is_ok_and(|r| {
+        let mut parts = r.split_whitespace().map(|p| p.parse::<i64>().unwrap_or(0));
+        parts.next() <= parts.next()
+    })
 }
