@@ -18,6 +18,7 @@
 //! - [`tls`]: sonde's `tls`, a TLS handshake or session by the host;
 //! - [`tcp`]: sonde's `tcp`, a plain TCP session by the host;
 //! - [`grpc`]: sonde's `grpc`, one unary call;
+//! - [`udp`]: sonde's `udp`, one request datagram and its reply;
 //! - [`exec`]: sonde's `exec`, for granted programs only;
 //! - [`log`]: sonde's `log`, capped per call.
 //!
@@ -53,6 +54,7 @@ mod spawn;
 pub mod tcp;
 pub mod tls;
 pub(crate) mod tls_client;
+pub mod udp;
 
 pub use sonde_policy::grants::{GrantError, Grants, NetPattern};
 
