@@ -34,6 +34,7 @@ use core::time::Duration;
 use hickory_proto::op::{Header, Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
+use hickory_proto::{ProtoError, ProtoErrorKind};
 use regex::Regex;
 use serde::Deserialize;
 use sonde_sdk::time::Instant;
@@ -188,43 +189,61 @@ impl Rrs {
     }
 }
 
+/// The response codes by the names blackbox's `valid_rcodes` uses.
+const RCODES: &[(&str, u16)] = &[
+    ("NOERROR", 0),
+    ("FORMERR", 1),
+    ("SERVFAIL", 2),
+    ("NXDOMAIN", 3),
+    ("NOTIMP", 4),
+    ("REFUSED", 5),
+    ("YXDOMAIN", 6),
+    ("YXRRSET", 7),
+    ("NXRRSET", 8),
+    ("NOTAUTH", 9),
+    ("NOTZONE", 10),
+    ("BADVERS", 16),
+    ("BADSIG", 16),
+    ("BADKEY", 17),
+    ("BADTIME", 18),
+    ("BADMODE", 19),
+    ("BADNAME", 20),
+    ("BADALG", 21),
+    ("BADTRUNC", 22),
+    ("BADCOOKIE", 23),
+];
+
 /// A response code by its name (`NOERROR`, `NXDOMAIN`...) or number.
 fn rcode(name: &str) -> Result<u16, ProbeError> {
-    let code = match name.to_ascii_uppercase().as_str() {
-        "NOERROR" => 0,
-        "FORMERR" => 1,
-        "SERVFAIL" => 2,
-        "NXDOMAIN" => 3,
-        "NOTIMP" => 4,
-        "REFUSED" => 5,
-        "YXDOMAIN" => 6,
-        "YXRRSET" => 7,
-        "NXRRSET" => 8,
-        "NOTAUTH" => 9,
-        "NOTZONE" => 10,
-        "BADVERS" | "BADSIG" => 16,
-        "BADKEY" => 17,
-        "BADTIME" => 18,
-        "BADMODE" => 19,
-        "BADNAME" => 20,
-        "BADALG" => 21,
-        "BADTRUNC" => 22,
-        "BADCOOKIE" => 23,
-        other => other
+    let upper = name.to_ascii_uppercase();
+    match RCODES.iter().find(|(n, _)| *n == upper) {
+        Some((_, code)) => Ok(*code),
+        None => name
             .parse()
-            .map_err(|_| ProbeError::invalid_config(format!("valid_rcodes: unknown response code {name:?}")))?,
-    };
-    Ok(code)
+            .map_err(|_| ProbeError::invalid_config(format!("valid_rcodes: unknown response code {name:?}"))),
+    }
+}
+
+/// A response code's name, or its number when it has none.
+fn rcode_name(code: u16) -> String {
+    RCODES
+        .iter()
+        .find(|(_, c)| *c == code)
+        .map_or_else(|| code.to_string(), |(n, _)| (*n).to_string())
 }
 
 impl Plan {
     fn new(c: Config) -> Result<Self, ProbeError> {
-        let name = Name::from_str(&c.query_name)
-            .map_err(|e| ProbeError::invalid_config(format!("query_name {:?}: {e}", c.query_name)))?;
+        let mut name = Name::from_ascii(&c.query_name)
+            .map_err(|e| ProbeError::invalid_config(format!("query_name {:?}: {}", c.query_name, proto_reason(&e))))?;
+        // ASCII presentation form (an IDN as punycode), as blackbox reads
+        // it; always absolute.
+        name.set_fqdn(true);
         let rtype = RecordType::from_str(&c.query_type.to_ascii_uppercase())
-            .map_err(|e| ProbeError::invalid_config(format!("query_type {:?}: {e}", c.query_type)))?;
-        let class = DNSClass::from_str(&c.query_class.to_ascii_uppercase())
-            .map_err(|e| ProbeError::invalid_config(format!("query_class {:?}: {e}", c.query_class)))?;
+            .map_err(|e| ProbeError::invalid_config(format!("query_type {:?}: {}", c.query_type, proto_reason(&e))))?;
+        let class = DNSClass::from_str(&c.query_class.to_ascii_uppercase()).map_err(|e| {
+            ProbeError::invalid_config(format!("query_class {:?}: {}", c.query_class, proto_reason(&e)))
+        })?;
         let rcodes = c.valid_rcodes.iter().map(|r| rcode(r)).collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             name,
@@ -252,7 +271,7 @@ impl Plan {
             .set_recursion_desired(self.recursion_desired)
             .add_query(q);
         m.to_vec()
-            .map_err(|e| ProbeError::invalid_config(format!("query_name {}: {e}", self.name)))
+            .map_err(|e| ProbeError::invalid_config(format!("query_name {}: {}", self.name, proto_reason(&e))))
     }
 }
 
@@ -271,7 +290,8 @@ fn query_id() -> u16 {
 /// before parsing, counts the bytes cannot hold (so a hostile header costs
 /// nothing), then anything that is not the response to this question.
 fn parse_reply(bytes: &[u8], id: u16, plan: &Plan) -> Result<Message, String> {
-    let header = Header::read(&mut BinDecoder::new(bytes)).map_err(|e| format!("malformed reply header: {e}"))?;
+    let header = Header::read(&mut BinDecoder::new(bytes))
+        .map_err(|e| format!("malformed reply header: {}", proto_reason(&e)))?;
     let claimed = usize::from(header.query_count()) * MIN_QUESTION_BYTES
         + (usize::from(header.answer_count())
             + usize::from(header.name_server_count())
@@ -293,7 +313,7 @@ fn parse_reply(bytes: &[u8], id: u16, plan: &Plan) -> Result<Message, String> {
     if header.message_type() != MessageType::Response {
         return Err("the reply is a query, not a response".into());
     }
-    let m = Message::from_vec(bytes).map_err(|e| format!("malformed reply: {e}"))?;
+    let m = Message::from_vec(bytes).map_err(|e| format!("malformed reply: {}", proto_reason(&e)))?;
     // A truncated UDP reply may carry no question; when one is there it
     // must be the one asked.
     if let Some(q) = m.queries().first()
@@ -302,6 +322,28 @@ fn parse_reply(bytes: &[u8], id: u16, plan: &Plan) -> Result<Message, String> {
         return Err(format!("the reply answers another question ({q})"));
     }
     Ok(m)
+}
+
+/// Why hickory-proto refused a reply or a name, in a few words. Its own
+/// `Display` formats every kind of error it has, which would put ~60
+/// functions in the plugin's function table (past one page: see the tcp
+/// plugin's regex features) for messages a malformed reply rarely needs;
+/// the kinds a hostile reply produces are told here, the rest by their kind.
+fn proto_reason(e: &ProtoError) -> String {
+    match e.kind() {
+        ProtoErrorKind::Message(m) => (*m).to_string(),
+        ProtoErrorKind::Msg(m) => m.clone(),
+        ProtoErrorKind::PointerNotPriorToLabel { idx, ptr } => {
+            format!("a compression pointer at byte {idx} to byte {ptr}, not before it")
+        }
+        ProtoErrorKind::LabelBytesTooLong(n) => format!("a label of {n} bytes"),
+        ProtoErrorKind::DomainNameTooLong(n) => format!("a name of {n} bytes"),
+        ProtoErrorKind::UnrecognizedLabelCode(c) => format!("an unknown label type {c:#x}"),
+        ProtoErrorKind::LabelOverlapsWithOther { label, other } => {
+            format!("a label at byte {label} overlapping another at {other}")
+        }
+        _ => "an invalid field".into(),
+    }
 }
 
 /// A record as the validators read it (see the crate's documentation).
@@ -456,7 +498,7 @@ fn check(req: &Request, plan: &Plan) -> Result<Outcome, ProbeError> {
         o = o.with_metric("serial", f64::from(serial), "");
     }
     o = outcome_metrics(o, &t).with_metric("probe_seconds", start.elapsed().as_secs_f64(), "seconds");
-    let rcode_name = reply.response_code().to_str().to_string();
+    let rcode_name = rcode_name(code);
     let verdict = if !plan.rcodes.contains(&code) {
         Some(format!("response code {rcode_name} is not one of valid_rcodes"))
     } else {
