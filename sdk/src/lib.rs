@@ -59,6 +59,7 @@ pub mod tcp;
 pub mod testing;
 pub mod time;
 pub mod tls;
+pub mod udp;
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;

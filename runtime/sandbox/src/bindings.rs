@@ -23,6 +23,7 @@ wasmtime::component::bindgen!({
         "sonde:probe/tls.connect": async | trappable,
         "sonde:probe/tcp.connect": async | trappable,
         "sonde:probe/icmp.echo": async | trappable,
+        "sonde:probe/udp.exchange": async | trappable,
         "sonde:probe/tls.[method]session.send": async | trappable,
         "sonde:probe/tls.[method]session.receive": async | trappable,
         default: trappable,

@@ -58,6 +58,13 @@ pub enum Use<'a> {
         /// The host to ping.
         host: &'a str,
     },
+    /// A request and its reply by sonde's `udp`.
+    Udp {
+        /// The host to send to.
+        host: &'a str,
+        /// The port.
+        port: u16,
+    },
     /// Running a program by sonde's `exec`.
     Exec(&'a str),
     /// A `wasi:filesystem` path operation inside a `files` grant that the
@@ -101,6 +108,7 @@ fn describe(what: Use<'_>) -> String {
         Use::Tls { host, port } => format!("TLS handshake with {host}:{port}"),
         Use::Grpc { host, port } => format!("gRPC call to {host}:{port}"),
         Use::Icmp { host } => format!("ICMP echo to {host}"),
+        Use::Udp { host, port } => format!("UDP exchange with {host}:{port}"),
         Use::Exec(program) => format!("exec {program}"),
         Use::FileRefused { method, path, .. } => format!("filesystem {method} {path}"),
         Use::File { method, path } => {
@@ -114,12 +122,14 @@ fn describe(what: Use<'_>) -> String {
 
 impl<'a> Use<'a> {
     /// The host and port a connection for this use goes to: for `http`,
-    /// `tcp`, `tls` and `grpc`.
+    /// `tcp`, `tls`, `grpc` and `udp`.
     pub fn authority(self) -> Option<(&'a str, u16)> {
         match self {
-            Use::Http { host, port } | Use::Tcp { host, port } | Use::Tls { host, port } | Use::Grpc { host, port } => {
-                Some((host, port))
-            }
+            Use::Http { host, port }
+            | Use::Tcp { host, port }
+            | Use::Tls { host, port }
+            | Use::Grpc { host, port }
+            | Use::Udp { host, port } => Some((host, port)),
             _ => None,
         }
     }
@@ -219,7 +229,11 @@ impl CallGrants {
             Use::Connect(addr) => return self.peer_refusal(None, addr, PeerPort::Port(addr.port())),
             Use::Bind(addr) => addr.port() == 0,
             Use::Listen(_) => false,
-            Use::Http { host, port } | Use::Tcp { host, port } | Use::Tls { host, port } | Use::Grpc { host, port } => {
+            Use::Http { host, port }
+            | Use::Tcp { host, port }
+            | Use::Tls { host, port }
+            | Use::Grpc { host, port }
+            | Use::Udp { host, port } => {
                 let host = Host::parse(host);
                 self.patterns().any(|p| p.matches(&host, port))
             }
@@ -256,7 +270,11 @@ impl CallGrants {
             ),
             (
                 _,
-                Use::Http { host, port } | Use::Tcp { host, port } | Use::Tls { host, port } | Use::Grpc { host, port },
+                Use::Http { host, port }
+                | Use::Tcp { host, port }
+                | Use::Tls { host, port }
+                | Use::Grpc { host, port }
+                | Use::Udp { host, port },
             ) => (not_granted.into(), format!("{host}:{port} is {not_granted}")),
             (_, Use::Icmp { host }) => (
                 "not the target and no `net` grant of it with any port".into(),

@@ -17,7 +17,7 @@
 use super::limits::MemoryCap;
 use crate::host::bounds::CallBounds;
 use crate::host::contain::RunLimits;
-use crate::host::{Shared, exec, filesystem, grpc, http, icmp, log, outgoing_handler, sockets, tcp, tls};
+use crate::host::{Shared, exec, filesystem, grpc, http, icmp, log, outgoing_handler, sockets, tcp, tls, udp};
 use sonde_policy::grants::CallGrants;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -247,6 +247,14 @@ impl CallState {
         }
     }
 
+    fn udp_view(&mut self) -> udp::UdpView<'_> {
+        udp::UdpView {
+            grants: &self.grants,
+            deadline: self.deadline,
+            bounds: &self.bounds,
+        }
+    }
+
     fn tls_view(&mut self) -> tls::TlsView<'_> {
         tls::TlsView {
             ctx: &mut self.tls,
@@ -318,6 +326,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>, files_granted: bool)
     tls::add_to_linker(linker, CallState::tls_view)?;
     tcp::add_to_linker(linker, CallState::tls_view)?;
     icmp::add_to_linker(linker, CallState::tls_view)?;
+    udp::add_to_linker(linker, CallState::udp_view)?;
     Ok(())
 }
 

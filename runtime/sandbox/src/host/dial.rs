@@ -1,5 +1,5 @@
 //! How the host connects for a plugin (`http`, `tcp`, `tls`, `grpc`,
-//! `wasi:http`): one name lookup (bounded agent-wide by
+//! `wasi:http`; `udp` shares the lookup and check, [`resolve_checked`]): one name lookup (bounded agent-wide by
 //! the engine's gate of lookups and run on its gate of blocking threads,
 //! [`CallBounds::pass`] and [`CallBounds::run_blocking`]), one check of the
 //! addresses it found ([`CallGrants::authorize_peer`]), a TCP connection
@@ -10,7 +10,7 @@
 //! the socket.
 
 use super::bounds::CallBounds;
-use crate::bindings::sonde::probe::{grpc as probe_grpc, http as probe_http, tls as probe_tls};
+use crate::bindings::sonde::probe::{grpc as probe_grpc, http as probe_http, tls as probe_tls, udp as probe_udp};
 use sonde_policy::grants::{CallGrants, Denied, Host, Use};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -139,6 +139,7 @@ wit_error_from_dial! {
     /// `sonde:probe/tls`'s error, which `sonde:probe/tcp` returns too (`tcp`
     /// words a connection's failure as the system's reason alone).
     probe_tls::TlsError;
+    probe_udp::UdpError;
 }
 
 /// `wasi:http`'s error: the error codes wasmtime-wasi-http hands the plugin.
@@ -175,12 +176,24 @@ impl Drop for Unresolved<'_> {
     }
 }
 
-/// Connects for a plugin to the host and port of `what` (an `http`, `tcp`,
-/// `tls` or `grpc` use the caller has authorized): an address as it is
-/// written, a name through one lookup whose addresses are checked, to the
-/// first address allowed that answers. The socket closes with a reset: a probe every
-/// few seconds must not pile up TIME_WAIT sockets on either side.
-pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds) -> Result<Dialed, DialError> {
+/// What [`resolve_checked`] found: the host as the plugin wrote it and
+/// the addresses the grants let it reach, in the resolver's order.
+pub(crate) struct Checked<'a> {
+    pub(crate) host: &'a str,
+    pub(crate) allowed: Vec<SocketAddr>,
+    /// The time the lookup and the check took.
+    pub(crate) dns: Duration,
+}
+
+/// The addresses a connection for `what` (a use the caller has authorized)
+/// may go to: an address as it is written, a name through one lookup whose
+/// addresses are checked ([`CallGrants::authorize_peer`]). Shared by
+/// [`dial`] and `udp`, so every transport reaches only what this allows.
+pub(crate) async fn resolve_checked<'a>(
+    grants: &CallGrants,
+    what: Use<'a>,
+    bounds: &CallBounds,
+) -> Result<Checked<'a>, DialError> {
     let Some((host, port)) = what.authority() else {
         return Err(DialError::NoAuthority {
             what: format!("{what:?}"),
@@ -208,6 +221,17 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
     let allowed = grants.authorize_peer(what, name, &candidates)?;
     let dns = start.elapsed();
     bounds.observe(|o| o.looked_up(dns, true));
+    Ok(Checked { host, allowed, dns })
+}
+
+/// Connects for a plugin to the host and port of `what` (an `http`, `tcp`,
+/// `tls` or `grpc` use the caller has authorized): an address as it is
+/// written, a name through one lookup whose addresses are checked, to the
+/// first address allowed that answers. The socket closes with a reset: a probe every
+/// few seconds must not pile up TIME_WAIT sockets on either side.
+pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds) -> Result<Dialed, DialError> {
+    let start = Instant::now();
+    let Checked { host, allowed, dns } = resolve_checked(grants, what, bounds).await?;
     // The addresses allowed, in the resolver's order, until one answers
     // (`localhost` is often ::1 first, while the service listens on IPv4);
     // the caller's deadline bounds the whole.

@@ -19,6 +19,7 @@
 //! - [`tcp`]: sonde's `tcp`, a plain TCP session by the host;
 //! - [`icmp`]: sonde's `icmp`, one echo on an unprivileged ping socket;
 //! - [`grpc`]: sonde's `grpc`, one unary call;
+//! - [`udp`]: sonde's `udp`, one request datagram and its reply;
 //! - [`exec`]: sonde's `exec`, for granted programs only;
 //! - [`log`]: sonde's `log`, capped per call.
 //!
@@ -55,6 +56,7 @@ mod spawn;
 pub mod tcp;
 pub mod tls;
 pub(crate) mod tls_client;
+pub mod udp;
 
 pub use sonde_policy::grants::{GrantError, Grants, NetPattern};
 

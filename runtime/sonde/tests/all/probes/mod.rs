@@ -1,5 +1,6 @@
 //! The built-in plugins, each against the real server it checks.
 
+mod dns;
 mod exec;
 mod file_age;
 mod grpc;
