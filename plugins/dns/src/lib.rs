@@ -171,13 +171,22 @@ impl Rrs {
             }
         }
         for re in &self.not_matches {
+            if records.is_empty() {
+                return Some(format!("no record to match /{}/", re.as_str()));
+            }
             if let Some(r) = records.iter().find(|r| !re.is_match(r)) {
                 return Some(format!("{r:?} does not match /{}/", re.as_str()));
             }
         }
+        // What blackbox_exporter does (0.23 to 0.28), whatever the name
+        // says: it fails unless every record matches, and an empty section
+        // passes. Configs written for it rely on that.
         for re in &self.all_match {
-            if records.iter().all(|r| re.is_match(r)) {
-                return Some(format!("every record ({}) matches /{}/", records.len(), re.as_str()));
+            if let Some(r) = records.iter().find(|r| !re.is_match(r)) {
+                return Some(format!(
+                    "{r:?} does not match /{}/ (fail_if_all_match_regexp)",
+                    re.as_str()
+                ));
             }
         }
         for re in &self.none_matches {
@@ -490,12 +499,13 @@ fn check(req: &Request, plan: &Plan) -> Result<Outcome, ProbeError> {
         .with_metric("answer_rrs", sections[0].len() as f64, "")
         .with_metric("authority_rrs", sections[1].len() as f64, "")
         .with_metric("additional_rrs", sections[2].len() as f64, "");
-    let serial = sections[0].iter().chain(sections[1]).find_map(|r| match r.data() {
-        RData::SOA(soa) => Some(soa.serial()),
-        _ => None,
-    });
-    if let Some(serial) = serial {
-        o = o.with_metric("serial", f64::from(serial), "");
+    // As blackbox: for an SOA query only, the answer's serial (0 without one).
+    if plan.rtype == RecordType::SOA {
+        let serial = sections[0].iter().find_map(|r| match r.data() {
+            RData::SOA(soa) => Some(soa.serial()),
+            _ => None,
+        });
+        o = o.with_metric("serial", f64::from(serial.unwrap_or(0)), "");
     }
     o = outcome_metrics(o, &t).with_metric("probe_seconds", start.elapsed().as_secs_f64(), "seconds");
     let rcode_name = rcode_name(code);
@@ -621,10 +631,11 @@ mod tests {
                 .failure(&recs)
                 .is_some()
         );
+        // Every record matches: passes (blackbox's behaviour, not its name).
         assert!(
             rrs(r#"{"fail_if_all_match_regexp": ["\tA\t"]}"#)
                 .failure(&recs)
-                .is_some()
+                .is_none()
         );
         assert!(
             rrs(r#"{"fail_if_none_matches_regexp": ["AAAA"]}"#)
@@ -636,13 +647,17 @@ mod tests {
                 .failure(&recs)
                 .is_none()
         );
+        // One record of two matches: fails.
         assert!(
             rrs(r#"{"fail_if_all_match_regexp": ["\\.1$"]}"#)
                 .failure(&recs)
-                .is_none()
+                .is_some()
         );
-        // As blackbox: no record at all fails "all" and "none".
-        assert!(rrs(r#"{"fail_if_all_match_regexp": ["x"]}"#).failure(&[]).is_some());
+        // As blackbox: no record at all passes "all" and fails "none" and
+        // "not matches".
+        assert!(rrs(r#"{"fail_if_all_match_regexp": ["x"]}"#).failure(&[]).is_none());
+        assert!(rrs(r#"{"fail_if_none_matches_regexp": ["x"]}"#).failure(&[]).is_some());
+        assert!(rrs(r#"{"fail_if_not_matches_regexp": ["x"]}"#).failure(&[]).is_some());
     }
 
     #[test]

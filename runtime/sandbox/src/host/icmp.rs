@@ -19,6 +19,7 @@
 use super::dial::lookup;
 use super::tls::{Tls, TlsView};
 use crate::bindings::sonde::probe::icmp::{self as probe_icmp, IcmpError, IpProtocol, Options, Reply, Timings};
+use crate::verdict::observed::IcmpSeen;
 use socket2::{Domain, MaybeUninitSlice, MsgHdrMut, Protocol, SockAddr, SockRef, Socket, Type};
 use sonde_policy::grants::{Host, Use};
 use std::io;
@@ -141,6 +142,7 @@ impl TlsView<'_> {
     /// address allowed.
     async fn echo(&mut self, host: &str, options: &Options) -> Result<Reply, IcmpError> {
         let start = Instant::now();
+        self.bounds.observe(|o| o.icmp = Some(IcmpSeen::default()));
         let (name, found) = match Host::parse(host) {
             // An address in any spelling is pinged as the grant check read
             // it, whatever version the options prefer.
@@ -148,8 +150,16 @@ impl TlsView<'_> {
             _ => {
                 let found = lookup(host, self.bounds)
                     .await
-                    .map_err(|e| IcmpError::Dns(e.to_string()))?;
-                (Some(host), ordered(host, found, options)?)
+                    .map_err(|e| IcmpError::Dns(e.to_string()))
+                    .and_then(|found| ordered(host, found, options));
+                match found {
+                    Ok(found) => (Some(host), found),
+                    Err(e) => {
+                        let took = start.elapsed();
+                        self.bounds.observe(|o| o.looked_up(took, false));
+                        return Err(e);
+                    }
+                }
             }
         };
         let candidates: Vec<SocketAddr> = found.into_iter().map(|ip| SocketAddr::new(ip, 0)).collect();
@@ -161,9 +171,26 @@ impl TlsView<'_> {
             return Err(IcmpError::Dns(format!("{host}: no address")));
         };
         let resolve = start.elapsed();
+        self.bounds.observe(|o| {
+            o.looked_up(resolve, true);
+            o.connected(peer, None);
+        });
         let socket = open(peer, options)?;
         let setup = start.elapsed() - resolve;
+        self.bounds.observe(|o| {
+            o.icmp = Some(IcmpSeen {
+                setup,
+                ..IcmpSeen::default()
+            })
+        });
         let (rtt, hop_limit, payload_size) = exchange(&socket, peer, options.payload_size as usize).await?;
+        self.bounds.observe(|o| {
+            o.icmp = Some(IcmpSeen {
+                setup,
+                rtt: Some(rtt),
+                hop_limit,
+            })
+        });
         Ok(Reply {
             address: peer.to_string(),
             protocol: family(peer),

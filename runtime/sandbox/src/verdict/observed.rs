@@ -1,5 +1,5 @@
 //! What the host itself saw while a plugin used its network capabilities
-//! (`http`, `tcp`, `tls`, `grpc`) during one run: the addresses and the
+//! (`http`, `tcp`, `tls`, `grpc`, `icmp`, `udp`) during one run: the addresses and the
 //! time each phase took, the HTTP answers, the TLS sessions, the gRPC
 //! status. The plugin cannot forge any of it; `/probe` reads it to answer
 //! with blackbox_exporter's series.
@@ -44,6 +44,8 @@ pub struct Observed {
     pub grpc: Option<GrpcSeen>,
     /// Whether the plugin used `tcp` or `tls`.
     pub tcp: bool,
+    /// Set when the plugin used `icmp`: its last echo.
+    pub icmp: Option<IcmpSeen>,
     /// The run's last TLS session that completed its handshake (shared
     /// with the pooled connection that carries it, for the runs that
     /// reuse it).
@@ -95,6 +97,17 @@ pub struct GrpcSeen {
     pub ssl: bool,
     /// The last call's time, its lookup left out.
     pub check: Duration,
+}
+
+/// An ICMP echo, as the host sent it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IcmpSeen {
+    /// Opening the socket.
+    pub setup: Duration,
+    /// From sending the request to its reply; `None` when none came.
+    pub rtt: Option<Duration>,
+    /// The reply's TTL (IPv4) or hop limit (IPv6), when the kernel told it.
+    pub hop_limit: Option<u8>,
 }
 
 /// A TLS session, as the handshake established it.

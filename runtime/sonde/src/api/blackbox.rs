@@ -17,7 +17,7 @@
 //! The families are sorted by name, each with its `HELP` and `TYPE`
 //! (every one a gauge), and a family's series by their labels.
 
-use sonde_sandbox::verdict::observed::{GrpcSeen, HttpSeen, Observed, TlsSeen};
+use sonde_sandbox::verdict::observed::{GrpcSeen, HttpSeen, IcmpSeen, Observed, TlsSeen};
 use sonde_sandbox::verdict::{RunResult, Status};
 use std::fmt::Write;
 use std::net::IpAddr;
@@ -30,6 +30,11 @@ pub(crate) const REGEX_METRIC: &str = "failed_due_to_regex";
 /// The metric the gRPC plugin reports with the health status's number
 /// (`grpc.health.v1.HealthCheckResponse.ServingStatus`).
 pub(crate) const SERVING_METRIC: &str = "grpc_serving_status";
+
+/// The metric a DNS check reports (1 when a reply to its query came, 0
+/// when none did): blackbox's `probe_dns_query_succeeded`, and what makes
+/// the answer the dns prober's.
+pub(crate) const DNS_METRIC: &str = "query_succeeded";
 
 /// The health statuses, by their number on the wire.
 const SERVING_STATUSES: [&str; 4] = ["UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"];
@@ -172,12 +177,18 @@ fn metric(result: &RunResult, name: &str) -> Option<f64> {
 }
 
 /// blackbox's series for what the host observed, by the prober the plugin
-/// acted as: `http`, `grpc`, or `tcp` (for `tcp` and `tls`).
+/// acted as: `dns` (a plugin that reports [`DNS_METRIC`], whatever
+/// transport it used), `icmp`, `http`, `grpc`, or `tcp` (for `tcp` and
+/// `tls`).
 fn blackbox(a: &mut Answer, result: &RunResult, o: &Observed) {
     let regex = metric(result, REGEX_METRIC).map_or(0.0, |v| if v > 0.0 { 1.0 } else { 0.0 });
     // Whether the address is known: the phases past `resolve` are answered.
     let resolved = o.first_lookup.is_none_or(|l| l.found);
-    if let Some(h) = &o.http {
+    if let Some(succeeded) = metric(result, DNS_METRIC) {
+        dns(a, o, result, succeeded);
+    } else if let Some(i) = &o.icmp {
+        icmp(a, o, i);
+    } else if let Some(h) = &o.http {
         http(a, o, h, regex, resolved);
     } else if let Some(g) = &o.grpc {
         grpc(a, o, g, metric(result, SERVING_METRIC), resolved);
@@ -299,6 +310,78 @@ fn grpc(a: &mut Answer, o: &Observed, g: &GrpcSeen, serving: Option<f64>, resolv
         && let Some(tls) = &o.tls
     {
         tls_series(a, tls, false);
+    }
+}
+
+/// The icmp prober's series, from the host's echo.
+fn icmp(a: &mut Answer, o: &Observed, i: &IcmpSeen) {
+    address(a, o);
+    let resolve = o.first_lookup.filter(|l| l.found).map_or(Duration::ZERO, |l| l.took);
+    let help = "Time of each phase of the ICMP echo";
+    for (phase, took) in [
+        ("resolve", resolve),
+        ("setup", i.setup),
+        ("rtt", i.rtt.unwrap_or_default()),
+    ] {
+        a.add(
+            "probe_icmp_duration_seconds",
+            help,
+            &[("phase", phase)],
+            took.as_secs_f64(),
+        );
+    }
+    if let (Some(hops), Some(_)) = (i.hop_limit, i.rtt) {
+        a.gauge(
+            "probe_icmp_reply_hop_limit",
+            "The TTL (IPv4) or hop limit (IPv6) of the echo reply",
+            f64::from(hops),
+        );
+    }
+}
+
+/// The dns prober's series, from what the DNS plugin reported
+/// (`succeeded`: whether a reply came) and the address the host reached.
+fn dns(a: &mut Answer, o: &Observed, result: &RunResult, succeeded: f64) {
+    address(a, o);
+    let m = |name| metric(result, name).unwrap_or(0.0);
+    a.gauge(
+        "probe_dns_query_succeeded",
+        "Whether a reply to the query came (1), whatever its response code, or not (0)",
+        succeeded,
+    );
+    for (name, help, key) in [
+        (
+            "probe_dns_answer_rrs",
+            "Records in the reply's answer section",
+            "answer_rrs",
+        ),
+        (
+            "probe_dns_authority_rrs",
+            "Records in the reply's authority section",
+            "authority_rrs",
+        ),
+        (
+            "probe_dns_additional_rrs",
+            "Records in the reply's additional section",
+            "additional_rrs",
+        ),
+    ] {
+        a.gauge(name, help, m(key));
+    }
+    let help = "Time of each phase of the DNS query";
+    for (phase, key) in [
+        ("resolve", "resolve_seconds"),
+        ("connect", "connect_seconds"),
+        ("request", "request_seconds"),
+    ] {
+        a.add("probe_dns_duration_seconds", help, &[("phase", phase)], m(key));
+    }
+    if let Some(serial) = metric(result, "serial") {
+        a.gauge(
+            "probe_dns_serial",
+            "The serial of the SOA record in the answer (SOA queries only)",
+            serial,
+        );
     }
 }
 
