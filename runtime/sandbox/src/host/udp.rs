@@ -9,6 +9,7 @@
 
 use super::bounds::CallBounds;
 use super::dial::{Checked, resolve_checked};
+use super::tcp::reason;
 use crate::bindings::sonde::probe::udp as probe_udp;
 use probe_udp::{Reply, UdpError as WitError};
 use sonde_policy::grants::{CallGrants, Use};
@@ -44,17 +45,6 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
     get: fn(&mut T) -> UdpView<'_>,
 ) -> wasmtime::Result<()> {
     probe_udp::add_to_linker::<T, Udp>(linker, get)
-}
-
-/// An I/O error as a person reads it: `Connection refused (os error 111)`
-/// becomes `connection refused`.
-fn reason(error: &std::io::Error) -> String {
-    let message = error.to_string();
-    let r = message.split(" (os error").next().unwrap_or(&message);
-    let mut chars = r.chars();
-    chars
-        .next()
-        .map_or_else(String::new, |c| c.to_lowercase().chain(chars).collect())
 }
 
 impl UdpView<'_> {
@@ -146,16 +136,5 @@ impl probe_udp::Host for UdpView<'_> {
                 timeout.as_millis()
             ))),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reasons_read_as_a_sentence_part() {
-        let e = std::io::Error::from_raw_os_error(111);
-        assert_eq!(reason(&e), "connection refused");
     }
 }
