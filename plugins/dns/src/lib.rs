@@ -394,7 +394,10 @@ impl From<HandshakeError> for Failed {
 }
 
 fn over_udp(host: &str, port: u16, query: &[u8], left: Duration, t: &mut Timings) -> Result<Vec<u8>, Failed> {
-    let reply = sonde_sdk::udp::exchange(host, port, query, MAX_UDP_REPLY, left)?;
+    let start = Instant::now();
+    // Without a reply, the time the exchange took is its request phase.
+    let reply = sonde_sdk::udp::exchange(host, port, query, MAX_UDP_REPLY, left)
+        .inspect_err(|_| t.request = start.elapsed().as_secs_f64())?;
     t.resolve = reply.dns_seconds;
     t.connect = reply.connect_seconds;
     t.request = reply.round_trip_seconds;

@@ -26,8 +26,14 @@ const OP: &str = "operator-secret";
 const VOCABULARY: [&str; 3] = ["phase", "serving_status", "version"];
 
 /// Series whose values alert rules read: they must be equal.
-const EQUAL: [&str; 17] = [
+const EQUAL: [&str; 23] = [
     "probe_success",
+    "probe_icmp_reply_hop_limit",
+    "probe_dns_query_succeeded",
+    "probe_dns_answer_rrs",
+    "probe_dns_authority_rrs",
+    "probe_dns_additional_rrs",
+    "probe_dns_serial",
     "probe_http_status_code",
     "probe_http_ssl",
     "probe_http_version",
@@ -48,8 +54,10 @@ const EQUAL: [&str; 17] = [
 
 /// Series that are times: sonde's is above 0 where blackbox's is, and
 /// only there (a phase not reached is 0).
-const TIMES: [&str; 3] = [
+const TIMES: [&str; 5] = [
     "probe_http_duration_seconds",
+    "probe_icmp_duration_seconds",
+    "probe_dns_duration_seconds",
     "probe_grpc_duration_seconds",
     "probe_dns_lookup_time_seconds",
 ];
@@ -120,7 +128,7 @@ fn full((name, labels, _): &Sample) -> String {
 }
 
 /// How sonde's answer differs from blackbox's for one case.
-fn differences(case: &str, blackbox: &str, sonde: &str) -> Vec<String> {
+pub(crate) fn differences(case: &str, blackbox: &str, sonde: &str) -> Vec<String> {
     let mut bb = samples(blackbox);
     let ours: Vec<Sample> = samples(sonde)
         .into_iter()
@@ -168,7 +176,7 @@ fn differences(case: &str, blackbox: &str, sonde: &str) -> Vec<String> {
 }
 
 /// `GET path` on a new connection, with an optional bearer token.
-async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+pub(crate) async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let head = format!("GET {path} HTTP/1.1\r\nHost: probe\r\n{auth}Connection: close\r\n\r\n");

@@ -83,9 +83,7 @@ const EXAMPLE_UNSUPPORTED: &[&str] = &[
     "modules.smtp_starttls.tcp.query_response[5].starttls: not supported",
     "modules.irc_banner_example.tcp.query_response[2].send: not supported",
     "modules.icmp_example.icmp.source_ip_address: not supported",
-    "modules.dns_udp_example.prober: dns is not supported by sonde",
-    "modules.dns_soa.prober: dns is not supported by sonde",
-    "modules.dns_tcp_example.prober: dns is not supported by sonde",
+    "modules.dns_tcp_example.dns.preferred_ip_protocol: not supported",
 ];
 
 #[test]
@@ -135,6 +133,9 @@ fn blackbox_exporters_example_imports_with_skip_unsupported_and_validates() {
     // The modules without a prober or a step sonde lacks; the custom-CA
     // one only where its CA's directory exists.
     let mut expected = vec![
+        "dns_soa",
+        "dns_tcp_example",
+        "dns_udp_example",
         "http_2xx_example",
         "http_basic_auth_example",
         "http_gzip",
@@ -146,7 +147,7 @@ fn blackbox_exporters_example_imports_with_skip_unsupported_and_validates() {
         "tls_connect",
     ];
     if Path::new("/certs").is_dir() {
-        expected.insert(2, "http_custom_ca_example");
+        expected.insert(5, "http_custom_ca_example");
     } else {
         assert!(
             err.contains("modules.http_custom_ca_example.http.tls_config.ca_file: /certs: not a directory"),
@@ -157,6 +158,15 @@ fn blackbox_exporters_example_imports_with_skip_unsupported_and_validates() {
     assert_eq!(
         modules["icmp_example"]["config"],
         serde_json::json!({"preferred_ip_protocol": "ip4"})
+    );
+    assert_eq!(modules["dns_soa"]["plugin"], "dns");
+    assert_eq!(
+        modules["dns_soa"]["config"],
+        serde_json::json!({"query_name": "prometheus.io", "query_type": "SOA"})
+    );
+    assert_eq!(
+        modules["dns_udp_example"]["config"]["validate_answer_rrs"]["fail_if_all_match_regexp"],
+        serde_json::json!([".*127.0.0.1"])
     );
     let post = &modules["http_post_2xx"];
     assert_eq!(post["plugin"], "http");
@@ -300,7 +310,7 @@ fn bad_input_is_refused_with_nothing_on_stdout() {
     let write = |text: &str| std::fs::write(&bb, text).unwrap();
 
     // A key blackbox_exporter would refuse: an error, --skip-unsupported or not.
-    write("modules:\n  a:\n    prober: http\n    http:\n      methd: GET\n  b:\n    prober: dns\n");
+    write("modules:\n  a:\n    prober: http\n    http:\n      methd: GET\n  b:\n    prober: ftp\n");
     for extra in [&[][..], &["--skip-unsupported"][..]] {
         let out = import(&bb, extra);
         assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -310,7 +320,7 @@ fn bad_input_is_refused_with_nothing_on_stdout() {
             err.contains(&format!("{}:5:7: modules.a.http.methd: unknown key", bb.display())),
             "{err}"
         );
-        assert!(err.contains("modules.b.prober: dns is not supported by sonde"), "{err}");
+        assert!(err.contains("modules.b.prober: unknown prober \"ftp\""), "{err}");
     }
 
     // Broken YAML, with its place.

@@ -11,6 +11,7 @@ mod backend;
 mod bench;
 mod blackbox;
 mod blackbox_alerts;
+mod blackbox_icmp_dns;
 mod catalog;
 mod cli;
 mod config_cases;

@@ -91,14 +91,7 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
         "tcp" => "tcp",
         "grpc" => "grpc",
         "icmp" => "icmp",
-        "dns" => {
-            ctx.unsupported_module(
-                prober_entry.node.referenced,
-                &prober_entry.path,
-                "dns is not supported by sonde (not built in; a plugin can do it, docs/plugins.md)",
-            );
-            return None;
-        }
+        "dns" => "dns",
         other => {
             ctx.invalid(
                 prober_entry.node.referenced,
@@ -114,18 +107,16 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
         match e.key {
             "prober" => {}
             "timeout" => timeout = module_timeout(ctx, e.node, &e.path),
-            key @ ("http" | "tcp" | "grpc" | "icmp") if key == prober => {
+            key @ ("http" | "tcp" | "grpc" | "dns" | "icmp") if key == prober => {
                 prober_block(ctx, key, e.node, &e.path, &mut out);
             }
             key @ ("http" | "tcp" | "grpc" | "dns" | "icmp") => {
                 // blackbox_exporter does not use another prober's block, but
                 // refuses one with a key it does not know.
-                if key != "dns" {
-                    let mut scratch = Ctx::default();
-                    prober_block(&mut scratch, key, e.node, &e.path, &mut Out::default());
-                    let invalid = scratch.problems.into_iter().filter(|p| p.severity == Severity::Invalid);
-                    ctx.problems.extend(invalid);
-                }
+                let mut scratch = Ctx::default();
+                prober_block(&mut scratch, key, e.node, &e.path, &mut Out::default());
+                let invalid = scratch.problems.into_iter().filter(|p| p.severity == Severity::Invalid);
+                ctx.problems.extend(invalid);
                 ctx.note(
                     &e.path,
                     format_args!(
@@ -156,12 +147,14 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
     })
 }
 
-/// The block of prober `key` (`http`, `tcp`, `grpc` or `icmp`), into `out`.
+/// The block of prober `key` (`http`, `tcp`, `grpc`, `dns` or `icmp`), into
+/// `out`.
 fn prober_block(ctx: &mut Ctx, key: &str, node: &Node, path: &str, out: &mut Out) {
     match key {
         "http" => super::http::http(ctx, node, path, out),
         "tcp" => tcp(ctx, node, path, out),
         "icmp" => icmp(ctx, node, path, out),
+        "dns" => super::dns::dns(ctx, node, path, out),
         _ => grpc(ctx, node, path, out),
     }
 }

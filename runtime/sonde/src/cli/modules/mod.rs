@@ -5,6 +5,7 @@
 //! `--skip-unsupported` leaves it out.
 
 mod blackbox;
+mod dns;
 mod http;
 mod tree;
 mod walk;

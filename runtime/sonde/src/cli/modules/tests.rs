@@ -176,6 +176,7 @@ fn what_sonde_cannot_honour_is_named_by_its_key_path() {
         r#"modules:
   dns:
     prober: dns
+    dns: {query_name: x, dns_over_tls: true}
   http_post_2xx:
     prober: http
     http:
@@ -200,7 +201,7 @@ fn what_sonde_cannot_honour_is_named_by_its_key_path() {
     assert_eq!(
         paths(&problems),
         [
-            ("modules.dns.prober", Severity::UnsupportedModule),
+            ("modules.dns.dns.dns_over_tls", Severity::Unsupported),
             ("modules.http_post_2xx.http.oauth2", Severity::Unsupported),
             ("modules.http_post_2xx.http.ip_protocol_fallback", Severity::Unsupported),
             (
@@ -224,13 +225,13 @@ fn what_sonde_cannot_honour_is_named_by_its_key_path() {
     );
     assert_eq!(
         problems[0].message.as_str(),
-        "dns is not supported by sonde (not built in; a plugin can do it, docs/plugins.md)"
+        "true is not supported: the dns plugin asks over UDP or TCP, not TLS"
     );
-    assert_eq!((problems[1].line, problems[1].column), (8, 15));
+    assert_eq!((problems[1].line, problems[1].column), (9, 15));
     // What --skip-unsupported keeps: the module without the options.
     let names: Vec<&str> = m.iter().map(|m| m.name.as_str()).collect();
-    assert_eq!(names, ["http_post_2xx"]);
-    assert_eq!(m[0].config["body_regex"], "a");
+    assert_eq!(names, ["dns", "http_post_2xx"]);
+    assert_eq!(m[1].config["body_regex"], "a");
 }
 
 /// blackbox_exporter's icmp options are the icmp plugin's, under the same

@@ -21,9 +21,9 @@ use tokio::net::{TcpListener, UdpSocket};
 const SECOND: Duration = Duration::from_secs(1);
 
 /// A `dnsmasq` serving fixed records on a loopback port, killed on drop.
-struct Dnsmasq {
+pub(crate) struct Dnsmasq {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Drop for Dnsmasq {
@@ -35,7 +35,7 @@ impl Drop for Dnsmasq {
 
 /// The records a recursive dnsmasq serves: `a.example.test` A, an MX and a
 /// TXT on `example.test`, NXDOMAIN for other names under `example.test`.
-const RECORDS: &[&str] = &[
+pub(crate) const RECORDS: &[&str] = &[
     "--local=/example.test/",
     "--address=/a.example.test/192.0.2.1",
     "--host-record=h.example.test,192.0.2.7",
@@ -45,7 +45,7 @@ const RECORDS: &[&str] = &[
 
 /// An authoritative dnsmasq's zone, `zone.test` with serial 2026112701 (on
 /// an address it serves authoritatively, dnsmasq refuses other queries).
-const ZONE: &[&str] = &[
+pub(crate) const ZONE: &[&str] = &[
     "--auth-server=ns.zone.test,127.0.0.1",
     "--auth-zone=zone.test",
     "--auth-soa=2026112701,hostmaster.zone.test",
@@ -58,7 +58,7 @@ fn dnsmasq() -> Option<Dnsmasq> {
     dnsmasq_with(RECORDS)
 }
 
-fn dnsmasq_with(records: &[&str]) -> Option<Dnsmasq> {
+pub(crate) fn dnsmasq_with(records: &[&str]) -> Option<Dnsmasq> {
     let bin = tool("dnsmasq", "dnsmasq-base")?;
     let port = closed_port().port();
     let child = Command::new(bin)
@@ -132,8 +132,14 @@ async fn an_answer_is_counted_and_validated_as_blackbox_does() {
     assert!(r.message.contains("answer section"), "{}", r.message);
     assert_eq!(metric(&r, "answer_rrs"), Some(1.0), "{r:?}");
 
-    let mut all = query;
+    // blackbox_exporter's fail_if_all_match_regexp, whatever its name says:
+    // every record matching passes, one that does not fails.
+    let mut all = query.clone();
     all["validate_answer_rrs"] = serde_json::json!({"fail_if_all_match_regexp": ["\tA\t"]});
+    let r = dns(&server.addr, all).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let mut all = query;
+    all["validate_answer_rrs"] = serde_json::json!({"fail_if_all_match_regexp": ["\tAAAA\t"]});
     let r = dns(&server.addr, all).await;
     assert_eq!(r.status, Status::Failure, "{r:?}");
 

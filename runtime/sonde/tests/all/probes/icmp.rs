@@ -14,7 +14,7 @@ const SECOND: Duration = Duration::from_secs(1);
 /// `net.ipv4.ping_group_range` sysctl covers one of its groups (scripts/test
 /// opens it). When it does not, the test is skipped and says so, or fails
 /// under `SONDE_REQUIRE_TOOLS`.
-fn ping_sockets() -> bool {
+pub(crate) fn ping_sockets() -> bool {
     let open = socket2::Socket::new(
         socket2::Domain::IPV4,
         socket2::Type::DGRAM,

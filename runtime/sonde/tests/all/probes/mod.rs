@@ -1,11 +1,11 @@
 //! The built-in plugins, each against the real server it checks.
 
-mod dns;
+pub(crate) mod dns;
 mod exec;
 mod file_age;
 mod grpc;
 mod http;
-mod icmp;
+pub(crate) mod icmp;
 mod postgres;
 mod redis;
 mod tcp;

@@ -1,0 +1,104 @@
+//! The icmp and dns probers beside Debian's blackbox_exporter: the same
+//! targets (loopback for icmp, a dnsmasq for dns), the same modules, and
+//! the answers compared as `blackbox.rs` compares http, tcp and grpc.
+
+use crate::blackbox::{Blackbox, differences, get};
+use crate::probes::dns::{RECORDS, ZONE, dnsmasq_with};
+use crate::probes::icmp::ping_sockets;
+use crate::support::{secret, start_agent};
+
+const OP: &str = "operator-secret";
+
+#[tokio::test]
+async fn icmp_and_dns_answer_the_series_blackbox_exporter_answers() {
+    if !ping_sockets() {
+        return;
+    }
+    let Some(dns) = dnsmasq_with(RECORDS) else {
+        return;
+    };
+    let Some(zone) = dnsmasq_with(ZONE) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bb_config = r#"modules:
+  icmp: { prober: icmp, timeout: 2s }
+  icmp4: { prober: icmp, timeout: 2s, icmp: { preferred_ip_protocol: ip4 } }
+  dns_a: { prober: dns, timeout: 2s, dns: { query_name: a.example.test, query_type: A } }
+  dns_nx: { prober: dns, timeout: 2s, dns: { query_name: nothing.example.test, query_type: A } }
+  dns_nx_ok: { prober: dns, timeout: 2s, dns: { query_name: nothing.example.test, query_type: A, valid_rcodes: [NXDOMAIN] } }
+  dns_refused: { prober: dns, timeout: 2s, dns: { query_name: elsewhere.invalid, query_type: A } }
+  dns_mx: { prober: dns, timeout: 2s, dns: { query_name: example.test, query_type: MX } }
+  dns_match: { prober: dns, timeout: 2s, dns: { query_name: a.example.test, query_type: A, validate_answer_rrs: { fail_if_not_matches_regexp: ["192\\.0\\.2\\.1$"] } } }
+  dns_nomatch: { prober: dns, timeout: 2s, dns: { query_name: a.example.test, query_type: A, validate_answer_rrs: { fail_if_matches_regexp: ["192\\.0\\.2\\.1$"] } } }
+  dns_all: { prober: dns, timeout: 2s, dns: { query_name: a.example.test, query_type: A, validate_answer_rrs: { fail_if_all_match_regexp: ["^nothing"] } } }
+  dns_soa: { prober: dns, timeout: 2s, dns: { query_name: zone.test, query_type: SOA } }
+  dns_tcp: { prober: dns, timeout: 2s, dns: { query_name: a.example.test, query_type: A, transport_protocol: tcp } }
+"#;
+    let Some(blackbox) = Blackbox::start(dir.path(), bb_config).await else {
+        return;
+    };
+    secret(dir.path(), "op.token", OP);
+    let grants = r#"grants: { net: ["127.0.0.1:*", "[::1]:*"] }"#;
+    let sonde_config = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &sonde_config,
+        format!(
+            r#"operator_token_file: op.token
+modules:
+  icmp: {{ plugin: icmp, timeout: 2s, {grants} }}
+  icmp4: {{ plugin: icmp, timeout: 2s, config: {{ preferred_ip_protocol: ip4 }}, {grants} }}
+  dns_a: {{ plugin: dns, timeout: 2s, config: {{ query_name: a.example.test, query_type: A }}, {grants} }}
+  dns_nx: {{ plugin: dns, timeout: 2s, config: {{ query_name: nothing.example.test, query_type: A }}, {grants} }}
+  dns_nx_ok: {{ plugin: dns, timeout: 2s, config: {{ query_name: nothing.example.test, query_type: A, valid_rcodes: [NXDOMAIN] }}, {grants} }}
+  dns_refused: {{ plugin: dns, timeout: 2s, config: {{ query_name: elsewhere.invalid, query_type: A }}, {grants} }}
+  dns_mx: {{ plugin: dns, timeout: 2s, config: {{ query_name: example.test, query_type: MX }}, {grants} }}
+  dns_match: {{ plugin: dns, timeout: 2s, config: {{ query_name: a.example.test, query_type: A, validate_answer_rrs: {{ fail_if_not_matches_regexp: ["192\\.0\\.2\\.1$"] }} }}, {grants} }}
+  dns_nomatch: {{ plugin: dns, timeout: 2s, config: {{ query_name: a.example.test, query_type: A, validate_answer_rrs: {{ fail_if_matches_regexp: ["192\\.0\\.2\\.1$"] }} }}, {grants} }}
+  dns_all: {{ plugin: dns, timeout: 2s, config: {{ query_name: a.example.test, query_type: A, validate_answer_rrs: {{ fail_if_all_match_regexp: ["^nothing"] }} }}, {grants} }}
+  dns_soa: {{ plugin: dns, timeout: 2s, config: {{ query_name: zone.test, query_type: SOA }}, {grants} }}
+  dns_tcp: {{ plugin: dns, timeout: 2s, config: {{ query_name: a.example.test, query_type: A, transport_protocol: tcp }}, {grants} }}
+"#
+        ),
+    )
+    .unwrap();
+    let (_agent, api) = start_agent(&sonde_config).await;
+
+    let (server, soa) = (dns.addr.to_string(), zone.addr.to_string());
+    let closed = sonde_tests::closed_port();
+    let cases: Vec<(&str, &str, String)> = vec![
+        ("icmp 127.0.0.1", "icmp", "127.0.0.1".into()),
+        ("icmp ::1", "icmp", "::1".into()),
+        ("icmp ip4 preferred", "icmp4", "127.0.0.1".into()),
+        ("dns NOERROR", "dns_a", server.clone()),
+        ("dns NXDOMAIN", "dns_nx", server.clone()),
+        ("dns NXDOMAIN valid", "dns_nx_ok", server.clone()),
+        ("dns REFUSED", "dns_refused", server.clone()),
+        ("dns MX", "dns_mx", server.clone()),
+        ("dns validation passes", "dns_match", server.clone()),
+        ("dns validation fails", "dns_nomatch", server.clone()),
+        ("dns fail_if_all_match", "dns_all", server.clone()),
+        ("dns SOA serial", "dns_soa", soa),
+        ("dns over TCP", "dns_tcp", server.clone()),
+        ("dns no server", "dns_a", format!("127.0.0.1:{}", closed.port())),
+    ];
+    let mut all = Vec::new();
+    for (case, module, target) in &cases {
+        let path = format!("/probe?module={module}&target={target}");
+        let (status, theirs) = get(blackbox.addr, &path, None).await;
+        assert_eq!(status, 200, "{case}: blackbox: {theirs}");
+        let (status, ours) = get(api, &path, Some(OP)).await;
+        assert_eq!(status, 200, "{case}: sonde: {ours}");
+        let found = differences(case, &theirs, &ours);
+        if !found.is_empty() {
+            all.push(format!("{}\n--- blackbox\n{theirs}--- sonde\n{ours}", found.join("\n")));
+        }
+    }
+    assert!(
+        all.is_empty(),
+        "{} of {} cases differ:\n{}",
+        all.len(),
+        cases.len(),
+        all.join("\n\n")
+    );
+}
