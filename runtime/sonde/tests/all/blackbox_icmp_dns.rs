@@ -3,7 +3,7 @@
 //! the answers compared as `blackbox.rs` compares http, tcp and grpc.
 
 use crate::blackbox::{Blackbox, differences, get};
-use crate::probes::dns::{RECORDS, ZONE, dnsmasq_with};
+use crate::probes::dns::{RECORDS, RESPONSE, Responder, ZONE, dnsmasq_with, reply};
 use crate::probes::icmp::ping_sockets;
 use crate::support::{secret, start_agent};
 
@@ -20,10 +20,13 @@ async fn icmp_and_dns_answer_the_series_blackbox_exporter_answers() {
     let Some(zone) = dnsmasq_with(ZONE) else {
         return;
     };
+    // A server that answers every query SERVFAIL.
+    let servfail = Responder::answering(|q| reply(q, RESPONSE | 2, [0, 0, 0], &[])).await;
     let dir = tempfile::tempdir().unwrap();
     let bb_config = r#"modules:
   icmp: { prober: icmp, timeout: 2s }
   icmp4: { prober: icmp, timeout: 2s, icmp: { preferred_ip_protocol: ip4 } }
+  icmp_short: { prober: icmp, timeout: 1s, icmp: { preferred_ip_protocol: ip4 } }
   dns_a: { prober: dns, timeout: 2s, dns: { query_name: a.example.test, query_type: A } }
   dns_nx: { prober: dns, timeout: 2s, dns: { query_name: nothing.example.test, query_type: A } }
   dns_nx_ok: { prober: dns, timeout: 2s, dns: { query_name: nothing.example.test, query_type: A, valid_rcodes: [NXDOMAIN] } }
@@ -39,7 +42,8 @@ async fn icmp_and_dns_answer_the_series_blackbox_exporter_answers() {
         return;
     };
     secret(dir.path(), "op.token", OP);
-    let grants = r#"grants: { net: ["127.0.0.1:*", "[::1]:*"] }"#;
+    // 198.51.100.7 (TEST-NET-2) answers no echo here.
+    let grants = r#"grants: { net: ["127.0.0.1:*", "[::1]:*", "198.51.100.7:*"] }"#;
     let sonde_config = dir.path().join("sonde.yaml");
     std::fs::write(
         &sonde_config,
@@ -48,6 +52,7 @@ async fn icmp_and_dns_answer_the_series_blackbox_exporter_answers() {
 modules:
   icmp: {{ plugin: icmp, timeout: 2s, {grants} }}
   icmp4: {{ plugin: icmp, timeout: 2s, config: {{ preferred_ip_protocol: ip4 }}, {grants} }}
+  icmp_short: {{ plugin: icmp, timeout: 1s, config: {{ preferred_ip_protocol: ip4 }}, {grants} }}
   dns_a: {{ plugin: dns, timeout: 2s, config: {{ query_name: a.example.test, query_type: A }}, {grants} }}
   dns_nx: {{ plugin: dns, timeout: 2s, config: {{ query_name: nothing.example.test, query_type: A }}, {grants} }}
   dns_nx_ok: {{ plugin: dns, timeout: 2s, config: {{ query_name: nothing.example.test, query_type: A, valid_rcodes: [NXDOMAIN] }}, {grants} }}
@@ -70,10 +75,12 @@ modules:
         ("icmp 127.0.0.1", "icmp", "127.0.0.1".into()),
         ("icmp ::1", "icmp", "::1".into()),
         ("icmp ip4 preferred", "icmp4", "127.0.0.1".into()),
+        ("icmp no reply", "icmp_short", "198.51.100.7".into()),
         ("dns NOERROR", "dns_a", server.clone()),
         ("dns NXDOMAIN", "dns_nx", server.clone()),
         ("dns NXDOMAIN valid", "dns_nx_ok", server.clone()),
         ("dns REFUSED", "dns_refused", server.clone()),
+        ("dns SERVFAIL", "dns_a", servfail.addr.to_string()),
         ("dns MX", "dns_mx", server.clone()),
         ("dns validation passes", "dns_match", server.clone()),
         ("dns validation fails", "dns_nomatch", server.clone()),

@@ -213,8 +213,8 @@ type Answer = Arc<dyn Fn(&[u8]) -> Vec<Vec<u8>> + Send + Sync>;
 /// answers each as `answer` says, from its own socket or, with
 /// `from_elsewhere`, from another one; with `tcp`, a TCP server on the same
 /// port answers as `tcp` says (one length-framed reply per query).
-struct Responder {
-    addr: SocketAddr,
+pub(crate) struct Responder {
+    pub(crate) addr: SocketAddr,
     received: Arc<AtomicUsize>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -266,7 +266,7 @@ impl Responder {
         Self { addr, received, tasks }
     }
 
-    async fn answering(answer: impl Fn(&[u8]) -> Vec<u8> + Send + Sync + 'static) -> Self {
+    pub(crate) async fn answering(answer: impl Fn(&[u8]) -> Vec<u8> + Send + Sync + 'static) -> Self {
         Self::start(Arc::new(move |q| vec![answer(q)]), false, None).await
     }
 
@@ -276,13 +276,13 @@ impl Responder {
 }
 
 /// Flags of a response: QR, RD and RA set, with `rcode`.
-const RESPONSE: u16 = 0x8180;
+pub(crate) const RESPONSE: u16 = 0x8180;
 /// The TC bit.
 const TRUNCATED: u16 = 0x0200;
 
 /// A reply to `query` (a header and one question, as the plugin sends):
 /// its ID and question, `flags`, the counts given and then `records`.
-fn reply(query: &[u8], flags: u16, counts: [u16; 3], records: &[u8]) -> Vec<u8> {
+pub(crate) fn reply(query: &[u8], flags: u16, counts: [u16; 3], records: &[u8]) -> Vec<u8> {
     let mut r = query[..2].to_vec();
     r.extend_from_slice(&flags.to_be_bytes());
     r.extend_from_slice(&1u16.to_be_bytes());
