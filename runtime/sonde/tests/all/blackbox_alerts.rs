@@ -183,19 +183,7 @@ modules:
         scrape += &job(exporter, address, "tcp_connect", &tcp_targets, token);
         scrape += &job(exporter, address, "icmp", &icmp_targets, token);
     }
-    let prom_config = dir.path().join("prometheus.yml");
-    std::fs::write(&prom_config, &scrape).unwrap();
-    let addr: SocketAddr = closed_port();
-    let child = std::process::Command::new(prometheus)
-        .arg(format!("--config.file={}", prom_config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-        .arg(format!("--web.listen-address={addr}"))
-        .arg("--log.level=warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let _prometheus = crate::prometheus::Killed(child);
+    let (addr, _prometheus) = crate::prometheus::start_prometheus(&prometheus, dir.path(), &scrape);
 
     // Until every target has been scraped five times through each exporter
     // (and the rules evaluated since).

@@ -794,7 +794,26 @@ fn free_port() -> u16 {
 }
 
 /// Kills the child when dropped.
-pub(crate) struct Killed(pub(crate) std::process::Child);
+/// A real Prometheus (`prometheus`, the binary) with the config `text`,
+/// its data under `dir`, on a free loopback port: its address, and the
+/// process, killed when dropped.
+pub(crate) fn start_prometheus(prometheus: &Path, dir: &Path, text: &str) -> (SocketAddr, Killed) {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(&config, text).unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let child = std::process::Command::new(prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address={addr}"))
+        .arg("--log.level=warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    (addr, Killed(child))
+}
+
+pub(crate) struct Killed(std::process::Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -878,20 +897,7 @@ modules:
         text = text.replace(from, &to);
     }
     let text = format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n{text}");
-    let prom_config = dir.path().join("prometheus.yml");
-    std::fs::write(&prom_config, &text).unwrap();
-    let port = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = std::process::Command::new(prometheus)
-        .arg(format!("--config.file={}", prom_config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-        .arg(format!("--web.listen-address={addr}"))
-        .arg("--log.level=warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let _prometheus = Killed(child);
+    let (addr, _prometheus) = start_prometheus(&prometheus, dir.path(), &text);
 
     // Until Prometheus has scraped all three targets (and the agent).
     let deadline = Instant::now() + Duration::from_secs(90);

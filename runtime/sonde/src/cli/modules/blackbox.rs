@@ -224,13 +224,7 @@ pub(crate) fn tls_config(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) 
                 }
             }
             "cert_file" | "key_file" | "cert" | "key" | "cert_ref" | "key_ref" | "ca_ref" => {
-                if ctx.string(e.node, &e.path).is_some_and(|s| !s.is_empty()) {
-                    ctx.unsupported(
-                        e.node.referenced,
-                        &e.path,
-                        "not supported: sonde sends no client certificate",
-                    );
-                }
+                ctx.unsupported_if_set(e.node, &e.path, "not supported: sonde sends no client certificate");
             }
             "min_version" => match ctx.string(e.node, &e.path).as_deref() {
                 // sonde's TLS client speaks TLS 1.2 and 1.3 only.
@@ -242,13 +236,11 @@ pub(crate) fn tls_config(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) 
                 ),
             },
             "max_version" => {
-                if ctx.string(e.node, &e.path).is_some_and(|s| !s.is_empty()) {
-                    ctx.unsupported(
-                        e.node.referenced,
-                        &e.path,
-                        "not supported: sonde's TLS client takes no maximum version",
-                    );
-                }
+                ctx.unsupported_if_set(
+                    e.node,
+                    &e.path,
+                    "not supported: sonde's TLS client takes no maximum version",
+                );
             }
             _ => ctx.invalid(e.at, &e.path, "unknown key of tls_config"),
         }
@@ -325,13 +317,11 @@ fn tcp(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             "tls_config" => tls_node = Some((e.node, e.path)),
             "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, e.node, &e.path),
             "source_ip_address" => {
-                if ctx.string(e.node, &e.path).is_some_and(|s| !s.is_empty()) {
-                    ctx.unsupported(
-                        e.node.referenced,
-                        &e.path,
-                        "not supported: sonde does not choose the source address",
-                    );
-                }
+                ctx.unsupported_if_set(
+                    e.node,
+                    &e.path,
+                    "not supported: sonde does not choose the source address",
+                );
             }
             _ => ctx.invalid(e.at, &e.path, "unknown key of the tcp prober"),
         }
@@ -468,13 +458,11 @@ fn icmp(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
                 }
             }
             "source_ip_address" => {
-                if ctx.string(e.node, &e.path).is_some_and(|s| !s.is_empty()) {
-                    ctx.unsupported(
-                        e.node.referenced,
-                        &e.path,
-                        "not supported: sonde does not choose the source address",
-                    );
-                }
+                ctx.unsupported_if_set(
+                    e.node,
+                    &e.path,
+                    "not supported: sonde does not choose the source address",
+                );
             }
             _ => ctx.invalid(e.at, &e.path, "unknown key of the icmp prober"),
         }

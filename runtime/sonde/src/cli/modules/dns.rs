@@ -61,13 +61,11 @@ pub(super) fn dns(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             }
             "tls_config" => ctx.note(&e.path, "left out: it applies to dns_over_tls only"),
             "source_ip_address" => {
-                if ctx.string(e.node, &e.path).is_some_and(|s| !s.is_empty()) {
-                    ctx.unsupported(
-                        e.node.referenced,
-                        &e.path,
-                        "not supported: sonde does not choose the source address",
-                    );
-                }
+                ctx.unsupported_if_set(
+                    e.node,
+                    &e.path,
+                    "not supported: sonde does not choose the source address",
+                );
             }
             _ => ctx.invalid(e.at, &e.path, "unknown key of the dns prober"),
         }

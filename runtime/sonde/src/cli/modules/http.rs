@@ -52,76 +52,10 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
                     out.config.insert("body".into(), b.into());
                 }
             }
-            "fail_if_body_matches_regexp" => {
-                let patterns: Vec<String> = ctx
-                    .strings(n, p)
-                    .into_iter()
-                    .filter_map(|(ip, s, item)| ctx.regex(item, &ip, &s))
-                    .collect();
-                // Any of them matching fails the probe: one alternation.
-                let joined = match patterns.as_slice() {
-                    [] => None,
-                    [one] => Some(one.clone()),
-                    many => Some(many.iter().map(|p| format!("(?:{p})")).collect::<Vec<_>>().join("|")),
-                };
-                if let Some(re) = joined {
-                    out.config.insert("body_not_regex".into(), re.into());
-                }
-            }
-            "fail_if_body_not_matches_regexp" => {
-                for (i, (ip, s, item)) in ctx.strings(n, p).into_iter().enumerate() {
-                    if i > 0 {
-                        ctx.unsupported(
-                            item.referenced,
-                            &ip,
-                            "not supported: sonde's body_regex takes one regex (the first is kept)",
-                        );
-                    } else if let Some(re) = ctx.regex(item, &ip, &s) {
-                        out.config.insert("body_regex".into(), re.into());
-                    }
-                }
-            }
-            "fail_if_header_matches" => {
-                for (ip, item) in ctx.items(n, p) {
-                    if header_spec(ctx, item, &ip).is_some() {
-                        ctx.unsupported(
-                            item.referenced,
-                            &ip,
-                            "not supported: sonde's header_regex says what a header must match, not what it must not",
-                        );
-                    }
-                }
-            }
-            "fail_if_header_not_matches" => {
-                for (ip, item) in ctx.items(n, p) {
-                    let Some((header, re, allow_missing)) = header_spec(ctx, item, &ip) else {
-                        continue;
-                    };
-                    if allow_missing {
-                        ctx.unsupported(
-                            item.referenced,
-                            &format!("{ip}.allow_missing"),
-                            "true is not supported: sonde's header_regex fails a response without the header",
-                        );
-                    } else if header_regex.keys().any(|k| k.eq_ignore_ascii_case(&header)) {
-                        ctx.unsupported(
-                            item.referenced,
-                            &ip,
-                            format!(
-                                "not supported: a second regex for {header} (sonde's header_regex takes one per header)"
-                            ),
-                        );
-                    } else if header_regex.len() == MAX_HEADER_REGEX {
-                        ctx.unsupported(
-                            item.referenced,
-                            &ip,
-                            format!("not supported: sonde checks at most {MAX_HEADER_REGEX} headers"),
-                        );
-                    } else if let Some(re) = ctx.regex(item, &ip, &re) {
-                        header_regex.insert(header, re.into());
-                    }
-                }
-            }
+            "fail_if_body_matches_regexp" => body_matches(ctx, n, p, out),
+            "fail_if_body_not_matches_regexp" => body_not_matches(ctx, n, p, out),
+            "fail_if_header_matches" => header_matches(ctx, n, p),
+            "fail_if_header_not_matches" => header_not_matches(ctx, n, p, &mut header_regex),
             "tls_config" => tls_config(ctx, n, p, out),
             "basic_auth" => {
                 if let Some(value) = basic_auth(ctx, n, p) {
@@ -150,49 +84,39 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             // sonde speaks HTTP/1.1: without HTTP/2 is what it does, and with
             // it (the default) changes no check.
             "enable_http2" => drop(ctx.boolean(n, p)),
-            "compression" => {
-                if ctx.string(n, p).is_some_and(|c| !c.is_empty()) {
-                    ctx.unsupported(
-                        n.referenced,
-                        p,
-                        "not supported: sonde's http plugin does not decompress a body",
-                    );
-                }
-            }
-            "valid_http_versions" => {
-                if !ctx.items(n, p).is_empty() {
-                    ctx.unsupported(
-                        n.referenced,
-                        p,
-                        "not supported: sonde's http plugin does not check the HTTP version",
-                    );
-                }
-            }
-            "body_size_limit" => {
-                if !matches!(n.value, super::tree::Value::Int(0) | super::tree::Value::Null) {
-                    ctx.unsupported(
-                        n.referenced,
-                        p,
-                        "not supported: sonde reads at most max_body bytes (10 KiB) and ignores the rest, where blackbox_exporter fails past the limit",
-                    );
-                }
-            }
-            "body_file"
-            | "bearer_token_file"
-            | "oauth2"
-            | "proxy_url"
-            | "no_proxy"
-            | "proxy_connect_header"
-            | "http_headers"
-            | "fail_if_body_json_matches_cel"
-            | "fail_if_body_json_not_matches_cel" => {
-                if !matches!(n.value, super::tree::Value::Null) {
-                    ctx.unsupported(n.referenced, p, "not supported");
-                }
-            }
+            key if unsupported(ctx, key, n, p) => {}
             _ => ctx.invalid(e.at, p, "unknown key of the http prober"),
         }
     }
+    finish(
+        ctx,
+        out,
+        Found {
+            codes,
+            headers,
+            credential,
+            header_regex,
+        },
+    );
+}
+
+/// What `http:` gave that becomes one config key after the whole block.
+struct Found {
+    codes: Vec<Json>,
+    headers: Map<String, Json>,
+    credential: Option<Credential>,
+    header_regex: Map<String, Json>,
+}
+
+/// The keys gathered over the block, into `out`: the credential as an
+/// `Authorization` header, the headers, the status codes, the header regexes.
+fn finish(ctx: &mut Ctx, out: &mut Out, found: Found) {
+    let Found {
+        codes,
+        mut headers,
+        credential,
+        header_regex,
+    } = found;
     if let Some(c) = credential {
         if headers.keys().any(|k| k.eq_ignore_ascii_case("authorization")) {
             ctx.unsupported(
@@ -218,6 +142,132 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
     if !header_regex.is_empty() {
         out.config.insert("header_regex".into(), Json::Object(header_regex));
     }
+}
+
+/// `fail_if_body_matches_regexp`: any of them matching fails the probe, so
+/// one alternation (`body_not_regex`).
+fn body_matches(ctx: &mut Ctx, n: &Node, p: &str, out: &mut Out) {
+    let patterns: Vec<String> = ctx
+        .strings(n, p)
+        .into_iter()
+        .filter_map(|(ip, s, item)| ctx.regex(item, &ip, &s))
+        .collect();
+    // Any of them matching fails the probe: one alternation.
+    let joined = match patterns.as_slice() {
+        [] => None,
+        [one] => Some(one.clone()),
+        many => Some(many.iter().map(|p| format!("(?:{p})")).collect::<Vec<_>>().join("|")),
+    };
+    if let Some(re) = joined {
+        out.config.insert("body_not_regex".into(), re.into());
+    }
+}
+
+/// `fail_if_body_not_matches_regexp`: the first (`body_regex` takes one).
+fn body_not_matches(ctx: &mut Ctx, n: &Node, p: &str, out: &mut Out) {
+    for (i, (ip, s, item)) in ctx.strings(n, p).into_iter().enumerate() {
+        if i > 0 {
+            ctx.unsupported(
+                item.referenced,
+                &ip,
+                "not supported: sonde's body_regex takes one regex (the first is kept)",
+            );
+        } else if let Some(re) = ctx.regex(item, &ip, &s) {
+            out.config.insert("body_regex".into(), re.into());
+        }
+    }
+}
+
+/// `fail_if_header_matches`: not supported.
+fn header_matches(ctx: &mut Ctx, n: &Node, p: &str) {
+    for (ip, item) in ctx.items(n, p) {
+        if header_spec(ctx, item, &ip).is_some() {
+            ctx.unsupported(
+                item.referenced,
+                &ip,
+                "not supported: sonde's header_regex says what a header must match, not what it must not",
+            );
+        }
+    }
+}
+
+/// `fail_if_header_not_matches`: one regex per header (`header_regex`).
+fn header_not_matches(ctx: &mut Ctx, n: &Node, p: &str, header_regex: &mut Map<String, Json>) {
+    for (ip, item) in ctx.items(n, p) {
+        let Some((header, re, allow_missing)) = header_spec(ctx, item, &ip) else {
+            continue;
+        };
+        if allow_missing {
+            ctx.unsupported(
+                item.referenced,
+                &format!("{ip}.allow_missing"),
+                "true is not supported: sonde's header_regex fails a response without the header",
+            );
+        } else if header_regex.keys().any(|k| k.eq_ignore_ascii_case(&header)) {
+            ctx.unsupported(
+                item.referenced,
+                &ip,
+                format!("not supported: a second regex for {header} (sonde's header_regex takes one per header)"),
+            );
+        } else if header_regex.len() == MAX_HEADER_REGEX {
+            ctx.unsupported(
+                item.referenced,
+                &ip,
+                format!("not supported: sonde checks at most {MAX_HEADER_REGEX} headers"),
+            );
+        } else if let Some(re) = ctx.regex(item, &ip, &re) {
+            header_regex.insert(header, re.into());
+        }
+    }
+}
+
+/// The options the http plugin has nothing for, named when set: whether
+/// `key` is one of them.
+fn unsupported(ctx: &mut Ctx, key: &str, n: &Node, p: &str) -> bool {
+    match key {
+        "compression" => {
+            if ctx.string(n, p).is_some_and(|c| !c.is_empty()) {
+                ctx.unsupported(
+                    n.referenced,
+                    p,
+                    "not supported: sonde's http plugin does not decompress a body",
+                );
+            }
+        }
+        "valid_http_versions" => {
+            if !ctx.items(n, p).is_empty() {
+                ctx.unsupported(
+                    n.referenced,
+                    p,
+                    "not supported: sonde's http plugin does not check the HTTP version",
+                );
+            }
+        }
+        "body_size_limit" => {
+            if !matches!(n.value, super::tree::Value::Int(0) | super::tree::Value::Null) {
+                ctx.unsupported(
+                    n.referenced,
+                    p,
+                    "not supported: sonde reads at most max_body bytes (10 KiB) and ignores the rest, where blackbox_exporter fails past the limit",
+                );
+            }
+        }
+        "body_file"
+        | "bearer_token_file"
+        | "oauth2"
+        | "proxy_url"
+        | "no_proxy"
+        | "proxy_connect_header"
+        | "http_headers"
+        | "fail_if_body_json_matches_cel"
+        | "fail_if_body_json_not_matches_cel" => {
+            if !matches!(n.value, super::tree::Value::Null) {
+                ctx.unsupported(n.referenced, p, "not supported");
+            }
+        }
+        _ => return false,
+    }
+    true
 }
 
 /// A boolean sonde honours only at blackbox_exporter's default.

@@ -188,6 +188,15 @@ impl Ctx {
         }
     }
 
+    /// A string option sonde has no use for: unsupported, with `why`, when
+    /// it is set to anything but the empty string (blackbox_exporter's
+    /// default).
+    pub(crate) fn unsupported_if_set(&mut self, node: &Node, path: &str, why: &str) {
+        if self.string(node, path).is_some_and(|s| !s.is_empty()) {
+            self.unsupported(node.referenced, path, why);
+        }
+    }
+
     /// A list of strings.
     pub(crate) fn strings<'a>(&mut self, node: &'a Node, path: &str) -> Vec<(String, String, &'a Node)> {
         self.items(node, path)
