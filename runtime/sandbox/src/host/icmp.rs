@@ -17,6 +17,7 @@
 //! [`CallGrants::authorize_peer`]: sonde_policy::grants::CallGrants::authorize_peer
 
 use super::dial::lookup;
+use super::tcp::reason;
 use super::tls::{Tls, TlsView};
 use crate::bindings::sonde::probe::icmp::{self as probe_icmp, IcmpError, IpProtocol, Options, Reply, Timings};
 use crate::verdict::observed::IcmpSeen;
@@ -50,17 +51,6 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
     get: fn(&mut T) -> TlsView<'_>,
 ) -> wasmtime::Result<()> {
     probe_icmp::add_to_linker::<T, Tls>(linker, get)
-}
-
-/// The reason alone, as a person reads it: `Network is unreachable (os
-/// error 101)` becomes `network is unreachable`.
-fn reason(error: &io::Error) -> String {
-    let message = error.to_string();
-    let r = message.split(" (os error").next().unwrap_or(&message);
-    let mut chars = r.chars();
-    chars
-        .next()
-        .map_or_else(String::new, |c| c.to_lowercase().chain(chars).collect())
 }
 
 fn family(ip: IpAddr) -> IpProtocol {

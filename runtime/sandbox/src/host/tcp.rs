@@ -26,7 +26,7 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
 
 /// The reason alone, as a person reads it: `Connection refused (os error
 /// 111)` becomes `connection refused` (the address is the plugin's own).
-/// `udp` words its failures the same way.
+/// `udp` and `icmp` word their failures the same way.
 pub(crate) fn reason(error: &std::io::Error) -> String {
     let message = error.to_string();
     let r = message.split(" (os error").next().unwrap_or(&message);

@@ -85,21 +85,10 @@ fn job(exporter: &str, address: SocketAddr, module: &str, targets: &[String], to
     )
 }
 
-async fn get(addr: SocketAddr, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: prometheus\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut text = Vec::new();
-    s.read_to_end(&mut text).await.ok()?;
-    Some(crate::support::parse_response(&text).1)
-}
-
 /// The series a PromQL query returns, each as its labels.
 async fn series(prometheus: SocketAddr, q: &str) -> Vec<serde_json::Map<String, serde_json::Value>> {
     let query: String = form_urlencoded::byte_serialize(q.as_bytes()).collect();
-    let Some(body) = get(prometheus, &format!("/api/v1/query?query={query}")).await else {
+    let Some(body) = crate::prometheus::get10(prometheus, &format!("/api/v1/query?query={query}")).await else {
         return Vec::new();
     };
     let json: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();

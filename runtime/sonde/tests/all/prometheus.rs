@@ -823,7 +823,8 @@ impl Drop for Killed {
 }
 
 /// `GET path` of an HTTP/1.0 server: the body (no chunked encoding).
-async fn get10(addr: SocketAddr, path: &str) -> Option<String> {
+/// `GET path` over HTTP/1.0 (Prometheus' API): the body, or `None`.
+pub(crate) async fn get10(addr: SocketAddr, path: &str) -> Option<String> {
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
     s.write_all(format!("GET {path} HTTP/1.0\r\nHost: prometheus\r\n\r\n").as_bytes())
         .await

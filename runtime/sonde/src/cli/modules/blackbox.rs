@@ -326,19 +326,7 @@ fn tcp(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             _ => ctx.invalid(e.at, &e.path, "unknown key of the tcp prober"),
         }
     }
-    if tls {
-        out.config.insert("tls".into(), true.into());
-    }
-    if let Some((n, p)) = tls_node {
-        if tls {
-            tls_config(ctx, n, &p, out);
-        } else {
-            ctx.note(
-                &p,
-                "left out: without tls: true, blackbox_exporter does not use it either",
-            );
-        }
-    }
+    tls_block(ctx, tls, tls_node, out);
     if !steps.is_empty() {
         out.config.insert("steps".into(), Json::Array(steps));
     }
@@ -389,6 +377,24 @@ fn query_response(ctx: &mut Ctx, node: &Node, path: &str, steps: &mut Vec<Json>)
     }
 }
 
+/// A tcp or grpc module's `tls` and its `tls_config`, which
+/// blackbox_exporter reads only with `tls: true`.
+fn tls_block(ctx: &mut Ctx, tls: bool, tls_node: Option<(&Node, String)>, out: &mut Out) {
+    if tls {
+        out.config.insert("tls".into(), true.into());
+    }
+    if let Some((n, p)) = tls_node {
+        if tls {
+            tls_config(ctx, n, &p, out);
+        } else {
+            ctx.note(
+                &p,
+                "left out: without tls: true, blackbox_exporter does not use it either",
+            );
+        }
+    }
+}
+
 /// `grpc:`: `service`, `tls`, `tls_config`.
 fn grpc(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
     let mut tls = false;
@@ -406,19 +412,7 @@ fn grpc(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             _ => ctx.invalid(e.at, &e.path, "unknown key of the grpc prober"),
         }
     }
-    if tls {
-        out.config.insert("tls".into(), true.into());
-    }
-    if let Some((n, p)) = tls_node {
-        if tls {
-            tls_config(ctx, n, &p, out);
-        } else {
-            ctx.note(
-                &p,
-                "left out: without tls: true, blackbox_exporter does not use it either",
-            );
-        }
-    }
+    tls_block(ctx, tls, tls_node, out);
 }
 
 /// `icmp:`: the icmp plugin has blackbox_exporter's options under the same
