@@ -278,7 +278,11 @@ mod tests {
         }
         let o = run(None, true);
         assert_eq!(o.status, Status::Unknown);
-        assert!(o.message.starts_with("Timeout when running plugin \"/p\" after 3000ms"), "{}", o.message);
+        assert!(
+            o.message.starts_with("Timeout when running plugin \"/p\" after 3000ms"),
+            "{}",
+            o.message
+        );
     }
 
     #[test]

@@ -48,8 +48,8 @@
 mod admit;
 mod change;
 pub mod modules;
-pub mod npd;
 pub mod mounts;
+pub mod npd;
 mod outcome;
 pub mod probe;
 pub mod problem;

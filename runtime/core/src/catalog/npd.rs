@@ -115,7 +115,7 @@ async fn rules(
     let defined = spec.config.defined;
     let spanned = |value: String| config::Spanned::new(value, at, defined);
     let allowed = Ceiling {
-        exec: spec.exec.iter().map(|p| p.value.clone()).collect(),
+        exec: spec.exec.iter().map(|p| config::normalize(&p.value)).collect(),
         ..Ceiling::default()
     };
     let mut errors = Vec::new();
@@ -198,5 +198,8 @@ async fn rules(
 
 /// `rule-<i>`'s `i` (a probe's name is `<name>` as given).
 fn rule_index(name: &str) -> usize {
-    name.rsplit('-').next().and_then(|i| i.parse().ok()).unwrap_or(usize::MAX)
+    name.rsplit('-')
+        .next()
+        .and_then(|i| i.parse().ok())
+        .unwrap_or(usize::MAX)
 }

@@ -40,7 +40,13 @@ pub struct NpdSpec {
 }
 
 /// The condition types the kubelet owns: never set by a monitor.
-pub const KUBELET_CONDITIONS: [&str; 5] = ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"];
+pub const KUBELET_CONDITIONS: [&str; 5] = [
+    "Ready",
+    "MemoryPressure",
+    "DiskPressure",
+    "PIDPressure",
+    "NetworkUnavailable",
+];
 
 /// The most rules one monitor file may have.
 pub const MAX_NPD_RULES: usize = 256;
@@ -205,7 +211,11 @@ impl NpdMonitor {
             Err(e) => {
                 let path = e.path().to_string();
                 let inner = e.into_inner();
-                let key = if path == "." { String::new() } else { format!("{path}: ") };
+                let key = if path == "." {
+                    String::new()
+                } else {
+                    format!("{path}: ")
+                };
                 return Err(one(
                     at(inner.line() as u64, inner.column() as u64),
                     format!("{key}{}", strip_position(&inner.to_string())),
@@ -257,7 +267,10 @@ fn check(raw: RawMonitor, workdir: &Path, bad: &mut dyn FnMut(String, String)) -
     if raw.plugin != "custom" {
         bad(
             "plugin".into(),
-            format!("{:?}: only \"custom\" (a custom plugin monitor) is supported", raw.plugin),
+            format!(
+                "{:?}: only \"custom\" (a custom plugin monitor) is supported",
+                raw.plugin
+            ),
         );
     }
     if raw.source.trim().is_empty() {
@@ -374,13 +387,20 @@ fn check_rule(
                 format!(
                     "{:?} is not one of the file's conditions ({}): a permanent rule sets a condition defined there",
                     r.condition,
-                    conditions.iter().map(|c| c.kind.as_str()).collect::<Vec<_>>().join(", ")
+                    conditions
+                        .iter()
+                        .map(|c| c.kind.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             );
             return None;
         }
         other => {
-            bad(key("type"), format!("{other:?}: must be \"temporary\" or \"permanent\""));
+            bad(
+                key("type"),
+                format!("{other:?}: must be \"temporary\" or \"permanent\""),
+            );
             return None;
         }
     };
@@ -443,7 +463,7 @@ fn valid_condition_type(kind: &str) -> bool {
 
 /// `path` with `.` and `..` taken out lexically (no link is followed: the
 /// exec grant compares the path as written).
-fn normalize(path: &Path) -> PathBuf {
+pub fn normalize(path: &Path) -> PathBuf {
     use std::path::Component;
     let mut out = PathBuf::new();
     for c in path.components() {

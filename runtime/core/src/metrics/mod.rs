@@ -125,6 +125,8 @@ pub struct Metrics {
     /// What the Kubernetes controller wrote, read from its own counters
     /// (all zero when it does not run).
     pub kubernetes: Arc<dyn Fn() -> KubernetesWrites + Send + Sync>,
+    /// What the node-problem-detector monitors last reported.
+    pub node_problems: Arc<crate::npd::Board>,
 }
 
 impl fmt::Debug for Metrics {

@@ -5,10 +5,12 @@
 //! into conditions and Events ([`state`]) for a [`Sink`] — the Node's
 //! status in Kubernetes mode, the log everywhere.
 
+pub mod board;
 pub mod state;
 
 use crate::catalog::npd::Monitor;
 use crate::executor::Executor;
+pub use board::Board;
 use sonde_sandbox::engine::Engine;
 use sonde_sandbox::verdict::{RunResult, Status};
 pub use state::{Condition, ConditionStatus, MonitorState, Report, Severity, Verdict};

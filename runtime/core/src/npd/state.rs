@@ -252,7 +252,10 @@ mod tests {
         let mut s = MonitorState::new(&m, at(0));
         let down = &m.rules[0];
         assert_eq!(s.conditions()[0].status, ConditionStatus::False);
-        assert!(s.apply(&m, down, Verdict::Ok, "fine", at(1)).is_empty(), "False stays False");
+        assert!(
+            s.apply(&m, down, Verdict::Ok, "fine", at(1)).is_empty(),
+            "False stays False"
+        );
         let r = s.apply(&m, down, Verdict::Problem, "ntp is down", at(2));
         assert_eq!(
             set(&r),
@@ -264,7 +267,8 @@ mod tests {
         );
         assert_eq!(s.conditions()[0].transition, at(2));
         assert!(
-            s.apply(&m, down, Verdict::Problem, "ntp is still down", at(3)).is_empty(),
+            s.apply(&m, down, Verdict::Problem, "ntp is still down", at(3))
+                .is_empty(),
             "a new message alone changes nothing unless asked"
         );
         let r = s.apply(&m, &m.rules[1], Verdict::Problem, "ntp is slow", at(4));
@@ -284,7 +288,13 @@ mod tests {
             set(&r),
             Some((ConditionStatus::False, "NTPIsUp".into(), "ntp service is up".into()))
         );
-        assert!(matches!(&r[1], Report::Event { severity: Severity::Info, .. }));
+        assert!(matches!(
+            &r[1],
+            Report::Event {
+                severity: Severity::Info,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! stops scheduling, lets runs in flight finish within the grace period,
 //! saves state and returns.
 
+mod npd;
 mod problems;
 mod runner;
 
@@ -49,6 +50,8 @@ pub struct Agent {
     /// The readiness-gate controller's counters, shown by `/metrics`
     /// whether or not it runs.
     gate_stats: Arc<kubernetes::Stats>,
+    /// What the node-problem-detector monitors last reported.
+    node_problems: Arc<sonde_core::npd::Board>,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -309,7 +312,13 @@ impl Agent {
         }));
         let draining = Arc::new(AtomicBool::new(false));
         let gate_stats = Arc::new(kubernetes::Stats::default());
-        let mut tasks = Vec::new();
+        let node_problems = Arc::new(sonde_core::npd::Board::default());
+        let mut tasks = vec![tokio::spawn(npd::supervise(
+            control.clone(),
+            executor.clone(),
+            engine.clone(),
+            node_problems.clone(),
+        ))];
         if let Some(ended) = ended {
             tasks.push(tokio::spawn(take_up_pulls(control.clone(), ended)));
         }
@@ -330,6 +339,7 @@ impl Agent {
                     pulls: pulls_metric(&control, &status),
                     status: status.clone(),
                     kubernetes: gate_writes(&gate_stats),
+                    node_problems: node_problems.clone(),
                 },
                 draining: draining.clone(),
                 health_timeout,
@@ -355,6 +365,7 @@ impl Agent {
             executor,
             control,
             gate_stats,
+            node_problems,
             options,
             tasks,
         })
