@@ -21,6 +21,10 @@ use std::sync::Arc;
 pub struct Monitor {
     /// The monitor file.
     pub file: PathBuf,
+    /// Where its relative rule paths start.
+    pub workdir: PathBuf,
+    /// The programs (or directories of them) its rules may run.
+    pub exec: Vec<PathBuf>,
     /// What it says.
     pub monitor: NpdMonitor,
     /// Each rule's probe, in the order of `monitor.rules`.
@@ -51,14 +55,15 @@ pub(crate) async fn resolve(
             place: config::place(path, &at),
             message: format!("node_problem_detector[{n}]: {message}"),
         };
+        // Relative to the config file, as `state_dir` is.
         let workdir = match &spec.workdir {
-            Some(w) if !w.value.is_absolute() => {
-                errors.push(error(format!("workdir: {}: not an absolute path", w.value.display())));
-                continue;
-            }
-            Some(w) => w.value.clone(),
+            Some(w) => config::normalize(&reg.base.join(&w.value)),
             None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
         };
+        if !workdir.is_dir() {
+            errors.push(error(format!("workdir: {}: not a directory", workdir.display())));
+            continue;
+        }
         let file = reg.base.join(&spec.config.value);
         let monitor = match NpdMonitor::read(&file, &workdir) {
             Ok(m) => m,
@@ -72,7 +77,13 @@ pub(crate) async fn resolve(
             continue;
         }
         match rules(reg, engine, path, n, &spec, &file, &monitor).await {
-            Ok(rules) => out.push(Arc::new(Monitor { file, monitor, rules })),
+            Ok(rules) => out.push(Arc::new(Monitor {
+                file,
+                workdir,
+                exec: spec.exec.iter().map(|p| config::normalize(&p.value)).collect(),
+                monitor,
+                rules,
+            })),
             Err(e) => errors.extend(e),
         }
     }
@@ -179,10 +190,12 @@ async fn rules(
     let target = config::Target {
         name: spanned(target_name(n)),
         tenant: spec.tenant.clone(),
-        address: spanned("127.0.0.1".into()),
+        // No target: a rule runs its program, and is granted nothing else.
+        address: spanned(String::new()),
         on_failure: None,
         probes,
         source: None,
+        targetless: true,
     };
     let prepared = reg.prepare(engine, Change::add(vec![target])).await.map_err(|e| e.0)?;
     let mut specs: Vec<Arc<ProbeSpec>> = prepared.probes().cloned().collect();

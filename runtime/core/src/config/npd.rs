@@ -25,8 +25,8 @@ pub struct NpdSpec {
     /// refused at load, with its path. Default: none.
     #[serde(default)]
     pub exec: Vec<Spanned<PathBuf>>,
-    /// `workdir: /` — where a relative rule `path` starts. Default: the
-    /// agent's working directory, as NPD's.
+    /// `workdir: /` — where a relative rule `path` starts (itself relative
+    /// to this file). Default: the agent's working directory, as NPD's.
     #[serde(default)]
     pub workdir: Option<Spanned<PathBuf>>,
     /// `env: {NAME: value}` — the programs' environment (empty by default,

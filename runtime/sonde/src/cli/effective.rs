@@ -75,6 +75,41 @@ pub fn effective(reg: &Catalog) -> Value {
                 "grants": {"net": m.grants.net.iter().map(|n| n.to_string()).collect::<Vec<_>>()},
             }))
         }).collect::<serde_json::Map<_, _>>(),
+        "node_problem_detector": reg.npd.iter().map(|m| npd(m)).collect::<Vec<_>>(),
+    })
+}
+
+/// A `node_problem_detector:` entry: where it runs from, and its monitor
+/// file as read, NPD's defaults filled in.
+fn npd(m: &sonde_core::catalog::npd::Monitor) -> Value {
+    use sonde_core::config::NpdRuleKind;
+    let n = &m.monitor;
+    let first = m.rules.first();
+    json!({
+        "config": m.file,
+        "workdir": m.workdir,
+        "exec": m.exec,
+        "env": first.map(|p| strings(&p.grants.env)),
+        "tenant": first.map(|p| &*p.tenant),
+        "source": n.source,
+        "invoke_interval": dur(n.invoke_interval),
+        "timeout": dur(n.timeout),
+        "max_output_length": n.max_output_length,
+        "concurrency": n.concurrency,
+        "enable_message_change_based_condition_update": n.message_change_updates,
+        "skip_initial_status": n.skip_initial_status,
+        "conditions": n.conditions.iter().map(|c| json!({
+            "type": c.kind, "reason": c.reason, "message": c.message,
+        })).collect::<Vec<_>>(),
+        "rules": n.rules.iter().map(|r| json!({
+            "type": match &r.kind { NpdRuleKind::Temporary => "temporary", NpdRuleKind::Permanent(_) => "permanent" },
+            "condition": match &r.kind { NpdRuleKind::Permanent(c) => Some(c), NpdRuleKind::Temporary => None },
+            "reason": r.reason,
+            "path": r.path,
+            "args": r.args,
+            "timeout": dur(r.timeout),
+            "invoke_interval": dur(r.invoke_interval),
+        })).collect::<Vec<_>>(),
     })
 }
 

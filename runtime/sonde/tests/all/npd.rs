@@ -328,3 +328,34 @@ async fn npds_own_ntp_monitor_runs_unchanged() {
     );
     agent.stop().await;
 }
+
+#[test]
+fn a_rule_stays_inside_its_tenants_ceiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sonde.yaml");
+    let write = |ceiling: &str| {
+        std::fs::write(
+            &path,
+            format!(
+                "tenants:\n  - id: nodes\n    ceiling: {{exec: [{ceiling}]}}\nnode_problem_detector:\n  - config: {}\n    workdir: {}\n    exec: [{}]\n    tenant: nodes\n",
+                fixture().join("flag-monitor.json").display(),
+                fixture().display(),
+                fixture().join("plugin").display()
+            ),
+        )
+        .unwrap();
+        sonde(&["validate", &path.display().to_string()])
+    };
+    let out = write("/usr/lib/nagios/plugins");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "tenant \"nodes\": probe \"rule-0\": grants.exec {:?} is not in the tenant's exec ceiling",
+            fixture().join("plugin/check_flag.sh")
+        )),
+        "{err}"
+    );
+    let out = write(&fixture().join("plugin").display().to_string());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
