@@ -98,7 +98,10 @@ pub async fn run(monitor: Arc<Monitor>, executor: Executor, engine: Engine, sink
             }
             let interval = m.rules[i].invoke_interval;
             // A round that ran late is not made up for.
-            *when = (*when + interval).max(now + interval / 2);
+            *when += interval;
+            if *when <= now {
+                *when = now + interval;
+            }
             let (executor, engine, spec, permits) = (
                 executor.clone(),
                 engine.clone(),
