@@ -359,3 +359,40 @@ fn a_rule_stays_inside_its_tenants_ceiling() {
     let out = write(&fixture().join("plugin").display().to_string());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_an_unchanged_monitor_and_its_conditions() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = dir.path().join("flags");
+    std::fs::create_dir(&flags).unwrap();
+    std::fs::write(flags.join("flag"), "raised").unwrap();
+    let path = config(
+        dir.path(),
+        &fixture().join("flag-monitor.json"),
+        &fixture(),
+        &fixture().join("plugin"),
+        &flags,
+    );
+    let (agent, api) = start_agent(&path).await;
+    let before = wait_for_condition(api, |c| c["status"] == "True").await;
+    agent.reload().await.unwrap();
+    // Rounds run every 500ms: a monitor started again would report its
+    // default (False) first, then True with a new transition.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = wait_for_condition(api, |_| true).await;
+        assert_eq!(now, before, "the condition was reset by the reload");
+    }
+    // A changed file starts the monitor again.
+    let changed = dir.path().join("changed.json");
+    let text = std::fs::read_to_string(fixture().join("flag-monitor.json")).unwrap();
+    std::fs::write(&changed, text.replace("no flag file", "no flag file, changed")).unwrap();
+    config(dir.path(), &changed, &fixture(), &fixture().join("plugin"), &flags);
+    agent.reload().await.unwrap();
+    let after = wait_for_condition(api, |c| {
+        c["status"] == "True" && c["last_transition"] != before["last_transition"]
+    })
+    .await;
+    assert_eq!(after["reason"], "FlagIsRaised");
+    agent.stop().await;
+}
