@@ -350,7 +350,7 @@ fn node_conditions(board: &sonde_core::npd::Board) -> serde_json::Value {
                 "status": c.status.as_str(),
                 "reason": c.reason,
                 "message": c.message,
-                "last_transition": humantime::format_rfc3339_seconds(c.transition).to_string(),
+                "last_transition": humantime::format_rfc3339_millis(c.transition).to_string(),
             })
         })
         .collect()
