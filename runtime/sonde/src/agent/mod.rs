@@ -50,8 +50,6 @@ pub struct Agent {
     /// The readiness-gate controller's counters, shown by `/metrics`
     /// whether or not it runs.
     gate_stats: Arc<kubernetes::Stats>,
-    /// What the node-problem-detector monitors last reported.
-    node_problems: Arc<sonde_core::npd::Board>,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -365,7 +363,6 @@ impl Agent {
             executor,
             control,
             gate_stats,
-            node_problems,
             options,
             tasks,
         })
