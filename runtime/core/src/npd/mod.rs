@@ -10,7 +10,7 @@ pub mod state;
 
 use crate::catalog::npd::Monitor;
 use crate::executor::Executor;
-pub use board::Board;
+pub use board::{Board, MAX_PENDING_EVENTS, PendingEvent};
 use sonde_sandbox::engine::Engine;
 use sonde_sandbox::verdict::{RunResult, Status};
 pub use state::{Condition, ConditionStatus, MonitorState, Report, Severity, Verdict};
