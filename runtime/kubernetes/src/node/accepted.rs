@@ -22,9 +22,13 @@ use sonde_core::config;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// How often the leader evaluates the SondeNodeChecks.
 pub(super) const EVALUATE_EVERY: Duration = Duration::from_secs(2);
+/// How long a dry run's verdict on a check is reused while its spec (its
+/// generation) and the catalog's config (its reloads) stay the same.
+const DRY_RUN_TTL: Duration = Duration::from_secs(60);
 
 /// The leader's memory of what it wrote.
 #[derive(Default)]
@@ -34,6 +38,9 @@ pub(super) struct Accepted {
     in_flight: HashSet<String>,
     /// The last refusal recorded as an Event on each check.
     noted: HashMap<String, String>,
+    /// Each check's last dry run: its generation, the catalog's reloads,
+    /// when, and the verdict.
+    dry_runs: HashMap<String, (Option<i64>, u64, Instant, Verdict)>,
 }
 
 /// (status, reason, message) of `Accepted`.
@@ -51,10 +58,11 @@ impl NodeChecks {
         let names: HashSet<String> = all.iter().map(|c| c.name_any()).collect();
         self.accepted.noted.retain(|n, _| names.contains(n));
         self.accepted.written.retain(|n, _| names.contains(n));
+        self.accepted.dry_runs.retain(|n, _| names.contains(n));
     }
 
     async fn verdict(
-        &self,
+        &mut self,
         check: &SondeNodeCheck,
         claims: &std::collections::BTreeMap<String, Vec<String>>,
     ) -> Verdict {
@@ -66,6 +74,25 @@ impl NodeChecks {
             Ok(p) => p,
             Err(r) => return ("False", r.reason(), r.to_string()),
         };
+        let (generation, reloads, now) = (
+            check.metadata.generation,
+            *self.control.reloads().borrow(),
+            Instant::now(),
+        );
+        if let Some((g, r, at, verdict)) = self.accepted.dry_runs.get(&probe.check)
+            && (*g, *r) == (generation, reloads)
+            && now < *at + DRY_RUN_TTL
+        {
+            return verdict.clone();
+        }
+        let verdict = self.dry_run(check, &probe).await;
+        let entry = (generation, reloads, now, verdict.clone());
+        self.accepted.dry_runs.insert(probe.check.clone(), entry);
+        verdict
+    }
+
+    /// The verdict of a dry run of `probe` against the catalog in force.
+    async fn dry_run(&self, check: &SondeNodeCheck, probe: &super::desired::NodeProbe) -> Verdict {
         let source = format!("SondeNodeCheck {}", probe.check);
         let text = serde_json::json!({ "targets": [probe.target] }).to_string();
         let errors = match config::parse(Path::new(&source), &text) {

@@ -176,6 +176,9 @@ pub(crate) async fn run(inputs: Inputs) {
     };
     let mut changes = this.results.subscribe();
     let mut reloads = this.control.reloads();
+    // A check whose oci:// plugin was being pulled is added once it ends.
+    let mut pulls = this.control.pulls_ended();
+    let mut pulls_open = true;
     let mut beats = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
     beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut evaluate = tokio::time::interval(accepted::EVALUATE_EVERY);
@@ -206,6 +209,10 @@ pub(crate) async fn run(inputs: Inputs) {
                 this.owned.clear();
                 this.reconcile().await;
             }
+            ended = pulls.recv(), if pulls_open => match ended {
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => this.reconcile().await,
+                Err(broadcast::error::RecvError::Closed) => pulls_open = false,
+            },
             _ = beats.tick() => this.heartbeat(),
             _ = evaluate.tick(), if *leading.borrow() && this.ready => this.evaluate().await,
             r = leading.changed() => {
