@@ -5,8 +5,10 @@
 //! shipped `crd.yaml` (so it also shows they install on the server's
 //! version), runs a tcp node check against a real local TCP server it
 //! starts, stops and starts again on the same port, and follows the
-//! condition, its heartbeat, the Events and the taint on the Node. It
-//! deletes the Node and the checks it made; CRDs it installed stay (other
+//! condition, its heartbeat, the Events and the taint on the Node; then,
+//! where the server serves ValidatingAdmissionPolicy, the shipped RBAC and
+//! admission policy against requests made as the agent. It deletes the
+//! Nodes, checks and policies it made; CRDs and RBAC it applied stay (other
 //! e2e tests use them).
 
 use super::e2e::client;
@@ -286,10 +288,124 @@ async fn run(kubeconfig: &Path) {
     .await;
     drop(controller);
     agent.stop().await;
+    the_policy_keeps_the_agent_to_its_own_node(&client, &node_name, id).await;
     if let Some(k) = kubelets {
         let _ = checks.delete(&k, &DeleteParams::default()).await;
     }
     let _ = nodes.delete(&node_name, &DeleteParams::default()).await;
+}
+
+/// A request as sonde's agent on `node` makes it: its ServiceAccount, with
+/// the node's name in the user info's extra, as a bound token carries it
+/// (impersonated by the test's admin); the API's error code, if any.
+async fn as_agent(client: &Client, node: &str, path: &str, content_type: &str, body: serde_json::Value) -> Option<u16> {
+    let request = http::Request::patch(path)
+        .header("Content-Type", content_type)
+        .header("Impersonate-User", "system:serviceaccount:sonde-system:sonde")
+        .header("Impersonate-Group", "system:serviceaccounts")
+        .header("Impersonate-Extra-authentication.kubernetes.io%2fnode-name", node)
+        .body(body.to_string().into_bytes())
+        .unwrap();
+    match client.request_text(request).await {
+        Ok(_) => None,
+        Err(kube::Error::Api(e)) => {
+            eprintln!("as the agent: PATCH {path}: {} {}", e.code, e.message);
+            Some(e.code)
+        }
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+/// The shipped `rbac.yaml` and `admission-policy.yaml`, applied, keep the
+/// agent's ServiceAccount to its own Node: its condition is written, but
+/// not another Node's, not the kubelet's `Ready`, not a taint in
+/// Kubernetes' own domains, not a label. Where the server serves
+/// ValidatingAdmissionPolicy v1 only; the policies the test made are
+/// deleted.
+async fn the_policy_keeps_the_agent_to_its_own_node(client: &Client, node: &str, id: u32) {
+    let served = client.list_api_group_resources("admissionregistration.k8s.io/v1").await;
+    if !served.is_ok_and(|l| l.resources.iter().any(|r| r.name == "validatingadmissionpolicies")) {
+        return;
+    }
+    let mut made = Vec::new();
+    for file in ["rbac.yaml", "admission-policy.yaml"] {
+        for doc in split(&text(file)) {
+            let object: DynamicObject = serde_saphyr::from_str(doc).expect("an object");
+            let gvk = GroupVersionKind::try_from(object.types.as_ref().unwrap()).unwrap();
+            let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.expect("a served kind");
+            let name = object.metadata.name.clone().unwrap();
+            let api: Api<DynamicObject> = match &object.metadata.namespace {
+                Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+                    Api::namespaced_with(client.clone(), ns, &resource)
+                }
+                _ => Api::all_with(client.clone(), &resource),
+            };
+            if file == "admission-policy.yaml" && api.get_opt(&name).await.unwrap().is_none() {
+                made.push((api.clone(), name.clone()));
+            }
+            api.patch(&name, &PatchParams::apply("sonde-e2e").force(), &Patch::Apply(&object))
+                .await
+                .unwrap_or_else(|e| panic!("{file}: apply {} {name}: {e}", gvk.kind));
+        }
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let other = format!("sonde-e2e-other-{id}");
+    make_node(&nodes, &other, "other").await;
+    let strategic = "application/strategic-merge-patch+json";
+    let merge = "application/merge-patch+json";
+    let condition = |t: &str| {
+        json!({"status": {"conditions": [{"type": t, "status": "False", "reason": "Fine",
+               "lastHeartbeatTime": "2026-01-01T00:00:00Z"}]}})
+    };
+    let status = |n: &str| format!("/api/v1/nodes/{n}/status");
+    // The binding takes a moment to apply.
+    let denied = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if as_agent(client, node, &status(&other), strategic, condition("Sonde")).await == Some(403) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    assert!(denied.is_ok(), "another Node's status is refused");
+    assert_eq!(
+        as_agent(client, node, &status(node), strategic, condition("Sonde")).await,
+        None,
+        "its own condition"
+    );
+    assert_eq!(
+        as_agent(client, node, &status(node), strategic, condition("Ready")).await,
+        Some(403),
+        "the kubelet's"
+    );
+    // The Node's taints as they are (the API server's TaintNodesByCondition
+    // put node.kubernetes.io/not-ready on it), and one more.
+    let current = nodes.get(node).await.unwrap().spec.unwrap().taints.unwrap_or_default();
+    let taints = |key: &str| {
+        let mut all = serde_json::to_value(&current).unwrap();
+        all.as_array_mut()
+            .unwrap()
+            .push(json!({"key": key, "effect": "NoSchedule"}));
+        json!({"spec": {"taints": all}})
+    };
+    let path = format!("/api/v1/nodes/{node}");
+    assert_eq!(
+        as_agent(client, node, &path, merge, taints("sonde.dev/x")).await,
+        None,
+        "a taint of its own"
+    );
+    assert_eq!(
+        as_agent(client, node, &path, merge, taints("node.kubernetes.io/unreachable")).await,
+        Some(403),
+        "Kubernetes' taint"
+    );
+    let label = json!({"metadata": {"labels": {"sonde.dev/e2e": "changed"}}});
+    assert_eq!(as_agent(client, node, &path, merge, label).await, Some(403), "a label");
+    let _ = nodes.delete(&other, &DeleteParams::default()).await;
+    for (api, name) in made {
+        let _ = api.delete(&name, &DeleteParams::default()).await;
+    }
 }
 
 /// A check claiming the kubelet's `Ready`: the CRD's CEL rule refuses it
