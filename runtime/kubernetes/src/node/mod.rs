@@ -238,6 +238,9 @@ impl NodeChecks {
                     self.labels = labels;
                     self.reconcile().await;
                 }
+                // A newer Node: the taints wanted while the last write's
+                // answer was not seen yet, or changed by someone else.
+                self.retaint();
             }
         }
     }

@@ -379,3 +379,34 @@ async fn the_shipped_node_check_example_runs() {
     let cond = until_status(&api, &typed.spec.condition.type_, "False").await;
     assert_eq!(cond["reason"], typed.spec.condition.ok_reason.as_str());
 }
+
+/// A condition write the API server fails (a 500) is tried again after
+/// backoff and still carries its transition; the Event is not repeated.
+#[tokio::test]
+async fn a_failed_condition_write_is_retried_as_a_transition() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = HttpServer::start().await;
+    let (client, api) = FakeApi::start();
+    api.put(node(NODE, json!({})), true);
+    api.put(
+        node_check("web", &format!("$(NODE_IP):{}", server.addr.port()), "WebDown", 1),
+        true,
+    );
+    api.world()
+        .patch_script
+        .push_back((500, "etcdserver: request timed out".into()));
+    let (_agent, _controller) = node_agent(client, dir.path(), Duration::from_secs(300)).await;
+    let cond = until_status(&api, "WebDown", "False").await;
+    assert!(cond["lastTransitionTime"].is_string());
+    let patches = api.node_patches();
+    assert_eq!(patches.len(), 2, "the failed write and its retry");
+    for p in &patches {
+        assert!(
+            p.body["status"]["conditions"][0]["lastTransitionTime"].is_string(),
+            "{}",
+            p.body
+        );
+    }
+    api.wait("the Event", |_| !node_events(&api).is_empty()).await;
+    assert_eq!(node_events(&api).len(), 1, "one transition, one Event");
+}
