@@ -4,7 +4,10 @@
 //! per (Pod, gate) in the catalog — added when the Pod has an IP, changed
 //! when its IP or the check changes, removed when the Pod goes, each an
 //! incremental catalog change — and writes the gate's condition on the
-//! Pod's status when the probe's state changes (docs/kubernetes.md).
+//! Pod's status when the probe's state changes (docs/kubernetes.md). A
+//! cluster-scoped [`SondeNodeCheck`](node::SondeNodeCheck) is run by every
+//! agent whose node it selects, each setting one condition on its own Node
+//! ([`node`]).
 //!
 //! - [`crd`]: the `SondeCheck` resource;
 //! - `settings`: the agent's `kubernetes:` settings and the plugin
