@@ -118,9 +118,8 @@ impl Writer {
         let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
         let body = status_patch(&sent, &stamp);
         let api: Api<Node> = Api::all(self.client.clone());
-        let (name, tx, stats) = (self.node_name.clone(), self.done_tx.clone(), self.stats.clone());
+        let (name, tx) = (self.node_name.clone(), self.done_tx.clone());
         tokio::spawn(async move {
-            stats.patch_attempts.fetch_add(1, Ordering::Relaxed);
             let params = PatchParams {
                 field_manager: Some(NODE_FIELD_MANAGER.into()),
                 ..PatchParams::default()
@@ -144,13 +143,14 @@ impl Writer {
         match outcome {
             Outcome::Written => {
                 self.attempts = 0;
-                self.stats.patches.fetch_add(1, Ordering::Relaxed);
+                self.stats.node_patches.fetch_add(1, Ordering::Relaxed);
             }
             Outcome::Gone => {
                 self.attempts = 0;
                 tracing::warn!(node = %self.node_name, "this Node is gone: its conditions are not written");
             }
             failed => {
+                self.stats.node_patch_errors.fetch_add(1, Ordering::Relaxed);
                 self.attempts += 1;
                 let wait = backoff(&failed, self.attempts);
                 tracing::warn!(node = %self.node_name, outcome = ?failed, retry_in_ms = wait.as_millis() as u64, "writing a Node condition failed (a 403: the ClusterRole needs nodes/status patch, and the admission policy allows this agent its own Node only)");
@@ -235,12 +235,14 @@ impl NodeChecks {
                 let w = &mut self.writer;
                 w.taint_in_flight = false;
                 if outcome == Outcome::Written {
+                    w.stats.taint_patches.fetch_add(1, Ordering::Relaxed);
                     w.taint_attempts = 0;
                     w.taint_against = Some(against);
                     return;
                 }
                 // A 409 (the Node changed meanwhile) is tried again on the
                 // newer Node, after backoff.
+                w.stats.taint_patch_errors.fetch_add(1, Ordering::Relaxed);
                 w.taint_attempts += 1;
                 let wait = backoff(&outcome, w.taint_attempts);
                 tracing::warn!(node = %self.settings.node_name, outcome = ?outcome, retry_in_ms = wait.as_millis() as u64, "writing this Node's taints failed (a 403: the ClusterRole needs nodes patch)");
