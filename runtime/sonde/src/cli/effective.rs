@@ -179,7 +179,10 @@ fn probe(p: &std::sync::Arc<sonde_core::catalog::ProbeSpec>) -> Value {
 
 /// The `kubernetes:` block, defaults filled in.
 fn kubernetes(k: &sonde_core::config::KubernetesSpec, t: &sonde_core::catalog::settings::NamespaceTemplates) -> Value {
-    use sonde_kubernetes::{DEFAULT_BURST, DEFAULT_MESSAGE_REFRESH, DEFAULT_PLUGINS, DEFAULT_QPS};
+    use sonde_kubernetes::{
+        DEFAULT_BURST, DEFAULT_MESSAGE_REFRESH, DEFAULT_NODE_HEARTBEAT, DEFAULT_NODE_TENANT, DEFAULT_PLUGINS,
+        DEFAULT_QPS,
+    };
     let templates: serde_json::Map<String, Value> = t
         .templates
         .iter()
@@ -201,6 +204,9 @@ fn kubernetes(k: &sonde_core::config::KubernetesSpec, t: &sonde_core::catalog::s
         "qps": k.qps.unwrap_or(DEFAULT_QPS),
         "burst": k.burst.unwrap_or(DEFAULT_BURST),
         "message_refresh": dur(k.message_refresh.map_or(DEFAULT_MESSAGE_REFRESH, |d| d.0)),
+        "node_ip": k.node_ip,
+        "node_tenant": k.node_tenant.as_deref().unwrap_or(DEFAULT_NODE_TENANT),
+        "node_heartbeat": dur(k.node_heartbeat.map_or(DEFAULT_NODE_HEARTBEAT, |d| d.0)),
     })
 }
 

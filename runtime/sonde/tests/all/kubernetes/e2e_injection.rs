@@ -59,7 +59,8 @@ async fn policy_file(client: &Client) -> &'static str {
 /// `podSelector` (a SondeCheck's field is pruned until then).
 async fn install_crd(client: &Client, installed: &mut Installed) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text("crd.yaml")).unwrap();
+    // The first document: SondeCheck's (SondeNodeCheck's follows).
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(split(&text("crd.yaml"))[0]).unwrap();
     let name = crd.metadata.name.clone().unwrap();
     installed.crd = crds.get_opt(&name).await.expect("get the CRD").is_none();
     crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))

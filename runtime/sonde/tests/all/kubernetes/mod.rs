@@ -6,9 +6,11 @@
 mod crd;
 mod e2e;
 mod e2e_injection;
+mod e2e_nodes;
 mod gates;
 mod injection;
 mod namespaces;
+mod nodes;
 mod services;
 mod status;
 
@@ -56,6 +58,7 @@ pub(crate) async fn agent_configured(
         qps: 200.0,
         burst: 200,
         message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
+        node: Default::default(),
     };
     start_gates(client, dir, &config, settings, false).await
 }
