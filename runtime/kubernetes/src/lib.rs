@@ -48,7 +48,7 @@
 //! // The agent's control and results (the `sonde` binary's agent has both).
 //! let settings = GateSettings::new(None, std::env::var("NODE_NAME").ok())?;
 //! let client = kubernetes::connect().await?;
-//! let handle = kubernetes::spawn(client, control, results, settings, Default::default());
+//! let handle = kubernetes::spawn(client, control, results, settings, Default::default(), Default::default());
 //! handle.synced().await;
 //! # Ok(())
 //! # }
@@ -150,6 +150,7 @@ pub fn spawn(
     results: ResultCache,
     settings: GateSettings,
     stats: Arc<Stats>,
+    problems: Arc<sonde_core::npd::Board>,
 ) -> GateController {
     let (synced_tx, synced) = watch::channel(false);
     tracing::info!(node = %settings.node_name, plugins = ?settings.plugins, qps = settings.qps, burst = settings.burst, "kubernetes: serving readiness gates sonde.dev/* of this node's Pods");
@@ -162,6 +163,7 @@ pub fn spawn(
         settings: settings.clone(),
         stats: stats.clone(),
         leading,
+        problems,
     }));
     let (controller, streams) = controller::Reconciler::new(
         client.clone(),

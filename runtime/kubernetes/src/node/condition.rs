@@ -14,13 +14,16 @@ use std::collections::BTreeSet;
 use super::crd::NodeConditionSpec;
 
 /// The longest message written on a Node condition, in bytes.
-const MAX_MESSAGE: usize = 1024;
+pub(crate) const MAX_MESSAGE: usize = 1024;
 
 /// A Node condition sonde owns, as it is or should be on the Node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NodeCond {
     /// `True`: the problem is present (node-problem-detector's convention).
     pub(crate) problem: bool,
+    /// `Unknown`: nobody can tell (a node-problem-detector rule's verdict;
+    /// a node check's unknown state writes nothing). `problem` is false.
+    pub(crate) unknown: bool,
     /// The check's problem or OK reason.
     pub(crate) reason: String,
     /// The run's message.
@@ -45,6 +48,7 @@ impl NodeCond {
         };
         Some(Self {
             problem,
+            unknown: false,
             reason: reason.clone(),
             message: crate::view::cut(message.trim(), MAX_MESSAGE),
         })
@@ -59,13 +63,18 @@ impl NodeCond {
         };
         Some(Self {
             problem,
+            unknown: false,
             reason: c.reason.clone().unwrap_or_default(),
             message: c.message.clone().unwrap_or_default(),
         })
     }
 
-    fn status(&self) -> &'static str {
-        if self.problem { "True" } else { "False" }
+    pub(crate) fn status(&self) -> &'static str {
+        match (self.problem, self.unknown) {
+            (true, _) => "True",
+            (false, true) => "Unknown",
+            (false, false) => "False",
+        }
     }
 }
 

@@ -26,6 +26,7 @@ mod accepted;
 mod condition;
 pub mod crd;
 mod desired;
+mod problems;
 mod reconcile;
 mod writes;
 
@@ -65,6 +66,8 @@ pub(crate) struct Inputs {
     /// Whether this agent holds the status Lease (and so writes the
     /// SondeNodeChecks' status and refusal Events).
     pub(crate) leading: watch::Receiver<bool>,
+    /// What the agent's node-problem-detector monitors report.
+    pub(crate) problems: Arc<sonde_core::npd::Board>,
 }
 
 /// A condition this agent owns on its Node.
@@ -96,6 +99,10 @@ struct NodeChecks {
     events: EventSink,
     accepted: Accepted,
     ready: bool,
+    /// What the node-problem-detector monitors report.
+    problems: Arc<sonde_core::npd::Board>,
+    /// Their conditions as written (or to be), by type.
+    npd: BTreeMap<String, NodeCond>,
 }
 
 /// Keeps of a Node what the task reads: name, UID, resourceVersion,
@@ -129,7 +136,9 @@ pub(crate) async fn run(inputs: Inputs) {
         settings,
         stats,
         mut leading,
+        problems,
     } = inputs;
+    let mut reported = problems.follow();
     let (node, node_writer) = reflector::store();
     let mut node_events = std::pin::pin!(
         watcher::watcher(
@@ -173,6 +182,8 @@ pub(crate) async fn run(inputs: Inputs) {
         events,
         accepted: Accepted::default(),
         ready: false,
+        problems,
+        npd: BTreeMap::new(),
     };
     let mut changes = this.results.subscribe();
     let mut reloads = this.control.reloads();
@@ -214,6 +225,8 @@ pub(crate) async fn run(inputs: Inputs) {
                 Err(broadcast::error::RecvError::Closed) => pulls_open = false,
             },
             _ = beats.tick() => this.heartbeat(),
+            // The board lives as long as the agent: this never ends.
+            Ok(()) = reported.changed(), if this.ready => this.on_problems(),
             _ = evaluate.tick(), if *leading.borrow() && this.ready => this.evaluate().await,
             r = leading.changed() => {
                 if r.is_err() {

@@ -49,7 +49,7 @@ impl NodeChecks {
         wanted
     }
 
-    fn log_refusal(&mut self, check: &str, message: &str) {
+    pub(super) fn log_refusal(&mut self, check: &str, message: &str) {
         if self.refused.get(check).map(String::as_str) != Some(message) {
             tracing::warn!(check, message, "SondeNodeCheck not applied on this node");
             self.refused.insert(check.to_string(), message.to_string());
@@ -206,6 +206,7 @@ impl NodeChecks {
     /// Every owned condition written again, with its probe's latest
     /// message when that run agrees with the status: the heartbeat.
     pub(super) fn heartbeat(&mut self) {
+        self.problems_heartbeat();
         for (type_, owned) in &mut self.owned {
             let Some(current) = &mut owned.current else { continue };
             if let Some(run) = self.results.get(&owned.probe.name).and_then(|v| v.last)

@@ -50,6 +50,8 @@ pub struct Agent {
     /// The readiness-gate controller's counters, shown by `/metrics`
     /// whether or not it runs.
     gate_stats: Arc<kubernetes::Stats>,
+    /// What the node-problem-detector monitors last reported.
+    node_problems: Arc<sonde_core::npd::Board>,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -244,6 +246,12 @@ impl Agent {
         &self.results
     }
 
+    /// What the node-problem-detector monitors last reported (the Node
+    /// writer follows it in Kubernetes mode).
+    pub fn node_problems(&self) -> &Arc<sonde_core::npd::Board> {
+        &self.node_problems
+    }
+
     /// Where the API listens, if it does.
     pub fn api(&self) -> Option<SocketAddr> {
         self.api
@@ -363,6 +371,7 @@ impl Agent {
             executor,
             control,
             gate_stats,
+            node_problems,
             options,
             tasks,
         })
@@ -445,6 +454,7 @@ async fn start_kubernetes(
         agent.results.clone(),
         settings,
         agent.gate_stats.clone(),
+        agent.node_problems.clone(),
     )))
 }
 

@@ -11,6 +11,7 @@ mod gates;
 mod injection;
 mod namespaces;
 mod nodes;
+mod npd_nodes;
 mod services;
 mod status;
 
@@ -89,6 +90,7 @@ pub(crate) async fn start_gates(
         agent.results().clone(),
         settings,
         Default::default(),
+        agent.node_problems().clone(),
     );
     (agent, handle)
 }
