@@ -139,6 +139,8 @@ pub(crate) async fn run(inputs: Inputs) {
         problems,
     } = inputs;
     let mut reported = problems.follow();
+    // What the monitors reported before this task started is written too.
+    reported.mark_changed();
     let (node, node_writer) = reflector::store();
     let mut node_events = std::pin::pin!(
         watcher::watcher(

@@ -7,6 +7,7 @@ mod crd;
 mod e2e;
 mod e2e_injection;
 mod e2e_nodes;
+mod e2e_npd;
 mod gates;
 mod injection;
 mod namespaces;
