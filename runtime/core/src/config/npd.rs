@@ -188,6 +188,23 @@ const DEFAULT_CONCURRENCY: usize = 3;
 const MAX_OUTPUT: usize = 4096;
 /// Programs one monitor runs at once, at most.
 const MAX_CONCURRENCY: usize = 64;
+/// How often a rule may run: at most every 100ms (a probe's shortest
+/// period), at least once a week.
+const INTERVALS: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(7 * 24 * 3600));
+/// How long a rule's program may run: 1ms to an hour.
+const TIMEOUTS: (Duration, Duration) = (Duration::from_millis(1), Duration::from_secs(3600));
+
+/// The Go duration `text`, if it is one within `(min, max)`; else why not.
+fn bounded(text: &str, (min, max): (Duration, Duration)) -> Result<Duration, String> {
+    let human = |d: Duration| humantime::format_duration(d).to_string();
+    match go_duration(text) {
+        Some(d) if d >= min && d <= max => Ok(d),
+        Some(_) => Err(format!("{text:?} is outside {}-{}", human(min), human(max))),
+        None => Err(format!(
+            "{text:?} is not a duration (such as \"30s\", \"1m30s\", \"500ms\")"
+        )),
+    }
+}
 
 impl NpdMonitor {
     /// Reads the monitor file `file`; relative rule paths start at
@@ -277,21 +294,20 @@ fn check(raw: RawMonitor, workdir: &Path, bad: &mut dyn FnMut(String, String)) -
         bad("source".into(), "missing: the name the monitor's Events carry".into());
     }
     let pc = raw.plugin_config;
-    let mut duration = |key: &str, value: Option<String>, default: Duration| match value {
+    let mut duration = |key: &str, value: Option<String>, default: Duration, range| match value {
         None => default,
-        Some(v) => match go_duration(&v) {
-            Some(d) if !d.is_zero() => d,
-            _ => {
-                bad(
-                    key.into(),
-                    format!("{v:?} is not a positive duration (such as \"30s\", \"1m30s\", \"500ms\")"),
-                );
-                default
-            }
-        },
+        Some(v) => bounded(&v, range).unwrap_or_else(|why| {
+            bad(key.into(), why);
+            default
+        }),
     };
-    let invoke_interval = duration("pluginConfig.invoke_interval", pc.invoke_interval, DEFAULT_INTERVAL);
-    let timeout = duration("pluginConfig.timeout", pc.timeout, DEFAULT_TIMEOUT);
+    let invoke_interval = duration(
+        "pluginConfig.invoke_interval",
+        pc.invoke_interval,
+        DEFAULT_INTERVAL,
+        INTERVALS,
+    );
+    let timeout = duration("pluginConfig.timeout", pc.timeout, DEFAULT_TIMEOUT, TIMEOUTS);
     let mut count = |key: &str, value: Option<i64>, default: usize, max: usize| match value {
         None => default,
         Some(n) if n >= 1 && n as u64 <= max as u64 => n as usize,
@@ -407,17 +423,12 @@ fn check_rule(
     if r.reason.is_empty() {
         bad(key("reason"), "missing: the reason a problem is reported with".into());
     }
-    let rule_duration = |k: &str, v: Option<String>, default: Duration, bad: &mut dyn FnMut(String, String)| match v {
-        None => Some(default),
-        Some(v) => match go_duration(&v) {
-            Some(d) if !d.is_zero() => Some(d),
-            _ => {
-                bad(key(k), format!("{v:?} is not a positive duration"));
-                None
-            }
-        },
-    };
-    let rule_timeout = rule_duration("timeout", r.timeout, timeout, bad)?;
+    let rule_duration =
+        |k: &str, v: Option<String>, default: Duration, range, bad: &mut dyn FnMut(String, String)| match v {
+            None => Some(default),
+            Some(v) => bounded(&v, range).map_err(|why| bad(key(k), why)).ok(),
+        };
+    let rule_timeout = rule_duration("timeout", r.timeout, timeout, TIMEOUTS, bad)?;
     if rule_timeout > timeout {
         bad(
             key("timeout"),
@@ -425,7 +436,7 @@ fn check_rule(
         );
         return None;
     }
-    let invoke_interval = rule_duration("invoke_interval", r.invoke_interval, interval, bad)?;
+    let invoke_interval = rule_duration("invoke_interval", r.invoke_interval, interval, INTERVALS, bad)?;
     if r.path.is_empty() {
         bad(key("path"), "missing: the program the rule runs".into());
         return None;

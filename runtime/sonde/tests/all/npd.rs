@@ -237,7 +237,20 @@ fn what_npd_refuses_sonde_refuses_with_the_file_and_key_path() {
         (
             monitor(&rule(r#", "timeout": "ten seconds""#), CONDITION),
             &plugin,
-            r#"rules[0].timeout: "ten seconds" is not a positive duration"#,
+            r#"rules[0].timeout: "ten seconds" is not a duration"#,
+        ),
+        (
+            monitor(&rule(r#", "invoke_interval": "1ns""#), CONDITION),
+            &plugin,
+            r#"rules[0].invoke_interval: "1ns" is outside 100ms-7days"#,
+        ),
+        (
+            monitor(&rule(""), CONDITION).replace(
+                r#""plugin": "custom","#,
+                r#""plugin": "custom", "pluginConfig": {"invoke_interval": "9999999h"},"#,
+            ),
+            &plugin,
+            r#"pluginConfig.invoke_interval: "9999999h" is outside 100ms-7days"#,
         ),
         (
             monitor(
