@@ -70,7 +70,7 @@ impl NodeChecks {
             name: &self.settings.node_name,
             ip: self.settings.node.ip.as_deref(),
         };
-        let probe = match node_probe(check, &identity, &self.settings, claims) {
+        let probe = match node_probe(check, &identity, &self.settings, claims, self.tenant_known()) {
             Ok(p) => p,
             Err(r) => return ("False", r.reason(), r.to_string()),
         };

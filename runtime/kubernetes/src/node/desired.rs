@@ -52,6 +52,11 @@ pub(crate) enum NodeRefusal {
     /// A malformed `nodeSelector`.
     #[error("spec.nodeSelector: {0}")]
     InvalidNodeSelector(String),
+    /// The agent's config has no tenant `kubernetes.node_tenant`.
+    #[error(
+        "the agents' kubernetes.node_tenant {tenant:?} is not a tenant of their config: node checks run in it (docs/kubernetes.md, \"Node conditions\")"
+    )]
+    NoTenant { tenant: String },
     /// The target names `$(NODE_IP)` and the agent does not know it.
     #[error(
         "spec.target {target:?}: the agent does not know its node's address (NODE_IP from the downward API's status.hostIP, or kubernetes.node_ip)"
@@ -68,6 +73,7 @@ impl NodeRefusal {
             Self::ConditionClaimed { .. } => "ConditionClaimed",
             Self::InvalidNodeSelector(_) => "InvalidNodeSelector",
             Self::NoNodeIp { .. } => "NoNodeIP",
+            Self::NoTenant { .. } => "NoTenant",
         }
     }
 }
@@ -158,15 +164,22 @@ pub(crate) fn node_probe_name(check: &str) -> String {
     bounded_name(format!("k8snode_{check}"))
 }
 
-/// The probe of `check` on `node`, in the node tenant; its refusals are
-/// [`refusal`]'s, and a target naming an address the agent does not know.
+/// The probe of `check` on `node`, in the node tenant (`tenant_known`:
+/// whether the agent's config has it); its refusals are [`refusal`]'s, the
+/// missing tenant, and a target naming an address the agent does not know.
 pub(crate) fn node_probe(
     check: &SondeNodeCheck,
     node: &NodeIdentity<'_>,
     settings: &GateSettings,
     claims: &BTreeMap<String, Vec<String>>,
+    tenant_known: bool,
 ) -> Result<NodeProbe, NodeRefusal> {
     refusal(check, settings, claims)?;
+    if !tenant_known {
+        return Err(NodeRefusal::NoTenant {
+            tenant: settings.node.tenant.clone(),
+        });
+    }
     let spec = &check.spec;
     let var = |name: &str| node.var(name);
     let address = expand_str(&spec.target, var);
@@ -246,7 +259,7 @@ mod tests {
             name: "node-1",
             ip: Some("10.0.0.7"),
         };
-        let p = node_probe(&c, &node, &settings(), &claims([&c])).unwrap();
+        let p = node_probe(&c, &node, &settings(), &claims([&c]), true).unwrap();
         assert_eq!(p.name, "k8snode_felix");
         assert_eq!(p.target["address"], "10.0.0.7:9099");
         assert_eq!(p.target["tenant"], "node");
@@ -262,9 +275,12 @@ mod tests {
             ip: None,
         };
         let c = felix("felix");
-        let e = node_probe(&c, &no_ip, &s, &claims([&c])).unwrap_err();
+        let e = node_probe(&c, &no_ip, &s, &claims([&c]), true).unwrap_err();
         assert_eq!(e.reason(), "NoNodeIP");
         assert!(e.to_string().contains("spec.target \"$(NODE_IP):9099\""), "{e}");
+        let e = node_probe(&c, &no_ip, &s, &claims([&c]), false).unwrap_err();
+        assert_eq!(e.reason(), "NoTenant");
+        assert!(e.to_string().contains("kubernetes.node_tenant \"node\""), "{e}");
 
         let exec = check(
             "x",

@@ -126,67 +126,79 @@ fn trim_node(node: &mut Node) {
     });
 }
 
-/// Runs the node checks of `inputs.settings.node_name` until the watches
-/// end (never, unless the client goes away).
-pub(crate) async fn run(inputs: Inputs) {
-    let Inputs {
-        client,
-        control,
-        results,
-        settings,
-        stats,
-        mut leading,
-        problems,
-    } = inputs;
-    let mut reported = problems.follow();
-    // What the monitors reported before this task started is written too.
-    reported.mark_changed();
-    let (node, node_writer) = reflector::store();
-    let mut node_events = std::pin::pin!(
-        watcher::watcher(
+/// A reflector's stream, which fills its store as it is polled.
+type Reflected<K> = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Event<K>, watcher::Error>> + Send>>;
+
+impl NodeChecks {
+    /// The task's state on `inputs`, reporting writes on `done_tx`, and the
+    /// streams of its own Node and of the SondeNodeChecks.
+    fn new(
+        inputs: Inputs,
+        done_tx: mpsc::UnboundedSender<writes::Done>,
+    ) -> (Self, Reflected<Node>, Reflected<SondeNodeCheck>) {
+        let Inputs {
+            client,
+            control,
+            results,
+            settings,
+            stats,
+            leading: _,
+            problems,
+        } = inputs;
+        let (node, node_writer) = reflector::store();
+        let node_events = watcher::watcher(
             Api::<Node>::all(client.clone()),
             watcher::Config::default().fields(&format!("metadata.name={}", settings.node_name)),
         )
         .default_backoff()
         .modify(trim_node)
-        .reflect(node_writer)
-    );
-    let (checks, check_writer) = reflector::store();
-    let mut check_events = std::pin::pin!(
-        watcher::watcher(Api::<SondeNodeCheck>::all(client.clone()), watcher::Config::default())
+        .reflect(node_writer);
+        let (checks, check_writer) = reflector::store();
+        let check_events = watcher::watcher(Api::<SondeNodeCheck>::all(client.clone()), watcher::Config::default())
             .default_backoff()
             .modify(|c: &mut SondeNodeCheck| c.managed_fields_mut().clear())
-            .reflect(check_writer)
-    );
+            .reflect(check_writer);
+        let events = EventSink::new(
+            client.clone(),
+            &settings.node_name,
+            settings.qps,
+            settings.burst,
+            stats.clone(),
+        );
+        let writer = Writer::new(client.clone(), &settings, stats.clone(), done_tx);
+        let this = Self {
+            client,
+            control,
+            results,
+            settings,
+            stats,
+            node,
+            checks,
+            owned: BTreeMap::new(),
+            refused: HashMap::new(),
+            labels: None,
+            managed_taints: BTreeSet::new(),
+            writer,
+            events,
+            accepted: Accepted::default(),
+            ready: false,
+            problems,
+            npd: BTreeMap::new(),
+        };
+        (this, Box::pin(node_events), Box::pin(check_events))
+    }
+}
+
+/// Runs the node checks of `inputs.settings.node_name` until the watches
+/// end (never, unless the client goes away).
+pub(crate) async fn run(inputs: Inputs) {
+    let mut leading = inputs.leading.clone();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
-    let events = EventSink::new(
-        client.clone(),
-        &settings.node_name,
-        settings.qps,
-        settings.burst,
-        stats.clone(),
-    );
-    let writer = Writer::new(client.clone(), &settings, stats.clone(), done_tx);
-    let heartbeat = settings.node.heartbeat;
-    let mut this = NodeChecks {
-        client,
-        control,
-        results,
-        settings,
-        stats,
-        node,
-        checks,
-        owned: BTreeMap::new(),
-        refused: HashMap::new(),
-        labels: None,
-        managed_taints: BTreeSet::new(),
-        writer,
-        events,
-        accepted: Accepted::default(),
-        ready: false,
-        problems,
-        npd: BTreeMap::new(),
-    };
+    let (mut this, mut node_events, mut check_events) = NodeChecks::new(inputs, done_tx);
+    let heartbeat = this.settings.node.heartbeat;
+    let mut reported = this.problems.follow();
+    // What the monitors reported before this task started is written too.
+    reported.mark_changed();
     let mut changes = this.results.subscribe();
     let mut reloads = this.control.reloads();
     // A check whose oci:// plugin was being pulled is added once it ends.

@@ -29,6 +29,7 @@ impl NodeChecks {
             name: &name,
             ip: ip.as_deref(),
         };
+        let tenant_known = self.tenant_known();
         let mut wanted = BTreeMap::new();
         for check in &all {
             if let Some(t) = &check.spec.taint {
@@ -38,7 +39,7 @@ impl NodeChecks {
             if !selects(check.spec.node_selector.as_ref(), node.labels()) {
                 continue;
             }
-            match node_probe(check, &identity, &self.settings, &claims) {
+            match node_probe(check, &identity, &self.settings, &claims, tenant_known) {
                 Ok(p) => {
                     self.refused.remove(&p.check);
                     wanted.insert(p.condition.type_.clone(), p);
@@ -47,6 +48,11 @@ impl NodeChecks {
             }
         }
         wanted
+    }
+
+    /// Whether the config in force has the node tenant.
+    pub(super) fn tenant_known(&self) -> bool {
+        self.control.tenants().get(&self.settings.node.tenant).is_some()
     }
 
     pub(super) fn log_refusal(&mut self, check: &str, message: &str) {

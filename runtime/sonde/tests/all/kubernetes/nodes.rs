@@ -410,3 +410,28 @@ async fn a_failed_condition_write_is_retried_as_a_transition() {
     api.wait("the Event", |_| !node_events(&api).is_empty()).await;
     assert_eq!(node_events(&api).len(), 1, "one transition, one Event");
 }
+
+/// An agent whose config has no node tenant applies no node check, and
+/// says why on the check (`NoTenant`).
+#[tokio::test]
+async fn without_the_node_tenant_no_node_check_is_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, api) = FakeApi::start();
+    api.open_leases();
+    api.put(node(NODE, json!({})), true);
+    api.put(node_check("port", "$(NODE_IP):1", "PortDown", 1), true);
+    let mut settings = GateSettings::new(None, Some(NODE.into())).unwrap();
+    settings.node.ip = Some("127.0.0.1".into());
+    let (agent, _controller) = start_gates(client, dir.path(), "targets: []\n", settings, false).await;
+    api.wait("NoTenant", |_| {
+        api.node_check("port")["status"]["conditions"][0]["reason"] == "NoTenant"
+    })
+    .await;
+    let message = api.node_check("port")["status"]["conditions"][0]["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("kubernetes.node_tenant \"node\""),
+        "{message}"
+    );
+    assert!(agent.results().get("k8snode_port").is_none());
+    assert!(api.node_patches().is_empty());
+}
