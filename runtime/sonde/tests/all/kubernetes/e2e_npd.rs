@@ -4,7 +4,7 @@
 //! `SONDE_E2E_KUBECONFIG` names a kubeconfig. The agent runs the fixture
 //! monitor (`tests/cases/npd`) and the test follows its condition and
 //! heartbeat on the Node, and its Events, as `kubectl describe node` reads
-//! them. It needs the CRDs (the node-check e2e applies them); it deletes
+//! them, and the heartbeat going stale once the agent stops. It needs the CRDs (the node-check e2e applies them); it deletes
 //! the Node it made.
 
 use super::e2e::client;
@@ -120,10 +120,26 @@ async fn run(kubeconfig: &Path) {
     let reasons: Vec<String> = about.items.iter().filter_map(|e| e.reason.clone()).collect();
     assert!(reasons.iter().any(|r| r == "FlagIsRaised"), "{reasons:?}");
 
+    // The agent stops: its heartbeat goes stale, as `kubectl describe node`
+    // then shows (no kubelet or controller marks it; a reader compares
+    // lastHeartbeatTime with the heartbeat period).
     controller.stop();
     agent.stop().await;
+    let last = nodes.get(&name).await.unwrap();
+    let beat = condition(&last, "FlagProblem").unwrap().last_heartbeat_time.unwrap();
+    tokio::time::sleep(HEARTBEAT * 2 + Duration::from_secs(2)).await;
+    let later = condition(&nodes.get(&name).await.unwrap(), "FlagProblem").unwrap();
+    assert_eq!(
+        later.last_heartbeat_time.as_ref(),
+        Some(&beat),
+        "no heartbeat after the agent stopped"
+    );
+    let age = k8s_openapi::jiff::Timestamp::now().duration_since(beat.0).as_secs();
+    assert!(age >= (HEARTBEAT * 2).as_secs() as i64, "stale by {age}s");
     let _ = nodes.delete(&name, &DeleteParams::default()).await;
-    eprintln!("e2e npd monitor: the condition came, beat and went on Node {name}; Events {reasons:?}");
+    eprintln!(
+        "e2e npd monitor: the condition came, beat and went on Node {name}; Events {reasons:?}; the heartbeat was {age}s stale after the agent stopped"
+    );
 }
 
 /// Against a real API server: runs only with `SONDE_E2E_KUBECONFIG`.
