@@ -180,7 +180,7 @@ mod tests {
         let board = Board::default();
         board.report("s", &event("Before"));
         assert!(board.take_events().is_empty(), "nobody followed yet");
-        let mut woken = board.follow();
+        let woken = board.follow();
         for i in 0..MAX_PENDING_EVENTS + 3 {
             board.report("s", &event(&format!("R{i}")));
         }

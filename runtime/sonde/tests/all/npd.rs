@@ -32,6 +32,26 @@ fn config(dir: &Path, file: &Path, workdir: &Path, exec: &Path, flags: &Path) ->
     path
 }
 
+/// An agent running the fixture monitor, its flag files in a fresh
+/// directory (`flags/flag` holding `flag` first, when given).
+async fn fixture_agent(flag: Option<&str>) -> (tempfile::TempDir, PathBuf, sonde::agent::Agent, std::net::SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = dir.path().join("flags");
+    std::fs::create_dir(&flags).unwrap();
+    if let Some(text) = flag {
+        std::fs::write(flags.join("flag"), text).unwrap();
+    }
+    let path = config(
+        dir.path(),
+        &fixture().join("flag-monitor.json"),
+        &fixture(),
+        &fixture().join("plugin"),
+        &flags,
+    );
+    let (agent, api) = start_agent(&path).await;
+    (dir, flags, agent, api)
+}
+
 /// Polls `/metrics` until a line starts with `series` and ends with
 /// ` value` (20 s at most).
 async fn wait_for(api: std::net::SocketAddr, series: &str, value: &str) {
@@ -84,17 +104,7 @@ async fn wait_for_condition(api: std::net::SocketAddr, test: impl Fn(&serde_json
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_npd_monitor_sets_its_condition_and_counts_its_events() {
-    let dir = tempfile::tempdir().unwrap();
-    let flags = dir.path().join("flags");
-    std::fs::create_dir(&flags).unwrap();
-    let path = config(
-        dir.path(),
-        &fixture().join("flag-monitor.json"),
-        &fixture(),
-        &fixture().join("plugin"),
-        &flags,
-    );
-    let (agent, api) = start_agent(&path).await;
+    let (_dir, flags, agent, api) = fixture_agent(None).await;
     let gauge = |reason: &str| {
         format!("sonde_node_problem{{source=\"flag-plugin-monitor\",type=\"FlagProblem\",reason=\"{reason}\"}}")
     };
@@ -382,18 +392,7 @@ fn a_rule_stays_inside_its_tenants_ceiling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_keeps_an_unchanged_monitor_and_its_conditions() {
-    let dir = tempfile::tempdir().unwrap();
-    let flags = dir.path().join("flags");
-    std::fs::create_dir(&flags).unwrap();
-    std::fs::write(flags.join("flag"), "raised").unwrap();
-    let path = config(
-        dir.path(),
-        &fixture().join("flag-monitor.json"),
-        &fixture(),
-        &fixture().join("plugin"),
-        &flags,
-    );
-    let (agent, api) = start_agent(&path).await;
+    let (dir, flags, agent, api) = fixture_agent(Some("raised")).await;
     let before = wait_for_condition(api, |c| c["status"] == "True").await;
     agent.reload().await.unwrap();
     // Rounds run every 500ms: a monitor started again would report its

@@ -19,9 +19,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use sonde_kubernetes as kubernetes;
 use sonde_kubernetes::node::SondeNodeCheck;
-use sonde_kubernetes::{self as kubernetes, Allowlist, GateSettings, NodeSettings};
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -158,19 +157,7 @@ async fn make_node(nodes: &Api<Node>, name: &str, label: &str) {
 
 async fn start_agent(client: Client, node: &str, dir: &Path) -> (sonde::agent::Agent, kubernetes::GateController) {
     let config = "tenants:\n  - id: node\n    ceiling: {net: [\"127.0.0.0/8:*\"]}\ntargets: []\n";
-    let settings = GateSettings {
-        node_name: node.into(),
-        plugins: Allowlist::parse(&["tcp".into()]).unwrap(),
-        namespaces: BTreeMap::new(),
-        qps: 5.0,
-        burst: 10,
-        message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
-        node: NodeSettings {
-            ip: Some("127.0.0.1".into()),
-            tenant: "node".into(),
-            heartbeat: HEARTBEAT,
-        },
-    };
+    let settings = crate::kubernetes::node_settings(node, HEARTBEAT, 5.0);
     crate::kubernetes::start_gates(client, dir, config, settings, false).await
 }
 

@@ -13,8 +13,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use sonde_kubernetes::{self as kubernetes, Allowlist, GateSettings, NodeSettings};
-use std::collections::BTreeMap;
+use sonde_kubernetes as kubernetes;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -62,19 +61,7 @@ async fn start_agent(
         fixture().join("plugin").display(),
         flags.display()
     );
-    let settings = GateSettings {
-        node_name: node.into(),
-        plugins: Allowlist::parse(&["tcp".into()]).unwrap(),
-        namespaces: BTreeMap::new(),
-        qps: 5.0,
-        burst: 10,
-        message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
-        node: NodeSettings {
-            ip: Some("127.0.0.1".into()),
-            tenant: "node".into(),
-            heartbeat: HEARTBEAT,
-        },
-    };
+    let settings = crate::kubernetes::node_settings(node, HEARTBEAT, 5.0);
     crate::kubernetes::start_gates(client, dir, &config, settings, false).await
 }
 

@@ -96,6 +96,25 @@ pub(crate) async fn start_gates(
     (agent, handle)
 }
 
+/// The settings of an agent on Node `node` (address 127.0.0.1) that runs
+/// node checks in tenant `node`, heartbeating every `heartbeat`, writing
+/// at most `qps` a second, with the `http` and `tcp` plugins allowed.
+pub(crate) fn node_settings(node: &str, heartbeat: Duration, qps: f64) -> sonde_kubernetes::GateSettings {
+    sonde_kubernetes::GateSettings {
+        node_name: node.into(),
+        plugins: sonde_kubernetes::Allowlist::parse(&["http".to_string(), "tcp".to_string()]).unwrap(),
+        namespaces: std::collections::BTreeMap::new(),
+        qps,
+        burst: (qps * 2.0) as u32,
+        message_refresh: sonde_kubernetes::DEFAULT_MESSAGE_REFRESH,
+        node: sonde_kubernetes::NodeSettings {
+            ip: Some("127.0.0.1".into()),
+            tenant: "node".into(),
+            heartbeat,
+        },
+    }
+}
+
 /// Waits until probe `name` has run `n` more times than `after`.
 pub(crate) async fn runs(agent: &Agent, name: &str, n: usize) {
     let start = agent.results().get(name).and_then(|v| v.history).map_or(0, |h| h.len());

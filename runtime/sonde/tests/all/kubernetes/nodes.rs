@@ -11,9 +11,8 @@ use crate::support::fake_api::*;
 use crate::support::fake_nodes::{node, node_check};
 use serde_json::{Value, json};
 use sonde::agent::Agent;
-use sonde_kubernetes::{self as kubernetes, Allowlist, GateSettings, NodeSettings};
+use sonde_kubernetes::{self as kubernetes, GateSettings};
 use sonde_tests::HttpServer;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -22,19 +21,7 @@ const CONFIG: &str = "tenants:\n  - id: node\n    quotas: {max_probes: 20, max_c
 
 /// An agent on [`NODE`] (address 127.0.0.1) heartbeating every `heartbeat`.
 async fn node_agent(client: kube::Client, dir: &Path, heartbeat: Duration) -> (Agent, kubernetes::GateController) {
-    let settings = GateSettings {
-        node_name: NODE.into(),
-        plugins: Allowlist::parse(&["http".to_string(), "tcp".to_string()]).unwrap(),
-        namespaces: BTreeMap::new(),
-        qps: 200.0,
-        burst: 200,
-        message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
-        node: NodeSettings {
-            ip: Some("127.0.0.1".into()),
-            tenant: "node".into(),
-            heartbeat,
-        },
-    };
+    let settings = super::node_settings(NODE, heartbeat, 200.0);
     start_gates(client, dir, CONFIG, settings, false).await
 }
 

@@ -9,9 +9,7 @@ use super::{NODE, start_gates};
 use crate::support::fake_api::*;
 use crate::support::fake_nodes::{node, node_check};
 use serde_json::{Value, json};
-use sonde_kubernetes::{self as kubernetes, Allowlist, GateSettings, NodeSettings};
 use sonde_tests::HttpServer;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -31,20 +29,8 @@ fn config(flags: &Path) -> String {
     )
 }
 
-fn settings() -> GateSettings {
-    GateSettings {
-        node_name: NODE.into(),
-        plugins: Allowlist::parse(&["http".to_string(), "tcp".to_string()]).unwrap(),
-        namespaces: BTreeMap::new(),
-        qps: 200.0,
-        burst: 200,
-        message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
-        node: NodeSettings {
-            ip: Some("127.0.0.1".into()),
-            tenant: "node".into(),
-            heartbeat: Duration::from_secs(300),
-        },
-    }
+fn settings() -> sonde_kubernetes::GateSettings {
+    super::node_settings(NODE, Duration::from_secs(300), 200.0)
 }
 
 /// Condition `t` of [`NODE`].
