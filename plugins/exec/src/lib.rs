@@ -5,6 +5,11 @@
 //! - `mode: nagios`: 0/1/2/3 → success/warning/failure/unknown, the first
 //!   line of stdout is the message, and the performance data after `|` becomes
 //!   metrics — so the monitoring-plugins ecosystem runs unchanged.
+//! - `mode: npd`: node-problem-detector's custom plugin convention: 0/1 →
+//!   success/failure (no problem / a problem), anything else, a timeout or
+//!   a signal → unknown; the message is stdout, trimmed and cut to
+//!   `max_output_length` bytes (default 80, as NPD's) — so NPD's custom
+//!   plugins run unchanged.
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
@@ -25,7 +30,11 @@ enum Mode {
     #[default]
     ExitCode,
     Nagios,
+    Npd,
 }
+
+/// node-problem-detector's default `max_output_length`.
+const NPD_OUTPUT: usize = 80;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,6 +42,9 @@ struct Config {
     command: Vec<String>,
     #[serde(default)]
     mode: Mode,
+    /// `mode: npd` only: the longest message, in bytes.
+    #[serde(default)]
+    max_output_length: Option<usize>,
 }
 
 const SCHEMA: &str = r#"{
@@ -48,8 +60,12 @@ const SCHEMA: &str = r#"{
       "type": "array", "items": {"type": "string"}, "minItems": 1
     },
     "mode": {
-      "description": "exit-code: 0 is success, anything else failure. nagios: 0/1/2/3 are success/warning/failure/unknown and perfdata after | becomes metrics.",
-      "enum": ["exit-code", "nagios"], "default": "exit-code"
+      "description": "exit-code: 0 is success, anything else failure. nagios: 0/1/2/3 are success/warning/failure/unknown and perfdata after | becomes metrics. npd: node-problem-detector's 0/1/other as success/failure/unknown, stdout as the message.",
+      "enum": ["exit-code", "nagios", "npd"], "default": "exit-code"
+    },
+    "max_output_length": {
+      "description": "mode npd only: the message is stdout, trimmed and cut to this many bytes (node-problem-detector's max_output_length).",
+      "type": "integer", "minimum": 1, "maximum": 4096, "default": 80
     }
   }
 }"#;
@@ -81,6 +97,9 @@ impl Probe for Exec {
                 "command must start with the program's absolute path",
             ));
         }
+        if config.max_output_length.is_some() && config.mode != Mode::Npd {
+            return Err(ProbeError::invalid_config("max_output_length applies to mode npd only"));
+        }
         let timeout = req.remaining().saturating_sub(MARGIN);
         let out = run(&config.command, timeout)?;
         Ok(verdict(&config, &out, timeout))
@@ -91,6 +110,10 @@ fn verdict(config: &Config, out: &ExecOutput, timeout: Duration) -> Outcome {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let program = &config.command[0];
+    if config.mode == Mode::Npd {
+        let limit = config.max_output_length.unwrap_or(NPD_OUTPUT);
+        return npd(program, out, &stdout, limit, timeout);
+    }
     let outcome = match (out.exit_code, out.timed_out) {
         (_, true) => Outcome::failure(format!("{program} timed out after {}ms", timeout.as_millis())),
         (None, false) => Outcome::failure(format!("{program} was killed by a signal")),
@@ -111,6 +134,7 @@ fn verdict(config: &Config, out: &ExecOutput, timeout: Duration) -> Outcome {
                 }
             }
             Mode::Nagios => nagios(code, &stdout),
+            Mode::Npd => unreachable!("mode npd returned above"),
         },
     };
     let detail = if stderr.trim().is_empty() {
@@ -122,6 +146,39 @@ fn verdict(config: &Config, out: &ExecOutput, timeout: Duration) -> Outcome {
         outcome
     } else {
         outcome.with_detail(detail)
+    }
+}
+
+/// Maps an NPD custom plugin's exit code and output: 0 no problem, 1 a
+/// problem, anything else (a timeout, a signal) unknown; the message is
+/// stdout, trimmed, at most `limit` bytes (cut on a character boundary).
+/// stderr is kept as the detail, as NPD logs it.
+fn npd(program: &str, out: &ExecOutput, stdout: &str, limit: usize, timeout: Duration) -> Outcome {
+    let output = stdout.trim();
+    let message = if out.timed_out {
+        format!(
+            "Timeout when running plugin {program:?} after {}ms. output - {output:?}",
+            timeout.as_millis()
+        )
+    } else {
+        output.to_string()
+    };
+    let mut cut = limit.min(message.len());
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let message = &message[..cut];
+    let status = match (out.exit_code, out.timed_out) {
+        (Some(0), false) => Status::Success,
+        (Some(1), false) => Status::Failure,
+        _ => Status::Unknown,
+    };
+    let outcome = Outcome::new(status, message);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.trim().is_empty() {
+        outcome
+    } else {
+        outcome.with_detail(format!("--- stderr ---\n{stderr}"))
     }
 }
 
@@ -197,6 +254,45 @@ sonde_sdk::export!(Exec);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ended(exit_code: Option<i32>, timed_out: bool, stdout: &str) -> ExecOutput {
+        ExecOutput {
+            exit_code,
+            timed_out,
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn npd_codes_are_ok_problem_and_unknown() {
+        let run = |code, timed_out| {
+            let out = ended(code, timed_out, "  ntp service is down\n");
+            npd("/p", &out, "  ntp service is down\n", 80, Duration::from_secs(3))
+        };
+        let o = run(Some(0), false);
+        assert_eq!((o.status, o.message.as_str()), (Status::Success, "ntp service is down"));
+        assert_eq!(run(Some(1), false).status, Status::Failure);
+        for (code, timed_out) in [(Some(2), false), (Some(3), false), (Some(-1), false), (None, false)] {
+            assert_eq!(run(code, timed_out).status, Status::Unknown, "{code:?}");
+        }
+        let o = run(None, true);
+        assert_eq!(o.status, Status::Unknown);
+        assert!(
+            o.message.starts_with("Timeout when running plugin \"/p\" after 3000ms"),
+            "{}",
+            o.message
+        );
+    }
+
+    #[test]
+    fn npd_output_is_cut_to_its_length_on_a_character_boundary() {
+        let text = "é".repeat(50);
+        let o = npd("/p", &ended(Some(1), false, &text), &text, 81, Duration::ZERO);
+        assert_eq!(o.message, "é".repeat(40), "81 bytes cut back to 80: no half character");
+        let o = npd("/p", &ended(Some(1), false, "short"), "short", 80, Duration::ZERO);
+        assert_eq!(o.message, "short");
+    }
 
     #[test]
     fn nagios_codes_message_and_perfdata() {

@@ -15,6 +15,7 @@ pub mod config;
 pub mod control;
 pub mod executor;
 pub mod metrics;
+pub mod npd;
 pub mod results;
 pub mod scheduler;
 pub mod tenants;

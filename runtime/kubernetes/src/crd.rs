@@ -1,14 +1,14 @@
 //! The `SondeCheck` custom resource (`sonde.dev/v1alpha1`, namespaced).
 //! The Rust type is the source of truth: `#[derive(CustomResource)]` gives
 //! it its `kube::Resource` and its CRD, from which
-//! `deploy/kubernetes/crd.yaml` is generated ([`crd_yaml`]; a test fails
+//! `deploy/kubernetes/crd.yaml` is generated ([`crate::crd_yaml`]; a test fails
 //! when the shipped file and the type disagree, see docs/kubernetes.md).
 //! Field names follow the kubelet's probe spec; the doc comments of the
 //! spec's fields are the descriptions `kubectl explain` shows.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 /// The API group.
@@ -133,13 +133,13 @@ pub struct SondeCheckSpec {
 /// Service's own for a Service's).
 const PORT_NAME: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
-fn one() -> u32 {
+pub(crate) fn one() -> u32 {
     1
 }
-fn three() -> u32 {
+pub(crate) fn three() -> u32 {
     3
 }
-fn ten() -> u32 {
+pub(crate) fn ten() -> u32 {
     10
 }
 
@@ -164,7 +164,7 @@ impl Default for SondeCheckSpec {
 }
 
 /// The schema of `config`: any JSON object, kept as written.
-fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,
@@ -177,16 +177,22 @@ pub const SELECTOR_OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExis
 /// The schema of `podSelector`: Kubernetes' LabelSelector, with its
 /// operators listed (an `enum`, checked by the API server without CEL).
 fn pod_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    label_selector_schema("a Pod")
+}
+
+/// The schema of a label selector of `whom` ("a Pod", "a Node"):
+/// Kubernetes' LabelSelector, with its operators listed.
+pub(crate) fn label_selector_schema(whom: &str) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
         "properties": {
             "matchLabels": {
-                "description": "Labels a Pod must carry, each with this value.",
+                "description": format!("Labels {whom} must carry, each with this value."),
                 "type": "object",
                 "additionalProperties": {"type": "string"},
             },
             "matchExpressions": {
-                "description": "Requirements a Pod's labels must all meet.",
+                "description": format!("Requirements {whom}'s labels must all meet."),
                 "type": "array",
                 "items": {
                     "type": "object",
@@ -340,22 +346,6 @@ pub struct StatusCondition {
     /// The metadata.generation it was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-}
-
-/// The header of the generated `deploy/kubernetes/crd.yaml`.
-const CRD_HEADER: &str = "\
-# SondeCheck: a check that sonde's DaemonSet runs against each Pod that names
-# it in a readiness gate `sonde.dev/<check-name>` (docs/kubernetes.md).
-# Generated from the SondeCheck type (runtime/kubernetes/src/crd.rs): do not
-# edit by hand; regenerate with
-#   SONDE_WRITE_CRD=1 cargo test --workspace --test all -- shipped_crd
-";
-
-/// The CRD of [`SondeCheck`] as `deploy/kubernetes/crd.yaml` ships it.
-pub fn crd_yaml() -> String {
-    let crd = SondeCheck::crd();
-    let yaml = serde_saphyr::to_string(&crd).expect("a CRD serializes");
-    format!("{CRD_HEADER}{yaml}")
 }
 
 #[cfg(test)]

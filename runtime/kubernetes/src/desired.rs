@@ -16,7 +16,12 @@ use std::net::IpAddr;
 /// name is unambiguous), or, past the catalog's 128 bytes, a prefix and a
 /// hash of the three.
 pub fn probe_name(namespace: &str, pod: &str, check: &str) -> String {
-    let full = format!("k8s_{namespace}_{pod}_{check}");
+    bounded_name(format!("k8s_{namespace}_{pod}_{check}"))
+}
+
+/// `full` as a catalog name: itself up to 128 bytes, else a prefix and a
+/// hash of the whole.
+pub(crate) fn bounded_name(full: String) -> String {
     if full.len() <= 128 {
         return full;
     }

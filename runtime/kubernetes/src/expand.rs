@@ -59,16 +59,22 @@ impl PodIdentity {
 /// `config` with every string value's references to `pod`'s variables
 /// expanded.
 pub(crate) fn expand(config: &Value, pod: &PodIdentity) -> Value {
+    expand_with(config, &|name| pod.var(name))
+}
+
+/// `config` with every string value's references to the variables `var`
+/// defines expanded (a node check's `$(NODE_NAME)`, `$(NODE_IP)`).
+pub(crate) fn expand_with<'a>(config: &Value, var: &dyn Fn(&str) -> Option<&'a str>) -> Value {
     match config {
-        Value::String(s) => Value::String(expand_str(s, |name| pod.var(name))),
-        Value::Array(items) => Value::Array(items.iter().map(|v| expand(v, pod)).collect()),
-        Value::Object(fields) => Value::Object(fields.iter().map(|(k, v)| (k.clone(), expand(v, pod))).collect()),
+        Value::String(s) => Value::String(expand_str(s, var)),
+        Value::Array(items) => Value::Array(items.iter().map(|v| expand_with(v, var)).collect()),
+        Value::Object(fields) => Value::Object(fields.iter().map(|(k, v)| (k.clone(), expand_with(v, var))).collect()),
         other => other.clone(),
     }
 }
 
 /// One string, expanded with Kubernetes' rules.
-fn expand_str<'a>(s: &str, var: impl Fn(&str) -> Option<&'a str>) -> String {
+pub(crate) fn expand_str<'a>(s: &str, var: impl Fn(&str) -> Option<&'a str>) -> String {
     if !s.contains('$') {
         return s.to_string();
     }

@@ -4,7 +4,10 @@
 //! per (Pod, gate) in the catalog — added when the Pod has an IP, changed
 //! when its IP or the check changes, removed when the Pod goes, each an
 //! incremental catalog change — and writes the gate's condition on the
-//! Pod's status when the probe's state changes (docs/kubernetes.md).
+//! Pod's status when the probe's state changes (docs/kubernetes.md). A
+//! cluster-scoped [`SondeNodeCheck`](node::SondeNodeCheck) is run by every
+//! agent whose node it selects, each setting one condition on its own Node
+//! ([`node`]).
 //!
 //! - [`crd`]: the `SondeCheck` resource;
 //! - `settings`: the agent's `kubernetes:` settings and the plugin
@@ -25,6 +28,8 @@
 //!   whose tenants the config's namespace templates make.
 //! - [`status`]: each SondeCheck's `status`, written by the one agent
 //!   elected through a Lease.
+//! - [`node`]: `SondeNodeCheck`s, run by every agent whose node they
+//!   select, each setting one condition on its own Node.
 //!
 //! Namespaces map to tenants (by default the tenant of the namespace's
 //! name), so a check is held to its tenant's quotas and ceiling like any
@@ -43,7 +48,7 @@
 //! // The agent's control and results (the `sonde` binary's agent has both).
 //! let settings = GateSettings::new(None, std::env::var("NODE_NAME").ok())?;
 //! let client = kubernetes::connect().await?;
-//! let handle = kubernetes::spawn(client, control, results, settings, Default::default());
+//! let handle = kubernetes::spawn(client, control, results, settings, Default::default(), Default::default());
 //! handle.synced().await;
 //! # Ok(())
 //! # }
@@ -58,6 +63,7 @@ mod events;
 mod expand;
 mod lease;
 mod namespaces;
+pub mod node;
 mod plan;
 mod queue;
 pub mod review;
@@ -68,9 +74,10 @@ pub mod status;
 mod view;
 mod writer;
 
+use kube::CustomResourceExt;
 pub use settings::{
-    Allowlist, AllowlistProblem, DEFAULT_BURST, DEFAULT_MESSAGE_REFRESH, DEFAULT_PLUGINS, DEFAULT_QPS, GateSettings,
-    GateSettingsError,
+    Allowlist, AllowlistProblem, DEFAULT_BURST, DEFAULT_MESSAGE_REFRESH, DEFAULT_NODE_HEARTBEAT, DEFAULT_NODE_TENANT,
+    DEFAULT_PLUGINS, DEFAULT_QPS, GateSettings, GateSettingsError, NodeSettings,
 };
 use sonde_core::control::Control;
 use sonde_core::results::ResultCache;
@@ -87,6 +94,8 @@ pub struct GateController {
     task: tokio::task::JoinHandle<()>,
     /// The status writer's election (and, while it leads, the writer).
     status: tokio::task::JoinHandle<()>,
+    /// The node checks of this agent's Node.
+    nodes: tokio::task::JoinHandle<()>,
 }
 
 impl GateController {
@@ -102,6 +111,7 @@ impl GateController {
     pub fn stop(&self) {
         self.task.abort();
         self.status.abort();
+        self.nodes.abort();
     }
 }
 
@@ -109,6 +119,7 @@ impl Drop for GateController {
     fn drop(&mut self) {
         self.task.abort();
         self.status.abort();
+        self.nodes.abort();
     }
 }
 
@@ -130,18 +141,30 @@ pub async fn connect() -> Result<kube::Client, ConnectError> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Starts the controller of `settings.node_name`'s Pods on the catalog
-/// of `control`, following probe states in `results`.
+/// Starts the controller of `settings.node_name`'s Pods, and of the
+/// SondeNodeChecks that select that Node, on the catalog of `control`,
+/// following probe states in `results`.
 pub fn spawn(
     client: kube::Client,
     control: Arc<Control>,
     results: ResultCache,
     settings: GateSettings,
     stats: Arc<Stats>,
+    problems: Arc<sonde_core::npd::Board>,
 ) -> GateController {
     let (synced_tx, synced) = watch::channel(false);
     tracing::info!(node = %settings.node_name, plugins = ?settings.plugins, qps = settings.qps, burst = settings.burst, "kubernetes: serving readiness gates sonde.dev/* of this node's Pods");
     let (status_client, status_control, status_settings) = (client.clone(), control.clone(), settings.clone());
+    let (leading_tx, leading) = watch::channel(false);
+    let nodes = tokio::spawn(node::run(node::Inputs {
+        client: client.clone(),
+        control: control.clone(),
+        results: results.clone(),
+        settings: settings.clone(),
+        stats: stats.clone(),
+        leading,
+        problems,
+    }));
     let (controller, streams) = controller::Reconciler::new(
         client.clone(),
         control.clone(),
@@ -159,6 +182,7 @@ pub fn spawn(
         checks: controller.checks(),
         services: controller.services(),
         synced: synced.clone(),
+        leading: leading_tx,
     }));
     // With namespace templates, Namespaces are followed in the same task
     // (stopped with it), and no gate is served before their tenants are in force.
@@ -179,5 +203,27 @@ pub fn spawn(
         synced,
         task,
         status,
+        nodes,
     }
+}
+
+/// The header of the generated `deploy/kubernetes/crd.yaml`.
+const CRD_HEADER: &str = "\
+# SondeCheck: a check that sonde's DaemonSet runs against each Pod that names
+# it in a readiness gate `sonde.dev/<check-name>`; SondeNodeCheck: a check
+# every agent whose node it selects runs against its node, setting a Node
+# condition (docs/kubernetes.md).
+# Generated from the SondeCheck and SondeNodeCheck types
+# (runtime/kubernetes/src/crd.rs, node/crd.rs): do not edit by hand;
+# regenerate with
+#   SONDE_WRITE_CRD=1 cargo test --workspace --test all -- shipped_crd
+";
+
+/// The CRDs of [`SondeCheck`](crd::SondeCheck) and
+/// [`SondeNodeCheck`](crate::node::SondeNodeCheck) as
+/// `deploy/kubernetes/crd.yaml` ships them (two YAML documents).
+pub fn crd_yaml() -> String {
+    let check = serde_saphyr::to_string(&crd::SondeCheck::crd()).expect("a CRD serializes");
+    let node = serde_saphyr::to_string(&crate::node::SondeNodeCheck::crd()).expect("a CRD serializes");
+    format!("{CRD_HEADER}{check}---\n{node}")
 }

@@ -15,7 +15,7 @@
 //! (`super::spawn`), so an agent that restarts never refuses a templated
 //! namespace's gates for the moment before it has listed the Namespaces.
 
-use super::controller::sleep_until;
+use super::writer::sleep_until;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -18,6 +18,13 @@ pub const DEFAULT_BURST: u32 = 10;
 pub const DEFAULT_MESSAGE_REFRESH: Duration = Duration::from_secs(60);
 /// The shortest `kubernetes.message_refresh`.
 pub const MIN_MESSAGE_REFRESH: Duration = Duration::from_secs(1);
+/// Default `kubernetes.node_tenant`.
+pub const DEFAULT_NODE_TENANT: &str = "node";
+/// Default `kubernetes.node_heartbeat`: node-problem-detector's, and the
+/// kubelet's own `nodeStatusReportFrequency`.
+pub const DEFAULT_NODE_HEARTBEAT: Duration = Duration::from_secs(300);
+/// The shortest `kubernetes.node_heartbeat`.
+pub const MIN_NODE_HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// The agent's Kubernetes settings, defaults filled in.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +45,31 @@ pub struct GateSettings {
     /// How often gates whose status holds take their probe's latest
     /// message (at most one such write per Pod per period).
     pub message_refresh: Duration,
+    /// What SondeNodeChecks need of the agent.
+    pub node: NodeSettings,
+}
+
+/// The agent's settings for SondeNodeChecks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeSettings {
+    /// The node's address (`$(NODE_IP)`), when known.
+    pub ip: Option<String>,
+    /// The tenant of the node checks' probes.
+    pub tenant: String,
+    /// How often a holding Node condition is written again.
+    pub heartbeat: Duration,
+}
+
+impl Default for NodeSettings {
+    /// No address, tenant [`DEFAULT_NODE_TENANT`], heartbeat
+    /// [`DEFAULT_NODE_HEARTBEAT`].
+    fn default() -> Self {
+        Self {
+            ip: None,
+            tenant: DEFAULT_NODE_TENANT.into(),
+            heartbeat: DEFAULT_NODE_HEARTBEAT,
+        }
+    }
 }
 
 /// Why the settings cannot be used.
@@ -67,11 +99,15 @@ pub enum GateSettingsError {
     /// `message_refresh` is shorter than [`MIN_MESSAGE_REFRESH`].
     #[error("kubernetes.message_refresh: {} is shorter than 1s", humantime::format_duration(*.0))]
     MessageRefresh(Duration),
+    /// `node_heartbeat` is shorter than [`MIN_NODE_HEARTBEAT`].
+    #[error("kubernetes.node_heartbeat: {} is shorter than 10s", humantime::format_duration(*.0))]
+    NodeHeartbeat(Duration),
 }
 
 impl GateSettings {
     /// The settings of a `kubernetes:` block (or none: the defaults), with
-    /// `env_node` (`$NODE_NAME`) when the block names no node.
+    /// `env_node` (`$NODE_NAME`) when the block names no node. The node's
+    /// address is the block's `node_ip`, else `$NODE_IP`.
     pub fn new(spec: Option<&KubernetesSpec>, env_node: Option<String>) -> Result<Self, GateSettingsError> {
         let node_name = spec
             .and_then(|s| s.node_name.clone())
@@ -93,6 +129,22 @@ impl GateSettings {
             .and_then(|s| s.plugins.clone())
             .unwrap_or_else(|| DEFAULT_PLUGINS.iter().map(|p| p.to_string()).collect());
         let plugins = Allowlist::parse(&plugins)?;
+        let heartbeat = spec
+            .and_then(|s| s.node_heartbeat)
+            .map_or(DEFAULT_NODE_HEARTBEAT, |d| d.0);
+        if heartbeat < MIN_NODE_HEARTBEAT {
+            return Err(GateSettingsError::NodeHeartbeat(heartbeat));
+        }
+        let node = NodeSettings {
+            ip: spec
+                .and_then(|s| s.node_ip.clone())
+                .or_else(|| std::env::var("NODE_IP").ok())
+                .filter(|ip| !ip.is_empty()),
+            tenant: spec
+                .and_then(|s| s.node_tenant.clone())
+                .unwrap_or_else(|| DEFAULT_NODE_TENANT.into()),
+            heartbeat,
+        };
         Ok(Self {
             node_name,
             plugins,
@@ -100,6 +152,7 @@ impl GateSettings {
             qps,
             burst,
             message_refresh,
+            node,
         })
     }
 

@@ -37,6 +37,14 @@ pub struct Stats {
     pub status_writes: AtomicU64,
     /// SondeCheck status patches that failed.
     pub status_write_errors: AtomicU64,
+    /// Node condition patches (`nodes/status`) that succeeded.
+    pub node_patches: AtomicU64,
+    /// Node condition patches that failed (retried with backoff).
+    pub node_patch_errors: AtomicU64,
+    /// Node taint patches that succeeded.
+    pub taint_patches: AtomicU64,
+    /// Node taint patches that failed (a 409 is tried again on the newer Node).
+    pub taint_patch_errors: AtomicU64,
 }
 
 impl Stats {
@@ -49,6 +57,8 @@ impl Stats {
                 ("pod_status", n(&self.patches)),
                 ("event", n(&self.events_sent)),
                 ("check_status", n(&self.status_writes)),
+                ("node_status", n(&self.node_patches)),
+                ("node_taints", n(&self.taint_patches)),
             ],
             failed: vec![
                 ("pod_status", "forbidden", n(&self.forbidden)),
@@ -57,6 +67,8 @@ impl Stats {
                 ("event", "error", n(&self.events_failed)),
                 ("event", "dropped", n(&self.events_dropped)),
                 ("check_status", "error", n(&self.status_write_errors)),
+                ("node_status", "error", n(&self.node_patch_errors)),
+                ("node_taints", "error", n(&self.taint_patch_errors)),
             ],
         }
     }

@@ -34,6 +34,15 @@ pub fn patch_body(uid: &str, conds: &[(&str, &Cond, bool)], now: &str) -> serde_
     })
 }
 
+/// Sleeps until `at` (a write's backoff or rate limit); forever without
+/// one.
+pub(crate) async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A token bucket: `qps` tokens a second, up to `burst` at once.
 #[derive(Debug)]
 pub struct TokenBucket {

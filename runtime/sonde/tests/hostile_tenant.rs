@@ -175,6 +175,7 @@ targets:
         pulls: Arc::new(|| (Vec::new(), 0)),
         status: Arc::default(),
         kubernetes: Arc::new(Default::default),
+        node_problems: Arc::default(),
     };
     let exposition = metrics.encode(&Principal::Operator);
 

@@ -49,6 +49,7 @@ mod admit;
 mod change;
 pub mod modules;
 pub mod mounts;
+pub mod npd;
 mod outcome;
 pub mod probe;
 pub mod problem;
@@ -277,6 +278,9 @@ pub struct Catalog {
     /// `modules:` from the file, each resolved as a probe of no target
     /// (`GET /probe`, [`modules`]).
     pub modules: Arc<modules::Modules>,
+    /// `node_problem_detector:` from the file, each monitor's rules
+    /// resolved as probes of no schedule ([`npd`]).
+    pub npd: Arc<npd::Monitors>,
     /// `kubernetes.namespace_templates`, parsed: the agent adds the tenants
     /// they make for labelled namespaces ([`settings::generate`]) after the
     /// file's targets and the stored probes are loaded, so that only
@@ -366,6 +370,7 @@ impl Catalog {
         };
         let targets = std::mem::take(&mut file.targets);
         let modules = std::mem::take(&mut file.modules);
+        let monitors = std::mem::take(&mut file.node_problem_detector);
         let mut prepared = admit::prepare(&reg, engine, Change::add(targets), &mut errors).await;
         reg.pulls = std::mem::take(&mut prepared.pulls);
         if !errors.is_empty() {
@@ -381,7 +386,19 @@ impl Catalog {
         }
         let _ = reg.commit(prepared);
         // Through the same steps as a probe, against the registry loaded.
-        reg.modules = Arc::new(modules::resolve(&reg, engine, path, modules).await?);
+        let modules = modules::resolve(&reg, engine, path, modules).await;
+        let monitors = npd::resolve(&reg, engine, path, monitors).await;
+        match (modules, monitors) {
+            (Ok(modules), Ok(monitors)) => {
+                reg.modules = Arc::new(modules);
+                reg.npd = Arc::new(monitors);
+            }
+            (modules, monitors) => {
+                let mut errors = modules.err().map(|e| e.0).unwrap_or_default();
+                errors.extend(monitors.err().map(|e| e.0).unwrap_or_default());
+                return Err(ConfigErrors(errors));
+            }
+        }
         Ok(reg)
     }
 

@@ -136,6 +136,7 @@ pub(crate) async fn resolve(
             on_failure: None,
             probes: vec![probe],
             source: None,
+            targetless: false,
         };
         match reg.prepare(engine, Change::add(vec![target])).await {
             Err(e) => errors.extend(e.0),

@@ -36,7 +36,9 @@ pub fn target(t: &config::Target, problems: &mut Vec<Located>) -> TargetDraft {
             problem: ConfigProblem::NameInvalid(name.to_string()),
         });
     }
-    if let Err(error) = NetPattern::for_target(&t.address.value) {
+    if let Err(error) = NetPattern::for_target(&t.address.value)
+        && !(t.targetless && t.address.value.is_empty())
+    {
         problems.push(Located {
             at: t.address.referenced,
             problem: ConfigProblem::Address { key: "address", error },

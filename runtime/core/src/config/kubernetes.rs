@@ -47,6 +47,22 @@ pub struct KubernetesSpec {
     /// templates make; namespaces past it (in name order) get none.
     #[serde(default)]
     pub max_templated_namespaces: Option<Spanned<u32>>,
+    /// `node_ip: 10.0.0.7` — the node's address, `$(NODE_IP)` in a
+    /// SondeNodeCheck's target and config; default `$NODE_IP` (the
+    /// downward API's `status.hostIP`).
+    #[serde(default)]
+    pub node_ip: Option<String>,
+    /// `node_tenant: node` (default) — the tenant whose quotas and ceiling
+    /// hold SondeNodeChecks' probes; a tenant the config does not define
+    /// refuses them all.
+    #[serde(default)]
+    pub node_tenant: Option<String>,
+    /// `node_heartbeat: 5m` (default, node-problem-detector's) — how often
+    /// each Node condition a SondeNodeCheck owns is written again while it
+    /// holds (its `lastHeartbeatTime`), so a stopped agent shows as a stale
+    /// heartbeat. At least `10s`.
+    #[serde(default)]
+    pub node_heartbeat: Option<Dur>,
 }
 
 /// A `kubernetes.namespace_templates` entry: what a `tenants:` entry sets

@@ -83,6 +83,7 @@ impl From<ConfigError> for ConfigErrors {
 mod api;
 mod kubernetes;
 mod modules;
+mod npd;
 mod oci;
 mod sandbox;
 mod targets;
@@ -92,6 +93,7 @@ mod units;
 pub use api::*;
 pub use kubernetes::*;
 pub use modules::*;
+pub use npd::*;
 pub use oci::*;
 pub use sandbox::*;
 pub use targets::*;
@@ -163,6 +165,11 @@ pub struct File {
     /// (docs/kubernetes.md). Absent: off, unless `sonde run --kubernetes`.
     #[serde(default)]
     pub kubernetes: Option<KubernetesSpec>,
+    /// `node_problem_detector: [{config: FILE, exec: [...]}]` —
+    /// node-problem-detector custom plugin monitor files, run as NPD runs
+    /// them (docs/kubernetes.md). Default: none.
+    #[serde(default)]
+    pub node_problem_detector: Vec<NpdSpec>,
 }
 
 /// Turns a serde-saphyr location into a [`Place`] in `file`.

@@ -66,6 +66,11 @@ pub struct Target {
     /// (a probe added through the API): errors about it name this.
     #[serde(skip)]
     pub source: Option<PathBuf>,
+    /// A stand-in that probes nothing (a `node_problem_detector:` rule
+    /// runs its program only): its `address` is empty, and no plugin of
+    /// it is granted a target. Never set by the file.
+    #[serde(skip)]
+    pub targetless: bool,
 }
 
 /// A command the host runs after a liveness or startup failure.

@@ -23,7 +23,7 @@
 //! | `sonde_scheduler_start_lateness_seconds` | histogram | |
 //! | `sonde_scheduler_runs_in_flight`, `sonde_scheduler_overdue_seconds` | gauge | |
 //! | `sonde_config_last_reload_successful`, `sonde_config_last_reload_success_timestamp_seconds` | gauge | |
-//! | `sonde_kubernetes_writes_total` | counter | kind (`pod_status`, `event`, `check_status`) |
+//! | `sonde_kubernetes_writes_total` | counter | kind (`pod_status`, `event`, `check_status`, `node_status`, `node_taints`) |
 //! | `sonde_kubernetes_write_errors_total` | counter | kind, reason |
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
 //! | `sonde_pool_memories_in_use`, `sonde_pool_idle_memories`, `sonde_pool_idle_resident_bytes` | gauge (absent without an instance pool) | |
@@ -125,6 +125,8 @@ pub struct Metrics {
     /// What the Kubernetes controller wrote, read from its own counters
     /// (all zero when it does not run).
     pub kubernetes: Arc<dyn Fn() -> KubernetesWrites + Send + Sync>,
+    /// What the node-problem-detector monitors last reported.
+    pub node_problems: Arc<crate::npd::Board>,
 }
 
 impl fmt::Debug for Metrics {
@@ -188,7 +190,9 @@ fn to_prometheus_text(openmetrics: &str) -> String {
 
 /// What the agent wrote to the Kubernetes API, by kind of object
 /// (`pod_status`: a readiness gate's condition; `event`; `check_status`:
-/// a SondeCheck's status, by the elected agent), and the writes
+/// a SondeCheck's or SondeNodeCheck's status, by the elected agent;
+/// `node_status`: a SondeNodeCheck's condition on the agent's Node;
+/// `node_taints`: its taint), and the writes
 /// that failed, by kind and reason (`forbidden`, `gone`, `retry`; for
 /// Events `error` and `dropped`). A snapshot of the controller's own
 /// counters, taken at scrape time.

@@ -387,6 +387,7 @@ impl Scrape {
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0.0, |d| d.as_secs_f64());
         ConstGauge::new(at).encode(e)?;
+        self.0.node_problems.encode(enc)?;
         (self.0.kubernetes)().encode(enc)
     }
 }

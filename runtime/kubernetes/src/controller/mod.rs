@@ -25,6 +25,7 @@ use super::services::{SERVICE_NAME_LABEL, Services, trim_service, trim_slice};
 use super::settings::GateSettings;
 use super::stats::Stats;
 use super::view::{PodKey, PodView, trim_pod};
+use super::writer::sleep_until;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -449,12 +450,4 @@ fn key_of<K: reflector::Lookup>(object: &K) -> Option<PodKey> {
     let namespace = reflector::Lookup::namespace(object)?;
     let name = reflector::Lookup::name(object)?;
     Some((namespace.into_owned(), name.into_owned()))
-}
-
-/// Sleeps until `at`; forever without one.
-pub(super) async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
 }

@@ -55,7 +55,8 @@ pub use crate::lease::{Election, LEASE_NAME, LeaseTiming, elect};
 pub use summary::ACCEPTED;
 #[cfg(test)]
 use summary::REASONS;
-use summary::{Tracked, Verdict, aggregate, errors_reason, next_status, refusal_reason, stand_in};
+pub(crate) use summary::errors_reason;
+use summary::{Tracked, Verdict, aggregate, next_status, refusal_reason, stand_in};
 
 mod summary;
 /// The shortest time between two status writes of one check.
@@ -84,6 +85,8 @@ pub(super) struct Inputs {
     pub(super) services: Services,
     /// Whether the controller's stores listed.
     pub(super) synced: watch::Receiver<bool>,
+    /// Told whether this agent leads (the node checks' status follows it).
+    pub(super) leading: watch::Sender<bool>,
 }
 
 /// Runs the election and, while this agent leads, the status writer.
@@ -104,12 +107,14 @@ pub(super) async fn run(inputs: Inputs) {
             return;
         }
         inputs.stats.status_leader.store(1, Ordering::Relaxed);
+        inputs.leading.send_replace(true);
         let mut leader = Leader::new(&inputs);
         tokio::select! {
             _ = leading.wait_for(|l| !*l) => {}
             () = leader.run() => {}
         }
         inputs.stats.status_leader.store(0, Ordering::Relaxed);
+        inputs.leading.send_replace(false);
         tracing::info!("kubernetes: no longer the status writer; the cluster-wide Pod watch is dropped");
     }
 }

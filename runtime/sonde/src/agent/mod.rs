@@ -5,6 +5,7 @@
 //! stops scheduling, lets runs in flight finish within the grace period,
 //! saves state and returns.
 
+mod npd;
 mod problems;
 mod runner;
 
@@ -49,6 +50,8 @@ pub struct Agent {
     /// The readiness-gate controller's counters, shown by `/metrics`
     /// whether or not it runs.
     gate_stats: Arc<kubernetes::Stats>,
+    /// What the node-problem-detector monitors last reported.
+    node_problems: Arc<sonde_core::npd::Board>,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -243,6 +246,12 @@ impl Agent {
         &self.results
     }
 
+    /// What the node-problem-detector monitors last reported (the Node
+    /// writer follows it in Kubernetes mode).
+    pub fn node_problems(&self) -> &Arc<sonde_core::npd::Board> {
+        &self.node_problems
+    }
+
     /// Where the API listens, if it does.
     pub fn api(&self) -> Option<SocketAddr> {
         self.api
@@ -309,7 +318,13 @@ impl Agent {
         }));
         let draining = Arc::new(AtomicBool::new(false));
         let gate_stats = Arc::new(kubernetes::Stats::default());
-        let mut tasks = Vec::new();
+        let node_problems = Arc::new(sonde_core::npd::Board::default());
+        let mut tasks = vec![tokio::spawn(npd::supervise(
+            control.clone(),
+            executor.clone(),
+            engine.clone(),
+            node_problems.clone(),
+        ))];
         if let Some(ended) = ended {
             tasks.push(tokio::spawn(take_up_pulls(control.clone(), ended)));
         }
@@ -330,6 +345,7 @@ impl Agent {
                     pulls: pulls_metric(&control, &status),
                     status: status.clone(),
                     kubernetes: gate_writes(&gate_stats),
+                    node_problems: node_problems.clone(),
                 },
                 draining: draining.clone(),
                 health_timeout,
@@ -355,6 +371,7 @@ impl Agent {
             executor,
             control,
             gate_stats,
+            node_problems,
             options,
             tasks,
         })
@@ -437,6 +454,7 @@ async fn start_kubernetes(
         agent.results.clone(),
         settings,
         agent.gate_stats.clone(),
+        agent.node_problems.clone(),
     )))
 }
 

@@ -329,5 +329,29 @@ async fn agent_status(who: Principal, State(state): State<ApiState>) -> Response
         status.namespace_tenants.retain(|n| *n.namespace == **t);
         status.probes = state.results.list().iter().filter(|p| who.sees(&p.tenant)).count();
     }
-    json(StatusCode::OK, &status)
+    let mut body = serde_json::to_value(&status).unwrap_or_default();
+    if who == Principal::Operator {
+        // The node's conditions are the operator's.
+        body["node_conditions"] = node_conditions(&state.metrics.node_problems);
+    }
+    json(StatusCode::OK, &body)
+}
+
+/// What the node-problem-detector monitors last reported, one object per
+/// condition.
+fn node_conditions(board: &sonde_core::npd::Board) -> serde_json::Value {
+    board
+        .conditions()
+        .into_iter()
+        .map(|(source, c)| {
+            serde_json::json!({
+                "source": source,
+                "type": c.kind,
+                "status": c.status.as_str(),
+                "reason": c.reason,
+                "message": c.message,
+                "last_transition": humantime::format_rfc3339_millis(c.transition).to_string(),
+            })
+        })
+        .collect()
 }

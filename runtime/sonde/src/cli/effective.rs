@@ -75,6 +75,41 @@ pub fn effective(reg: &Catalog) -> Value {
                 "grants": {"net": m.grants.net.iter().map(|n| n.to_string()).collect::<Vec<_>>()},
             }))
         }).collect::<serde_json::Map<_, _>>(),
+        "node_problem_detector": reg.npd.iter().map(|m| npd(m)).collect::<Vec<_>>(),
+    })
+}
+
+/// A `node_problem_detector:` entry: where it runs from, and its monitor
+/// file as read, NPD's defaults filled in.
+fn npd(m: &sonde_core::catalog::npd::Monitor) -> Value {
+    use sonde_core::config::NpdRuleKind;
+    let n = &m.monitor;
+    let first = m.rules.first();
+    json!({
+        "config": m.file,
+        "workdir": m.workdir,
+        "exec": m.exec,
+        "env": first.map(|p| strings(&p.grants.env)),
+        "tenant": first.map(|p| &*p.tenant),
+        "source": n.source,
+        "invoke_interval": dur(n.invoke_interval),
+        "timeout": dur(n.timeout),
+        "max_output_length": n.max_output_length,
+        "concurrency": n.concurrency,
+        "enable_message_change_based_condition_update": n.message_change_updates,
+        "skip_initial_status": n.skip_initial_status,
+        "conditions": n.conditions.iter().map(|c| json!({
+            "type": c.kind, "reason": c.reason, "message": c.message,
+        })).collect::<Vec<_>>(),
+        "rules": n.rules.iter().map(|r| json!({
+            "type": match &r.kind { NpdRuleKind::Temporary => "temporary", NpdRuleKind::Permanent(_) => "permanent" },
+            "condition": match &r.kind { NpdRuleKind::Permanent(c) => Some(c), NpdRuleKind::Temporary => None },
+            "reason": r.reason,
+            "path": r.path,
+            "args": r.args,
+            "timeout": dur(r.timeout),
+            "invoke_interval": dur(r.invoke_interval),
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -144,7 +179,10 @@ fn probe(p: &std::sync::Arc<sonde_core::catalog::ProbeSpec>) -> Value {
 
 /// The `kubernetes:` block, defaults filled in.
 fn kubernetes(k: &sonde_core::config::KubernetesSpec, t: &sonde_core::catalog::settings::NamespaceTemplates) -> Value {
-    use sonde_kubernetes::{DEFAULT_BURST, DEFAULT_MESSAGE_REFRESH, DEFAULT_PLUGINS, DEFAULT_QPS};
+    use sonde_kubernetes::{
+        DEFAULT_BURST, DEFAULT_MESSAGE_REFRESH, DEFAULT_NODE_HEARTBEAT, DEFAULT_NODE_TENANT, DEFAULT_PLUGINS,
+        DEFAULT_QPS,
+    };
     let templates: serde_json::Map<String, Value> = t
         .templates
         .iter()
@@ -166,6 +204,9 @@ fn kubernetes(k: &sonde_core::config::KubernetesSpec, t: &sonde_core::catalog::s
         "qps": k.qps.unwrap_or(DEFAULT_QPS),
         "burst": k.burst.unwrap_or(DEFAULT_BURST),
         "message_refresh": dur(k.message_refresh.map_or(DEFAULT_MESSAGE_REFRESH, |d| d.0)),
+        "node_ip": k.node_ip,
+        "node_tenant": k.node_tenant.as_deref().unwrap_or(DEFAULT_NODE_TENANT),
+        "node_heartbeat": dur(k.node_heartbeat.map_or(DEFAULT_NODE_HEARTBEAT, |d| d.0)),
     })
 }
 

@@ -37,7 +37,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = crate::api::ApiAuth::Auto)]
     pub api_auth: crate::api::ApiAuth,
 
-    /// Serve Kubernetes readiness gates `sonde.dev/<check>` of this node's Pods (node from $NODE_NAME; the config's `kubernetes:` block turns it on too). See docs/kubernetes.md.
+    /// Serve Kubernetes readiness gates `sonde.dev/<check>` of this node's Pods, and the SondeNodeChecks that select this node (node from $NODE_NAME, its address from $NODE_IP; the config's `kubernetes:` block turns it on too). See docs/kubernetes.md.
     #[arg(long)]
     pub kubernetes: bool,
 }

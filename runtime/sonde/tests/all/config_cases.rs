@@ -337,7 +337,7 @@ fn validate_prints_the_effective_config() {
 fn validate_refuses_what_run_refuses_with_the_same_message() {
     let dir = tempfile::tempdir().unwrap();
     let target = "targets:\n  - name: web\n    address: 127.0.0.1:9\n    probes: [{plugin: tcp}]\n";
-    let cases: [(&str, &[&str], &str); 4] = [
+    let cases: [(&str, &[&str], &str); 5] = [
         (
             "api: 0.0.0.0:9464\n",
             &[],
@@ -357,6 +357,11 @@ fn validate_refuses_what_run_refuses_with_the_same_message() {
             "kubernetes: {node_name: n1, message_refresh: 500ms}\n",
             &[],
             "kubernetes.message_refresh: 500ms is shorter than 1s",
+        ),
+        (
+            "kubernetes: {node_name: n1, node_heartbeat: 5s}\n",
+            &[],
+            "kubernetes.node_heartbeat: 5s is shorter than 10s",
         ),
     ];
     for (i, (head, flags, refusal)) in cases.into_iter().enumerate() {

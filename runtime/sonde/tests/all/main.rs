@@ -21,6 +21,7 @@ mod first_contact;
 mod fuzz;
 mod import_blackbox;
 mod kubernetes;
+mod npd;
 mod oci;
 mod probes;
 mod prometheus;

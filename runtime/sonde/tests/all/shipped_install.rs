@@ -571,6 +571,7 @@ async fn shipped_daemonset(launch: Launch) {
         let value = match (&e["value"], &e["valueFrom"]["fieldRef"]["fieldPath"]) {
             (Value::String(v), _) => map(v),
             (_, Value::String(f)) if f == "spec.nodeName" => NODE.to_string(),
+            (_, Value::String(f)) if f == "status.hostIP" => "127.0.0.1".to_string(),
             (_, Value::String(f)) if f == "metadata.namespace" => daemonset["metadata"]["namespace"]
                 .as_str()
                 .expect("the DaemonSet's namespace")

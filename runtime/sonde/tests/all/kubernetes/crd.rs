@@ -12,7 +12,8 @@ use std::path::Path;
 fn shipped_crd_is_generated_from_the_sondecheck_type() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::CustomResourceExt;
-    use sonde_kubernetes::crd::{SondeCheck, crd_yaml};
+    use sonde_kubernetes::crd::SondeCheck;
+    use sonde_kubernetes::crd_yaml;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/crd.yaml");
     let generated = crd_yaml();
     if std::env::var_os("SONDE_WRITE_CRD").is_some() {
@@ -21,9 +22,14 @@ fn shipped_crd_is_generated_from_the_sondecheck_type() {
     }
     let shipped = std::fs::read_to_string(&path).unwrap();
     let regenerate = "the SondeCheck type and deploy/kubernetes/crd.yaml disagree: regenerate it with SONDE_WRITE_CRD=1 cargo test --workspace --test all -- shipped_crd";
+    let docs: Vec<&str> = shipped.split("\n---\n").collect();
+    assert_eq!(docs.len(), 2, "SondeCheck, then SondeNodeCheck");
     let parsed: CustomResourceDefinition =
-        serde_saphyr::from_str(&shipped).unwrap_or_else(|e| panic!("{}: not a CRD: {e}", path.display()));
+        serde_saphyr::from_str(docs[0]).unwrap_or_else(|e| panic!("{}: not a CRD: {e}", path.display()));
     assert!(parsed == SondeCheck::crd(), "{regenerate}");
+    let node: CustomResourceDefinition =
+        serde_saphyr::from_str(docs[1]).unwrap_or_else(|e| panic!("{}: not a CRD: {e}", path.display()));
+    assert!(node == sonde_kubernetes::node::SondeNodeCheck::crd(), "{regenerate}");
     assert!(shipped == generated, "{regenerate} (the text differs)");
 
     let crd = serde_json::to_value(&parsed).unwrap();
@@ -118,4 +124,50 @@ fn shipped_crd_is_generated_from_the_sondecheck_type() {
         true
     );
     assert_eq!(spec["properties"]["mode"]["enum"], json!(["Continuous", "StartupOnly"]));
+}
+
+/// The shipped SondeNodeCheck CRD: cluster-scoped, a status subresource,
+/// and every string a CEL rule reads bounded by `maxLength`, so the rules'
+/// estimated cost fits the budget of the oldest supported API server
+/// (the e2e test installs it on a real one).
+#[test]
+fn shipped_node_crd_is_cluster_scoped_and_its_rules_are_bounded() {
+    use kube::CustomResourceExt;
+    use sonde_kubernetes::node::SondeNodeCheck;
+    let crd = serde_json::to_value(SondeNodeCheck::crd()).unwrap();
+    assert_eq!(crd["metadata"]["name"], "sondenodechecks.sonde.dev");
+    assert_eq!(crd["spec"]["scope"], "Cluster");
+    assert_eq!(crd["spec"]["names"]["shortNames"], json!(["snc"]));
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(version["subresources"], json!({"status": {}}));
+    let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    assert_eq!(spec["required"], json!(["condition", "plugin", "target"]));
+    let props = &spec["properties"];
+    for (field, max) in [
+        (&props["plugin"], 512),
+        (&props["condition"]["properties"]["type"], 316),
+        (&props["taint"]["properties"]["key"], 316),
+    ] {
+        assert!(field["x-kubernetes-validations"].is_array(), "{field}");
+        assert_eq!(field["maxLength"], max, "{field}");
+    }
+    let type_rule = &props["condition"]["properties"]["type"]["x-kubernetes-validations"][0]["rule"];
+    for kubelet in sonde_kubernetes::node::KUBELET_CONDITIONS {
+        assert!(
+            type_rule.as_str().unwrap().contains(&format!("'{kubelet}'")),
+            "{type_rule}"
+        );
+    }
+    assert_eq!(
+        props["taint"]["properties"]["effect"]["enum"],
+        json!(["NoSchedule", "PreferNoSchedule", "NoExecute"])
+    );
+    assert_eq!(
+        props["condition"]["properties"]["problemReason"]["default"],
+        "CheckFailed"
+    );
+    assert_eq!(
+        props["nodeSelector"]["properties"]["matchExpressions"]["items"]["properties"]["operator"]["enum"],
+        json!(["In", "NotIn", "Exists", "DoesNotExist"])
+    );
 }

@@ -97,6 +97,7 @@ async fn start_agent(namespace: &str, client: Client, dir: &Path) -> (Agent, kub
         qps: 5.0,
         burst: 10,
         message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
+        node: Default::default(),
     };
     let (agent, handle) = crate::kubernetes::start_gates(client, dir, &config, settings, true).await;
     handle.synced().await;

@@ -8,10 +8,16 @@
 //! admissionregistration version the server serves (`gate-injection.yaml`
 //! for v1, else `gate-injection-v1beta1.yaml`), makes a namespace opted in
 //! and one not, SondeChecks with and without a `podSelector`, and creates
-//! Pods (they stay Pending: admission is all that is tested). It deletes
-//! what it made, the CRD and the policy only when it installed them.
+//! Pods (they stay Pending: admission is all that is tested). When a
+//! kube-controller-manager runs (its leader Lease is fresh), it also
+//! creates a StatefulSet and a Deployment and checks the Pods their
+//! controllers make: gated where their labels are selected, their
+//! templates untouched. It deletes what it made, the CRD and the policy
+//! only when it installed them.
 
 use super::injection::{split, text};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
@@ -53,7 +59,8 @@ async fn policy_file(client: &Client) -> &'static str {
 /// `podSelector` (a SondeCheck's field is pruned until then).
 async fn install_crd(client: &Client, installed: &mut Installed) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text("crd.yaml")).unwrap();
+    // The first document: SondeCheck's (SondeNodeCheck's follows).
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(split(&text("crd.yaml"))[0]).unwrap();
     let name = crd.metadata.name.clone().unwrap();
     installed.crd = crds.get_opt(&name).await.expect("get the CRD").is_none();
     crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
@@ -182,13 +189,14 @@ async fn run(kubeconfig: &Path) {
     checks(&client, &shop, &other).await;
     let waited = until_the_binding_applies(&client, &shop).await;
     the_pods_get_their_gates(&client, &shop, &other).await;
+    let workloads = workload_pods_get_their_gates(&client, &shop, &other).await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in [&shop, &other] {
         let _ = namespaces.delete(ns, &DeleteParams::default()).await;
     }
     uninstall(&client, installed).await;
     eprintln!(
-        "e2e gate injection ({file}): the binding applied after {waited:?}, {:?} in all",
+        "e2e gate injection ({file}): the binding applied after {waited:?}, {:?} in all; {workloads}",
         started.elapsed()
     );
 }
@@ -239,6 +247,118 @@ async fn the_pods_get_their_gates(client: &Client, shop: &str, other: &str) {
     assert!(made.is_empty(), "a Pod no podSelector matches is left alone: {made:?}");
     let made = gates(other, "web-1", json!({"app": "web"}), &[]).await;
     assert!(made.is_empty(), "a namespace not opted in is left alone: {made:?}");
+}
+
+/// How long a workload controller may take to make its first Pod.
+const CONTROLLER_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Whether a kube-controller-manager runs: its leader Lease was renewed
+/// within the last minute.
+async fn controller_manager_runs(client: &Client) -> bool {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let Ok(Some(lease)) = leases.get_opt("kube-controller-manager").await else {
+        return false;
+    };
+    let renewed = lease.spec.and_then(|s| s.renew_time).map(|t| t.0);
+    renewed.is_some_and(|t| {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        now.duration_since(t).as_secs() < 60
+    })
+}
+
+/// The gates of the first Pod in `namespace` whose name starts with
+/// `prefix`, once its controller has made it.
+async fn first_pod_gates(client: &Client, namespace: &str, prefix: &str) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let start = Instant::now();
+    loop {
+        let list = pods.list(&Default::default()).await.expect("list Pods");
+        let made = list
+            .items
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with(prefix)));
+        if let Some(p) = made {
+            let mut gates: Vec<String> = p
+                .spec
+                .and_then(|s| s.readiness_gates)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|g| g.condition_type)
+                .collect();
+            gates.sort();
+            return gates;
+        }
+        assert!(
+            start.elapsed() < CONTROLLER_PATIENCE,
+            "no Pod {prefix}* in {namespace} after {CONTROLLER_PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A workload object of `kind` (`StatefulSet` or `Deployment`) named
+/// `name`, its Pods labelled `labels`.
+fn workload(kind: &str, name: &str, labels: serde_json::Value) -> serde_json::Value {
+    let mut spec = json!({
+        "replicas": 1,
+        "selector": {"matchLabels": labels},
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}
+        }
+    });
+    if kind == "StatefulSet" {
+        spec["serviceName"] = json!(name);
+    }
+    json!({"metadata": {"name": name}, "spec": spec})
+}
+
+/// With a controller-manager: a StatefulSet's and a Deployment's Pods in
+/// `shop` get the gates of the checks selecting their labels, a
+/// StatefulSet's in `other` none, and no template is changed. Says what
+/// it did, or why it did nothing.
+async fn workload_pods_get_their_gates(client: &Client, shop: &str, other: &str) -> String {
+    if !controller_manager_runs(client).await {
+        return "workloads skipped: no kube-controller-manager runs (no fresh kube-system/kube-controller-manager Lease)"
+            .into();
+    }
+    let start = Instant::now();
+    let gate = |check: &str| format!("{GATE_PREFIX}{check}");
+    for ns in [shop, other] {
+        let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+        let set: StatefulSet = serde_json::from_value(workload("StatefulSet", "db", json!({"app": "web"}))).unwrap();
+        sets.create(&PostParams::default(), &set)
+            .await
+            .expect("create the StatefulSet");
+    }
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), shop);
+    let canary = json!({"app": "web", "track": "canary"});
+    let d: Deployment = serde_json::from_value(workload("Deployment", "api", canary)).unwrap();
+    deployments
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create the Deployment");
+    assert_eq!(
+        first_pod_gates(client, shop, "db-").await,
+        [gate("stable"), gate("web")],
+        "the StatefulSet's Pod is gated by the checks selecting app=web"
+    );
+    assert_eq!(
+        first_pod_gates(client, shop, "api-").await,
+        [gate("canary"), gate("web")],
+        "the Deployment's Pod is gated by the checks selecting it"
+    );
+    assert!(
+        first_pod_gates(client, other, "db-").await.is_empty(),
+        "a namespace not opted in is left alone"
+    );
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), shop);
+    let template = sets.get("db").await.unwrap().spec.unwrap().template;
+    assert!(
+        template.spec.unwrap().readiness_gates.is_none(),
+        "the template itself is not mutated"
+    );
+    format!("a StatefulSet's and a Deployment's Pods gated in {:?}", start.elapsed())
 }
 
 /// Deletes what [`install_crd`] and [`install_policy`] made.

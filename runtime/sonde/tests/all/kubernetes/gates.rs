@@ -173,6 +173,7 @@ async fn a_failing_gate_message_follows_the_latest_reason_without_a_flip() {
         qps: 200.0,
         burst: 200,
         message_refresh: Duration::from_secs(1),
+        node: Default::default(),
     };
     let (agent, gates) = start_gates(client, dir.path(), config, settings, false).await;
     gates.synced().await;
@@ -688,6 +689,7 @@ async fn a_silent_registry_in_one_namespace_holds_up_no_other() {
         qps: 200.0,
         burst: 200,
         message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
+        node: Default::default(),
     };
     let (agent, gates) = start_gates(client, dir.path(), &config, settings, false).await;
     gates.synced().await;

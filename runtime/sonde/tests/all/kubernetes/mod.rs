@@ -6,9 +6,13 @@
 mod crd;
 mod e2e;
 mod e2e_injection;
+mod e2e_nodes;
+mod e2e_npd;
 mod gates;
 mod injection;
 mod namespaces;
+mod nodes;
+mod npd_nodes;
 mod services;
 mod status;
 
@@ -56,6 +60,7 @@ pub(crate) async fn agent_configured(
         qps: 200.0,
         burst: 200,
         message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
+        node: Default::default(),
     };
     start_gates(client, dir, &config, settings, false).await
 }
@@ -86,8 +91,28 @@ pub(crate) async fn start_gates(
         agent.results().clone(),
         settings,
         Default::default(),
+        agent.node_problems().clone(),
     );
     (agent, handle)
+}
+
+/// The settings of an agent on Node `node` (address 127.0.0.1) that runs
+/// node checks in tenant `node`, heartbeating every `heartbeat`, writing
+/// at most `qps` a second, with the `http` and `tcp` plugins allowed.
+pub(crate) fn node_settings(node: &str, heartbeat: Duration, qps: f64) -> sonde_kubernetes::GateSettings {
+    sonde_kubernetes::GateSettings {
+        node_name: node.into(),
+        plugins: sonde_kubernetes::Allowlist::parse(&["http".to_string(), "tcp".to_string()]).unwrap(),
+        namespaces: std::collections::BTreeMap::new(),
+        qps,
+        burst: (qps * 2.0) as u32,
+        message_refresh: sonde_kubernetes::DEFAULT_MESSAGE_REFRESH,
+        node: sonde_kubernetes::NodeSettings {
+            ip: Some("127.0.0.1".into()),
+            tenant: "node".into(),
+            heartbeat,
+        },
+    }
 }
 
 /// Waits until probe `name` has run `n` more times than `after`.

@@ -61,6 +61,14 @@ pub(crate) struct World {
     pub(crate) lease_writes_fail: bool,
     /// The holder of each Lease write that succeeded, and when, in order.
     pub(crate) lease_holders: Vec<(String, tokio::time::Instant)>,
+    /// Nodes by name, and the watches of one Node each (by name).
+    pub(crate) nodes: BTreeMap<String, Value>,
+    pub(crate) node_watches: Vec<(String, mpsc::UnboundedSender<Bytes>)>,
+    /// SondeNodeChecks by name, and their watches.
+    pub(crate) node_checks: BTreeMap<String, Value>,
+    pub(crate) node_check_watches: Vec<mpsc::UnboundedSender<Bytes>>,
+    /// Taint patches received (answered or not).
+    pub(crate) taint_patches: usize,
 }
 
 /// The mocked API server.
@@ -78,12 +86,12 @@ pub(crate) fn full(status: u16, body: &Value) -> Response<Body> {
         .unwrap()
 }
 
-fn status(code: u16, reason: &str, message: &str) -> Value {
+pub(crate) fn status(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
            "message": message, "reason": reason, "code": code})
 }
 
-fn line(kind: &str, object: &Value) -> Bytes {
+pub(crate) fn line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(format!("{}\n", json!({"type": kind, "object": object})))
 }
 
@@ -153,6 +161,9 @@ impl FakeApi {
         let query: BTreeMap<String, String> = form_urlencoded::parse(r.query.as_bytes()).into_owned().collect();
         let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
         let mut w = self.world();
+        if let Some(answer) = super::fake_nodes::answer(&mut w, r, &query) {
+            return answer;
+        }
         match (r.method.as_str(), r.path.as_str()) {
             // The status writer's watch of every Pod: no field selector.
             ("GET", "/api/v1/pods") if !query.contains_key("fieldSelector") => {
@@ -373,6 +384,9 @@ impl FakeApi {
     /// Adds or replaces an object and tells the watches (`silently`: not).
     pub(crate) fn put(&self, obj: Value, silently: bool) {
         let mut w = self.world();
+        if obj["kind"] == "Node" || obj["kind"] == "SondeNodeCheck" {
+            return super::fake_nodes::put(&mut w, obj);
+        }
         w.rv += 1;
         let mut obj = obj;
         obj["metadata"]["resourceVersion"] = w.rv.to_string().into();
@@ -473,8 +487,31 @@ impl FakeApi {
     pub(crate) fn patches(&self) -> Vec<Recorded> {
         self.requests()
             .into_iter()
-            .filter(|r| r.method == "PATCH" && r.path.starts_with("/api/v1/") && r.path.ends_with("/status"))
+            .filter(|r| r.method == "PATCH" && r.path.starts_with("/api/v1/namespaces/") && r.path.ends_with("/status"))
             .collect()
+    }
+
+    /// The Node condition writes (patches of `nodes/*/status`).
+    pub(crate) fn node_patches(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH" && r.path.starts_with("/api/v1/nodes/") && r.path.ends_with("/status"))
+            .collect()
+    }
+
+    /// Node `name` as stored.
+    pub(crate) fn node(&self, name: &str) -> Value {
+        self.world().nodes[name].clone()
+    }
+
+    /// SondeNodeCheck `name` as stored.
+    pub(crate) fn node_check(&self, name: &str) -> Value {
+        self.world().node_checks[name].clone()
+    }
+
+    /// Deletes SondeNodeCheck `name` and tells the watches.
+    pub(crate) fn delete_node_check(&self, name: &str) {
+        super::fake_nodes::delete_check(&mut self.world(), name);
     }
 
     pub(crate) fn events(&self) -> Vec<Recorded> {
@@ -615,7 +652,7 @@ fn check_status(w: &mut World, r: &Recorded, query: &BTreeMap<String, String>) -
     full(200, &check)
 }
 
-fn stream(rx: mpsc::UnboundedReceiver<Bytes>) -> Response<Body> {
+pub(crate) fn stream(rx: mpsc::UnboundedReceiver<Bytes>) -> Response<Body> {
     let frames = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await

@@ -2,6 +2,7 @@
 //! Cargo's scratch directory so reruns do not recompile.
 
 pub(crate) mod fake_api;
+pub(crate) mod fake_nodes;
 
 use sonde_sandbox::engine::{Call, Engine, EngineConfig, Limits, Plugin};
 use sonde_sandbox::host::Grants;

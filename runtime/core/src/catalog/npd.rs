@@ -1,0 +1,218 @@
+//! The config's `node_problem_detector:`, resolved: each monitor file read
+//! (`config::NpdMonitor`) and each of its rules made a probe of the
+//! built-in `exec` plugin in `mode: npd`, granted its one program.
+//!
+//! A rule goes through the registry's steps as a module does (the tenant's
+//! ceiling, quotas and timeout bounds), as a probe of a target named
+//! `node_problem_detector.<n>` that is never committed: the monitor runs
+//! it on its own clock ([`crate::npd`]) and it shows in no `/v1/probes`.
+//! Its errors name the file, line and key, so `sonde validate` refuses what
+//! `sonde run` would.
+
+use super::{Catalog, Change, ProbeSpec};
+use crate::config::{self, ConfigError, ConfigErrors, NpdMonitor, NpdSpec};
+use crate::tenants::Ceiling;
+use sonde_sandbox::engine::Engine;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One monitor file of the config in force, its rules resolved.
+#[derive(Debug)]
+pub struct Monitor {
+    /// The monitor file.
+    pub file: PathBuf,
+    /// Where its relative rule paths start.
+    pub workdir: PathBuf,
+    /// The programs (or directories of them) its rules may run.
+    pub exec: Vec<PathBuf>,
+    /// What it says.
+    pub monitor: NpdMonitor,
+    /// Each rule's probe, in the order of `monitor.rules`.
+    pub rules: Vec<Arc<ProbeSpec>>,
+}
+
+/// The monitors of the config in force.
+pub type Monitors = Vec<Arc<Monitor>>;
+
+/// The name the registry knows entry `n`'s stand-in target by.
+fn target_name(n: usize) -> String {
+    format!("node_problem_detector.{n}")
+}
+
+/// Resolves the `node_problem_detector:` entries (from the file at `path`)
+/// against `reg`: every error found, with its place.
+pub(crate) async fn resolve(
+    reg: &Catalog,
+    engine: &Engine,
+    path: &Path,
+    specs: Vec<NpdSpec>,
+) -> Result<Monitors, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut out: Monitors = Vec::new();
+    for (n, spec) in specs.into_iter().enumerate() {
+        let at = spec.config.referenced;
+        let error = |message: String| ConfigError {
+            place: config::place(path, &at),
+            message: format!("node_problem_detector[{n}]: {message}"),
+        };
+        // Relative to the config file, as `state_dir` is.
+        let workdir = match &spec.workdir {
+            Some(w) => config::normalize(&reg.base.join(&w.value)),
+            None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+        };
+        if !workdir.is_dir() {
+            errors.push(error(format!("workdir: {}: not a directory", workdir.display())));
+            continue;
+        }
+        let file = reg.base.join(&spec.config.value);
+        let monitor = match NpdMonitor::read(&file, &workdir) {
+            Ok(m) => m,
+            Err(e) => {
+                errors.extend(e);
+                continue;
+            }
+        };
+        if let Some(clash) = claimed_twice(&out, &monitor) {
+            errors.push(error(clash));
+            continue;
+        }
+        match rules(reg, engine, path, n, &spec, &file, &monitor).await {
+            Ok(rules) => out.push(Arc::new(Monitor {
+                file,
+                workdir,
+                exec: spec.exec.iter().map(|p| config::normalize(&p.value)).collect(),
+                monitor,
+                rules,
+            })),
+            Err(e) => errors.extend(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// The condition type `monitor` claims that an earlier monitor claims
+/// too, as the message that refuses it.
+fn claimed_twice(earlier: &Monitors, monitor: &NpdMonitor) -> Option<String> {
+    monitor.conditions.iter().find_map(|c| {
+        earlier
+            .iter()
+            .find(|m| m.monitor.conditions.iter().any(|o| o.kind == c.kind))
+            .map(|m| {
+                format!(
+                    "condition {:?} is claimed by {} already: one condition has one owner",
+                    c.kind,
+                    m.file.display()
+                )
+            })
+    })
+}
+
+/// Each rule of `monitor` as a probe, in order: its program checked
+/// against the entry's `exec`, then through the registry.
+async fn rules(
+    reg: &Catalog,
+    engine: &Engine,
+    path: &Path,
+    n: usize,
+    spec: &NpdSpec,
+    file: &Path,
+    monitor: &NpdMonitor,
+) -> Result<Vec<Arc<ProbeSpec>>, Vec<ConfigError>> {
+    let at = spec.config.referenced;
+    let defined = spec.config.defined;
+    let spanned = |value: String| config::Spanned::new(value, at, defined);
+    let allowed = Ceiling {
+        exec: spec.exec.iter().map(|p| config::normalize(&p.value)).collect(),
+        ..Ceiling::default()
+    };
+    let mut errors = Vec::new();
+    let mut probes = Vec::new();
+    for (i, rule) in monitor.rules.iter().enumerate() {
+        if !allowed.covers_exec(&rule.path) {
+            errors.push(ConfigError {
+                place: config::place(path, &at),
+                message: format!(
+                    "node_problem_detector[{n}]: {}: rules[{i}].path {} is not in the entry's exec grant ({}): add the program or its directory to `exec`",
+                    file.display(),
+                    rule.path.display(),
+                    if spec.exec.is_empty() {
+                        "empty".to_string()
+                    } else {
+                        spec.exec
+                            .iter()
+                            .map(|p| p.value.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                ),
+            });
+            continue;
+        }
+        let mut command = vec![rule.path.display().to_string()];
+        command.extend(rule.args.iter().cloned());
+        let plugin_config = serde_json::json!({
+            "command": command,
+            "mode": "npd",
+            "max_output_length": monitor.max_output_length,
+        });
+        probes.push(config::Probe {
+            name: Some(spanned(format!("rule-{i}"))),
+            kind: None,
+            plugin: spanned("exec".into()),
+            config: Some(config::Spanned::new(plugin_config, at, defined)),
+            target: None,
+            period: None,
+            initial_delay: None,
+            timeout: Some(config::Spanned::new(config::Dur(rule.timeout), at, defined)),
+            success_threshold: None,
+            failure_threshold: None,
+            grants: config::GrantsSpec {
+                exec: vec![config::Spanned::new(rule.path.clone(), at, defined)],
+                env: spec.env.clone(),
+                ..config::GrantsSpec::default()
+            },
+            limits: config::LimitsSpec::default(),
+            groups: Vec::new(),
+            labels: None,
+        });
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    if probes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let count = probes.len();
+    let target = config::Target {
+        name: spanned(target_name(n)),
+        tenant: spec.tenant.clone(),
+        // No target: a rule runs its program, and is granted nothing else.
+        address: spanned(String::new()),
+        on_failure: None,
+        probes,
+        source: None,
+        targetless: true,
+    };
+    let prepared = reg.prepare(engine, Change::add(vec![target])).await.map_err(|e| e.0)?;
+    let mut specs: Vec<Arc<ProbeSpec>> = prepared.probes().cloned().collect();
+    specs.sort_by_key(|p| rule_index(&p.name));
+    if specs.len() != count {
+        return Err(vec![ConfigError {
+            place: config::place(path, &at),
+            message: format!("node_problem_detector[{n}]: the exec plugin cannot be had"),
+        }]);
+    }
+    Ok(specs)
+}
+
+/// `rule-<i>`'s `i` (a probe's name is `<name>` as given).
+fn rule_index(name: &str) -> usize {
+    name.rsplit('-')
+        .next()
+        .and_then(|i| i.parse().ok())
+        .unwrap_or(usize::MAX)
+}

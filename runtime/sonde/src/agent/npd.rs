@@ -1,0 +1,50 @@
+//! Runs the node-problem-detector monitors of the config in force, and
+//! follows reloads: a monitor whose file and rules are unchanged keeps
+//! running (its conditions are not reset), one that changed starts again,
+//! one that left the config stops.
+
+use sonde_core::catalog::npd::Monitor;
+use sonde_core::control::Control;
+use sonde_core::executor::Executor;
+use sonde_core::npd::{self, Board};
+use sonde_sandbox::engine::Engine;
+use std::sync::Arc;
+use tokio::task::JoinHandle;
+
+/// Keeps one task per monitor of the config in force, reporting to `board`.
+pub(super) async fn supervise(control: Arc<Control>, executor: Executor, engine: Engine, board: Arc<Board>) {
+    let mut reloads = control.reloads();
+    let mut running: Vec<(Arc<Monitor>, JoinHandle<()>)> = Vec::new();
+    loop {
+        let wanted = control.catalog().lock().await.npd.clone();
+        let (kept, gone): (Vec<_>, Vec<_>) = running
+            .into_iter()
+            .partition(|(m, _)| wanted.iter().any(|w| same(w, m)));
+        for (m, task) in gone {
+            task.abort();
+            board.forget(&m.monitor.source);
+            tracing::info!(file = %m.file.display(), "node-problem-detector monitor stopped");
+        }
+        running = kept;
+        for m in wanted.iter() {
+            if running.iter().any(|(r, _)| same(r, m)) {
+                continue;
+            }
+            tracing::info!(file = %m.file.display(), rules = m.rules.len(), source = m.monitor.source, "node-problem-detector monitor started");
+            let sink: Arc<dyn npd::Sink> = board.clone();
+            let task = tokio::spawn(npd::run(m.clone(), executor.clone(), engine.clone(), sink));
+            running.push((m.clone(), task));
+        }
+        if reloads.changed().await.is_err() {
+            break;
+        }
+    }
+    for (_, task) in running {
+        task.abort();
+    }
+}
+
+/// Whether two monitors are the same file saying the same things.
+fn same(a: &Monitor, b: &Monitor) -> bool {
+    a.file == b.file && a.monitor == b.monitor
+}
