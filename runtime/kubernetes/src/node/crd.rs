@@ -18,14 +18,8 @@ pub const NODE_KIND: &str = "SondeNodeCheck";
 pub const NODE_FIELD_MANAGER: &str = "sonde-node";
 
 /// The condition types the kubelet owns on a Node: a SondeNodeCheck may
-/// not claim one.
-pub const KUBELET_CONDITIONS: [&str; 5] = [
-    "Ready",
-    "MemoryPressure",
-    "DiskPressure",
-    "PIDPressure",
-    "NetworkUnavailable",
-];
+/// not claim one (nor may a `node_problem_detector:` monitor).
+pub use sonde_core::config::KUBELET_CONDITIONS;
 
 /// A check that every agent whose node the `nodeSelector` selects runs
 /// against its own node, setting one Node condition (node-problem-detector's
