@@ -44,7 +44,15 @@ pub(super) async fn supervise(control: Arc<Control>, executor: Executor, engine:
     }
 }
 
-/// Whether two monitors are the same file saying the same things.
+/// Whether two monitors are the same file saying the same things, run
+/// the same way: each rule's probe with the same tenant, command, grants
+/// (its `env` among them) and limits.
 fn same(a: &Monitor, b: &Monitor) -> bool {
-    a.file == b.file && a.monitor == b.monitor
+    let run = |m: &Monitor| {
+        m.rules
+            .iter()
+            .map(|p| (p.tenant.clone(), p.config.clone(), p.grants.clone(), p.limits))
+            .collect::<Vec<_>>()
+    };
+    a.file == b.file && a.workdir == b.workdir && a.exec == b.exec && a.monitor == b.monitor && run(a) == run(b)
 }

@@ -402,6 +402,17 @@ async fn a_reload_keeps_an_unchanged_monitor_and_its_conditions() {
         let now = wait_for_condition(api, |_| true).await;
         assert_eq!(now, before, "the condition was reset by the reload");
     }
+    // A changed entry (the programs' environment) starts the monitor again.
+    let path = dir.path().join("sonde.yaml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text = text.replace("env: {FLAG_DIR:", "env: {LANG: C, FLAG_DIR:");
+    std::fs::write(&path, text).unwrap();
+    agent.reload().await.unwrap();
+    let restarted = wait_for_condition(api, |c| {
+        c["status"] == "True" && c["last_transition"] != before["last_transition"]
+    })
+    .await;
+    assert_eq!(restarted["reason"], "FlagIsRaised");
     // A changed file starts the monitor again.
     let changed = dir.path().join("changed.json");
     let text = std::fs::read_to_string(fixture().join("flag-monitor.json")).unwrap();
