@@ -286,6 +286,17 @@ fn what_npd_refuses_sonde_refuses_with_the_file_and_key_path() {
             "unknown field `rulez`",
         ),
         ("{\"plugin\": \"custom\",".into(), &plugin, "EOF while parsing"),
+        // The bounds: 256 rules, 1 MiB (a padded file is refused before it is parsed).
+        (
+            monitor(&vec![rule(""); 257].join(","), CONDITION),
+            &plugin,
+            "rules: 257 rules: at most 256 per file",
+        ),
+        (
+            format!("{}{}", " ".repeat(1024 * 1024), monitor(&rule(""), CONDITION)),
+            &plugin,
+            "larger than 1048576 bytes",
+        ),
     ] {
         let err = refused(&json, exec);
         assert!(err.contains(said), "expected {said:?} in:\n{err}");
