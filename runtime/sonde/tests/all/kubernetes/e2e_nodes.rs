@@ -101,7 +101,8 @@ impl Port {
     }
 }
 
-fn condition(node: &Node, t: &str) -> Option<NodeCondition> {
+/// Condition `t` of `node`, if it has one.
+pub(super) fn condition(node: &Node, t: &str) -> Option<NodeCondition> {
     node.status
         .as_ref()?
         .conditions

@@ -8,6 +8,7 @@
 //! the Node it made.
 
 use super::e2e::client;
+use super::e2e_nodes::condition;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -23,16 +24,6 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 
 fn fixture() -> PathBuf {
     crate::support::repo().join("tests/cases/npd").canonicalize().unwrap()
-}
-
-fn condition(node: &Node, t: &str) -> Option<NodeCondition> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == t)
-        .cloned()
 }
 
 async fn until(nodes: &Api<Node>, name: &str, what: &str, f: impl Fn(&NodeCondition) -> bool) -> NodeCondition {
