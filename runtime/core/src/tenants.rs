@@ -111,6 +111,10 @@ pub struct Ceiling {
     pub files: Vec<PathBuf>,
     /// Where its probes' `oci://` plugins may come from (`registries`).
     pub registries: Vec<sonde_oci::RegistryScope>,
+    /// The trusted signers whose signature makes its plugin files and
+    /// `oci://` plugins runnable (`signers`); `None`: any, as the agent's
+    /// `trust` and `require_signed` say. Built-ins are always runnable.
+    pub signers: Option<Vec<String>>,
     /// Whether a name its probes are granted may lead to a private address
     /// (`names_may_reach: [.., private]`; default no).
     pub names_reach_private: bool,
@@ -126,6 +130,7 @@ impl Default for Ceiling {
             exec: Vec::new(),
             files: Vec::new(),
             registries: Vec::new(),
+            signers: None,
             names_reach_private: Reach::TENANT.names_private,
             names_reach_public: Reach::TENANT.names_public,
         }

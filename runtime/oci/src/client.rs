@@ -12,7 +12,7 @@ mod resolve;
 mod settings;
 
 pub use push::{ComponentInfo, Pushed, SignaturePushed};
-pub use resolve::{Progress, Resolved, SignatureLocation, Source, signature_tag};
+pub use resolve::{Progress, Resolved, SignatureLocation, Source, cosign_tag, signature_tag};
 pub use settings::{ClientSettings, RegistryAccess};
 
 use crate::OciError;

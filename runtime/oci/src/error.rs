@@ -135,6 +135,9 @@ pub enum OciError {
         /// What is wrong (never the file's contents).
         detail: String,
     },
+    /// A signature could not be made.
+    #[error("cannot sign: {0}")]
+    Signing(String),
     /// The cache directory could not be read or written.
     #[error("OCI cache {path}: {source}")]
     Cache {

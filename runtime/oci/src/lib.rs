@@ -49,7 +49,7 @@ pub mod signing;
 pub use cache::{Cache, TagMemo};
 pub use client::{
     Client, ClientSettings, ComponentInfo, Progress, Pushed, RegistryAccess, Resolved, SignatureLocation,
-    SignaturePushed, Source, signature_tag,
+    SignaturePushed, Source, cosign_tag, signature_tag,
 };
 pub use error::OciError;
 pub use reference::{Reference, RegistryScope};

@@ -416,6 +416,20 @@ impl Remote {
         format!("{}/v2/{}/{kind}/{id}", self.base, reference.repository())
     }
 
+    /// The image index tagged `reference` (a registry's referrers tag
+    /// `sha256-HEX`, as cosign writes it without the referrers API), read
+    /// up to the referrers list's bound.
+    pub(crate) async fn index(&self, reference: &Reference) -> Result<Vec<u8>, OciError> {
+        let id = reference.digest().or(reference.tag()).unwrap_or_default();
+        let url = self.url(reference, "manifests", id);
+        let doing = "fetching the referrers tag";
+        let resp = self.get(&url, super::OCI_INDEX_MEDIA_TYPE, reference, doing).await?;
+        if resp.status() != reqwest::StatusCode::OK {
+            return Err(self.status_error(&resp, reference, doing));
+        }
+        self.read_capped(resp, Body::Referrers, reference).await
+    }
+
     /// The manifest `reference` names (its digest, else its tag), read up
     /// to [`MAX_MANIFEST_BYTES`].
     pub(crate) async fn manifest(&self, reference: &Reference, signature: bool) -> Result<Vec<u8>, OciError> {

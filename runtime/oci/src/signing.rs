@@ -49,9 +49,17 @@
 //! # }
 //! ```
 
+mod cosign;
+mod evidence;
 mod keys;
 
-pub use keys::{PublicKey, SecretKey, keygen, public_key_path};
+pub use cosign::{
+    BUNDLE_MEDIA_TYPE, PASSWORD_ENV, SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, SigningKey, keygen,
+    simple_signing_payload,
+};
+pub(crate) use evidence::is_bundle_type;
+pub use evidence::{GATHERED_FORMAT, Gathered, Item, MAX_GATHERED_BYTES, MAX_ITEMS};
+pub use keys::{PublicKey, SecretKey, legacy_keygen, public_key_path};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -59,7 +67,6 @@ use serde::{Deserialize, Serialize};
 use sonde_policy::identity::{self, Digest, ReadError};
 
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 /// The first line of a secret key file.
 pub(crate) const SECRET_KEY_HEADER: &str = "sonde-secret-key v1 ed25519";
@@ -158,6 +165,23 @@ pub enum SignatureError {
         /// Why it is refused.
         detail: String,
     },
+    /// The crypto library could not sign.
+    #[error("cannot sign: {0}")]
+    Sign(String),
+    /// No signature found verifies with a trusted key.
+    #[error("{plugin}: untrusted: {found} signature(s) in {sig}, none by the {trusted} trusted key(s){why}")]
+    NoTrustedSignature {
+        /// The plugin.
+        plugin: String,
+        /// Where the signatures were found.
+        sig: String,
+        /// How many signatures were found.
+        found: usize,
+        /// How many keys are trusted.
+        trusted: usize,
+        /// What else was wrong, as `: …` (a signature over another digest, say), or empty.
+        why: String,
+    },
     /// The system gave no randomness for a new key.
     #[error("cannot generate a key: no randomness from the system: {0}")]
     Random(String),
@@ -182,6 +206,7 @@ impl SignatureError {
                 | Self::DigestMismatch { .. }
                 | Self::BadSignature { .. }
                 | Self::Untrusted { .. }
+                | Self::NoTrustedSignature { .. }
                 | Self::MalformedSignature { .. }
         )
     }
@@ -303,12 +328,36 @@ pub fn verify(
     sig: Option<&[u8]>,
     trusted: &[PublicKey],
 ) -> Result<Signer, SignatureError> {
+    let mut all = verify_all(plugin, wasm, sig_name, sig, trusted)?;
+    Ok(all.swap_remove(0))
+}
+
+/// As [`verify`], every trusted signer whose signature covers `wasm` (at
+/// least one), so that a tenant limited to some signers can be checked.
+pub fn verify_all(
+    plugin: &str,
+    wasm: &[u8],
+    sig_name: &str,
+    sig: Option<&[u8]>,
+    trusted: &[PublicKey],
+) -> Result<Vec<Signer>, SignatureError> {
     let Some(sig_bytes) = sig else {
         return Err(SignatureError::Unsigned {
             plugin: plugin.to_string(),
             sig: sig_name.to_string(),
         });
     };
+    evidence::verify_all(plugin, wasm, sig_name, sig_bytes, trusted)
+}
+
+/// Checks sonde's deprecated `sonde-signature-v1` file `sig_bytes`.
+fn verify_legacy(
+    plugin: &str,
+    wasm: &[u8],
+    sig_name: &str,
+    sig_bytes: &[u8],
+    trusted: &[PublicKey],
+) -> Result<Signer, SignatureError> {
     let malformed = |detail: String| SignatureError::MalformedSignature {
         sig: sig_name.to_string(),
         detail,
@@ -351,7 +400,11 @@ pub fn verify(
             signed: signed.to_string(),
         });
     }
-    let Some(key) = trusted.iter().find(|k| k.key_id == file.key_id) else {
+    let legacy_key = |k: &&PublicKey| match &k.key {
+        keys::KeyMaterial::Legacy(v) => (k.key_id == file.key_id).then_some(*v),
+        keys::KeyMaterial::Pem(_) => None,
+    };
+    let Some(key) = trusted.iter().find_map(|k| legacy_key(&k)) else {
         return Err(SignatureError::Untrusted {
             plugin: plugin.to_string(),
             sig: sig_name.to_string(),
@@ -361,11 +414,7 @@ pub fn verify(
         });
     };
     let signature = ed25519_dalek::Signature::from_bytes(&signature);
-    if key
-        .key
-        .verify_strict(file.signed_message().as_bytes(), &signature)
-        .is_err()
-    {
+    if key.verify_strict(file.signed_message().as_bytes(), &signature).is_err() {
         return Err(SignatureError::BadSignature {
             plugin: plugin.to_string(),
             sig: sig_name.to_string(),
@@ -381,24 +430,39 @@ pub fn verify(
     })
 }
 
-/// Reads the signature file of the component at `wasm` (`FILE.wasm.sig`):
-/// `None` when there is none, an error when it cannot be read or is larger
-/// than 64 KiB.
-pub fn read_signature(wasm: &Path) -> Result<Option<Vec<u8>>, SignatureError> {
-    match read_small(&signature_path(wasm)) {
-        Ok(s) => Ok(Some(s)),
-        Err(SignatureError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+/// Where a bundle signing the component at `wasm` is kept:
+/// `FILE.wasm.sigstore.json` (what `sonde plugin sign` writes, and the
+/// name to give `cosign sign-blob --bundle`).
+pub fn bundle_path(wasm: &Path) -> PathBuf {
+    let mut name = wasm.as_os_str().to_os_string();
+    name.push(".sigstore.json");
+    PathBuf::from(name)
 }
 
-/// Checks the component at `wasm` against its `FILE.wasm.sig`, as
-/// [`verify`] does. A missing signature file is [`SignatureError::Unsigned`].
-pub fn verify_file(wasm: &Path, trusted: &[PublicKey]) -> Result<Signer, SignatureError> {
+/// Reads the signature of the component at `wasm`: `FILE.wasm.sigstore.json`
+/// when there is one, else `FILE.wasm.sig` (a cosign signature, what `sonde
+/// plugin pull` wrote, or a deprecated sonde signature). `None` when
+/// neither exists; an error when one cannot be read or is too large.
+pub fn read_signature(wasm: &Path) -> Result<Option<(PathBuf, Vec<u8>)>, SignatureError> {
+    for path in [bundle_path(wasm), signature_path(wasm)] {
+        match read_capped(&path, MAX_GATHERED_BYTES) {
+            Ok(s) => return Ok(Some((path, s))),
+            Err(SignatureError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// Checks the component at `wasm` against its signature file, as
+/// [`verify_all`] does. A missing signature is [`SignatureError::Unsigned`].
+pub fn verify_file(wasm: &Path, trusted: &[PublicKey]) -> Result<Vec<Signer>, SignatureError> {
     let bytes = read_capped(wasm, identity::MAX_PLUGIN_BYTES)?;
-    let sig_path = signature_path(wasm);
-    let sig = read_signature(wasm)?;
-    verify(
+    let (sig_path, sig) = match read_signature(wasm)? {
+        Some((p, s)) => (p, Some(s)),
+        None => (bundle_path(wasm), None),
+    };
+    verify_all(
         &wasm.display().to_string(),
         &bytes,
         &sig_path.display().to_string(),
@@ -408,18 +472,26 @@ pub fn verify_file(wasm: &Path, trusted: &[PublicKey]) -> Result<Signer, Signatu
 }
 
 /// Signs `bytes`, the component as read from `wasm` (once, by the caller,
-/// which checked them), with `key` and writes `FILE.wasm.sig` (replacing
-/// an older signature). Returns the signature file's path.
-pub fn sign_file(key: &SecretKey, wasm: &Path, bytes: &[u8], at: SystemTime) -> Result<PathBuf, SignatureError> {
-    let sig = key.sign(bytes, at);
-    let path = signature_path(wasm);
-    std::fs::write(&path, sig.to_text()).map_err(io_error(&path))?;
+/// which checked them), with `key` and writes the bundle to
+/// `FILE.wasm.sigstore.json` (replacing an older one, atomically).
+/// Returns its path.
+pub fn sign_file(key: &SigningKey, wasm: &Path, bytes: &[u8]) -> Result<PathBuf, SignatureError> {
+    let bundle = key.blob_bundle(bytes)?;
+    let path = bundle_path(wasm);
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_error(&path))?;
+    std::io::Write::write_all(&mut tmp, bundle.as_bytes()).map_err(io_error(&path))?;
+    tmp.persist(&path).map_err(|e| io_error(&path)(e.error))?;
     Ok(path)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::SystemTime;
 
     fn key(name: &str) -> SecretKey {
         SecretKey::generate(name).unwrap()
@@ -495,7 +567,7 @@ mod tests {
     fn key_files_round_trip_and_refuse_the_wrong_kind() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("acme.key");
-        let public = keygen(&path, "acme").unwrap();
+        let public = legacy_keygen(&path, "acme").unwrap();
         let secret = SecretKey::read(&path).unwrap();
         assert_eq!(secret.public(), public);
         assert_eq!(PublicKey::read(&public_key_path(&path)).unwrap(), public);
@@ -511,7 +583,7 @@ mod tests {
                 .starts_with("config.yaml: trust[0]: not a valid sonde public key"),
             "{err}"
         );
-        let err = keygen(&path, "acme").unwrap_err();
+        let err = legacy_keygen(&path, "acme").unwrap_err();
         assert!(matches!(err, SignatureError::KeyExists { .. }), "{err}");
     }
 }

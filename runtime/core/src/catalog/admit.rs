@@ -277,6 +277,41 @@ impl Admission<'_, '_> {
         }
     }
 
+    /// `plugin` when its tenant may run it: a tenant with `ceiling.signers`
+    /// runs only built-ins and plugins one of them signed.
+    fn signed_for_tenant(
+        &self,
+        target: &TargetContext<'_>,
+        p: &config::Probe,
+        d: &probe::ProbeDraft,
+        plugin: (Arc<Plugin>, String),
+        problems: &mut Vec<Located>,
+    ) -> Option<(Arc<Plugin>, String)> {
+        let limit = target
+            .tenant
+            .as_ref()
+            .and_then(|t| t.ceiling.as_ref()?.signers.as_ref());
+        let Some(allowed) = limit else { return Some(plugin) };
+        if sonde_builtins::get(&p.plugin.value).is_some() {
+            return Some(plugin);
+        }
+        let signers = self.reg.cache.signers(&plugin.0.digest());
+        if signers.iter().any(|s| allowed.contains(s)) {
+            return Some(plugin);
+        }
+        problems.push(Located {
+            at: p.plugin.referenced,
+            problem: ConfigProblem::SignerOutsideCeiling {
+                tenant: target.tenant_id.clone(),
+                probe: d.name.clone(),
+                plugin: plugin.1,
+                signers: signers.to_vec(),
+                allowed: allowed.clone(),
+            },
+        });
+        None
+    }
+
     /// The probe's plugin, resolved once per change, and its reference as
     /// shown; `None` when the probe is left out: waiting for a pull (in the
     /// agent), its registry unavailable, or the plugin refused.
@@ -297,7 +332,7 @@ impl Admission<'_, '_> {
             });
         }
         match resolved {
-            Ok(Resolution::Ready(pl)) => return Some(pl),
+            Ok(Resolution::Ready(pl)) => return self.signed_for_tenant(target, p, d, pl, problems),
             Ok(Resolution::Pulling(since)) => self.out.waiting.push(super::Waiting {
                 probe: d.name.as_str().into(),
                 target: target.name.clone(),
@@ -504,7 +539,7 @@ async fn resolve_plugin(
                 resolve::OciPlugin::Pulling(since) => Resolution::Pulling(since),
             })
     } else if resolve::is_path(name) {
-        resolve::plugin(engine, &reg.base, name, &reg.trust)
+        resolve::plugin(engine, &reg.base, name, &reg.trust, &reg.cache)
             .await
             .map(|p| Resolution::Ready((p, name.to_string())))
     } else {

@@ -41,6 +41,7 @@ pub(crate) async fn oci_plugin(
     client: &sonde_oci::Client,
     name: &str,
     trust: &Trust,
+    cache: &Cache,
 ) -> Result<(Arc<Plugin>, String, u64), ResolveError> {
     let oci = |e| ResolveError::Oci(Arc::new(e));
     let reference = sonde_oci::Reference::parse(name).map_err(oci)?;
@@ -48,50 +49,86 @@ pub(crate) async fn oci_plugin(
     if let sonde_oci::Source::CacheRegistryDown { error, .. } = &resolved.source {
         tracing::warn!(plugin = %resolved.pinned(), error = %error, "registry unreachable; the plugin is loaded from the cache");
     }
-    let (plugin, pinned) = verify_and_load(engine, &resolved, trust).await?;
+    let (plugin, pinned) = verify_and_load(engine, &resolved, trust, cache).await?;
     Ok((plugin, pinned, resolved.transferred))
 }
 
-/// Checks `resolved`'s signature when `trust.required`, then loads it:
-/// the plugin and its pinned reference.
+/// Checks `resolved`'s signatures when any key is trusted (refusing it
+/// when `trust.required` and none verifies), then loads it and records
+/// who signed it in `cache`: the plugin and its pinned reference.
 async fn verify_and_load(
     engine: &Engine,
     resolved: &sonde_oci::Resolved,
     trust: &Trust,
+    cache: &Cache,
 ) -> Result<(Arc<Plugin>, String), ResolveError> {
     let pinned = resolved.pinned().to_string();
-    if trust.required {
-        let signer = resolved
-            .verify(&trust.keys)
-            .map_err(|e| ResolveError::Unsigned(Arc::new(e)))?;
-        tracing::info!(plugin = %pinned, signer = %signer.name, key = %signer.key_id, "plugin signature verified");
-    }
+    let signers = signers_or_refusal(&pinned, trust, || resolved.verify(&trust.keys))?;
     let plugin = engine
         .load(&pinned, &resolved.bytes)
         .await
         .map_err(|e| ResolveError::Load(Arc::new(e)))?;
+    cache.record_signers(&plugin.digest(), signers);
     Ok((plugin, pinned))
 }
 
+/// The names of the trusted signers `verify` finds: none when no key is
+/// trusted or none verifies, and an error for the latter when
+/// `trust.required`.
+fn signers_or_refusal(
+    plugin: &str,
+    trust: &Trust,
+    verify: impl FnOnce() -> Result<Vec<sonde_oci::signing::Signer>, sonde_oci::signing::SignatureError>,
+) -> Result<Vec<String>, ResolveError> {
+    if trust.keys.is_empty() && !trust.required {
+        return Ok(Vec::new());
+    }
+    match verify() {
+        Ok(signers) => {
+            for s in &signers {
+                tracing::info!(plugin, signer = %s.name, key = %s.key_id, "plugin signature verified");
+            }
+            Ok(signers.into_iter().map(|s| s.name).collect())
+        }
+        Err(e) if trust.required || !e.is_verdict() => Err(ResolveError::Unsigned(Arc::new(e))),
+        Err(e) => {
+            tracing::debug!(plugin, error = %e, "no trusted signature (not required)");
+            Ok(Vec::new())
+        }
+    }
+}
+
 /// Loads a built-in by name, or a `.wasm` file by path (relative to `base`),
-/// checking its signature first when `trust.required`. The bytes checked
-/// are the bytes loaded.
-pub async fn plugin(engine: &Engine, base: &Path, name: &str, trust: &Trust) -> Result<Arc<Plugin>, ResolveError> {
+/// checking its signature first when a key is trusted (and refusing it
+/// when `trust.required` and it is not signed by one), and recording who
+/// signed it in `cache`. The bytes checked are the bytes loaded.
+pub async fn plugin(
+    engine: &Engine,
+    base: &Path,
+    name: &str,
+    trust: &Trust,
+    cache: &Cache,
+) -> Result<Arc<Plugin>, ResolveError> {
     let load = |e: LoadError| ResolveError::Load(Arc::new(e));
     if is_path(name) {
         let path = base.join(name);
-        if !trust.required {
+        cache.check_trust(trust);
+        if trust.keys.is_empty() && !trust.required {
             return engine.load_file(&path).await.map_err(load);
         }
         let label = path.display().to_string();
         let bytes = sonde_sandbox::engine::read_plugin_file(&path).await.map_err(load)?;
         let sig = sonde_oci::signing::read_signature(&path).map_err(|e| ResolveError::Signature(Arc::new(e)))?;
-        let unsigned = |e| ResolveError::Unsigned(Arc::new(e));
-        let sig_name = sonde_oci::signing::signature_path(&path).display().to_string();
-        let signer =
-            sonde_oci::signing::verify(&label, &bytes, &sig_name, sig.as_deref(), &trust.keys).map_err(unsigned)?;
-        tracing::info!(plugin = %label, signer = %signer.name, key = %signer.key_id, "plugin signature verified");
-        return engine.load(&label, &bytes).await.map_err(load);
+        let (sig_name, sig) = match sig {
+            Some((p, s)) => (p.display().to_string(), Some(s)),
+            None => (sonde_oci::signing::bundle_path(&path).display().to_string(), None),
+        };
+        let signers = signers_or_refusal(&label, trust, || {
+            sonde_oci::signing::verify_all(&label, &bytes, &sig_name, sig.as_deref(), &trust.keys)
+        })?;
+        let plugin = engine.load(&label, &bytes).await.map_err(load)?;
+        cache.record_signers(&plugin.digest(), signers);
+        return Ok(plugin);
     }
     match sonde_builtins::get(name) {
         Some(bytes) => engine.load(name, bytes).await.map_err(load),
@@ -120,6 +157,8 @@ struct CacheInner {
     oci: Option<(sonde_oci::ClientSettings, Arc<sonde_oci::Client>)>,
     /// The trust settings the resolved plugins were checked under.
     trust: Option<(bool, Vec<String>)>,
+    /// The trusted signers of each plugin checked under them, by digest.
+    signed: HashMap<sonde_policy::identity::Digest, Arc<[String]>>,
 }
 
 /// What asking for an `oci://` plugin gives.
@@ -169,7 +208,7 @@ impl Cache {
         {
             return Ok(p.clone());
         }
-        let p = plugin(engine, base, name, trust).await?;
+        let p = plugin(engine, base, name, trust, self).await?;
         if !is_path(name) {
             self.lock().builtins.insert(name.to_string(), p.clone());
         }
@@ -185,11 +224,24 @@ impl Cache {
         let mut inner = self.lock();
         if inner.trust.as_ref().is_some_and(|t| *t != now) {
             inner.pinned.clear();
+            inner.signed.clear();
             if let Some(p) = &self.pulls {
                 p.forget();
             }
         }
         inner.trust = Some(now);
+    }
+
+    /// Records that the plugin `digest` is signed by `signers` (names of
+    /// trusted keys) under the trust settings in force.
+    pub(crate) fn record_signers(&self, digest: &sonde_policy::identity::Digest, signers: Vec<String>) {
+        self.lock().signed.insert(digest.clone(), signers.into());
+    }
+
+    /// The trusted signers of the plugin `digest`, as last checked: none
+    /// when it was not signed by a trusted key, or not checked.
+    pub(crate) fn signers(&self, digest: &sonde_policy::identity::Digest) -> Arc<[String]> {
+        self.lock().signed.get(digest).cloned().unwrap_or_else(|| Arc::from([]))
     }
 
     /// Resolves the `oci://` reference `name` as [`oci_plugin`] does, with
@@ -217,7 +269,7 @@ impl Cache {
         let client = self.oci_client(settings)?;
         let Some(pulls) = &self.pulls else {
             let started = std::time::Instant::now();
-            let (plugin, pinned, bytes) = oci_plugin(engine, &client, name, trust).await?;
+            let (plugin, pinned, bytes) = oci_plugin(engine, &client, name, trust, self).await?;
             let cost = PullCost {
                 bytes,
                 elapsed: started.elapsed(),
@@ -236,14 +288,14 @@ impl Cache {
         if reference.is_pinned()
             && let Some(resolved) = client.resolve_cached(&reference, trust.required).map_err(oci)?
         {
-            let ready = verify_and_load(engine, &resolved, trust).await?;
+            let ready = verify_and_load(engine, &resolved, trust, self).await?;
             self.lock().pinned.insert(name.to_string(), ready.clone());
             return Ok(OciPlugin::Ready(ready, Some(PullCost::default())));
         }
-        let (engine, trust, owned) = (engine.clone(), trust.clone(), name.to_string());
+        let (engine, trust, owned, cache) = (engine.clone(), trust.clone(), name.to_string(), self.clone());
         let pull = async move {
             let started = std::time::Instant::now();
-            let (plugin, pinned, bytes) = oci_plugin(&engine, &client, &owned, &trust).await?;
+            let (plugin, pinned, bytes) = oci_plugin(&engine, &client, &owned, &trust, &cache).await?;
             let cost = PullCost {
                 bytes,
                 elapsed: started.elapsed(),

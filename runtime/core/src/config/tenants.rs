@@ -67,6 +67,11 @@ pub struct CeilingSpec {
     /// prefix ending in `/*`. Default: nowhere.
     #[serde(default)]
     pub registries: Vec<Spanned<String>>,
+    /// `signers: [acme]` — the `trust` keys (by signer name: a PEM key
+    /// file's name without `.pub`) whose signature makes its plugins
+    /// runnable; unset: any trusted signer, as `require_signed` says.
+    #[serde(default)]
+    pub signers: Option<Vec<Spanned<String>>>,
     /// `names_may_reach: [public]` (default) — where a name its probes are
     /// granted may lead: `public` addresses, `private` ones (10.0.0.0/8,
     /// 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, fc00::/7), both, or

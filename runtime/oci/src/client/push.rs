@@ -269,4 +269,97 @@ impl Client {
         })
         .await
     }
+
+    /// Signs the artifact `reference` names with `key` in cosign's format
+    /// and attaches the signature as cosign does: a simple-signing layer
+    /// (the payload names the manifest digest; the signature is the layer's
+    /// `dev.cosignproject.cosign/signature` annotation) on the manifest
+    /// tagged `sha256-HEX.sig`, beside the layers already there. `cosign
+    /// verify --key` checks it. When `wasm_digest` is given, the artifact's
+    /// component must be it.
+    pub async fn push_cosign_signature(
+        &self,
+        reference: &Reference,
+        key: &crate::signing::SigningKey,
+        wasm_digest: Option<&str>,
+    ) -> Result<SignaturePushed, OciError> {
+        use crate::signing::{SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE};
+        let registry = self.registry(reference.registry())?;
+        self.bounded(self.deadline(), registry.name.as_str(), async {
+            let subject_bytes = Self::fetch_manifest(&registry, reference).await?;
+            let subject_digest = Digest::of(&subject_bytes).to_string();
+            if let Some(d) = reference.digest()
+                && d != subject_digest
+            {
+                return Err(OciError::DigestMismatch {
+                    reference: reference.to_string(),
+                    expected: d.to_string(),
+                    actual: subject_digest,
+                });
+            }
+            let pinned = reference.with_digest(&subject_digest);
+            let subject = parse_manifest(&pinned, &subject_bytes)?;
+            let layer = wasm_layer(&pinned, &subject, u64::MAX)?;
+            if let Some(w) = wasm_digest
+                && layer.digest != w
+            {
+                return Err(OciError::DigestMismatch {
+                    reference: format!("{pinned} (its component, the file signed)"),
+                    expected: w.to_string(),
+                    actual: layer.digest,
+                });
+            }
+            let repo = format!("{}/{}", pinned.registry(), pinned.repository());
+            let payload = crate::signing::simple_signing_payload(&repo, &subject_digest);
+            let signature = key.sign(&payload).map_err(|e| OciError::Signing(e.to_string()))?;
+            let tag = super::resolve::cosign_tag(&subject_digest);
+            let tag_ref = pinned.with_tag(&tag);
+            // Keep the signatures already attached (other keys', cosign's).
+            let mut layers = match Self::fetch_manifest(&registry, &tag_ref).await {
+                Ok(b) => serde_json::from_slice::<OciImageManifest>(&b)
+                    .map(|m| m.layers)
+                    .unwrap_or_default(),
+                Err(OciError::NotFound { .. }) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            let mut sig_layer = descriptor(SIMPLE_SIGNING_MEDIA_TYPE, &payload);
+            sig_layer.annotations = Some(BTreeMap::from([(
+                SIGNATURE_ANNOTATION.to_string(),
+                base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &signature),
+            )]));
+            // The same payload may be signed by several keys: each layer
+            // stays, with its own signature (cosign appends likewise).
+            let same = |l: &OciDescriptor| l.digest == sig_layer.digest && l.annotations == sig_layer.annotations;
+            if !layers.iter().any(same) {
+                layers.push(sig_layer);
+            }
+            let config = serde_json::json!({
+                "architecture": "", "os": "", "config": {},
+                "rootfs": {"type": "layers", "diff_ids": layers.iter().map(|l| l.digest.clone()).collect::<Vec<_>>()},
+            })
+            .to_string()
+            .into_bytes();
+            let manifest = OciImageManifest {
+                schema_version: 2,
+                media_type: Some(OCI_MANIFEST_MEDIA_TYPE.to_string()),
+                config: descriptor("application/vnd.oci.image.config.v1+json", &config),
+                layers,
+                ..Default::default()
+            };
+            let bytes = serde_json::to_vec(&manifest).unwrap_or_default();
+            let config_digest = Digest::of(&config).to_string();
+            let payload_digest = Digest::of(&payload).to_string();
+            let blobs = [
+                (config.as_slice(), &config_digest),
+                (payload.as_slice(), &payload_digest),
+            ];
+            self.push_blobs(&registry, &pinned, &blobs).await?;
+            self.push_manifest(&registry, &tag_ref, &bytes).await?;
+            Ok(SignaturePushed {
+                artifact: pinned,
+                location: SignatureLocation::Tag { tag },
+            })
+        })
+        .await
+    }
 }

@@ -3,10 +3,15 @@
 
 use super::Client;
 use super::registry::RegistryClient;
-use crate::signing::{PublicKey, SignatureError, Signer};
+use crate::signing::{
+    BUNDLE_MEDIA_TYPE, GATHERED_FORMAT, Gathered, Item, MAX_ITEMS, PublicKey, SIGNATURE_ANNOTATION,
+    SIMPLE_SIGNING_MEDIA_TYPE, SignatureError, Signer, is_bundle_type,
+};
 use crate::{
     MAX_METADATA_BYTES, OciError, Reference, SIGNATURE_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE,
 };
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use oci_client::manifest::{OciDescriptor, OciImageIndex, OciImageManifest};
 use sonde_policy::identity::Digest;
 use std::sync::Arc;
@@ -71,18 +76,20 @@ impl Resolved {
         self.reference.with_digest(&self.digest)
     }
 
-    /// Checks the attached signature with [`crate::signing::verify`]:
-    /// missing, tampered and untrusted are told apart exactly as for a file.
-    pub fn verify(&self, trusted: &[PublicKey]) -> Result<Signer, SignatureError> {
+    /// Checks the attached signatures with [`crate::signing::verify_all`]:
+    /// missing, tampered and untrusted are told apart exactly as for a
+    /// file. Every trusted signer that signed it.
+    pub fn verify(&self, trusted: &[PublicKey]) -> Result<Vec<Signer>, SignatureError> {
         let plugin = self.pinned().to_string();
         let sig_name = match &self.signature {
             Some((_, loc)) => loc.describe(&self.pinned()),
             None => format!(
-                "in the registry (no sonde referrer, no tag {})",
+                "in the registry (no signature referrer, no tag {} or {})",
+                cosign_tag(&self.digest),
                 signature_tag(&self.digest)
             ),
         };
-        crate::signing::verify(
+        crate::signing::verify_all(
             &plugin,
             &self.bytes,
             &sig_name,
@@ -232,7 +239,7 @@ impl Client {
         let wasm = self.blob_or_fetch(&mut r, &pinned, &layer.digest, component).await?;
 
         // 4. The signature.
-        let signature = self.signature_of(&mut r, &pinned, &digest).await?;
+        let signature = self.signature_of(&mut r, &pinned, &digest, &manifest_bytes).await?;
         self.mark_in_use(&digest);
         self.mark_in_use(&layer.digest);
         if let Err(e) = self.prune_cache() {
@@ -287,54 +294,54 @@ impl Client {
         }
     }
 
-    /// The signature of the manifest `digest`: cached, else asked for
-    /// (absence is not cached, so a signature attached later is found);
-    /// not asked for with the registry down.
+    /// The signatures of the manifest `digest`: asked for (so that one
+    /// attached or removed since is seen), and cached; what the cache has
+    /// when the registry is down.
     async fn signature_of(
         &self,
         r: &mut Resolving,
         pinned: &Reference,
         digest: &str,
+        manifest: &[u8],
     ) -> Result<Option<(Vec<u8>, SignatureLocation)>, OciError> {
+        if r.offline.is_none() {
+            let registry = r.registry.clone();
+            match self
+                .bounded(
+                    r.deadline,
+                    registry.name.as_str(),
+                    self.fetch_signature(&registry, pinned, manifest),
+                )
+                .await
+            {
+                Ok(Some((bytes, loc))) => {
+                    r.transferred += bytes.len() as u64;
+                    let d = Digest::of(&bytes).to_string();
+                    self.cache.put(&d, &bytes)?;
+                    self.cache.remember_signature(digest, &d)?;
+                    self.mark_in_use(&d);
+                    return Ok(Some((bytes, loc)));
+                }
+                Ok(None) => return Ok(None),
+                Err(e) if e.is_offline() => {
+                    tracing::warn!(reference = %pinned, error = %e, "registry down; using the cached signatures, if any");
+                    if r.source == Source::Cache {
+                        r.source = Source::CacheRegistryDown {
+                            error: e.to_string(),
+                            tag_resolved_at: None,
+                        };
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
         if let Some(sig_digest) = self.cache.recall_signature(digest)?
             && let Some(bytes) = self.cache.get(&sig_digest)?
         {
             self.mark_in_use(&sig_digest);
             return Ok(Some((bytes, SignatureLocation::Cache)));
         }
-        if r.offline.is_some() {
-            return Ok(None);
-        }
-        let registry = r.registry.clone();
-        match self
-            .bounded(
-                r.deadline,
-                registry.name.as_str(),
-                self.fetch_signature(&registry, pinned),
-            )
-            .await
-        {
-            Ok(Some((bytes, loc))) => {
-                r.transferred += bytes.len() as u64;
-                let d = Digest::of(&bytes).to_string();
-                self.cache.put(&d, &bytes)?;
-                self.cache.remember_signature(digest, &d)?;
-                self.mark_in_use(&d);
-                Ok(Some((bytes, loc)))
-            }
-            Ok(None) => Ok(None),
-            Err(e) if e.is_offline() => {
-                tracing::warn!(reference = %pinned, error = %e, "registry down; cannot look for a signature");
-                if r.source == Source::Cache {
-                    r.source = Source::CacheRegistryDown {
-                        error: e.to_string(),
-                        tag_resolved_at: None,
-                    };
-                }
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
+        Ok(None)
     }
 
     /// Resolves a pinned `reference` from the cache alone, without a
@@ -474,87 +481,151 @@ impl Client {
             .await
     }
 
-    /// Looks for a sonde signature of the manifest `pinned` names: first the
-    /// OCI 1.1 referrers, then the `sha256-HEX.sonde-sig` tag.
+    /// Gathers the signatures of the manifest `pinned` names (its bytes:
+    /// `manifest`) into one [`Gathered`] document: the bundles and sonde
+    /// signatures among its OCI 1.1 referrers (or the referrers tag
+    /// `sha256-HEX` of a registry without the API), the layers of cosign's
+    /// `sha256-HEX.sig` tag and sonde's old `sha256-HEX.sonde-sig` tag. At
+    /// most [`MAX_ITEMS`] signatures of at most [`MAX_METADATA_BYTES`]
+    /// each are read; `None` when there is none.
     async fn fetch_signature(
         &self,
         registry: &RegistryClient,
         pinned: &Reference,
+        manifest: &[u8],
     ) -> Result<Option<(Vec<u8>, SignatureLocation)>, OciError> {
         let digest = pinned.digest().unwrap_or_default().to_string();
-        let index = match registry.remote.referrers(pinned, SIGNATURE_MEDIA_TYPE).await {
-            Ok(Some(bytes)) => serde_json::from_slice::<OciImageIndex>(&bytes).ok(),
-            Ok(None) => None,
-            // A registry that fails the referrers API may still have the tag.
-            Err(e @ (OciError::Registry { .. } | OciError::NotFound { .. })) => {
-                tracing::debug!(reference = %pinned, error = %e, "no referrers; trying the signature tag");
-                None
+        let mut items = Vec::new();
+        let mut location = None;
+        for entry in self.referrer_entries(registry, pinned, &digest).await? {
+            let at = pinned.with_digest(&entry);
+            let bytes = registry.remote.manifest(&at, true).await?;
+            if Digest::of(&bytes).to_string() != entry {
+                continue;
             }
-            Err(e) => return Err(e),
-        };
-        if let Some(index) = index {
-            // The newest last, as registries list them in push order; a
-            // registry listing more than a few is not read further.
-            for entry in index.manifests.iter().rev().take(MAX_SIGNATURE_REFERRERS) {
-                if Digest::parse(&entry.digest).is_err() {
-                    continue;
-                }
-                let sig_ref = pinned.with_digest(&entry.digest);
-                let bytes = registry.remote.manifest(&sig_ref, true).await?;
-                if Digest::of(&bytes).to_string() != entry.digest {
-                    continue;
-                }
-                if let Some(sig) = self
-                    .signature_from_manifest(registry, &sig_ref, &bytes, &digest)
-                    .await?
-                {
-                    return Ok(Some((
-                        sig,
-                        SignatureLocation::Referrer {
-                            manifest: entry.digest.clone(),
-                        },
-                    )));
-                }
+            let found = self.signatures_in(registry, &at, &bytes, &digest, &mut items).await?;
+            if found && location.is_none() {
+                location = Some(SignatureLocation::Referrer { manifest: entry });
             }
         }
-        let tag = signature_tag(&digest);
-        let tag_ref = pinned.with_tag(&tag);
-        let bytes = match registry.remote.manifest(&tag_ref, true).await {
-            Ok(b) => b,
-            Err(OciError::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(e),
+        for tag in [cosign_tag(&digest), signature_tag(&digest)] {
+            let at = pinned.with_tag(&tag);
+            let bytes = match registry.remote.manifest(&at, true).await {
+                Ok(b) => b,
+                Err(OciError::NotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            if self.signatures_in(registry, &at, &bytes, &digest, &mut items).await? && location.is_none() {
+                location = Some(SignatureLocation::Tag { tag });
+            }
+        }
+        let Some(location) = location else { return Ok(None) };
+        let gathered = Gathered {
+            format: GATHERED_FORMAT.to_string(),
+            manifest: BASE64.encode(manifest),
+            items,
         };
-        let sig = self
-            .signature_from_manifest(registry, &tag_ref, &bytes, &digest)
-            .await?;
-        Ok(sig.map(|s| (s, SignatureLocation::Tag { tag })))
+        Ok(Some((gathered.to_bytes(), location)))
     }
 
-    /// The signature blob of a signature manifest, if it is one for `subject`.
-    async fn signature_from_manifest(
+    /// The digests of the referrers of `pinned` that may be signatures:
+    /// from the referrers API, else from the referrers tag schema.
+    async fn referrer_entries(
+        &self,
+        registry: &RegistryClient,
+        pinned: &Reference,
+        digest: &str,
+    ) -> Result<Vec<String>, OciError> {
+        let mut index = None;
+        for artifact_type in [SIGNATURE_MEDIA_TYPE, BUNDLE_MEDIA_TYPE] {
+            match registry.remote.referrers(pinned, artifact_type).await {
+                Ok(Some(bytes)) => {
+                    let i = serde_json::from_slice::<OciImageIndex>(&bytes).ok();
+                    let entries = i.map(|i| i.manifests).unwrap_or_default();
+                    index.get_or_insert_with(Vec::new).extend(entries);
+                }
+                Ok(None) => {}
+                // A registry that fails the referrers API may still have the tags.
+                Err(e @ (OciError::Registry { .. } | OciError::NotFound { .. })) => {
+                    tracing::debug!(reference = %pinned, error = %e, "no referrers; trying the tags");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let entries = match index {
+            Some(entries) => entries,
+            // No referrers API: the fallback tag, as cosign and oras write it.
+            None => match registry
+                .remote
+                .index(&pinned.with_tag(&digest.replacen(':', "-", 1)))
+                .await
+            {
+                Ok(bytes) => serde_json::from_slice::<OciImageIndex>(&bytes)
+                    .map(|i| i.manifests)
+                    .unwrap_or_default(),
+                Err(OciError::NotFound { .. }) => Vec::new(),
+                Err(e) => return Err(e),
+            },
+        };
+        // The newest last, as registries list them in push order; a
+        // registry listing more than a few is not read further.
+        Ok(entries
+            .iter()
+            .rev()
+            .filter(|e| Digest::parse(&e.digest).is_ok())
+            .take(MAX_SIGNATURE_REFERRERS)
+            .map(|e| e.digest.clone())
+            .collect())
+    }
+
+    /// Adds the signatures of `subject` that the manifest `bytes` (at
+    /// `at`) holds to `items`: cosign's simple-signing layers, sigstore
+    /// bundles, sonde's signature. Whether it held any.
+    async fn signatures_in(
         &self,
         registry: &RegistryClient,
         at: &Reference,
-        manifest: &[u8],
+        bytes: &[u8],
         subject: &str,
-    ) -> Result<Option<Vec<u8>>, OciError> {
-        let Ok(m) = serde_json::from_slice::<OciImageManifest>(manifest) else {
-            return Ok(None);
+        items: &mut Vec<Item>,
+    ) -> Result<bool, OciError> {
+        let Ok(m) = serde_json::from_slice::<OciImageManifest>(bytes) else {
+            return Ok(false);
         };
-        if m.artifact_type.as_deref() != Some(SIGNATURE_MEDIA_TYPE)
-            || m.subject.as_ref().is_some_and(|s| s.digest != subject)
-        {
-            return Ok(None);
+        if m.subject.as_ref().is_some_and(|s| s.digest != subject) {
+            return Ok(false);
         }
-        let Some(layer) = m.layers.iter().find(|l| l.media_type == SIGNATURE_MEDIA_TYPE) else {
-            return Ok(None);
-        };
-        if Digest::parse(&layer.digest).is_err() {
-            return Ok(None);
+        let before = items.len();
+        for layer in m.layers.iter().take(MAX_ITEMS) {
+            if items.len() >= MAX_ITEMS || Digest::parse(&layer.digest).is_err() {
+                break;
+            }
+            let simple = layer.media_type == SIMPLE_SIGNING_MEDIA_TYPE;
+            let signature = layer.annotations.as_ref().and_then(|a| a.get(SIGNATURE_ANNOTATION));
+            let wanted = (simple && signature.is_some())
+                || is_bundle_type(&layer.media_type)
+                || layer.media_type == SIGNATURE_MEDIA_TYPE;
+            if !wanted {
+                continue;
+            }
+            let blob = Self::fetch_blob(registry, at, layer, MAX_METADATA_BYTES, "signature", &|_| {}).await?;
+            let blob = BASE64.encode(blob);
+            items.push(match signature {
+                Some(sig) if simple => Item::SimpleSigning {
+                    payload: blob,
+                    signature: sig.clone(),
+                },
+                _ if layer.media_type == SIGNATURE_MEDIA_TYPE => Item::Sonde { file: blob },
+                _ => Item::Bundle { bundle: blob },
+            });
         }
-        let bytes = Self::fetch_blob(registry, at, layer, MAX_METADATA_BYTES, "signature", &|_| {}).await?;
-        Ok(Some(bytes))
+        Ok(items.len() > before)
     }
+}
+
+/// cosign's tag for the signatures of manifest `digest`: `sha256-HEX.sig`.
+pub fn cosign_tag(digest: &str) -> String {
+    format!("{}.sig", digest.replacen(':', "-", 1))
 }
 
 /// sonde's tag for the signature of manifest `digest`: `sha256-HEX.sonde-sig`,

@@ -123,7 +123,7 @@ impl SecretKey {
         PublicKey {
             signer: self.signer.clone(),
             key_id: key_id(&key),
-            key,
+            key: KeyMaterial::Legacy(key),
         }
     }
 
@@ -152,17 +152,50 @@ impl SecretKey {
     }
 }
 
+/// The key itself: sonde's own ed25519 format (deprecated, read for one
+/// release) or a PEM public key as cosign writes it.
+#[derive(Clone)]
+pub(super) enum KeyMaterial {
+    /// A `sonde-public-key v1 ed25519` file.
+    Legacy(VerifyingKey),
+    /// A PEM `PUBLIC KEY` (ECDSA P-256/P-384, ed25519 or RSA).
+    Pem(std::sync::Arc<sigstore::crypto::CosignVerificationKey>),
+}
+
 /// A public key an operator trusts, with the name it was issued to.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct PublicKey {
-    signer: String,
+    pub(super) signer: String,
     pub(super) key_id: String,
-    pub(super) key: VerifyingKey,
+    pub(super) key: KeyMaterial,
+}
+
+impl PartialEq for PublicKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.signer == other.signer && self.key_id == other.key_id
+    }
+}
+
+impl Eq for PublicKey {}
+
+impl std::fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublicKey")
+            .field("signer", &self.signer)
+            .field("key_id", &self.key_id)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PublicKey {
-    /// Reads a public key file (`KEYFILE.pub`).
+    /// Reads a public key file: a PEM `PUBLIC KEY` (what `sonde plugin
+    /// keygen` and `cosign generate-key-pair` write), named after the file
+    /// (`acme.pub` is signer `acme`), or a deprecated sonde key file.
     pub fn read(path: &Path) -> Result<Self, SignatureError> {
+        let bytes = read_small(path)?;
+        if super::cosign::is_pem(&bytes) {
+            return super::cosign::public_from_pem(&path.display().to_string(), signer_of_path(path), &bytes);
+        }
         let (signer, bytes) = parse_key_file(path, "public", PUBLIC_KEY_HEADER)?;
         Self::from_parts(&path.display().to_string(), signer, &bytes)
     }
@@ -183,7 +216,7 @@ impl PublicKey {
         Ok(Self {
             signer,
             key_id: key_id(&key),
-            key,
+            key: KeyMaterial::Legacy(key),
         })
     }
 
@@ -197,27 +230,61 @@ impl PublicKey {
         &self.key_id
     }
 
-    fn to_file_text(&self) -> String {
-        format!(
-            "{PUBLIC_KEY_HEADER}\nsigner: {}\nkey: {}\n",
-            self.signer,
-            BASE64.encode(self.key.as_bytes())
-        )
+    /// Whether this is a deprecated sonde-format key.
+    pub fn is_legacy(&self) -> bool {
+        matches!(self.key, KeyMaterial::Legacy(_))
     }
 }
 
-/// The public key file written next to a secret key file: `KEYFILE.pub`.
-pub fn public_key_path(secret: &Path) -> PathBuf {
-    let mut name = secret.as_os_str().to_os_string();
-    name.push(".pub");
-    PathBuf::from(name)
+/// The signer name of a PEM key file: its name without `.pub` or `.pem`.
+pub(super) fn signer_of_path(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name
+        .strip_suffix(".pub")
+        .or_else(|| name.strip_suffix(".pem"))
+        .unwrap_or(&name);
+    stem.to_string()
 }
 
-/// Generates a key pair for `signer` and writes the secret key to `path`
-/// (mode 0600) and the public key to `path.pub`. Refuses to overwrite
-/// either file.
-pub fn keygen(path: &Path, signer: &str) -> Result<PublicKey, SignatureError> {
+/// The public key file written next to a private key file: `NAME.pub`
+/// for `NAME.key` (as cosign names them), else `KEYFILE.pub`.
+pub fn public_key_path(secret: &Path) -> PathBuf {
+    let text = secret.as_os_str().to_string_lossy();
+    match text.strip_suffix(".key") {
+        Some(stem) if !stem.is_empty() && !stem.ends_with('/') => PathBuf::from(format!("{stem}.pub")),
+        _ => {
+            let mut name = secret.as_os_str().to_os_string();
+            name.push(".pub");
+            PathBuf::from(name)
+        }
+    }
+}
+
+/// Generates a key pair in sonde's deprecated format for `signer` and
+/// writes the secret key to `path` (mode 0600) and the public key to
+/// `path.pub`. Kept so that operators and tests can check the old format
+/// still verifies; `sonde plugin keygen` writes cosign's format
+/// ([`super::keygen`]).
+pub fn legacy_keygen(path: &Path, signer: &str) -> Result<PublicKey, SignatureError> {
     let key = SecretKey::generate(signer)?;
+    let public = key.public();
+    let verifying = key.key.verifying_key();
+    let public_text = format!(
+        "{PUBLIC_KEY_HEADER}\nsigner: {}\nkey: {}\n",
+        public.signer,
+        BASE64.encode(verifying.as_bytes())
+    );
+    write_pair(path, key.to_file_text().as_bytes(), public_text.as_bytes())?;
+    Ok(public)
+}
+
+/// Writes a secret key to `path` (mode 0600) and its public half to
+/// `path.pub`, refusing to overwrite either, and leaving neither when the
+/// second cannot be written.
+pub(super) fn write_pair(path: &Path, secret: &[u8], public: &[u8]) -> Result<(), SignatureError> {
     let public_path = public_key_path(path);
     for p in [path, public_path.as_path()] {
         if p.symlink_metadata().is_ok() {
@@ -226,14 +293,13 @@ pub fn keygen(path: &Path, signer: &str) -> Result<PublicKey, SignatureError> {
             });
         }
     }
-    write_new(path, key.to_file_text().as_bytes(), 0o600)?;
-    let public = key.public();
-    if let Err(e) = write_new(&public_path, public.to_file_text().as_bytes(), 0o644) {
+    write_new(path, secret, 0o600)?;
+    if let Err(e) = write_new(&public_path, public, 0o644) {
         // Leave no secret key without its public half.
         let _ = std::fs::remove_file(path);
         return Err(e);
     }
-    Ok(public)
+    Ok(())
 }
 
 /// Creates `path` with `mode`, failing when it exists.

@@ -130,8 +130,10 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
             .collect::<Result<Vec<_>, _>>()?;
         let path = std::path::Path::new(&plugin_name);
         let wasm = sonde_sandbox::engine::read_plugin_file(path).await?;
-        let sig_path = sonde_oci::signing::signature_path(path);
-        let sig = sonde_oci::signing::read_signature(path)?;
+        let (sig_path, sig) = match sonde_oci::signing::read_signature(path)? {
+            Some((p, s)) => (p, Some(s)),
+            None => (sonde_oci::signing::bundle_path(path), None),
+        };
         let signer = sonde_oci::signing::verify(
             &plugin_name,
             &wasm,

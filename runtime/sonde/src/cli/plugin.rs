@@ -3,7 +3,7 @@
 
 use super::{CliError, Output, load_plugin};
 use clap::{Args, Subcommand};
-use sonde_oci::signing::{self, PublicKey, SecretKey};
+use sonde_oci::signing::{self, PublicKey, SigningKey};
 use sonde_oci::{self as oci, Reference};
 use sonde_policy::identity::{self, Digest, WasmKind};
 use sonde_sandbox::engine::{Engine, EngineConfig, Plugin};
@@ -98,10 +98,12 @@ pub(crate) async fn load_oci(
         .await?;
     report_source(&resolved);
     if !trust.is_empty() {
-        let signer = resolved
+        let signers = resolved
             .verify(trust)
             .map_err(|e| CliError(format!("refusing to run {e}")))?;
-        tracing::info!(plugin = %resolved.pinned(), signer = %signer.name, key_id = %signer.key_id, "signature verified");
+        for s in signers {
+            tracing::info!(plugin = %resolved.pinned(), signer = %s.name, key_id = %s.key_id, "signature verified");
+        }
     }
     Ok(engine.load(&resolved.pinned().to_string(), &resolved.bytes).await?)
 }
@@ -158,17 +160,20 @@ pub enum PluginCommand {
         #[command(flatten)]
         registry: RegistryArgs,
     },
-    /// Push a component to an OCI registry (the CNCF wasm artifact layout); FILE.wasm.sig, if present, is attached too.
+    /// Push a component to an OCI registry (the CNCF wasm artifact layout); with --key, sign it there as cosign does.
     Push {
         /// The component.
         wasm: PathBuf,
         /// Where: oci://HOST[:PORT]/REPO:TAG.
         reference: String,
+        /// Sign the pushed artifact with this private key (cosign's format; password from $COSIGN_PASSWORD): `cosign verify --key KEYFILE.pub` checks it.
+        #[arg(long, value_name = "KEYFILE")]
+        key: Option<PathBuf>,
         /// How to reach the registry.
         #[command(flatten)]
         registry: RegistryArgs,
     },
-    /// Pull a component from an OCI registry, checked against its digest; its signature, if attached, goes to FILE.sig.
+    /// Pull a component from an OCI registry, checked against its digest; its signatures, if any, go to FILE.sig.
     Pull {
         /// oci://HOST[:PORT]/REPO:TAG or @sha256:DIGEST.
         reference: String,
@@ -184,22 +189,19 @@ pub enum PluginCommand {
     },
     /// List the built-in plugins.
     List,
-    /// Generate an ed25519 signing key: KEYFILE (secret, mode 0600) and KEYFILE.pub. Never overwrites.
+    /// Generate an ECDSA P-256 key pair in cosign's format: KEYFILE (encrypted with $COSIGN_PASSWORD, empty when unset; mode 0600) and KEYFILE.pub (PEM). Never overwrites.
     Keygen {
-        /// Where to write the secret key; the public key goes to KEYFILE.pub.
+        /// Where to write the private key; the public key goes to KEYFILE.pub, and its signer name in `trust:` is that file's name without .pub.
         keyfile: PathBuf,
-        /// The name signatures made with this key carry [default: the key file's name without extension].
-        #[arg(long, value_name = "NAME")]
-        signer: Option<String>,
     },
-    /// Sign a component: writes FILE.wasm.sig (the digest, signer name and time, signed with ed25519).
+    /// Sign a component file (writes FILE.wasm.sigstore.json, a sigstore bundle, as `cosign sign-blob --bundle` does) or an oci:// artifact (as `cosign sign` does).
     Sign {
-        /// The secret key file (from `sonde plugin keygen`).
+        /// The private key: from `sonde plugin keygen` or `cosign generate-key-pair` (password from $COSIGN_PASSWORD).
         #[arg(long, value_name = "KEYFILE")]
         key: PathBuf,
-        /// The component to sign.
-        wasm: PathBuf,
-        /// Also attach the signature to this artifact in a registry (oci://…), which must hold this very component.
+        /// The component file, or an oci:// reference to sign in its registry.
+        wasm: String,
+        /// Also sign this artifact in a registry (oci://…), which must hold this very component.
         #[arg(long, value_name = "OCI_REFERENCE")]
         push: Option<String>,
         /// How to reach the registry.
@@ -220,13 +222,16 @@ pub enum PluginCommand {
         #[arg(long, default_value = "", value_name = "NAME")]
         vendor: String,
     },
-    /// Verify FILE.wasm against FILE.wasm.sig and trusted public keys: exit 0 valid, 2 unsigned, tampered or untrusted.
+    /// Verify a component file (against FILE.wasm.sigstore.json or FILE.wasm.sig) or an oci:// artifact (its cosign signatures, bundles and sonde signatures) with trusted public keys: exit 0 valid, 2 unsigned, tampered or untrusted.
     Verify {
-        /// A trusted public key file (KEYFILE.pub). Repeatable.
+        /// A trusted public key file: PEM (cosign's, or from `sonde plugin keygen`) or sonde's old format. Repeatable.
         #[arg(long, value_name = "KEYFILE.pub", required = true)]
         key: Vec<PathBuf>,
-        /// The component to verify.
-        wasm: PathBuf,
+        /// The component file, or an oci:// reference.
+        wasm: String,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
 }
 
@@ -240,7 +245,7 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
             );
             Ok(0)
         }
-        PluginCommand::Keygen { keyfile, signer } => keygen(&keyfile, signer),
+        PluginCommand::Keygen { keyfile } => keygen(&keyfile),
         PluginCommand::Sign {
             key,
             wasm,
@@ -250,15 +255,16 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
         PluginCommand::Push {
             wasm,
             reference,
+            key,
             registry,
-        } => push(config, &wasm, &reference, &registry).await,
+        } => push(config, &wasm, &reference, key.as_deref(), &registry).await,
         PluginCommand::Pull {
             reference,
             output,
             trust,
             registry,
         } => pull(config, &reference, output, &trust, &registry).await,
-        PluginCommand::Verify { key, wasm } => verify(&key, &wasm),
+        PluginCommand::Verify { key, wasm, registry } => verify(&config, &key, &wasm, &registry).await,
         PluginCommand::List => {
             let engine = Engine::new(config)?;
             for name in sonde_builtins::names() {
@@ -276,79 +282,102 @@ pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32,
 }
 
 /// `sonde plugin keygen KEYFILE`.
-fn keygen(keyfile: &Path, signer: Option<String>) -> Result<i32, CliError> {
-    let signer = match signer {
-        Some(s) => s,
-        None => keyfile
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-    };
+fn keygen(keyfile: &Path) -> Result<i32, CliError> {
+    let public_path = signing::public_key_path(keyfile);
+    let signer = public_path
+        .file_name()
+        .map(|n| n.to_string_lossy().trim_end_matches(".pub").to_string())
+        .unwrap_or_default();
     let public = signing::keygen(keyfile, &signer)?;
     out!(
-        "wrote {} (secret, keep it private) and {} (public, give it to operators); signer {:?}, key id {}",
+        "wrote {} (private, encrypted with ${}; keep it private) and {} (public, give it to operators); signer {:?} in `trust:`, key id {}",
         keyfile.display(),
-        signing::public_key_path(keyfile).display(),
+        signing::PASSWORD_ENV,
+        public_path.display(),
         public.signer(),
         public.key_id()
     );
     Ok(0)
 }
 
-/// `sonde plugin sign --key KEYFILE FILE.wasm [--push oci://…]`.
+/// `sonde plugin sign --key KEYFILE (FILE.wasm | oci://…) [--push oci://…]`.
 async fn sign(
     config: &EngineConfig,
     key: &Path,
-    wasm: &Path,
+    target: &str,
     push: Option<&str>,
     registry: &RegistryArgs,
 ) -> Result<i32, CliError> {
-    let key = SecretKey::read(key)?;
-    let bytes = sonde_sandbox::engine::read_plugin_file(wasm).await?;
-    if identity::sniff(&bytes) != WasmKind::Component {
-        return Err(CliError(format!(
-            "{}: not a WebAssembly component; sign the .wasm built for wasm32-wasip2",
-            wasm.display()
-        )));
+    let key = SigningKey::read(key)?;
+    let mut wasm_digest = None;
+    let mut push = push;
+    if Reference::is_oci(target) {
+        push = Some(target);
+    } else {
+        let wasm = Path::new(target);
+        let bytes = sonde_sandbox::engine::read_plugin_file(wasm).await?;
+        if identity::sniff(&bytes) != WasmKind::Component {
+            return Err(CliError(format!(
+                "{}: not a WebAssembly component; sign the .wasm built for wasm32-wasip2",
+                wasm.display()
+            )));
+        }
+        let bundle = signing::sign_file(&key, wasm, &bytes)?;
+        out!(
+            "signed {} as {:?} (key id {}): {}",
+            wasm.display(),
+            key.public().signer(),
+            key.public().key_id(),
+            bundle.display()
+        );
+        wasm_digest = Some(Digest::of(&bytes).to_string());
     }
-    let sig = signing::sign_file(&key, wasm, &bytes, std::time::SystemTime::now())?;
-    out!(
-        "signed {} as {:?} (key id {}): {}",
-        wasm.display(),
-        key.signer(),
-        key.public().key_id(),
-        sig.display()
-    );
     if let Some(reference) = push {
         let reference = Reference::parse(reference)?;
         let client = registry.client(config, &reference)?;
-        let sig_text = std::fs::read(&sig).map_err(|e| CliError::file(&sig, &e))?;
         let pushed = client
-            .push_signature(&reference, &Digest::of(&bytes).to_string(), &sig_text)
+            .push_cosign_signature(&reference, &key, wasm_digest.as_deref())
             .await?;
         out!(
-            "attached to {} as {}",
+            "signed {} as {:?} (key id {}), attached as {}",
             pushed.artifact,
+            key.public().signer(),
+            key.public().key_id(),
             describe_location(&pushed.location)
         );
     }
     Ok(0)
 }
 
-/// `sonde plugin verify --key KEYFILE.pub FILE.wasm`: 0 when valid, 2 when
-/// not.
-fn verify(keys: &[PathBuf], wasm: &Path) -> Result<i32, CliError> {
+/// `sonde plugin verify --key KEYFILE.pub (FILE.wasm | oci://…)`: 0 when
+/// valid, 2 when not.
+async fn verify(
+    config: &EngineConfig,
+    keys: &[PathBuf],
+    target: &str,
+    registry: &RegistryArgs,
+) -> Result<i32, CliError> {
     let trusted = keys.iter().map(|k| PublicKey::read(k)).collect::<Result<Vec<_>, _>>()?;
-    match signing::verify_file(wasm, &trusted) {
-        Ok(signer) => {
-            out!(
-                "valid: {} signed by {:?} (key id {}) at {}, {}",
-                wasm.display(),
-                signer.name,
-                signer.key_id,
-                signer.signed_at,
-                signer.digest
-            );
+    let verdict = if Reference::is_oci(target) {
+        let reference = Reference::parse(target)?;
+        let client = registry.client(config, &reference)?;
+        let resolved = client.resolve(&reference).await?;
+        report_source(&resolved);
+        resolved.verify(&trusted)
+    } else {
+        signing::verify_file(Path::new(target), &trusted)
+    };
+    match verdict {
+        Ok(signers) => {
+            for signer in signers {
+                out!(
+                    "valid: {} signed by {:?} (key id {}), {}",
+                    target,
+                    signer.name,
+                    signer.key_id,
+                    signer.digest
+                );
+            }
             Ok(0)
         }
         Err(e) if e.is_verdict() => {
@@ -415,8 +444,15 @@ fn describe_location(location: &oci::SignatureLocation) -> String {
     }
 }
 
-/// `sonde plugin push FILE.wasm oci://…`.
-async fn push(config: EngineConfig, wasm: &Path, reference: &str, registry: &RegistryArgs) -> Result<i32, CliError> {
+/// `sonde plugin push FILE.wasm oci://… [--key KEYFILE]`.
+async fn push(
+    config: EngineConfig,
+    wasm: &Path,
+    reference: &str,
+    key: Option<&Path>,
+    registry: &RegistryArgs,
+) -> Result<i32, CliError> {
+    let key = key.map(SigningKey::read).transpose()?;
     let reference = Reference::parse(reference)?;
     let bytes = sonde_sandbox::engine::read_plugin_file(wasm).await?;
     // Load it first: what is pushed must be a sonde plugin, and its imports
@@ -436,13 +472,14 @@ async fn push(config: EngineConfig, wasm: &Path, reference: &str, registry: &Reg
         bytes.len(),
         pushed.wasm_digest
     );
-    if let Some(sig) = signing::read_signature(wasm)? {
+    if let Some(key) = key {
         let attached = client
-            .push_signature(&pushed.reference, &pushed.wasm_digest, &sig)
+            .push_cosign_signature(&pushed.reference, &key, Some(&pushed.wasm_digest))
             .await?;
         out!(
-            "attached {} as {}",
-            signing::signature_path(wasm).display(),
+            "signed as {:?} (key id {}), attached as {}",
+            key.public().signer(),
+            key.public().key_id(),
             describe_location(&attached.location)
         );
     }
@@ -469,7 +506,11 @@ async fn pull(
     report_source(&resolved);
     if !trusted.is_empty() {
         match resolved.verify(&trusted) {
-            Ok(signer) => out!("valid signature by {:?} (key id {})", signer.name, signer.key_id),
+            Ok(signers) => {
+                for s in signers {
+                    out!("valid signature by {:?} (key id {})", s.name, s.key_id);
+                }
+            }
             Err(e) if e.is_verdict() => {
                 out!("invalid: {e}");
                 return Ok(2);
@@ -483,6 +524,14 @@ async fn pull(
     });
     write_atomic(&path, &resolved.bytes)?;
     let sig_path = signing::signature_path(&path);
+    // A bundle beside the file is read first: one from an older pull or
+    // sign would stand for these bytes.
+    let bundle = signing::bundle_path(&path);
+    if let Err(e) = std::fs::remove_file(&bundle)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        return Err(CliError::file(&bundle, &e));
+    }
     match &resolved.signature {
         Some((sig, _)) => write_atomic(&sig_path, sig)?,
         // A stale signature next to new bytes would mislead `verify`.
