@@ -54,6 +54,30 @@ ensure_packages() {
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# Debian 13 ("trixie") packages on an older Debian, installed alone: a
+# trixie source is added with a low pin (nothing else is upgraded from
+# it) when there is none, and the packages come from it with -t trixie.
+ensure_trixie_packages() {
+  local p missing=() sudo=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "sonde: the tests need these Debian 13 packages: ${missing[*]}; install their equivalents, then run this again." >&2
+    exit 1
+  fi
+  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
+  if ! grep -rqs "trixie" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "== adding Debian trixie as a second apt source (pinned low: only what is asked for comes from it)"
+    echo "deb http://deb.debian.org/debian trixie main" | "${sudo[@]}" tee /etc/apt/sources.list.d/sonde-trixie.list >/dev/null
+    printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' | "${sudo[@]}" tee /etc/apt/preferences.d/sonde-trixie >/dev/null
+  fi
+  echo "== installing Debian trixie packages: ${missing[*]}"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t trixie "${missing[@]}"
+}
+
 # Keeps a long-lived cargo target directory from filling the disk: drops
 # incremental state, and the whole debug build when the directory is over
 # SONDE_TARGET_MAX_GIB (default 30) or the disk has less than

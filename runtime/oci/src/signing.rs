@@ -1,39 +1,33 @@
-//! Plugin signing: a vendor signs a component with an ed25519 key, and an
-//! operator who trusts the vendor's public key can tell a signed plugin from
-//! an unsigned, tampered or foreign one before running it.
+//! Plugin signing: a vendor signs a component, and an operator who trusts
+//! the vendor's public key can tell a signed plugin from an unsigned,
+//! tampered or foreign one before running it. Built-in plugins are trusted
+//! by being embedded and are never checked.
 //!
-//! What is signed is the component's SHA-256 digest together with the
-//! signer's name, the key id and the time of signing, so none of them can be
-//! changed without breaking the signature. The signature lives next to the
-//! component, in `FILE.wasm.sig`. Built-in plugins are trusted by being
-//! embedded and are never checked.
+//! Keys and signatures are cosign's, so a vendor whose CI signs with
+//! cosign signs sonde plugins the same way, and an operator can check
+//! either tool's signatures with either tool:
 //!
-//! # Files
+//! - **Keys**: PEM public keys (ECDSA P-256/P-384, ed25519, RSA), named
+//!   after their file (`acme.pub` is signer `acme`); private keys in
+//!   cosign's encrypted format (password from `COSIGN_PASSWORD`) or
+//!   unencrypted PKCS#8. [`keygen`] writes an ECDSA P-256 pair as
+//!   `cosign generate-key-pair` does.
+//! - **A file**: `FILE.wasm.sigstore.json`, a sigstore bundle with a
+//!   signature over the file ([`sign_file`]; `cosign sign-blob --bundle`),
+//!   or `FILE.wasm.sig`, a bare base64 signature (`cosign sign-blob
+//!   --output-signature`) or what `sonde plugin pull` gathered.
+//! - **In a registry**: the layers of cosign's `sha256-HEX.sig` tag
+//!   (`cosign sign`, [`crate::Client::push_cosign_signature`]) and sigstore
+//!   bundles among the manifest's OCI 1.1 referrers (`cosign attest
+//!   --new-bundle-format`), gathered into one [`Gathered`] document.
 //!
-//! All three files are text. Key files are a header line, then `name: value`
-//! lines (blank lines and lines starting with `#` are ignored):
+//! Verification is the `sigstore` crate's: [`verify_all`] returns every
+//! trusted signer whose signature covers the bytes. Keyless signatures (a
+//! Fulcio certificate and a Rekor entry) are recognised and refused with
+//! that reason: sonde trusts keys only (docs/plugins.md, "Keyless").
 //!
-//! ```text
-//! sonde-secret-key v1 ed25519          sonde-public-key v1 ed25519
-//! signer: acme                         signer: acme
-//! key: <base64 of the 32-byte seed>    key: <base64 of the 32-byte public key>
-//! ```
-//!
-//! [`keygen`] writes the secret key with mode 0600 and the public key to
-//! `KEYFILE.pub`, and never overwrites either. The key id is the first 8
-//! bytes of the SHA-256 of the public key, in hex.
-//!
-//! The signature file is one JSON object:
-//!
-//! ```json
-//! {"format": "sonde-signature-v1", "algorithm": "ed25519", "signer": "acme",
-//!  "key_id": "3f1c0a9e5b7d2468", "signed_at": "2026-11-22T17:30:00Z",
-//!  "digest": "sha256:<hex>", "signature": "<base64 of 64 bytes>"}
-//! ```
-//!
-//! The signature covers these lines, each ending in `\n`:
-//! `sonde-signature-v1`, `signer: NAME`, `key_id: ID`, `signed_at: TIME`,
-//! `digest: sha256:HEX`.
+//! sonde's own `sonde-signature-v1` files and `sonde-public-key v1 ed25519`
+//! keys still verify, for one release (deprecated; nothing writes them).
 //!
 //! # Examples
 //!
@@ -43,8 +37,9 @@
 //!
 //! # fn demo() -> Result<(), signing::SignatureError> {
 //! let trusted = vec![PublicKey::read(Path::new("/etc/sonde/keys/acme.pub"))?];
-//! let signer = signing::verify_file(Path::new("/opt/acme/replica.wasm"), &trusted)?;
-//! println!("signed by {} at {}", signer.name, signer.signed_at);
+//! for signer in signing::verify_file(Path::new("/opt/acme/replica.wasm"), &trusted)? {
+//!     println!("signed by {} ({})", signer.name, signer.key_id);
+//! }
 //! # Ok(())
 //! # }
 //! ```
@@ -134,7 +129,7 @@ pub enum SignatureError {
         trusted: usize,
     },
     /// The signature file is not a sonde signature.
-    #[error("{sig}: not a valid sonde signature file: {detail}")]
+    #[error("{sig}: not a valid signature: {detail}")]
     MalformedSignature {
         /// The signature file.
         sig: String,
@@ -547,13 +542,29 @@ mod tests {
         let k = key("acme");
         let wasm = b"bytes";
         let trusted = [k.public()];
-        let cases: [(&str, &str); 3] = [
-            ("not json", "expected"),
-            (r#"{"format": "x"}"#, "missing field"),
+        let too_many = format!(
+            r#"{{"format": "{GATHERED_FORMAT}", "manifest": "", "items": [{}]}}"#,
+            vec![r#"{"sonde": {"file": ""}}"#; MAX_ITEMS + 1].join(",")
+        );
+        let huge = format!("{{\"pad\": \"{}\"}}", "x".repeat(MAX_GATHERED_BYTES as usize));
+        let cases: [(&str, &str); 8] = [
+            ("not json", "neither JSON nor a base64 signature"),
+            (r#"{"format": "x"}"#, "not a signature sonde reads"),
             (
-                r#"{"format": "other", "algorithm": "ed25519", "signer": "a", "key_id": "", "signed_at": "", "digest": "", "signature": ""}"#,
-                "format \"other\"",
+                r#"{"format": "sonde-signature-v1", "algorithm": "rsa", "signer": "a", "key_id": "", "signed_at": "", "digest": "", "signature": ""}"#,
+                "algorithm \"rsa\"",
             ),
+            (
+                r#"{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json", "verificationMaterial": {}}"#,
+                "neither messageSignature nor dsseEnvelope",
+            ),
+            (
+                r#"{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json", "verificationMaterial": {"certificate": {"rawBytes": "AA=="}}, "messageSignature": {}}"#,
+                "keyless bundle",
+            ),
+            (r#"{"base64Signature": "%%%"}"#, "base64Signature is not base64"),
+            (&too_many, "more than 16 signatures"),
+            (&huge, "larger than 2097152 bytes"),
         ];
         for (text, expected) in cases {
             let err = verify("p.wasm", wasm, "p.wasm.sig", Some(text.as_bytes()), &trusted).unwrap_err();

@@ -283,33 +283,26 @@ impl Admission<'_, '_> {
         &self,
         target: &TargetContext<'_>,
         p: &config::Probe,
-        d: &probe::ProbeDraft,
         plugin: (Arc<Plugin>, String),
-        problems: &mut Vec<Located>,
-    ) -> Option<(Arc<Plugin>, String)> {
+    ) -> Result<(Arc<Plugin>, String), ResolveError> {
         let limit = target
             .tenant
             .as_ref()
             .and_then(|t| t.ceiling.as_ref()?.signers.as_ref());
-        let Some(allowed) = limit else { return Some(plugin) };
+        let Some(allowed) = limit else { return Ok(plugin) };
         if sonde_builtins::get(&p.plugin.value).is_some() {
-            return Some(plugin);
+            return Ok(plugin);
         }
         let signers = self.reg.cache.signers(&plugin.0.digest());
         if signers.iter().any(|s| allowed.contains(s)) {
-            return Some(plugin);
+            return Ok(plugin);
         }
-        problems.push(Located {
-            at: p.plugin.referenced,
-            problem: ConfigProblem::SignerOutsideCeiling {
-                tenant: target.tenant_id.clone(),
-                probe: d.name.clone(),
-                plugin: plugin.1,
-                signers: signers.to_vec(),
-                allowed: allowed.clone(),
-            },
-        });
-        None
+        Err(ResolveError::NotTenantsSigner {
+            tenant: target.tenant_id.to_string(),
+            plugin: plugin.1,
+            signers: signers.to_vec(),
+            allowed: allowed.clone(),
+        })
     }
 
     /// The probe's plugin, resolved once per change, and its reference as
@@ -331,8 +324,12 @@ impl Admission<'_, '_> {
                 cost,
             });
         }
+        let resolved = match resolved {
+            Ok(Resolution::Ready(pl)) => self.signed_for_tenant(target, p, pl).map(Resolution::Ready),
+            other => other,
+        };
         match resolved {
-            Ok(Resolution::Ready(pl)) => return self.signed_for_tenant(target, p, d, pl, problems),
+            Ok(Resolution::Ready(pl)) => return Some(pl),
             Ok(Resolution::Pulling(since)) => self.out.waiting.push(super::Waiting {
                 probe: d.name.as_str().into(),
                 target: target.name.clone(),

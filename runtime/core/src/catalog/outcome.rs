@@ -28,6 +28,22 @@ pub enum ResolveError {
     /// The signature file cannot be read.
     #[error("{0}")]
     Signature(Arc<SignatureError>),
+    /// The plugin is not signed by one of its tenant's `ceiling.signers`.
+    #[error(
+        "tenant {tenant:?} runs only plugins signed by {}: {plugin} is signed by {}",
+        allowed.join(", "),
+        if signers.is_empty() { "no trusted signer".to_string() } else { signers.join(", ") }
+    )]
+    NotTenantsSigner {
+        /// The tenant.
+        tenant: String,
+        /// The plugin, as shown.
+        plugin: String,
+        /// Its trusted signers.
+        signers: Vec<String>,
+        /// The tenant's signers.
+        allowed: Vec<String>,
+    },
     /// An `oci://` reference that cannot be parsed, reached or pulled.
     #[error("{0}")]
     Oci(Arc<sonde_oci::OciError>),
@@ -43,7 +59,7 @@ impl ResolveError {
                 **e,
                 sonde_oci::OciError::InvalidReference { .. } | sonde_oci::OciError::Settings { .. }
             ),
-            Self::Unsigned(_) | Self::Load(_) => true,
+            Self::Unsigned(_) | Self::Load(_) | Self::NotTenantsSigner { .. } => true,
             Self::UnknownBuiltin { .. } | Self::Signature(_) => false,
         }
     }

@@ -163,28 +163,13 @@ pub enum ConfigProblem {
     },
     /// Two `trust` keys with one signer name.
     #[error(
-        "trust: signer {signer:?} is already the name of key {first}; rename one file (a PEM key's signer is its file name without .pub)"
+        "trust: signer {signer:?} is already the name of key {first}; rename one file (a PEM key's signer is its file name without .pub or .pem)"
     )]
     TrustSignerDuplicate {
         /// The name.
         signer: String,
         /// The id of the key listed first.
         first: String,
-    },
-    /// A probe's plugin is not signed by one of its tenant's
-    /// `ceiling.signers`.
-    #[error("plugin: tenant {tenant:?}: probe {probe:?}: {plugin} is signed by {}, not by one of the tenant's signers ({})", if signers.is_empty() { "no trusted signer".to_string() } else { signers.join(", ") }, allowed.join(", "))]
-    SignerOutsideCeiling {
-        /// The tenant.
-        tenant: TenantId,
-        /// The probe.
-        probe: String,
-        /// The plugin as written.
-        plugin: String,
-        /// Its trusted signers.
-        signers: Vec<String>,
-        /// The tenant's signers.
-        allowed: Vec<String>,
     },
     /// A `kubernetes.namespace_templates` name that is not a label value,
     /// so no namespace could name it.

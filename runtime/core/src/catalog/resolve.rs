@@ -68,7 +68,7 @@ async fn verify_and_load(
         .load(&pinned, &resolved.bytes)
         .await
         .map_err(|e| ResolveError::Load(Arc::new(e)))?;
-    cache.record_signers(&plugin.digest(), signers);
+    cache.record_signers(plugin.digest(), signers);
     Ok((plugin, pinned))
 }
 
@@ -127,7 +127,7 @@ pub async fn plugin(
             sonde_oci::signing::verify_all(&label, &bytes, &sig_name, sig.as_deref(), &trust.keys)
         })?;
         let plugin = engine.load(&label, &bytes).await.map_err(load)?;
-        cache.record_signers(&plugin.digest(), signers);
+        cache.record_signers(plugin.digest(), signers);
         return Ok(plugin);
     }
     match sonde_builtins::get(name) {
@@ -234,8 +234,8 @@ impl Cache {
 
     /// Records that the plugin `digest` is signed by `signers` (names of
     /// trusted keys) under the trust settings in force.
-    pub(crate) fn record_signers(&self, digest: &sonde_policy::identity::Digest, signers: Vec<String>) {
-        self.lock().signed.insert(digest.clone(), signers.into());
+    pub(crate) fn record_signers(&self, digest: sonde_policy::identity::Digest, signers: Vec<String>) {
+        self.lock().signed.insert(digest, signers.into());
     }
 
     /// The trusted signers of the plugin `digest`, as last checked: none

@@ -143,7 +143,8 @@ fn check_trust_names(trust: &super::Trust, file: &config::File, problems: &mut V
             });
         }
     }
-    let known: Vec<String> = trust.keys.iter().map(|k| k.signer().to_string()).collect();
+    let mut known: Vec<String> = trust.keys.iter().map(|k| k.signer().to_string()).collect();
+    known.dedup();
     let templates = file.kubernetes.iter().flat_map(|k| k.namespace_templates.iter());
     let ceilings = file
         .tenants

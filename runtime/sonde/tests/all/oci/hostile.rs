@@ -54,6 +54,37 @@ pub(crate) enum Hostile {
     Honest(u64),
     /// A good artifact whose referrer list never ends.
     EndlessReferrers,
+    /// An honest artifact of the built-in `tcp` component whose cosign
+    /// `.sig` tag holds 200 simple-signing layers, none by a trusted key.
+    SignatureFlood,
+}
+
+/// The simple-signing payload naming the honest `tcp` artifact.
+fn flood_payload() -> Vec<u8> {
+    let subject = digest(&manifest_of(sonde_builtins::get("tcp").unwrap()));
+    sonde_oci::signing::simple_signing_payload("127.0.0.1/acme/check", &subject)
+}
+
+/// A cosign `.sig` manifest with 200 layers of [`flood_payload`].
+fn flood_manifest() -> Vec<u8> {
+    let payload = flood_payload();
+    let layers: Vec<_> = (0..200)
+        .map(|i| {
+            serde_json::json!({
+                "mediaType": sonde_oci::signing::SIMPLE_SIGNING_MEDIA_TYPE,
+                "digest": digest(&payload),
+                "size": payload.len(),
+                "annotations": {(sonde_oci::signing::SIGNATURE_ANNOTATION): format!("c2lnbmF0dXJl{i:04}")},
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest(b"{}"), "size": 2},
+        "layers": layers,
+    }))
+    .unwrap()
 }
 
 /// The layer the hostile manifests declare: 1,000 bytes of `x`.
@@ -178,6 +209,24 @@ async fn serve(mut stream: TcpStream, how: Hostile, addr: SocketAddr, counter: A
                 answer(&mut stream, counter, "200 OK", manifest_type, &manifest_of(tcp)).await
             } else {
                 answer(&mut stream, counter, "200 OK", "", tcp).await
+            }
+        }
+        Hostile::SignatureFlood if is_manifest => {
+            let tcp = sonde_builtins::get("tcp").unwrap();
+            if path.ends_with(".sig") {
+                answer(&mut stream, counter, "200 OK", manifest_type, &flood_manifest()).await
+            } else if path.contains("sha256-") {
+                answer(&mut stream, counter, "404 Not Found", "", b"{}").await
+            } else {
+                answer(&mut stream, counter, "200 OK", manifest_type, &manifest_of(tcp)).await
+            }
+        }
+        Hostile::SignatureFlood if is_blob => {
+            let tcp = sonde_builtins::get("tcp").unwrap();
+            if path.ends_with(&digest(tcp)) {
+                answer(&mut stream, counter, "200 OK", "", tcp).await
+            } else {
+                answer(&mut stream, counter, "200 OK", "", &flood_payload()).await
             }
         }
         Hostile::NotFound => answer(&mut stream, counter, "404 Not Found", "", b"{}").await,
@@ -479,6 +528,34 @@ async fn an_endless_response_head_and_an_endless_referrer_list_are_bounded() {
         sonde_oci::MAX_MANIFEST_BYTES,
     )
     .await;
+}
+
+/// A `.sig` tag with 200 signatures: at most [`sonde_oci::signing::MAX_ITEMS`]
+/// are read, none verifies, and the plugin is refused as untrusted (its
+/// bytes still resolve: the flood is the signature's problem only).
+#[tokio::test]
+async fn a_flood_of_signatures_is_read_up_to_its_bound_and_refused() {
+    let server = Server::start(Hostile::SignatureFlood).await;
+    let cache = tempfile::tempdir().unwrap();
+    let resolved = client(&server, cache.path(), Duration::from_secs(10))
+        .resolve(&server.reference())
+        .await
+        .unwrap();
+    let (doc, _) = resolved.signature.clone().expect("the flood is found");
+    let gathered: sonde_oci::signing::Gathered = serde_json::from_slice(&doc).unwrap();
+    assert_eq!(gathered.items.len(), sonde_oci::signing::MAX_ITEMS);
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("acme.key");
+    let trusted = sonde_oci::signing::keygen(&key, "acme").unwrap();
+    let e = resolved.verify(&[trusted]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            sonde_oci::signing::SignatureError::NoTrustedSignature { found: 16, .. }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("untrusted: 16 signature(s)"), "{e}");
 }
 
 /// Runs `sonde check REFERENCE` and returns its exit, stderr, peak RSS

@@ -221,6 +221,8 @@ macro_rules! registry {
     };
 }
 
+mod cosign;
+
 fn tcp_component() -> &'static [u8] {
     sonde_builtins::get("tcp").unwrap()
 }
@@ -343,8 +345,8 @@ async fn a_moved_tag_does_not_change_a_digest_pinned_resolve() {
 }
 
 #[tokio::test]
-async fn signatures_travel_with_the_artifact() {
-    let reg = registry!(Options::default());
+async fn signatures_in_sondes_old_format_travel_with_the_artifact() {
+    let mut reg = registry!(Options::default());
     let cache = tempfile::tempdir().unwrap();
     let client = reg.client(cache.path());
     let acme = SecretKey::generate("acme").unwrap();
@@ -377,13 +379,15 @@ async fn signatures_travel_with_the_artifact() {
     assert_eq!(oci::signature_tag(&signed.digest), tag);
     assert_eq!(attached.location, SignatureLocation::Tag { tag });
     let fresh = tempfile::tempdir().unwrap();
+    let fresh_path = fresh.path().to_path_buf();
     let r = reg.client(fresh.path()).resolve(&signed.reference).await.unwrap();
     assert!(matches!(r.signature, Some((_, SignatureLocation::Tag { .. }))));
-    let signer = r.verify(&trusted).unwrap();
-    assert_eq!(signer.name, "acme");
-    // From the cache, the signature comes along.
+    let signers = r.verify(&trusted).unwrap();
+    assert_eq!(signers[0].name, "acme");
+    // With the registry up, it is asked again (a signature attached or
+    // removed since is seen); from the cache, the signature comes along.
     let r = reg.client(fresh.path()).resolve(&signed.reference).await.unwrap();
-    assert_eq!(r.signature.as_ref().map(|s| &s.1), Some(&SignatureLocation::Cache));
+    assert!(matches!(r.signature, Some((_, SignatureLocation::Tag { .. }))));
     r.verify(&trusted).unwrap();
 
     // Signed by a key that is not trusted.
@@ -408,6 +412,12 @@ async fn signatures_travel_with_the_artifact() {
         .await
         .unwrap_err();
     assert!(matches!(e, OciError::DigestMismatch { .. }), "{e}");
+
+    // The registry down: the signature comes from the cache.
+    reg.stop();
+    let r = reg.client(&fresh_path).resolve(&signed.reference).await.unwrap();
+    assert_eq!(r.signature.as_ref().map(|s| &s.1), Some(&SignatureLocation::Cache));
+    r.verify(&trusted).unwrap();
 }
 
 #[tokio::test]
@@ -573,7 +583,7 @@ fn the_cli_signs_pushes_pulls_checks_and_inspects() {
     let key = dir.path().join("acme.key");
     let out = sonde(&["plugin", "keygen", key.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let public = format!("{}.pub", key.display());
+    let public = dir.path().join("acme.pub").display().to_string();
     let reference = format!("oci://{}/acme/tcp-check:1.0", reg.addr);
 
     let out = run_cli(&["plugin", "push", wasm.to_str().unwrap(), &reference], &flags);
@@ -610,7 +620,7 @@ fn the_cli_signs_pushes_pulls_checks_and_inspects() {
         &flags,
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("sha256-"), "{}", stdout(&out));
+    assert!(stdout(&out).contains(".sig"), "cosign's tag: {}", stdout(&out));
 
     let pinned = format!("oci://{}/acme/tcp-check@{digest}", reg.addr);
     let out = run_cli(
@@ -670,13 +680,23 @@ fn the_cli_refuses_a_pull_whose_signature_is_untrusted() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let reference = format!("oci://{}/acme/tcp-check:1.0", reg.addr);
-    // push attaches FILE.wasm.sig.
-    let out = run_cli(&["plugin", "push", wasm.to_str().unwrap(), &reference], &flags);
+    // push --key signs the artifact in the registry.
+    let out = run_cli(
+        &[
+            "plugin",
+            "push",
+            wasm.to_str().unwrap(),
+            &reference,
+            "--key",
+            mallory.to_str().unwrap(),
+        ],
+        &flags,
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("attached"), "{}", stdout(&out));
 
     let pulled = dir.path().join("pulled.wasm");
-    let public = format!("{}.pub", acme.display());
+    let public = dir.path().join("acme.pub").display().to_string();
     let out = run_cli(
         &[
             "plugin",

@@ -1,8 +1,10 @@
 //! Plugin signing: the library the config loader calls, and `sonde plugin
-//! keygen | sign | verify` as a user runs them.
+//! keygen | sign | verify` as a user runs them. Keys and signatures are
+//! cosign's formats (tests/all/oci/cosign.rs runs cosign itself beside
+//! sonde); sonde's old format still verifies, deprecated.
 
 use crate::support::sonde;
-use sonde_oci::signing::{self, PublicKey, SecretKey, SignatureError};
+use sonde_oci::signing::{self, PublicKey, SecretKey, SignatureError, SigningKey};
 use sonde_policy::identity::Digest;
 use sonde_tests::guests;
 use std::path::{Path, PathBuf};
@@ -35,14 +37,13 @@ impl Setup {
     }
 
     fn sign(&self) {
-        signing::sign_file(
-            &SecretKey::read(&self.key).unwrap(),
-            &self.wasm,
-            &std::fs::read(&self.wasm).unwrap(),
-            SystemTime::now(),
-        )
-        .unwrap();
+        sign_with(&self.key, &self.wasm);
     }
+}
+
+/// Signs `wasm` with the private key file `key`: `FILE.wasm.sigstore.json`.
+fn sign_with(key: &Path, wasm: &Path) {
+    signing::sign_file(&SigningKey::read(key).unwrap(), wasm, &std::fs::read(wasm).unwrap()).unwrap();
 }
 
 fn flip_one_byte(path: &Path) {
@@ -56,7 +57,8 @@ fn flip_one_byte(path: &Path) {
 fn a_signed_plugin_verifies_and_names_its_signer() {
     let s = Setup::new();
     s.sign();
-    let signer = signing::verify_file(&s.wasm, &[s.public()]).unwrap();
+    let signers = signing::verify_file(&s.wasm, &[s.public()]).unwrap();
+    let signer = &signers[0];
     assert_eq!(signer.name, "acme");
     assert_eq!(signer.key_id, s.public().key_id());
     let wasm = std::fs::read(&s.wasm).unwrap();
@@ -76,16 +78,41 @@ fn flipping_one_byte_of_the_component_is_tampered() {
 }
 
 #[test]
-fn an_altered_signature_file_is_tampered() {
+fn an_altered_signature_verifies_by_no_key() {
     let s = Setup::new();
     s.sign();
-    let sig_path = signing::signature_path(&s.wasm);
-    let mut sig: signing::SignatureFile = serde_json::from_slice(&std::fs::read(&sig_path).unwrap()).unwrap();
-    sig.signed_at = "2099-01-01T00:00:00Z".into();
-    std::fs::write(&sig_path, sig.to_text()).unwrap();
+    let path = signing::bundle_path(&s.wasm);
+    let mut bundle: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let sig = bundle["messageSignature"]["signature"].as_str().unwrap().to_string();
+    let altered = format!("{}{}", &sig[..8], if &sig[8..9] == "A" { "B" } else { "A" }) + &sig[9..];
+    bundle["messageSignature"]["signature"] = altered.into();
+    std::fs::write(&path, bundle.to_string()).unwrap();
     let err = signing::verify_file(&s.wasm, &[s.public()]).unwrap_err();
-    assert!(matches!(err, SignatureError::BadSignature { .. }), "{err}");
-    assert!(err.to_string().contains("tampered"), "{err}");
+    assert!(
+        matches!(err, SignatureError::NoTrustedSignature { found: 1, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("untrusted"), "{err}");
+}
+
+#[test]
+fn a_signature_in_sondes_old_format_still_verifies() {
+    let s = Setup::new();
+    let legacy = s.dir.path().join("old.key");
+    let public = signing::legacy_keygen(&legacy, "acme-2025").unwrap();
+    let sig = SecretKey::read(&legacy)
+        .unwrap()
+        .sign(&std::fs::read(&s.wasm).unwrap(), SystemTime::now());
+    std::fs::write(signing::signature_path(&s.wasm), sig.to_text()).unwrap();
+    let trusted = [PublicKey::read(&signing::public_key_path(&legacy)).unwrap()];
+    assert_eq!(trusted[0], public);
+    let signers = signing::verify_file(&s.wasm, &trusted).unwrap();
+    assert_eq!(signers[0].name, "acme-2025");
+    // A PEM key does not vouch for it, and the old key no longer signs.
+    let err = signing::verify_file(&s.wasm, &[s.public()]).unwrap_err();
+    assert!(matches!(err, SignatureError::Untrusted { .. }), "{err}");
+    let err = SigningKey::read(&legacy).unwrap_err();
+    assert!(err.to_string().contains("no longer sign"), "{err}");
 }
 
 #[test]
@@ -96,12 +123,15 @@ fn a_key_not_trusted_is_untrusted() {
     signing::keygen(&other, "other").unwrap();
     let other = PublicKey::read(&signing::public_key_path(&other)).unwrap();
     let err = signing::verify_file(&s.wasm, &[other]).unwrap_err();
-    assert!(matches!(err, SignatureError::Untrusted { .. }), "{err}");
+    assert!(matches!(err, SignatureError::NoTrustedSignature { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("untrusted") && text.contains("\"acme\""), "{text}");
+    assert!(
+        text.contains("untrusted") && text.contains("none by the 1 trusted key"),
+        "{text}"
+    );
     // No trusted keys at all: untrusted too.
     let err = signing::verify_file(&s.wasm, &[]).unwrap_err();
-    assert!(matches!(err, SignatureError::Untrusted { .. }), "{err}");
+    assert!(matches!(err, SignatureError::NoTrustedSignature { .. }), "{err}");
 }
 
 #[test]
@@ -110,7 +140,10 @@ fn a_missing_signature_file_is_unsigned() {
     let err = signing::verify_file(&s.wasm, &[s.public()]).unwrap_err();
     assert!(matches!(err, SignatureError::Unsigned { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("unsigned") && text.contains("plugin.wasm.sig"), "{text}");
+    assert!(
+        text.contains("unsigned") && text.contains("plugin.wasm.sigstore.json"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -118,7 +151,7 @@ fn the_verify_bytes_api_matches_the_file_api() {
     let s = Setup::new();
     s.sign();
     let wasm = std::fs::read(&s.wasm).unwrap();
-    let sig = std::fs::read(signing::signature_path(&s.wasm)).unwrap();
+    let sig = std::fs::read(signing::bundle_path(&s.wasm)).unwrap();
     let signer = signing::verify("plugin.wasm", &wasm, "plugin.wasm.sig", Some(&sig), &[s.public()]).unwrap();
     assert_eq!(signer.name, "acme");
     let err = signing::verify("plugin.wasm", &wasm, "plugin.wasm.sig", None, &[s.public()]).unwrap_err();
@@ -131,13 +164,20 @@ fn keygen_writes_a_private_key_and_refuses_to_overwrite() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("vendor.key");
     let key_arg = key.to_str().unwrap();
-    let out = sonde(&["plugin", "keygen", key_arg, "--signer", "Acme Corp"]);
+    let out = sonde(&["plugin", "keygen", key_arg]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
-    let public = std::fs::read_to_string(signing::public_key_path(&key)).unwrap();
-    assert!(public.starts_with(signing::PUBLIC_KEY_HEADER), "{public}");
-    assert!(public.contains("signer: Acme Corp"), "{public}");
+    // cosign's files: an encrypted private key, a PEM public key named after it.
+    assert_eq!(signing::public_key_path(&key), dir.path().join("vendor.pub"));
+    let private = std::fs::read_to_string(&key).unwrap();
+    assert!(
+        private.starts_with("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----"),
+        "{private}"
+    );
+    let public = std::fs::read_to_string(dir.path().join("vendor.pub")).unwrap();
+    assert!(public.starts_with("-----BEGIN PUBLIC KEY-----"), "{public}");
+    assert!(stdout(&out).contains("signer \"vendor\""), "{out:?}");
     let before = std::fs::read(&key).unwrap();
 
     let out = sonde(&["plugin", "keygen", key_arg]);
@@ -166,7 +206,7 @@ fn cli_sign_and_verify_exit_0_valid_2_invalid() {
 
     let out = sonde(&["plugin", "sign", "--key", key_arg, wasm_arg]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(signing::signature_path(&wasm).exists());
+    assert!(signing::bundle_path(&wasm).exists());
 
     let out = sonde(&["plugin", "verify", "--key", public_arg, wasm_arg]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -190,11 +230,11 @@ fn cli_sign_and_verify_exit_0_valid_2_invalid() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(stdout(&out).contains("tampered"), "{out:?}");
 
-    // A secret key given where a public key is expected is a usage error, not a verdict.
+    // A private key given where a public key is expected is a usage error, not a verdict.
     let out = sonde(&["plugin", "verify", "--key", key_arg, wasm_arg]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("this is a secret key file"),
+        String::from_utf8_lossy(&out.stderr).contains("this is a private key"),
         "{out:?}"
     );
 
@@ -278,13 +318,7 @@ fn require_signed_refuses_tampered_unsigned_and_untrusted_plugins_at_load() {
     // Signed again, but by a key the config does not trust.
     let other = setup.dir.path().join("other.key");
     signing::keygen(&other, "other").unwrap();
-    signing::sign_file(
-        &SecretKey::read(&other).unwrap(),
-        &setup.wasm,
-        &std::fs::read(&setup.wasm).unwrap(),
-        SystemTime::now(),
-    )
-    .unwrap();
+    sign_with(&other, &setup.wasm);
     let out = validate();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -364,4 +398,71 @@ fn verify_refuses_a_fifo_and_an_oversized_file_without_waiting() {
         .unwrap();
     let err = signing::verify_file(&big, &[s.public()]).unwrap_err();
     assert!(err.to_string().contains("larger than 33554432 bytes"), "{err}");
+}
+
+/// `ceiling.signers`: a tenant runs only the plugins one of its signers
+/// signed (built-ins always), even where the agent requires no signature;
+/// a signer no `trust` key has is refused by name; and one tenant's signer
+/// never admits another tenant's plugin.
+#[test]
+fn a_tenants_signers_limit_which_plugins_it_runs() {
+    let s = Setup::new();
+    let beta = s.dir.path().join("beta.key");
+    signing::keygen(&beta, "beta").unwrap();
+    s.sign();
+    let config = s.dir.path().join("sonde.yaml");
+    let write = |tenants: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "trust: [acme.pub, beta.pub]\ntenants:\n{tenants}targets:\n  - name: a\n    tenant: a\n    address: 10.1.0.1:80\n    probes:\n      - {{name: pa, plugin: ./plugin.wasm}}\n      - {{name: builtin, plugin: tcp}}\n  - name: b\n    tenant: b\n    address: 10.1.0.2:80\n    probes:\n      - {{name: pb, plugin: ./plugin.wasm}}\n"
+            ),
+        )
+        .unwrap();
+    };
+    let tenant = |id: &str, signers: &str| {
+        format!("  - id: {id}\n    ceiling: {{net: [\"10.1.0.0/16:*\"], signers: {signers}}}\n")
+    };
+    let validate = || {
+        let out = sonde(&["validate", config.to_str().unwrap()]);
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+
+    // Signed by acme: tenant a (acme) runs it, tenant b (beta) does not.
+    write(&(tenant("a", "[acme]") + &tenant("b", "[beta]")));
+    let (code, err) = validate();
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("tenant \"b\" runs only plugins signed by beta: ./plugin.wasm is signed by acme"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("runs only plugins").count(),
+        1,
+        "only tenant b's probe: {err}"
+    );
+
+    // Both signers allowed for b: it runs too.
+    write(&(tenant("a", "[acme]") + &tenant("b", "[beta, acme]")));
+    let (code, err) = validate();
+    assert_eq!(code, Some(0), "{err}");
+
+    // Unsigned now: neither tenant runs it; the built-in still runs.
+    std::fs::remove_file(signing::bundle_path(&s.wasm)).unwrap();
+    let (code, err) = validate();
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("tenant \"a\" runs only plugins signed by acme: ./plugin.wasm is signed by no trusted signer"),
+        "{err}"
+    );
+    assert_eq!(err.matches("runs only plugins").count(), 2, "{err}");
+
+    // A signer that is no trust key's: refused, named.
+    write(&(tenant("a", "[acme, gamma]") + &tenant("b", "[beta]")));
+    let (code, err) = validate();
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("ceiling.signers: tenant \"a\": \"gamma\" is not a trusted signer (trust: acme, beta)"),
+        "{err}"
+    );
 }
