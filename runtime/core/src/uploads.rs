@@ -278,14 +278,26 @@ impl Store {
             .collect()
     }
 
-    /// Stores a plugin.
-    pub fn put_plugin(&self, tenant: &str, name: &str, wasm: &[u8]) -> std::io::Result<()> {
-        write_atomically(&self.plugin_path(tenant, name), wasm)
+    /// Stores a plugin and its signature (a sigstore bundle, kept beside
+    /// it as `NAME.wasm.sigstore.json`, where the catalog's check of a
+    /// plugin file finds it); a plugin stored without one loses the old.
+    pub fn put_plugin(&self, tenant: &str, name: &str, wasm: &[u8], signature: Option<&[u8]>) -> std::io::Result<()> {
+        let path = self.plugin_path(tenant, name);
+        let bundle = sonde_oci::signing::bundle_path(&path);
+        // The old signature goes first: never new bytes beside it.
+        remove(&bundle)?;
+        write_atomically(&path, wasm)?;
+        match signature {
+            Some(sig) => write_atomically(&bundle, sig),
+            None => Ok(()),
+        }
     }
 
-    /// Removes a plugin; whether it was there.
+    /// Removes a plugin (and its signature); whether it was there.
     pub fn delete_plugin(&self, tenant: &str, name: &str) -> std::io::Result<bool> {
-        remove(&self.plugin_path(tenant, name))
+        let path = self.plugin_path(tenant, name);
+        remove(&sonde_oci::signing::bundle_path(&path))?;
+        remove(&path)
     }
 
     /// Stores a probe.
@@ -485,7 +497,7 @@ mod tests {
             spec: serde_json::json!({"address": "127.0.0.1:80", "plugin": "tcp"}),
         };
         store.put_probe(&probe).unwrap();
-        store.put_plugin("acme", "mine", b"\0asm").unwrap();
+        store.put_plugin("acme", "mine", b"\0asm", None).unwrap();
         assert_eq!(store.probes(), std::slice::from_ref(&probe));
         assert_eq!(store.plugin_owner("mine").as_deref(), Some("acme"));
         let target = to_target(&store, &probe).unwrap();

@@ -309,6 +309,11 @@ impl Catalog {
         self.oci.as_deref()
     }
 
+    /// The `trust:` and `require_signed:` in force.
+    pub fn trust(&self) -> &Arc<Trust> {
+        &self.trust
+    }
+
     /// The key ids of `trust:`, in the file's order.
     pub fn trusted_keys(&self) -> Vec<&str> {
         self.trust.keys.iter().map(|k| k.key_id()).collect()

@@ -150,8 +150,11 @@ pub enum Conflict {
     /// Without a `state_dir` nothing added can be kept.
     #[error("this agent has no state_dir, so it cannot keep plugins and probes added through the API")]
     NoStateDir,
-    /// The agent requires signed plugins, so it takes no uploads.
-    #[error("this agent requires signed plugins (require_signed), so it takes no uploads")]
+    /// The agent requires signed plugins and the upload carries no
+    /// signature.
+    #[error(
+        "this agent requires signed plugins (require_signed): send the plugin's sigstore bundle (`sonde plugin sign` writes FILE.wasm.sigstore.json), base64, in the Sonde-Signature header"
+    )]
     RequireSigned,
     /// The name is a built-in plugin's.
     #[error("{name:?} is a built-in plugin's name")]
@@ -286,6 +289,10 @@ pub enum Problem {
     /// The component does not load as a sonde plugin.
     #[error(transparent)]
     Plugin(LoadError),
+    /// The upload's signature does not make it runnable: unsigned,
+    /// tampered, by no trusted key, or not by one of the tenant's signers.
+    #[error("{0}")]
+    Signature(String),
     /// The probe's config does not hold (a key, a quota, a ceiling).
     #[error("{}", .0.message)]
     Config(ConfigError),

@@ -30,14 +30,25 @@ impl Control {
     /// validates the component and stores it as the caller's; probes that
     /// use it restart with the new version. Returns whether it replaced an
     /// existing one.
-    pub async fn put_plugin(&self, who: &Principal, name: &str, wasm: &[u8]) -> Result<bool, ControlError> {
+    ///
+    /// `signature` is the plugin's sigstore bundle (the `Sonde-Signature`
+    /// header): required when the agent has `require_signed`, and checked
+    /// against its `trust` keys and the tenant's `ceiling.signers` before
+    /// anything is compiled or stored; it is stored beside the plugin.
+    pub async fn put_plugin(
+        &self,
+        who: &Principal,
+        name: &str,
+        wasm: &[u8],
+        signature: Option<&[u8]>,
+    ) -> Result<bool, ControlError> {
         let store = self.store()?;
         let tenant = tenant_of(who);
         check_name(Subject::Plugin, name)?;
         if sonde_builtins::get(name).is_some() {
             return Err(Conflict::BuiltIn { name: name.to_string() }.into());
         }
-        if self.require_signed.load(Ordering::Relaxed) {
+        if self.require_signed.load(Ordering::Relaxed) && signature.is_none() {
             return Err(Conflict::RequireSigned.into());
         }
         if wasm.len() > uploads::MAX_PLUGIN_BYTES {
@@ -46,6 +57,7 @@ impl Control {
                 limit: uploads::MAX_PLUGIN_BYTES,
             });
         }
+        self.check_upload_signature(tenant, name, wasm, signature).await?;
         let refuse_taken = |owner: &Option<String>| {
             if owner.as_deref().is_some_and(|o| o != tenant) {
                 return Err(ControlError::NotFound {
@@ -91,7 +103,7 @@ impl Control {
             .ok()
             .map(|b| Digest::of(&b));
         store
-            .put_plugin(tenant, name, wasm)
+            .put_plugin(tenant, name, wasm, signature)
             .map_err(internal("store the plugin"))?;
         tracing::info!(tenant, plugin = name, bytes = wasm.len(), "plugin stored");
         self.reload_after_change(&mut current).await?;
@@ -99,6 +111,51 @@ impl Control {
             self.forget_unless_stored(store, &old);
         }
         Ok(owner.is_some())
+    }
+
+    /// Checks an upload's signature as the catalog will check the stored
+    /// plugin: when the agent requires signatures or the tenant has
+    /// `ceiling.signers`, it must verify with a `trust` key (and be one of
+    /// the tenant's signers). A signature the agent does not need is still
+    /// checked, so that nothing unverifiable is stored.
+    async fn check_upload_signature(
+        &self,
+        tenant: &str,
+        name: &str,
+        wasm: &[u8],
+        signature: Option<&[u8]>,
+    ) -> Result<(), ControlError> {
+        let (trust, limit) = {
+            let current = self.catalog.lock().await;
+            let limit = current
+                .tenants
+                .get(tenant)
+                .and_then(|t| t.ceiling.as_ref()?.signers.clone());
+            (current.trust().clone(), limit)
+        };
+        if signature.is_none() && !trust.required && limit.is_none() {
+            return Ok(());
+        }
+        let invalid = |why: String| ControlError::Invalid {
+            what: Subject::Plugin,
+            name: name.to_string(),
+            problems: vec![Problem::Signature(why)],
+        };
+        let label = format!("upload {name}");
+        let signers =
+            sonde_oci::signing::verify_all(&label, wasm, "the Sonde-Signature header", signature, &trust.keys)
+                .map_err(|e| invalid(e.to_string()))?;
+        if let Some(allowed) = limit
+            && !signers.iter().any(|s| allowed.contains(&s.name))
+        {
+            let names: Vec<&str> = signers.iter().map(|s| s.name.as_str()).collect();
+            return Err(invalid(format!(
+                "tenant {tenant:?} runs only plugins signed by {}: this one is signed by {}",
+                allowed.join(", "),
+                names.join(", ")
+            )));
+        }
+        Ok(())
     }
 
     /// Lets the engine free the compile-cache file of `digest` unless a

@@ -17,6 +17,8 @@ pub(crate) enum HttpError {
     BodyTimeout(std::time::Duration),
     /// The request's body could not be read.
     BodyUnreadable(String),
+    /// A request header is malformed: what is wrong with it.
+    BadHeader(String),
 }
 
 impl From<ControlError> for HttpError {
@@ -53,6 +55,7 @@ impl IntoResponse for HttpError {
                 ),
             ),
             Self::BodyUnreadable(why) => error(StatusCode::BAD_REQUEST, format!("cannot read the body: {why}")),
+            Self::BadHeader(why) => error(StatusCode::BAD_REQUEST, why),
         }
     }
 }

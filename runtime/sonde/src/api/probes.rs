@@ -111,10 +111,15 @@ pub(super) async fn put_plugin(
     who: Principal,
     State(state): State<ApiState>,
     Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, HttpError> {
+    let signature = upload_signature(&headers)?;
     let body = read_body(&state, body, sonde_core::uploads::MAX_PLUGIN_BYTES).await?;
-    let replaced = state.control.put_plugin(&who, &name, &body).await?;
+    let replaced = state
+        .control
+        .put_plugin(&who, &name, &body, signature.as_deref())
+        .await?;
     Ok(stored("plugin", &name, replaced))
 }
 
@@ -147,4 +152,24 @@ pub(super) async fn get_target(who: Principal, State(state): State<ApiState>, Pa
         Some(t) => json(StatusCode::OK, &t),
         None => not_found("target", &name),
     }
+}
+
+/// The name of the header an upload's signature comes in.
+pub(super) const SIGNATURE_HEADER: &str = "sonde-signature";
+
+/// The sigstore bundle in an upload's `Sonde-Signature` header (base64),
+/// if any: at most 64 KiB once decoded.
+fn upload_signature(headers: &axum::http::HeaderMap) -> Result<Option<Vec<u8>>, HttpError> {
+    use base64::Engine as _;
+    let Some(value) = headers.get(SIGNATURE_HEADER) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| HttpError::BadHeader(format!("the Sonde-Signature header {why}"));
+    if value.len() > 96 * 1024 {
+        return Err(bad("is larger than 64 KiB of signature"));
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(value.as_bytes())
+        .map(Some)
+        .map_err(|_| bad("is not base64 (send the bundle file base64-encoded)"))
 }

@@ -29,6 +29,7 @@ mod sandbox;
 mod scaffold;
 mod scheduler;
 mod shipped_install;
+mod signed_uploads;
 mod support;
 mod tenancy;
 mod tenant_api;
