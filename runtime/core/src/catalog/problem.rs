@@ -161,6 +161,11 @@ pub enum ConfigProblem {
         /// The signers `trust` lists.
         known: Vec<String>,
     },
+    /// `trust_keyless:`, reserved.
+    #[error(
+        "trust_keyless: keyless signatures (a Fulcio certificate and a Rekor entry) are reserved for a later release; trust the vendor's public key in `trust:` (docs/plugins.md, \"Keyless signatures\")"
+    )]
+    KeylessReserved,
     /// Two `trust` keys with one signer name.
     #[error(
         "trust: signer {signer:?} is already the name of key {first}; rename one file (a PEM key's signer is its file name without .pub or .pem)"

@@ -105,6 +105,9 @@ pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Ve
         }
         out.health_timeout = Some(t.value.0);
     }
+    if let Some(k) = &file.trust_keyless {
+        at(k.referenced, ConfigProblem::KeylessReserved);
+    }
     out.trust.required = file.require_signed.as_ref().is_some_and(|r| r.value);
     for k in &file.trust {
         match sonde_oci::signing::PublicKey::read(&base.join(&k.value)) {
@@ -119,6 +122,7 @@ pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Ve
         at(r.referenced, ConfigProblem::RequireSignedWithoutTrust);
     }
     check_trust_names(&out.trust, file, problems);
+
     out.tenants = tenants(path, base, file, problems);
     if let Some(k) = &file.kubernetes {
         out.namespace_templates = namespace_templates(k, problems);

@@ -115,13 +115,20 @@ pub struct File {
     /// on restart).
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
-    /// `trust: [/etc/sonde/keys/acme.pub]` — public keys (files written by
-    /// `sonde plugin keygen`) whose signatures plugin files may carry.
+    /// `trust: [/etc/sonde/keys/acme.pub]` — PEM public keys (cosign's,
+    /// or from `sonde plugin keygen`), each named after its file, whose
+    /// signatures plugins may carry.
     #[serde(default)]
     pub trust: Vec<Spanned<PathBuf>>,
-    /// `require_signed: true` — refuse every `.wasm` plugin file that is not
-    /// signed by a `trust` key (`FILE.wasm.sig`); built-ins are trusted by
-    /// being embedded. Default: false.
+    /// `trust_keyless: {trusted_root, identities}` — reserved for keyless
+    /// signatures (a Fulcio certificate and a Rekor entry, verified offline
+    /// against a trusted root and an identity policy); refused in this
+    /// release, so that a config written for it fails loudly.
+    #[serde(default)]
+    pub trust_keyless: Option<Spanned<serde_json::Value>>,
+    /// `require_signed: true` — refuse every plugin file, `oci://` plugin
+    /// and upload that is not signed by a `trust` key; built-ins are
+    /// trusted by being embedded. Default: false.
     #[serde(default)]
     pub require_signed: Option<Spanned<bool>>,
     /// `health_timeout: 10s` — `/livez` and `/healthz` answer 503 once a

@@ -131,6 +131,7 @@ fn tenant(t: &sonde_core::tenants::Tenant) -> Value {
             "exec": c.exec,
             "files": c.files,
             "registries": c.registries.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "signers": c.signers,
             "names_may_reach": names_may_reach(c),
         })),
     })
