@@ -67,13 +67,13 @@ step "vendor: build"
 wasm="$work/target/wasm32-wasip2/release/acme_port.wasm"
 ls -l "$wasm"
 
-step "vendor: key and signature"
-"$sonde" plugin keygen "$work/acme.key" --signer acme
+step "vendor: a key (cosign's format: acme.key, acme.pub) and a signed file"
+"$sonde" plugin keygen "$work/acme.key"
 "$sonde" plugin sign --key "$work/acme.key" "$wasm"
 
-step "vendor: push (the signature goes along)"
+step "vendor: push and sign in the registry (as cosign sign does)"
 ref="oci://$REGISTRY/acme/port-check:1.0"
-out=$("$sonde" plugin push "$wasm" "$ref" "${flags[@]}")
+out=$("$sonde" plugin push "$wasm" "$ref" --key "$work/acme.key" "${flags[@]}")
 echo "$out"
 pinned=$(echo "$out" | sed -n 's/^pushed \(oci:[^ ]*\) .*/\1/p')
 echo "pinned: $pinned"
@@ -83,11 +83,11 @@ agent=(--oci-cache "$work/agent-cache" "${flags[@]}")
 # Whole, then its first lines: `| head` would close the pipe on sonde mid-write.
 inspected=$("$sonde" plugin inspect "$pinned" "${agent[@]}")
 sed -n 1,5p <<<"$inspected"
-"$sonde" check "$pinned" --trust "$work/acme.key.pub" --target "$REGISTRY" "${agent[@]}"
+"$sonde" check "$pinned" --trust "$work/acme.pub" --target "$REGISTRY" "${agent[@]}"
 
 step "operator: an untrusted key is refused"
-"$sonde" plugin keygen "$work/other.key" --signer other >/dev/null
-if "$sonde" check "$pinned" --trust "$work/other.key.pub" --target "$REGISTRY" "${agent[@]}"; then
+"$sonde" plugin keygen "$work/other.key" >/dev/null
+if "$sonde" check "$pinned" --trust "$work/other.pub" --target "$REGISTRY" "${agent[@]}"; then
   echo "expected a refusal" >&2
   exit 1
 fi
@@ -100,7 +100,7 @@ if [ -n "$registry_pid" ]; then
   python3 -m http.server --bind 127.0.0.1 "${REGISTRY##*:}" >/dev/null 2>&1 &
   registry_pid=$!  # a TCP target on the same port, so the probe has something to reach
   sleep 0.5
-  "$sonde" check "$pinned" --trust "$work/acme.key.pub" --target "$REGISTRY" "${agent[@]}"
+  "$sonde" check "$pinned" --trust "$work/acme.pub" --target "$REGISTRY" "${agent[@]}"
 fi
 echo
 echo "vendor flow: OK"

@@ -163,7 +163,7 @@ pub enum ConfigProblem {
     },
     /// `trust_keyless:`, reserved.
     #[error(
-        "trust_keyless: keyless signatures (a Fulcio certificate and a Rekor entry) are reserved for a later release; trust the vendor's public key in `trust:` (docs/plugins.md, \"Keyless signatures\")"
+        "trust_keyless: keyless signatures (a Fulcio certificate and a Rekor entry) are reserved for a later release; trust the vendor's public key in `trust:` (docs/oci.md, \"Keyless signatures\")"
     )]
     KeylessReserved,
     /// Two `trust` keys with one signer name.
