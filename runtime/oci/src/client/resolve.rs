@@ -294,9 +294,12 @@ impl Client {
         }
     }
 
-    /// The signatures of the manifest `digest`: asked for (so that one
-    /// attached or removed since is seen), and cached; what the cache has
-    /// when the registry is down.
+    /// The signatures of the manifest `digest`. When the registry was
+    /// asked for the rest (a tag resolved, a blob fetched), it is asked
+    /// for these too, so that a signature added or removed since is seen;
+    /// when everything came from the cache (a pinned reference pulled
+    /// before), the cached signatures are used and the registry is asked
+    /// only when none are cached. Never asked with the registry down.
     async fn signature_of(
         &self,
         r: &mut Resolving,
@@ -304,44 +307,53 @@ impl Client {
         digest: &str,
         manifest: &[u8],
     ) -> Result<Option<(Vec<u8>, SignatureLocation)>, OciError> {
-        if r.offline.is_none() {
-            let registry = r.registry.clone();
-            match self
-                .bounded(
-                    r.deadline,
-                    registry.name.as_str(),
-                    self.fetch_signature(&registry, pinned, manifest),
-                )
-                .await
+        let cached = || -> Result<Option<(Vec<u8>, SignatureLocation)>, OciError> {
+            if let Some(sig_digest) = self.cache.recall_signature(digest)?
+                && let Some(bytes) = self.cache.get(&sig_digest)?
             {
-                Ok(Some((bytes, loc))) => {
-                    r.transferred += bytes.len() as u64;
-                    let d = Digest::of(&bytes).to_string();
-                    self.cache.put(&d, &bytes)?;
-                    self.cache.remember_signature(digest, &d)?;
-                    self.mark_in_use(&d);
-                    return Ok(Some((bytes, loc)));
-                }
-                Ok(None) => return Ok(None),
-                Err(e) if e.is_offline() => {
-                    tracing::warn!(reference = %pinned, error = %e, "registry down; using the cached signatures, if any");
-                    if r.source == Source::Cache {
-                        r.source = Source::CacheRegistryDown {
-                            error: e.to_string(),
-                            tag_resolved_at: None,
-                        };
-                    }
-                }
-                Err(e) => return Err(e),
+                self.mark_in_use(&sig_digest);
+                return Ok(Some((bytes, SignatureLocation::Cache)));
             }
-        }
-        if let Some(sig_digest) = self.cache.recall_signature(digest)?
-            && let Some(bytes) = self.cache.get(&sig_digest)?
+            Ok(None)
+        };
+        if r.source == Source::Cache
+            && let Some(found) = cached()?
         {
-            self.mark_in_use(&sig_digest);
-            return Ok(Some((bytes, SignatureLocation::Cache)));
+            return Ok(Some(found));
         }
-        Ok(None)
+        if r.offline.is_some() {
+            return cached();
+        }
+        let registry = r.registry.clone();
+        match self
+            .bounded(
+                r.deadline,
+                registry.name.as_str(),
+                self.fetch_signature(&registry, pinned, manifest),
+            )
+            .await
+        {
+            Ok(Some((bytes, loc))) => {
+                r.transferred += bytes.len() as u64;
+                let d = Digest::of(&bytes).to_string();
+                self.cache.put(&d, &bytes)?;
+                self.cache.remember_signature(digest, &d)?;
+                self.mark_in_use(&d);
+                Ok(Some((bytes, loc)))
+            }
+            Ok(None) => Ok(None),
+            Err(e) if e.is_offline() => {
+                tracing::warn!(reference = %pinned, error = %e, "registry down; using the cached signatures, if any");
+                if r.source == Source::Cache {
+                    r.source = Source::CacheRegistryDown {
+                        error: e.to_string(),
+                        tag_resolved_at: None,
+                    };
+                }
+                cached()
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Resolves a pinned `reference` from the cache alone, without a
