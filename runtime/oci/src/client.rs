@@ -10,10 +10,12 @@ mod push;
 mod registry;
 mod resolve;
 mod settings;
+mod signatures;
 
 pub use push::{ComponentInfo, Pushed, SignaturePushed};
-pub use resolve::{Progress, Resolved, SignatureLocation, Source, cosign_tag, signature_tag};
+pub use resolve::{Progress, Resolved, Source};
 pub use settings::{ClientSettings, RegistryAccess};
+pub use signatures::{SignatureLocation, cosign_tag, signature_tag};
 
 use crate::OciError;
 use crate::cache::Cache;

@@ -56,6 +56,7 @@ pub mod problem;
 pub mod pulls;
 pub mod resolve;
 pub mod settings;
+mod signers;
 
 use crate::config::{self, ConfigError, ConfigErrors, Kind, Place};
 use crate::tenants::{TenantId, Tenants};

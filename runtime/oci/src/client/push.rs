@@ -312,7 +312,7 @@ impl Client {
             let repo = format!("{}/{}", pinned.registry(), pinned.repository());
             let payload = crate::signing::simple_signing_payload(&repo, &subject_digest);
             let signature = key.sign(&payload).map_err(|e| OciError::Signing(e.to_string()))?;
-            let tag = super::resolve::cosign_tag(&subject_digest);
+            let tag = super::signatures::cosign_tag(&subject_digest);
             let tag_ref = pinned.with_tag(&tag);
             // Keep the signatures already attached (other keys', cosign's).
             let mut layers = match Self::fetch_manifest(&registry, &tag_ref).await {

@@ -5,16 +5,15 @@
 //! signature is written in, and the "simple signing" payload cosign signs
 //! for an image.
 
-use super::keys::{KeyMaterial, PublicKey, write_pair};
+use super::keys::{PublicKey, is_pem, public_from_pem, write_pair};
 use super::{SignatureError, read_small};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sigstore::crypto::signing_key::SigStoreKeyPair;
 use sigstore::crypto::signing_key::ecdsa::{ECDSAKeys, EllipticCurve};
-use sigstore::crypto::{CosignVerificationKey, SigStoreSigner, SigningScheme};
-use sonde_policy::identity::{self, Digest};
+use sigstore::crypto::{SigStoreSigner, SigningScheme};
+use sonde_policy::identity::Digest;
 use std::path::Path;
-use std::sync::Arc;
 
 /// The media type of a sigstore bundle (v0.3), as cosign writes it.
 pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
@@ -27,48 +26,12 @@ pub const SIMPLE_SIGNING_TYPE: &str = "cosign container image signature";
 /// The environment variable cosign reads a private key's password from.
 pub const PASSWORD_ENV: &str = "COSIGN_PASSWORD";
 
-/// Whether `bytes` look like a PEM file.
-pub(super) fn is_pem(bytes: &[u8]) -> bool {
-    bytes.trim_ascii_start().starts_with(b"-----BEGIN ")
-}
-
 fn malformed(source: &str, kind: &'static str, detail: impl std::fmt::Display) -> SignatureError {
     SignatureError::MalformedKey {
         path: source.to_string(),
         kind,
         detail: detail.to_string(),
     }
-}
-
-/// A PEM public key, named `signer`: its id is the first 8 bytes of the
-/// SHA-256 of its DER encoding, in hex.
-pub(super) fn public_from_pem(source: &str, signer: String, bytes: &[u8]) -> Result<PublicKey, SignatureError> {
-    let block = pem::parse(bytes).map_err(|e| malformed(source, "public", format!("not a PEM file: {e}")))?;
-    match block.tag() {
-        "PUBLIC KEY" => {}
-        t if t.contains("PRIVATE KEY") => {
-            return Err(malformed(
-                source,
-                "public",
-                "this is a private key; trust its `.pub` half",
-            ));
-        }
-        t => {
-            return Err(malformed(
-                source,
-                "public",
-                format!("a PEM {t:?}, expected \"PUBLIC KEY\""),
-            ));
-        }
-    }
-    let key = CosignVerificationKey::try_from_der(block.contents())
-        .map_err(|e| malformed(source, "public", format!("not a supported public key: {e}")))?;
-    super::check_signer_name(&signer).map_err(|e| malformed(source, "public", e))?;
-    Ok(PublicKey {
-        signer,
-        key_id: identity::hex(&Digest::of(block.contents()).as_bytes()[..8]),
-        key: KeyMaterial::Pem(Arc::new(key)),
-    })
 }
 
 /// A private key in cosign's format, ready to sign.

@@ -193,8 +193,8 @@ impl PublicKey {
     /// (`acme.pub` is signer `acme`), or a deprecated sonde key file.
     pub fn read(path: &Path) -> Result<Self, SignatureError> {
         let bytes = read_small(path)?;
-        if super::cosign::is_pem(&bytes) {
-            return super::cosign::public_from_pem(&path.display().to_string(), signer_of_path(path), &bytes);
+        if is_pem(&bytes) {
+            return public_from_pem(&path.display().to_string(), signer_of_path(path), &bytes);
         }
         let (signer, bytes) = parse_key_file(path, "public", PUBLIC_KEY_HEADER)?;
         Self::from_parts(&path.display().to_string(), signer, &bytes)
@@ -321,4 +321,48 @@ fn write_new(path: &Path, contents: &[u8], mode: u32) -> Result<(), SignatureErr
         })?;
     file.write_all(contents).map_err(io_error(path))?;
     file.sync_all().map_err(io_error(path))
+}
+
+/// Whether `bytes` look like a PEM file.
+pub(super) fn is_pem(bytes: &[u8]) -> bool {
+    bytes.trim_ascii_start().starts_with(b"-----BEGIN ")
+}
+
+fn malformed_pem(source: &str, kind: &'static str, detail: impl std::fmt::Display) -> SignatureError {
+    SignatureError::MalformedKey {
+        path: source.to_string(),
+        kind,
+        detail: detail.to_string(),
+    }
+}
+
+/// A PEM public key, named `signer`: its id is the first 8 bytes of the
+/// SHA-256 of its DER encoding, in hex.
+pub(super) fn public_from_pem(source: &str, signer: String, bytes: &[u8]) -> Result<PublicKey, SignatureError> {
+    let block = pem::parse(bytes).map_err(|e| malformed_pem(source, "public", format!("not a PEM file: {e}")))?;
+    match block.tag() {
+        "PUBLIC KEY" => {}
+        t if t.contains("PRIVATE KEY") => {
+            return Err(malformed_pem(
+                source,
+                "public",
+                "this is a private key; trust its `.pub` half",
+            ));
+        }
+        t => {
+            return Err(malformed_pem(
+                source,
+                "public",
+                format!("a PEM {t:?}, expected \"PUBLIC KEY\""),
+            ));
+        }
+    }
+    let key = sigstore::crypto::CosignVerificationKey::try_from_der(block.contents())
+        .map_err(|e| malformed_pem(source, "public", format!("not a supported public key: {e}")))?;
+    super::check_signer_name(&signer).map_err(|e| malformed_pem(source, "public", e))?;
+    Ok(PublicKey {
+        signer,
+        key_id: identity::hex(&Digest::of(block.contents()).as_bytes()[..8]),
+        key: KeyMaterial::Pem(std::sync::Arc::new(key)),
+    })
 }
