@@ -32,42 +32,49 @@ ensure_toolchain() {
 # Debian packages, installed with apt-get when missing (as root, else
 # through sudo).
 ensure_packages() {
-  local p missing=() sudo=()
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
+  local missing=() sudo
+  mapfile -t missing < <(missing_packages "$@")
   [ ${#missing[@]} -eq 0 ] && return 0
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "sonde: the tests need these programs' Debian packages: ${missing[*]}; install their equivalents with your package manager, then run this again." >&2
-    exit 1
-  fi
-  if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1; then
-      sudo=(sudo)
-    else
-      echo "sonde: missing Debian packages: ${missing[*]}; run as root: apt-get install ${missing[*]}" >&2
-      exit 1
-    fi
-  fi
+  sudo=$(root_or_sudo "${missing[*]}") || exit 1
+  sudo=(${sudo})
   echo "== installing Debian packages: ${missing[*]}"
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Which of the packages named are not installed, one per line.
+missing_packages() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+
+# `sudo` when not root (nothing when root), one word per line; exits with
+# what to install by hand when neither apt-get nor sudo can be used.
+root_or_sudo() {
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "sonde: the tests need these programs' Debian packages: $1; install their equivalents with your package manager, then run this again." >&2
+    exit 1
+  fi
+  [ "$(id -u)" -eq 0 ] && return 0
+  if command -v sudo >/dev/null 2>&1; then
+    echo sudo
+  else
+    echo "sonde: missing Debian packages: $1; run as root: apt-get install $1" >&2
+    exit 1
+  fi
 }
 
 # Debian 13 ("trixie") packages on an older Debian, installed alone: a
 # trixie source is added with a low pin (nothing else is upgraded from
 # it) when there is none, and the packages come from it with -t trixie.
 ensure_trixie_packages() {
-  local p missing=() sudo=()
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
+  local missing=() sudo
+  mapfile -t missing < <(missing_packages "$@")
   [ ${#missing[@]} -eq 0 ] && return 0
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "sonde: the tests need these Debian 13 packages: ${missing[*]}; install their equivalents, then run this again." >&2
-    exit 1
-  fi
-  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
+  sudo=$(root_or_sudo "${missing[*]}") || exit 1
+  sudo=(${sudo})
   if ! grep -rqs "trixie" /etc/apt/sources.list /etc/apt/sources.list.d/; then
     echo "== adding Debian trixie as a second apt source (pinned low: only what is asked for comes from it)"
     echo "deb http://deb.debian.org/debian trixie main" | "${sudo[@]}" tee /etc/apt/sources.list.d/sonde-trixie.list >/dev/null

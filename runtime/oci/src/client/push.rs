@@ -190,6 +190,41 @@ impl Client {
         Ok(())
     }
 
+    /// The artifact `reference` names, to be signed: its manifest, the
+    /// manifest's digest (`reference`'s own when pinned, else refused) and
+    /// the reference pinned to it; its component must be `wasm_digest`
+    /// when given (what a signature of the file signs).
+    async fn subject(
+        registry: &RegistryClient,
+        reference: &Reference,
+        wasm_digest: Option<&str>,
+    ) -> Result<(Vec<u8>, String, Reference), OciError> {
+        let subject_bytes = Self::fetch_manifest(registry, reference).await?;
+        let subject_digest = Digest::of(&subject_bytes).to_string();
+        if let Some(d) = reference.digest()
+            && d != subject_digest
+        {
+            return Err(OciError::DigestMismatch {
+                reference: reference.to_string(),
+                expected: d.to_string(),
+                actual: subject_digest,
+            });
+        }
+        let pinned = reference.with_digest(&subject_digest);
+        let subject = parse_manifest(&pinned, &subject_bytes)?;
+        let layer = wasm_layer(&pinned, &subject, u64::MAX)?;
+        if let Some(w) = wasm_digest
+            && layer.digest != w
+        {
+            return Err(OciError::DigestMismatch {
+                reference: format!("{pinned} (its component, which the signature must sign)"),
+                expected: w.to_string(),
+                actual: layer.digest,
+            });
+        }
+        Ok((subject_bytes, subject_digest, pinned))
+    }
+
     /// Attaches `signature` (a `FILE.wasm.sig` JSON) to the artifact
     /// `reference` names, after checking that the artifact's component is
     /// `wasm_digest` (what the signature signs). It goes as an OCI 1.1
@@ -203,27 +238,8 @@ impl Client {
     ) -> Result<SignaturePushed, OciError> {
         let registry = self.registry(reference.registry())?;
         self.bounded(self.deadline(), registry.name.as_str(), async {
-            let subject_bytes = Self::fetch_manifest(&registry, reference).await?;
-            let subject_digest = Digest::of(&subject_bytes).to_string();
-            if let Some(d) = reference.digest()
-                && d != subject_digest
-            {
-                return Err(OciError::DigestMismatch {
-                    reference: reference.to_string(),
-                    expected: d.to_string(),
-                    actual: subject_digest,
-                });
-            }
-            let pinned = reference.with_digest(&subject_digest);
-            let subject = parse_manifest(&pinned, &subject_bytes)?;
-            let layer = wasm_layer(&pinned, &subject, u64::MAX)?;
-            if layer.digest != wasm_digest {
-                return Err(OciError::DigestMismatch {
-                    reference: format!("{pinned} (its component, which the signature must sign)"),
-                    expected: wasm_digest.to_string(),
-                    actual: layer.digest,
-                });
-            }
+            let (subject_bytes, subject_digest, pinned) =
+                Self::subject(&registry, reference, Some(wasm_digest)).await?;
             let sig_layer = descriptor(SIGNATURE_MEDIA_TYPE, signature);
             let manifest = OciImageManifest {
                 schema_version: 2,
@@ -286,29 +302,7 @@ impl Client {
         use crate::signing::{SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE};
         let registry = self.registry(reference.registry())?;
         self.bounded(self.deadline(), registry.name.as_str(), async {
-            let subject_bytes = Self::fetch_manifest(&registry, reference).await?;
-            let subject_digest = Digest::of(&subject_bytes).to_string();
-            if let Some(d) = reference.digest()
-                && d != subject_digest
-            {
-                return Err(OciError::DigestMismatch {
-                    reference: reference.to_string(),
-                    expected: d.to_string(),
-                    actual: subject_digest,
-                });
-            }
-            let pinned = reference.with_digest(&subject_digest);
-            let subject = parse_manifest(&pinned, &subject_bytes)?;
-            let layer = wasm_layer(&pinned, &subject, u64::MAX)?;
-            if let Some(w) = wasm_digest
-                && layer.digest != w
-            {
-                return Err(OciError::DigestMismatch {
-                    reference: format!("{pinned} (its component, the file signed)"),
-                    expected: w.to_string(),
-                    actual: layer.digest,
-                });
-            }
+            let (_, subject_digest, pinned) = Self::subject(&registry, reference, wasm_digest).await?;
             let repo = format!("{}/{}", pinned.registry(), pinned.repository());
             let payload = crate::signing::simple_signing_payload(&repo, &subject_digest);
             let signature = key.sign(&payload).map_err(|e| OciError::Signing(e.to_string()))?;

@@ -5,7 +5,7 @@
 //! signature is written in, and the "simple signing" payload cosign signs
 //! for an image.
 
-use super::keys::{PublicKey, is_pem, public_from_pem, write_pair};
+use super::keys::{PublicKey, is_pem, malformed_pem as malformed, public_from_pem, write_pair};
 use super::{SignatureError, read_small};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -25,14 +25,6 @@ pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 pub const SIMPLE_SIGNING_TYPE: &str = "cosign container image signature";
 /// The environment variable cosign reads a private key's password from.
 pub const PASSWORD_ENV: &str = "COSIGN_PASSWORD";
-
-fn malformed(source: &str, kind: &'static str, detail: impl std::fmt::Display) -> SignatureError {
-    SignatureError::MalformedKey {
-        path: source.to_string(),
-        kind,
-        detail: detail.to_string(),
-    }
-}
 
 /// A private key in cosign's format, ready to sign.
 pub struct SigningKey {

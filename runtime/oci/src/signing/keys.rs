@@ -328,7 +328,7 @@ pub(super) fn is_pem(bytes: &[u8]) -> bool {
     bytes.trim_ascii_start().starts_with(b"-----BEGIN ")
 }
 
-fn malformed_pem(source: &str, kind: &'static str, detail: impl std::fmt::Display) -> SignatureError {
+pub(super) fn malformed_pem(source: &str, kind: &'static str, detail: impl std::fmt::Display) -> SignatureError {
     SignatureError::MalformedKey {
         path: source.to_string(),
         kind,

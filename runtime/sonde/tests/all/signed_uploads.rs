@@ -11,7 +11,6 @@ use sonde_tests::{HttpServer, guests};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const ACME: &str = "acme-secret";
 const BETA: &str = "beta-secret";
@@ -19,23 +18,8 @@ const BETA: &str = "beta-secret";
 /// `PUT path` with `token`, the `Sonde-Signature` header when given, and
 /// `body`: the status and body.
 async fn put(api: SocketAddr, path: &str, token: &str, signature: Option<&str>, body: &[u8]) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
-    let sig = signature.map_or(String::new(), |s| format!("Sonde-Signature: {s}\r\n"));
-    let head = format!(
-        "PUT {path} HTTP/1.1\r\nHost: sonde\r\nAuthorization: Bearer {token}\r\n{sig}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    let _ = s.write_all(body).await;
-    let mut text = Vec::new();
-    let _ = s.read_to_end(&mut text).await;
-    let text = String::from_utf8_lossy(&text).into_owned();
-    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+    let headers: Vec<(&str, &str)> = signature.map(|s| ("Sonde-Signature", s)).into_iter().collect();
+    crate::support::call_with(api, "PUT", path, Some(token), &headers, body).await
 }
 
 /// The bundle `key` makes over `bytes`, base64 for the header.

@@ -59,6 +59,23 @@ fn image(reference: &sonde_oci::Reference) -> String {
     reference.to_string().trim_start_matches("oci://").to_string()
 }
 
+/// `cosign sign --key KEY IMAGE` with no transparency log: it must pass.
+fn cosign_sign(bin: &Path, dir: &Path, key: &str, image: &str) {
+    let out = cosign(
+        bin,
+        dir,
+        &[
+            "sign",
+            "--key",
+            key,
+            "--tlog-upload=false",
+            "--allow-http-registry",
+            image,
+        ],
+    );
+    assert!(out.status.success(), "cosign sign: {}", text(&out));
+}
+
 /// `sonde plugin verify --key KEY TARGET` against the test registry.
 fn sonde_verify(key: &Path, target: &str, cache: &Path) -> Output {
     let cache = cache.display().to_string();
@@ -95,19 +112,7 @@ async fn a_cosign_signed_plugin_runs_under_trust_with_cosigns_key() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("unsigned"), "{}", text(&out));
 
-    let signed = cosign(
-        &bin,
-        d,
-        &[
-            "sign",
-            "--key",
-            "cosign.key",
-            "--tlog-upload=false",
-            "--allow-http-registry",
-            &image(&pushed.reference),
-        ],
-    );
-    assert!(signed.status.success());
+    cosign_sign(&bin, d, "cosign.key", &image(&pushed.reference));
     let out = sonde_verify(&d.join("cosign.pub"), &target, &d.join("c2"));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("signed by \"cosign\""), "{}", text(&out));
@@ -186,19 +191,7 @@ async fn what_sonde_signs_cosign_verifies_and_both_refuse_a_tampered_file() {
     );
 
     // Signed by both: each verifies its own, sonde sees both.
-    let signed = cosign(
-        &bin,
-        d,
-        &[
-            "sign",
-            "--key",
-            "cosign.key",
-            "--tlog-upload=false",
-            "--allow-http-registry",
-            image,
-        ],
-    );
-    assert!(signed.status.success());
+    cosign_sign(&bin, d, "cosign.key", image);
     assert!(
         verify("vendor.pub").status.success(),
         "cosign's signature replaced sonde's"
@@ -352,19 +345,7 @@ async fn cosigns_bundles_blob_signatures_and_ed25519_keys_verify() {
             .status
             .success()
     );
-    let signed = cosign(
-        &bin,
-        d,
-        &[
-            "sign",
-            "--key",
-            "ed.key",
-            "--tlog-upload=false",
-            "--allow-http-registry",
-            &image(&pushed.reference),
-        ],
-    );
-    assert!(signed.status.success());
+    cosign_sign(&bin, d, "ed.key", &image(&pushed.reference));
     let out = sonde_verify(&d.join("ed.pub"), &target, &d.join("c3"));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("signed by \"ed\""), "{}", text(&out));

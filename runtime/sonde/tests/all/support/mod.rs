@@ -234,9 +234,24 @@ pub async fn call(
     token: Option<&str>,
     body: &[u8],
 ) -> (u16, String) {
+    call_with(api, method, path, token, &[], body).await
+}
+
+/// [`call`] with more request headers (`name`, `value`).
+pub async fn call_with(
+    api: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let mut auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    for (name, value) in headers {
+        auth += &format!("{name}: {value}\r\n");
+    }
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: sonde\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
