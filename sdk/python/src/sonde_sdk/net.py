@@ -20,16 +20,16 @@ NOT_GRANTED = "denied by the host: not granted"
 
 
 class NetError(ProbeError):
-    """The target failed. `reason` is one of "dns", "connect", "timeout",
+    """The target failed. `failure` is one of "dns", "connect", "timeout",
     "protocol", "tls"; the message starts with it (`connect: refused`)."""
 
-    def __init__(self, reason: str, message: str):
-        super().__init__("io", f"{reason}: {message}")
-        self.reason = reason
+    def __init__(self, failure: str, message: str):
+        super().__init__("io", f"{failure}: {message}")
+        self.failure = failure
         self.detail = message
 
     def __repr__(self) -> str:
-        return f"NetError({self.reason!r}, {self.detail!r})"
+        return f"NetError({self.failure!r}, {self.detail!r})"
 
 
 class SessionError(Exception):
