@@ -21,7 +21,7 @@
 //      const plugin = await Plugin.build('examples/http-json/js/app.js');
 //      const result = plugin.check('127.0.0.1:8080').config({ field: 'status', expected: 'ok' }).run();
 
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -271,31 +271,59 @@ export class Check {
     this.args.push('--allow-exec', program);
     return this;
   }
-  /** Runs `sonde check --output json`: {status, reason, message, metrics, detail, exitCode, seconds, stderr, metric(name)}. */
-  run() {
+  argv() {
     const p = this.plugin;
-    const cmd = ['--compile-timeout', p.compileTimeout, ...(p.cacheDir ? ['--cache-dir', p.cacheDir] : []), 'check', p.wasm, ...this.args, '--output', 'json'];
-    const start = performance.now();
-    const out = spawnSync(sondeBin(), cmd, { encoding: 'utf8' });
-    const seconds = (performance.now() - start) / 1000;
-    if (out.error) throw new Error(`cannot run ${sondeBin()} (${out.error.message}); set SONDE_BIN to the sonde binary`);
-    let v;
-    try {
-      v = JSON.parse(out.stdout);
-    } catch {
-      throw new Error(`sonde printed no result (exit ${out.status}): ${out.stderr.trim()}`);
-    }
-    const metrics = (v.metrics ?? []).map((m) => [m.name, Number(m.value), m.unit ?? '']);
-    return {
-      status: v.status ?? 'unknown',
-      reason: v.reason ?? undefined,
-      message: v.message ?? '',
-      metrics,
-      detail: v.detail ?? undefined,
-      exitCode: out.status,
-      seconds,
-      stderr: out.stderr,
-      metric: (name) => metrics.find(([n]) => n === name)?.[1],
-    };
+    return ['--compile-timeout', p.compileTimeout, ...(p.cacheDir ? ['--cache-dir', p.cacheDir] : []), 'check', p.wasm, ...this.args, '--output', 'json'];
   }
+  /**
+   * Runs `sonde check --output json` and waits for it (blocking this
+   * process: a target served by this same process needs runAsync):
+   * {status, reason, message, metrics, detail, exitCode, seconds, stderr, metric(name)}.
+   */
+  run() {
+    const start = performance.now();
+    const out = spawnSync(sondeBin(), this.argv(), { encoding: 'utf8' });
+    if (out.error) throw new Error(`cannot run ${sondeBin()} (${out.error.message}); set SONDE_BIN to the sonde binary`);
+    return result(out.stdout, out.stderr, out.status, (performance.now() - start) / 1000);
+  }
+  /** As run(), without blocking the event loop. */
+  runAsync() {
+    const start = performance.now();
+    return new Promise((resolve, reject) => {
+      const child = spawn(sondeBin(), this.argv());
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (d) => (stdout += d));
+      child.stderr.on('data', (d) => (stderr += d));
+      child.on('error', (e) => reject(new Error(`cannot run ${sondeBin()} (${e.message}); set SONDE_BIN to the sonde binary`)));
+      child.on('close', (code) => {
+        try {
+          resolve(result(stdout, stderr, code, (performance.now() - start) / 1000));
+        } catch (e) {
+          reject(e);
+        }
+      });
+    });
+  }
+}
+
+function result(stdout, stderr, exitCode, seconds) {
+  let v;
+  try {
+    v = JSON.parse(stdout);
+  } catch {
+    throw new Error(`sonde printed no result (exit ${exitCode}): ${stderr.trim()}`);
+  }
+  const metrics = (v.metrics ?? []).map((m) => [m.name, Number(m.value), m.unit ?? '']);
+  return {
+    status: v.status ?? 'unknown',
+    reason: v.reason ?? undefined,
+    message: v.message ?? '',
+    metrics,
+    detail: v.detail ?? undefined,
+    exitCode,
+    seconds,
+    stderr,
+    metric: (name) => metrics.find(([n]) => n === name)?.[1],
+  };
 }

@@ -43,11 +43,15 @@ def current() -> Any:
     global _backend
     if _backend is None:
         try:
-            from . import _wit  # only importable inside a component
-
-            _backend = _wit.WitBackend()
+            import componentize_py_runtime  # noqa: F401  (only inside a component)
         except ImportError:
             _backend = _NoHost()
+        else:
+            # Inside a component: the bindings must import; an error here
+            # is a build problem and must not pass for "no host".
+            from . import _wit
+
+            _backend = _wit.WitBackend()
     return _backend
 
 
