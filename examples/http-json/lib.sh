@@ -43,7 +43,7 @@ expect() {
   local want="$1" config="$2" target="${3:-127.0.0.1:$port}" start end out got
   start=$(date +%s.%N)
   set +e
-  out="$("$SONDE_BIN" --cache-dir "$work/cache" --compile-timeout 120s check "$wasm" \
+  out="$("$SONDE_BIN" --cache-dir "$work/cache" check "$wasm" \
     --timeout 10s --target "$target" --config "$config" 2>&1)"
   got=$?
   set -e
@@ -75,7 +75,7 @@ run_checks() {
   expect 3 '{"field": "status"}'
   if [ -n "${SONDE_BENCH:-}" ]; then
     echo "== sonde bench (per-call cost; SONDE_BENCH=$SONDE_BENCH runs)"
-    "$SONDE_BIN" --cache-dir "$work/cache" --compile-timeout 120s bench "$wasm" -n "$SONDE_BENCH" -j 2 \
+    "$SONDE_BIN" --cache-dir "$work/cache" bench "$wasm" -n "$SONDE_BENCH" -j 2 \
       --target "127.0.0.1:$port" --config '{"field": "status", "expected": "ok"}' || failures=$((failures + 1))
   fi
 }

@@ -232,7 +232,9 @@ export class Plugin {
   constructor(wasm, { buildSeconds = 0 } = {}) {
     this.wasm = wasm;
     this.buildSeconds = buildSeconds;
-    this.compileTimeout = '120s';
+    // sonde's compile budget scales with the component's size; set this
+    // (e.g. '300s') to give the first compile a fixed, longer one.
+    this.compileTimeout = undefined;
     this.cacheDir = process.env.SONDE_TEST_CACHE_DIR;
   }
   /** Builds `entry` with componentize-js (a fresh build each time: never a stale component). */
@@ -273,7 +275,8 @@ export class Check {
   }
   argv() {
     const p = this.plugin;
-    return ['--compile-timeout', p.compileTimeout, ...(p.cacheDir ? ['--cache-dir', p.cacheDir] : []), 'check', p.wasm, ...this.args, '--output', 'json'];
+    const budget = p.compileTimeout ? ['--compile-timeout', p.compileTimeout, '--compile-timeout-max', p.compileTimeout] : [];
+    return [...budget, ...(p.cacheDir ? ['--cache-dir', p.cacheDir] : []), 'check', p.wasm, ...this.args, '--output', 'json'];
   }
   /**
    * Runs `sonde check --output json` and waits for it (blocking this

@@ -35,7 +35,7 @@ smoke() {
   local want="$1" pattern="$2" mode="$3" target="$4"; shift 4
   local out got
   set +e
-  out="$("$SONDE_BIN" --cache-dir "$work/cache" --compile-timeout 120s check "$wasm" --timeout 5s \
+  out="$("$SONDE_BIN" --cache-dir "$work/cache" check "$wasm" --timeout 5s \
     --target "$target" --config "{\"mode\": \"$mode\"}" "$@" 2>&1)"
   got=$?
   set -e

@@ -270,7 +270,9 @@ class Plugin:
     def __init__(self, wasm: Union[str, Path], build_seconds: float = 0.0):
         self.wasm = Path(wasm)
         self.build_seconds = build_seconds
-        self.compile_timeout = "120s"
+        # sonde's compile budget scales with the component's size; set this
+        # (e.g. "300s") to give the first compile a fixed, longer one.
+        self.compile_timeout: Optional[str] = None
         self.cache_dir: Optional[str] = os.environ.get("SONDE_TEST_CACHE_DIR")
 
     @classmethod
@@ -320,7 +322,9 @@ class Check:
 
     def run(self) -> CheckResult:
         p = self.plugin
-        cmd = [sonde_bin(), "--compile-timeout", p.compile_timeout]
+        cmd = [sonde_bin()]
+        if p.compile_timeout:
+            cmd += ["--compile-timeout", p.compile_timeout, "--compile-timeout-max", p.compile_timeout]
         if p.cache_dir:
             cmd += ["--cache-dir", p.cache_dir]
         cmd += ["check", str(p.wasm), *self.args, "--output", "json"]
