@@ -49,7 +49,7 @@ expect() {
   # The 18 MB component takes sonde 20-30 s to compile on a busy 2-core
   # machine, past the default budget of one compile (20s); later checks
   # load it from the cache.
-  out="$("$SONDE_BIN" --cache-dir "$work/cache" --compile-timeout 120s check "$work/python-http.wasm" --timeout 10s --target "$target" --config "$config" 2>&1)"
+  out="$("$SONDE_BIN" --cache-dir "$work/cache" check "$work/python-http.wasm" --timeout 10s --target "$target" --config "$config" 2>&1)"
   got=$?
   set -e
   if [ "$got" = "$want" ]; then

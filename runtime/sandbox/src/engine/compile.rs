@@ -10,6 +10,13 @@
 //!
 //! A component over budget is refused ([`LoadError::OverBudget`]), which
 //! the API answers with 422.
+//!
+//! The time budget scales with the component's size
+//! ([`CompileBudget::timeout_for`]): a base, plus so much per MiB, capped.
+//! A Python or JavaScript component carries its interpreter (12-19 MB) and
+//! takes 10-40 s to compile on a small shared machine, where a Rust plugin
+//! of 200 kB takes under a second; the cap keeps a padded component from
+//! buying an unbounded compile.
 
 use super::LoadError;
 use std::path::{Path, PathBuf};
@@ -17,10 +24,16 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
-/// Default wall-clock budget of one compile. sonde's
-/// largest built-in plugin compiles in well under a second here; a tenant's
-/// plugin gets twenty times that and more.
+/// Default wall-clock budget of one compile, before its share by size.
+/// sonde's largest built-in plugin compiles in well under a second here; a
+/// tenant's plugin gets twenty times that and more.
 pub(crate) const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Default time added to the budget per MiB of component: an 18 MB Python
+/// component (CPython inside) took 11-37 s to compile on a 2-core machine
+/// under load, and gets 20 s + 17.8 x 5 s = 109 s.
+pub(crate) const DEFAULT_COMPILE_TIMEOUT_PER_MIB: Duration = Duration::from_secs(5);
+/// Default cap of the scaled budget, reached at 20 MiB.
+pub(crate) const DEFAULT_COMPILE_TIMEOUT_MAX: Duration = Duration::from_secs(120);
 /// Default memory budget of one compile: the child's data limit. Compiling the built-in plugins needs well under 200 MiB.
 pub(crate) const DEFAULT_COMPILE_MEMORY: u64 = 1024 * 1024 * 1024;
 /// The name of the hidden command that compiles in a child.
@@ -31,8 +44,14 @@ const STDERR_BYTES: usize = 4 * 1024;
 /// The time and memory one compile may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompileBudget {
-    /// Wall-clock time, after which the child is killed.
+    /// Wall-clock time of any compile (the base of [`Self::timeout_for`]),
+    /// after which the child is killed.
     pub timeout: Duration,
+    /// Wall-clock time added per MiB of component.
+    pub timeout_per_mib: Duration,
+    /// The most wall-clock time any compile gets, whatever its size (never
+    /// less than `timeout`).
+    pub max_timeout: Duration,
     /// The child's data limit (`RLIMIT_DATA`), in bytes: the heap and
     /// writable mappings the compiler may use.
     pub memory: u64,
@@ -42,8 +61,38 @@ impl Default for CompileBudget {
     fn default() -> Self {
         Self {
             timeout: DEFAULT_COMPILE_TIMEOUT,
+            timeout_per_mib: DEFAULT_COMPILE_TIMEOUT_PER_MIB,
+            max_timeout: DEFAULT_COMPILE_TIMEOUT_MAX,
             memory: DEFAULT_COMPILE_MEMORY,
         }
+    }
+}
+
+impl CompileBudget {
+    /// A budget of `timeout` whatever the component's size.
+    pub fn fixed(timeout: Duration, memory: u64) -> Self {
+        Self {
+            timeout,
+            timeout_per_mib: Duration::ZERO,
+            max_timeout: timeout,
+            memory,
+        }
+    }
+
+    /// The wall-clock budget of compiling a component of `bytes`:
+    /// `timeout + timeout_per_mib x bytes / MiB`, at most `max_timeout`
+    /// (and never less than `timeout`).
+    pub fn timeout_for(&self, bytes: usize) -> Duration {
+        let mib = bytes as f64 / (1024.0 * 1024.0);
+        let share = Duration::try_from_secs_f64(self.timeout_per_mib.as_secs_f64() * mib).unwrap_or(Duration::MAX);
+        self.timeout
+            .saturating_add(share)
+            .min(self.max_timeout.max(self.timeout))
+    }
+
+    /// This budget for a component of `bytes`: its time scaled and fixed.
+    fn for_size(&self, bytes: usize) -> Self {
+        Self::fixed(self.timeout_for(bytes), self.memory)
     }
 }
 
@@ -77,7 +126,8 @@ impl Compiler {
     }
 }
 
-/// Compiles `wasm` in a child process into `out` under `budget`, handing
+/// Compiles `wasm` in a child process into `out` under `budget` (scaled to
+/// `wasm`'s size), handing
 /// it the component through a file in `scratch`; the child
 /// builds the engine configuration of [`super::pool::base_config`], which
 /// compiles the same code as the agent's.
@@ -89,6 +139,7 @@ pub(crate) async fn in_child(
     out: &Path,
     scratch: &Path,
 ) -> Result<(), LoadError> {
+    let budget = budget.for_size(wasm.len());
     let internal = |what: &str, e: std::io::Error| LoadError::Compile {
         plugin: plugin.to_string(),
         source: wasmtime::Error::msg(format!("{what}: {e}")),
@@ -101,7 +152,7 @@ pub(crate) async fn in_child(
     std::fs::write(input.path(), wasm).map_err(|e| internal("cannot write the component for the compiler", e))?;
     // RLIMIT_CPU counts every thread: the compiler runs one per core.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    let cpu = budget.timeout.as_secs().max(1) * cores;
+    let cpu = budget.timeout.as_secs().max(1).saturating_mul(cores);
     let mut child = tokio::process::Command::new(program)
         .arg(WORKER_COMMAND)
         .arg("--input")
@@ -279,6 +330,44 @@ pub fn worker(args: WorkerArgs) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MIB: usize = 1024 * 1024;
+
+    #[test]
+    fn the_time_budget_scales_with_the_size_and_is_capped() {
+        let budget = CompileBudget::default();
+        let secs = |bytes: usize| budget.timeout_for(bytes).as_secs_f64();
+        assert_eq!(secs(0), 20.0);
+        assert_eq!(secs(200 * 1024).round(), 21.0, "a Rust plugin");
+        assert_eq!(secs(12 * MIB), 80.0, "a JavaScript component");
+        assert_eq!(secs(18 * MIB), 110.0, "a Python component");
+        assert_eq!(secs(20 * MIB), 120.0);
+        assert_eq!(secs(21 * MIB), 120.0, "capped");
+        assert_eq!(secs(usize::MAX), 120.0, "capped");
+        assert!(secs(MIB) < secs(2 * MIB));
+    }
+
+    #[test]
+    fn the_cap_never_lowers_the_base_and_a_fixed_budget_does_not_scale() {
+        let budget = CompileBudget {
+            timeout: Duration::from_secs(30),
+            max_timeout: Duration::from_secs(10),
+            ..CompileBudget::default()
+        };
+        assert_eq!(budget.timeout_for(100 * MIB), Duration::from_secs(30));
+        let fixed = CompileBudget::fixed(Duration::from_secs(4), 1);
+        assert_eq!(fixed.timeout_for(0), fixed.timeout_for(100 * MIB));
+        let huge = CompileBudget {
+            timeout_per_mib: Duration::MAX,
+            max_timeout: Duration::MAX,
+            ..CompileBudget::default()
+        };
+        assert_eq!(huge.timeout_for(2 * MIB), Duration::MAX, "saturates");
+        assert_eq!(
+            CompileBudget::default().for_size(18 * MIB).timeout,
+            Duration::from_secs(110)
+        );
+    }
 
     #[test]
     fn an_allocation_the_os_refuses_reads_as_out_of_memory() {

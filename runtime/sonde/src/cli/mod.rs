@@ -46,9 +46,17 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub no_cache: bool,
 
-    /// The longest one plugin may take to compile; the compiler (a child process) is killed past it and the plugin refused.
+    /// The time any plugin may take to compile, plus --compile-timeout-per-mib for each MiB of it, at most --compile-timeout-max; the compiler (a child process) is killed past it and the plugin refused.
     #[arg(long, global = true, default_value = "20s", value_parser = args::parse_positive_duration, value_name = "DURATION")]
     pub compile_timeout: std::time::Duration,
+
+    /// The compile time added per MiB of component (a Python or JavaScript component carries its interpreter: 12-19 MB); 0s for a budget of --compile-timeout whatever the size.
+    #[arg(long, global = true, default_value = "5s", value_parser = args::parse_duration, value_name = "DURATION")]
+    pub compile_timeout_per_mib: std::time::Duration,
+
+    /// The most time any plugin may take to compile, whatever its size.
+    #[arg(long, global = true, default_value = "120s", value_parser = args::parse_positive_duration, value_name = "DURATION")]
+    pub compile_timeout_max: std::time::Duration,
 
     /// Log level or filter, as RUST_LOG (`debug`, `warn,sonde_core=debug`) [default: $RUST_LOG, else `info` for `sonde run` and `warn` for the rest].
     #[arg(long, alias = "log", global = true, value_name = "FILTER")]
@@ -187,6 +195,8 @@ async fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let mut compiler = sonde_sandbox::engine::Compiler::this_binary();
     if let sonde_sandbox::engine::Compiler::Child { budget, .. } = &mut compiler {
         budget.timeout = cli.compile_timeout;
+        budget.timeout_per_mib = cli.compile_timeout_per_mib;
+        budget.max_timeout = cli.compile_timeout_max;
     }
     let config = EngineConfig {
         cache_dir: if cli.no_cache {

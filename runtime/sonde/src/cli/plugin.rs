@@ -208,14 +208,17 @@ pub enum PluginCommand {
         #[command(flatten)]
         registry: RegistryArgs,
     },
-    /// Create a plugin crate: Cargo.toml, src/lib.rs (a TCP check with a JSON config), tests and a README.
+    /// Create a plugin in Rust, Python or JavaScript: a TCP check with a JSON config, its tests (a fake host, then through sonde) and a README.
     New {
-        /// The plugin's (Cargo package) name.
+        /// The plugin's (Cargo, Python or npm package) name.
         name: String,
+        /// The language: rust (the sonde-sdk crate), python (sdk/python, componentize-py) or js (sdk/js, componentize-js).
+        #[arg(long, value_enum, default_value_t = super::scaffold::Lang::Rust)]
+        lang: super::scaffold::Lang,
         /// Where to create it [default: ./NAME]; must not exist.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
-        /// The sonde SDK to depend on [default: the sdk/ of the checkout this binary was built from].
+        /// The sonde SDK directory (sdk/) to refer to [default: the sdk/ of the checkout this binary was built from].
         #[arg(long, value_name = "PATH")]
         sdk: Option<PathBuf>,
         /// The vendor name the plugin's describe() reports.
@@ -237,12 +240,22 @@ pub enum PluginCommand {
 
 pub(super) async fn run(config: EngineConfig, cmd: PluginCommand) -> Result<i32, CliError> {
     match cmd {
-        PluginCommand::New { name, dir, sdk, vendor } => {
-            let dir = super::scaffold::create(super::scaffold::NewPlugin { name, dir, sdk, vendor })?;
-            out!(
-                "created {0}\n  cd {0}\n  cargo build --target wasm32-wasip2 --release\n  cargo test",
-                dir.display()
-            );
+        PluginCommand::New {
+            name,
+            lang,
+            dir,
+            sdk,
+            vendor,
+        } => {
+            let req = super::scaffold::NewPlugin {
+                name,
+                lang,
+                dir,
+                sdk,
+                vendor,
+            };
+            let dir = super::scaffold::create(req)?;
+            out!("created {0}\n  cd {0}\n  {1}", dir.display(), lang.next_steps());
             Ok(0)
         }
         PluginCommand::Keygen { keyfile } => keygen(&keyfile),

@@ -1,32 +1,182 @@
-//! `sonde plugin new NAME`: a plugin crate that builds for wasm32-wasip2
-//! and tests itself through this `sonde` binary.
+//! `sonde plugin new [--lang rust|python|js] NAME`: a plugin that builds
+//! into a component and tests itself through this `sonde` binary.
 //!
-//! The templates live in `runtime/templates/plugin/`. The generated
-//! `Cargo.toml` depends on the SDK of the sonde checkout this binary was
-//! built from (or `--sdk`), and its tests run this binary (or `$SONDE_BIN`).
+//! The Rust templates live in `runtime/sonde/templates/plugin/`, the Python
+//! and JavaScript ones next to their SDKs (`sdk/python/templates/plugin/`,
+//! `sdk/js/templates/plugin/`, where the SDKs' own tests render them); all
+//! are embedded in the binary. The plugin refers to the SDK of the sonde
+//! checkout this binary was built from (or `--sdk`) by path, and its tests
+//! run this binary (or `$SONDE_BIN`). The plugin is written into a
+//! temporary directory next to its destination and renamed into place: an
+//! error leaves nothing behind, and an existing directory is never touched.
 
 use super::CliError;
 use std::path::{Path, PathBuf};
 
-const CARGO_TOML: &str = include_str!("../../templates/plugin/Cargo.toml.tmpl");
-const LIB_RS: &str = include_str!("../../templates/plugin/lib.rs.tmpl");
-const CHECK_RS: &str = include_str!("../../templates/plugin/check.rs.tmpl");
-const README: &str = include_str!("../../templates/plugin/README.md.tmpl");
-const TOOLCHAIN: &str = include_str!("../../templates/plugin/rust-toolchain.toml.tmpl");
-const GITIGNORE: &str = include_str!("../../templates/plugin/gitignore.tmpl");
 /// This repository's pinned toolchain; the plugin pins the same one.
 const REPO_TOOLCHAIN: &str = include_str!("../../../../rust-toolchain.toml");
+
+/// A template: the file it becomes, its text, whether it is executable.
+type Template = (&'static str, &'static str, bool);
+
+const RUST: &[Template] = &[
+    (
+        "Cargo.toml",
+        include_str!("../../templates/plugin/Cargo.toml.tmpl"),
+        false,
+    ),
+    (
+        "rust-toolchain.toml",
+        include_str!("../../templates/plugin/rust-toolchain.toml.tmpl"),
+        false,
+    ),
+    (
+        ".gitignore",
+        include_str!("../../templates/plugin/gitignore.tmpl"),
+        false,
+    ),
+    (
+        "README.md",
+        include_str!("../../templates/plugin/README.md.tmpl"),
+        false,
+    ),
+    ("src/lib.rs", include_str!("../../templates/plugin/lib.rs.tmpl"), false),
+    (
+        "tests/check.rs",
+        include_str!("../../templates/plugin/check.rs.tmpl"),
+        false,
+    ),
+];
+
+const PYTHON: &[Template] = &[
+    (
+        "app.py",
+        include_str!("../../../../sdk/python/templates/plugin/app.py.tmpl"),
+        false,
+    ),
+    (
+        "test_app.py",
+        include_str!("../../../../sdk/python/templates/plugin/test_app.py.tmpl"),
+        false,
+    ),
+    (
+        "test_component.py",
+        include_str!("../../../../sdk/python/templates/plugin/test_component.py.tmpl"),
+        false,
+    ),
+    (
+        "build.sh",
+        include_str!("../../../../sdk/python/templates/plugin/build.sh.tmpl"),
+        true,
+    ),
+    (
+        "test.sh",
+        include_str!("../../../../sdk/python/templates/plugin/test.sh.tmpl"),
+        true,
+    ),
+    (
+        ".gitignore",
+        include_str!("../../../../sdk/python/templates/plugin/gitignore.tmpl"),
+        false,
+    ),
+    (
+        "README.md",
+        include_str!("../../../../sdk/python/templates/plugin/README.md.tmpl"),
+        false,
+    ),
+];
+
+const JS: &[Template] = &[
+    (
+        "package.json",
+        include_str!("../../../../sdk/js/templates/plugin/package.json.tmpl"),
+        false,
+    ),
+    (
+        "app.js",
+        include_str!("../../../../sdk/js/templates/plugin/app.js.tmpl"),
+        false,
+    ),
+    (
+        "check.js",
+        include_str!("../../../../sdk/js/templates/plugin/check.js.tmpl"),
+        false,
+    ),
+    (
+        "check.test.js",
+        include_str!("../../../../sdk/js/templates/plugin/check.test.js.tmpl"),
+        false,
+    ),
+    (
+        "component.test.js",
+        include_str!("../../../../sdk/js/templates/plugin/component.test.js.tmpl"),
+        false,
+    ),
+    (
+        ".gitignore",
+        include_str!("../../../../sdk/js/templates/plugin/gitignore.tmpl"),
+        false,
+    ),
+    (
+        "README.md",
+        include_str!("../../../../sdk/js/templates/plugin/README.md.tmpl"),
+        false,
+    ),
+];
+
+/// The language a plugin is written in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// Rust, with the sonde-sdk crate: a wasm32-wasip2 cdylib.
+    #[default]
+    Rust,
+    /// Python, with sdk/python (sonde_sdk), built by componentize-py.
+    Python,
+    /// JavaScript, with sdk/js (@sonde/sdk), built by componentize-js.
+    #[value(alias = "javascript")]
+    Js,
+}
+
+impl Lang {
+    fn templates(self) -> &'static [Template] {
+        match self {
+            Lang::Rust => RUST,
+            Lang::Python => PYTHON,
+            Lang::Js => JS,
+        }
+    }
+
+    /// A file of the SDK that shows `--sdk` is a sonde `sdk/` directory
+    /// with this language's SDK in it.
+    fn sdk_marker(self) -> &'static str {
+        match self {
+            Lang::Rust => "Cargo.toml",
+            Lang::Python => "python/src/sonde_sdk/__init__.py",
+            Lang::Js => "js/package.json",
+        }
+    }
+
+    /// What to run once the plugin is created, in its directory.
+    pub(super) fn next_steps(self) -> &'static str {
+        match self {
+            Lang::Rust => "cargo build --target wasm32-wasip2 --release\n  cargo test",
+            Lang::Python => "./build.sh    # componentize-py 0.25.1 on PATH or in $COMPONENTIZE_PY\n  ./test.sh",
+            Lang::Js => "npm install\n  npm run build\n  npm test",
+        }
+    }
+}
 
 /// What `sonde plugin new` was asked for.
 pub(super) struct NewPlugin {
     pub name: String,
+    pub lang: Lang,
     pub dir: Option<PathBuf>,
     pub sdk: Option<PathBuf>,
     pub vendor: String,
 }
 
-/// Whether `name` can be a Cargo package name (and a directory name).
-fn check_name(name: &str) -> Result<(), CliError> {
+/// Whether `name` can name a `lang` package (and a directory).
+fn check_name(name: &str, lang: Lang) -> Result<(), CliError> {
     let valid = name.len() <= 64
         && name.starts_with(|c: char| c.is_ascii_alphabetic())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
@@ -35,28 +185,35 @@ fn check_name(name: &str) -> Result<(), CliError> {
             "plugin name {name:?}: use letters, digits, `-` and `_`, starting with a letter (at most 64)"
         )));
     }
-    if ["test", "core", "std", "alloc", "proc_macro", "self", "crate", "super"].contains(&name) {
+    if lang == Lang::Rust && ["test", "core", "std", "alloc", "proc_macro", "self", "crate", "super"].contains(&name) {
         return Err(CliError(format!(
             "plugin name {name:?} is reserved by Rust; choose another"
+        )));
+    }
+    if lang == Lang::Js && name.chars().any(|c| c.is_ascii_uppercase()) {
+        return Err(CliError(format!(
+            "plugin name {name:?}: an npm package name is lowercase; use {:?}",
+            name.to_ascii_lowercase()
         )));
     }
     Ok(())
 }
 
-/// The SDK to depend on: `--sdk`, or the `sdk/` next to the runtime this
-/// binary was built from.
-fn sdk_path(given: Option<PathBuf>) -> Result<PathBuf, CliError> {
+/// The SDK to refer to: `--sdk`, or the `sdk/` next to the runtime this
+/// binary was built from; it must hold `lang`'s SDK.
+fn sdk_path(given: Option<PathBuf>, lang: Lang) -> Result<PathBuf, CliError> {
     let (path, from_flag) = match given {
         Some(p) => (p, true),
         None => (Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk"), false),
     };
-    match path.join("Cargo.toml").canonicalize() {
-        Ok(manifest) => Ok(manifest.parent().map(Path::to_path_buf).unwrap_or(path)),
-        Err(_) if from_flag => Err(CliError(format!(
-            "--sdk {}: no Cargo.toml there; give the sdk/ directory of a sonde checkout",
+    let marker = lang.sdk_marker();
+    match path.join(marker).is_file().then(|| path.canonicalize()) {
+        Some(Ok(sdk)) => Ok(sdk),
+        _ if from_flag => Err(CliError(format!(
+            "--sdk {}: no {marker} there; give the sdk/ directory of a sonde checkout",
             path.display()
         ))),
-        Err(_) => Err(CliError(format!(
+        _ => Err(CliError(format!(
             "the sonde checkout this binary was built from is gone ({}); pass --sdk PATH/TO/sonde/sdk",
             path.display()
         ))),
@@ -73,71 +230,107 @@ fn toolchain_channel() -> &'static str {
         .unwrap_or("stable")
 }
 
-/// Escapes text for a TOML or Rust string literal: both take `\\` and `\"`.
-fn escape(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('"', "\\\"")
-}
-
-fn io_error(path: &Path, e: std::io::Error) -> CliError {
-    CliError::file(path, &e)
-}
-
-/// Creates the crate and returns its directory.
-pub(super) fn create(req: NewPlugin) -> Result<PathBuf, CliError> {
-    check_name(&req.name)?;
-    let sdk = sdk_path(req.sdk)?;
-    let dir = req.dir.unwrap_or_else(|| PathBuf::from(&req.name));
-    if dir.symlink_metadata().is_ok() {
+/// A path as it goes into the templates: Rust and TOML strings take `\\`
+/// and `\"` escapes; the Python and JavaScript templates also put paths in
+/// shell, JSON and single-quoted strings, so such paths must not need any.
+fn template_path(what: &str, path: &Path, lang: Lang) -> Result<String, CliError> {
+    let text = path.display().to_string();
+    if lang == Lang::Rust {
+        return Ok(text.replace('\\', "\\\\").replace('"', "\\\""));
+    }
+    if text.chars().any(|c| "\"'\\$`".contains(c) || c.is_control()) {
         return Err(CliError(format!(
-            "{}: already exists; not overwriting it",
-            dir.display()
+            "{what} {text:?} has a quote, `\\`, `$` or a control character, which the {lang:?} plugin's scripts cannot quote; move it"
         )));
     }
+    Ok(text)
+}
+
+/// Creates the plugin and returns its directory.
+pub(super) fn create(req: NewPlugin) -> Result<PathBuf, CliError> {
+    check_name(&req.name, req.lang)?;
+    let sdk = sdk_path(req.sdk, req.lang)?;
+    let dir = req.dir.unwrap_or_else(|| PathBuf::from(&req.name));
+    if dir.symlink_metadata().is_ok() {
+        return Err(exists(&dir));
+    }
     let sonde = std::env::current_exe().map_err(|e| CliError(format!("cannot find this sonde binary: {e}")))?;
+    let sdk = template_path("the SDK's path", &sdk, req.lang)?;
+    let sonde = template_path("this sonde binary's path", &sonde, req.lang)?;
+    // Rust, Python and JavaScript strings all read `\\`, `\"` and `\'`.
+    let vendor = (req.vendor.chars())
+        .flat_map(|c| ['\\', '"', '\''].contains(&c).then_some('\\').into_iter().chain([c]))
+        .collect::<String>();
     let crate_name = req.name.replace('-', "_");
     let fill = |template: &str| {
         template
             .replace("{{name}}", &req.name)
             .replace("{{crate_name}}", &crate_name)
-            .replace("{{sdk_path}}", &escape(&sdk.display().to_string()))
-            .replace("{{sonde_bin}}", &escape(&sonde.display().to_string()))
-            .replace("{{vendor}}", &escape(&req.vendor))
+            .replace("{{sdk_path}}", &sdk)
+            .replace("{{sonde_bin}}", &sonde)
+            .replace("{{vendor}}", &vendor)
             .replace("{{channel}}", toolchain_channel())
     };
-    let files: [(&str, &str); 6] = [
-        ("Cargo.toml", CARGO_TOML),
-        ("rust-toolchain.toml", TOOLCHAIN),
-        (".gitignore", GITIGNORE),
-        ("README.md", README),
-        ("src/lib.rs", LIB_RS),
-        ("tests/check.rs", CHECK_RS),
-    ];
-    for sub in ["src", "tests"] {
-        std::fs::create_dir_all(dir.join(sub)).map_err(|e| io_error(&dir, e))?;
-    }
-    for (path, template) in files {
-        let path = dir.join(path);
-        std::fs::write(&path, fill(template)).map_err(|e| io_error(&path, e))?;
-    }
+    let files: Vec<(&str, String, bool)> = req
+        .lang
+        .templates()
+        .iter()
+        .map(|&(path, template, exec)| (path, fill(template), exec))
+        .collect();
+    write_all(&dir, &files)?;
     Ok(dir)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+fn exists(dir: &Path) -> CliError {
+    CliError(format!("{}: already exists; not overwriting it", dir.display()))
+}
 
-    #[test]
-    fn names_must_be_package_names() {
-        for good in ["demo", "pg-replica", "check_2"] {
-            assert!(check_name(good).is_ok(), "{good}");
+/// Writes `files` into a temporary directory next to `dir`, then renames it
+/// to `dir`, which must not exist by then either.
+fn write_all(dir: &Path, files: &[(&str, String, bool)]) -> Result<(), CliError> {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(parent).map_err(|e| CliError::file(parent, &e))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".sonde-plugin-new-")
+        .tempdir_in(parent)
+        .map_err(|e| CliError::file(parent, &e))?;
+    for (path, text, exec) in files {
+        let path = staging.path().join(path);
+        if let Some(sub) = path.parent() {
+            std::fs::create_dir_all(sub).map_err(|e| CliError::file(sub, &e))?;
         }
-        for bad in ["", "2fast", "a b", "../x", "x/y", "test", &"a".repeat(65)] {
-            assert!(check_name(bad).is_err(), "{bad:?}");
+        std::fs::write(&path, text).map_err(|e| CliError::file(&path, &e))?;
+        if *exec {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| CliError::file(&path, &e))?;
         }
     }
-
-    #[test]
-    fn the_toolchain_is_the_repository_s() {
-        assert!(toolchain_channel().starts_with("1."), "{}", toolchain_channel());
+    // The temporary directory is private (0700); the plugin is not.
+    std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| CliError::file(staging.path(), &e))?;
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    match renameat_with(CWD, staging.path(), CWD, dir, RenameFlags::NOREPLACE) {
+        Ok(()) => {
+            // Renamed away: nothing left to remove.
+            let _ = staging.keep();
+            Ok(())
+        }
+        Err(rustix::io::Errno::EXIST | rustix::io::Errno::NOTEMPTY) => Err(exists(dir)),
+        // A file system without RENAME_NOREPLACE: check, then rename.
+        Err(rustix::io::Errno::INVAL) if dir.symlink_metadata().is_ok() => Err(exists(dir)),
+        Err(rustix::io::Errno::INVAL) => {
+            std::fs::rename(staging.path(), dir).map_err(|e| CliError::file(dir, &e))?;
+            let _ = staging.keep();
+            Ok(())
+        }
+        Err(e) => Err(CliError::file(dir, &e.into())),
     }
 }
+
+#[cfg(test)]
+#[path = "scaffold_tests.rs"]
+mod tests;

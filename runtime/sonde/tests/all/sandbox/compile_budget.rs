@@ -118,10 +118,7 @@ async fn compile_seconds(api: SocketAddr, token: &str, tenant: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compiler_bomb_is_refused_with_422_while_another_tenants_upload_completes() {
     let dir = tempfile::tempdir().unwrap();
-    let budget = CompileBudget {
-        timeout: Duration::from_secs(4),
-        memory: 512 * 1024 * 1024,
-    };
+    let budget = CompileBudget::fixed(Duration::from_secs(4), 512 * 1024 * 1024);
     let (agent, api) = start(dir.path(), budget).await;
     let bomb = compiler_stress(20_000, 150_000);
     let bomb_upload = tokio::spawn(async move { call(api, "PUT", "/v1/plugins/bomb", Some(ACME), &bomb).await });
