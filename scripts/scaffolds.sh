@@ -14,20 +14,12 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 if [ $# -gt 0 ]; then langs=("$@"); else langs=(rust python js); fi
 
-if [ -z "${SONDE_BIN:-}" ]; then
-  target_dir="${CARGO_TARGET_DIR:-$(cd "$repo" && cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')}"
-  [ -x "$target_dir/debug/sonde" ] || (cd "$repo" && cargo build --quiet --bin sonde)
-  SONDE_BIN="$target_dir/debug/sonde"
-fi
+# The sonde binary, componentize-py, $work and its cleanup: as the
+# http-json examples find them.
+. "$repo/examples/http-json/lib.sh"
+find_sonde
 export SONDE_BIN
 
-work="$(mktemp -d)"
-server_pid=""
-cleanup() {
-  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
 # The plugins' own component tests compile into this cache too.
 export SONDE_TEST_CACHE_DIR="$work/cache"
 
@@ -51,24 +43,6 @@ for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
 port="$(cat "$work/port")"
 closed="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 
-componentize_py() {
-  local version venv
-  version="$(sed -n 's/^REQUIRED_COMPONENTIZE_PY = "\(.*\)"/\1/p' "$repo/sdk/python/src/sonde_sdk/build.py")"
-  if [ -n "${COMPONENTIZE_PY:-}" ]; then return; fi
-  if [ "$(componentize-py --version 2>/dev/null)" = "componentize-py $version" ]; then
-    COMPONENTIZE_PY="$(command -v componentize-py)"
-  else
-    venv="${SONDE_PY_VENV:-$HOME/.cache/sonde-ci/componentize-py-$version}"
-    if [ "$("$venv/bin/componentize-py" --version 2>/dev/null)" != "componentize-py $version" ]; then
-      echo "== install componentize-py $version into $venv"
-      python3 -m venv --clear "$venv"
-      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "componentize-py==$version"
-    fi
-    COMPONENTIZE_PY="$venv/bin/componentize-py"
-  fi
-  export COMPONENTIZE_PY
-}
-
 # build_and_test LANG DIR: builds DIR's component, runs its own tests and
 # prints the component's path last.
 build_and_test() {
@@ -83,7 +57,7 @@ build_and_test() {
       echo "$target_dir/wasm32-wasip2/release/demo_rust.wasm"
       ;;
     python)
-      componentize_py
+      ensure_componentize_py
       (cd "$dir" && ./build.sh && ./test.sh) >&2
       echo "$dir/demo-python.wasm"
       ;;
@@ -98,21 +72,7 @@ build_and_test() {
 }
 
 failures=0
-# expect LANG EXIT WASM TARGET CONFIG: one `sonde check`, its exit code compared.
-expect() {
-  local lang="$1" want="$2" wasm="$3" target="$4" config="$5" out got
-  set +e
-  out="$("$SONDE_BIN" --cache-dir "$work/cache" check "$wasm" --timeout 10s --target "$target" --config "$config" 2>&1)"
-  got=$?
-  set -e
-  if [ "$got" = "$want" ]; then
-    echo "ok   $lang: exit $got  $config -> ${out%%$'\n'*}"
-  else
-    echo "FAIL $lang: expected exit $want, got $got: $config -> $out"
-    failures=$((failures + 1))
-  fi
-}
-
+# `expect EXIT CONFIG [TARGET]` (lib.sh) checks $wasm against the server.
 for lang in "${langs[@]}"; do
   case "$lang" in rust | python | js) ;; *) echo "unknown language $lang (rust, python, js)" >&2; exit 2 ;; esac
   echo "== $lang: sonde plugin new --lang $lang demo-$lang"
@@ -123,9 +83,9 @@ for lang in "${langs[@]}"; do
   wasm="$(build_and_test "$lang" "$dir" | tail -n 1)"
   echo "   ($(($(date +%s) - start)) s; $(stat -c %s "$wasm") bytes)"
   echo "== $lang: sonde check"
-  expect "$lang" 0 "$wasm" "127.0.0.1:$port" '{"send": "PING\r\n", "expect": "PONG"}'
-  expect "$lang" 2 "$wasm" "127.0.0.1:$closed" '{}'
-  expect "$lang" 3 "$wasm" "127.0.0.1:$port" '{"sned": "x"}'
+  expect 0 '{"send": "PING\r\n", "expect": "PONG"}'
+  expect 2 '{}' "127.0.0.1:$closed"
+  expect 3 '{"sned": "x"}'
 done
 
 if [ "$failures" -gt 0 ]; then

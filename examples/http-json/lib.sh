@@ -1,5 +1,6 @@
-# Shared by python/test.sh, js/test.sh and rust/test.sh: the sonde binary,
-# the local server, and `expect EXIT CONFIG [TARGET]` runs of `sonde check`.
+# Shared by python/test.sh, js/test.sh, rust/test.sh and scripts/scaffolds.sh:
+# the sonde binary, componentize-py, a scratch directory, the local server,
+# and `expect EXIT CONFIG [TARGET]` runs of `sonde check`.
 # Sourced with $here (the language folder) and $repo set.
 
 http_json="$repo/examples/http-json"
@@ -16,6 +17,26 @@ find_sonde() {
     (cd "$repo" && cargo build --quiet --bin sonde)
   fi
   SONDE_BIN="$target_dir/debug/sonde"
+}
+
+# $COMPONENTIZE_PY, else componentize-py on PATH at the version the Python
+# SDK requires, else that version installed into a venv of CI's cache.
+ensure_componentize_py() {
+  local version venv
+  if [ -n "${COMPONENTIZE_PY:-}" ]; then export COMPONENTIZE_PY; return; fi
+  version="$(sed -n 's/^REQUIRED_COMPONENTIZE_PY = "\(.*\)"/\1/p' "$repo/sdk/python/src/sonde_sdk/build.py")"
+  if [ "$(componentize-py --version 2>/dev/null)" = "componentize-py $version" ]; then
+    COMPONENTIZE_PY="$(command -v componentize-py)"
+  else
+    venv="${SONDE_PY_VENV:-$HOME/.cache/sonde-ci/componentize-py-$version}"
+    if [ "$("$venv/bin/componentize-py" --version 2>/dev/null)" != "componentize-py $version" ]; then
+      echo "== install componentize-py $version into $venv"
+      python3 -m venv --clear "$venv"
+      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "componentize-py==$version"
+    fi
+    COMPONENTIZE_PY="$venv/bin/componentize-py"
+  fi
+  export COMPONENTIZE_PY
 }
 
 work="$(mktemp -d)"

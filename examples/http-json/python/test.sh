@@ -11,21 +11,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../../.." && pwd)"
 . "$repo/examples/http-json/lib.sh"
 
-version="$(sed -n 's/^REQUIRED_COMPONENTIZE_PY = "\(.*\)"/\1/p' "$repo/sdk/python/src/sonde_sdk/build.py")"
-if [ -z "${COMPONENTIZE_PY:-}" ]; then
-  if [ "$(componentize-py --version 2>/dev/null)" = "componentize-py $version" ]; then
-    COMPONENTIZE_PY="$(command -v componentize-py)"
-  else
-    venv="${SONDE_PY_VENV:-$HOME/.cache/sonde-ci/componentize-py-$version}"
-    if [ "$("$venv/bin/componentize-py" --version 2>/dev/null)" != "componentize-py $version" ]; then
-      echo "== install componentize-py $version into $venv"
-      python3 -m venv --clear "$venv"
-      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "componentize-py==$version"
-    fi
-    COMPONENTIZE_PY="$venv/bin/componentize-py"
-  fi
-fi
-export COMPONENTIZE_PY
+ensure_componentize_py
 
 echo "== unit tests (CPython, fake host)"
 PYTHONPATH="$repo/sdk/python/src" python3 -m unittest discover -s "$repo/sdk/python/tests" -t "$repo/sdk/python/tests"
