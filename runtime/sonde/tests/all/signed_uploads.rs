@@ -76,7 +76,9 @@ async fn a_signed_upload_is_taken_and_runs_an_unsigned_or_foreign_one_is_refused
 
     let other = d.join("other.key");
     signing::keygen(&other, "other").unwrap();
-    let refused: [(&str, Option<String>, u16, &str); 5] = [
+    let huge = "A".repeat(100 * 1024);
+    let refused: [(&str, Option<String>, u16, &str); 6] = [
+        ("a head over api.max_header_bytes", Some(huge), 431, ""),
         ("no signature", None, 409, "Sonde-Signature header"),
         ("not base64", Some("%%%".into()), 400, "not base64"),
         ("over other bytes", Some(bundle(&acme_key, tcp)), 422, "tampered"),

@@ -190,8 +190,17 @@ async fn what_sonde_signs_cosign_verifies_and_both_refuse_a_tampered_file() {
         "cosign took another key's signature"
     );
 
-    // Signed by both: each verifies its own, sonde sees both.
-    cosign_sign(&bin, d, "cosign.key", image);
+    // Signed by both: each verifies its own, sonde sees both. sonde
+    // signs with cosign's own (encrypted) key here, by reference.
+    let out = sonde(&[
+        "plugin",
+        "sign",
+        "--insecure-registry",
+        "--key",
+        d.join("cosign.key").to_str().unwrap(),
+        &reference,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
     assert!(
         verify("vendor.pub").status.success(),
         "cosign's signature replaced sonde's"

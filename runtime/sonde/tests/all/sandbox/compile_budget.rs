@@ -194,3 +194,36 @@ async fn replacing_or_deleting_a_plugin_frees_its_compiled_code_and_cache_file()
     assert!(files.iter().all(|f| !f.starts_with(&digest(&other))), "{files:?}");
     agent.stop().await;
 }
+
+/// The budget's three flags as a user gives them to `sonde check`: a base
+/// too short refuses the plugin; a generous per-MiB share admits it; the
+/// cap (`--compile-timeout-max`) takes that share back.
+#[test]
+fn the_compile_budget_flags_scale_and_cap_as_documented() {
+    let run = |base: &str, per_mib: &str, max: &str| {
+        crate::support::sonde(&[
+            "--no-cache",
+            "--compile-timeout",
+            base,
+            "--compile-timeout-per-mib",
+            per_mib,
+            "--compile-timeout-max",
+            max,
+            "check",
+            sonde_tests::guests::ALWAYS_UP,
+            "--target",
+            "127.0.0.1:1",
+        ])
+    };
+    let refused = |out: &std::process::Output| {
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        out.status.code() == Some(3) && err.contains("budget")
+    };
+    let out = run("1ms", "0s", "1ms");
+    assert!(refused(&out), "a 1 ms budget compiled it: {out:?}");
+    // 1 h per MiB of a ~0.1 MiB guest: minutes, capped at 2 min.
+    let out = run("1ms", "1h", "2m");
+    assert!(!refused(&out), "the per-MiB share was not added: {out:?}");
+    let out = run("1ms", "1h", "1ms");
+    assert!(refused(&out), "the cap did not hold: {out:?}");
+}
