@@ -191,7 +191,7 @@ fn read_document(doc: &Value, raw: &[u8], wasm: &[u8], digest: &Digest, found: &
         return Ok(());
     }
     if format == Some(GATHERED_FORMAT) {
-        let gathered: Gathered = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
+        let gathered: Gathered = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
         return read_gathered(&gathered, digest, found);
     }
     if doc.get("mediaType").and_then(Value::as_str).is_some_and(is_bundle_type) {
