@@ -16,9 +16,11 @@
 
 mod call;
 mod pattern;
+mod secrets;
 
 pub use call::{CallGrants, Denied, Use};
 pub use pattern::{GrantError, Grants, Host, NetPattern, host_address, path_within};
+pub use secrets::SecretUseError;
 
 #[cfg(test)]
 mod tests {

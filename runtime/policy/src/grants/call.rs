@@ -67,6 +67,17 @@ pub enum Use<'a> {
     },
     /// Running a program by sonde's `exec`.
     Exec(&'a str),
+    /// Putting the bytes of the secret `name` on the wire toward
+    /// `host:port`: the secret must be in the probe's `grants.secrets`,
+    /// and the peer its target or a `net` grant.
+    Secret {
+        /// The secret's name, as the handle wrote it.
+        name: &'a str,
+        /// The peer's host.
+        host: &'a str,
+        /// The peer's port.
+        port: u16,
+    },
     /// A `wasi:filesystem` path operation inside a `files` grant that the
     /// filesystem refused before making it: the path leads outside the
     /// grant, or names what is not a regular file or directory.
@@ -110,6 +121,7 @@ fn describe(what: Use<'_>) -> String {
         Use::Icmp { host } => format!("ICMP echo to {host}"),
         Use::Udp { host, port } => format!("UDP exchange with {host}:{port}"),
         Use::Exec(program) => format!("exec {program}"),
+        Use::Secret { name, host, port } => format!("use secret {name:?} toward {host}:{port}"),
         Use::FileRefused { method, path, .. } => format!("filesystem {method} {path}"),
         Use::File { method, path } => {
             format!(
@@ -176,6 +188,8 @@ pub struct CallGrants {
     listeners: Arc<OwnListeners>,
     resolved: Mutex<Resolved>,
     denials: Mutex<(Vec<String>, usize)>,
+    /// What this call scrubs from answers ([`super::secrets`]).
+    pub(super) scrub: Mutex<super::secrets::ScrubState>,
 }
 
 /// What this call's `wasi:sockets` lookups found: the addresses admitted
@@ -197,6 +211,7 @@ impl CallGrants {
             listeners,
             resolved: Mutex::new(Resolved::default()),
             denials: Mutex::new((Vec::new(), 0)),
+            scrub: Mutex::default(),
         }
     }
 
@@ -225,6 +240,12 @@ impl CallGrants {
                 let host = Host::parse(name);
                 self.patterns().any(|p| p.host.matches(&host))
             }
+            // A plugin's own socket carries what a peer answers straight
+            // to the plugin, past the scrubber: a probe that holds secrets
+            // talks to peers through the host's transports only.
+            Use::Connect(_) if !self.config.secrets.is_empty() => {
+                return Some(Refusal::Because(super::secrets::NO_OWN_SOCKETS.into()));
+            }
             // A plugin's own socket: the address is all there is to check.
             Use::Connect(addr) => return self.peer_refusal(None, addr, PeerPort::Port(addr.port())),
             Use::Bind(addr) => addr.port() == 0,
@@ -241,6 +262,16 @@ impl CallGrants {
                 let host = Host::parse(host);
                 self.patterns()
                     .any(|p| p.port == PortPattern::Any && p.host.matches(&host))
+            }
+            Use::Secret { name, host, port } => {
+                if self.config.secrets.get(name).is_none() {
+                    return Some(Refusal::Because(super::secrets::not_granted(
+                        name,
+                        &self.config.secrets,
+                    )));
+                }
+                let host = Host::parse(host);
+                self.patterns().any(|p| p.matches(&host, port))
             }
             Use::Exec(program) => {
                 let path = Path::new(program);
@@ -274,7 +305,8 @@ impl CallGrants {
                 | Use::Tcp { host, port }
                 | Use::Tls { host, port }
                 | Use::Grpc { host, port }
-                | Use::Udp { host, port },
+                | Use::Udp { host, port }
+                | Use::Secret { host, port, .. },
             ) => (not_granted.into(), format!("{host}:{port} is {not_granted}")),
             (_, Use::Icmp { host }) => (
                 "not the target and no `net` grant of it with any port".into(),
@@ -455,6 +487,11 @@ impl CallGrants {
             (true, Some(why)) => Err(self.refuse(Use::Lookup(name), Refusal::Because(why))),
             _ => Ok(admitted),
         }
+    }
+
+    /// Records a denied use of a capability (`what`, with the reason).
+    pub(super) fn record_denial(&self, what: Use<'_>, why: String) -> Denied {
+        self.refuse(what, Refusal::Because(why))
     }
 
     /// Records a denied use of a capability.

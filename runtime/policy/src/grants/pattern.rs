@@ -448,4 +448,7 @@ pub struct Grants {
     /// agent's own listeners: its tenant's ([`crate::reach`]); the
     /// operator's by default.
     pub reach: Reach,
+    /// The secrets the plugin may have the host put on the wire
+    /// (`grants.secrets`), each its tenant's ([`crate::secrets`]).
+    pub secrets: crate::secrets::SecretGrants,
 }

@@ -1,0 +1,254 @@
+//! The per-call use of secrets: [`CallGrants::expand`] turns a text with
+//! handles into the bytes the host sends, after checking each secret and
+//! the peer through [`CallGrants::authorize`] (`Use::Secret`), and
+//! [`CallGrants::scrubber`] what the host scrubs from every answer it hands
+//! the plugin.
+
+use super::call::{CallGrants, Denied, Use};
+use crate::secrets::scrub::Scrubber;
+use crate::secrets::template::Template;
+use crate::secrets::{SecretError, SecretGrants};
+use std::sync::Arc;
+use zeroize::Zeroizing;
+
+/// Why a probe granted secrets may not open its own sockets.
+pub(super) const NO_OWN_SOCKETS: &str = "a probe granted secrets reaches peers only through the host's transports (sonde's http, tcp, tls, grpc and udp, and wasi:http), whose answers the host scrubs; not through wasi:sockets";
+
+/// The most values one call may build from secrets (each is scrubbed from
+/// every later answer).
+pub const MAX_EXPANSIONS: usize = 64;
+
+/// Why a secret named in a handle was refused, for the denial.
+pub(super) fn not_granted(name: &str, granted: &SecretGrants) -> String {
+    let names: Vec<&str> = granted.names().collect();
+    if names.is_empty() {
+        format!("secret {name:?} is not granted: the probe's grants.secrets is empty")
+    } else {
+        format!(
+            "secret {name:?} is not in the probe's grants.secrets ({})",
+            names.join(", ")
+        )
+    }
+}
+
+/// What a call scrubs besides its secrets: the values it built from them.
+#[derive(Default)]
+pub(super) struct ScrubState {
+    echoes: Vec<Zeroizing<Vec<u8>>>,
+    built: Option<Arc<Scrubber>>,
+    expansions: usize,
+}
+
+impl std::fmt::Debug for ScrubState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ScrubState({} values built)", self.expansions)
+    }
+}
+
+/// Why a text with handles could not be expanded. Messages name secrets,
+/// never their values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretUseError {
+    /// The secret is not granted, or the peer is not: recorded as the
+    /// run's denial.
+    #[error(transparent)]
+    Denied(#[from] Denied),
+    /// A malformed handle, or one in a place that takes none.
+    #[error("{0}")]
+    Invalid(String),
+    /// The secret has no value now (a file gone, a Kubernetes Secret
+    /// missing).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl CallGrants {
+    /// Whether the probe is granted any secret (then every answer is
+    /// scrubbed and its own sockets are refused).
+    pub fn holds_secrets(&self) -> bool {
+        !self.config().secrets.is_empty()
+    }
+
+    /// The bytes `text` stands for when sent toward `toward`'s peer, or
+    /// `None` when it holds no handle (send `text` as it is). Each secret
+    /// it names is checked through [`CallGrants::authorize`]
+    /// (`Use::Secret`, recorded as a denial when refused), and what is
+    /// built from the secrets is scrubbed from every later answer.
+    pub fn expand(&self, text: &str, toward: Use<'_>) -> Result<Option<Zeroizing<Vec<u8>>>, SecretUseError> {
+        let template = match Template::parse(text) {
+            Ok(None) => return Ok(None),
+            Ok(Some(t)) => t,
+            Err(e) => return Err(SecretUseError::Invalid(e.to_string())),
+        };
+        let Some((host, port)) = toward.authority() else {
+            return Err(SecretUseError::Invalid("secrets go only toward a peer".into()));
+        };
+        for name in template.names() {
+            self.authorize(Use::Secret { name, host, port })?;
+        }
+        let mut state = self.scrub.lock().unwrap_or_else(|e| e.into_inner());
+        if state.expansions >= MAX_EXPANSIONS {
+            return Err(SecretUseError::Invalid(format!(
+                "more than {MAX_EXPANSIONS} values built from secrets in one call"
+            )));
+        }
+        let expanded = template.expand(|name| {
+            let cell = self.config().secrets.get(name).expect("authorized above");
+            cell.current().map_err(|e| unavailable(name, &cell.source(), &e))
+        })?;
+        state.expansions += 1;
+        state.echoes.extend(expanded.echoes);
+        state.built = None;
+        Ok(Some(expanded.bytes))
+    }
+
+    /// What to scrub from every answer handed to the plugin: every form of
+    /// every granted secret and of every value built from them in this
+    /// call; `None` when the probe holds no secret.
+    pub fn scrubber(&self) -> Option<Arc<Scrubber>> {
+        if !self.holds_secrets() {
+            return None;
+        }
+        let mut state = self.scrub.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(built) = &state.built {
+            return Some(built.clone());
+        }
+        let values: Vec<_> = self.config().secrets.iter().filter_map(|c| c.current().ok()).collect();
+        let scrubber = Arc::new(Scrubber::new(
+            values
+                .iter()
+                .map(|v| v.expose())
+                .chain(state.echoes.iter().map(|e| e.as_slice())),
+        ));
+        state.built = Some(scrubber.clone());
+        Some(scrubber)
+    }
+
+    /// Records a refusal of a secret's use that no grant check made (a
+    /// handle in a place that takes none, toward `toward`), as a denial.
+    pub fn deny_secret(&self, toward: Use<'_>, why: String) -> Denied {
+        self.record_denial(toward, why)
+    }
+}
+
+fn unavailable(name: &str, source: &str, e: &SecretError) -> SecretUseError {
+    match e {
+        SecretError::Unavailable(why) => SecretUseError::Unavailable(format!("secret {name:?} ({source}): {why}")),
+        other => SecretUseError::Unavailable(format!("secret {name:?}: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grants::{Grants, NetPattern};
+    use crate::secrets::{SecretCell, SecretValue};
+
+    fn call(secrets: &[(&str, &str)]) -> CallGrants {
+        let cells = secrets
+            .iter()
+            .map(|(n, v)| {
+                Arc::new(SecretCell::given(
+                    n,
+                    Arc::from("a"),
+                    &format!("env {}", n.to_uppercase()),
+                    SecretValue::new(v.as_bytes().to_vec()),
+                ))
+            })
+            .collect();
+        let grants = Grants {
+            secrets: SecretGrants::new(cells),
+            ..Grants::default()
+        };
+        CallGrants::new(
+            Some(NetPattern::for_target("api.acme.test:443").unwrap()),
+            Arc::new(grants),
+            Arc::default(),
+        )
+    }
+
+    fn http(host: &str) -> Use<'_> {
+        Use::Http { host, port: 443 }
+    }
+
+    #[test]
+    fn secrets_expand_only_toward_granted_peers_and_only_when_granted() {
+        let g = call(&[("token", "tok-0123456789")]);
+        assert_eq!(g.expand("no handle", http("api.acme.test")), Ok(None));
+        let bytes = g
+            .expand("Bearer $(secret:token)", http("api.acme.test"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(bytes.as_slice(), b"Bearer tok-0123456789");
+        assert_eq!(g.denial_message(), None);
+
+        let e = g.expand("Bearer $(secret:token)", http("evil.test")).unwrap_err();
+        assert!(matches!(e, SecretUseError::Denied(_)), "{e:?}");
+        assert_eq!(
+            g.denial_message().unwrap(),
+            "denied: use secret \"token\" toward evil.test:443: not the target and not granted"
+        );
+        let g = call(&[("token", "tok-0123456789")]);
+        let e = g.expand("$(secret:other)", http("api.acme.test")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "secret \"other\" is not in the probe's grants.secrets (token)"
+        );
+        assert!(g.denial_message().unwrap().contains("use secret \"other\""));
+        assert!(!e.to_string().contains("tok-0123456789"));
+    }
+
+    #[test]
+    fn answers_are_scrubbed_of_secrets_and_what_was_built_from_them() {
+        let g = call(&[("pw", "correct-horse-battery")]);
+        let scrubber = g.scrubber().unwrap();
+        assert_eq!(scrubber.text("echo: correct-horse-battery"), "echo: [secret]");
+        g.expand("Basic $(base64:alice:$(secret:pw))", http("api.acme.test"))
+            .unwrap();
+        let scrubber = g.scrubber().unwrap();
+        assert_eq!(
+            scrubber.text("Authorization: Basic YWxpY2U6Y29ycmVjdC1ob3JzZS1iYXR0ZXJ5"),
+            "Authorization: [secret]"
+        );
+        assert!(call(&[]).scrubber().is_none());
+    }
+
+    #[test]
+    fn a_probe_with_secrets_opens_no_socket_of_its_own() {
+        let g = call(&[("pw", "correct-horse-battery")]);
+        assert!(g.authorize(Use::Connect("10.0.0.1:443".parse().unwrap())).is_err());
+        assert!(g.denial_message().unwrap().contains("through the host's transports"));
+        assert!(
+            call(&[])
+                .authorize(Use::Connect("1.2.3.4:443".parse().unwrap()))
+                .is_err(),
+            "not granted anyway"
+        );
+    }
+
+    #[test]
+    fn an_unavailable_secret_is_named_not_shown() {
+        let cell = Arc::new(SecretCell::given(
+            "pw",
+            Arc::from("a"),
+            "Secret shop/db key password",
+            Err(SecretError::Unavailable("the Secret does not exist".into())),
+        ));
+        let grants = Grants {
+            secrets: SecretGrants::new(vec![cell]),
+            ..Grants::default()
+        };
+        let g = CallGrants::new(
+            Some(NetPattern::for_target("db:5432").unwrap()),
+            Arc::new(grants),
+            Arc::default(),
+        );
+        let e = g
+            .expand("$(secret:pw)", Use::Tcp { host: "db", port: 5432 })
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "secret \"pw\" (Secret shop/db key password): the Secret does not exist"
+        );
+    }
+}
