@@ -24,6 +24,8 @@ wasmtime::component::bindgen!({
         "sonde:probe/tcp.connect": async | trappable,
         "sonde:probe/icmp.echo": async | trappable,
         "sonde:probe/udp.exchange": async | trappable,
+        "sonde:probe/credentials.postgres-login": async | trappable,
+        "sonde:probe/credentials.redis-login": async | trappable,
         "sonde:probe/tls.[method]session.send": async | trappable,
         "sonde:probe/tls.[method]session.receive": async | trappable,
         default: trappable,
@@ -39,6 +41,15 @@ use tokio_rustls::client::TlsStream;
 /// `session` resource): over TLS, or plain TCP from the `tcp` interface.
 pub struct Session {
     pub(crate) stream: SessionStream,
+    /// The host and port the plugin asked for, as checked: where a login
+    /// on this session may send a secret (`host::credentials`).
+    pub(crate) peer: (String, u16),
+    /// What a peer sent that is not handed to the plugin yet: a tail that
+    /// may be the start of a secret's form, held until what follows shows
+    /// whether it is (`host::tls`, for a probe that holds secrets).
+    pub(crate) held: Vec<u8>,
+    /// What was scrubbed and not handed over yet (more than `max`).
+    pub(crate) ready: Vec<u8>,
 }
 
 /// The connection under a [`Session`].

@@ -36,6 +36,7 @@ const MIN_FORM: usize = 6;
 /// The forms of a call's secrets, compiled into one automaton.
 pub struct Scrubber {
     automaton: Option<AhoCorasick>,
+    forms: Vec<Zeroizing<Vec<u8>>>,
 }
 
 impl std::fmt::Debug for Scrubber {
@@ -61,7 +62,29 @@ impl Scrubber {
                 .build(forms.iter().map(|f| f.as_slice()))
                 .expect("an automaton of at most a few thousand short patterns builds")
         });
-        Self { automaton }
+        Self { automaton, forms }
+    }
+
+    /// How many bytes at the end of `data` may be the start of a form
+    /// that the bytes still to come would complete: what a stream must
+    /// hold back before handing `data` on.
+    pub fn partial_tail(&self, data: &[u8]) -> usize {
+        let mut longest = 0;
+        for form in &self.forms {
+            let window = data.len().min(form.len() - 1);
+            let tail = &data[data.len() - window..];
+            for (i, b) in tail.iter().enumerate() {
+                let len = window - i;
+                if len <= longest {
+                    break;
+                }
+                if *b == form[0] && form[..len] == tail[i..] {
+                    longest = len;
+                    break;
+                }
+            }
+        }
+        longest
     }
 
     /// Whether nothing is scrubbed.
@@ -186,6 +209,19 @@ mod tests {
         }
         assert_eq!(scrub("nothing to see"), "nothing to see");
         assert!(Scrubber::new(std::iter::empty::<&[u8]>()).is_empty());
+    }
+
+    #[test]
+    fn a_stream_holds_back_what_may_start_a_secret() {
+        let s = Scrubber::new([SECRET]);
+        assert_eq!(s.partial_tail(b"hello s3cr"), 4);
+        assert_eq!(s.partial_tail(b"hello"), 0);
+        assert_eq!(
+            s.partial_tail(b"s3cr3t/pa$$word"),
+            0,
+            "a whole form is scrubbed, not held"
+        );
+        assert_eq!(s.partial_tail(b""), 0);
     }
 
     #[test]

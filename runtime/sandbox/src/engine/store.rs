@@ -17,7 +17,9 @@
 use super::limits::MemoryCap;
 use crate::host::bounds::CallBounds;
 use crate::host::contain::RunLimits;
-use crate::host::{Shared, exec, filesystem, grpc, http, icmp, log, outgoing_handler, sockets, tcp, tls, udp};
+use crate::host::{
+    Shared, credentials, exec, filesystem, grpc, http, icmp, log, outgoing_handler, sockets, tcp, tls, udp,
+};
 use sonde_policy::grants::CallGrants;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -56,6 +58,8 @@ pub(crate) struct CallState {
     sockets: sockets::SocketsCtx,
     log: log::LogCtx,
     tls: tls::TlsCtx,
+    /// The client certificates the call registered (`credentials`).
+    certs: credentials::ClientCerts,
     /// What the call holds against the host's bounds.
     pub(crate) bounds: CallBounds,
     /// What bounds the cgroup of each program the call runs.
@@ -141,6 +145,7 @@ impl CallState {
             sockets: sockets::SocketsCtx::default(),
             log: log::LogCtx::new(probe),
             tls: tls::TlsCtx::default(),
+            certs: credentials::ClientCerts::default(),
             bounds,
             exec_limits: RunLimits {
                 pids: limits.exec_pids,
@@ -235,6 +240,7 @@ impl CallState {
             pool: &self.shared.pool,
             tenant: &self.tenant,
             bounds: &self.bounds,
+            certs: &self.certs,
         }
     }
 
@@ -244,6 +250,7 @@ impl CallState {
             deadline: self.deadline,
             tls: &self.shared.tls,
             bounds: &self.bounds,
+            certs: &self.certs,
         }
     }
 
@@ -263,6 +270,7 @@ impl CallState {
             deadline: self.deadline,
             tls: &self.shared.tls,
             bounds: &mut self.bounds,
+            certs: &self.certs,
         }
     }
 }
@@ -327,6 +335,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>, files_granted: bool)
     tcp::add_to_linker(linker, CallState::tls_view)?;
     icmp::add_to_linker(linker, CallState::tls_view)?;
     udp::add_to_linker(linker, CallState::udp_view)?;
+    credentials::add_to_linker(linker, CallState::tls_view)?;
     Ok(())
 }
 

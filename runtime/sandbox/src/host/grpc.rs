@@ -36,6 +36,8 @@ pub(crate) struct GrpcView<'a> {
     pub(crate) tls: &'a TlsClient,
     /// The call's bounds: every connection counts as a socket.
     pub(crate) bounds: &'a CallBounds,
+    /// The client certificates the call registered (`credentials`).
+    pub(crate) certs: &'a super::credentials::ClientCerts,
 }
 
 struct Grpc;
@@ -236,7 +238,7 @@ impl Drop for AbortOnDrop {
 
 fn tls_error(e: TlsError) -> GrpcError {
     match e {
-        TlsError::ServerName { .. } | TlsError::Ca(_) => GrpcError::Invalid(e.to_string()),
+        TlsError::ServerName { .. } | TlsError::Ca(_) | TlsError::ClientCert(_) => GrpcError::Invalid(e.to_string()),
         TlsError::Handshake(_) | TlsError::Certificate(_) => GrpcError::Tls(e.to_string()),
     }
 }

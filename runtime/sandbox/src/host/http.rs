@@ -33,6 +33,8 @@ pub(crate) struct HttpView<'a> {
     pub(crate) tenant: &'a Arc<str>,
     /// The call's bounds: every new connection counts as a socket.
     pub(crate) bounds: &'a CallBounds,
+    /// The client certificates the call registered (`credentials`).
+    pub(crate) certs: &'a super::credentials::ClientCerts,
 }
 
 struct Http;
@@ -84,7 +86,7 @@ struct Phases {
 
 fn tls_error(e: TlsError) -> HttpError {
     match e {
-        TlsError::ServerName { .. } | TlsError::Ca(_) => HttpError::Invalid(e.to_string()),
+        TlsError::ServerName { .. } | TlsError::Ca(_) | TlsError::ClientCert(_) => HttpError::Invalid(e.to_string()),
         TlsError::Handshake(_) | TlsError::Certificate(_) => HttpError::Tls(e.to_string()),
     }
 }

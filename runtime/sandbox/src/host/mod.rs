@@ -20,6 +20,8 @@
 //! - [`icmp`]: sonde's `icmp`, one echo on an unprivileged ping socket;
 //! - [`grpc`]: sonde's `grpc`, one unary call;
 //! - [`udp`]: sonde's `udp`, one request datagram and its reply;
+//! - [`credentials`]: sonde's `credentials`, the secrets the host uses for
+//!   the plugin (a client certificate, a database login);
 //! - [`exec`]: sonde's `exec`, for granted programs only;
 //! - [`log`]: sonde's `log`, capped per call.
 //!
@@ -42,6 +44,7 @@
 pub mod blocking;
 pub mod bounds;
 pub mod contain;
+pub(crate) mod credentials;
 pub(crate) mod dial;
 pub mod exec;
 pub mod filesystem;

@@ -94,7 +94,7 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 fn tls_error(e: TlsError) -> Error {
     match e {
         TlsError::ServerName { .. } => Error::HttpRequestUriInvalid,
-        TlsError::Ca(m) => Error::InternalError(Some(m)),
+        TlsError::Ca(m) | TlsError::ClientCert(m) => Error::InternalError(Some(m)),
         TlsError::Certificate(_) => Error::TlsCertificateError,
         TlsError::Handshake(m) => Error::Tls(std::io::Error::other(m)),
     }

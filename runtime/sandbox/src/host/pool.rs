@@ -50,8 +50,10 @@ pub(crate) struct PoolKey {
     https: bool,
     host: String,
     port: u16,
-    /// For https: the CA digest, skip-verify, and the server name.
-    tls: Option<(Option<[u8; 32]>, bool, Option<String>)>,
+    /// For https: the CA digest, skip-verify, the server name, and the
+    /// client certificate's digest: a connection authenticated with one
+    /// certificate never serves a request made without it.
+    tls: Option<(Option<[u8; 32]>, bool, Option<String>, Option<[u8; 32]>)>,
 }
 
 impl PoolKey {
@@ -61,7 +63,10 @@ impl PoolKey {
             https: tls.is_some(),
             host: canonical_host(host),
             port,
-            tls: tls.map(|o| (o.ca_digest(), o.insecure_skip_verify, o.server_name.clone())),
+            tls: tls.map(|o| {
+                let client = o.client.as_ref().map(|c| c.digest());
+                (o.ca_digest(), o.insecure_skip_verify, o.server_name.clone(), client)
+            }),
         }
     }
 }
@@ -69,7 +74,7 @@ impl PoolKey {
 /// `host` in the one spelling the pool keys on: lower case without a
 /// trailing dot; an IP address in any spelling ([`sonde_policy::grants::host_address`])
 /// as its canonical text.
-fn canonical_host(host: &str) -> String {
+pub(crate) fn canonical_host(host: &str) -> String {
     match sonde_policy::grants::host_address(host) {
         Some(ip) => ip.to_string(),
         None => host.trim_end_matches('.').to_ascii_lowercase(),

@@ -84,7 +84,7 @@ impl probe_tcp::Host for TlsView<'_> {
             Err(e) => return Ok(Err(e)),
         };
         Ok(self
-            .open_session(SessionStream::Plain(stream))?
+            .open_session(SessionStream::Plain(stream), (host, port))?
             .map(|session| (session, timings)))
     }
 }

@@ -22,6 +22,7 @@ use crate::bindings::sonde::probe::tls as probe_tls;
 use crate::bindings::{Session, SessionStream};
 use probe_tls::{HandshakeResult, Info, Options, Timings, TlsError as WitError};
 use sonde_policy::grants::{CallGrants, Use};
+use sonde_policy::secrets::scrub::Scrubber;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -77,6 +78,8 @@ pub(crate) struct TlsView<'a> {
     pub(crate) tls: &'a TlsClient,
     /// The call's bounds: every connection counts as a socket.
     pub(crate) bounds: &'a mut CallBounds,
+    /// The client certificates the call registered (`credentials`).
+    pub(crate) certs: &'a super::credentials::ClientCerts,
 }
 
 /// The [`HasData`] of `tls` and `tcp`: both see a [`TlsView`].
@@ -113,11 +116,17 @@ impl TlsView<'_> {
     pub(crate) fn open_session(
         &mut self,
         stream: SessionStream,
+        peer: (String, u16),
     ) -> wasmtime::Result<Result<Resource<Session>, WitError>> {
         if let Err(e) = self.room_for_session() {
             return Ok(Err(e));
         }
-        let session = self.table.push(Session { stream })?;
+        let session = self.table.push(Session {
+            stream,
+            peer,
+            held: Vec::new(),
+            ready: Vec::new(),
+        })?;
         self.ctx.sessions += 1;
         Ok(Ok(session))
     }
@@ -137,6 +146,7 @@ pub(crate) fn options_from_wit(o: Options) -> Result<TlsOptions, TlsError> {
         ca_pem: o.ca_pem,
         insecure_skip_verify: o.insecure_skip_verify,
         server_name: o.server_name.filter(|n| !n.is_empty()),
+        client: None,
     })
 }
 
@@ -155,7 +165,7 @@ impl From<&TlsInfo> for Info {
 
 fn wit_error(e: TlsError) -> WitError {
     match e {
-        TlsError::ServerName { .. } | TlsError::Ca(_) => WitError::Invalid(e.to_string()),
+        TlsError::ServerName { .. } | TlsError::Ca(_) | TlsError::ClientCert(_) => WitError::Invalid(e.to_string()),
         TlsError::Handshake(_) | TlsError::Certificate(_) => WitError::Handshake(e.to_string()),
     }
 }
@@ -259,13 +269,56 @@ impl probe_tls::Host for TlsView<'_> {
         if let Err(e) = self.room_for_session() {
             return Ok(Err(e));
         }
+        let peer = (host.clone(), port);
         let (stream, result) = match self.tls_handshake(host, port, options, timeout_ms).await {
             Ok(done) => done,
             Err(e) => return Ok(Err(e)),
         };
         Ok(self
-            .open_session(SessionStream::Tls(Box::new(stream)))?
+            .open_session(SessionStream::Tls(Box::new(stream)), peer)?
             .map(|session| (session, result)))
+    }
+}
+
+/// `receive` for a probe that holds secrets: what the peer sent, scrubbed
+/// ([`Scrubber`]). A tail that may be the start of a secret's form is held
+/// until more arrives, the peer closes or the wait ends, so a secret split
+/// across reads is still found whole.
+async fn receive_scrubbed(
+    session: &mut Session,
+    scrubber: &Scrubber,
+    max: usize,
+    timeout: Duration,
+) -> Result<Vec<u8>, WitError> {
+    let until = tokio::time::Instant::now() + timeout;
+    loop {
+        if !session.ready.is_empty() {
+            let n = max.min(session.ready.len());
+            return Ok(session.ready.drain(..n).collect());
+        }
+        let mut buf = vec![0; MAX_RECEIVE_BYTES];
+        let release = match tokio::time::timeout_at(until, session.stream.receive(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => {
+                let mut data = std::mem::take(&mut session.held);
+                data.extend_from_slice(&buf[..n]);
+                let keep = scrubber.partial_tail(&data);
+                session.held = data.split_off(data.len() - keep);
+                session.ready = scrubber.bytes(&data).into_owned();
+                continue;
+            }
+            Ok(Ok(_)) => Ok(Vec::new()),
+            Ok(Err(e)) => Err(WitError::Connect(format!("receive: {e}"))),
+            Err(_) => Err(WitError::Timeout(format!(
+                "nothing received within {}ms",
+                timeout.as_millis()
+            ))),
+        };
+        // Nothing more is coming now: what was held is no secret's start.
+        if session.held.is_empty() {
+            return release;
+        }
+        let held = std::mem::take(&mut session.held);
+        session.ready = scrubber.bytes(&held).into_owned();
     }
 }
 
@@ -285,9 +338,14 @@ impl probe_tls::HostSession for TlsView<'_> {
         max: u32,
         timeout_ms: u64,
     ) -> wasmtime::Result<Result<Vec<u8>, WitError>> {
+        let scrubber = self.grants.scrubber();
         let session = self.table.get_mut(&session)?;
-        let mut buf = vec![0; (max as usize).clamp(1, MAX_RECEIVE_BYTES)];
+        let max = (max as usize).clamp(1, MAX_RECEIVE_BYTES);
         let timeout = Duration::from_millis(timeout_ms);
+        if let Some(scrubber) = scrubber {
+            return Ok(receive_scrubbed(session, &scrubber, max, timeout).await);
+        }
+        let mut buf = vec![0; max];
         // The call's deadline also ends a wait longer than the call.
         Ok(
             match tokio::time::timeout(timeout, session.stream.receive(&mut buf)).await {

@@ -14,7 +14,7 @@
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -37,7 +37,61 @@ pub(crate) struct TlsOptions {
     pub(crate) insecure_skip_verify: bool,
     /// SNI and verification name instead of the connection's host.
     pub(crate) server_name: Option<String>,
+    /// The client certificate to present (`credentials.client-certificate`).
+    pub(crate) client: Option<Arc<ClientCert>>,
 }
+
+/// A client certificate chain and its private key, presented in
+/// handshakes (mTLS). Built from secrets: never printed, and told apart by
+/// the digest of its PEM texts.
+pub(crate) struct ClientCert {
+    digest: [u8; 32],
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl ClientCert {
+    /// Parses a PEM chain and a PEM private key. The error names what is
+    /// wrong, never the content.
+    pub(crate) fn parse(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, String> {
+        let chain = CertificateDer::pem_slice_iter(cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| "the certificate is not valid PEM".to_string())?;
+        if chain.is_empty() {
+            return Err("the certificate has no CERTIFICATE block".into());
+        }
+        let key = PrivateKeyDer::from_pem_slice(key_pem)
+            .map_err(|_| "the key is not a PEM private key (PKCS#8, PKCS#1 or SEC1)".to_string())?;
+        let mut digest = Sha256::new();
+        digest.update(cert_pem);
+        digest.update([0]);
+        digest.update(key_pem);
+        Ok(Self {
+            digest: digest.finalize().into(),
+            chain,
+            key,
+        })
+    }
+
+    /// What tells this certificate and key from others.
+    pub(crate) fn digest(&self) -> [u8; 32] {
+        self.digest
+    }
+}
+
+impl std::fmt::Debug for ClientCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientCert(<secret>)")
+    }
+}
+
+impl PartialEq for ClientCert {
+    fn eq(&self, o: &Self) -> bool {
+        self.digest == o.digest
+    }
+}
+
+impl Eq for ClientCert {}
 
 impl TlsOptions {
     /// The SHA-256 of the CA PEM text, which identifies the trust it sets up.
@@ -84,6 +138,9 @@ pub(crate) enum TlsError {
     /// The server's certificate could not be read.
     #[error("server certificate: {0}")]
     Certificate(String),
+    /// The client certificate and key do not go together.
+    #[error("client certificate: {0}")]
+    ClientCert(String),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -91,6 +148,7 @@ struct ConfigKey {
     ca: Option<[u8; 32]>,
     insecure: bool,
     alpn: Vec<Vec<u8>>,
+    client: Option<[u8; 32]>,
 }
 
 /// The TLS client of one engine: the crypto provider, the system roots (read
@@ -144,6 +202,7 @@ impl TlsClient {
             ca: options.ca_digest(),
             insecure: options.insecure_skip_verify,
             alpn: alpn.iter().map(|p| p.to_vec()).collect(),
+            client: options.client.as_ref().map(|c| c.digest()),
         };
         if let Some(config) = self.configs.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(config.clone());
@@ -151,19 +210,24 @@ impl TlsClient {
         let builder = ClientConfig::builder_with_provider(self.provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Handshake(e.to_string()))?;
-        let mut config = if options.insecure_skip_verify {
+        let builder = if options.insecure_skip_verify {
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(
                     self.provider.signature_verification_algorithms,
                 )))
-                .with_no_client_auth()
         } else {
             let roots = match &options.ca_pem {
                 Some(pem) => Arc::new(parse_ca(pem)?),
                 None => self.system_roots(),
             };
-            builder.with_root_certificates(roots).with_no_client_auth()
+            builder.with_root_certificates(roots)
+        };
+        let mut config = match &options.client {
+            None => builder.with_no_client_auth(),
+            Some(client) => builder
+                .with_client_auth_cert(client.chain.clone(), client.key.clone_key())
+                .map_err(|e| TlsError::ClientCert(e.to_string()))?,
         };
         config.alpn_protocols = key.alpn.clone();
         config.resumption = rustls::client::Resumption::disabled();
