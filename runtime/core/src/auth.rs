@@ -289,7 +289,7 @@ static TAKEN: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Ve
 /// (`/proc/<pid>/environ`, the block the process started with), then the
 /// variable is removed from the environment programs would inherit. Later
 /// reads of the same name get the value read first.
-fn take_env(name: &str) -> Option<String> {
+pub(crate) fn take_env(name: &str) -> Option<String> {
     let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, value)) = taken.iter().find(|(n, _)| n == name) {
         return Some(value.clone());

@@ -241,6 +241,8 @@ pub struct Tenant {
     pub ceiling: Option<Ceiling>,
     /// Its API token, if it has one.
     pub token: Option<Token>,
+    /// Its secrets (`secrets:`), which only its probes may use.
+    pub secrets: Vec<Arc<sonde_policy::secrets::SecretCell>>,
 }
 
 impl Tenant {
@@ -251,6 +253,7 @@ impl Tenant {
             quotas,
             ceiling: Some(ceiling),
             token: None,
+            secrets: Vec::new(),
         }
     }
 
@@ -275,6 +278,7 @@ impl Tenant {
             quotas: Quotas::UNLIMITED,
             ceiling: None,
             token: None,
+            secrets: Vec::new(),
         }
     }
 
@@ -399,6 +403,14 @@ impl Tenants {
         let mut list = vec![Arc::new(Tenant::operator())];
         list.extend(tenants.into_iter().map(Arc::new));
         Self { list, operator_token }
+    }
+
+    /// These tenants with the operator's secrets set to `secrets`.
+    pub fn with_operator_secrets(mut self, secrets: Vec<Arc<sonde_policy::secrets::SecretCell>>) -> Self {
+        let mut operator = Tenant::clone(&self.list[0]);
+        operator.secrets = secrets;
+        self.list[0] = Arc::new(operator);
+        self
     }
 
     /// These tenants and `more` (whose ids the caller has made unique and

@@ -214,6 +214,9 @@ impl Admission<'_, '_> {
         self.check_probe_name(&d, &name_place, problems);
         self.check_quota(target, &d, problems);
         check_ceiling(target, p, &mut d, problems);
+        if let Some(tenant) = &target.tenant {
+            d.grants.secrets = super::secrets::grant(tenant, &self.reg.tenants, &p.grants.secrets, problems);
+        }
         if !registry_allowed(target, p, &d, problems) {
             return None;
         }

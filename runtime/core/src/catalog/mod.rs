@@ -55,6 +55,7 @@ pub mod probe;
 pub mod problem;
 pub mod pulls;
 pub mod resolve;
+mod secrets;
 pub mod settings;
 mod signers;
 

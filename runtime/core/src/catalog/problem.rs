@@ -161,6 +161,38 @@ pub enum ConfigProblem {
         /// The signers `trust` lists.
         known: Vec<String>,
     },
+    /// A `secrets:` key that is no secret name.
+    #[error(
+        "secrets: {who}{name:?} is not a secret name (1 to 63 of a-z, 0-9, `-`, `_` and `.`, starting with a letter or digit)"
+    )]
+    SecretName {
+        /// `tenant "acme": `, or empty for the operator's.
+        who: String,
+        /// The name written.
+        name: String,
+    },
+    /// A secret with both or neither of `file` and `env`.
+    #[error("secrets.{name}: {who}give exactly one of `file` and `env`")]
+    SecretSourceCount {
+        /// `tenant "acme": `, or empty for the operator's.
+        who: String,
+        /// The secret's name.
+        name: String,
+    },
+    /// A secret whose value cannot be had now; the message names its
+    /// file or variable, never a value.
+    #[error("secrets.{name}: {who}{error}")]
+    SecretValue {
+        /// `tenant "acme": `, or empty for the operator's.
+        who: String,
+        /// The secret's name.
+        name: String,
+        /// Why (`file /x: ...`, `env X: not set in sonde's environment`).
+        error: String,
+    },
+    /// `grants.secrets` names a secret the probe's tenant does not own.
+    #[error("grants.secrets: {0}")]
+    SecretNotOwned(String),
     /// `trust_keyless:`, reserved.
     #[error(
         "trust_keyless: keyless signatures (a Fulcio certificate and a Rekor entry) are reserved for a later release; trust the vendor's public key in `trust:` (docs/oci.md, \"Keyless signatures\")"

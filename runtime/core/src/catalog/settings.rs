@@ -217,6 +217,7 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
         let owner = Owner::Tenant(id.to_string());
         let quotas = quotas(&owner, &t.quotas, &mut at);
         let ceiling = ceiling(&owner, &t.ceiling, &mut at);
+        let secrets = super::secrets::cells(base, id, false, &t.secrets, problems);
         if !keep {
             continue;
         }
@@ -226,6 +227,7 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
             quotas,
             ceiling: Some(ceiling),
             token,
+            secrets,
         });
     }
     let operator = token(
@@ -237,7 +239,8 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
         Location::UNKNOWN,
     );
     check_tokens_distinct(&list, &id_at, operator.as_ref(), problems);
-    Tenants::new(list, operator)
+    let secrets = super::secrets::cells(base, tenants::DEFAULT_TENANT, true, &file.secrets, problems);
+    Tenants::new(list, operator).with_operator_secrets(secrets)
 }
 
 /// A token read from its file (relative to `base`) or environment

@@ -155,6 +155,12 @@ pub struct File {
     /// every bound at its default.
     #[serde(default)]
     pub sandbox: Option<Spanned<SandboxSpec>>,
+    /// `secrets: {db-password: {file: /run/secrets/db}}` — the operator's
+    /// secrets, which the operator's probes may use by handle
+    /// (`$(secret:db-password)`) where their `grants.secrets` names them
+    /// (docs/secrets.md). Default: none.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, Spanned<SecretSpec>>,
     /// `tenants: [...]` — who else owns probes on this agent. Targets
     /// without `tenant:` belong to the operator's `default` tenant.
     #[serde(default)]

@@ -59,6 +59,11 @@ pub struct GrantsSpec {
     /// `env: {NAME: value}` — environment of granted programs.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// `secrets: [db-password]` — the secrets of the probe's tenant its
+    /// plugin may have the host use (by handle, `$(secret:NAME)`), toward
+    /// its target and `net` grants only.
+    #[serde(default)]
+    pub secrets: Vec<Spanned<String>>,
 }
 
 /// Per-run limits.

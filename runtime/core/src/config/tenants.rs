@@ -25,6 +25,26 @@ pub struct TenantSpec {
     /// nothing.
     #[serde(default)]
     pub ceiling: CeilingSpec,
+    /// `secrets: {db-password: {file: ...}}` — the tenant's own secrets,
+    /// which only its probes may use. Default: none.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, Spanned<SecretSpec>>,
+}
+
+/// Where one secret's value comes from: exactly one of `file` and `env`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSpec {
+    /// `file: /run/secrets/db-password` — read at load and again whenever
+    /// it changes (a trailing newline is not part of the value); refused
+    /// when every user may read it. Relative to the config file's
+    /// directory.
+    #[serde(default)]
+    pub file: Option<Spanned<PathBuf>>,
+    /// `env: DB_PASSWORD` — read once at start; the variable is then
+    /// removed from sonde's environment.
+    #[serde(default)]
+    pub env: Option<Spanned<String>>,
 }
 
 /// A tenant's quotas.

@@ -1,0 +1,130 @@
+//! The `secrets:` blocks, the operator's and each tenant's: every secret
+//! becomes a [`SecretCell`] of its owner, and a probe's `grants.secrets`
+//! the cells of its own tenant it names ([`grant`]).
+//!
+//! No value is ever part of a problem's text: a problem names the secret,
+//! its file or its variable.
+
+use super::problem::{ConfigProblem, Located};
+use crate::config::{SecretSpec, Spanned};
+use crate::tenants::{Tenant, Tenants};
+use sonde_policy::secrets::{SecretCell, SecretError, SecretGrants, SecretValue, valid_name};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The cells of `specs`, owned by `owner` (a tenant's id, or the
+/// operator's `default`), files relative to `base`. A secret that cannot be
+/// read now is a problem; it is kept, so a later fix of its file reaches
+/// probes without a reload, but the config is refused meanwhile.
+pub(crate) fn cells(
+    base: &Path,
+    owner: &str,
+    operator: bool,
+    specs: &BTreeMap<String, Spanned<SecretSpec>>,
+    problems: &mut Vec<Located>,
+) -> Vec<Arc<SecretCell>> {
+    let who = if operator {
+        String::new()
+    } else {
+        format!("tenant {owner:?}: ")
+    };
+    let owner: Arc<str> = owner.into();
+    let mut out = Vec::new();
+    for (name, spec) in specs {
+        let mut problem = |problem| {
+            problems.push(Located {
+                at: spec.referenced,
+                problem,
+            })
+        };
+        if !valid_name(name) {
+            problem(ConfigProblem::SecretName {
+                who: who.clone(),
+                name: name.clone(),
+            });
+            continue;
+        }
+        let cell = match (&spec.value.file, &spec.value.env) {
+            (Some(file), None) => SecretCell::file(name, owner.clone(), &base.join(&file.value)),
+            (None, Some(var)) => {
+                let var = var.value.trim();
+                let value = match crate::auth::take_env(var) {
+                    Some(v) => SecretValue::new(v.into_bytes()),
+                    None => Err(SecretError::Unavailable("not set in sonde's environment".into())),
+                };
+                SecretCell::given(name, owner.clone(), &format!("env {var}"), value)
+            }
+            _ => {
+                problem(ConfigProblem::SecretSourceCount {
+                    who: who.clone(),
+                    name: name.clone(),
+                });
+                continue;
+            }
+        };
+        if let Err(e) = cell.current() {
+            let error = match e {
+                SecretError::Read { .. } | SecretError::WorldAccessible { .. } => e.to_string(),
+                other => format!("{}: {other}", cell.source()),
+            };
+            problem(ConfigProblem::SecretValue {
+                who: who.clone(),
+                name: name.clone(),
+                error,
+            });
+        }
+        out.push(Arc::new(cell));
+    }
+    out
+}
+
+/// The cells `names` (a probe's `grants.secrets`) stand for, each of
+/// `tenant`'s own; a name it does not own is a problem that says whether
+/// another tenant does (without naming which: a tenant learns nothing of
+/// another's secrets).
+pub(crate) fn grant(
+    tenant: &Tenant,
+    tenants: &Tenants,
+    names: &[Spanned<String>],
+    problems: &mut Vec<Located>,
+) -> SecretGrants {
+    let mut cells: Vec<Arc<SecretCell>> = Vec::new();
+    for n in names {
+        let name = n.value.trim();
+        let why = match tenant.secrets.iter().find(|c| c.name() == name) {
+            Some(cell) if cells.iter().any(|c| Arc::ptr_eq(c, cell)) => Some(format!("{name:?} is listed twice")),
+            Some(cell) => {
+                cells.push(cell.clone());
+                None
+            }
+            None => {
+                let elsewhere = tenants
+                    .iter()
+                    .any(|t| t.id != tenant.id && t.secrets.iter().any(|c| c.name() == name));
+                let own: Vec<&str> = tenant.secrets.iter().map(|c| c.name()).collect();
+                Some(format!(
+                    "{name:?} is not a secret of tenant {:?}{} (its secrets: {})",
+                    tenant.id,
+                    if elsewhere {
+                        "; a probe may use only its own tenant's secrets"
+                    } else {
+                        ""
+                    },
+                    if own.is_empty() {
+                        "none".to_string()
+                    } else {
+                        own.join(", ")
+                    }
+                ))
+            }
+        };
+        if let Some(why) = why {
+            problems.push(Located {
+                at: n.referenced,
+                problem: ConfigProblem::SecretNotOwned(why),
+            });
+        }
+    }
+    SecretGrants::new(cells)
+}
