@@ -96,6 +96,7 @@ pub(super) async fn prepare(reg: &Catalog, engine: &Engine, change: Change, erro
     let mut admission = Admission {
         reg,
         engine,
+        secrets: &change.secrets,
         overlay: RegistryOverlay::new(reg, &change.remove),
         resolved: HashMap::new(),
         out: Prepared {
@@ -125,6 +126,8 @@ pub(super) async fn prepare(reg: &Catalog, engine: &Engine, change: Change, erro
 struct Admission<'a, 'r> {
     reg: &'r Catalog,
     engine: &'a Engine,
+    /// The change's own secrets ([`Change::secrets`]).
+    secrets: &'a [Arc<sonde_policy::secrets::SecretCell>],
     overlay: RegistryOverlay<'r>,
     /// Plugin files and OCI tags are resolved once per change; built-ins
     /// and digest-pinned references once per registry.
@@ -215,7 +218,11 @@ impl Admission<'_, '_> {
         self.check_quota(target, &d, problems);
         check_ceiling(target, p, &mut d, problems);
         if let Some(tenant) = &target.tenant {
-            d.grants.secrets = super::secrets::grant(tenant, &self.reg.tenants, &p.grants.secrets, problems);
+            let owned = super::secrets::Owned {
+                tenant,
+                given: self.secrets,
+            };
+            d.grants.secrets = super::secrets::grant(&owned, &self.reg.tenants, &p.grants.secrets, problems);
         }
         if !registry_allowed(target, p, &d, problems) {
             return None;

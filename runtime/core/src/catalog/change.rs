@@ -14,14 +14,20 @@ pub struct Change {
     /// Targets to add, as parsed from a file or built from a stored probe
     /// (`source` names where they came from in errors).
     pub add: Vec<config::Target>,
+    /// Secrets the added probes' `grants.secrets` may name beside their
+    /// tenant's own `secrets:`, each usable by the probes of its owner's
+    /// tenant only, and looked up first: the Kubernetes agent's cells of a
+    /// SondeCheck's `secretRefs`, read from Secrets of the check's
+    /// namespace. Whoever builds the change vouches for them.
+    pub secrets: Vec<Arc<sonde_policy::secrets::SecretCell>>,
 }
 
 impl Change {
     /// Adds `targets`.
     pub fn add(targets: Vec<config::Target>) -> Self {
         Self {
-            remove: Vec::new(),
             add: targets,
+            ..Self::default()
         }
     }
 
@@ -29,7 +35,7 @@ impl Change {
     pub fn remove(names: impl IntoIterator<Item = impl Into<Arc<str>>>) -> Self {
         Self {
             remove: names.into_iter().map(Into::into).collect(),
-            add: Vec::new(),
+            ..Self::default()
         }
     }
 }

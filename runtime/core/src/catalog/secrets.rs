@@ -79,20 +79,54 @@ pub(crate) fn cells(
     out
 }
 
+/// The secrets a probe may be granted: its tenant's own, and those a
+/// change gives ([`crate::catalog::Change::secrets`]) whose owner is that
+/// tenant.
+pub(crate) struct Owned<'a> {
+    /// The probe's tenant.
+    pub(crate) tenant: &'a Tenant,
+    /// The change's cells (of any owner; only the tenant's count).
+    pub(crate) given: &'a [Arc<SecretCell>],
+}
+
+impl Owned<'_> {
+    /// The cell named `name`: a given one first, then the tenant's.
+    fn find(&self, name: &str) -> Option<&Arc<SecretCell>> {
+        let id: &str = &self.tenant.id;
+        self.given
+            .iter()
+            .find(|c| c.owner() == id && c.name() == name)
+            .or_else(|| self.tenant.secrets.iter().find(|c| c.name() == name))
+    }
+
+    /// Every name it may grant, given ones first.
+    fn names(&self) -> Vec<&str> {
+        let id: &str = &self.tenant.id;
+        let mut names: Vec<&str> = self.given.iter().filter(|c| c.owner() == id).map(|c| c.name()).collect();
+        for c in &self.tenant.secrets {
+            if !names.contains(&c.name()) {
+                names.push(c.name());
+            }
+        }
+        names
+    }
+}
+
 /// The cells `names` (a probe's `grants.secrets`) stand for, each of
-/// `tenant`'s own; a name it does not own is a problem that says whether
-/// another tenant does (without naming which: a tenant learns nothing of
-/// another's secrets).
+/// `owned`'s tenant's own; a name it does not own is a problem that says
+/// whether another tenant does (without naming which: a tenant learns
+/// nothing of another's secrets).
 pub(crate) fn grant(
-    tenant: &Tenant,
+    owned: &Owned<'_>,
     tenants: &Tenants,
     names: &[Spanned<String>],
     problems: &mut Vec<Located>,
 ) -> SecretGrants {
+    let tenant = owned.tenant;
     let mut cells: Vec<Arc<SecretCell>> = Vec::new();
     for n in names {
         let name = n.value.trim();
-        let why = match tenant.secrets.iter().find(|c| c.name() == name) {
+        let why = match owned.find(name) {
             Some(cell) if cells.iter().any(|c| Arc::ptr_eq(c, cell)) => Some(format!("{name:?} is listed twice")),
             Some(cell) => {
                 cells.push(cell.clone());
@@ -102,7 +136,7 @@ pub(crate) fn grant(
                 let elsewhere = tenants
                     .iter()
                     .any(|t| t.id != tenant.id && t.secrets.iter().any(|c| c.name() == name));
-                let own: Vec<&str> = tenant.secrets.iter().map(|c| c.name()).collect();
+                let own = owned.names();
                 Some(format!(
                     "{name:?} is not a secret of tenant {:?}{} (its secrets: {})",
                     tenant.id,

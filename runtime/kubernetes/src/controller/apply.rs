@@ -78,6 +78,7 @@ impl Reconciler {
         let change = Change {
             remove: if replaces { vec![name.as_str().into()] } else { vec![] },
             add: vec![target],
+            ..Change::default()
         };
         // The state already on the Pod: no write until a threshold is crossed again.
         self.results.seed(&name, seed);

@@ -100,6 +100,7 @@ impl NodeChecks {
                 let change = Change {
                     remove: vec![probe.name.as_str().into()],
                     add: file.targets,
+                    ..Change::default()
                 };
                 match self.control.check_change(change).await {
                     Ok(()) => return ("True", ACCEPTED, "every agent whose node it selects runs it".into()),

@@ -130,6 +130,7 @@ impl NodeChecks {
         let change = Change {
             remove: vec![probe.name.as_str().into()],
             add: vec![target],
+            ..Change::default()
         };
         match self.control.apply_change(change).await {
             Ok(_) => true,

@@ -324,6 +324,7 @@ impl Leader {
                 let change = Change {
                     remove: vec![d.name.as_str().into()],
                     add: vec![target],
+                    ..Change::default()
                 };
                 match self.control.check_change(change).await {
                     Ok(()) => Verdict::accepted(with_pod),

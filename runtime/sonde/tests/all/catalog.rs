@@ -94,6 +94,7 @@ async fn add_replace_and_remove_keep_names_and_quotas_exact() {
     let change = Change {
         remove: vec!["x".into()],
         add: target(&moved),
+        ..Change::default()
     };
     let delta = reg.commit(reg.prepare(&engine, change).await.unwrap());
     assert!(delta.removed_probes.is_empty(), "a replaced probe is not removed");
