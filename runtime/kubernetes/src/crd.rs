@@ -127,6 +127,46 @@ pub struct SondeCheckSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "pod_selector_schema")]
     pub pod_selector: Option<LabelSelector>,
+    /// Secrets of the check's namespace the plugin may use without seeing
+    /// them: each entry names a key of a Secret, and the plugin's config
+    /// writes $(secret:<name>) where the value goes (a header, a
+    /// password); the agent puts the value on the wire toward the Pod (or
+    /// the Service) checked, and only there. The agent reads a Secret only
+    /// where the namespace's owner bound the ClusterRole
+    /// sonde-secret-reader to its ServiceAccount (a RoleBinding in the
+    /// namespace). While a Secret or key is missing or unreadable the gate
+    /// is Unknown, with an Event on the check naming it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub secret_refs: Vec<SecretRef>,
+}
+
+/// The most `secretRefs` of one check.
+pub const MAX_SECRET_REFS: usize = 8;
+
+/// A secret's handle name (`sonde_policy::secrets::valid_name`).
+pub(crate) const SECRET_HANDLE: &str = "^[a-z0-9][-a-z0-9_.]{0,62}$";
+/// A Secret's name: a DNS subdomain.
+pub(crate) const SECRET_NAME: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// A key of a Secret's data.
+pub(crate) const SECRET_KEY: &str = "^[-._a-zA-Z0-9]+$";
+
+/// A key of a Secret of the check's namespace, and the name the plugin's
+/// config calls it by.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    /// The name the plugin's config uses, as $(secret:<name>): 1 to 63 of
+    /// a-z, 0-9, '-', '_' and '.', starting with a letter or digit.
+    #[schemars(length(min = 1, max = 63), regex(pattern = SECRET_HANDLE))]
+    pub name: String,
+    /// The Secret, in the check's own namespace.
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_NAME))]
+    pub secret_name: String,
+    /// The key of the Secret's data whose value is the secret (8 bytes to
+    /// 64 KiB; a trailing newline is not part of it).
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_KEY))]
+    pub key: String,
 }
 
 /// A port's name (a DNS label: IANA_SVC_NAME for a container's, the
@@ -159,6 +199,7 @@ impl Default for SondeCheckSpec {
             mode: Mode::default(),
             limits: None,
             pod_selector: None,
+            secret_refs: Vec::new(),
         }
     }
 }

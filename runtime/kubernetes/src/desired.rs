@@ -85,6 +85,10 @@ pub(crate) enum Refusal {
     /// refuses an unknown operator first).
     #[error(transparent)]
     InvalidPodSelector(#[from] SelectorError),
+    /// Malformed `secretRefs` (an API server with the CRD's schema refuses
+    /// them first).
+    #[error("{0}")]
+    InvalidSecretRefs(String),
 }
 
 impl Refusal {
@@ -101,6 +105,7 @@ impl Refusal {
                 | Self::NoSuchServicePort { .. }
                 | Self::PortOrService
                 | Self::InvalidPodSelector(_)
+                | Self::InvalidSecretRefs(_)
         )
     }
 }
@@ -298,6 +303,7 @@ pub fn desired(
     if let Some(selector) = &spec.pod_selector {
         check_selector(selector)?;
     }
+    crate::secrets::check_refs(&spec.secret_refs).map_err(Refusal::InvalidSecretRefs)?;
     let Some(dial) = dial(pod, check, services)? else {
         return Ok(None);
     };
@@ -338,10 +344,19 @@ pub fn desired(
         "failure_threshold": spec.failure_threshold,
         "labels": { "namespace": namespace, "pod": pod_name, "check": check_name },
     });
-    // The Pod's (or the Service's) other families are its own too.
+    // The Pod's (or the Service's) other families are its own too; the
+    // secretRefs are the check's secrets.
     let others: Vec<String> = dial.others.iter().map(ToString::to_string).collect();
+    let mut grants = serde_json::Map::new();
     if !others.is_empty() {
-        probe["grants"] = serde_json::json!({ "net": others });
+        grants.insert("net".into(), others.into());
+    }
+    if !spec.secret_refs.is_empty() {
+        let names: Vec<&str> = spec.secret_refs.iter().map(|r| r.name.as_str()).collect();
+        grants.insert("secrets".into(), names.into());
+    }
+    if !grants.is_empty() {
+        probe["grants"] = grants.into();
     }
     if let Some(l) = &spec.limits {
         let mut limits = serde_json::Map::new();

@@ -26,6 +26,8 @@
 //! - [`review`]: the API's callers, by `TokenReview` and `SubjectAccessReview`;
 //! - `namespaces`: the Namespaces labelled `sonde.dev/tenant-template`,
 //!   whose tenants the config's namespace templates make.
+//! - [`secrets`]: the Secrets of checks' `secretRefs`, read one `GET` at a
+//!   time, and the cells the checks' probes hold.
 //! - [`status`]: each SondeCheck's `status`, written by the one agent
 //!   elected through a Lease.
 //! - [`node`]: `SondeNodeCheck`s, run by every agent whose node they
@@ -67,6 +69,7 @@ pub mod node;
 mod plan;
 mod queue;
 pub mod review;
+pub mod secrets;
 mod services;
 mod settings;
 mod stats;

@@ -5,12 +5,14 @@
 //! no probe and why, and which Events to record. The controller's applier
 //! performs it; nothing here touches the catalog or the API server.
 
-use super::crd::{Mode, SondeCheck};
+use super::crd::{Mode, SecretRef, SondeCheck};
 use super::desired::{Desired, Refusal, ServiceView, desired};
+use super::secrets::{Held, Problem};
 use super::settings::GateSettings;
 use super::view::{Cond, CondStatus, OVERRIDABLE, PodKey, PodView, condition_type};
 use sonde_core::config::{self, ConfigErrors};
 use sonde_core::thresholds::Counter;
+use sonde_policy::secrets::SecretGrants;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
@@ -28,6 +30,8 @@ pub(crate) struct Binding {
     pub(crate) target: serde_json::Value,
     /// The check's mode.
     pub(crate) mode: Mode,
+    /// The cells of the check's `secretRefs` it was given.
+    pub(crate) secrets: SecretGrants,
 }
 
 /// A probe to add (or to put in place of the one of the same name).
@@ -48,6 +52,8 @@ pub(crate) struct AddProbe {
     /// Whether its plugin is an `oci://` reference (a failure is retried
     /// when a pull ends).
     pub(crate) oci: bool,
+    /// The cells of the check's `secretRefs` (the change's secrets).
+    pub(crate) secrets: SecretGrants,
 }
 
 /// A gate whose probe's config target does not parse: refused like a
@@ -86,6 +92,10 @@ pub(crate) struct PodPlan {
     /// Override annotations a Pod may not set (an Event on the Pod each),
     /// with the message.
     pub(crate) unknown_overrides: Vec<(String, String)>,
+    /// Each `secretRef` of the checks with a probe or held for one: the
+    /// check, the reference's name, and what keeps it from use (an Event
+    /// on the check when it changes), if anything.
+    pub(crate) secret_notes: Vec<(Arc<SondeCheck>, String, Option<Problem>)>,
 }
 
 /// What [`plan_pod`] reads.
@@ -104,6 +114,8 @@ pub(crate) struct PodInputs<'a> {
     pub(crate) bindings: &'a HashMap<String, Binding>,
     /// Whether the StartupOnly gate on a check passed already, by (Pod UID, check).
     pub(crate) started: &'a dyn Fn(&str, &str) -> bool,
+    /// A `secretRef` of a check of the Pod's namespace, as its gates see it.
+    pub(crate) secrets: &'a dyn Fn(&SecretRef) -> Held,
 }
 
 /// The plan that brings the probes of one Pod in line with its gates and
@@ -118,7 +130,7 @@ pub(crate) fn plan_pod(input: &PodInputs<'_>) -> PodPlan {
     mine.sort_by_key(|(n, _)| *n);
     for (name, bound) in mine {
         match want.get(name) {
-            Some((d, _)) if bound.target == d.target && bound.uid == uid => {
+            Some((d, _, secrets)) if bound.target == d.target && bound.uid == uid && bound.secrets == *secrets => {
                 want.remove(name);
             }
             Some(_) => {}
@@ -126,7 +138,7 @@ pub(crate) fn plan_pod(input: &PodInputs<'_>) -> PodPlan {
         }
     }
     let Some(pod) = input.pod else { return plan };
-    for (name, (d, check)) in want {
+    for (name, (d, check, secrets)) in want {
         let mut replaces = input.bindings.contains_key(&name);
         if input.bindings.get(&name).is_some_and(|b| b.uid != uid) {
             // Another Pod under the same name: its probe starts afresh (a
@@ -146,6 +158,7 @@ pub(crate) fn plan_pod(input: &PodInputs<'_>) -> PodPlan {
                     replaces,
                     seed,
                     oci,
+                    secrets,
                 });
             }
             Err(errors) => plan.bad.push(BadTarget {
@@ -161,7 +174,7 @@ pub(crate) fn plan_pod(input: &PodInputs<'_>) -> PodPlan {
 
 /// The probes `pod`'s gates want, by probe name (with the check each is
 /// for); what cannot be had goes into `plan`.
-fn wanted(input: &PodInputs<'_>, pod: &PodView, plan: &mut PodPlan) -> BTreeMap<String, (Desired, String)> {
+fn wanted(input: &PodInputs<'_>, pod: &PodView, plan: &mut PodPlan) -> BTreeMap<String, (Desired, String, SecretGrants)> {
     let mut want = BTreeMap::new();
     for check in &pod.gates {
         if (input.started)(&pod.uid, check) {
@@ -186,7 +199,9 @@ fn wanted(input: &PodInputs<'_>, pod: &PodView, plan: &mut PodPlan) -> BTreeMap<
                     plan.started.push(check.clone());
                     continue;
                 }
-                want.insert(d.name.clone(), (d, check.clone()));
+                if let Some(secrets) = secrets_of(input, &c, check, plan) {
+                    want.insert(d.name.clone(), (d, check.clone(), secrets));
+                }
             }
             Ok(None) => {}
             Err(refusal) => {
@@ -199,6 +214,36 @@ fn wanted(input: &PodInputs<'_>, pod: &PodView, plan: &mut PodPlan) -> BTreeMap<
         }
     }
     want
+}
+
+/// The cells of `c`'s `secretRefs`, when every one has a value; else
+/// `None`: gate `gate` is unavailable, naming the first reference without
+/// one, or, while one is not read yet, left as it is.
+fn secrets_of(input: &PodInputs<'_>, c: &Arc<SondeCheck>, gate: &str, plan: &mut PodPlan) -> Option<SecretGrants> {
+    let mut cells = Vec::new();
+    let (mut pending, mut problem) = (false, None);
+    for r in &c.spec.secret_refs {
+        let note = match (input.secrets)(r) {
+            Held::Ready(cell) => {
+                cells.push(cell);
+                None
+            }
+            Held::Pending => {
+                pending = true;
+                continue;
+            }
+            Held::Problem(p) => {
+                problem.get_or_insert_with(|| p.message.clone());
+                Some(p)
+            }
+        };
+        plan.secret_notes.push((c.clone(), r.name.clone(), note));
+    }
+    if let Some(message) = problem {
+        plan.unavailable.push((gate.to_string(), message));
+        return None;
+    }
+    (!pending).then(|| SecretGrants::new(cells))
 }
 
 /// The Event's message for an override annotation `annotation` a Pod may
@@ -282,6 +327,7 @@ mod tests {
             settings: &settings,
             bindings,
             started: &|_, _| false,
+            secrets: &|_| Held::Pending,
         })
     }
 
@@ -322,6 +368,7 @@ mod tests {
                     check: "ready".into(),
                     target,
                     mode: Mode::Continuous,
+                    secrets: SecretGrants::default(),
                 },
             )])
         };

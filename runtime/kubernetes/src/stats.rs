@@ -45,6 +45,10 @@ pub struct Stats {
     pub taint_patches: AtomicU64,
     /// Node taint patches that failed (a 409 is tried again on the newer Node).
     pub taint_patch_errors: AtomicU64,
+    /// Reads of a check's Secret that found it (`GET` answered 200).
+    pub secret_reads: AtomicU64,
+    /// Reads of a check's Secret that did not (404, 403, errors).
+    pub secret_read_errors: AtomicU64,
 }
 
 impl Stats {

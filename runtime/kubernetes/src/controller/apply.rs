@@ -40,6 +40,9 @@ impl Reconciler {
         for (check, message) in &plan.refused_checks {
             self.note(check, "Refused", true, message);
         }
+        for (check, name, problem) in &plan.secret_notes {
+            self.note_secret(check, name, problem.as_ref());
+        }
         self.stats.refused.fetch_add(plan.refusals, Ordering::Relaxed);
         for name in &plan.remove {
             self.remove_probe(name).await;
@@ -74,11 +77,12 @@ impl Reconciler {
             replaces,
             seed,
             oci,
+            secrets,
         } = add;
         let change = Change {
             remove: if replaces { vec![name.as_str().into()] } else { vec![] },
             add: vec![target],
-            ..Change::default()
+            secrets: secrets.iter().cloned().collect(),
         };
         // The state already on the Pod: no write until a threshold is crossed again.
         self.results.seed(&name, seed);
@@ -90,6 +94,7 @@ impl Reconciler {
                     check,
                     target: desired.target,
                     mode: desired.mode,
+                    secrets,
                 };
                 self.bindings.insert(name, binding);
                 None

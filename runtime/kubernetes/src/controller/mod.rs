@@ -19,8 +19,10 @@
 
 use super::crd::SondeCheck;
 use super::events::EventSink;
+use super::crd::SecretRef;
 use super::plan::{Binding, PodInputs, plan_pod};
 use super::queue::{Done, WriteQueue};
+use super::secrets::{CellKey, Held, SecretBook};
 use super::services::{SERVICE_NAME_LABEL, Services, trim_service, trim_slice};
 use super::settings::GateSettings;
 use super::stats::Stats;
@@ -43,6 +45,7 @@ use tokio::time::Instant;
 
 mod apply;
 mod conditions;
+mod secrets;
 
 /// How long the first gates wait for the Services and EndpointSlices to
 /// list before they are served without them.
@@ -88,6 +91,15 @@ pub(crate) struct Reconciler {
     /// Both stores have listed once.
     ready: bool,
     synced: watch::Sender<bool>,
+    /// The Secrets of the checks this node's Pods name, and their cells.
+    secrets: SecretBook,
+    /// Where reads of Secrets report.
+    secret_tx: mpsc::UnboundedSender<secrets::SecretRead>,
+    /// When the references no Pod needs any more are next dropped.
+    secret_sweep: Instant,
+    /// What the last Event on each (namespace, check, secretRef) said: the
+    /// problem's message, or `None` when it had its value.
+    secret_events: HashMap<(String, String, String), Option<String>>,
 }
 
 /// The two reflectors' streams, which fill the stores as they are polled.
@@ -135,6 +147,7 @@ impl Reconciler {
         .modify(trim_slice)
         .reflect(slice_writer);
         let (done_tx, _) = mpsc::unbounded_channel();
+        let (secret_tx, _) = mpsc::unbounded_channel();
         let events = EventSink::new(
             client.clone(),
             &settings.node_name,
@@ -168,6 +181,10 @@ impl Reconciler {
             services_listed: (false, false),
             ready: false,
             synced,
+            secrets: SecretBook::default(),
+            secret_tx,
+            secret_sweep: Instant::now(),
+            secret_events: HashMap::new(),
         };
         let streams = Streams {
             pods: Box::pin(pod_events),
@@ -193,6 +210,8 @@ impl Reconciler {
         } = streams;
         let (done_tx, mut done_rx) = mpsc::unbounded_channel();
         self.done_tx = done_tx;
+        let (secret_tx, mut secret_rx) = mpsc::unbounded_channel();
+        self.secret_tx = secret_tx;
         let (pods, checks) = (self.pods.clone(), self.checks.clone());
         let (services, slices) = (self.services.services.clone(), self.services.slices.clone());
         let listed = async move {
@@ -217,6 +236,7 @@ impl Reconciler {
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let wake = self.wake.take();
+            let read_secrets = self.secrets.next_due();
             tokio::select! {
                 services = &mut listed, if !self.ready => {
                     if services {
@@ -269,6 +289,8 @@ impl Reconciler {
                     Err(broadcast::error::RecvError::Closed) => {}
                 },
                 Some(done) = done_rx.recv() => self.on_done(done),
+                Some(read) = secret_rx.recv() => self.on_secret_read(read).await,
+                () = sleep_until(read_secrets), if read_secrets.is_some() => self.start_secret_reads(),
                 _ = refresh.tick() => self.refresh_messages(),
                 () = sleep_until(wake), if wake.is_some() => {}
             }
@@ -310,7 +332,9 @@ impl Reconciler {
             }
             Event::Apply(c) => {
                 if let Some(key) = key_of(&c) {
+                    self.hurry_secrets(&c);
                     self.reconcile_check(&key).await;
+                    self.start_secret_reads();
                 }
             }
             Event::Delete(c) => {
@@ -412,6 +436,13 @@ impl Reconciler {
             return;
         }
         let pod = self.view(key);
+        let held = self.hold_secrets(pod.as_ref());
+        let owner = self.settings.tenant_of(&key.0).unwrap_or_default().to_string();
+        let secrets = |r: &SecretRef| {
+            held.get(&CellKey::of(&key.0, &owner, r))
+                .cloned()
+                .unwrap_or(Held::Pending)
+        };
         let checks = self.checks.clone();
         let namespace = key.0.clone();
         let lookup = move |name: &str| checks.get(&ObjectRef::new(name).within(&namespace));
@@ -425,8 +456,10 @@ impl Reconciler {
             settings: &self.settings,
             bindings: &self.bindings,
             started: &started,
+            secrets: &secrets,
         });
         self.apply_plan(key, pod.as_ref(), plan).await;
+        self.start_secret_reads();
     }
 
     /// A pull ended, or its backoff passed: the Pods whose gates waited on

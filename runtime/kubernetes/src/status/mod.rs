@@ -324,7 +324,7 @@ impl Leader {
                 let change = Change {
                     remove: vec![d.name.as_str().into()],
                     add: vec![target],
-                    ..Change::default()
+                    secrets: crate::secrets::stand_ins(&d.tenant, &check.spec.secret_refs),
                 };
                 match self.control.check_change(change).await {
                     Ok(()) => Verdict::accepted(with_pod),

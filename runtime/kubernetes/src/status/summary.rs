@@ -134,6 +134,7 @@ pub(crate) const REASONS: &[&str] = &[
     "ServiceWithoutClusterIP",
     "NoSuchServicePort",
     "InvalidPodSelector",
+    "InvalidSecretRefs",
 ];
 
 /// The `Accepted` reason of a refusal by [`desired`].
@@ -149,6 +150,7 @@ pub(crate) fn refusal_reason(r: &Refusal) -> &'static str {
         Refusal::NoSuchPort { .. } => "NoSuchPort",
         Refusal::BadPort { .. } => "InvalidPort",
         Refusal::InvalidPodSelector(_) => "InvalidPodSelector",
+        Refusal::InvalidSecretRefs(_) => "InvalidSecretRefs",
     }
 }
 
