@@ -203,12 +203,12 @@ fn secret_error(e: SecretUseError) -> HttpError {
 /// gets it as it is). A body cut at `max-body` loses a tail that may be the
 /// start of a secret, so that moving the cut cannot reveal one byte by
 /// byte.
-fn scrubbed(grants: &CallGrants, mut response: ProbeResponse, ended: bool) -> ProbeResponse {
+fn scrubbed(grants: &CallGrants, mut response: ProbeResponse, cut: bool) -> ProbeResponse {
     if let Some(s) = grants.scrubber() {
         for (_, value) in &mut response.headers {
             s.string(value);
         }
-        if !ended {
+        if cut {
             let keep = s.partial_tail(&response.body);
             response.body.truncate(response.body.len() - keep);
         }
@@ -308,7 +308,9 @@ async fn exchange(
         tls,
         reused,
     };
-    Ok(scrubbed(grants, response, ended))
+    // A body that filled `max-body` may have been cut there.
+    let cut = response.body.len() >= max;
+    Ok(scrubbed(grants, response, cut))
 }
 
 /// What a run's observations keep of one response, read from its head.
