@@ -6,6 +6,7 @@
 
 mod hostile;
 mod http;
+mod leaks;
 
 use sonde_policy::secrets::{SecretCell, SecretGrants, SecretValue};
 use sonde_sandbox::host::Grants;
