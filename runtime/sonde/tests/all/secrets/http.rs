@@ -143,3 +143,45 @@ async fn mtls_passes_with_the_client_certificate_from_secrets_and_fails_without(
     let seen = format!("{r:?}");
     assert!(!seen.contains("PRIVATE KEY"), "{seen}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_metadata_carries_the_secret_to_the_server_only() {
+    let server = sonde_tests::GrpcHealthServer::start().await;
+    let config = serde_json::json!({"metadata": {"authorization": "Bearer $(secret:token)", "x-team": "infra"}});
+    let plugin = builtin("grpc").await;
+    let r = run(&plugin, &server.addr.to_string(), &config.to_string(), &grants(&[("token", TOKEN)], &[]), TIMEOUT).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let calls = server.metadata();
+    let auth: Vec<&str> = calls[0].iter().filter(|(n, _)| n == "authorization").map(|(_, v)| v.as_str()).collect();
+    assert_eq!(auth, [format!("Bearer {TOKEN}").as_str()]);
+    // Not granted: denied by name, nothing sent.
+    let before = server.accepted();
+    let r = run(&plugin, &server.addr.to_string(), &config.to_string(), &grants(&[], &[]), TIMEOUT).await;
+    assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
+    assert!(r.message.contains("use secret \"token\""), "{}", r.message);
+    assert_eq!(server.accepted(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasi_http_headers_take_handles_and_answers_come_back_scrubbed() {
+    let server = AuthServer::start(expected()).await;
+    let plugin = crate::support::guest(sonde_tests::guests::WASI_HTTP_ELSEWHERE).await;
+    let ask = |path: &str, value: &str| {
+        serde_json::json!({
+            "authority": server.addr.to_string(),
+            "path": path,
+            "headers": [["authorization", value]],
+        })
+        .to_string()
+    };
+    let target = server.addr.to_string();
+    let granted = grants(&[("token", TOKEN)], &[]);
+    let r = run(&plugin, &target, &ask("/bearer", "Bearer $(secret:token)"), &granted, TIMEOUT).await;
+    assert!(r.message.contains(": 200 "), "{r:?}");
+    let r = run(&plugin, &target, &ask("/echo", "Bearer $(secret:token)"), &granted, TIMEOUT).await;
+    assert!(r.message.contains("x-echo-authorization=[secret]"), "{r:?}");
+    assert!(r.message.contains("authorization: [secret]"), "{r:?}");
+    assert!(!holds(&format!("{r:?}"), TOKEN), "{r:?}");
+    let r = run(&plugin, &target, &ask("/bearer", "Bearer $(secret:token)"), &grants(&[], &[]), TIMEOUT).await;
+    assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
+}
