@@ -5,6 +5,7 @@
 //! server reading metadata; PostgreSQL and Redis in `probes::`.
 
 mod hostile;
+mod docs;
 mod http;
 mod leaks;
 
