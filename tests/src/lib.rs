@@ -10,6 +10,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub mod secrets;
+
 /// Paths of the test guests' components.
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));
@@ -646,6 +648,27 @@ impl TestCert {
             chain: vec![cert.der().clone()],
             key: rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
         }
+    }
+
+    /// A rustls server configuration presenting this certificate and
+    /// requiring a client certificate issued by `client_ca` (PEM).
+    pub fn mtls_server_config(&self, client_ca: &str) -> Arc<rustls::ServerConfig> {
+        use rustls::pki_types::pem::PemObject;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(client_ca.as_bytes()) {
+            roots.add(cert.expect("client CA PEM")).expect("client CA");
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .expect("client verifier");
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .expect("server certificate and key");
+        Arc::new(config)
     }
 
     /// A rustls server configuration presenting this certificate.

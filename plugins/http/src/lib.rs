@@ -75,6 +75,90 @@ struct Config {
     keepalive: bool,
     /// Require the answer to come from one backend behind a balancer.
     backend: Option<Backend>,
+    /// HTTP basic authentication; the password is usually a secret's
+    /// handle, `$(secret:NAME)`, which the host fills in.
+    basic_auth: Option<BasicAuth>,
+    /// `Authorization: Bearer <token>`; usually a handle.
+    bearer_token: Option<String>,
+    /// A client certificate (mTLS) for an `https://` target.
+    client_cert: Option<ClientCertSpec>,
+}
+
+/// `client_cert`: a PEM certificate and key, each a handle
+/// (`$(secret:NAME)`) or PEM text, that the host presents in the TLS
+/// handshake; the plugin never holds a key given by handle.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientCertSpec {
+    cert: String,
+    key: String,
+}
+
+/// Has the host present `spec` in every handshake with the host and port
+/// of `url` (an `https://` URL) in this run.
+fn present_client_cert(url: &str, spec: &ClientCertSpec) -> Result<(), ProbeError> {
+    let Some(rest) = url.strip_prefix("https://") else {
+        return Err(ProbeError::invalid_config(
+            "client_cert needs an https:// target (scheme: https)",
+        ));
+    };
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => match p.parse() {
+            Ok(port) => (h, port),
+            Err(_) => (authority, 443),
+        },
+        _ => (authority, 443),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    use sonde_sdk::bindings::sonde::probe::tls::TlsError;
+    sonde_sdk::bindings::sonde::probe::credentials::client_certificate(host, port, &spec.cert, &spec.key).map_err(|e| {
+        match e {
+            TlsError::Denied(m) => ProbeError::denied(m),
+            TlsError::Invalid(m)
+            | TlsError::Dns(m)
+            | TlsError::Connect(m)
+            | TlsError::Timeout(m)
+            | TlsError::Handshake(m) => ProbeError::invalid_config(format!("client_cert: {m}")),
+        }
+    })
+}
+
+/// `basic_auth`: the `Authorization: Basic` header, built by the host from
+/// handles (`$(base64:USER:$(secret:NAME))`), so the plugin never holds
+/// the password.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BasicAuth {
+    username: String,
+    password: String,
+}
+
+/// The `Authorization` header `basic_auth` or `bearer_token` asks for.
+fn authorization(config: &Config) -> Result<Option<String>, ProbeError> {
+    let explicit = config.headers.keys().any(|k| k.eq_ignore_ascii_case("authorization"));
+    match (&config.basic_auth, &config.bearer_token) {
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(ProbeError::invalid_config("give basic_auth or bearer_token, not both")),
+        _ if explicit => Err(ProbeError::invalid_config(
+            "an Authorization header is given in headers and by basic_auth or bearer_token; give one",
+        )),
+        (Some(b), None) => {
+            if b.username.contains([':', ')']) {
+                return Err(ProbeError::invalid_config(
+                    "basic_auth.username: `:` and `)` cannot be part of a basic-auth user name",
+                ));
+            }
+            let handle = b.password.starts_with("$(secret:") && b.password.find(')') == Some(b.password.len() - 1);
+            if !handle && b.password.contains(')') {
+                return Err(ProbeError::invalid_config(
+                    "basic_auth.password: a password with `)` must come from a secret ($(secret:NAME))",
+                ));
+            }
+            Ok(Some(format!("Basic $(base64:{}:{})", b.username, b.password)))
+        }
+        (None, Some(token)) => Ok(Some(format!("Bearer {token}"))),
+    }
 }
 
 /// `backend`: which backend behind a balancer (a Kubernetes Service) must
@@ -235,15 +319,22 @@ impl Probe for Http {
         if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("user-agent")) {
             headers.push(("User-Agent".into(), USER_AGENT.into()));
         }
+        if let Some(value) = authorization(&config)? {
+            headers.push(("Authorization".into(), value));
+        }
         let tls = TlsOptions::from_config(
             config.ca_file.as_deref(),
             config.ca_pem.as_deref(),
             config.insecure_skip_verify,
             config.server_name.as_deref(),
         )?;
+        let url = url_for(req.target(), &config.path, config.scheme);
+        if let Some(spec) = &config.client_cert {
+            present_client_cert(&url, spec)?;
+        }
         let mut request = HttpRequest {
             method: config.method.to_ascii_uppercase(),
-            url: url_for(req.target(), &config.path, config.scheme),
+            url,
             headers,
             body: config.body.as_bytes().to_vec(),
             // The call's deadline bounds the exchange, so a slow server

@@ -183,6 +183,12 @@ impl Engine {
         } else if let Some(why) = store.data().bounds.breach() {
             result = RunResult::error(Reason::HostLimit, why.to_string());
         }
+        if let Some(s) = grants.scrubber() {
+            s.string(&mut result.message);
+            if let Some(detail) = &mut result.detail {
+                s.string(detail);
+            }
+        }
         result.duration = duration;
         result.observed = store.data().bounds.take_observed();
         result.fuel_consumed = call.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));

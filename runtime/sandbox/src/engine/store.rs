@@ -143,7 +143,7 @@ impl CallState {
             wasi_http,
             http_hooks: outgoing_handler::Hooks::new(grants.clone(), bounds.clone(), shared.clone()),
             sockets: sockets::SocketsCtx::default(),
-            log: log::LogCtx::new(probe),
+            log: log::LogCtx::new(probe).scrubbing(&grants),
             tls: tls::TlsCtx::default(),
             certs: credentials::ClientCerts::default(),
             bounds,

@@ -18,7 +18,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http_body_util::{BodyExt, Full};
 use probe_grpc::{GrpcError, Request as GrpcRequest, Response as GrpcResponse};
-use sonde_policy::grants::{CallGrants, Use};
+use sonde_policy::grants::{CallGrants, SecretUseError, Use};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -101,7 +101,7 @@ struct Call {
     tls: Option<TlsOptions>,
 }
 
-fn prepare(req: &GrpcRequest) -> Result<Call, GrpcError> {
+fn prepare(grants: &CallGrants, req: &GrpcRequest) -> Result<Call, GrpcError> {
     let authority: http::uri::Authority = req
         .authority
         .parse()
@@ -161,8 +161,20 @@ fn prepare(req: &GrpcRequest) -> Result<Call, GrpcError> {
         }
         let header = HeaderName::from_bytes(lower.as_bytes())
             .map_err(|_| GrpcError::Invalid(format!("metadata name {name:?} is not a valid header name")))?;
-        let value = HeaderValue::from_str(value)
-            .map_err(|_| GrpcError::Invalid(format!("metadata {name:?}: the value is not printable ASCII")))?;
+        let toward = Use::Grpc { host: &host, port };
+        let value = match grants.expand(value, toward).map_err(secret_error)? {
+            None => HeaderValue::from_str(value)
+                .map_err(|_| GrpcError::Invalid(format!("metadata {name:?}: the value is not printable ASCII")))?,
+            Some(bytes) => {
+                let mut value = HeaderValue::from_bytes(&bytes).map_err(|_| {
+                    GrpcError::Invalid(format!(
+                        "metadata {name:?}: the value built from secrets is not printable ASCII"
+                    ))
+                })?;
+                value.set_sensitive(true);
+                value
+            }
+        };
         if header == http::header::USER_AGENT {
             headers.insert(header, value);
         } else {
@@ -528,14 +540,15 @@ impl probe_grpc::Host for GrpcView<'_> {
 
 impl GrpcView<'_> {
     async fn call_checked(&self, req: GrpcRequest) -> Result<GrpcResponse, GrpcError> {
-        let call = prepare(&req)?;
+        let mut call = prepare(self.grants, &req)?;
         self.grants
             .authorize(Use::Grpc {
                 host: &call.host,
                 port: call.port,
             })
             .map_err(|d| GrpcError::Denied(d.0))?;
-        if let Some(options) = &call.tls {
+        if let Some(options) = &mut call.tls {
+            options.client = self.certs.for_peer(&call.host, call.port);
             self.tls.validate(&call.host, options, ALPN).map_err(tls_error)?;
         }
         let ssl = call.tls.is_some();
@@ -565,6 +578,7 @@ impl GrpcView<'_> {
             grpc.ssl = ssl;
             grpc.check = check;
         });
+        let result = scrubbed(self.grants, result);
         match &result {
             Ok(r) => tracing::debug!(authority = %req.authority, path = %req.path, code = r.code, "grpc call answered"),
             Err(e) => tracing::debug!(authority = %req.authority, path = %req.path, error = ?e, "grpc call failed"),
@@ -573,9 +587,50 @@ impl GrpcView<'_> {
     }
 }
 
+/// A refused use of a secret, as the `grpc-error` a plugin gets.
+fn secret_error(e: SecretUseError) -> GrpcError {
+    match e {
+        SecretUseError::Denied(d) => GrpcError::Denied(d.0),
+        SecretUseError::Invalid(m) | SecretUseError::Unavailable(m) => GrpcError::Invalid(m),
+    }
+}
+
+/// What the server answered (or the error it caused), scrubbed of the
+/// call's secrets: the status message, the message, the metadata.
+fn scrubbed(grants: &CallGrants, result: Result<GrpcResponse, GrpcError>) -> Result<GrpcResponse, GrpcError> {
+    let Some(s) = grants.scrubber() else {
+        return result;
+    };
+    match result {
+        Ok(mut r) => {
+            s.string(&mut r.status_message);
+            if let Some(m) = &mut r.message {
+                s.vec(m);
+            }
+            for (_, value) in &mut r.metadata {
+                s.string(value);
+            }
+            Ok(r)
+        }
+        Err(GrpcError::Protocol(mut m)) => {
+            s.string(&mut m);
+            Err(GrpcError::Protocol(m))
+        }
+        Err(GrpcError::Tls(mut m)) => {
+            s.string(&mut m);
+            Err(GrpcError::Tls(m))
+        }
+        Err(other) => Err(other),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn no_grants() -> CallGrants {
+        CallGrants::new(None, std::sync::Arc::default(), std::sync::Arc::default())
+    }
 
     fn request(authority: &str, path: &str, metadata: &[(&str, &str)]) -> GrpcRequest {
         GrpcRequest {
@@ -589,7 +644,7 @@ mod tests {
     }
 
     fn invalid(req: GrpcRequest) -> String {
-        match prepare(&req) {
+        match prepare(&no_grants(), &req) {
             Err(GrpcError::Invalid(m)) => m,
             Err(e) => panic!("expected invalid, got {e:?}"),
             Ok(_) => panic!("expected invalid, got a call"),
@@ -598,11 +653,10 @@ mod tests {
 
     #[test]
     fn a_call_is_framed_with_grpc_headers() {
-        let call = prepare(&request(
-            "[::1]:50051",
-            "/grpc.health.v1.Health/Check",
-            &[("X-Team", "a")],
-        ))
+        let call = prepare(
+            &no_grants(),
+            &request("[::1]:50051", "/grpc.health.v1.Health/Check", &[("X-Team", "a")]),
+        )
         .unwrap();
         assert_eq!((call.host.as_str(), call.port), ("[::1]", 50051));
         assert_eq!(call.uri.to_string(), "http://[::1]:50051/grpc.health.v1.Health/Check");

@@ -11,7 +11,7 @@ use crate::bindings::sonde::probe::http as probe_http;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Body as _;
 use probe_http::{HttpError, Request as ProbeRequest, Response as ProbeResponse, Timings};
-use sonde_policy::grants::{CallGrants, Use};
+use sonde_policy::grants::{CallGrants, SecretUseError, Use};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -151,7 +151,13 @@ async fn open(
     Ok((conn, phases))
 }
 
-fn build_request(req: &ProbeRequest, target: &Target) -> Result<http::Request<Full<bytes::Bytes>>, HttpError> {
+/// The request to send: its header values with their handles expanded
+/// toward `target` ([`CallGrants::expand`]), marked sensitive.
+fn build_request(
+    grants: &CallGrants,
+    req: &ProbeRequest,
+    target: &Target,
+) -> Result<http::Request<Full<bytes::Bytes>>, HttpError> {
     let method = http::Method::from_bytes(req.method.as_bytes())
         .map_err(|e| HttpError::Invalid(format!("method {:?}: {e}", req.method)))?;
     let path = target.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -162,12 +168,53 @@ fn build_request(req: &ProbeRequest, target: &Target) -> Result<http::Request<Fu
             target.uri.authority().map_or(target.host.as_str(), |a| a.as_str()),
         );
     }
+    let toward = Use::Http {
+        host: &target.host,
+        port: target.port,
+    };
     for (name, value) in &req.headers {
-        builder = builder.header(name.as_str(), value.as_str());
+        match grants.expand(value, toward).map_err(secret_error)? {
+            None => builder = builder.header(name.as_str(), value.as_str()),
+            Some(bytes) => {
+                let mut value = http::HeaderValue::from_bytes(&bytes).map_err(|_| {
+                    HttpError::Invalid(format!(
+                        "header {name:?}: the value built from secrets is not a valid header value"
+                    ))
+                })?;
+                value.set_sensitive(true);
+                builder = builder.header(name.as_str(), value);
+            }
+        }
     }
     builder
         .body(Full::new(bytes::Bytes::from(req.body.clone())))
         .map_err(|e| HttpError::Invalid(e.to_string()))
+}
+
+/// A refused use of a secret, as the `http-error` a plugin gets.
+fn secret_error(e: SecretUseError) -> HttpError {
+    match e {
+        SecretUseError::Denied(d) => HttpError::Denied(d.0),
+        SecretUseError::Invalid(m) | SecretUseError::Unavailable(m) => HttpError::Invalid(m),
+    }
+}
+
+/// `response` scrubbed of the call's secrets (a probe that holds none
+/// gets it as it is). A body cut at `max-body` loses a tail that may be the
+/// start of a secret, so that moving the cut cannot reveal one byte by
+/// byte.
+fn scrubbed(grants: &CallGrants, mut response: ProbeResponse, cut: bool) -> ProbeResponse {
+    if let Some(s) = grants.scrubber() {
+        for (_, value) in &mut response.headers {
+            s.string(value);
+        }
+        if cut {
+            let keep = s.partial_tail(&response.body);
+            response.body.truncate(response.body.len() - keep);
+        }
+        s.vec(&mut response.body);
+    }
+    response
 }
 
 async fn exchange(
@@ -185,7 +232,7 @@ async fn exchange(
         ..
     } = *view;
     let start = Instant::now();
-    let request = build_request(&req, &target)?;
+    let request = build_request(grants, &req, &target)?;
     let key = req
         .keepalive
         .then(|| PoolKey::new(tenant, &target.host, target.port, target.tls.as_ref()));
@@ -247,7 +294,7 @@ async fn exchange(
         pool.checkin(key, conn);
     }
     let secs = |d: Duration| d.as_secs_f64();
-    Ok(ProbeResponse {
+    let response = ProbeResponse {
         status,
         headers,
         body,
@@ -260,7 +307,10 @@ async fn exchange(
         },
         tls,
         reused,
-    })
+    };
+    // A body that filled `max-body` may have been cut there.
+    let cut = response.body.len() >= max;
+    Ok(scrubbed(grants, response, cut))
 }
 
 /// What a run's observations keep of one response, read from its head.
@@ -430,7 +480,8 @@ impl HttpView<'_> {
             .authorize(Use::Http { host: &host, port })
             .map_err(|d| HttpError::Denied(d.0))?;
         let tls = if https {
-            let options = super::tls::options_from_wit(req.tls.clone()).map_err(tls_error)?;
+            let mut options = super::tls::options_from_wit(req.tls.clone()).map_err(tls_error)?;
+            options.client = self.certs.for_peer(&host, port);
             self.tls.validate(&host, &options, ALPN).map_err(tls_error)?;
             Some(options)
         } else {

@@ -18,6 +18,9 @@ pub(crate) struct LogCtx {
     probe: Arc<str>,
     records: usize,
     panic: Option<String>,
+    /// The call's grants, for a probe that holds secrets: its records are
+    /// scrubbed of them.
+    secrets: Option<Arc<sonde_policy::grants::CallGrants>>,
 }
 
 impl LogCtx {
@@ -26,7 +29,16 @@ impl LogCtx {
             probe,
             records: 0,
             panic: None,
+            secrets: None,
         }
+    }
+
+    /// The same, scrubbing its records of the secrets `grants` holds.
+    pub(crate) fn scrubbing(mut self, grants: &Arc<sonde_policy::grants::CallGrants>) -> Self {
+        if grants.holds_secrets() {
+            self.secrets = Some(grants.clone());
+        }
+        self
     }
 
     /// The first error record that reads as a Rust panic (`panicked at
@@ -48,7 +60,11 @@ impl LogCtx {
             }
             return None;
         }
-        Some(plugin_text(message, MAX_LOG_RECORD_BYTES))
+        let mut text = plugin_text(message, MAX_LOG_RECORD_BYTES);
+        if let Some(s) = self.secrets.as_ref().and_then(|g| g.scrubber()) {
+            s.string(&mut text);
+        }
+        Some(text)
     }
 }
 

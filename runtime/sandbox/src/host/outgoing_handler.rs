@@ -21,7 +21,9 @@ use super::tls_client::{TlsError, TlsOptions};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use sonde_policy::grants::{CallGrants, Use};
+use sonde_policy::grants::{CallGrants, SecretUseError, Use};
+use sonde_policy::secrets::scrub::Scrubber;
+use sonde_policy::secrets::template::has_handle;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -54,7 +56,7 @@ const NO_TIMEOUT: Duration = Duration::from_secs(600);
 impl WasiHttpHooks for Hooks {
     fn send_request(
         &mut self,
-        request: http::Request<WasiBody>,
+        mut request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
         fut: ResponseFuture,
     ) -> Box<dyn Future<Output = Result<(http::Response<WasiBody>, ResponseFuture), Error>> + Send> {
@@ -68,6 +70,9 @@ impl WasiHttpHooks for Hooks {
         if self.grants.authorize(Use::Http { host: &host, port }).is_err() {
             return Box::new(async { Err(Error::HttpRequestDenied) });
         }
+        if let Err(e) = expand_headers(&self.grants, request.headers_mut(), Use::Http { host: &host, port }) {
+            return Box::new(async { Err(e) });
+        }
         if self.bounds.take_socket().is_err() {
             return Box::new(async { Err(Error::ConnectionLimitReached) });
         }
@@ -77,6 +82,39 @@ impl WasiHttpHooks for Hooks {
             let (response, io) = send(&grants, &bounds, &shared, request, options, target).await?;
             Ok((response.map(BodyExt::boxed_unsync), Box::new(io) as ResponseFuture))
         })
+    }
+}
+
+/// Expands the handles in `headers`' values toward `toward`
+/// ([`CallGrants::expand`]); the values built are marked sensitive.
+fn expand_headers(grants: &CallGrants, headers: &mut http::HeaderMap, toward: Use<'_>) -> Result<(), Error> {
+    if !grants.holds_secrets() {
+        // Nothing to expand; a handle is sent as the text it is, and
+        // refused as any secret not granted when it names one.
+        if let Some(text) = headers.values().filter_map(|v| v.to_str().ok()).find(|t| has_handle(t)) {
+            grants.expand(text, toward).map_err(expand_error)?;
+        }
+        return Ok(());
+    }
+    for value in headers.values_mut() {
+        let Ok(text) = value.to_str() else { continue };
+        if let Some(bytes) = grants.expand(text, toward).map_err(expand_error)? {
+            let mut built = http::HeaderValue::from_bytes(&bytes).map_err(|_| {
+                Error::InternalError(Some(
+                    "a header value built from secrets is not a valid header value".into(),
+                ))
+            })?;
+            built.set_sensitive(true);
+            *value = built;
+        }
+    }
+    Ok(())
+}
+
+fn expand_error(e: SecretUseError) -> Error {
+    match e {
+        SecretUseError::Denied(_) => Error::HttpRequestDenied,
+        SecretUseError::Invalid(m) | SecretUseError::Unavailable(m) => Error::InternalError(Some(m)),
     }
 }
 
@@ -177,20 +215,84 @@ async fn send(
             }
         })
     };
-    let response = response.map(|body| IdleTimeoutBody {
+    let scrub = grants.scrubber();
+    let mut response = response.map(|body| IdleTimeoutBody {
         inner: body,
         idle: between_bytes,
         timer: Box::pin(tokio::time::sleep(between_bytes)),
+        scrub: scrub.clone().map(|s| Scrubbing {
+            scrubber: s,
+            held: Vec::new(),
+            trailers: None,
+            ended: false,
+        }),
     });
+    if let Some(s) = &scrub {
+        scrub_headers(s, response.headers_mut());
+    }
     Ok((response, io))
 }
 
 /// A response body that fails when no frame comes for `idle` (the
-/// request's `between-bytes-timeout`).
+/// request's `between-bytes-timeout`), scrubbed of the call's secrets for a
+/// probe that holds any.
 struct IdleTimeoutBody {
     inner: Incoming,
     idle: Duration,
     timer: Pin<Box<tokio::time::Sleep>>,
+    scrub: Option<Scrubbing>,
+}
+
+/// The scrubbing of a streamed body: a tail that may be the start of a
+/// secret's form is held until the next frame shows whether it is.
+struct Scrubbing {
+    scrubber: Arc<Scrubber>,
+    held: Vec<u8>,
+    /// Trailers that came while data was held: sent after it.
+    trailers: Option<http::HeaderMap>,
+    ended: bool,
+}
+
+impl Scrubbing {
+    /// The frame to hand on for `frame` from the peer.
+    fn frame(&mut self, frame: Frame<Bytes>) -> Frame<Bytes> {
+        match frame.into_data() {
+            Ok(data) => {
+                let mut all = std::mem::take(&mut self.held);
+                all.extend_from_slice(&data);
+                let keep = self.scrubber.partial_tail(&all);
+                self.held = all.split_off(all.len() - keep);
+                Frame::data(Bytes::from(self.scrubber.bytes(&all).into_owned()))
+            }
+            Err(frame) => match frame.into_trailers() {
+                Ok(mut trailers) => {
+                    scrub_headers(&self.scrubber, &mut trailers);
+                    if self.held.is_empty() {
+                        Frame::trailers(trailers)
+                    } else {
+                        self.trailers = Some(trailers);
+                        self.flush()
+                    }
+                }
+                Err(other) => other,
+            },
+        }
+    }
+
+    /// What was held, scrubbed, as a data frame.
+    fn flush(&mut self) -> Frame<Bytes> {
+        let held = std::mem::take(&mut self.held);
+        Frame::data(Bytes::from(self.scrubber.bytes(&held).into_owned()))
+    }
+}
+
+/// Scrubs the values of `headers`.
+fn scrub_headers(s: &Scrubber, headers: &mut http::HeaderMap) {
+    for value in headers.values_mut() {
+        if let std::borrow::Cow::Owned(clean) = s.bytes(value.as_bytes()) {
+            *value = http::HeaderValue::from_bytes(&clean).unwrap_or(http::HeaderValue::from_static("[secret]"));
+        }
+    }
 }
 
 impl Body for IdleTimeoutBody {
@@ -199,11 +301,27 @@ impl Body for IdleTimeoutBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
         let this = self.get_mut();
+        if let Some(s) = &mut this.scrub {
+            if let Some(trailers) = s.trailers.take() {
+                return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+            }
+            if s.ended {
+                return Poll::Ready(None);
+            }
+        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 let next = tokio::time::Instant::now() + this.idle;
                 this.timer.as_mut().reset(next);
-                Poll::Ready(Some(Ok(frame)))
+                match &mut this.scrub {
+                    Some(s) => Poll::Ready(Some(Ok(s.frame(frame)))),
+                    None => Poll::Ready(Some(Ok(frame))),
+                }
+            }
+            Poll::Ready(None) if this.scrub.as_ref().is_some_and(|s| !s.held.is_empty()) => {
+                let s = this.scrub.as_mut().expect("checked");
+                s.ended = true;
+                Poll::Ready(Some(Ok(s.flush())))
             }
             Poll::Ready(Some(Err(e))) if e.is_timeout() => Poll::Ready(Some(Err(Error::HttpResponseTimeout))),
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Error::from(e)))),
@@ -216,10 +334,17 @@ impl Body for IdleTimeoutBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.scrub {
+            Some(s) => s.ended || (self.inner.is_end_stream() && s.held.is_empty() && s.trailers.is_none()),
+            None => self.inner.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.scrub {
+            // Scrubbing changes the length.
+            Some(_) => SizeHint::default(),
+            None => self.inner.size_hint(),
+        }
     }
 }

@@ -220,7 +220,8 @@ impl TlsView<'_> {
         self.bounds
             .take_socket()
             .map_err(|e| WitError::Invalid(e.to_string()))?;
-        let options = options_from_wit(options).map_err(wit_error)?;
+        let mut options = options_from_wit(options).map_err(wit_error)?;
+        options.client = self.certs.for_peer(&host, port);
         self.tls.validate(&host, &options, &[]).map_err(wit_error)?;
         let left = self.deadline.saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(timeout_ms);

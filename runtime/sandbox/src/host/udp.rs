@@ -104,6 +104,10 @@ impl UdpView<'_> {
             return Err(WitError::Oversized(u32::try_from(n).unwrap_or(u32::MAX)));
         }
         buf.truncate(n);
+        if let Some(s) = self.grants.scrubber() {
+            s.vec(&mut buf);
+            buf.truncate(max);
+        }
         Ok(Reply {
             data: buf,
             dns: dns.as_secs_f64(),

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde::de::IntoDeserializer;
 use sonde_core::config::{Dur, Size};
 use sonde_policy::reach::Reach;
+use sonde_policy::secrets::{SecretCell, SecretGrants, valid_name};
 use sonde_sandbox::engine::{Limits, limits};
 use sonde_sandbox::host::Grants;
 use std::path::PathBuf;
@@ -44,6 +45,10 @@ pub struct SandboxArgs {
     /// Set NAME=VALUE in the environment of programs the plugin runs (empty by default). Repeatable.
     #[arg(long = "exec-env", value_name = "NAME=VALUE", value_parser = parse_env)]
     pub exec_env: Vec<(String, String)>,
+
+    /// Grant the secret NAME, read from FILE (private to its owner), which the plugin names by handle, $(secret:NAME), and the host sends toward the target and --allow-net peers only. Repeatable.
+    #[arg(long = "secret", value_name = "NAME=FILE", value_parser = parse_env)]
+    pub secret: Vec<(String, String)>,
 }
 
 impl SandboxArgs {
@@ -56,6 +61,24 @@ impl SandboxArgs {
         }
     }
 
+    /// The secrets of `--secret`, each read now.
+    fn secrets(&self) -> Result<SecretGrants, CliError> {
+        let mut cells = Vec::new();
+        for (name, file) in &self.secret {
+            if !valid_name(name) {
+                return Err(CliError(format!(
+                    "--secret {name}={file}: {name:?} is not a secret name (1 to 63 of a-z, 0-9, `-`, `_` and `.`)"
+                )));
+            }
+            let cell = SecretCell::file(name, "default".into(), std::path::Path::new(file));
+            if let Err(e) = cell.current() {
+                return Err(CliError(format!("--secret {name}: {e}")));
+            }
+            cells.push(std::sync::Arc::new(cell));
+        }
+        Ok(SecretGrants::new(cells))
+    }
+
     /// The grants, checked: net patterns parse, programs and directories
     /// are absolute paths that exist.
     pub fn grants(&self) -> Result<Grants, CliError> {
@@ -66,6 +89,7 @@ impl SandboxArgs {
             env: self.exec_env.clone(),
             // `sonde check` and `sonde bench` run as the operator.
             reach: Reach::OPERATOR,
+            secrets: self.secrets()?,
         };
         for p in &grants.exec {
             if !p.is_absolute() || !p.is_file() {

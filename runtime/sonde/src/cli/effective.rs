@@ -134,6 +134,8 @@ fn tenant(t: &sonde_core::tenants::Tenant) -> Value {
             "signers": c.signers,
             "names_may_reach": names_may_reach(c),
         })),
+        // Where each secret comes from; never a value.
+        "secrets": t.secrets.iter().map(|c| (c.name().to_string(), Value::String(c.source()))).collect::<serde_json::Map<_, _>>(),
     })
 }
 
@@ -171,6 +173,7 @@ fn probe(p: &std::sync::Arc<sonde_core::catalog::ProbeSpec>) -> Value {
             "exec": p.grants.exec,
             "files": p.grants.files,
             "env": strings(&p.grants.env),
+            "secrets": p.grants.secrets.names().collect::<Vec<_>>(),
         },
         "limits": { "fuel": p.limits.fuel, "memory": p.limits.memory },
         "groups": &*p.groups,

@@ -28,6 +28,7 @@ mod prometheus;
 mod sandbox;
 mod scaffold;
 mod scheduler;
+mod secrets;
 mod shipped_install;
 mod signed_uploads;
 mod support;

@@ -1,0 +1,154 @@
+//! The hostile guest `steal_secret`, granted one secret, tries every way
+//! to read it; none yields a byte of it (docs/security.md, "A plugin never
+//! reads a secret it uses").
+
+use super::{TOKEN, grants, holds};
+use crate::support::{guest, run};
+use sonde_sandbox::verdict::{Reason, Status};
+use sonde_tests::guests;
+use sonde_tests::secrets::{AuthServer, Expected};
+use std::time::Duration;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A TCP server that echoes what it reads, and a UDP one.
+async fn echoes() -> (std::net::SocketAddr, std::net::SocketAddr) {
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tcp_addr = tcp.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = tcp.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let udp_addr = udp.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = vec![0; 65536];
+        while let Ok((n, from)) = udp.recv_from(&mut buf).await {
+            let _ = udp.send_to(&buf[..n], from).await;
+        }
+    });
+    (tcp_addr, udp_addr)
+}
+
+fn server_expects() -> Expected {
+    Expected {
+        user: "u".into(),
+        password: TOKEN.into(),
+        token: TOKEN.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_never_reads_a_secret_it_uses() {
+    let server = AuthServer::start(server_expects()).await;
+    let (tcp, udp) = echoes().await;
+    let config = serde_json::json!({
+        "handle": "$(secret:token)",
+        "echo": format!("http://{}", server.addr),
+        "tcp_echo": tcp.to_string(),
+        "udp_echo": udp.to_string(),
+        // An attacker who guessed the secret's start, then all of it.
+        "guesses": [&TOKEN[..6], &TOKEN[..TOKEN.len() - 1], TOKEN],
+    });
+    let net = [tcp.to_string(), udp.to_string()];
+    let net: Vec<&str> = net.iter().map(String::as_str).collect();
+    let plugin = guest(guests::STEAL_SECRET).await;
+    let r = run(
+        &plugin,
+        &server.addr.to_string(),
+        &config.to_string(),
+        &grants(&[("token", TOKEN)], &net),
+        TIMEOUT,
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let seen = format!("{r:?}");
+    assert!(!holds(&seen, TOKEN), "the run shows the secret: {seen}");
+    let detail = r.detail.clone().unwrap_or_default();
+    // It tried: the header went out, and its echo came back scrubbed.
+    assert!(detail.contains("x-steal: [secret]"), "{detail}");
+    assert!(
+        detail.contains("session: $(secret:token)"),
+        "a handle in data is text: {detail}"
+    );
+    assert!(detail.contains("cert: Err(TlsError::Invalid("), "{detail}");
+    // Only a guess of the whole secret is told apart: no prefix is.
+    let altered: Vec<f64> = r.metrics.iter().map(|m| m.value).collect();
+    assert_eq!(altered, [0.0, 0.0, 1.0], "{:?}", r.metrics);
+    // The server got the secret only where the host put it: the
+    // `x-steal` and `authorization` headers (the guesses' bodies are the
+    // test's own text).
+    let guesses = [&TOKEN[..6], &TOKEN[..TOKEN.len() - 1], TOKEN];
+    for received in server.received() {
+        if guesses.iter().any(|g| received.body == g.as_bytes()) {
+            continue;
+        }
+        let others: String = received
+            .headers
+            .lines()
+            .filter(|l| !l.starts_with("x-steal: ") && !l.starts_with("authorization: "))
+            .collect();
+        assert!(
+            !holds(&received.target, TOKEN)
+                && !holds(&others, TOKEN)
+                && !holds(&String::from_utf8_lossy(&received.body), TOKEN),
+            "{received:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_toward_a_peer_outside_the_grants_is_denied_and_sends_nothing() {
+    let server = AuthServer::start(server_expects()).await;
+    let elsewhere = AuthServer::start(server_expects()).await;
+    let config = serde_json::json!({
+        "handle": "$(secret:token)",
+        "echo": format!("http://{}", server.addr),
+        "mode": "elsewhere",
+        "elsewhere": format!("http://{}/echo", elsewhere.addr),
+    });
+    let plugin = guest(guests::STEAL_SECRET).await;
+    let r = run(
+        &plugin,
+        &server.addr.to_string(),
+        &config.to_string(),
+        &grants(&[("token", TOKEN)], &[]),
+        TIMEOUT,
+    )
+    .await;
+    assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
+    assert!(
+        r.message.contains(&format!("HTTP request to {}", elsewhere.addr)),
+        "{}",
+        r.message
+    );
+    assert!(elsewhere.received().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_granted_secrets_opens_no_socket_of_its_own() {
+    let server = AuthServer::start(server_expects()).await;
+    let (tcp, _) = echoes().await;
+    let config = serde_json::json!({
+        "handle": "$(secret:token)",
+        "echo": format!("http://{}", server.addr),
+        "mode": "own_socket",
+        "tcp_echo": tcp.to_string(),
+    });
+    let plugin = guest(guests::STEAL_SECRET).await;
+    let net = [tcp.to_string()];
+    let r = run(
+        &plugin,
+        &server.addr.to_string(),
+        &config.to_string(),
+        &grants(&[("token", TOKEN)], &[net[0].as_str()]),
+        TIMEOUT,
+    )
+    .await;
+    assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
+    assert!(r.message.contains("through the host's transports"), "{}", r.message);
+}

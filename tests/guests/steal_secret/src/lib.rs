@@ -1,0 +1,170 @@
+//! Granted one secret, tries every way to read it and reports all it got
+//! in its result (message, detail and metrics) and its log, so a test can
+//! check that none of it holds a byte of the secret.
+//!
+//! Config: `handle` (`$(secret:NAME)`), `echo` (an HTTP server that echoes
+//! requests, granted), `tcp_echo` and `udp_echo` (`host:port` of echo
+//! servers, granted), `guesses` (texts to test against the echo: whether
+//! each comes back altered), and `mode`:
+//!
+//! - `echo` (default): every way out through granted peers;
+//! - `elsewhere`: the handle in a header toward `elsewhere` (not granted);
+//! - `own_socket`: a `wasi:sockets` connection to `tcp_echo`.
+
+use serde::Deserialize;
+use sonde_sdk::bindings::sonde::probe::credentials;
+use sonde_sdk::http::{HttpRequest, send};
+use sonde_sdk::{Outcome, Probe, ProbeError, Request, log, net, tcp, udp};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+#[derive(Deserialize)]
+struct Config {
+    handle: String,
+    echo: String,
+    #[serde(default)]
+    tcp_echo: Option<String>,
+    #[serde(default)]
+    udp_echo: Option<String>,
+    #[serde(default)]
+    elsewhere: Option<String>,
+    #[serde(default)]
+    guesses: Vec<String>,
+    #[serde(default)]
+    mode: String,
+}
+
+struct StealSecret;
+
+const SHORT: Duration = Duration::from_millis(1500);
+
+/// Everything a response carried, as text.
+fn everything(r: &sonde_sdk::http::HttpResponse) -> String {
+    let mut out = format!("{} ", r.status);
+    for (n, v) in &r.headers {
+        let _ = write!(out, "{n}={} ", String::from_utf8_lossy(v));
+    }
+    out.push_str(&String::from_utf8_lossy(&r.body));
+    out
+}
+
+fn echo(
+    config: &Config,
+    path: &str,
+    headers: Vec<(String, String)>,
+    body: &str,
+    max: usize,
+) -> Result<sonde_sdk::http::HttpResponse, ProbeError> {
+    let mut request = HttpRequest::get(format!("{}{path}", config.echo), SHORT);
+    request.method = "POST".into();
+    request.headers = headers;
+    request.body = body.as_bytes().to_vec();
+    request.max_body = max;
+    send(&request)
+}
+
+fn echo_with(config: &Config, path: &str, headers: Vec<(String, String)>, body: &str, max: usize) -> String {
+    match echo(config, path, headers, body, max) {
+        Ok(r) => everything(&r),
+        Err(e) => format!("error: {e:?}"),
+    }
+}
+
+/// The ways through granted peers.
+fn through_peers(config: &Config) -> (String, Vec<f64>) {
+    let h = config.handle.clone();
+    let mut got = String::new();
+    // A client certificate made of the secret: the error must not show it.
+    let (host, port) = net::host_port(config.echo.trim_start_matches("http://")).unwrap_or(("", 0));
+    let _ = writeln!(got, "cert: {:?}", credentials::client_certificate(host, port, &h, &h));
+    // A session: the handle is sent as text; a login sends the secret
+    // itself, and whatever comes back is scrubbed.
+    if let Some(addr) = &config.tcp_echo {
+        let (host, port) = net::host_port(addr).unwrap_or(("", 0));
+        if let Ok((mut session, _)) = tcp::connect(host, port, SHORT) {
+            let _ = session.send(h.as_bytes());
+            let mut buf = vec![0; 4096];
+            session.set_read_timeout(Duration::from_millis(300));
+            let n = session.read(&mut buf).unwrap_or(0);
+            let _ = writeln!(got, "session: {}", String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    if let Some(addr) = &config.udp_echo {
+        let (host, port) = net::host_port(addr).unwrap_or(("", 0));
+        let _ = writeln!(
+            got,
+            "udp: {:?}",
+            udp::exchange(host, port, h.as_bytes(), 4096, SHORT).map(|r| r.data)
+        );
+    }
+    // In a header the host fills it in; the echo comes back scrubbed.
+    let header = vec![("x-steal".to_string(), h.clone())];
+    let _ = writeln!(got, "header: {}", echo_with(config, "/echo", header.clone(), "", 65536));
+    // Encoded by the host, then echoed.
+    let basic = vec![("authorization".to_string(), format!("Basic $(base64:u:{h})"))];
+    let _ = writeln!(got, "basic: {}", echo_with(config, "/echo", basic, "", 65536));
+    // In the URL and the body it is only text.
+    let _ = writeln!(
+        got,
+        "url: {}",
+        echo_with(config, &format!("/echo?k={h}"), vec![], &h, 65536)
+    );
+    // Cut the echoed header at every length across where the secret is
+    // (what comes before it is the same in the scrubbed echo), to read it
+    // byte by byte.
+    let whole = echo(config, "/echo", header.clone(), "", 65536)
+        .map(|r| r.body)
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&whole);
+    let start = text.find("x-steal: ").map_or(0, |i| i + 9);
+    for max in start..start + 40 {
+        let _ = writeln!(
+            got,
+            "cut {max}: {}",
+            echo_with(config, "/echo", header.clone(), "", max)
+        );
+    }
+    // Guesses: does the echo of a guess come back altered?
+    let mut altered = Vec::new();
+    for guess in &config.guesses {
+        let back = echo_with(config, "/echo", vec![], guess, 65536);
+        altered.push(if back.ends_with(guess.as_str()) { 0.0 } else { 1.0 });
+    }
+    (got, altered)
+}
+
+impl Probe for StealSecret {
+    fn check(req: Request) -> Result<Outcome, ProbeError> {
+        let config: Config = req.config()?;
+        let h = config.handle.clone();
+        log::info(format!("the handle: {h}"));
+        match config.mode.as_str() {
+            "elsewhere" => {
+                let to = config.elsewhere.clone().unwrap_or_default();
+                let mut request = HttpRequest::get(to, SHORT);
+                request.headers = vec![("x-steal".into(), h.clone())];
+                return Ok(Outcome::success(format!(
+                    "elsewhere: {:?}",
+                    send(&request).map(|r| r.status)
+                )));
+            }
+            "own_socket" => {
+                let addr = config.tcp_echo.clone().unwrap_or_default();
+                let result = std::net::TcpStream::connect(addr.as_str()).map(|_| "connected");
+                return Ok(Outcome::success(format!("own socket: {result:?}")));
+            }
+            _ => {}
+        }
+        let (got, altered) = through_peers(&config);
+        for line in got.lines().take(32) {
+            log::info(line);
+        }
+        let mut outcome = Outcome::success(format!("{h} {}", got.lines().next().unwrap_or_default())).with_detail(got);
+        for (i, a) in altered.iter().enumerate() {
+            outcome = outcome.with_metric(format!("guess_{i}_altered"), *a, "");
+        }
+        Ok(outcome)
+    }
+}
+
+sonde_sdk::export!(StealSecret);
