@@ -147,7 +147,7 @@ pub const MAX_SECRET_REFS: usize = 8;
 /// A secret's handle name (`sonde_policy::secrets::valid_name`).
 pub(crate) const SECRET_HANDLE: &str = "^[a-z0-9][-a-z0-9_.]{0,62}$";
 /// A Secret's name: a DNS subdomain.
-pub(crate) const SECRET_NAME: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+pub(crate) const SECRET_NAME: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 /// A key of a Secret's data.
 pub(crate) const SECRET_KEY: &str = "^[-._a-zA-Z0-9]+$";
 

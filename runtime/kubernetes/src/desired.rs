@@ -749,4 +749,26 @@ mod tests {
         assert_eq!(Cond::seed(Some(&c)).state, Status::Success);
         assert_eq!(Cond::seed(None).state, Status::Unknown);
     }
+
+    #[test]
+    fn a_check_s_secret_refs_are_its_probe_s_grants_and_malformed_ones_are_refused() {
+        let mut c = check(IntOrString::Int(80));
+        c.spec.secret_refs = vec![crate::crd::SecretRef {
+            name: "token".into(),
+            secret_name: "api-token".into(),
+            key: "token".into(),
+        }];
+        let d = desired(&pod(), &c, &settings(), &no_services).unwrap().unwrap();
+        let grants = &d.target["probes"][0]["grants"];
+        assert_eq!(grants["secrets"], serde_json::json!(["token"]));
+        assert_eq!(
+            grants["net"],
+            serde_json::json!(["[fd00::5]:9090"]),
+            "the other family too"
+        );
+        c.spec.secret_refs.push(c.spec.secret_refs[0].clone());
+        let refusal = desired(&pod(), &c, &settings(), &no_services).unwrap_err();
+        assert!(refusal.of_check());
+        assert_eq!(refusal.to_string(), "secretRefs: \"token\" is listed twice");
+    }
 }

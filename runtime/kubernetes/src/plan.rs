@@ -174,7 +174,11 @@ pub(crate) fn plan_pod(input: &PodInputs<'_>) -> PodPlan {
 
 /// The probes `pod`'s gates want, by probe name (with the check each is
 /// for); what cannot be had goes into `plan`.
-fn wanted(input: &PodInputs<'_>, pod: &PodView, plan: &mut PodPlan) -> BTreeMap<String, (Desired, String, SecretGrants)> {
+fn wanted(
+    input: &PodInputs<'_>,
+    pod: &PodView,
+    plan: &mut PodPlan,
+) -> BTreeMap<String, (Desired, String, SecretGrants)> {
     let mut want = BTreeMap::new();
     for check in &pod.gates {
         if (input.started)(&pod.uid, check) {
@@ -316,6 +320,16 @@ mod tests {
 
     /// The plan for `pod` with `check` (or none) and `bindings`.
     fn plan(pod: Option<&PodView>, check: Option<Arc<SondeCheck>>, bindings: &HashMap<String, Binding>) -> PodPlan {
+        plan_with(pod, check, bindings, &|_| Held::Pending)
+    }
+
+    /// [`plan`], with `secrets` the state of each `secretRef`.
+    fn plan_with(
+        pod: Option<&PodView>,
+        check: Option<Arc<SondeCheck>>,
+        bindings: &HashMap<String, Binding>,
+        secrets: &dyn Fn(&SecretRef) -> Held,
+    ) -> PodPlan {
         let key = ("shop".to_string(), "web-1".to_string());
         let settings = settings();
         let checks = move |name: &str| check.clone().filter(|_| name == "ready");
@@ -327,7 +341,7 @@ mod tests {
             settings: &settings,
             bindings,
             started: &|_, _| false,
-            secrets: &|_| Held::Pending,
+            secrets,
         })
     }
 
@@ -454,5 +468,76 @@ mod tests {
         assert_eq!(annotation, "sonde.dev/ready.path");
         assert!(message.contains("sonde.dev/ready.port"), "{message}");
         assert_eq!(plan.add[0].desired.address, "10.0.0.5:9090");
+    }
+
+    /// A check with a `secretRefs` entry: held back (nothing written)
+    /// while its Secret is not read, `Unknown` with a note for an Event
+    /// while it has no value, and its probe holding the cell once it has;
+    /// another cell under the same name replaces the probe.
+    #[test]
+    fn a_gate_waits_for_its_secrets_and_its_probe_holds_their_cells() {
+        use crate::secrets::Problem;
+        use sonde_policy::secrets::{SecretCell, SecretValue};
+        let p = pod("u1", serde_json::json!([]), serde_json::json!({}));
+        let mut c = (*check("http", Mode::Continuous)).clone();
+        c.spec.secret_refs = vec![SecretRef {
+            name: "token".into(),
+            secret_name: "api-token".into(),
+            key: "token".into(),
+        }];
+        let c = Arc::new(c);
+        let none = HashMap::new();
+        let pending = plan_with(Some(&p), Some(c.clone()), &none, &|_| Held::Pending);
+        assert!(pending.add.is_empty() && pending.unavailable.is_empty() && pending.secret_notes.is_empty());
+
+        let problem = Problem {
+            reason: "SecretMissing",
+            message: "secretRef \"token\" (...): the Secret does not exist".into(),
+        };
+        let missing = plan_with(Some(&p), Some(c.clone()), &none, &|_| Held::Problem(problem.clone()));
+        assert!(missing.add.is_empty());
+        assert_eq!(missing.unavailable, [("ready".to_string(), problem.message.clone())]);
+        let [(noted, name, Some(why))] = &missing.secret_notes[..] else {
+            panic!("{missing:?}")
+        };
+        assert_eq!(
+            (noted.metadata.name.as_deref(), name.as_str()),
+            (Some("ready"), "token")
+        );
+        assert_eq!(why, &problem);
+
+        let cell = |v: &[u8]| {
+            Arc::new(SecretCell::given(
+                "token",
+                "shop".into(),
+                "Secret shop/api-token key token",
+                SecretValue::new(v.to_vec()),
+            ))
+        };
+        let first = cell(b"first-value");
+        let ready = plan_with(Some(&p), Some(c.clone()), &none, &|_| Held::Ready(first.clone()));
+        let [add] = &ready.add[..] else { panic!("{ready:?}") };
+        assert_eq!(add.secrets.names().collect::<Vec<_>>(), ["token"]);
+        assert_eq!(
+            add.desired.target["probes"][0]["grants"]["secrets"],
+            serde_json::json!(["token"])
+        );
+        assert!(matches!(&ready.secret_notes[..], [(_, _, None)]));
+        let bound = HashMap::from([(
+            add.name.clone(),
+            Binding {
+                pod: ("shop".into(), "web-1".into()),
+                uid: "u1".into(),
+                check: "ready".into(),
+                target: add.desired.target.clone(),
+                mode: Mode::Continuous,
+                secrets: add.secrets.clone(),
+            },
+        )]);
+        let same = plan_with(Some(&p), Some(c.clone()), &bound, &|_| Held::Ready(first.clone()));
+        assert!(same.add.is_empty(), "the same cell: left alone");
+        let other = cell(b"other-source");
+        let moved = plan_with(Some(&p), Some(c), &bound, &|_| Held::Ready(other.clone()));
+        assert!(moved.add[0].replaces, "another cell: the probe is replaced");
     }
 }

@@ -102,7 +102,12 @@ impl Owned<'_> {
     /// Every name it may grant, given ones first.
     fn names(&self) -> Vec<&str> {
         let id: &str = &self.tenant.id;
-        let mut names: Vec<&str> = self.given.iter().filter(|c| c.owner() == id).map(|c| c.name()).collect();
+        let mut names: Vec<&str> = self
+            .given
+            .iter()
+            .filter(|c| c.owner() == id)
+            .map(|c| c.name())
+            .collect();
         for c in &self.tenant.secrets {
             if !names.contains(&c.name()) {
                 names.push(c.name());

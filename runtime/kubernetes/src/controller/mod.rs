@@ -17,9 +17,9 @@
 //! spawned tasks that report back on a channel, so the task never waits on
 //! the API server while it could be taking a watch event or a result.
 
+use super::crd::SecretRef;
 use super::crd::SondeCheck;
 use super::events::EventSink;
-use super::crd::SecretRef;
 use super::plan::{Binding, PodInputs, plan_pod};
 use super::queue::{Done, WriteQueue};
 use super::secrets::{CellKey, Held, SecretBook};

@@ -122,7 +122,9 @@ impl Reconciler {
 
     /// A check changed: its Secrets are read again at once.
     pub(super) fn hurry_secrets(&mut self, c: &SondeCheck) {
-        let Some(namespace) = c.metadata.namespace.clone() else { return };
+        let Some(namespace) = c.metadata.namespace.clone() else {
+            return;
+        };
         let now = Instant::now();
         for r in &c.spec.secret_refs {
             self.secrets.hurry(&(namespace.clone(), r.secret_name.clone()), now);
@@ -145,7 +147,8 @@ impl Reconciler {
             (Some(_), None) => {
                 let message = format!("secretRef {name:?} has its value again: the check's gates are checked");
                 tracing::info!(namespace = %key.0, check = %key.1, %message, "a secretRef of a SondeCheck is readable");
-                self.events.record(c.object_ref(&()), false, "SecretAvailable", &message);
+                self.events
+                    .record(c.object_ref(&()), false, "SecretAvailable", &message);
             }
             (None, None) => {}
         }

@@ -168,7 +168,12 @@ impl SecretBook {
             let source = format!("Secret {}/{} key {}", key.namespace, key.secret, key.key);
             let pending = Err(SecretError::Unavailable(format!("{}: not read yet", about(key))));
             Cell {
-                cell: Arc::new(SecretCell::given(&key.name, key.owner.as_str().into(), &source, pending)),
+                cell: Arc::new(SecretCell::given(
+                    &key.name,
+                    key.owner.as_str().into(),
+                    &source,
+                    pending,
+                )),
                 state: State::Pending,
             }
         });
@@ -314,7 +319,11 @@ fn judge(key: &CellKey, outcome: &Outcome) -> (State, Result<SecretValue, Secret
                 "SecretMissing",
                 format!(
                     "{about}: the Secret has no such key (its keys: {})",
-                    if keys.is_empty() { "none".into() } else { keys.join(", ") }
+                    if keys.is_empty() {
+                        "none".into()
+                    } else {
+                        keys.join(", ")
+                    }
                 ),
             ),
         },
@@ -334,10 +343,7 @@ fn judge(key: &CellKey, outcome: &Outcome) -> (State, Result<SecretValue, Secret
 /// with the CRD's schema refuses each first).
 pub(crate) fn check_refs(refs: &[SecretRef]) -> Result<(), String> {
     if refs.len() > MAX_SECRET_REFS {
-        return Err(format!(
-            "secretRefs: {} entries; at most {MAX_SECRET_REFS}",
-            refs.len()
-        ));
+        return Err(format!("secretRefs: {} entries; at most {MAX_SECRET_REFS}", refs.len()));
     }
     for (i, r) in refs.iter().enumerate() {
         if !valid_name(&r.name) {
@@ -356,7 +362,9 @@ pub(crate) fn check_refs(refs: &[SecretRef]) -> Result<(), String> {
             ));
         }
         let key_ok = (1..=253).contains(&r.key.len())
-            && r.key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+            && r.key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
         if !key_ok {
             return Err(format!(
                 "secretRefs: {:?}: key {:?} is not a Secret's key",
@@ -376,7 +384,8 @@ fn dns_subdomain(name: &str) -> bool {
             !b.is_empty()
                 && b[0].is_ascii_alphanumeric()
                 && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         })
 }
 

@@ -76,7 +76,11 @@ fn a_missing_forbidden_or_unusable_secret_is_a_problem_naming_it_and_never_its_v
     book.record(&k.secret_key(), read_ok(&[("other", b"value-of-another-key")]), now);
     let p = problem(book.want(&k, now));
     assert_eq!(p.reason, "SecretMissing");
-    assert!(p.message.ends_with("the Secret has no such key (its keys: other)"), "{}", p.message);
+    assert!(
+        p.message.ends_with("the Secret has no such key (its keys: other)"),
+        "{}",
+        p.message
+    );
     assert!(!p.message.contains("value-of"), "{}", p.message);
     book.due(now);
     book.record(&k.secret_key(), read_ok(&[("token", b"short")]), now);
@@ -96,7 +100,11 @@ fn an_answer_that_says_nothing_keeps_the_last_value() {
     book.record(&k.secret_key(), read_ok(&[("token", b"s3cret-value")]), now);
     book.hurry(&k.secret_key(), now);
     book.due(now);
-    assert!(!book.record(&k.secret_key(), Outcome::Failed("the API server answered 500".into()), now));
+    assert!(!book.record(
+        &k.secret_key(),
+        Outcome::Failed("the API server answered 500".into()),
+        now
+    ));
     let Held::Ready(cell) = book.want(&k, now) else {
         panic!("still ready")
     };
@@ -135,7 +143,10 @@ fn reads_are_capped_in_flight_per_namespace_and_in_all() {
     let mut book = SecretBook::default();
     let now = Instant::now();
     for i in 0..MAX_PER_NAMESPACE {
-        assert!(matches!(book.want(&key("t", &format!("s{i}"), "k"), now), Held::Pending));
+        assert!(matches!(
+            book.want(&key("t", &format!("s{i}"), "k"), now),
+            Held::Pending
+        ));
     }
     let p = problem(book.want(&key("t", "one-too-many", "k"), now));
     assert_eq!(p.reason, "SecretLimit");
@@ -164,7 +175,10 @@ fn malformed_references_are_refused_naming_them() {
         (vec![r("t", "API", "k")], "secretName \"API\""),
         (vec![r("t", "a..b", "k")], "secretName \"a..b\""),
         (vec![r("t", "api", "a/b")], "key \"a/b\""),
-        ((0..9).map(|i| r(&format!("t{i}"), "a", "k")).collect(), "9 entries; at most 8"),
+        (
+            (0..9).map(|i| r(&format!("t{i}"), "a", "k")).collect(),
+            "9 entries; at most 8",
+        ),
     ] {
         let e = check_refs(&refs).unwrap_err();
         assert!(e.contains(says), "{e}");
