@@ -120,3 +120,42 @@ async fn a_whole_registry_is_a_full_delta() {
     assert_eq!(shop.probes.len(), 2);
     assert!(!shop.has_startup);
 }
+
+/// A change's own secrets (the Kubernetes agent's cells of a SondeCheck's
+/// `secretRefs`) are granted to the probes that name them, when owned by
+/// the probe's tenant; one of another tenant is refused as a file's would
+/// be, naming no value.
+#[tokio::test]
+async fn a_change_s_own_secrets_are_granted_to_probes_of_their_owner_only() {
+    use sonde_policy::secrets::{SecretCell, SecretValue};
+    use std::sync::Arc;
+    let mut reg = loaded().await;
+    let cell = |owner: &str| {
+        Arc::new(SecretCell::given(
+            "token",
+            owner.into(),
+            "Secret shop/api-token key token",
+            SecretValue::new(b"a-token-value-of-its-own".to_vec()),
+        ))
+    };
+    let probe = "  - name: x\n    tenant: acme\n    address: 10.1.0.9:80\n    probes: [{ name: x, plugin: tcp, grants: { secrets: [token] } }]\n";
+    let change = |owner: &str| Change {
+        remove: vec!["shop".into()],
+        add: target(probe),
+        secrets: vec![cell(owner)],
+    };
+    let refused = reg.prepare(&engine(), change("beta")).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("grants.secrets: \"token\" is not a secret of tenant \"acme\""),
+        "{refused}"
+    );
+    assert!(!refused.contains("a-token-value"), "{refused}");
+    let prepared = reg.prepare(&engine(), change("acme")).await.unwrap();
+    let _ = reg.commit(prepared);
+    let granted = &reg.probe("x").unwrap().grants.secrets;
+    assert_eq!(granted.names().collect::<Vec<_>>(), ["token"]);
+    assert_eq!(
+        granted.get("token").unwrap().current().unwrap().expose(),
+        b"a-token-value-of-its-own"
+    );
+}

@@ -89,9 +89,19 @@ async fn make_gated_pod(pods: &Api<Pod>, name: &str, node: &str, port: u16, gate
 }
 
 async fn start_agent(namespace: &str, client: Client, dir: &Path) -> (Agent, kubernetes::GateController) {
+    start_agent_on(NODE, namespace, client, dir).await
+}
+
+/// [`start_agent`], as the agent of `node`.
+async fn start_agent_on(
+    node: &str,
+    namespace: &str,
+    client: Client,
+    dir: &Path,
+) -> (Agent, kubernetes::GateController) {
     let config = format!("tenants:\n  - id: {namespace}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]}}\ntargets: []\n");
     let settings = GateSettings {
-        node_name: NODE.into(),
+        node_name: node.into(),
         plugins: Allowlist::parse(&["http".into()]).unwrap(),
         namespaces: BTreeMap::new(),
         qps: 5.0,
@@ -369,5 +379,193 @@ async fn e2e_against_a_real_api_server() {
         );
         return;
     };
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     run(Path::new(&path)).await;
+}
+
+/// The tests of this file one at a time: each runs an agent that may take
+/// the status Lease, and the first wants its own agent to hold it.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The value of the e2e Secret: what the bearer server wants.
+const E2E_TOKEN: &str = "e2e-tok-8c41f09a2b7d53e6";
+
+/// A client of the cluster acting as sonde's agent: its ServiceAccount
+/// (impersonated by the kubeconfig's admin), held to the shipped RBAC.
+async fn as_agent(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("read the kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("a usable kubeconfig");
+    config.auth_info.impersonate = Some("system:serviceaccount:sonde-system:sonde".into());
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".into(),
+        "system:serviceaccounts:sonde-system".into(),
+        "system:authenticated".into(),
+    ]);
+    Client::try_from(config).expect("a client")
+}
+
+/// Applies (server-side) every object of `deploy/kubernetes/<file>`, in
+/// `namespace` instead of its own when given.
+async fn apply_shipped(client: &Client, file: &str, namespace: Option<&str>) {
+    for doc in super::injection::split(&super::injection::text(file)) {
+        let mut object: DynamicObject = serde_saphyr::from_str(doc).expect("an object");
+        if let Some(ns) = namespace {
+            object.metadata.namespace = Some(ns.to_string());
+        }
+        let gvk = GroupVersionKind::try_from(object.types.as_ref().unwrap()).unwrap();
+        let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.expect("a served kind");
+        let name = object.metadata.name.clone().unwrap();
+        let api: Api<DynamicObject> = match &object.metadata.namespace {
+            Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+                Api::namespaced_with(client.clone(), ns, &resource)
+            }
+            _ => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(&name, &PatchParams::apply("sonde-e2e").force(), &Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|e| panic!("{file}: apply {} {name}: {e}", gvk.kind));
+    }
+}
+
+/// The notes of the Events on SondeCheck `check` with `reason`.
+async fn notes(client: &Client, namespace: &str, check: &str, reason: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let list = events.list(&Default::default()).await.expect("list Events");
+    list.items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(check))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+async fn until_note(client: &Client, namespace: &str, reason: &str) -> String {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Some(n) = notes(client, namespace, "api-ready", reason).await.pop() {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {reason} Event"))
+}
+
+async fn put_secret(client: &Client, namespace: &str, value: &str) {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "api-token"},
+        "stringData": {"token": value}
+    });
+    secrets
+        .patch(
+            "api-token",
+            &PatchParams::apply("sonde-e2e").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .expect("write the Secret");
+}
+
+/// A SondeCheck's `secretRefs` against a real API server, the agent acting
+/// as its ServiceAccount under the shipped `rbac.yaml`: 403 (the gate
+/// Unknown, an Event naming the RoleBinding) until the shipped example
+/// RoleBinding is applied in the namespace, then the token reaches the
+/// bearer server and the gate is True; the Secret deleted, Unknown with
+/// `SecretMissing`; created again, True. No Event or status holds the value.
+async fn secret_refs(kubeconfig: &Path) {
+    let admin = client(kubeconfig).await;
+    super::e2e_nodes::install_crds(&admin).await;
+    apply_shipped(&admin, "rbac.yaml", None).await;
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    if namespaces.get_opt("sonde-system").await.unwrap().is_none() {
+        create_namespace(&admin, "sonde-system", json!({})).await;
+    }
+    let namespace = format!("sonde-e2e-secrets-{}", fastrand::u32(..));
+    create_namespace(&admin, &namespace, json!({})).await;
+    let server = sonde_tests::secrets::AuthServer::start(sonde_tests::secrets::Expected {
+        user: "u".into(),
+        password: "unused-password".into(),
+        token: E2E_TOKEN.into(),
+    })
+    .await;
+    put_secret(&admin, &namespace, E2E_TOKEN).await;
+    let checks: Api<SondeCheck> = Api::namespaced(admin.clone(), &namespace);
+    let check: SondeCheck = serde_json::from_value(json!({
+        "apiVersion": "sonde.dev/v1alpha1", "kind": "SondeCheck",
+        "metadata": {"name": "api-ready"},
+        "spec": {"plugin": "http", "port": "http", "periodSeconds": 1, "failureThreshold": 1,
+                 "config": {"path": "/bearer", "bearer_token": "$(secret:token)"},
+                 "secretRefs": [{"name": "token", "secretName": "api-token", "key": "token"}]}
+    }))
+    .unwrap();
+    checks
+        .create(&PostParams::default(), &check)
+        .await
+        .expect("create the SondeCheck");
+    let kept = checks.get("api-ready").await.unwrap();
+    assert_eq!(kept.spec.secret_refs.len(), 1, "the CRD as shipped keeps secretRefs");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &namespace);
+    // A node of its own: the other e2e tests' agents serve none of its Pods.
+    let node = "sonde-e2e-secrets-node";
+    make_gated_pod(&pods, "web-1", node, server.addr.port(), "api-ready").await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, gates) = start_agent_on(node, &namespace, as_agent(kubeconfig).await, dir.path()).await;
+    let state =
+        |status: &'static str| move |p: &Pod| condition(p, "sonde.dev/api-ready").is_some_and(|c| c.status == status);
+    let p = until(&pods, "web-1", "the gate Unknown (forbidden)", state("Unknown")).await;
+    let message = condition(&p, "sonde.dev/api-ready")
+        .unwrap()
+        .message
+        .unwrap_or_default();
+    assert!(message.contains("403"), "{message}");
+    let note = until_note(&admin, &namespace, "SecretForbidden").await;
+    assert!(
+        note.contains("sonde-secret-reader") && note.contains(&format!("RoleBinding in namespace \"{namespace}\"")),
+        "{note}"
+    );
+
+    apply_shipped(&admin, "examples/secret-reader-rolebinding.yaml", Some(&namespace)).await;
+    until(&pods, "web-1", "the gate True (bound)", state("True")).await;
+    assert!(server.received().iter().any(|r| r.headers.contains(E2E_TOKEN)));
+
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), &namespace);
+    secrets.delete("api-token", &DeleteParams::default()).await.unwrap();
+    let touch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    checks
+        .patch("api-ready", &PatchParams::default(), &Patch::Merge(&touch))
+        .await
+        .unwrap();
+    until(&pods, "web-1", "the gate Unknown (deleted)", state("Unknown")).await;
+    let note = until_note(&admin, &namespace, "SecretMissing").await;
+    assert!(note.contains("api-token") && note.contains("key \"token\""), "{note}");
+    put_secret(&admin, &namespace, E2E_TOKEN).await;
+    until(&pods, "web-1", "the gate True (created again)", state("True")).await;
+
+    let events: Api<Event> = Api::namespaced(admin.clone(), &namespace);
+    let said = serde_json::to_string(&events.list(&Default::default()).await.unwrap().items).unwrap()
+        + &serde_json::to_string(&checks.get("api-ready").await.unwrap()).unwrap()
+        + &serde_json::to_string(&pods.get("web-1").await.unwrap()).unwrap();
+    assert!(!crate::secrets::holds(&said, E2E_TOKEN), "{said}");
+    drop(gates);
+    agent.stop().await;
+    let _ = namespaces.delete(&namespace, &DeleteParams::default()).await;
+}
+
+/// [`secret_refs`] against a real API server: runs only with
+/// `SONDE_E2E_KUBECONFIG`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_secret_refs_against_a_real_api_server() {
+    let Ok(path) = std::env::var("SONDE_E2E_KUBECONFIG") else {
+        eprintln!(
+            "SKIPPED e2e_secret_refs_against_a_real_api_server: set SONDE_E2E_KUBECONFIG to a kubeconfig of a test cluster to run it"
+        );
+        return;
+    };
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
+    secret_refs(Path::new(&path)).await;
 }

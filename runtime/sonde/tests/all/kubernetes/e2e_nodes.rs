@@ -30,7 +30,7 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// Applies every CRD of the shipped `crd.yaml` and waits until each is
 /// established.
-async fn install_crds(client: &Client) {
+pub(super) async fn install_crds(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for doc in split(&text("crd.yaml")) {
         let crd: CustomResourceDefinition = serde_saphyr::from_str(doc).unwrap();

@@ -13,6 +13,7 @@ mod injection;
 mod namespaces;
 mod nodes;
 mod npd_nodes;
+mod secrets;
 mod services;
 mod status;
 

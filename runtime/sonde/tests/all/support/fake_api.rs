@@ -69,6 +69,10 @@ pub(crate) struct World {
     pub(crate) node_check_watches: Vec<mpsc::UnboundedSender<Bytes>>,
     /// Taint patches received (answered or not).
     pub(crate) taint_patches: usize,
+    /// Secrets by (namespace, name), and the RBAC rules that let the agent
+    /// read them, by namespace ([`super::fake_secrets`]).
+    pub(crate) secrets: BTreeMap<(String, String), Value>,
+    pub(crate) secret_rules: Vec<(String, Value)>,
 }
 
 /// The mocked API server.
@@ -162,6 +166,9 @@ impl FakeApi {
         let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
         let mut w = self.world();
         if let Some(answer) = super::fake_nodes::answer(&mut w, r, &query) {
+            return answer;
+        }
+        if let Some(answer) = super::fake_secrets::answer(&mut w, r) {
             return answer;
         }
         match (r.method.as_str(), r.path.as_str()) {

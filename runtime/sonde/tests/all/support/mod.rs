@@ -3,6 +3,7 @@
 
 pub(crate) mod fake_api;
 pub(crate) mod fake_nodes;
+pub(crate) mod fake_secrets;
 
 use sonde_sandbox::engine::{Call, Engine, EngineConfig, Limits, Plugin};
 use sonde_sandbox::host::Grants;
