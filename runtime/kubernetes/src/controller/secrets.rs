@@ -36,7 +36,7 @@ impl Reconciler {
 
     /// The references of the checks `pod`'s gates name, in a namespace
     /// with a tenant (those of malformed `secretRefs` left out: the check
-    /// is refused).
+    /// is refused; those of a StartupOnly gate that passed: it runs no more).
     fn wanted_refs(&self, pod: &PodView) -> Vec<CellKey> {
         let namespace = &pod.key.0;
         let Some(owner) = self.settings.tenant_of(namespace) else {
@@ -44,6 +44,9 @@ impl Reconciler {
         };
         let mut out = Vec::new();
         for gate in &pod.gates {
+            if self.started.contains(&(pod.uid.clone(), gate.clone())) {
+                continue;
+            }
             let Some(c) = self.check(&pod.key, gate) else { continue };
             if check_refs(&c.spec.secret_refs).is_err() {
                 continue;
