@@ -39,7 +39,10 @@ fn the_docs_config_validates_with_its_secrets_in_place() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(text.contains("secrets.db-password: env DB_PASSWORD: not set in sonde's environment"), "{text}");
+    assert!(
+        text.contains("secrets.db-password: env DB_PASSWORD: not set in sonde's environment"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,5 +85,8 @@ async fn the_docs_sonde_check_line_passes_with_the_secret_and_fails_without() {
     std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let out = crate::support::sonde_async(args(token.to_str().unwrap())).await;
     let text = String::from_utf8_lossy(&out.stderr);
-    assert!(text.contains("--secret api-token: file") && text.contains("readable or writable by every user"), "{out:?}");
+    assert!(
+        text.contains("--secret api-token: file") && text.contains("readable or writable by every user"),
+        "{out:?}"
+    );
 }

@@ -149,14 +149,32 @@ async fn grpc_metadata_carries_the_secret_to_the_server_only() {
     let server = sonde_tests::GrpcHealthServer::start().await;
     let config = serde_json::json!({"metadata": {"authorization": "Bearer $(secret:token)", "x-team": "infra"}});
     let plugin = builtin("grpc").await;
-    let r = run(&plugin, &server.addr.to_string(), &config.to_string(), &grants(&[("token", TOKEN)], &[]), TIMEOUT).await;
+    let r = run(
+        &plugin,
+        &server.addr.to_string(),
+        &config.to_string(),
+        &grants(&[("token", TOKEN)], &[]),
+        TIMEOUT,
+    )
+    .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     let calls = server.metadata();
-    let auth: Vec<&str> = calls[0].iter().filter(|(n, _)| n == "authorization").map(|(_, v)| v.as_str()).collect();
+    let auth: Vec<&str> = calls[0]
+        .iter()
+        .filter(|(n, _)| n == "authorization")
+        .map(|(_, v)| v.as_str())
+        .collect();
     assert_eq!(auth, [format!("Bearer {TOKEN}").as_str()]);
     // Not granted: denied by name, nothing sent.
     let before = server.accepted();
-    let r = run(&plugin, &server.addr.to_string(), &config.to_string(), &grants(&[], &[]), TIMEOUT).await;
+    let r = run(
+        &plugin,
+        &server.addr.to_string(),
+        &config.to_string(),
+        &grants(&[], &[]),
+        TIMEOUT,
+    )
+    .await;
     assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
     assert!(r.message.contains("use secret \"token\""), "{}", r.message);
     assert_eq!(server.accepted(), before);
@@ -176,12 +194,33 @@ async fn wasi_http_headers_take_handles_and_answers_come_back_scrubbed() {
     };
     let target = server.addr.to_string();
     let granted = grants(&[("token", TOKEN)], &[]);
-    let r = run(&plugin, &target, &ask("/bearer", "Bearer $(secret:token)"), &granted, TIMEOUT).await;
+    let r = run(
+        &plugin,
+        &target,
+        &ask("/bearer", "Bearer $(secret:token)"),
+        &granted,
+        TIMEOUT,
+    )
+    .await;
     assert!(r.message.contains(": 200 "), "{r:?}");
-    let r = run(&plugin, &target, &ask("/echo", "Bearer $(secret:token)"), &granted, TIMEOUT).await;
+    let r = run(
+        &plugin,
+        &target,
+        &ask("/echo", "Bearer $(secret:token)"),
+        &granted,
+        TIMEOUT,
+    )
+    .await;
     assert!(r.message.contains("x-echo-authorization=[secret]"), "{r:?}");
     assert!(r.message.contains("authorization: [secret]"), "{r:?}");
     assert!(!holds(&format!("{r:?}"), TOKEN), "{r:?}");
-    let r = run(&plugin, &target, &ask("/bearer", "Bearer $(secret:token)"), &grants(&[], &[]), TIMEOUT).await;
+    let r = run(
+        &plugin,
+        &target,
+        &ask("/bearer", "Bearer $(secret:token)"),
+        &grants(&[], &[]),
+        TIMEOUT,
+    )
+    .await;
     assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
 }

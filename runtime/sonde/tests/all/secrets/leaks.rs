@@ -44,7 +44,9 @@ modules:
 /// Every file under `dir`, as text.
 fn all_files(dir: &std::path::Path) -> String {
     let mut out = String::new();
-    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
     for e in entries.flatten() {
         let path = e.path();
         if path.is_dir() {
@@ -102,7 +104,10 @@ async fn a_secret_is_in_no_state_file_log_line_or_answer() {
             kept.lock().unwrap().push(line);
         }
     });
-    let api = rx.recv_timeout(Duration::from_secs(60)).unwrap().expect("the API address");
+    let api = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap()
+        .expect("the API address");
 
     // The probes use the secret: the bearer check passes.
     let mut passed = false;
@@ -132,7 +137,10 @@ async fn a_secret_is_in_no_state_file_log_line_or_answer() {
     }
     let (_, run) = call(api, "POST", "/v1/probes/echo/run", None, b"").await;
     seen += &run;
-    assert!(seen.contains("x-key: [secret]"), "the echo was run and scrubbed: {seen}");
+    assert!(
+        seen.contains("x-key: [secret]"),
+        "the echo was run and scrubbed: {seen}"
+    );
     let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
     let _ = child.wait();
 

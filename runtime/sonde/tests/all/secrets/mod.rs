@@ -4,8 +4,8 @@
 //! an HTTPS server that wants a client certificate, tonic's gRPC health
 //! server reading metadata; PostgreSQL and Redis in `probes::`.
 
-mod hostile;
 mod docs;
+mod hostile;
 mod http;
 mod leaks;
 
