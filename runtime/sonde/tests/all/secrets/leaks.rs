@@ -152,3 +152,24 @@ async fn a_secret_is_in_no_state_file_log_line_or_answer() {
     // The server did get it, where the host put it.
     assert!(server.received().iter().any(|r| r.headers.contains(TOKEN)));
 }
+
+#[test]
+fn a_files_grant_that_shows_a_secret_file_is_refused_whoever_owns_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    secret(&secrets, "db", TOKEN);
+    // A link to the directory shows the file too, once resolved.
+    std::os::unix::fs::symlink(&secrets, dir.path().join("link")).unwrap();
+    let config = format!(
+        "tenants:\n  - id: shop\n    ceiling: {{ net: ['127.0.0.1:*'], files: ['{d}'] }}\n    secrets:\n      db: {{ file: secrets/db }}\ntargets:\n  - name: a\n    address: 127.0.0.1:1\n    probes:\n      - plugin: tcp\n        grants: {{ files: ['{d}/link'] }}\n  - name: b\n    tenant: shop\n    address: 127.0.0.1:2\n    probes:\n      - plugin: tcp\n        grants: {{ files: ['{d}'] }}\n",
+        d = dir.path().display()
+    );
+    let file = dir.path().join("sonde.yaml");
+    std::fs::write(&file, config).unwrap();
+    let out = sonde(&["validate", file.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert_eq!(text.matches("shows the file of secret \"db\"").count(), 2, "{text}");
+    assert!(!text.contains(TOKEN));
+}
