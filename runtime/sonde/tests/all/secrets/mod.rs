@@ -8,6 +8,7 @@ mod docs;
 mod hostile;
 mod http;
 mod leaks;
+mod tenants;
 
 use sonde_policy::secrets::{SecretCell, SecretGrants, SecretValue};
 use sonde_sandbox::host::Grants;
