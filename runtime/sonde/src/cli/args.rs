@@ -66,6 +66,8 @@ impl SandboxArgs {
             env: self.exec_env.clone(),
             // `sonde check` and `sonde bench` run as the operator.
             reach: Reach::OPERATOR,
+            // No secrets from the command line (yet).
+            ..Grants::default()
         };
         for p in &grants.exec {
             if !p.is_absolute() || !p.is_file() {
