@@ -202,6 +202,9 @@ pub enum PgAuth {
     Md5,
     /// SCRAM-SHA-256, passwords stored as SCRAM verifiers.
     Scram,
+    /// The password in cleartext (`password`), checked against a SCRAM
+    /// verifier.
+    Password,
 }
 
 impl PgAuth {
@@ -210,6 +213,7 @@ impl PgAuth {
             Self::Trust => "trust",
             Self::Md5 => "md5",
             Self::Scram => "scram-sha-256",
+            Self::Password => "password",
         }
     }
 }
