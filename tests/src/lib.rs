@@ -788,6 +788,15 @@ impl GrpcHealthServer {
         Self::serve(true, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
     }
 
+    /// As [`GrpcHealthServer::start_tls`], requiring a client certificate
+    /// issued by `client_ca` (PEM): a client without one fails the
+    /// handshake.
+    pub async fn start_mtls(cert: &TestCert, client_ca: &str) -> Self {
+        let mut config = (*cert.mtls_server_config(client_ca)).clone();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Self::serve(true, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
     /// Starts a gRPC server that has no service at all: it answers every
     /// call, `Health/Check` included, with `UNIMPLEMENTED`.
     pub async fn without_health() -> Self {

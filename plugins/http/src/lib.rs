@@ -103,25 +103,13 @@ fn present_client_cert(url: &str, spec: &ClientCertSpec) -> Result<(), ProbeErro
         ));
     };
     let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => match p.parse() {
-            Ok(port) => (h, port),
-            Err(_) => (authority, 443),
-        },
-        _ => (authority, 443),
+    // No port (or a bare IPv6 address in brackets): https's.
+    let (host, port) = match authority.ends_with(']') {
+        false => sonde_sdk::net::host_port(authority)
+            .unwrap_or((authority.trim_start_matches('[').trim_end_matches(']'), 443)),
+        true => (authority.trim_start_matches('[').trim_end_matches(']'), 443),
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    use sonde_sdk::bindings::sonde::probe::tls::TlsError;
-    sonde_sdk::bindings::sonde::probe::credentials::client_certificate(host, port, &spec.cert, &spec.key).map_err(|e| {
-        match e {
-            TlsError::Denied(m) => ProbeError::denied(m),
-            TlsError::Invalid(m)
-            | TlsError::Dns(m)
-            | TlsError::Connect(m)
-            | TlsError::Timeout(m)
-            | TlsError::Handshake(m) => ProbeError::invalid_config(format!("client_cert: {m}")),
-        }
-    })
+    sonde_sdk::credentials::client_certificate(host, port, &spec.cert, &spec.key)
 }
 
 /// `basic_auth`: the `Authorization: Basic` header, built by the host from

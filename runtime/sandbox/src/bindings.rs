@@ -43,7 +43,6 @@ pub struct Session {
     pub(crate) stream: SessionStream,
     /// The host and port the plugin asked for, as checked: where a login
     /// on this session may send a secret (`host::credentials`).
-    #[allow(dead_code, reason = "read by the logins of host::credentials, being merged")]
     pub(crate) peer: (String, u16),
     /// What a peer sent that is not handed to the plugin yet: a tail that
     /// may be the start of a secret's form, held until what follows shows

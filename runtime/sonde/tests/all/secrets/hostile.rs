@@ -75,7 +75,8 @@ async fn a_plugin_never_reads_a_secret_it_uses() {
         detail.contains("session: $(secret:token)"),
         "a handle in data is text: {detail}"
     );
-    assert!(detail.contains("cert: Err(TlsError::Invalid("), "{detail}");
+    assert!(detail.contains("cert: Err(InvalidConfig("), "{detail}");
+    assert!(detail.contains("redis login: "), "{detail}");
     // Only a guess of the whole secret is told apart: no prefix is.
     let altered: Vec<f64> = r.metrics.iter().map(|m| m.value).collect();
     assert_eq!(altered, [0.0, 0.0, 1.0], "{:?}", r.metrics);

@@ -224,3 +224,32 @@ async fn wasi_http_headers_take_handles_and_answers_come_back_scrubbed() {
     .await;
     assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_over_mtls_passes_with_the_client_certificate_from_secrets_and_fails_without() {
+    let client = ClientCert::new();
+    let server_cert = TestCert::new(2030, 1, 1);
+    let server = sonde_tests::GrpcHealthServer::start_mtls(&server_cert, &client.ca_pem).await;
+    let target = format!("localhost:{}", server.addr.port());
+    let net = [format!("127.0.0.1:{}", server.addr.port())];
+    let net: Vec<&str> = net.iter().map(String::as_str).collect();
+    let secrets = [
+        ("client-cert", client.cert_pem.as_str()),
+        ("client-key", client.key_pem.as_str()),
+    ];
+    let plugin = builtin("grpc").await;
+    let with = serde_json::json!({
+        "tls": true,
+        "ca_pem": server_cert.ca_pem,
+        "client_cert": {"cert": "$(secret:client-cert)", "key": "$(secret:client-key)"},
+    });
+    let r = run(&plugin, &target, &with.to_string(), &grants(&secrets, &net), TIMEOUT).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let without = serde_json::json!({"tls": true, "ca_pem": server_cert.ca_pem});
+    let r = run(&plugin, &target, &without.to_string(), &grants(&secrets, &net), TIMEOUT).await;
+    assert_ne!(r.status, Status::Success, "the server wants a certificate: {r:?}");
+    // A key given by handle but not granted: denied by name.
+    let r = run(&plugin, &target, &with.to_string(), &grants(&[], &net), TIMEOUT).await;
+    assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
+    assert!(r.message.contains("use secret \"client-cert\""), "{}", r.message);
+}
