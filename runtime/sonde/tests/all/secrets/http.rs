@@ -253,3 +253,34 @@ async fn grpc_over_mtls_passes_with_the_client_certificate_from_secrets_and_fail
     assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
     assert!(r.message.contains("use secret \"client-cert\""), "{}", r.message);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_session_presents_the_client_certificate_from_secrets() {
+    let client = ClientCert::new();
+    let server_cert = TestCert::new(2030, 1, 1);
+    let server = AuthServer::start_mtls(expected(), &server_cert, &client.ca_pem).await;
+    let target = format!("localhost:{}", server.addr.port());
+    let net = [format!("127.0.0.1:{}", server.addr.port())];
+    let net: Vec<&str> = net.iter().map(String::as_str).collect();
+    let secrets = [
+        ("client-cert", client.cert_pem.as_str()),
+        ("client-key", client.key_pem.as_str()),
+    ];
+    let plugin = builtin("tcp").await;
+    let ask = |client_cert: bool| {
+        let mut config = serde_json::json!({
+            "tls": true,
+            "ca_pem": server_cert.ca_pem,
+            "send": "GET /mtls HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+            "expect": "HTTP/1.1 200",
+        });
+        if client_cert {
+            config["client_cert"] = serde_json::json!({"cert": "$(secret:client-cert)", "key": "$(secret:client-key)"});
+        }
+        config.to_string()
+    };
+    let r = run(&plugin, &target, &ask(true), &grants(&secrets, &net), TIMEOUT).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let r = run(&plugin, &target, &ask(false), &grants(&secrets, &net), TIMEOUT).await;
+    assert_ne!(r.status, Status::Success, "the server wants a certificate: {r:?}");
+}
