@@ -117,6 +117,25 @@ pub fn redis_login(
         .map_err(login_error)
 }
 
+/// A client certificate as a plugin's config gives it,
+/// `"client_cert": {"cert": "$(secret:crt)", "key": "$(secret:key)"}`:
+/// each part a handle or PEM text.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCert {
+    /// The certificate chain (PEM), or a handle.
+    pub cert: String,
+    /// The private key (PEM), or a handle.
+    pub key: String,
+}
+
+impl ClientCert {
+    /// Has the host present it to `host:port` ([`client_certificate`]).
+    pub fn present(&self, host: &str, port: u16) -> Result<(), ProbeError> {
+        client_certificate(host, port, &self.cert, &self.key)
+    }
+}
+
 /// From now until the call ends, every TLS handshake the host makes for
 /// the call with `host:port` presents this client certificate: `cert` (a
 /// PEM chain) and `key` (a PEM private key), each PEM text or a handle

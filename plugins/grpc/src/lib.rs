@@ -42,15 +42,7 @@ struct Config {
     #[serde(default)]
     insecure_skip_verify: bool,
     /// A client certificate (mTLS), each part a handle or PEM text.
-    client_cert: Option<ClientCertSpec>,
-}
-
-/// `client_cert`: what the host presents in the TLS handshake.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ClientCertSpec {
-    cert: String,
-    key: String,
+    client_cert: Option<sonde_sdk::credentials::ClientCert>,
 }
 
 impl Config {
@@ -260,7 +252,7 @@ impl Probe for Grpc {
         let tls = config.tls()?;
         if let Some(spec) = &config.client_cert {
             let (host, port) = sonde_sdk::net::host_port(target)?;
-            sonde_sdk::credentials::client_certificate(host, port, &spec.cert, &spec.key)?;
+            spec.present(host, port)?;
         }
         let request = GrpcRequest {
             authority: target.to_string(),

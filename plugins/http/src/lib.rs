@@ -81,22 +81,12 @@ struct Config {
     /// `Authorization: Bearer <token>`; usually a handle.
     bearer_token: Option<String>,
     /// A client certificate (mTLS) for an `https://` target.
-    client_cert: Option<ClientCertSpec>,
-}
-
-/// `client_cert`: a PEM certificate and key, each a handle
-/// (`$(secret:NAME)`) or PEM text, that the host presents in the TLS
-/// handshake; the plugin never holds a key given by handle.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ClientCertSpec {
-    cert: String,
-    key: String,
+    client_cert: Option<sonde_sdk::credentials::ClientCert>,
 }
 
 /// Has the host present `spec` in every handshake with the host and port
 /// of `url` (an `https://` URL) in this run.
-fn present_client_cert(url: &str, spec: &ClientCertSpec) -> Result<(), ProbeError> {
+fn present_client_cert(url: &str, spec: &sonde_sdk::credentials::ClientCert) -> Result<(), ProbeError> {
     let Some(rest) = url.strip_prefix("https://") else {
         return Err(ProbeError::invalid_config(
             "client_cert needs an https:// target (scheme: https)",
@@ -109,7 +99,7 @@ fn present_client_cert(url: &str, spec: &ClientCertSpec) -> Result<(), ProbeErro
             .unwrap_or((authority.trim_start_matches('[').trim_end_matches(']'), 443)),
         true => (authority.trim_start_matches('[').trim_end_matches(']'), 443),
     };
-    sonde_sdk::credentials::client_certificate(host, port, &spec.cert, &spec.key)
+    spec.present(host, port)
 }
 
 /// `basic_auth`: the `Authorization: Basic` header, built by the host from

@@ -50,15 +50,7 @@ struct Config {
     insecure_skip_verify: bool,
     server_name: Option<String>,
     /// With `tls`: a client certificate (mTLS), each part a handle or PEM.
-    client_cert: Option<ClientCertSpec>,
-}
-
-/// `client_cert`: what the host presents in the TLS handshake.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ClientCertSpec {
-    cert: String,
-    key: String,
+    client_cert: Option<sonde_sdk::credentials::ClientCert>,
 }
 
 impl Config {
@@ -279,7 +271,7 @@ impl Probe for Tcp {
         let tls = config.tls_options()?;
         if let Some(spec) = &config.client_cert {
             let (host, port) = sonde_sdk::net::host_port(req.target())?;
-            sonde_sdk::credentials::client_certificate(host, port, &spec.cert, &spec.key)?;
+            spec.present(host, port)?;
         }
         let steps = steps(config)?;
         if let Some(options) = tls {

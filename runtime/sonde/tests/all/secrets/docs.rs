@@ -4,7 +4,6 @@
 
 use super::TOKEN;
 use crate::support::{cache_dir, secret};
-use sonde_tests::secrets::{AuthServer, Expected};
 use std::process::Command;
 
 fn doc() -> String {
@@ -55,12 +54,7 @@ async fn the_docs_sonde_check_line_passes_with_the_secret_and_fails_without() {
         .unwrap()
         .replace("\\\n", " ");
     assert!(line.contains("--secret api-token=/run/secrets/api-token"), "{line}");
-    let server = AuthServer::start(Expected {
-        user: "u".into(),
-        password: TOKEN.into(),
-        token: TOKEN.into(),
-    })
-    .await;
+    let server = super::token_server().await;
     let dir = tempfile::tempdir().unwrap();
     secret(dir.path(), "api-token", TOKEN);
     let args = |token_file: &str| {

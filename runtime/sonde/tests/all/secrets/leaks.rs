@@ -6,7 +6,6 @@
 
 use super::{TOKEN, holds};
 use crate::support::{cache_dir, call, secret, sonde};
-use sonde_tests::secrets::{AuthServer, Expected};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -60,12 +59,7 @@ fn all_files(dir: &std::path::Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_is_in_no_state_file_log_line_or_answer() {
-    let server = AuthServer::start(Expected {
-        user: "u".into(),
-        password: TOKEN.into(),
-        token: TOKEN.into(),
-    })
-    .await;
+    let server = super::token_server().await;
     let dir = tempfile::tempdir().unwrap();
     secret(dir.path(), "token.secret", TOKEN);
     let file = dir.path().join("sonde.yaml");

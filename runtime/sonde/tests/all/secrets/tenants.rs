@@ -4,7 +4,6 @@
 
 use super::TOKEN;
 use crate::support::{call, secret, start_agent};
-use sonde_tests::secrets::{AuthServer, Expected};
 use std::time::{Duration, Instant};
 
 const A: &str = "tenant-a-api-token";
@@ -12,12 +11,7 @@ const B: &str = "tenant-b-api-token";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_uses_its_own_secrets_and_never_another_s() {
-    let server = AuthServer::start(Expected {
-        user: "u".into(),
-        password: TOKEN.into(),
-        token: TOKEN.into(),
-    })
-    .await;
+    let server = super::token_server().await;
     let dir = tempfile::tempdir().unwrap();
     secret(dir.path(), "a.token", A);
     secret(dir.path(), "b.token", B);
