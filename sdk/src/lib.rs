@@ -21,7 +21,8 @@
 //! The host runs every call in a fresh sandbox: statics do not survive from
 //! one call to the next. Network access reaches the probe's target and what
 //! the operator granted, nothing else; [`net`], [`http`], [`grpc`] and [`tls`]
-//! are the helpers, and `std::net` obeys the same grants.
+//! are the helpers, and `std::net` obeys the same grants. [`credentials`]
+//! logs in with secrets the plugin names by handle and never sees.
 //!
 //! On the host, `testing` (with the `std` feature) builds a plugin and runs
 //! it through the `sonde` binary for the plugin's own tests.
@@ -44,6 +45,7 @@ extern crate std;
 
 #[cfg(any(test, all(target_arch = "wasm32", feature = "arena")))]
 mod arena;
+pub mod credentials;
 pub mod duration;
 pub mod exec;
 pub mod fs;

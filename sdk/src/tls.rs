@@ -157,7 +157,7 @@ fn from_wit(r: host_tls::HandshakeResult) -> Handshake {
     }
 }
 
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -202,6 +202,12 @@ pub struct Session {
 impl Session {
     pub(crate) fn new(inner: host_tls::Session, read_timeout: Duration) -> Self {
         Self { inner, read_timeout }
+    }
+
+    /// The host's resource, for the imports that take a session
+    /// ([`crate::credentials`]).
+    pub(crate) fn wit(&self) -> &host_tls::Session {
+        &self.inner
     }
 
     /// How long a read waits for data before failing with

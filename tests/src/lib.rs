@@ -202,6 +202,9 @@ pub enum PgAuth {
     Md5,
     /// SCRAM-SHA-256, passwords stored as SCRAM verifiers.
     Scram,
+    /// The password in cleartext (`password`), checked against a SCRAM
+    /// verifier.
+    Password,
 }
 
 impl PgAuth {
@@ -210,6 +213,7 @@ impl PgAuth {
             Self::Trust => "trust",
             Self::Md5 => "md5",
             Self::Scram => "scram-sha-256",
+            Self::Password => "password",
         }
     }
 }
@@ -780,6 +784,15 @@ impl GrpcHealthServer {
     /// `cert` and accepting only `h2` by ALPN.
     pub async fn start_tls(cert: &TestCert) -> Self {
         let mut config = (*cert.server_config()).clone();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Self::serve(true, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    /// As [`GrpcHealthServer::start_tls`], requiring a client certificate
+    /// issued by `client_ca` (PEM): a client without one fails the
+    /// handshake.
+    pub async fn start_mtls(cert: &TestCert, client_ca: &str) -> Self {
+        let mut config = (*cert.mtls_server_config(client_ca)).clone();
         config.alpn_protocols = vec![b"h2".to_vec()];
         Self::serve(true, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
     }

@@ -41,6 +41,8 @@ struct Config {
     ca_pem: Option<String>,
     #[serde(default)]
     insecure_skip_verify: bool,
+    /// A client certificate (mTLS), each part a handle or PEM text.
+    client_cert: Option<sonde_sdk::credentials::ClientCert>,
 }
 
 impl Config {
@@ -50,9 +52,10 @@ impl Config {
                 || self.ca_file.is_some()
                 || self.ca_pem.is_some()
                 || self.insecure_skip_verify
+                || self.client_cert.is_some()
             {
                 return Err(ProbeError::invalid_config(
-                    "server_name, ca_file, ca_pem and insecure_skip_verify need \"tls\": true",
+                    "server_name, ca_file, ca_pem, insecure_skip_verify and client_cert need \"tls\": true",
                 ));
             }
             return Ok(None);
@@ -246,6 +249,11 @@ impl Probe for Grpc {
                 "target {target:?}: expected HOST:PORT"
             )));
         }
+        let tls = config.tls()?;
+        if let Some(spec) = &config.client_cert {
+            let (host, port) = sonde_sdk::net::host_port(target)?;
+            spec.present(host, port)?;
+        }
         let request = GrpcRequest {
             authority: target.to_string(),
             method: CHECK.into(),
@@ -254,7 +262,7 @@ impl Probe for Grpc {
             // The call's deadline bounds the call, so a server that does not
             // answer is recorded by the host as reason `timeout`.
             timeout: req.timeout(),
-            tls: config.tls()?,
+            tls,
         };
         let what = match config.service.as_str() {
             "" => target.to_string(),

@@ -81,47 +81,25 @@ struct Config {
     /// `Authorization: Bearer <token>`; usually a handle.
     bearer_token: Option<String>,
     /// A client certificate (mTLS) for an `https://` target.
-    client_cert: Option<ClientCertSpec>,
-}
-
-/// `client_cert`: a PEM certificate and key, each a handle
-/// (`$(secret:NAME)`) or PEM text, that the host presents in the TLS
-/// handshake; the plugin never holds a key given by handle.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ClientCertSpec {
-    cert: String,
-    key: String,
+    client_cert: Option<sonde_sdk::credentials::ClientCert>,
 }
 
 /// Has the host present `spec` in every handshake with the host and port
 /// of `url` (an `https://` URL) in this run.
-fn present_client_cert(url: &str, spec: &ClientCertSpec) -> Result<(), ProbeError> {
+fn present_client_cert(url: &str, spec: &sonde_sdk::credentials::ClientCert) -> Result<(), ProbeError> {
     let Some(rest) = url.strip_prefix("https://") else {
         return Err(ProbeError::invalid_config(
             "client_cert needs an https:// target (scheme: https)",
         ));
     };
     let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => match p.parse() {
-            Ok(port) => (h, port),
-            Err(_) => (authority, 443),
-        },
-        _ => (authority, 443),
+    // No port (or a bare IPv6 address in brackets): https's.
+    let (host, port) = match authority.ends_with(']') {
+        false => sonde_sdk::net::host_port(authority)
+            .unwrap_or((authority.trim_start_matches('[').trim_end_matches(']'), 443)),
+        true => (authority.trim_start_matches('[').trim_end_matches(']'), 443),
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    use sonde_sdk::bindings::sonde::probe::tls::TlsError;
-    sonde_sdk::bindings::sonde::probe::credentials::client_certificate(host, port, &spec.cert, &spec.key).map_err(|e| {
-        match e {
-            TlsError::Denied(m) => ProbeError::denied(m),
-            TlsError::Invalid(m)
-            | TlsError::Dns(m)
-            | TlsError::Connect(m)
-            | TlsError::Timeout(m)
-            | TlsError::Handshake(m) => ProbeError::invalid_config(format!("client_cert: {m}")),
-        }
-    })
+    spec.present(host, port)
 }
 
 /// `basic_auth`: the `Authorization: Basic` header, built by the host from

@@ -8,6 +8,12 @@
 //! checks the server's role and a standby's replay lag. A server that is
 //! starting up, shutting down, refuses the login or fails the query is a
 //! failure carrying the server's own message and SQLSTATE.
+//!
+//! A `password` that names a secret by handle (`$(secret:NAME)`) is never
+//! seen by the plugin: the host logs in with it on the plugin's session
+//! ([`sonde_sdk::credentials::postgres_login`]), and the plugin goes on
+//! from AuthenticationOk. The connection is the host's (`tcp`) either way,
+//! since a probe granted secrets opens no socket of its own.
 
 mod scram;
 mod wire;
@@ -15,6 +21,8 @@ mod wire;
 use md5::Md5;
 use serde::Deserialize;
 use sha2::Digest;
+use sonde_sdk::credentials::{self, Login, LoginError};
+use sonde_sdk::tls::HandshakeError;
 use sonde_sdk::{Capability, CapabilityKind, Outcome, PluginInfo, Probe, ProbeError, Request, net};
 use std::io;
 use std::time::{Duration, Instant};
@@ -116,6 +124,13 @@ enum Method {
 }
 
 impl Method {
+    /// The method a host login reports.
+    fn from_host(name: &str) -> Option<Self> {
+        [Self::Trust, Self::Password, Self::Md5, Self::Scram]
+            .into_iter()
+            .find(|m| m.as_str() == name)
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Self::Trust => "trust",
@@ -126,15 +141,61 @@ impl Method {
     }
 }
 
-/// Authenticates after the startup message and waits for ReadyForQuery.
+/// How the login is made: by the plugin, with the password it holds, if
+/// any; or by the host, with a password the plugin names by handle.
+#[derive(Clone, Copy)]
+enum Credentials<'a> {
+    Own(Option<&'a str>),
+    Handle(&'a str),
+}
+
+/// The host logs in with the password `handle` names; the plugin reads
+/// nothing of the exchange and goes on from AuthenticationOk.
+fn host_login(conn: &Conn, user: &str, handle: &str, timeout: Duration) -> Result<Method, Stop> {
+    let session = conn
+        .session()
+        .ok_or_else(|| Stop::Error(ProbeError::internal("a host login after the plugin read the reply")))?;
+    match credentials::postgres_login(session, user, handle, timeout) {
+        Ok(Login::Accepted(method)) => Method::from_host(&method)
+            .ok_or_else(|| Stop::Error(ProbeError::io(format!("the host logged in with {method:?}")))),
+        Ok(Login::Refused(e)) => Err(Stop::Failure(format!("authentication refused: {e}"))),
+        Err(LoginError::Failed(m)) => Err(Stop::Failure(format!("login: {m}"))),
+        Err(LoginError::Probe(e)) => Err(Stop::Error(e)),
+    }
+}
+
+/// Logs in after the startup message and waits for ReadyForQuery.
 /// Returns the method used and the server version.
-fn authenticate(conn: &mut Conn, user: &str, password: Option<&str>) -> Result<(Method, String), Stop> {
+fn login(
+    conn: &mut Conn,
+    user: &str,
+    credentials: Credentials<'_>,
+    timeout: Duration,
+) -> Result<(Method, String), Stop> {
+    match credentials {
+        Credentials::Own(password) => authenticate(conn, user, password, None),
+        Credentials::Handle(handle) => {
+            let method = host_login(conn, user, handle, timeout)?;
+            authenticate(conn, user, None, Some(method))
+        }
+    }
+}
+
+/// Authenticates after the startup message (or, when the host logged in
+/// with `by_host`, after AuthenticationOk) and waits for ReadyForQuery.
+/// Returns the method used and the server version.
+fn authenticate(
+    conn: &mut Conn,
+    user: &str,
+    password: Option<&str>,
+    by_host: Option<Method>,
+) -> Result<(Method, String), Stop> {
     let need_password = |method: &str| {
         Stop::Error(ProbeError::invalid_config(format!(
             "the server asks for {method} authentication and no password or password_file is configured"
         )))
     };
-    let mut method = Method::Trust;
+    let mut method = by_host.unwrap_or(Method::Trust);
     let mut scram: Option<(scram::Scram, Option<scram::ClientFinal>)> = None;
     let mut version = String::new();
     let mut server_verified = false;
@@ -150,6 +211,12 @@ fn authenticate(conn: &mut Conn, user: &str, password: Option<&str>) -> Result<(
                         "authentication"
                     },
                     ServerError::parse(&msg.body)
+                )));
+            }
+            b'R' if by_host.is_some() => {
+                return Err(Stop::Failure(format!(
+                    "startup: {}",
+                    protocol_error("an authentication request after the host's login")
                 )));
             }
             b'R' => {
@@ -298,7 +365,7 @@ impl Probe for Postgres {
     fn describe() -> PluginInfo {
         PluginInfo {
             vendor: "sonde".into(),
-            description: "PostgreSQL: connect, authenticate (trust, password, md5, SCRAM-SHA-256), run a query, and optionally check the role and a standby's replay lag.".into(),
+            description: "PostgreSQL: connect, authenticate (trust, password, md5, SCRAM-SHA-256; a password given as a secret handle, $(secret:NAME), is used by the host, never seen by the plugin), run a query, and optionally check the role and a standby's replay lag.".into(),
             config_schema: Some(include_str!("schema.json").into()),
             capabilities: vec![Capability {
                 kind: CapabilityKind::Files,
@@ -323,7 +390,13 @@ impl Probe for Postgres {
             return Err(ProbeError::invalid_config("query must not be empty"));
         }
         let password = password(&config)?;
-        match run(&req, &config, password.as_deref(), max_lag) {
+        // Only the config's own text is taken for a handle; a password_file
+        // is sent as it reads.
+        let credentials = match (&config.password, password.as_deref()) {
+            (Some(p), _) if credentials::has_handle(p) => Credentials::Handle(p),
+            (_, own) => Credentials::Own(own),
+        };
+        match run(&req, &config, credentials, max_lag) {
             Ok(outcome) => Ok(outcome),
             Err(Stop::Failure(message)) => Ok(Outcome::failure(message)),
             Err(Stop::Error(e)) => Err(e),
@@ -331,12 +404,17 @@ impl Probe for Postgres {
     }
 }
 
-fn run(req: &Request, config: &Config, password: Option<&str>, max_lag: Option<Duration>) -> Result<Outcome, Stop> {
+fn run(
+    req: &Request,
+    config: &Config,
+    credentials: Credentials<'_>,
+    max_lag: Option<Duration>,
+) -> Result<Outcome, Stop> {
     let start = Instant::now();
-    let stream = match net::open_target(req) {
-        Ok(s) => s,
-        Err(net::ConnectError::Failed(m)) => return Err(Stop::Failure(m)),
-        Err(net::ConnectError::Probe(e)) => return Err(e.into()),
+    let stream = match sonde_sdk::tcp::open_target(req) {
+        Ok((s, _)) => s,
+        Err(HandshakeError::Failed(m)) => return Err(Stop::Failure(m)),
+        Err(HandshakeError::Probe(e)) => return Err(e.into()),
     };
     let connected = start.elapsed().as_secs_f64();
     let mut conn = Conn::new(stream);
@@ -348,7 +426,7 @@ fn run(req: &Request, config: &Config, password: Option<&str>, max_lag: Option<D
         ("client_encoding", "UTF8"),
     ])
     .map_err(broken("startup"))?;
-    let (method, version) = authenticate(&mut conn, &config.user, password)?;
+    let (method, version) = login(&mut conn, &config.user, credentials, req.remaining())?;
     let ready = start.elapsed().as_secs_f64();
 
     let rows = query(&mut conn, &config.query)?;

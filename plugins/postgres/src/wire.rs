@@ -1,9 +1,9 @@
 //! The PostgreSQL frontend/backend protocol, version 3.0: just what a
 //! health check needs (startup, authentication messages, simple query).
 
+use sonde_sdk::tls::Session;
 use std::fmt;
 use std::io::{self, Read};
-use std::net::TcpStream;
 
 /// The largest backend message read; a bigger one ends the check.
 const MAX_MESSAGE: usize = 1024 * 1024;
@@ -87,18 +87,25 @@ pub fn protocol_error(what: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("protocol error: {}", what.into()))
 }
 
-/// A connection speaking the protocol.
+/// A connection speaking the protocol, over a session the host holds
+/// (`tcp`): a probe granted secrets opens no socket of its own.
 pub struct Conn {
-    stream: TcpStream,
+    stream: Session,
     buf: Vec<u8>,
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream) -> Self {
+    pub fn new(stream: Session) -> Self {
         Self {
             stream,
             buf: Vec::new(),
         }
+    }
+
+    /// The session, for a login by the host; `None` once a backend message
+    /// was read past (the host must read from where the plugin stopped).
+    pub fn session(&self) -> Option<&Session> {
+        self.buf.is_empty().then_some(&self.stream)
     }
 
     /// Sends the StartupMessage with `params` (name, value pairs).
@@ -128,7 +135,7 @@ impl Conn {
     fn fill(&mut self, want: usize) -> io::Result<()> {
         let mut chunk = [0u8; 8192];
         while self.buf.len() < want {
-            match self.stream.read(&mut chunk) {
+            match Read::read(&mut self.stream, &mut chunk) {
                 Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,

@@ -3,11 +3,18 @@
 //! `INFO replication`: the server's role must be the configured one, and a
 //! replica's link to its master must be up. A replica whose master is gone
 //! answers `PING` happily; this is the check that notices.
+//!
+//! A `password` that names a secret by handle (`$(secret:NAME)`) is never
+//! seen by the plugin: the host sends `AUTH` with it on the plugin's
+//! session ([`sonde_sdk::credentials::redis_login`]). The connection is the
+//! host's (`tcp`) either way, since a probe granted secrets opens no socket
+//! of its own.
 
 use serde::Deserialize;
+use sonde_sdk::credentials::{self, Login, LoginError};
+use sonde_sdk::tls::{HandshakeError, Session};
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request, net};
 use std::io::{self, Read};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// The largest bulk reply read; `INFO replication` is a few hundred bytes.
@@ -62,14 +69,14 @@ impl std::fmt::Display for Reply {
     }
 }
 
-/// Reads RESP replies from a stream, a line at a time.
+/// Reads RESP replies from a session the host holds, a line at a time.
 struct Resp {
-    stream: TcpStream,
+    stream: Session,
     buf: Vec<u8>,
 }
 
 impl Resp {
-    fn new(stream: TcpStream) -> Self {
+    fn new(stream: Session) -> Self {
         Self {
             stream,
             buf: Vec::new(),
@@ -91,7 +98,7 @@ impl Resp {
     fn fill(&mut self) -> io::Result<()> {
         let mut chunk = [0u8; 4096];
         loop {
-            match self.stream.read(&mut chunk) {
+            match Read::read(&mut self.stream, &mut chunk) {
                 Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
@@ -230,7 +237,7 @@ impl Probe for Redis {
     fn describe() -> PluginInfo {
         PluginInfo {
             vendor: "sonde".into(),
-            description: "Redis: PING, then the replication role and, on a replica, the master link status.".into(),
+            description: "Redis: AUTH (a password given as a secret handle, $(secret:NAME), is sent by the host, never seen by the plugin), PING, then the replication role and, on a replica, the master link status.".into(),
             config_schema: Some(include_str!("schema.json").into()),
             ..PluginInfo::default()
         }
@@ -249,15 +256,22 @@ impl Probe for Redis {
             return Err(ProbeError::invalid_config("username needs a password"));
         }
         let start = Instant::now();
-        let stream = match net::open_target(&req) {
-            Ok(s) => s,
-            Err(net::ConnectError::Failed(m)) => return Ok(Outcome::failure(m)),
-            Err(net::ConnectError::Probe(e)) => return Err(e),
+        let stream = match sonde_sdk::tcp::open_target(&req) {
+            Ok((s, _)) => s,
+            Err(HandshakeError::Failed(m)) => return Ok(Outcome::failure(m)),
+            Err(HandshakeError::Probe(e)) => return Err(e),
         };
         let mut resp = Resp::new(stream);
         let failed = |what: &str, e: io::Error| Outcome::failure(format!("{what}: {}", net::describe_error(&e)));
 
-        if let Some(password) = &config.password {
+        if let Some(handle) = config.password.as_deref().filter(|p| credentials::has_handle(p)) {
+            match credentials::redis_login(&resp.stream, config.username.as_deref(), handle, req.remaining()) {
+                Ok(Login::Accepted(_)) => {}
+                Ok(Login::Refused(e)) => return Ok(Outcome::failure(format!("AUTH refused: {e}"))),
+                Err(LoginError::Failed(m)) => return Ok(Outcome::failure(format!("AUTH: {m}"))),
+                Err(LoginError::Probe(e)) => return Err(e),
+            }
+        } else if let Some(password) = &config.password {
             let mut args = vec!["AUTH"];
             if let Some(user) = &config.username {
                 args.push(user);

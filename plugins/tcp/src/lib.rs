@@ -49,6 +49,8 @@ struct Config {
     #[serde(default)]
     insecure_skip_verify: bool,
     server_name: Option<String>,
+    /// With `tls`: a client certificate (mTLS), each part a handle or PEM.
+    client_cert: Option<sonde_sdk::credentials::ClientCert>,
 }
 
 impl Config {
@@ -59,9 +61,10 @@ impl Config {
                 || self.ca_pem.is_some()
                 || self.insecure_skip_verify
                 || self.server_name.is_some()
+                || self.client_cert.is_some()
             {
                 return Err(ProbeError::invalid_config(
-                    "ca_file, ca_pem, insecure_skip_verify and server_name need \"tls\": true",
+                    "ca_file, ca_pem, insecure_skip_verify, server_name and client_cert need \"tls\": true",
                 ));
             }
             return Ok(None);
@@ -102,6 +105,7 @@ const SCHEMA: &str = r#"{
     "ca_pem": {"type": "string", "description": "With tls: PEM text of CAs to trust instead of the system roots."},
     "insecure_skip_verify": {"type": "boolean", "default": false, "description": "With tls: accept any certificate (its expiry is still reported)."},
     "server_name": {"type": "string", "description": "With tls: name sent as SNI and verified, instead of the target's host."},
+    "client_cert": {"type": "object", "additionalProperties": false, "required": ["cert", "key"], "description": "With tls: a client certificate (mTLS) the host presents; each of cert and key is a secret's handle, $(secret:NAME), or PEM text.", "properties": {"cert": {"type": "string"}, "key": {"type": "string"}}},
     "steps": {
       "description": "Several exchanges in order; each step has exactly one of send or expect. Not with top-level send/expect.",
       "type": "array",
@@ -265,6 +269,10 @@ impl Probe for Tcp {
     fn check(req: Request) -> Result<Outcome, ProbeError> {
         let config: Config = req.config()?;
         let tls = config.tls_options()?;
+        if let Some(spec) = &config.client_cert {
+            let (host, port) = sonde_sdk::net::host_port(req.target())?;
+            spec.present(host, port)?;
+        }
         let steps = steps(config)?;
         if let Some(options) = tls {
             return check_tls(&req, &options, &steps);

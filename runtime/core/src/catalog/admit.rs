@@ -224,6 +224,13 @@ impl Admission<'_, '_> {
             };
             d.grants.secrets = super::secrets::grant(&owned, &self.reg.tenants, &p.grants.secrets, problems);
         }
+        super::secrets::check_exposure(
+            &self.reg.tenants,
+            &d.grants,
+            &p.grants.secrets,
+            &p.grants.files,
+            problems,
+        );
         if !registry_allowed(target, p, &d, problems) {
             return None;
         }

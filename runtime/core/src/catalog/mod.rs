@@ -58,6 +58,7 @@ pub mod resolve;
 mod secrets;
 pub mod settings;
 mod signers;
+mod tokens;
 
 use crate::config::{self, ConfigError, ConfigErrors, Kind, Place};
 use crate::tenants::{TenantId, Tenants};

@@ -193,6 +193,11 @@ pub enum ConfigProblem {
     /// `grants.secrets` names a secret the probe's tenant does not own.
     #[error("grants.secrets: {0}")]
     SecretNotOwned(String),
+    /// Another grant of the probe would give a secret away (`exec` beside
+    /// secrets, a `files` grant showing a secret's file); the text names
+    /// the key.
+    #[error("{0}")]
+    SecretExposed(String),
     /// `trust_keyless:`, reserved.
     #[error(
         "trust_keyless: keyless signatures (a Fulcio certificate and a Rekor entry) are reserved for a later release; trust the vendor's public key in `trust:` (docs/oci.md, \"Keyless signatures\")"

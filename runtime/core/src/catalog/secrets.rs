@@ -167,3 +167,44 @@ pub(crate) fn grant(
     }
     SecretGrants::new(cells)
 }
+
+/// What a probe's other grants would give away of secrets: a program it
+/// may run reads any file the agent can and writes what it likes, past any
+/// scrubber, so a probe with secrets runs none; and a `files` grant that
+/// shows a secret's file (literally or once links are resolved) hands the
+/// plugin its bytes, whoever owns it.
+pub(crate) fn check_exposure(
+    tenants: &Tenants,
+    grants: &sonde_policy::Grants,
+    names: &[Spanned<String>],
+    files_at: &[Spanned<std::path::PathBuf>],
+    problems: &mut Vec<Located>,
+) {
+    if !grants.secrets.is_empty() && !grants.exec.is_empty() {
+        problems.push(Located {
+            at: names[0].referenced,
+            problem: ConfigProblem::SecretExposed(
+                "grants.secrets: a probe granted secrets may not also be granted exec: a program reads files and writes output past the host's scrubbing; give the secret to another probe".into(),
+            ),
+        });
+    }
+    for (grant, at) in grants.files.iter().zip(files_at) {
+        let real_grant = std::fs::canonicalize(grant).ok();
+        for cell in tenants.iter().flat_map(|t| t.secrets.iter()) {
+            let Some(path) = cell.path() else { continue };
+            let real = std::fs::canonicalize(path).ok();
+            let shown =
+                path.starts_with(grant) || matches!((&real, &real_grant), (Some(r), Some(g)) if r.starts_with(g));
+            if shown {
+                problems.push(Located {
+                    at: at.referenced,
+                    problem: ConfigProblem::SecretExposed(format!(
+                        "grants.files: {} shows the file of secret {:?}; grant a directory without secret files",
+                        grant.display(),
+                        cell.name()
+                    )),
+                });
+            }
+        }
+    }
+}

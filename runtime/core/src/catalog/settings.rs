@@ -7,9 +7,8 @@
 
 use super::problem::{ConfigProblem, Located, Owner};
 use super::resolve::Trust;
-use crate::auth::Token;
-use crate::config::{self, Spanned};
-use crate::tenants::{self, Quotas, Tenant, Tenants};
+use crate::config;
+use crate::tenants::{self, DEFAULT_TENANT, Quotas, Tenant, Tenants};
 use serde_saphyr::Location;
 use sonde_sandbox::engine::limits;
 use std::collections::BTreeMap;
@@ -205,7 +204,7 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
                 problem,
             });
         }
-        let token = token(
+        let token = super::tokens::token(
             base,
             problems,
             &format!("tenant {id:?}"),
@@ -230,7 +229,7 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
             secrets,
         });
     }
-    let operator = token(
+    let operator = super::tokens::token(
         base,
         problems,
         "operator token",
@@ -238,67 +237,14 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
         &file.operator_token_env,
         Location::UNKNOWN,
     );
-    check_tokens_distinct(&list, &id_at, operator.as_ref(), problems);
-    let secrets = super::secrets::cells(base, tenants::DEFAULT_TENANT, true, &file.secrets, problems);
-    Tenants::new(list, operator).with_operator_secrets(secrets)
-}
-
-/// A token read from its file (relative to `base`) or environment
-/// variable; `None` when none is set, or when it cannot be read (a
-/// problem of `who`'s, at its key or else at `fallback`).
-fn token(
-    base: &Path,
-    problems: &mut Vec<Located>,
-    who: &str,
-    f: &Option<Spanned<PathBuf>>,
-    env: &Option<Spanned<String>>,
-    fallback: Location,
-) -> Option<Token> {
-    let token_path = f.as_ref().map(|f| base.join(&f.value));
-    let at = f
-        .as_ref()
-        .map(|f| f.referenced)
-        .or(env.as_ref().map(|e| e.referenced))
-        .unwrap_or(fallback);
-    match tenants::read_token(token_path.as_deref(), env.as_ref().map(|e| e.value.trim())) {
-        Ok(t) => t,
-        Err(error) => {
-            problems.push(Located {
-                at,
-                problem: ConfigProblem::Token {
-                    who: who.to_string(),
-                    error,
-                },
-            });
-            None
-        }
-    }
-}
-
-/// One token, one principal: a token shared by two would let one act as
-/// the other. Each tenant in `list` (defined at `id_at`) whose token is the
-/// operator's or an earlier tenant's is named.
-fn check_tokens_distinct(list: &[Tenant], id_at: &[Location], operator: Option<&Token>, problems: &mut Vec<Located>) {
-    for (i, t) in list.iter().enumerate() {
-        let Some(token) = &t.token else { continue };
-        let clash = if operator == Some(token) {
-            Some("the operator".to_string())
-        } else {
-            list[..i]
-                .iter()
-                .find(|o| o.token.as_ref() == Some(token))
-                .map(|o| format!("tenant {:?}", o.id))
-        };
-        if let Some(other) = clash {
-            problems.push(Located {
-                at: id_at[i],
-                problem: ConfigProblem::TokenShared {
-                    tenant: t.id.to_string(),
-                    other,
-                },
-            });
-        }
-    }
+    super::tokens::check_distinct(&list, &id_at, operator.as_ref(), problems);
+    Tenants::new(list, operator).with_operator_secrets(super::secrets::cells(
+        base,
+        DEFAULT_TENANT,
+        true,
+        &file.secrets,
+        problems,
+    ))
 }
 
 /// A tenant's quotas, defaults filled in; zeros refused.

@@ -204,6 +204,14 @@ impl SecretCell {
         }
     }
 
+    /// The file it is read from, if it is a file's.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.source {
+            Source::File(p) => Some(p),
+            Source::Given(_) => None,
+        }
+    }
+
     /// Replaces a given value (a Kubernetes Secret changed or went away).
     pub fn set(&self, value: Result<SecretValue, SecretError>) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -247,13 +255,19 @@ fn read_file(path: &Path, meta: &std::fs::Metadata) -> Result<SecretValue, Secre
             mode,
         });
     }
-    if meta.len() > MAX_SECRET_BYTES as u64 + 2 {
-        return Err(SecretError::TooLong(usize::try_from(meta.len()).unwrap_or(usize::MAX)));
-    }
-    let bytes = std::fs::read(path).map_err(|e| SecretError::Read {
+    let read_err = |e: std::io::Error| SecretError::Read {
         path: path.to_path_buf(),
         why: e.to_string(),
-    })?;
+    };
+    // At most one byte more than a value may have (and a newline): a file
+    // that grows between the `stat` and the read is still read to a bound.
+    let limit = MAX_SECRET_BYTES as u64 + 3;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::open(path).map_err(read_err)?, limit),
+        &mut bytes,
+    )
+    .map_err(read_err)?;
     SecretValue::new(bytes)
 }
 

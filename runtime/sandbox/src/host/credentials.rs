@@ -6,13 +6,17 @@
 //!   every TLS handshake of the call with that peer (`tls`, `http`,
 //!   `grpc`) presents it ([`ClientCerts`]).
 //! - `postgres-login` and `redis-login` log in on a session the plugin
-//!   opened, the host answering the server's requests ([`logins`]).
+//!   opened, the host answering the server's requests ([`logins`],
+//!   [`postgres`], [`redis`]).
 //!
 //! Each secret is expanded through [`CallGrants::expand`], which checks
 //! it (`Use::Secret`) toward the peer; what the peer answers reaches the
 //! plugin scrubbed.
 
 mod logins;
+mod postgres;
+mod redis;
+mod scram;
 
 use super::pool::canonical_host;
 use super::tls::{Tls, TlsView};

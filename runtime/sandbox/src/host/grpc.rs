@@ -18,7 +18,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http_body_util::{BodyExt, Full};
 use probe_grpc::{GrpcError, Request as GrpcRequest, Response as GrpcResponse};
-use sonde_policy::grants::{CallGrants, SecretUseError, Use};
+use sonde_policy::grants::{CallGrants, Use};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -48,6 +48,8 @@ impl HasData for Grpc {
 
 /// Adds the `grpc` interface to `linker` (the once-per-process phase);
 /// `get` gives the view of the call in the store's data.
+mod metadata;
+
 pub(crate) fn add_to_linker<T: Send + 'static>(
     linker: &mut Linker<T>,
     get: fn(&mut T) -> GrpcView<'_>,
@@ -61,10 +63,6 @@ pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// The largest header (or trailer) block the host accepts from a server.
 const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 
-/// The most custom metadata entries, and their total size, a plugin may send.
-const MAX_METADATA_ENTRIES: usize = 64;
-const MAX_METADATA_BYTES: usize = 16 * 1024;
-
 const USER_AGENT: &str = concat!("sonde/", env!("CARGO_PKG_VERSION"));
 
 /// gRPC runs over HTTP/2 only.
@@ -72,23 +70,6 @@ const ALPN: &[&[u8]] = &[b"h2"];
 
 /// gRPC's length prefix: a compression flag and a big-endian length.
 const PREFIX_BYTES: usize = 5;
-
-/// Names a plugin may not send as metadata: gRPC's own, HTTP/2's
-/// connection-specific ones, and those the host sets.
-fn reserved(name: &str) -> bool {
-    name.starts_with("grpc-")
-        || matches!(
-            name,
-            "content-type"
-                | "te"
-                | "host"
-                | "connection"
-                | "keep-alive"
-                | "proxy-connection"
-                | "transfer-encoding"
-                | "upgrade"
-        )
-}
 
 /// The request checked and turned into what goes on the wire.
 struct Call {
@@ -140,47 +121,7 @@ fn prepare(grants: &CallGrants, req: &GrpcRequest) -> Result<Call, GrpcError> {
         .build()
         .map_err(|e| GrpcError::Invalid(format!("method path {:?}: {e}", req.path)))?;
 
-    if req.metadata.len() > MAX_METADATA_ENTRIES {
-        return Err(GrpcError::Invalid(format!(
-            "{} metadata entries, at most {MAX_METADATA_ENTRIES}",
-            req.metadata.len()
-        )));
-    }
-    let size: usize = req.metadata.iter().map(|(n, v)| n.len() + v.len()).sum();
-    if size > MAX_METADATA_BYTES {
-        return Err(GrpcError::Invalid(format!(
-            "{size} bytes of metadata, at most {MAX_METADATA_BYTES}"
-        )));
-    }
-    let mut headers = HeaderMap::new();
-    headers.insert(http::header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
-    for (name, value) in &req.metadata {
-        let lower = name.to_ascii_lowercase();
-        if reserved(&lower) {
-            return Err(GrpcError::Invalid(format!("metadata {name:?} is reserved")));
-        }
-        let header = HeaderName::from_bytes(lower.as_bytes())
-            .map_err(|_| GrpcError::Invalid(format!("metadata name {name:?} is not a valid header name")))?;
-        let toward = Use::Grpc { host: &host, port };
-        let value = match grants.expand(value, toward).map_err(secret_error)? {
-            None => HeaderValue::from_str(value)
-                .map_err(|_| GrpcError::Invalid(format!("metadata {name:?}: the value is not printable ASCII")))?,
-            Some(bytes) => {
-                let mut value = HeaderValue::from_bytes(&bytes).map_err(|_| {
-                    GrpcError::Invalid(format!(
-                        "metadata {name:?}: the value built from secrets is not printable ASCII"
-                    ))
-                })?;
-                value.set_sensitive(true);
-                value
-            }
-        };
-        if header == http::header::USER_AGENT {
-            headers.insert(header, value);
-        } else {
-            headers.append(header, value);
-        }
-    }
+    let mut headers = metadata::headers(grants, &req.metadata, &host, port)?;
     headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
     // gRPC's timeout header allows at most eight digits.
@@ -578,49 +519,12 @@ impl GrpcView<'_> {
             grpc.ssl = ssl;
             grpc.check = check;
         });
-        let result = scrubbed(self.grants, result);
+        let result = metadata::scrubbed(self.grants, result);
         match &result {
             Ok(r) => tracing::debug!(authority = %req.authority, path = %req.path, code = r.code, "grpc call answered"),
             Err(e) => tracing::debug!(authority = %req.authority, path = %req.path, error = ?e, "grpc call failed"),
         }
         result
-    }
-}
-
-/// A refused use of a secret, as the `grpc-error` a plugin gets.
-fn secret_error(e: SecretUseError) -> GrpcError {
-    match e {
-        SecretUseError::Denied(d) => GrpcError::Denied(d.0),
-        SecretUseError::Invalid(m) | SecretUseError::Unavailable(m) => GrpcError::Invalid(m),
-    }
-}
-
-/// What the server answered (or the error it caused), scrubbed of the
-/// call's secrets: the status message, the message, the metadata.
-fn scrubbed(grants: &CallGrants, result: Result<GrpcResponse, GrpcError>) -> Result<GrpcResponse, GrpcError> {
-    let Some(s) = grants.scrubber() else {
-        return result;
-    };
-    match result {
-        Ok(mut r) => {
-            s.string(&mut r.status_message);
-            if let Some(m) = &mut r.message {
-                s.vec(m);
-            }
-            for (_, value) in &mut r.metadata {
-                s.string(value);
-            }
-            Ok(r)
-        }
-        Err(GrpcError::Protocol(mut m)) => {
-            s.string(&mut m);
-            Err(GrpcError::Protocol(m))
-        }
-        Err(GrpcError::Tls(mut m)) => {
-            s.string(&mut m);
-            Err(GrpcError::Tls(m))
-        }
-        Err(other) => Err(other),
     }
 }
 
@@ -686,7 +590,7 @@ mod tests {
         }
         assert!(invalid(request("127.0.0.1:1", path, &[("bad name", "x")])).contains("not a valid header name"));
         assert!(invalid(request("127.0.0.1:1", path, &[("x", "line\nbreak")])).contains("printable"));
-        let many: Vec<(&str, &str)> = (0..=MAX_METADATA_ENTRIES).map(|_| ("x", "y")).collect();
+        let many: Vec<(&str, &str)> = (0..=metadata::MAX_METADATA_ENTRIES).map(|_| ("x", "y")).collect();
         assert!(invalid(request("127.0.0.1:1", path, &many)).contains("metadata entries"));
     }
 

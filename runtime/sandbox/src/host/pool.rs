@@ -50,10 +50,20 @@ pub(crate) struct PoolKey {
     https: bool,
     host: String,
     port: u16,
-    /// For https: the CA digest, skip-verify, the server name, and the
-    /// client certificate's digest: a connection authenticated with one
-    /// certificate never serves a request made without it.
-    tls: Option<(Option<[u8; 32]>, bool, Option<String>, Option<[u8; 32]>)>,
+    /// For https: how the server is verified and who the client is.
+    tls: Option<TlsKey>,
+}
+
+/// What tells one https connection's TLS from another's: the CA digest,
+/// skip-verify, the server name, and the client certificate's digest (a
+/// connection authenticated with one certificate never serves a request
+/// made without it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct TlsKey {
+    ca: Option<[u8; 32]>,
+    insecure: bool,
+    server_name: Option<String>,
+    client: Option<[u8; 32]>,
 }
 
 impl PoolKey {
@@ -63,9 +73,11 @@ impl PoolKey {
             https: tls.is_some(),
             host: canonical_host(host),
             port,
-            tls: tls.map(|o| {
-                let client = o.client.as_ref().map(|c| c.digest());
-                (o.ca_digest(), o.insecure_skip_verify, o.server_name.clone(), client)
+            tls: tls.map(|o| TlsKey {
+                ca: o.ca_digest(),
+                insecure: o.insecure_skip_verify,
+                server_name: o.server_name.clone(),
+                client: o.client.as_ref().map(|c| c.digest()),
             }),
         }
     }

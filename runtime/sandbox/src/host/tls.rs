@@ -35,7 +35,8 @@ pub(crate) const MAX_SESSIONS: usize = 4;
 pub(crate) const MAX_RECEIVE_BYTES: usize = 64 * 1024;
 
 impl SessionStream {
-    async fn send(&mut self, data: &[u8]) -> std::io::Result<()> {
+    /// Sends all of `data`.
+    pub(crate) async fn send(&mut self, data: &[u8]) -> std::io::Result<()> {
         match self {
             Self::Tls(s) => {
                 s.write_all(data).await?;
@@ -45,7 +46,10 @@ impl SessionStream {
         }
     }
 
-    async fn receive(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+    /// Reads what arrived, at most `buf.len()` bytes (never more: a login
+    /// reads exactly what is its own, `host::credentials`); 0 when the
+    /// peer closed.
+    pub(crate) async fn receive(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             Self::Tls(s) => s.read(buf).await,
             Self::Plain(s) => s.read(buf).await,

@@ -79,7 +79,10 @@ targets:
     );
     assert_eq!(authenticate("acme-secret\n", reg.tenants.credentials()), None);
     let debug = format!("{reg:?}");
-    assert!(!debug.contains("secret"), "{debug}");
+    assert!(
+        !debug.contains("acme-secret") && !debug.contains("op-secret"),
+        "{debug}"
+    );
 }
 
 #[tokio::test]

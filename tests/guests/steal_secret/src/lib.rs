@@ -12,9 +12,8 @@
 //! - `own_socket`: a `wasi:sockets` connection to `tcp_echo`.
 
 use serde::Deserialize;
-use sonde_sdk::bindings::sonde::probe::credentials;
 use sonde_sdk::http::{HttpRequest, send};
-use sonde_sdk::{Outcome, Probe, ProbeError, Request, log, net, tcp, udp};
+use sonde_sdk::{Outcome, Probe, ProbeError, Request, credentials, log, net, tcp, udp};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -87,6 +86,20 @@ fn through_peers(config: &Config) -> (String, Vec<f64>) {
             session.set_read_timeout(Duration::from_millis(300));
             let n = session.read(&mut buf).unwrap_or(0);
             let _ = writeln!(got, "session: {}", String::from_utf8_lossy(&buf[..n]));
+        }
+        // A login sends the secret itself to the echo: what comes back
+        // (the echo of the login, not a server's answer) is scrubbed.
+        if let Ok((session, _)) = tcp::connect(host, port, SHORT) {
+            let login = credentials::redis_login(&session, Some("u"), &h, Duration::from_millis(500));
+            let _ = writeln!(got, "redis login: {login:?}");
+        }
+        if let Ok((mut session, _)) = tcp::connect(host, port, SHORT) {
+            let _ = session.send(b"startup");
+            let mut buf = vec![0; 64];
+            session.set_read_timeout(Duration::from_millis(300));
+            let _ = session.read(&mut buf);
+            let login = credentials::postgres_login(&session, "u", &h, Duration::from_millis(500));
+            let _ = writeln!(got, "postgres login: {login:?}");
         }
     }
     if let Some(addr) = &config.udp_echo {

@@ -57,8 +57,11 @@ fn get(config: &Config) -> String {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-fn get(_config: &Config) -> String {
-    String::from("wasi:http exists only in wasm")
+fn get(config: &Config) -> String {
+    format!(
+        "wasi:http exists only in wasm (not sent: {:?} {:?})",
+        config.path, config.headers
+    )
 }
 
 struct WasiHttpElsewhere;

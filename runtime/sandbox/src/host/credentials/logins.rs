@@ -1,29 +1,164 @@
-//! PostgreSQL and Redis logins by the host on a plugin's session.
+//! PostgreSQL and Redis logins by the host on a plugin's session: what
+//! both share. The plugin opened the session (`tcp.connect`) and names
+//! the password by handle; the host expands it toward the session's peer
+//! (`Use::Secret`, through [`expand_or_text`]), speaks the login itself
+//! ([`super::postgres`], [`super::redis`]) and hands the plugin the
+//! outcome, the server's refusal scrubbed.
+//!
+//! A login reads exactly what belongs to it and nothing after, so what
+//! follows (PostgreSQL's ParameterStatus... ReadyForQuery) is the
+//! plugin's to read through the session. It is refused on a session that
+//! holds data the plugin has not read yet: the login must follow the
+//! StartupMessage (PostgreSQL) or the connection (Redis) at once.
+//!
+//! No message built here holds a byte of the password, and every buffer
+//! that held one is zeroed when dropped ([`Zeroizing`]).
 
 use super::super::tls::TlsView;
-use crate::bindings::Session;
+use super::{expand_or_text, secret_error};
 use crate::bindings::sonde::probe::credentials::Login;
 use crate::bindings::sonde::probe::tls::TlsError as WitError;
+use crate::bindings::{Session, SessionStream};
+use sonde_policy::grants::{CallGrants, Use};
+use sonde_policy::secrets::scrub::Scrubber;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use wasmtime::component::Resource;
+use zeroize::Zeroizing;
+
+/// What a login needs besides the session: the password's bytes, and what
+/// to scrub from the server's refusal.
+pub(super) struct Secret {
+    /// The password, its handles expanded.
+    pub(super) password: Zeroizing<Vec<u8>>,
+    /// The call's scrubber, when the probe holds secrets.
+    pub(super) scrubber: Option<Arc<Scrubber>>,
+}
+
+impl Secret {
+    /// `text` (a server's words) scrubbed of every form of the call's
+    /// secrets.
+    pub(super) fn scrub(&self, text: String) -> String {
+        match &self.scrubber {
+            Some(s) => s.text(&text).into_owned(),
+            None => text,
+        }
+    }
+}
 
 /// `credentials.postgres-login`.
 pub(super) async fn postgres(
-    _view: &mut TlsView<'_>,
-    _conn: Resource<Session>,
-    _user: &str,
-    _password: &str,
-    _timeout_ms: u64,
+    view: &mut TlsView<'_>,
+    conn: Resource<Session>,
+    user: &str,
+    password: &str,
+    timeout_ms: u64,
 ) -> wasmtime::Result<Result<Login, WitError>> {
-    Ok(Err(WitError::Invalid("postgres-login: under construction".into())))
+    let TlsView {
+        table,
+        grants,
+        bounds,
+        deadline,
+        ..
+    } = view;
+    let session = table.get_mut(&conn)?;
+    let secret = match prepare(session, grants, password, "postgres-login") {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e)),
+    };
+    let login = super::postgres::login(&mut session.stream, bounds, user, &secret);
+    Ok(within(*deadline, timeout_ms, "PostgreSQL login", login).await)
 }
 
 /// `credentials.redis-login`.
 pub(super) async fn redis(
-    _view: &mut TlsView<'_>,
-    _conn: Resource<Session>,
-    _username: Option<&str>,
-    _password: &str,
-    _timeout_ms: u64,
+    view: &mut TlsView<'_>,
+    conn: Resource<Session>,
+    username: Option<&str>,
+    password: &str,
+    timeout_ms: u64,
 ) -> wasmtime::Result<Result<Login, WitError>> {
-    Ok(Err(WitError::Invalid("redis-login: under construction".into())))
+    let TlsView {
+        table,
+        grants,
+        deadline,
+        ..
+    } = view;
+    let session = table.get_mut(&conn)?;
+    let secret = match prepare(session, grants, password, "redis-login") {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e)),
+    };
+    let login = super::redis::login(&mut session.stream, username, &secret);
+    Ok(within(*deadline, timeout_ms, "Redis login", login).await)
+}
+
+/// Checks that `session` is where a login starts, and expands `password`
+/// toward its peer.
+fn prepare(session: &Session, grants: &CallGrants, password: &str, what: &str) -> Result<Secret, WitError> {
+    if !session.ready.is_empty() || !session.held.is_empty() {
+        return Err(WitError::Invalid(format!(
+            "{what}: the session holds data the plugin has not read; log in right after connecting (and, for PostgreSQL, sending the StartupMessage)"
+        )));
+    }
+    let (host, port) = (session.peer.0.as_str(), session.peer.1);
+    let password = expand_or_text(grants, password, Use::Tcp { host, port }).map_err(secret_error)?;
+    Ok(Secret {
+        password,
+        // After the expansion: it scrubs what was built from the secrets too.
+        scrubber: grants.scrubber(),
+    })
+}
+
+/// Runs `login` within `timeout_ms`; a timeout that would end after the
+/// call's `deadline` is left to the deadline, which records `timeout`.
+async fn within<T>(
+    deadline: Instant,
+    timeout_ms: u64,
+    what: &str,
+    login: impl Future<Output = Result<T, WitError>>,
+) -> Result<T, WitError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let timeout = Duration::from_millis(timeout_ms);
+    if timeout >= left {
+        return login.await;
+    }
+    match tokio::time::timeout(timeout, login).await {
+        Ok(result) => result,
+        Err(_) => Err(WitError::Timeout(format!("no {what} within {}ms", timeout.as_millis()))),
+    }
+}
+
+/// Sends all of `data` for a login.
+pub(super) async fn send(stream: &mut SessionStream, data: &[u8]) -> Result<(), WitError> {
+    stream
+        .send(data)
+        .await
+        .map_err(|e| WitError::Connect(format!("send: {e}")))
+}
+
+/// Fills `buf` from the stream, reading nothing past it.
+pub(super) async fn read_exact(stream: &mut SessionStream, buf: &mut [u8]) -> Result<(), WitError> {
+    let mut at = 0;
+    while at < buf.len() {
+        match stream.receive(&mut buf[at..]).await {
+            Ok(0) => return Err(closed()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(WitError::Connect(format!("receive: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+/// The server closed the connection in the middle of the login.
+pub(super) fn closed() -> WitError {
+    WitError::Connect("the server closed the connection during the login".into())
+}
+
+/// A server that does not speak the protocol as it should: the target's
+/// failure (the plugin reports it as such), not the probe's config.
+pub(super) fn protocol_error(what: impl std::fmt::Display) -> WitError {
+    WitError::Handshake(format!("protocol error: {what}"))
 }

@@ -4,7 +4,6 @@
 
 use super::TOKEN;
 use crate::support::{cache_dir, secret};
-use sonde_tests::secrets::{AuthServer, Expected};
 use std::process::Command;
 
 fn doc() -> String {
@@ -39,7 +38,10 @@ fn the_docs_config_validates_with_its_secrets_in_place() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(text.contains("secrets.db-password: env DB_PASSWORD: not set in sonde's environment"), "{text}");
+    assert!(
+        text.contains("secrets.db-password: env DB_PASSWORD: not set in sonde's environment"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,12 +54,7 @@ async fn the_docs_sonde_check_line_passes_with_the_secret_and_fails_without() {
         .unwrap()
         .replace("\\\n", " ");
     assert!(line.contains("--secret api-token=/run/secrets/api-token"), "{line}");
-    let server = AuthServer::start(Expected {
-        user: "u".into(),
-        password: TOKEN.into(),
-        token: TOKEN.into(),
-    })
-    .await;
+    let server = super::token_server().await;
     let dir = tempfile::tempdir().unwrap();
     secret(dir.path(), "api-token", TOKEN);
     let args = |token_file: &str| {
@@ -82,5 +79,8 @@ async fn the_docs_sonde_check_line_passes_with_the_secret_and_fails_without() {
     std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let out = crate::support::sonde_async(args(token.to_str().unwrap())).await;
     let text = String::from_utf8_lossy(&out.stderr);
-    assert!(text.contains("--secret api-token: file") && text.contains("readable or writable by every user"), "{out:?}");
+    assert!(
+        text.contains("--secret api-token: file") && text.contains("readable or writable by every user"),
+        "{out:?}"
+    );
 }

@@ -6,7 +6,6 @@ use super::{TOKEN, grants, holds};
 use crate::support::{guest, run};
 use sonde_sandbox::verdict::{Reason, Status};
 use sonde_tests::guests;
-use sonde_tests::secrets::{AuthServer, Expected};
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -34,17 +33,9 @@ async fn echoes() -> (std::net::SocketAddr, std::net::SocketAddr) {
     (tcp_addr, udp_addr)
 }
 
-fn server_expects() -> Expected {
-    Expected {
-        user: "u".into(),
-        password: TOKEN.into(),
-        token: TOKEN.into(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_never_reads_a_secret_it_uses() {
-    let server = AuthServer::start(server_expects()).await;
+    let server = super::token_server().await;
     let (tcp, udp) = echoes().await;
     let config = serde_json::json!({
         "handle": "$(secret:token)",
@@ -75,7 +66,8 @@ async fn a_plugin_never_reads_a_secret_it_uses() {
         detail.contains("session: $(secret:token)"),
         "a handle in data is text: {detail}"
     );
-    assert!(detail.contains("cert: Err(TlsError::Invalid("), "{detail}");
+    assert!(detail.contains("cert: Err(InvalidConfig("), "{detail}");
+    assert!(detail.contains("redis login: "), "{detail}");
     // Only a guess of the whole secret is told apart: no prefix is.
     let altered: Vec<f64> = r.metrics.iter().map(|m| m.value).collect();
     assert_eq!(altered, [0.0, 0.0, 1.0], "{:?}", r.metrics);
@@ -103,8 +95,8 @@ async fn a_plugin_never_reads_a_secret_it_uses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_toward_a_peer_outside_the_grants_is_denied_and_sends_nothing() {
-    let server = AuthServer::start(server_expects()).await;
-    let elsewhere = AuthServer::start(server_expects()).await;
+    let server = super::token_server().await;
+    let elsewhere = super::token_server().await;
     let config = serde_json::json!({
         "handle": "$(secret:token)",
         "echo": format!("http://{}", server.addr),
@@ -131,7 +123,7 @@ async fn a_handle_toward_a_peer_outside_the_grants_is_denied_and_sends_nothing()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probe_granted_secrets_opens_no_socket_of_its_own() {
-    let server = AuthServer::start(server_expects()).await;
+    let server = super::token_server().await;
     let (tcp, _) = echoes().await;
     let config = serde_json::json!({
         "handle": "$(secret:token)",

@@ -149,14 +149,32 @@ async fn grpc_metadata_carries_the_secret_to_the_server_only() {
     let server = sonde_tests::GrpcHealthServer::start().await;
     let config = serde_json::json!({"metadata": {"authorization": "Bearer $(secret:token)", "x-team": "infra"}});
     let plugin = builtin("grpc").await;
-    let r = run(&plugin, &server.addr.to_string(), &config.to_string(), &grants(&[("token", TOKEN)], &[]), TIMEOUT).await;
+    let r = run(
+        &plugin,
+        &server.addr.to_string(),
+        &config.to_string(),
+        &grants(&[("token", TOKEN)], &[]),
+        TIMEOUT,
+    )
+    .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     let calls = server.metadata();
-    let auth: Vec<&str> = calls[0].iter().filter(|(n, _)| n == "authorization").map(|(_, v)| v.as_str()).collect();
+    let auth: Vec<&str> = calls[0]
+        .iter()
+        .filter(|(n, _)| n == "authorization")
+        .map(|(_, v)| v.as_str())
+        .collect();
     assert_eq!(auth, [format!("Bearer {TOKEN}").as_str()]);
     // Not granted: denied by name, nothing sent.
     let before = server.accepted();
-    let r = run(&plugin, &server.addr.to_string(), &config.to_string(), &grants(&[], &[]), TIMEOUT).await;
+    let r = run(
+        &plugin,
+        &server.addr.to_string(),
+        &config.to_string(),
+        &grants(&[], &[]),
+        TIMEOUT,
+    )
+    .await;
     assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
     assert!(r.message.contains("use secret \"token\""), "{}", r.message);
     assert_eq!(server.accepted(), before);
@@ -176,12 +194,93 @@ async fn wasi_http_headers_take_handles_and_answers_come_back_scrubbed() {
     };
     let target = server.addr.to_string();
     let granted = grants(&[("token", TOKEN)], &[]);
-    let r = run(&plugin, &target, &ask("/bearer", "Bearer $(secret:token)"), &granted, TIMEOUT).await;
+    let r = run(
+        &plugin,
+        &target,
+        &ask("/bearer", "Bearer $(secret:token)"),
+        &granted,
+        TIMEOUT,
+    )
+    .await;
     assert!(r.message.contains(": 200 "), "{r:?}");
-    let r = run(&plugin, &target, &ask("/echo", "Bearer $(secret:token)"), &granted, TIMEOUT).await;
+    let r = run(
+        &plugin,
+        &target,
+        &ask("/echo", "Bearer $(secret:token)"),
+        &granted,
+        TIMEOUT,
+    )
+    .await;
     assert!(r.message.contains("x-echo-authorization=[secret]"), "{r:?}");
     assert!(r.message.contains("authorization: [secret]"), "{r:?}");
     assert!(!holds(&format!("{r:?}"), TOKEN), "{r:?}");
-    let r = run(&plugin, &target, &ask("/bearer", "Bearer $(secret:token)"), &grants(&[], &[]), TIMEOUT).await;
+    let r = run(
+        &plugin,
+        &target,
+        &ask("/bearer", "Bearer $(secret:token)"),
+        &grants(&[], &[]),
+        TIMEOUT,
+    )
+    .await;
     assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_over_mtls_passes_with_the_client_certificate_from_secrets_and_fails_without() {
+    let client = ClientCert::new();
+    let server_cert = TestCert::new(2030, 1, 1);
+    let server = sonde_tests::GrpcHealthServer::start_mtls(&server_cert, &client.ca_pem).await;
+    let target = format!("localhost:{}", server.addr.port());
+    let net = [format!("127.0.0.1:{}", server.addr.port())];
+    let net: Vec<&str> = net.iter().map(String::as_str).collect();
+    let secrets = [
+        ("client-cert", client.cert_pem.as_str()),
+        ("client-key", client.key_pem.as_str()),
+    ];
+    let plugin = builtin("grpc").await;
+    let with = serde_json::json!({
+        "tls": true,
+        "ca_pem": server_cert.ca_pem,
+        "client_cert": {"cert": "$(secret:client-cert)", "key": "$(secret:client-key)"},
+    });
+    let r = run(&plugin, &target, &with.to_string(), &grants(&secrets, &net), TIMEOUT).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let without = serde_json::json!({"tls": true, "ca_pem": server_cert.ca_pem});
+    let r = run(&plugin, &target, &without.to_string(), &grants(&secrets, &net), TIMEOUT).await;
+    assert_ne!(r.status, Status::Success, "the server wants a certificate: {r:?}");
+    // A key given by handle but not granted: denied by name.
+    let r = run(&plugin, &target, &with.to_string(), &grants(&[], &net), TIMEOUT).await;
+    assert_eq!(r.reason, Some(Reason::Denied), "{r:?}");
+    assert!(r.message.contains("use secret \"client-cert\""), "{}", r.message);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_session_presents_the_client_certificate_from_secrets() {
+    let client = ClientCert::new();
+    let server_cert = TestCert::new(2030, 1, 1);
+    let server = AuthServer::start_mtls(expected(), &server_cert, &client.ca_pem).await;
+    let target = format!("localhost:{}", server.addr.port());
+    let net = [format!("127.0.0.1:{}", server.addr.port())];
+    let net: Vec<&str> = net.iter().map(String::as_str).collect();
+    let secrets = [
+        ("client-cert", client.cert_pem.as_str()),
+        ("client-key", client.key_pem.as_str()),
+    ];
+    let plugin = builtin("tcp").await;
+    let ask = |client_cert: bool| {
+        let mut config = serde_json::json!({
+            "tls": true,
+            "ca_pem": server_cert.ca_pem,
+            "send": "GET /mtls HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+            "expect": "HTTP/1.1 200",
+        });
+        if client_cert {
+            config["client_cert"] = serde_json::json!({"cert": "$(secret:client-cert)", "key": "$(secret:client-key)"});
+        }
+        config.to_string()
+    };
+    let r = run(&plugin, &target, &ask(true), &grants(&secrets, &net), TIMEOUT).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let r = run(&plugin, &target, &ask(false), &grants(&secrets, &net), TIMEOUT).await;
+    assert_ne!(r.status, Status::Success, "the server wants a certificate: {r:?}");
 }

@@ -6,7 +6,6 @@
 
 use super::{TOKEN, holds};
 use crate::support::{cache_dir, call, secret, sonde};
-use sonde_tests::secrets::{AuthServer, Expected};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -44,7 +43,9 @@ modules:
 /// Every file under `dir`, as text.
 fn all_files(dir: &std::path::Path) -> String {
     let mut out = String::new();
-    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
     for e in entries.flatten() {
         let path = e.path();
         if path.is_dir() {
@@ -58,12 +59,7 @@ fn all_files(dir: &std::path::Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_is_in_no_state_file_log_line_or_answer() {
-    let server = AuthServer::start(Expected {
-        user: "u".into(),
-        password: TOKEN.into(),
-        token: TOKEN.into(),
-    })
-    .await;
+    let server = super::token_server().await;
     let dir = tempfile::tempdir().unwrap();
     secret(dir.path(), "token.secret", TOKEN);
     let file = dir.path().join("sonde.yaml");
@@ -102,7 +98,10 @@ async fn a_secret_is_in_no_state_file_log_line_or_answer() {
             kept.lock().unwrap().push(line);
         }
     });
-    let api = rx.recv_timeout(Duration::from_secs(60)).unwrap().expect("the API address");
+    let api = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap()
+        .expect("the API address");
 
     // The probes use the secret: the bearer check passes.
     let mut passed = false;
@@ -132,7 +131,10 @@ async fn a_secret_is_in_no_state_file_log_line_or_answer() {
     }
     let (_, run) = call(api, "POST", "/v1/probes/echo/run", None, b"").await;
     seen += &run;
-    assert!(seen.contains("x-key: [secret]"), "the echo was run and scrubbed: {seen}");
+    assert!(
+        seen.contains("x-key: [secret]"),
+        "the echo was run and scrubbed: {seen}"
+    );
     let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
     let _ = child.wait();
 
@@ -143,4 +145,25 @@ async fn a_secret_is_in_no_state_file_log_line_or_answer() {
     assert!(!holds(&seen, TOKEN), "an answer or state file holds the secret: {seen}");
     // The server did get it, where the host put it.
     assert!(server.received().iter().any(|r| r.headers.contains(TOKEN)));
+}
+
+#[test]
+fn a_files_grant_that_shows_a_secret_file_is_refused_whoever_owns_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    secret(&secrets, "db", TOKEN);
+    // A link to the directory shows the file too, once resolved.
+    std::os::unix::fs::symlink(&secrets, dir.path().join("link")).unwrap();
+    let config = format!(
+        "tenants:\n  - id: shop\n    ceiling: {{ net: ['127.0.0.1:*'], files: ['{d}'] }}\n    secrets:\n      db: {{ file: secrets/db }}\ntargets:\n  - name: a\n    address: 127.0.0.1:1\n    probes:\n      - plugin: tcp\n        grants: {{ files: ['{d}/link'] }}\n  - name: b\n    tenant: shop\n    address: 127.0.0.1:2\n    probes:\n      - plugin: tcp\n        grants: {{ files: ['{d}'] }}\n",
+        d = dir.path().display()
+    );
+    let file = dir.path().join("sonde.yaml");
+    std::fs::write(&file, config).unwrap();
+    let out = sonde(&["validate", file.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert_eq!(text.matches("shows the file of secret \"db\"").count(), 2, "{text}");
+    assert!(!text.contains(TOKEN));
 }

@@ -4,10 +4,11 @@
 //! an HTTPS server that wants a client certificate, tonic's gRPC health
 //! server reading metadata; PostgreSQL and Redis in `probes::`.
 
-mod hostile;
 mod docs;
+mod hostile;
 mod http;
 mod leaks;
+mod tenants;
 
 use sonde_policy::secrets::{SecretCell, SecretGrants, SecretValue};
 use sonde_sandbox::host::Grants;
@@ -17,6 +18,17 @@ use std::sync::Arc;
 pub(crate) const TOKEN: &str = "tok-7f3a9c21e8b54d06";
 /// The basic-auth password it wants.
 pub(crate) const PASSWORD: &str = "pw:Zq8!u2#rT5)x";
+
+/// A server that wants [`TOKEN`] as its bearer token and basic-auth
+/// password (user `u`).
+pub(crate) async fn token_server() -> sonde_tests::secrets::AuthServer {
+    sonde_tests::secrets::AuthServer::start(sonde_tests::secrets::Expected {
+        user: "u".into(),
+        password: TOKEN.into(),
+        token: TOKEN.into(),
+    })
+    .await
+}
 
 /// Grants of `secrets` (name, value), owned by the operator, plus `net`.
 pub(crate) fn grants(secrets: &[(&str, &str)], net: &[&str]) -> Grants {
