@@ -25,6 +25,9 @@ struct Config {
     tcp_echo: Option<String>,
     #[serde(default)]
     udp_echo: Option<String>,
+    /// A server that answers a login `+OK`, then echoes it a little later.
+    #[serde(default)]
+    login_echo: Option<String>,
     #[serde(default)]
     elsewhere: Option<String>,
     #[serde(default)]
@@ -89,9 +92,22 @@ fn through_peers(config: &Config) -> (String, Vec<f64>) {
         }
         // A login sends the secret itself to the echo: what comes back
         // (the echo of the login, not a server's answer) is scrubbed.
-        if let Ok((session, _)) = tcp::connect(host, port, SHORT) {
+        let (host, port) = config
+            .login_echo
+            .as_deref()
+            .map_or((host, port), |a| net::host_port(a).unwrap_or(("", 0)));
+        if let Ok((mut session, _)) = tcp::connect(host, port, SHORT) {
             let login = credentials::redis_login(&session, Some("u"), &h, Duration::from_millis(500));
             let _ = writeln!(got, "redis login: {login:?}");
+            // The rest of the echo of the login, the password in it, one
+            // byte at a time.
+            session.set_read_timeout(Duration::from_millis(300));
+            let mut rest = Vec::new();
+            let mut byte = [0u8; 1];
+            while let Ok(1) = session.read(&mut byte) {
+                rest.push(byte[0]);
+            }
+            let _ = writeln!(got, "after login: {}", String::from_utf8_lossy(&rest));
         }
         if let Ok((mut session, _)) = tcp::connect(host, port, SHORT) {
             let _ = session.send(b"startup");

@@ -33,19 +33,41 @@ async fn echoes() -> (std::net::SocketAddr, std::net::SocketAddr) {
     (tcp_addr, udp_addr)
 }
 
+/// A server that answers what it reads first with `+OK`, then, a little
+/// later, sends it back: a login accepted, then echoed.
+async fn login_echo() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0; 4096];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let _ = s.write_all(b"+OK\r\n").await;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                let _ = s.write_all(&buf[..n]).await;
+            });
+        }
+    });
+    addr
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_never_reads_a_secret_it_uses() {
     let server = super::token_server().await;
     let (tcp, udp) = echoes().await;
+    let login = login_echo().await;
     let config = serde_json::json!({
         "handle": "$(secret:token)",
         "echo": format!("http://{}", server.addr),
         "tcp_echo": tcp.to_string(),
         "udp_echo": udp.to_string(),
+        "login_echo": login.to_string(),
         // An attacker who guessed the secret's start, then all of it.
         "guesses": [&TOKEN[..6], &TOKEN[..TOKEN.len() - 1], TOKEN],
     });
-    let net = [tcp.to_string(), udp.to_string()];
+    let net = [tcp.to_string(), udp.to_string(), login.to_string()];
     let net: Vec<&str> = net.iter().map(String::as_str).collect();
     let plugin = guest(guests::STEAL_SECRET).await;
     let r = run(
@@ -67,7 +89,12 @@ async fn a_plugin_never_reads_a_secret_it_uses() {
         "a handle in data is text: {detail}"
     );
     assert!(detail.contains("cert: Err(InvalidConfig("), "{detail}");
-    assert!(detail.contains("redis login: "), "{detail}");
+    assert!(detail.contains("redis login: Ok(Accepted(\"auth\"))"), "{detail}");
+    // The echo of the login, read a byte at a time, comes back scrubbed.
+    assert!(
+        detail.contains("after login: ") && detail.contains(r"[secret]\r\n"),
+        "{detail}"
+    );
     // Only a guess of the whole secret is told apart: no prefix is.
     let altered: Vec<f64> = r.metrics.iter().map(|m| m.value).collect();
     assert_eq!(altered, [0.0, 0.0, 1.0], "{:?}", r.metrics);
