@@ -6,7 +6,7 @@
 //! never gets a secret's bytes: it writes a *handle* into the text it hands
 //! the host (`$(secret:db-password)`, [`template`]), and the host puts the
 //! bytes on the wire itself, after checking the peer against the call's
-//! grants ([`crate::grants::CallGrants::expand`]). Whatever a peer answers
+//! grants (`CallGrants::expand`, in `grants`). Whatever a peer answers
 //! is scrubbed of every form of the call's secrets before the plugin sees
 //! it ([`scrub`]), so a peer that echoes a header gives nothing away.
 
@@ -15,3 +15,19 @@ pub mod scrub;
 pub mod template;
 
 pub use cell::{MIN_SECRET_BYTES, SecretCell, SecretError, SecretGrants, SecretValue, valid_name};
+
+/// Why a probe granted secrets may not open its own sockets.
+pub(crate) const NO_OWN_SOCKETS: &str = "a probe granted secrets reaches peers only through the host's transports (sonde's http, tcp, tls, grpc and udp, and wasi:http), whose answers the host scrubs; not through wasi:sockets";
+
+/// Why a secret named in a handle was refused, for the denial.
+pub(crate) fn not_granted(name: &str, granted: &SecretGrants) -> String {
+    let names: Vec<&str> = granted.names().collect();
+    if names.is_empty() {
+        format!("secret {name:?} is not granted: the probe's grants.secrets is empty")
+    } else {
+        format!(
+            "secret {name:?} is not in the probe's grants.secrets ({})",
+            names.join(", ")
+        )
+    }
+}

@@ -188,8 +188,8 @@ pub struct CallGrants {
     listeners: Arc<OwnListeners>,
     resolved: Mutex<Resolved>,
     denials: Mutex<(Vec<String>, usize)>,
-    /// What this call scrubs from answers ([`super::secrets`]).
-    pub(super) scrub: Mutex<super::secrets::ScrubState>,
+    /// What this call scrubs from answers ([`crate::secrets::scrub`]).
+    pub(super) scrub: Mutex<crate::secrets::scrub::ScrubState>,
 }
 
 /// What this call's `wasi:sockets` lookups found: the addresses admitted
@@ -244,7 +244,7 @@ impl CallGrants {
             // to the plugin, past the scrubber: a probe that holds secrets
             // talks to peers through the host's transports only.
             Use::Connect(_) if !self.config.secrets.is_empty() => {
-                return Some(Refusal::Because(super::secrets::NO_OWN_SOCKETS.into()));
+                return Some(Refusal::Because(crate::secrets::NO_OWN_SOCKETS.into()));
             }
             // A plugin's own socket: the address is all there is to check.
             Use::Connect(addr) => return self.peer_refusal(None, addr, PeerPort::Port(addr.port())),
@@ -265,7 +265,7 @@ impl CallGrants {
             }
             Use::Secret { name, host, port } => {
                 if self.config.secrets.get(name).is_none() {
-                    return Some(Refusal::Because(super::secrets::not_granted(
+                    return Some(Refusal::Because(crate::secrets::not_granted(
                         name,
                         &self.config.secrets,
                     )));

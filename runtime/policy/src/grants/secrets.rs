@@ -5,45 +5,15 @@
 //! the plugin.
 
 use super::call::{CallGrants, Denied, Use};
+use crate::secrets::SecretError;
 use crate::secrets::scrub::Scrubber;
 use crate::secrets::template::Template;
-use crate::secrets::{SecretError, SecretGrants};
 use std::sync::Arc;
 use zeroize::Zeroizing;
-
-/// Why a probe granted secrets may not open its own sockets.
-pub(super) const NO_OWN_SOCKETS: &str = "a probe granted secrets reaches peers only through the host's transports (sonde's http, tcp, tls, grpc and udp, and wasi:http), whose answers the host scrubs; not through wasi:sockets";
 
 /// The most values one call may build from secrets (each is scrubbed from
 /// every later answer).
 pub const MAX_EXPANSIONS: usize = 64;
-
-/// Why a secret named in a handle was refused, for the denial.
-pub(super) fn not_granted(name: &str, granted: &SecretGrants) -> String {
-    let names: Vec<&str> = granted.names().collect();
-    if names.is_empty() {
-        format!("secret {name:?} is not granted: the probe's grants.secrets is empty")
-    } else {
-        format!(
-            "secret {name:?} is not in the probe's grants.secrets ({})",
-            names.join(", ")
-        )
-    }
-}
-
-/// What a call scrubs besides its secrets: the values it built from them.
-#[derive(Default)]
-pub(super) struct ScrubState {
-    echoes: Vec<Zeroizing<Vec<u8>>>,
-    built: Option<Arc<Scrubber>>,
-    expansions: usize,
-}
-
-impl std::fmt::Debug for ScrubState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ScrubState({} values built)", self.expansions)
-    }
-}
 
 /// Why a text with handles could not be expanded. Messages name secrets,
 /// never their values.
@@ -142,7 +112,7 @@ fn unavailable(name: &str, source: &str, e: &SecretError) -> SecretUseError {
 mod tests {
     use super::*;
     use crate::grants::{Grants, NetPattern};
-    use crate::secrets::{SecretCell, SecretValue};
+    use crate::secrets::{SecretCell, SecretGrants, SecretValue};
 
     fn call(secrets: &[(&str, &str)]) -> CallGrants {
         let cells = secrets

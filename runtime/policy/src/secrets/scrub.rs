@@ -24,6 +24,7 @@ use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 use std::borrow::Cow;
+use std::sync::Arc;
 use zeroize::Zeroizing;
 
 /// What a scrubbed form becomes.
@@ -175,6 +176,20 @@ fn percent_encode(s: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// What a call scrubs besides its secrets: the values it built from them.
+#[derive(Default)]
+pub(crate) struct ScrubState {
+    pub(crate) echoes: Vec<Zeroizing<Vec<u8>>>,
+    pub(crate) built: Option<Arc<Scrubber>>,
+    pub(crate) expansions: usize,
+}
+
+impl std::fmt::Debug for ScrubState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ScrubState({} values built)", self.expansions)
+    }
 }
 
 #[cfg(test)]

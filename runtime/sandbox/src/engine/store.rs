@@ -18,7 +18,8 @@ use super::limits::MemoryCap;
 use crate::host::bounds::CallBounds;
 use crate::host::contain::RunLimits;
 use crate::host::{
-    Shared, credentials, exec, filesystem, grpc, http, icmp, log, outgoing_handler, sockets, tcp, tls, udp,
+    Shared, client_certs, credentials, exec, filesystem, grpc, http, icmp, log, outgoing_handler, sockets, tcp, tls,
+    udp,
 };
 use sonde_policy::grants::CallGrants;
 use std::path::PathBuf;
@@ -59,7 +60,7 @@ pub(crate) struct CallState {
     log: log::LogCtx,
     tls: tls::TlsCtx,
     /// The client certificates the call registered (`credentials`).
-    certs: credentials::ClientCerts,
+    certs: client_certs::ClientCerts,
     /// What the call holds against the host's bounds.
     pub(crate) bounds: CallBounds,
     /// What bounds the cgroup of each program the call runs.
@@ -145,7 +146,7 @@ impl CallState {
             sockets: sockets::SocketsCtx::default(),
             log: log::LogCtx::new(probe).scrubbing(&grants),
             tls: tls::TlsCtx::default(),
-            certs: credentials::ClientCerts::default(),
+            certs: client_certs::ClientCerts::default(),
             bounds,
             exec_limits: RunLimits {
                 pids: limits.exec_pids,

@@ -4,7 +4,7 @@
 //!
 //! - `client-certificate` registers a client certificate for a peer;
 //!   every TLS handshake of the call with that peer (`tls`, `http`,
-//!   `grpc`) presents it ([`ClientCerts`]).
+//!   `grpc`) presents it ([`super::client_certs`]).
 //! - `postgres-login` and `redis-login` log in on a session the plugin
 //!   opened, the host answering the server's requests ([`logins`],
 //!   [`postgres`], [`redis`]).
@@ -18,20 +18,16 @@ mod postgres;
 mod redis;
 mod scram;
 
-use super::pool::canonical_host;
+use super::client_certs::ClientCert;
 use super::tls::{Tls, TlsView};
-use super::tls_client::ClientCert;
 use crate::bindings::Session;
 use crate::bindings::sonde::probe::credentials as probe_credentials;
 use crate::bindings::sonde::probe::tls::TlsError as WitError;
 use probe_credentials::Login;
 use sonde_policy::grants::{CallGrants, SecretUseError, Use};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use wasmtime::component::{Linker, Resource};
 use zeroize::Zeroizing;
-
-/// The most client certificates one call may register.
-pub(crate) const MAX_CLIENT_CERTS: usize = 4;
 
 /// Adds the `credentials` interface to `linker` (the once-per-process
 /// phase); `get` gives the same view of the call as `tls`.
@@ -40,39 +36,6 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
     get: fn(&mut T) -> TlsView<'_>,
 ) -> wasmtime::Result<()> {
     probe_credentials::add_to_linker::<T, Tls>(linker, get)
-}
-
-/// The client certificates a call registered, by peer (its host in
-/// canonical spelling, and port).
-#[derive(Default)]
-pub(crate) struct ClientCerts(Mutex<Vec<(String, u16, Arc<ClientCert>)>>);
-
-impl ClientCerts {
-    /// The certificate to present to `host:port`, if one was registered.
-    pub(crate) fn for_peer(&self, host: &str, port: u16) -> Option<Arc<ClientCert>> {
-        let host = canonical_host(host);
-        let certs = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        certs
-            .iter()
-            .find(|(h, p, _)| *h == host && *p == port)
-            .map(|(_, _, c)| c.clone())
-    }
-
-    fn set(&self, host: &str, port: u16, cert: Arc<ClientCert>) -> Result<(), WitError> {
-        let host = canonical_host(host);
-        let mut certs = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = certs.iter_mut().find(|(h, p, _)| *h == host && *p == port) {
-            slot.2 = cert;
-            return Ok(());
-        }
-        if certs.len() >= MAX_CLIENT_CERTS {
-            return Err(WitError::Invalid(format!(
-                "at most {MAX_CLIENT_CERTS} client certificates per call"
-            )));
-        }
-        certs.push((host, port, cert));
-        Ok(())
-    }
 }
 
 /// A refused use of a secret, as the `tls-error` a plugin gets.

@@ -37,7 +37,7 @@ pub(crate) struct GrpcView<'a> {
     /// The call's bounds: every connection counts as a socket.
     pub(crate) bounds: &'a CallBounds,
     /// The client certificates the call registered (`credentials`).
-    pub(crate) certs: &'a super::credentials::ClientCerts,
+    pub(crate) certs: &'a super::client_certs::ClientCerts,
 }
 
 struct Grpc;

@@ -34,7 +34,7 @@ pub(crate) struct HttpView<'a> {
     /// The call's bounds: every new connection counts as a socket.
     pub(crate) bounds: &'a CallBounds,
     /// The client certificates the call registered (`credentials`).
-    pub(crate) certs: &'a super::credentials::ClientCerts,
+    pub(crate) certs: &'a super::client_certs::ClientCerts,
 }
 
 struct Http;

@@ -43,6 +43,7 @@
 
 pub mod blocking;
 pub mod bounds;
+pub(crate) mod client_certs;
 pub mod contain;
 pub(crate) mod credentials;
 pub(crate) mod dial;

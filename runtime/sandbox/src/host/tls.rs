@@ -83,7 +83,7 @@ pub(crate) struct TlsView<'a> {
     /// The call's bounds: every connection counts as a socket.
     pub(crate) bounds: &'a mut CallBounds,
     /// The client certificates the call registered (`credentials`).
-    pub(crate) certs: &'a super::credentials::ClientCerts,
+    pub(crate) certs: &'a super::client_certs::ClientCerts,
 }
 
 /// The [`HasData`] of `tls` and `tcp`: both see a [`TlsView`].
