@@ -156,6 +156,7 @@ pub fn client_certificate(host: &str, port: u16, cert: &str, key: &str) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::string::ToString;
 
     #[test]
     fn handles_are_told_from_plain_text() {
