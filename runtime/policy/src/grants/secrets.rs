@@ -67,8 +67,10 @@ impl CallGrants {
             cell.current().map_err(|e| unavailable(name, &cell.source(), &e))
         })?;
         state.expansions += 1;
-        state.echoes.extend(expanded.echoes);
-        state.built = None;
+        if !expanded.echoes.is_empty() {
+            state.echoes.extend(expanded.echoes);
+            state.built = None;
+        }
         Ok(Some(expanded.bytes))
     }
 
@@ -83,7 +85,13 @@ impl CallGrants {
         if let Some(built) = &state.built {
             return Some(built.clone());
         }
-        let values: Vec<_> = self.config().secrets.iter().filter_map(|c| c.current().ok()).collect();
+        if state.echoes.is_empty() {
+            // The probe's own, shared by its calls.
+            let scrubber = self.config().secrets.scrubber();
+            state.built = Some(scrubber.clone());
+            return Some(scrubber);
+        }
+        let values = self.config().secrets.values();
         let scrubber = Arc::new(Scrubber::new(
             values
                 .iter()
@@ -178,7 +186,7 @@ mod tests {
         let scrubber = g.scrubber().unwrap();
         assert_eq!(
             scrubber.text("Authorization: Basic YWxpY2U6Y29ycmVjdC1ob3JzZS1iYXR0ZXJ5"),
-            "Authorization: [secret]"
+            "Authorization: Basic [secret]"
         );
         assert!(call(&[]).scrubber().is_none());
     }

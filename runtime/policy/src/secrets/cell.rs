@@ -282,14 +282,47 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 /// The secrets a probe is granted (`grants.secrets`), each its owner's
-/// cell. Two grants are equal when they name the same cells.
+/// cell, and the scrubber of their current values, built once and shared
+/// by every call of the probe until a value changes. Two grants are equal
+/// when they name the same cells.
 #[derive(Clone, Debug, Default)]
-pub struct SecretGrants(Vec<Arc<SecretCell>>);
+pub struct SecretGrants(Vec<Arc<SecretCell>>, Arc<Mutex<ScrubberCache>>);
+
+/// The scrubber of the values it was built from.
+#[derive(Default)]
+struct ScrubberCache(Option<(Vec<Arc<SecretValue>>, Arc<crate::secrets::scrub::Scrubber>)>);
+
+impl fmt::Debug for ScrubberCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ScrubberCache")
+    }
+}
 
 impl SecretGrants {
     /// The grants of `cells`.
     pub fn new(cells: Vec<Arc<SecretCell>>) -> Self {
-        Self(cells)
+        Self(cells, Arc::default())
+    }
+
+    /// The scrubber of the granted secrets' current values (those that
+    /// have one), rebuilt only when a value changed.
+    pub fn scrubber(&self) -> Arc<crate::secrets::scrub::Scrubber> {
+        let values: Vec<Arc<SecretValue>> = self.0.iter().filter_map(|c| c.current().ok()).collect();
+        let mut cache = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((built_from, scrubber)) = &cache.0
+            && built_from.len() == values.len()
+            && built_from.iter().zip(&values).all(|(a, b)| Arc::ptr_eq(a, b))
+        {
+            return scrubber.clone();
+        }
+        let scrubber = Arc::new(crate::secrets::scrub::Scrubber::new(values.iter().map(|v| v.expose())));
+        cache.0 = Some((values, scrubber.clone()));
+        scrubber
+    }
+
+    /// The current values of the granted secrets that have one.
+    pub fn values(&self) -> Vec<Arc<SecretValue>> {
+        self.0.iter().filter_map(|c| c.current().ok()).collect()
     }
 
     /// Whether no secret is granted.

@@ -75,7 +75,7 @@ async fn an_echoed_header_comes_back_scrubbed() {
     assert!(!holds(&seen, TOKEN) && !holds(&seen, PASSWORD), "{seen}");
     let detail = r.detail.unwrap_or_default();
     assert!(detail.contains("x-api-key: [secret]"), "{detail}");
-    assert!(detail.contains("authorization: [secret]"), "{detail}");
+    assert!(detail.contains("authorization: Basic [secret]"), "{detail}");
     let received = server.received();
     assert!(
         received[0].headers.contains(&format!("x-api-key: {TOKEN}")),
@@ -211,8 +211,8 @@ async fn wasi_http_headers_take_handles_and_answers_come_back_scrubbed() {
         TIMEOUT,
     )
     .await;
-    assert!(r.message.contains("x-echo-authorization=[secret]"), "{r:?}");
-    assert!(r.message.contains("authorization: [secret]"), "{r:?}");
+    assert!(r.message.contains("x-echo-authorization=Bearer [secret]"), "{r:?}");
+    assert!(r.message.contains("authorization: Bearer [secret]"), "{r:?}");
     assert!(!holds(&format!("{r:?}"), TOKEN), "{r:?}");
     let r = run(
         &plugin,
