@@ -489,11 +489,6 @@ impl CallGrants {
         }
     }
 
-    /// Records a denied use of a capability (`what`, with the reason).
-    pub(super) fn record_denial(&self, what: Use<'_>, why: String) -> Denied {
-        self.refuse(what, Refusal::Because(why))
-    }
-
     /// Records a denied use of a capability.
     fn record(&self, what: String) {
         let what = crate::text::plugin_text(what, 1024);

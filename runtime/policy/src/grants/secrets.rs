@@ -101,12 +101,6 @@ impl CallGrants {
         state.built = Some(scrubber.clone());
         Some(scrubber)
     }
-
-    /// Records a refusal of a secret's use that no grant check made (a
-    /// handle in a place that takes none, toward `toward`), as a denial.
-    pub fn deny_secret(&self, toward: Use<'_>, why: String) -> Denied {
-        self.record_denial(toward, why)
-    }
 }
 
 fn unavailable(name: &str, source: &str, e: &SecretError) -> SecretUseError {

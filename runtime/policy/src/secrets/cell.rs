@@ -307,7 +307,7 @@ impl SecretGrants {
     /// The scrubber of the granted secrets' current values (those that
     /// have one), rebuilt only when a value changed.
     pub fn scrubber(&self) -> Arc<crate::secrets::scrub::Scrubber> {
-        let values: Vec<Arc<SecretValue>> = self.0.iter().filter_map(|c| c.current().ok()).collect();
+        let values = self.values();
         let mut cache = self.1.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((built_from, scrubber)) = &cache.0
             && built_from.len() == values.len()
