@@ -9,13 +9,25 @@
 //!
 //! - `echo` (default): every way out through granted peers;
 //! - `elsewhere`: the handle in a header toward `elsewhere` (not granted);
-//! - `own_socket`: a `wasi:sockets` connection to `tcp_echo`.
+//! - `own_socket`: a `wasi:sockets` connection to `tcp_echo`;
+//! - `views`: a script of steps whose every observation it records
+//!   ([`views`]): the differential tests run it under two secrets and
+//!   compare.
 
 use serde::Deserialize;
 use sonde_sdk::http::{HttpRequest, send};
 use sonde_sdk::{Outcome, Probe, ProbeError, Request, credentials, log, net, tcp, udp};
 use std::fmt::Write as _;
 use std::time::Duration;
+
+mod views;
+
+/// The mode alone, read first: `views` takes a config of its own.
+#[derive(Deserialize)]
+struct Mode {
+    #[serde(default)]
+    mode: String,
+}
 
 #[derive(Deserialize)]
 struct Config {
@@ -164,6 +176,10 @@ fn through_peers(config: &Config) -> (String, Vec<f64>) {
 
 impl Probe for StealSecret {
     fn check(req: Request) -> Result<Outcome, ProbeError> {
+        let mode: Mode = req.config()?;
+        if mode.mode == "views" {
+            return views::run(&req.config()?);
+        }
         let config: Config = req.config()?;
         let h = config.handle.clone();
         log::info(format!("the handle: {h}"));
