@@ -4,7 +4,9 @@
 //! an HTTPS server that wants a client certificate, tonic's gRPC health
 //! server reading metadata; PostgreSQL and Redis in `probes::`.
 
+mod differential;
 mod docs;
+mod held;
 mod hostile;
 mod http;
 mod leaks;
