@@ -642,6 +642,8 @@ pub struct Reflector {
     /// The HTTP/1.1 server (keep-alive; the program's id in the path,
     /// [`http_path`]).
     pub http: SocketAddr,
+    /// The same behind TLS (the certificate of [`tls`](Self::tls)).
+    pub https: SocketAddr,
     /// The gRPC server (HTTP/2 with prior knowledge; the id in the method,
     /// [`grpc_method`]).
     pub grpc: SocketAddr,
@@ -664,13 +666,14 @@ impl Reflector {
                 .await
                 .expect("bind loopback")
         };
-        let (tcp, tls, http, grpc) = (bind().await, bind().await, bind().await, bind().await);
+        let (tcp, tls, http, https, grpc) = (bind().await, bind().await, bind().await, bind().await, bind().await);
         let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("bind loopback");
         let addr = |l: &tokio::net::TcpListener| l.local_addr().expect("local addr");
         let mut me = Self {
             tcp: addr(&tcp),
             tls: addr(&tls),
             http: addr(&http),
+            https: addr(&https),
             grpc: addr(&grpc),
             udp: udp.local_addr().expect("local addr"),
             ca_pem: cert.ca_pem.clone(),
@@ -698,6 +701,16 @@ impl Reflector {
             let s = s.clone();
             async move {
                 let _ = http1(stream, &s).await;
+            }
+        })));
+        let s = state.clone();
+        let acceptor = tokio_rustls::TlsAcceptor::from(cert.server_config());
+        me.tasks.push(tokio::spawn(accept(https, move |stream| {
+            let (s, acceptor) = (s.clone(), acceptor.clone());
+            async move {
+                if let Ok(stream) = acceptor.accept(stream).await {
+                    let _ = http1(stream, &s).await;
+                }
             }
         })));
         let s = state.clone();
