@@ -150,20 +150,27 @@ fn through_peers(config: &Config) -> (String, Vec<f64>) {
         "url: {}",
         echo_with(config, &format!("/echo?k={h}"), vec![], &h, 65536)
     );
-    // Cut the echoed header at every length across where the secret is
-    // (what comes before it is the same in the scrubbed echo), to read it
-    // byte by byte.
-    let whole = echo(config, "/echo", header.clone(), "", 65536)
+    // Cut the echoed header at every length across where the secret is,
+    // to read it byte by byte: where it starts, the echo of the same
+    // request with a plain value says (the host withholds the real one).
+    let plain = vec![("x-steal".to_string(), "plain".to_string())];
+    let whole = echo(config, "/echo", plain, "", 65536)
         .map(|r| r.body)
         .unwrap_or_default();
     let text = String::from_utf8_lossy(&whole);
     let start = text.find("x-steal: ").map_or(0, |i| i + 9);
+    // What each cut brought back, each distinct answer once: moving the
+    // cut must show nothing (one answer).
+    let mut answers: Vec<String> = Vec::new();
     for max in start..start + 40 {
-        let _ = writeln!(
-            got,
-            "cut {max}: {}",
-            echo_with(config, "/echo", header.clone(), "", max)
-        );
+        let answer = echo_with(config, "/echo", header.clone(), "", max);
+        if !answers.contains(&answer) {
+            answers.push(answer);
+        }
+    }
+    let _ = writeln!(got, "cuts: 40 from {start}, {} distinct", answers.len());
+    for a in answers {
+        let _ = writeln!(got, "cut: {a}");
     }
     // Guesses: does the echo of a guess come back altered?
     let mut altered = Vec::new();

@@ -2,6 +2,7 @@
 //! to read it; none yields a byte of it (docs/security.md, "A plugin never
 //! reads a secret it uses").
 
+use super::differential::{RUN, WITHHELD, WITHHELD_HEADER};
 use super::{TOKEN, grants, holds};
 use crate::support::{guest, run};
 use sonde_sandbox::verdict::{Reason, Status};
@@ -58,14 +59,16 @@ async fn a_plugin_never_reads_a_secret_it_uses() {
     let server = super::token_server().await;
     let (tcp, udp) = echoes().await;
     let login = login_echo().await;
+    // An attacker who guessed the secret's start (6 bytes, then RUN - 1),
+    // then a run of it, then all of it.
+    let guesses = [&TOKEN[..6], &TOKEN[..RUN - 1], &TOKEN[..RUN], TOKEN];
     let config = serde_json::json!({
         "handle": "$(secret:token)",
         "echo": format!("http://{}", server.addr),
         "tcp_echo": tcp.to_string(),
         "udp_echo": udp.to_string(),
         "login_echo": login.to_string(),
-        // An attacker who guessed the secret's start, then all of it.
-        "guesses": [&TOKEN[..6], &TOKEN[..TOKEN.len() - 1], TOKEN],
+        "guesses": guesses,
     });
     let net = [tcp.to_string(), udp.to_string(), login.to_string()];
     let net: Vec<&str> = net.iter().map(String::as_str).collect();
@@ -82,26 +85,48 @@ async fn a_plugin_never_reads_a_secret_it_uses() {
     let seen = format!("{r:?}");
     assert!(!holds(&seen, TOKEN), "the run shows the secret: {seen}");
     let detail = r.detail.clone().unwrap_or_default();
-    // It tried: the header went out, and its echo came back scrubbed.
-    assert!(detail.contains("x-steal: [secret]"), "{detail}");
+    // The host writes the detail's newlines as `\n` (plugin text is data).
+    let line = |name: &str| -> String {
+        detail
+            .split("\\n")
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name} line: {detail}"))
+            .to_string()
+    };
+    // It tried: the header went out, and its echo came back withheld
+    // whole: the echoed header as the withheld pair, the body as the
+    // marker (docs/security.md).
+    let withheld_pair = format!("{WITHHELD_HEADER}={WITHHELD}");
+    for name in ["header", "basic"] {
+        let echo = line(name);
+        assert!(echo.starts_with("200 "), "{name}: {echo}");
+        assert!(echo.contains(&withheld_pair), "{name}: {echo}");
+        assert!(echo.ends_with(&format!(" {WITHHELD}")), "{name}: {echo}");
+    }
+    assert_eq!(line("session"), "$(secret:token)", "a handle in data is text");
     assert!(
-        detail.contains("session: $(secret:token)"),
-        "a handle in data is text: {detail}"
+        line("url").ends_with("$(secret:token)"),
+        "a handle in a URL and a body is text: {detail}"
     );
-    assert!(detail.contains("cert: Err(InvalidConfig("), "{detail}");
-    assert!(detail.contains("redis login: Ok(Accepted(\"auth\"))"), "{detail}");
-    // The echo of the login, read a byte at a time, comes back scrubbed.
-    assert!(
-        detail.contains("after login: ") && detail.contains(r"[secret]\r\n"),
-        "{detail}"
-    );
-    // Only a guess of the whole secret is told apart: no prefix is.
+    assert!(line("cert").starts_with("Err(InvalidConfig("), "{detail}");
+    assert_eq!(line("redis login"), "Ok(Accepted(\"auth\"))", "{detail}");
+    // The echo of the login, read a byte at a time: the marker (or as much
+    // of it as the one-byte reads took before the session finished), and
+    // nothing else.
+    let after = line("after login");
+    assert!(!after.is_empty() && WITHHELD.starts_with(&after), "{detail}");
+    // Moving `max-body` over the echoed secret, a byte at a time, changes
+    // nothing: the host reads `max-body` + LAG and withholds the whole
+    // body whatever the cut.
+    assert!(line("cuts").ends_with(", 1 distinct"), "{detail}");
+    let cut = line("cut");
+    assert!(cut.contains(&withheld_pair) && cut.ends_with(WITHHELD), "{cut}");
+    // A guess is told apart only when it holds a run of the secret.
     let altered: Vec<f64> = r.metrics.iter().map(|m| m.value).collect();
-    assert_eq!(altered, [0.0, 0.0, 1.0], "{:?}", r.metrics);
+    assert_eq!(altered, [0.0, 0.0, 1.0, 1.0], "{:?}", r.metrics);
     // The server got the secret only where the host put it: the
     // `x-steal` and `authorization` headers (the guesses' bodies are the
     // test's own text).
-    let guesses = [&TOKEN[..6], &TOKEN[..TOKEN.len() - 1], TOKEN];
     for received in server.received() {
         if guesses.iter().any(|g| received.body == g.as_bytes()) {
             continue;
@@ -118,6 +143,14 @@ async fn a_plugin_never_reads_a_secret_it_uses() {
             "{received:?}"
         );
     }
+    assert!(
+        server
+            .received()
+            .iter()
+            .any(|r| r.headers.contains(&format!("x-steal: {TOKEN}"))),
+        "the secret reached the echo: {:?}",
+        server.received()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
