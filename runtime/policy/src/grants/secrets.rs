@@ -62,21 +62,33 @@ impl CallGrants {
                 "more than {MAX_EXPANSIONS} values built from secrets in one call"
             )));
         }
+        let mut used = Vec::new();
         let expanded = template.expand(|name| {
             let cell = self.config().secrets.get(name).expect("authorized above");
-            cell.current().map_err(|e| unavailable(name, &cell.source(), &e))
+            let value = cell.current().map_err(|e| unavailable(name, &cell.source(), &e))?;
+            used.push(value.clone());
+            Ok::<_, SecretUseError>(value)
         })?;
         state.expansions += 1;
-        if !expanded.echoes.is_empty() {
-            state.echoes.extend(expanded.echoes);
+        // A value rotated since the probe's scrubber was built is checked
+        // too. (What a `$(base64:...)` encoded needs nothing more: the
+        // views decode base64.)
+        let current = self.config().secrets.values();
+        let stale = used
+            .iter()
+            .filter(|u| !current.iter().any(|c| Arc::ptr_eq(c, u)))
+            .map(|u| Zeroizing::new(u.expose().to_vec()));
+        let before = state.extra.len();
+        state.extra.extend(stale);
+        if state.extra.len() != before {
             state.built = None;
         }
         Ok(Some(expanded.bytes))
     }
 
-    /// What to scrub from every answer handed to the plugin: every form of
-    /// every granted secret and of every value built from them in this
-    /// call; `None` when the probe holds no secret.
+    /// What every answer handed to the plugin is checked against: the
+    /// reflections of every granted secret and of every value built from
+    /// them in this call; `None` when the probe holds no secret.
     pub fn scrubber(&self) -> Option<Arc<Scrubber>> {
         if !self.holds_secrets() {
             return None;
@@ -85,7 +97,7 @@ impl CallGrants {
         if let Some(built) = &state.built {
             return Some(built.clone());
         }
-        if state.echoes.is_empty() {
+        if state.extra.is_empty() {
             // The probe's own, shared by its calls.
             let scrubber = self.config().secrets.scrubber();
             state.built = Some(scrubber.clone());
@@ -96,7 +108,7 @@ impl CallGrants {
             values
                 .iter()
                 .map(|v| v.expose())
-                .chain(state.echoes.iter().map(|e| e.as_slice())),
+                .chain(state.extra.iter().map(|e| e.as_slice())),
         ));
         state.built = Some(scrubber.clone());
         Some(scrubber)
@@ -171,17 +183,18 @@ mod tests {
     }
 
     #[test]
-    fn answers_are_scrubbed_of_secrets_and_what_was_built_from_them() {
+    fn answers_that_reflect_a_secret_or_what_was_built_from_it_are_withheld() {
+        use crate::secrets::scrub::WITHHELD;
         let g = call(&[("pw", "correct-horse-battery")]);
         let scrubber = g.scrubber().unwrap();
-        assert_eq!(scrubber.text("echo: correct-horse-battery"), "echo: [secret]");
+        assert_eq!(scrubber.text("echo: correct-horse-battery"), WITHHELD);
+        assert_eq!(scrubber.text("echo: nothing"), "echo: nothing");
+        // What the call built: the base64 of `user:password`.
         g.expand("Basic $(base64:alice:$(secret:pw))", http("api.acme.test"))
             .unwrap();
         let scrubber = g.scrubber().unwrap();
-        assert_eq!(
-            scrubber.text("Authorization: Basic YWxpY2U6Y29ycmVjdC1ob3JzZS1iYXR0ZXJ5"),
-            "Authorization: Basic [secret]"
-        );
+        let basic = "Authorization: Basic YWxpY2U6Y29ycmVjdC1ob3JzZS1iYXR0ZXJ5";
+        assert_eq!(scrubber.text(basic), WITHHELD);
         assert!(call(&[]).scrubber().is_none());
     }
 
