@@ -44,11 +44,10 @@ pub struct Session {
     /// The host and port the plugin asked for, as checked: where a login
     /// on this session may send a secret (`host::credentials`).
     pub(crate) peer: (String, u16),
-    /// What a peer sent that is not handed to the plugin yet: a tail that
-    /// may be the start of a secret's form, held until what follows shows
-    /// whether it is (`host::tls`, for a probe that holds secrets).
-    pub(crate) held: Vec<u8>,
-    /// What was scrubbed and not handed over yet (more than `max`).
+    /// What a peer sent, as a probe that holds secrets may read it: a
+    /// fixed lag behind, checked for reflections (`host::tls`).
+    pub(crate) scan: sonde_policy::secrets::scrub::Stream,
+    /// What was checked and not handed over yet (more than `max`).
     pub(crate) ready: Vec<u8>,
 }
 

@@ -66,6 +66,11 @@ impl CallGrants {
         let expanded = template.expand(|name| {
             let cell = self.config().secrets.get(name).expect("authorized above");
             let value = cell.current().map_err(|e| unavailable(name, &cell.source(), &e))?;
+            if self.config().secrets.is_burned(&value) {
+                return Err(SecretUseError::Unavailable(format!(
+                    "secret {name:?} is refused to this probe until its value changes: a peer paused in the middle of reflecting it, and part of the reflection reached the plugin"
+                )));
+            }
             used.push(value.clone());
             Ok::<_, SecretUseError>(value)
         })?;
@@ -84,6 +89,17 @@ impl CallGrants {
             state.built = None;
         }
         Ok(Some(expanded.bytes))
+    }
+
+    /// Part of a reflection reached the plugin (a peer paused in the middle
+    /// of it): the probe's secrets are refused to it until their values
+    /// change, so that it cannot be done again, and the operator is told.
+    pub fn secrets_spilled(&self) {
+        self.config().secrets.burn();
+        tracing::error!(
+            secrets = %self.config().secrets.names().collect::<Vec<_>>().join(","),
+            "a peer paused in the middle of reflecting a secret and fewer than 12 of its bytes reached the plugin; the probe may not use these secrets until their values change (rotate them)"
+        );
     }
 
     /// What every answer handed to the plugin is checked against: the
@@ -196,6 +212,18 @@ mod tests {
         let basic = "Authorization: Basic YWxpY2U6Y29ycmVjdC1ob3JzZS1iYXR0ZXJ5";
         assert_eq!(scrubber.text(basic), WITHHELD);
         assert!(call(&[]).scrubber().is_none());
+    }
+
+    #[test]
+    fn a_spilled_secret_is_refused_to_the_probe_from_then_on() {
+        let g = call(&[("pw", "correct-horse-battery")]);
+        assert!(g.expand("$(secret:pw)", http("api.acme.test")).is_ok());
+        g.secrets_spilled();
+        let e = g.expand("$(secret:pw)", http("api.acme.test")).unwrap_err();
+        assert!(
+            matches!(&e, SecretUseError::Unavailable(m) if m.contains("until its value changes")),
+            "{e:?}"
+        );
     }
 
     #[test]

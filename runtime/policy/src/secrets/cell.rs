@@ -288,9 +288,13 @@ pub fn valid_name(name: &str) -> bool {
 #[derive(Clone, Debug, Default)]
 pub struct SecretGrants(Vec<Arc<SecretCell>>, Arc<Mutex<ScrubberCache>>);
 
-/// The scrubber of the values it was built from.
+/// The scrubber of the values it was built from, and the values burned
+/// ([`SecretGrants::burn`]).
 #[derive(Default)]
-struct ScrubberCache(Option<(Vec<Arc<SecretValue>>, Arc<crate::secrets::scrub::Scrubber>)>);
+struct ScrubberCache(
+    Option<(Vec<Arc<SecretValue>>, Arc<crate::secrets::scrub::Scrubber>)>,
+    Vec<Arc<SecretValue>>,
+);
 
 impl fmt::Debug for ScrubberCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -318,6 +322,22 @@ impl SecretGrants {
         let scrubber = Arc::new(crate::secrets::scrub::Scrubber::new(values.iter().map(|v| v.expose())));
         cache.0 = Some((values, scrubber.clone()));
         scrubber
+    }
+
+    /// Refuses the granted secrets' current values to the probe from now
+    /// on, until each changes: part of a reflection of one reached its
+    /// plugin (a peer paused in the middle of it;
+    /// [`crate::secrets::scrub::Passed::spilled`]).
+    pub fn burn(&self) {
+        let values = self.values();
+        let mut cache = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        cache.1 = values;
+    }
+
+    /// Whether `value` was burned ([`SecretGrants::burn`]).
+    pub fn is_burned(&self, value: &Arc<SecretValue>) -> bool {
+        let cache = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        cache.1.iter().any(|b| Arc::ptr_eq(b, value))
     }
 
     /// The current values of the granted secrets that have one.

@@ -19,6 +19,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http_body_util::{BodyExt, Full};
 use probe_grpc::{GrpcError, Request as GrpcRequest, Response as GrpcResponse};
 use sonde_policy::grants::{CallGrants, Use};
+use sonde_policy::secrets::scrub::{Scrubber, WITHHELD, WITHHELD_HEADER};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -228,8 +229,10 @@ async fn exchange(
     bounds.take_socket().map_err(|e| GrpcError::Invalid(e.to_string()))?;
     let dialed = dial(grants, Use::Grpc { host: &host, port }, bounds).await?;
     let connected = Instant::now();
+    let scrubber = grants.scrubber();
+    let scrubber = scrubber.as_deref();
     let (answer, info) = match &tls {
-        None => (unary(dialed.stream, uri, headers, body).await?, None),
+        None => (unary(dialed.stream, uri, headers, body, scrubber).await?, None),
         Some(options) => {
             let (stream, info) = client
                 .connect(dialed.stream, &host, options, ALPN)
@@ -247,7 +250,10 @@ async fn exchange(
                 )));
             }
             let handshake = connected.elapsed();
-            (unary(stream, uri, headers, body).await?, Some((info, handshake)))
+            (
+                unary(stream, uri, headers, body, scrubber).await?,
+                Some((info, handshake)),
+            )
         }
     };
     let secs = |d: Duration| d.as_secs_f64();
@@ -269,7 +275,13 @@ async fn exchange(
 }
 
 /// One unary call over `io`, a fresh connection.
-async fn unary<I>(io: I, uri: http::Uri, headers: HeaderMap, body: Bytes) -> Result<Answer, GrpcError>
+async fn unary<I>(
+    io: I,
+    uri: http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+    scrubber: Option<&Scrubber>,
+) -> Result<Answer, GrpcError>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -295,7 +307,7 @@ where
     let first_byte = Instant::now();
     let (parts, mut incoming) = response.into_parts();
     let mut metadata = Vec::new();
-    keep_metadata(&parts.headers, &mut metadata);
+    keep_metadata(&parts.headers, &mut metadata, scrubber);
 
     let answer = |code, status_message, message, metadata| Answer {
         code,
@@ -314,33 +326,37 @@ where
             metadata,
         ));
     }
-    check_content_type(&parts.headers)?;
+    check_content_type(&parts.headers, scrubber.is_none())?;
     // A trailers-only answer carries the status in the headers.
-    if let Some((code, message)) = status_in(&parts.headers)? {
+    if let Some((code, message)) = status_in(&parts.headers, scrubber)? {
         return Ok(answer(code, message, None, metadata));
     }
     let (buf, trailers) = read_response(&mut incoming).await?;
     let Some(trailers) = trailers else {
         return Err(GrpcError::Protocol("the response ended without trailers".into()));
     };
-    keep_metadata(&trailers, &mut metadata);
-    let Some((code, status_message)) = status_in(&trailers)? else {
+    keep_metadata(&trailers, &mut metadata, scrubber);
+    let Some((code, status_message)) = status_in(&trailers, scrubber)? else {
         return Err(GrpcError::Protocol("no grpc-status in the trailers".into()));
     };
     Ok(answer(code, status_message, decode_message(buf)?, metadata))
 }
 
-/// Refuses a response whose content-type is not gRPC's.
-fn check_content_type(headers: &HeaderMap) -> Result<(), GrpcError> {
+/// Refuses a response whose content-type is not gRPC's; the error quotes
+/// it only when `quote` (never to a probe that holds secrets: a peer's
+/// bytes reach such a plugin only through the scrubber).
+fn check_content_type(headers: &HeaderMap, quote: bool) -> Result<(), GrpcError> {
     let content_type = headers
         .get(http::header::CONTENT_TYPE)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     if !content_type.as_deref().is_some_and(|t| {
         t == "application/grpc" || t.starts_with("application/grpc+") || t.starts_with("application/grpc;")
     }) {
-        return Err(GrpcError::Protocol(format!(
-            "content-type {content_type:?} is not gRPC"
-        )));
+        return Err(GrpcError::Protocol(if quote {
+            format!("content-type {content_type:?} is not gRPC")
+        } else {
+            "the content-type is not gRPC".into()
+        }));
     }
     Ok(())
 }
@@ -405,8 +421,10 @@ fn decode_message(mut buf: BytesMut) -> Result<Option<Vec<u8>>, GrpcError> {
 }
 
 /// `grpc-status` and the decoded `grpc-message` of a header block, if it
-/// has a status.
-fn status_in(headers: &HeaderMap) -> Result<Option<(u32, String)>, GrpcError> {
+/// has a status; for a probe that holds secrets, a message that reflects
+/// one (checked on its raw bytes) is withheld, and a bad status is not
+/// quoted.
+fn status_in(headers: &HeaderMap, scrubber: Option<&Scrubber>) -> Result<Option<(u32, String)>, GrpcError> {
     let Some(status) = headers.get("grpc-status") else {
         return Ok(None);
     };
@@ -414,19 +432,34 @@ fn status_in(headers: &HeaderMap) -> Result<Option<(u32, String)>, GrpcError> {
         .to_str()
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
-        .ok_or_else(|| GrpcError::Protocol(format!("grpc-status {status:?} is not a number")))?;
+        .ok_or_else(|| {
+            GrpcError::Protocol(match scrubber {
+                None => format!("grpc-status {status:?} is not a number"),
+                Some(_) => "the grpc-status is not a number".into(),
+            })
+        })?;
     let message = headers
         .get("grpc-message")
-        .map(|m| percent_decode(m.as_bytes()))
+        .map(|m| match scrubber {
+            Some(s) if s.reflects(m.as_bytes()) => WITHHELD.to_string(),
+            _ => percent_decode(m.as_bytes()),
+        })
         .unwrap_or_default();
     Ok(Some((code, message)))
 }
 
 /// Keeps the headers a plugin may read: not the status, which it gets on
-/// its own, and not the transport's.
-fn keep_metadata(headers: &HeaderMap, into: &mut Vec<(String, String)>) {
+/// its own, and not the transport's. For a probe that holds secrets, a
+/// field whose name or value (its raw bytes) reflects one is withheld.
+fn keep_metadata(headers: &HeaderMap, into: &mut Vec<(String, String)>, scrubber: Option<&Scrubber>) {
     for (name, value) in headers {
         if matches!(name.as_str(), "grpc-status" | "grpc-message" | "content-type") {
+            continue;
+        }
+        if let Some(s) = scrubber
+            && s.reflects_field(name.as_str().as_bytes(), value.as_bytes())
+        {
+            into.push((WITHHELD_HEADER.to_string(), WITHHELD.to_string()));
             continue;
         }
         into.push((

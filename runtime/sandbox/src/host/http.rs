@@ -6,12 +6,14 @@
 use super::bounds::CallBounds;
 use super::dial::dial;
 use super::pool::{Conn, Pool, PoolKey};
+use super::reflections;
 use super::tls_client::{TlsClient, TlsError, TlsInfo, TlsOptions};
 use crate::bindings::sonde::probe::http as probe_http;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Body as _;
 use probe_http::{HttpError, Request as ProbeRequest, Response as ProbeResponse, Timings};
 use sonde_policy::grants::{CallGrants, SecretUseError, Use};
+use sonde_policy::secrets::scrub::{LAG, Scrubber, WITHHELD, WITHHELD_HEADER};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -186,9 +188,13 @@ fn build_request(
             }
         }
     }
-    builder
+    let mut request = builder
         .body(Full::new(bytes::Bytes::from(req.body.clone())))
-        .map_err(|e| HttpError::Invalid(e.to_string()))
+        .map_err(|e| HttpError::Invalid(e.to_string()))?;
+    if grants.holds_secrets() {
+        reflections::ask_identity(request.headers_mut());
+    }
+    Ok(request)
 }
 
 /// A refused use of a secret, as the `http-error` a plugin gets.
@@ -199,22 +205,20 @@ fn secret_error(e: SecretUseError) -> HttpError {
     }
 }
 
-/// `response` scrubbed of the call's secrets (a probe that holds none
-/// gets it as it is). A body cut at `max-body` loses a tail that may be the
-/// start of a secret, so that moving the cut cannot reveal one byte by
-/// byte.
-fn scrubbed(grants: &CallGrants, mut response: ProbeResponse, cut: bool) -> ProbeResponse {
-    if let Some(s) = grants.scrubber() {
-        for (_, value) in &mut response.headers {
-            s.string(value);
-        }
-        if cut {
-            let keep = s.partial_tail(&response.body);
-            response.body.truncate(response.body.len() - keep);
-        }
-        s.vec(&mut response.body);
+/// What the plugin gets of a body read to `read.len()` bytes (at most
+/// `max`, plus [`LAG`] past it for a probe that holds secrets, so that a
+/// reflection across the cut is seen whole): the first `max` bytes, or
+/// [`WITHHELD`] when the bytes read reflect a secret or are coded
+/// (`Content-Encoding`) so that they cannot be searched. Whether it is
+/// withheld does not depend on where a partial match would end.
+fn body_for_plugin(scrubber: Option<&Scrubber>, mut read: Vec<u8>, max: usize, coded: bool) -> Vec<u8> {
+    if let Some(s) = scrubber
+        && (coded || s.reflects(&read))
+    {
+        return WITHHELD.as_bytes().to_vec();
     }
-    response
+    read.truncate(max);
+    read
 }
 
 async fn exchange(
@@ -278,12 +282,16 @@ async fn exchange(
     };
     let first_byte = start.elapsed();
     let status = response.status().as_u16();
-    let headers = kept_headers(response.headers(), keep);
+    let scrubber = grants.scrubber();
+    let headers = kept_headers(response.headers(), keep, scrubber.as_deref());
+    let coded = reflections::coded(response.headers());
     let seen = ResponseSeen::of(&req.method, &response, target.tls.is_some());
     let max = (req.max_body as usize).min(MAX_BODY_BYTES);
+    let read_to = if scrubber.is_some() { max + LAG } else { max };
     // Only a connection whose response was read to its end can serve the
     // next request; any other is dropped, which resets it.
-    let (body, ended) = read_body(response.into_body(), max).await?;
+    let (read, ended) = read_body(response.into_body(), read_to).await?;
+    let body = body_for_plugin(scrubber.as_deref(), read, max, coded);
     let setup = phases.dns + phases.connect + phases.tls;
     let processing = first_byte.saturating_sub(setup);
     bounds.observe(|o| seen.record(o, processing, start.elapsed().saturating_sub(first_byte), body.len()));
@@ -308,9 +316,7 @@ async fn exchange(
         tls,
         reused,
     };
-    // A body that filled `max-body` may have been cut there.
-    let cut = response.body.len() >= max;
-    Ok(scrubbed(grants, response, cut))
+    Ok(response)
 }
 
 /// What a run's observations keep of one response, read from its head.
@@ -396,16 +402,27 @@ async fn checkout(view: &HttpView<'_>, key: &PoolKey, target: &Target) -> Option
     pooled
 }
 
-/// The response headers the plugin asked to keep (`keep`), as text.
-fn kept_headers(headers: &hyper::HeaderMap, keep: Option<&[String]>) -> Vec<(String, String)> {
+/// The response headers the plugin asked to keep (`keep`), as text; for
+/// a probe that holds secrets, a field whose name or value (its bytes,
+/// before any conversion to text) reflects one is withheld whole.
+fn kept_headers(
+    headers: &hyper::HeaderMap,
+    keep: Option<&[String]>,
+    scrubber: Option<&Scrubber>,
+) -> Vec<(String, String)> {
     headers
         .iter()
-        .filter(|(n, _)| kept(keep, n.as_str()))
-        .map(|(n, v)| {
-            (
-                n.as_str().to_string(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
+        .filter_map(|(n, v)| match scrubber {
+            // Asked for by its own name or as the marker's.
+            Some(s) if s.reflects_field(n.as_str().as_bytes(), v.as_bytes()) => (kept(keep, n.as_str())
+                || kept(keep, WITHHELD_HEADER))
+            .then(|| (WITHHELD_HEADER.to_string(), WITHHELD.to_string())),
+            _ => kept(keep, n.as_str()).then(|| {
+                (
+                    n.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            }),
         })
         .collect()
 }

@@ -55,6 +55,7 @@ pub mod icmp;
 pub mod log;
 pub(crate) mod outgoing_handler;
 pub mod pool;
+pub(crate) mod reflections;
 pub mod sockets;
 mod spawn;
 pub mod tcp;

@@ -17,13 +17,15 @@
 use super::Shared;
 use super::bounds::CallBounds;
 use super::dial::dial;
+use super::reflections;
 use super::tls_client::{TlsError, TlsOptions};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use sonde_policy::grants::{CallGrants, SecretUseError, Use};
-use sonde_policy::secrets::scrub::Scrubber;
+use sonde_policy::secrets::scrub::{Passed, Scrubber, Stream, WITHHELD};
 use sonde_policy::secrets::template::has_handle;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -72,6 +74,9 @@ impl WasiHttpHooks for Hooks {
         }
         if let Err(e) = expand_headers(&self.grants, request.headers_mut(), Use::Http { host: &host, port }) {
             return Box::new(async { Err(e) });
+        }
+        if self.grants.holds_secrets() {
+            reflections::ask_identity(request.headers_mut());
         }
         if self.bounds.take_socket().is_err() {
             return Box::new(async { Err(Error::ConnectionLimitReached) });
@@ -142,7 +147,7 @@ fn tls_error(e: TlsError) -> Error {
 /// `https://`, and sends `request` over HTTP/1.1; returns the response and
 /// the future that drives the connection until the body is read.
 async fn send(
-    grants: &CallGrants,
+    grants: &Arc<CallGrants>,
     bounds: &CallBounds,
     shared: &Shared,
     mut request: http::Request<WasiBody>,
@@ -216,26 +221,29 @@ async fn send(
         })
     };
     let scrub = grants.scrubber();
+    let coded = reflections::coded(response.headers());
     let mut response = response.map(|body| IdleTimeoutBody {
         inner: body,
         idle: between_bytes,
         timer: Box::pin(tokio::time::sleep(between_bytes)),
-        scrub: scrub.clone().map(|s| Scrubbing {
-            scrubber: s,
-            held: Vec::new(),
-            trailers: None,
-            ended: false,
+        scrub: scrub.clone().map(|scrubber| Scrubbing {
+            scrubber,
+            grants: grants.clone(),
+            stream: Stream::default(),
+            queue: VecDeque::new(),
+            coded,
+            done: false,
         }),
     });
     if let Some(s) = &scrub {
-        scrub_headers(s, response.headers_mut());
+        reflections::withhold_fields(s, response.headers_mut());
     }
     Ok((response, io))
 }
 
 /// A response body that fails when no frame comes for `idle` (the
-/// request's `between-bytes-timeout`), scrubbed of the call's secrets for a
-/// probe that holds any.
+/// request's `between-bytes-timeout`), checked for reflections of the
+/// call's secrets for a probe that holds any.
 struct IdleTimeoutBody {
     inner: Incoming,
     idle: Duration,
@@ -243,54 +251,60 @@ struct IdleTimeoutBody {
     scrub: Option<Scrubbing>,
 }
 
-/// The scrubbing of a streamed body: a tail that may be the start of a
-/// secret's form is held until the next frame shows whether it is.
+/// A streamed body as a probe that holds secrets may read it
+/// ([`Stream`]): [`sonde_policy::secrets::scrub::LAG`] bytes behind the
+/// peer, whole at its end; on a reflection, the marker, then the end. A
+/// coded body (gzip...) is the marker alone.
 struct Scrubbing {
     scrubber: Arc<Scrubber>,
-    held: Vec<u8>,
-    /// Trailers that came while data was held: sent after it.
-    trailers: Option<http::HeaderMap>,
-    ended: bool,
+    grants: Arc<CallGrants>,
+    stream: Stream,
+    /// Frames to hand on before reading more.
+    queue: VecDeque<Frame<Bytes>>,
+    coded: bool,
+    /// Nothing more comes from the peer.
+    done: bool,
 }
 
 impl Scrubbing {
-    /// The frame to hand on for `frame` from the peer.
-    fn frame(&mut self, frame: Frame<Bytes>) -> Frame<Bytes> {
+    /// Takes `frame` from the peer.
+    fn frame(&mut self, frame: Frame<Bytes>) {
         match frame.into_data() {
             Ok(data) => {
-                let mut all = std::mem::take(&mut self.held);
-                all.extend_from_slice(&data);
-                let keep = self.scrubber.partial_tail(&all);
-                self.held = all.split_off(all.len() - keep);
-                Frame::data(Bytes::from(self.scrubber.bytes(&all).into_owned()))
+                let passed = self.stream.push(&self.scrubber, &data);
+                self.passed(passed);
             }
             Err(frame) => match frame.into_trailers() {
                 Ok(mut trailers) => {
-                    scrub_headers(&self.scrubber, &mut trailers);
-                    if self.held.is_empty() {
-                        Frame::trailers(trailers)
-                    } else {
-                        self.trailers = Some(trailers);
-                        self.flush()
+                    self.end();
+                    if !self.stream.is_withheld() {
+                        reflections::withhold_fields(&self.scrubber, &mut trailers);
+                        self.queue.push_back(Frame::trailers(trailers));
                     }
                 }
-                Err(other) => other,
+                Err(other) => self.queue.push_back(other),
             },
         }
     }
 
-    /// What was held, scrubbed, as a data frame.
-    fn flush(&mut self) -> Frame<Bytes> {
-        let held = std::mem::take(&mut self.held);
-        Frame::data(Bytes::from(self.scrubber.bytes(&held).into_owned()))
+    /// The peer's body ended: what was held comes now.
+    fn end(&mut self) {
+        let passed = self.stream.release();
+        self.passed(passed);
+        self.done = true;
     }
-}
 
-/// Scrubs the values of `headers`.
-fn scrub_headers(s: &Scrubber, headers: &mut http::HeaderMap) {
-    for value in headers.values_mut() {
-        if let std::borrow::Cow::Owned(clean) = s.bytes(value.as_bytes()) {
-            *value = http::HeaderValue::from_bytes(&clean).unwrap_or(http::HeaderValue::from_static("[secret]"));
+    fn passed(&mut self, passed: Passed) {
+        if !passed.data.is_empty() {
+            self.queue.push_back(Frame::data(Bytes::from(passed.data)));
+        }
+        if passed.withheld {
+            self.queue
+                .push_back(Frame::data(Bytes::from_static(WITHHELD.as_bytes())));
+            self.done = true;
+            if passed.spilled {
+                self.grants.secrets_spilled();
+            }
         }
     }
 }
@@ -301,48 +315,59 @@ impl Body for IdleTimeoutBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
         let this = self.get_mut();
-        if let Some(s) = &mut this.scrub {
-            if let Some(trailers) = s.trailers.take() {
-                return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
-            }
-            if s.ended {
-                return Poll::Ready(None);
-            }
-        }
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                let next = tokio::time::Instant::now() + this.idle;
-                this.timer.as_mut().reset(next);
-                match &mut this.scrub {
-                    Some(s) => Poll::Ready(Some(Ok(s.frame(frame)))),
-                    None => Poll::Ready(Some(Ok(frame))),
+        loop {
+            if let Some(s) = &mut this.scrub {
+                if let Some(frame) = s.queue.pop_front() {
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                if s.done {
+                    return Poll::Ready(None);
+                }
+                if s.coded {
+                    s.done = true;
+                    s.queue.push_back(Frame::data(Bytes::from_static(WITHHELD.as_bytes())));
+                    continue;
                 }
             }
-            Poll::Ready(None) if this.scrub.as_ref().is_some_and(|s| !s.held.is_empty()) => {
-                let s = this.scrub.as_mut().expect("checked");
-                s.ended = true;
-                Poll::Ready(Some(Ok(s.flush())))
-            }
-            Poll::Ready(Some(Err(e))) if e.is_timeout() => Poll::Ready(Some(Err(Error::HttpResponseTimeout))),
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Error::from(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => match this.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Error::ConnectionReadTimeout))),
-                Poll::Pending => Poll::Pending,
-            },
+            return match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    let next = tokio::time::Instant::now() + this.idle;
+                    this.timer.as_mut().reset(next);
+                    match &mut this.scrub {
+                        Some(s) => {
+                            s.frame(frame);
+                            continue;
+                        }
+                        None => Poll::Ready(Some(Ok(frame))),
+                    }
+                }
+                Poll::Ready(None) => match &mut this.scrub {
+                    Some(s) => {
+                        s.end();
+                        continue;
+                    }
+                    None => Poll::Ready(None),
+                },
+                Poll::Ready(Some(Err(e))) if e.is_timeout() => Poll::Ready(Some(Err(Error::HttpResponseTimeout))),
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Error::from(e)))),
+                Poll::Pending => match this.timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(Error::ConnectionReadTimeout))),
+                    Poll::Pending => Poll::Pending,
+                },
+            };
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.scrub {
-            Some(s) => s.ended || (self.inner.is_end_stream() && s.held.is_empty() && s.trailers.is_none()),
+            Some(s) => s.done && s.queue.is_empty(),
             None => self.inner.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.scrub {
-            // Scrubbing changes the length.
+            // What is handed on is not what was sent.
             Some(_) => SizeHint::default(),
             None => self.inner.size_hint(),
         }

@@ -22,7 +22,7 @@ use crate::bindings::sonde::probe::tls as probe_tls;
 use crate::bindings::{Session, SessionStream};
 use probe_tls::{HandshakeResult, Info, Options, Timings, TlsError as WitError};
 use sonde_policy::grants::{CallGrants, Use};
-use sonde_policy::secrets::scrub::Scrubber;
+use sonde_policy::secrets::scrub::{QUIET, Scrubber, Stream, WITHHELD};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -128,7 +128,7 @@ impl TlsView<'_> {
         let session = self.table.push(Session {
             stream,
             peer,
-            held: Vec::new(),
+            scan: Stream::default(),
             ready: Vec::new(),
         })?;
         self.ctx.sessions += 1;
@@ -285,13 +285,16 @@ impl probe_tls::Host for TlsView<'_> {
     }
 }
 
-/// `receive` for a probe that holds secrets: what the peer sent, scrubbed
-/// ([`Scrubber`]). A tail that may be the start of a secret's form is held
-/// until more arrives, the peer closes or the wait ends, so a secret split
-/// across reads is still found whole.
+/// `receive` for a probe that holds secrets: what the peer sent, checked
+/// for reflections ([`Stream`]). It is handed on a fixed lag behind the
+/// peer; the bytes held are handed on once the peer has been quiet for
+/// [`QUIET`], has closed, or the wait ends. On a reflection the plugin gets
+/// what came before it, then [`WITHHELD`], and the session is finished:
+/// every later `receive` returns nothing, as if the peer had closed.
 async fn receive_scrubbed(
     session: &mut Session,
     scrubber: &Scrubber,
+    grants: &CallGrants,
     max: usize,
     timeout: Duration,
 ) -> Result<Vec<u8>, WitError> {
@@ -301,29 +304,36 @@ async fn receive_scrubbed(
             let n = max.min(session.ready.len());
             return Ok(session.ready.drain(..n).collect());
         }
-        let mut buf = vec![0; MAX_RECEIVE_BYTES];
-        let release = match tokio::time::timeout_at(until, session.stream.receive(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => {
-                let mut data = std::mem::take(&mut session.held);
-                data.extend_from_slice(&buf[..n]);
-                let keep = scrubber.partial_tail(&data);
-                session.held = data.split_off(data.len() - keep);
-                session.ready = scrubber.bytes(&data).into_owned();
-                continue;
-            }
-            Ok(Ok(_)) => Ok(Vec::new()),
-            Ok(Err(e)) => Err(WitError::Connect(format!("receive: {e}"))),
-            Err(_) => Err(WitError::Timeout(format!(
-                "nothing received within {}ms",
-                timeout.as_millis()
-            ))),
-        };
-        // Nothing more is coming now: what was held is no secret's start.
-        if session.held.is_empty() {
-            return release;
+        if session.scan.is_withheld() {
+            return Ok(Vec::new());
         }
-        let held = std::mem::take(&mut session.held);
-        session.ready = scrubber.bytes(&held).into_owned();
+        let holding = session.scan.holds();
+        let wait = if holding {
+            until.min(tokio::time::Instant::now() + QUIET)
+        } else {
+            until
+        };
+        let mut buf = vec![0; MAX_RECEIVE_BYTES];
+        let passed = match tokio::time::timeout_at(wait, session.stream.receive(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => session.scan.push(scrubber, &buf[..n]),
+            Ok(Ok(_)) if holding => session.scan.release(),
+            Ok(Ok(_)) => return Ok(Vec::new()),
+            Ok(Err(_)) | Err(_) if holding => session.scan.release(),
+            Ok(Err(e)) => return Err(WitError::Connect(format!("receive: {e}"))),
+            Err(_) => {
+                return Err(WitError::Timeout(format!(
+                    "nothing received within {}ms",
+                    timeout.as_millis()
+                )));
+            }
+        };
+        session.ready.extend_from_slice(&passed.data);
+        if passed.withheld {
+            session.ready.extend_from_slice(WITHHELD.as_bytes());
+        }
+        if passed.spilled {
+            grants.secrets_spilled();
+        }
     }
 }
 
@@ -348,7 +358,7 @@ impl probe_tls::HostSession for TlsView<'_> {
         let max = (max as usize).clamp(1, MAX_RECEIVE_BYTES);
         let timeout = Duration::from_millis(timeout_ms);
         if let Some(scrubber) = scrubber {
-            return Ok(receive_scrubbed(session, &scrubber, max, timeout).await);
+            return Ok(receive_scrubbed(session, &scrubber, self.grants, max, timeout).await);
         }
         let mut buf = vec![0; max];
         // The call's deadline also ends a wait longer than the call.

@@ -100,13 +100,16 @@ impl UdpView<'_> {
             .await
             .map_err(|e| WitError::Connect(format!("receive: {}", reason(&e))))?;
         let round_trip = sent_at.elapsed();
-        if n > max {
-            return Err(WitError::Oversized(u32::try_from(n).unwrap_or(u32::MAX)));
-        }
         buf.truncate(n);
-        if let Some(s) = self.grants.scrubber() {
-            s.vec(&mut buf);
+        // A reflecting datagram is withheld whole, before its length is
+        // told (as `oversized`).
+        if let Some(s) = self.grants.scrubber()
+            && s.reflects(&buf)
+        {
+            buf = sonde_policy::secrets::scrub::WITHHELD.as_bytes().to_vec();
             buf.truncate(max);
+        } else if n > max {
+            return Err(WitError::Oversized(u32::try_from(n).unwrap_or(u32::MAX)));
         }
         Ok(Reply {
             data: buf,

@@ -37,12 +37,22 @@ pub(super) struct Secret {
 }
 
 impl Secret {
-    /// `text` (a server's words) scrubbed of every form of the call's
-    /// secrets.
+    /// `text` (the host's words about a server's answer), withheld whole
+    /// when it reflects one of the call's secrets.
     pub(super) fn scrub(&self, text: String) -> String {
         match &self.scrubber {
             Some(s) => s.text(&text).into_owned(),
             None => text,
+        }
+    }
+
+    /// A server's refusal as the plugin reads it: `words` of its `raw`
+    /// bytes, or [`sonde_policy::secrets::scrub::WITHHELD`] when those
+    /// bytes (checked before any conversion to text) reflect a secret.
+    pub(super) fn refusal(&self, raw: &[u8], words: impl FnOnce(&[u8]) -> String) -> String {
+        match &self.scrubber {
+            Some(s) if s.reflects(raw) => sonde_policy::secrets::scrub::WITHHELD.to_string(),
+            _ => words(raw),
         }
     }
 }
@@ -97,7 +107,7 @@ pub(super) async fn redis(
 /// Checks that `session` is where a login starts, and expands `password`
 /// toward its peer.
 fn prepare(session: &Session, grants: &CallGrants, password: &str, what: &str) -> Result<Secret, WitError> {
-    if !session.ready.is_empty() || !session.held.is_empty() {
+    if !session.ready.is_empty() || session.scan.holds() || session.scan.is_withheld() {
         return Err(WitError::Invalid(format!(
             "{what}: the session holds data the plugin has not read; log in right after connecting (and, for PostgreSQL, sending the StartupMessage)"
         )));

@@ -143,7 +143,7 @@ pub(super) async fn login(
     for _ in 0..MAX_MESSAGES {
         let msg = receive(stream).await?;
         match msg.tag {
-            b'E' => return Ok(Login::Refused(secret.scrub(server_error(&msg.body)))),
+            b'E' => return Ok(Login::Refused(secret.refusal(&msg.body, server_error))),
             // A NoticeResponse may come at any time.
             b'N' => continue,
             b'R' => {}

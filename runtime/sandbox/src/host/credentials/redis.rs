@@ -59,7 +59,7 @@ pub(super) fn judge(line: &[u8], secret: &Secret) -> Result<Login, WitError> {
     match line.split_first() {
         Some((b'+', b"OK")) => Ok(Login::Accepted("auth".into())),
         Some((b'-', error)) => Ok(Login::Refused(
-            secret.scrub(String::from_utf8_lossy(error).into_owned()),
+            secret.refusal(error, |e| String::from_utf8_lossy(e).into_owned()),
         )),
         Some((b'+' | b':' | b'$' | b'*', _)) => Err(protocol_error("an unexpected reply to AUTH")),
         _ => Err(protocol_error("not a RESP reply (is this a Redis server?)")),
@@ -112,7 +112,11 @@ mod tests {
         let Ok(Login::Refused(m)) = judge(b"-ERR bad password correct-horse-battery", &s) else {
             panic!("not refused");
         };
-        assert_eq!(m, "ERR bad password [secret]");
+        assert_eq!(m, sonde_policy::secrets::scrub::WITHHELD);
+        let Ok(Login::Refused(m)) = judge(b"-WRONGPASS invalid username-password pair", &s) else {
+            panic!("not refused");
+        };
+        assert_eq!(m, "WRONGPASS invalid username-password pair");
         assert!(matches!(judge(b"+QUEUED", &s), Err(WitError::Handshake(_))));
         assert!(matches!(judge(b"HTTP/1.1 400", &s), Err(WitError::Handshake(m)) if m.contains("not a RESP")));
         assert!(matches!(judge(b"", &s), Err(WitError::Handshake(_))));
