@@ -143,6 +143,23 @@ impl Encoding {
         matches!(self, Encoding::Gzip | Encoding::Deflate)
     }
 
+    /// Whether it writes base64 or hex: text whose bytes are not the
+    /// bytes it encodes, one for one.
+    pub fn is_binary(self) -> bool {
+        matches!(
+            self,
+            Encoding::Base64
+                | Encoding::Base64NoPad
+                | Encoding::Base64Url
+                | Encoding::Base64UrlNoPad
+                | Encoding::Base64Basic
+                | Encoding::Base64Offset1
+                | Encoding::HexLower
+                | Encoding::HexUpper
+                | Encoding::HexShifted
+        )
+    }
+
     /// Whether what it writes of `data` keeps every byte (a reader can get
     /// them back, up to ASCII case for [`Encoding::Upper`] and
     /// [`Encoding::Lower`]): all but [`Encoding::JsonGo`] on invalid UTF-8.
