@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { inspect } from 'node:util';
 
 import { Outcome, NetError, ProbeError, probe, config, credentials, net, tcp, tls } from '../src/index.js';
-import { FakeHost, FakeSession, run, secretNames, tlsInfo } from '../src/testing.js';
+import { FakeHost, FakeSession, Plugin, run, secretNames, tlsInfo } from '../src/testing.js';
 
 const { ClientCert, Login, LoginError } = credentials;
 const decoder = new TextDecoder();
@@ -222,4 +222,9 @@ test('client certificates are registered toward granted peers', () => {
   assert.throws(() => run(elsewhere, { target: 'example:443', host: new FakeHost({ secrets: ['crt', 'key'] }) }), (e) => e.kind === 'denied');
   const allowNet = ['10.0.0.1:443', ...[1, 2, 3, 4].map((p) => `10.0.0.2:${p}`)];
   assert.throws(() => run(elsewhere, { target: 'example:443', host: new FakeHost({ secrets: ['crt', 'key'], allowNet }) }), /at most 4/);
+});
+
+test('the real thing is given secrets as sonde check takes them', () => {
+  const check = Plugin.fromFile('p.wasm').check('127.0.0.1:6379').config({ password: '$(secret:pw)' }).secret('pw', '/run/pw');
+  assert.deepEqual(check.argv().slice(-4), ['--secret', 'pw=/run/pw', '--output', 'json']);
 });

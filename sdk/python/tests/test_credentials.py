@@ -10,7 +10,7 @@ from typing import Optional
 import sonde_sdk as sonde
 from sonde_sdk import NetError, Outcome, ProbeError, credentials, tcp, tls
 from sonde_sdk.credentials import Accepted, ClientCert, LoginError, Refused
-from sonde_sdk.testing import FakeHost, FakeSession, run, secret_names, tls_info
+from sonde_sdk.testing import FakeHost, FakeSession, Plugin, run, secret_names, tls_info
 
 
 @dataclass
@@ -230,6 +230,11 @@ class FakeHostTest(unittest.TestCase):
         self.assertEqual(e.exception.kind, "denied")
         with self.assertRaisesRegex(ProbeError, "at most 4"):
             run(elsewhere, "example:443", host=FakeHost(secrets=["crt", "key"], allow_net=["10.0.0.1:443"] + [f"10.0.0.2:{p}" for p in range(1, 5)]))
+
+
+    def test_the_real_thing_is_given_secrets_as_sonde_check_takes_them(self):
+        check = Plugin.from_file("p.wasm").check("127.0.0.1:6379").config({"password": "$(secret:pw)"}).secret("pw", "/run/pw")
+        self.assertEqual(check.args[-2:], ["--secret", "pw=/run/pw"])
 
 
 if __name__ == "__main__":
