@@ -5,8 +5,8 @@
 // secret's bytes (and `$(base64:...)` for the base64 of what it encloses).
 // The plugin passes such text to the host, which expands it only toward the
 // probe's target and its `net` grants and puts the bytes on the wire
-// itself; the plugin never holds them, and what a peer answers reaches it
-// scrubbed of every form of them.
+// itself; the plugin never holds them, and what a peer answers that
+// reflects one reaches it as `[withheld: the peer reflected a secret]`.
 //
 // - postgresLogin and redisLogin log in on a Session the plugin opened with
 //   tcp.connect (or tls.connect);
@@ -53,7 +53,7 @@ export class Login {
       /** `trust`, `password`, `md5` or `scram-sha-256` (PostgreSQL), `auth` (Redis). */
       this.method = text;
     } else {
-      /** The server's error (PostgreSQL: `SEVERITY CODE: message (detail)`; Redis: the error reply without its `-`), scrubbed of the secrets. */
+      /** The server's error (PostgreSQL: `SEVERITY CODE: message (detail)`; Redis: the error reply without its `-`), withheld whole when it reflects a secret. */
       this.error = text;
     }
     Object.freeze(this);

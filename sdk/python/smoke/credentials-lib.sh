@@ -153,7 +153,7 @@ run_credentials() {
   local r="127.0.0.1:$redis_port" p="127.0.0.1:$pg_port" m="127.0.0.1:$mtls_port" s="$work/secrets"
 
   echo "== redis_login ($(redis-server --version | awk '{print $3}'))"
-  cred 0 'PONG after AUTH (auth); requirepass reads \[secret\]' "$r" '{"mode": "redis", "password": "$(secret:pw)"}' --secret "pw=$s/pw"
+  cred 0 'PONG after AUTH (auth); requirepass reads \[withheld: the peer reflected a secret\]' "$r" '{"mode": "redis", "password": "$(secret:pw)"}' --secret "pw=$s/pw"
   cred 0 'PONG after AUTH (auth)' "$r" '{"mode": "redis", "username": "probe", "password": "$(secret:pw)"}' --secret "pw=$s/pw"
   cred 2 'AUTH refused: WRONGPASS' "$r" '{"mode": "redis", "password": "$(secret:pw)"}' --secret "pw=$s/wrong"
   cred 2 'AUTH refused: WRONGPASS' "$r" '{"mode": "redis", "username": "probe", "password": "$(secret:pw)"}' --secret "pw=$s/wrong"

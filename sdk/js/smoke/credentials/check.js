@@ -23,12 +23,19 @@ function redis(req, c, host, port) {
   try {
     const login = credentials.redisLogin(session, c.username, c.password, req.remaining());
     if (!login.accepted) return Outcome.failure(`AUTH refused: ${login.error}`);
-    // The reply to CONFIG GET holds the password: the host scrubs it.
-    session.send('PING\r\nCONFIG GET requirepass\r\n');
-    const { data, error } = session.readUntil(4096, (b) => decoder.decode(b).split('\r\n').length > 6);
-    const lines = decoder.decode(data).split('\r\n');
-    if (lines[0] !== '+PONG') return Outcome.failure(`PING: ${JSON.stringify(lines[0])} ${error?.describe() ?? ''}`);
-    return Outcome.success(`PONG after AUTH (${login.method}); requirepass reads ${lines[5]}`);
+    session.send('PING\r\n');
+    const pong = session.readUntil(64, (b) => decoder.decode(b).endsWith('\r\n'));
+    const first = decoder.decode(pong.data).split('\r\n')[0];
+    if (first !== '+PONG') return Outcome.failure(`PING: ${JSON.stringify(first)} ${pong.error?.describe() ?? ''}`);
+    // The reply to CONFIG GET holds the password: the host withholds it.
+    session.send('CONFIG GET requirepass\r\n');
+    const { data } = session.readUntil(4096, (b) => {
+      const text = decoder.decode(b);
+      return text.startsWith('[') || text.split('\r\n').length > 5;
+    });
+    const text = decoder.decode(data);
+    const stored = text.startsWith('[') ? text : text.split('\r\n')[4];
+    return Outcome.success(`PONG after AUTH (${login.method}); requirepass reads ${stored}`);
   } finally {
     session.close();
   }

@@ -28,12 +28,14 @@ def redis(req, config: Config, host: str, port: int) -> Outcome:
         login = credentials.redis_login(session, config.username, config.password or "", req.remaining())
         if not login.accepted:
             return Outcome.failure(f"AUTH refused: {login.error}")
-        # The reply to CONFIG GET holds the password: the host scrubs it.
-        session.send(b"PING\r\nCONFIG GET requirepass\r\n")
-        data, error = session.read_until(4096, lambda b: b.count(b"\r\n") >= 6)
-    if not data.startswith(b"+PONG\r\n"):
-        return Outcome.failure(f"PING: {data[:60]!r} {error.describe() if error else ''}")
-    stored = data.split(b"\r\n")[5].decode(errors="replace")
+        session.send(b"PING\r\n")
+        data, error = session.read_until(64, lambda b: b.endswith(b"\r\n"))
+        if not data.startswith(b"+PONG\r\n"):
+            return Outcome.failure(f"PING: {data[:60]!r} {error.describe() if error else ''}")
+        # The reply to CONFIG GET holds the password: the host withholds it.
+        session.send(b"CONFIG GET requirepass\r\n")
+        data, error = session.read_until(4096, lambda b: b.startswith(b"[") or b.count(b"\r\n") >= 5)
+    stored = data.decode(errors="replace") if data.startswith(b"[") else data.split(b"\r\n")[4].decode(errors="replace")
     return Outcome.success(f"PONG after AUTH ({login.method}); requirepass reads {stored}")
 
 

@@ -5,8 +5,8 @@ config names them by *handle*: `$(secret:NAME)` in a text stands for the
 secret's bytes (and `$(base64:...)` for the base64 of what it encloses).
 The plugin passes such text to the host, which expands it only toward the
 probe's target and its `net` grants and puts the bytes on the wire itself;
-the plugin never holds them, and what a peer answers reaches it scrubbed
-of every form of them.
+the plugin never holds them, and what a peer answers that reflects one
+reaches it as `[withheld: the peer reflected a secret]`.
 
 - `postgres_login` and `redis_login` log in on a `Session` the plugin
   opened with `tcp.connect` (or `tls.connect`);
@@ -76,7 +76,7 @@ class Refused(Login):
 
     error: str
     """Its error (PostgreSQL: `SEVERITY CODE: message (detail)`; Redis: the
-    error reply without its `-`), scrubbed of the secrets."""
+    error reply without its `-`), withheld whole when it reflects a secret."""
 
 
 class LoginError(NetError):
