@@ -6,7 +6,8 @@
 //! encloses). The plugin passes such text to the host, which expands it
 //! only toward the probe's target and its `net` grants and puts the bytes
 //! on the wire itself; the plugin never holds them, and what a peer answers
-//! reaches it scrubbed of every form of them.
+//! that reflects one (in any encoding servers write) reaches it as
+//! `[withheld: the peer reflected a secret]`.
 //!
 //! - [`postgres_login`] and [`redis_login`] log in on a [`Session`] the
 //!   plugin opened with [`crate::tcp::connect`] (or [`crate::tls::connect`]);
@@ -44,8 +45,8 @@ pub enum Login {
     /// `scram-sha-256` (PostgreSQL), `auth` (Redis).
     Accepted(String),
     /// The server refused it: its error (PostgreSQL: `SEVERITY CODE:
-    /// message (detail)`; Redis: the error reply without its `-`), scrubbed
-    /// of the secrets.
+    /// message (detail)`; Redis: the error reply without its `-`), withheld
+    /// whole when it reflects a secret.
     Refused(String),
 }
 

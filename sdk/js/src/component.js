@@ -15,12 +15,18 @@ import { handshake as witHandshake, connect as witTlsConnect } from 'sonde:probe
 import { connect as witTcpConnect } from 'sonde:probe/tcp@0.1.0';
 import { send as witSend, sendKeeping as witSendKeeping } from 'sonde:probe/http@0.1.0';
 import { call as witCall } from 'sonde:probe/grpc@0.1.0';
+import {
+  clientCertificate as witClientCertificate,
+  postgresLogin as witPostgresLogin,
+  redisLogin as witRedisLogin,
+} from 'sonde:probe/credentials@0.1.0';
 
 import { installHost } from './host.js';
 import { ProbeError, Request } from './core.js';
 import { NetError, SessionError } from './net.js';
 import { HttpResponse } from './http.js';
 import { TlsInfo } from './tls.js';
+import { clientCertificateError, fromWit as loginFromWit, loginError } from './credentials.js';
 import { describe as describeProbe, run } from './probe.js';
 
 /** The variant a host import threw (`ComponentError.payload`). */
@@ -142,6 +148,36 @@ export const witBackend = {
       throw netError(e);
     }
     return { ...r, tls: tlsInfo(r.tls) };
+  },
+  // A login borrows the session the plugin opened (tcp.connect): the WIT
+  // resource itself, which stays the plugin's.
+  postgresLogin(raw, user, password, timeoutMs) {
+    let r;
+    try {
+      r = witPostgresLogin(raw.session, user, password, ms(timeoutMs));
+    } catch (e) {
+      const p = payload(e);
+      throw p ? loginError(p) : e;
+    }
+    return loginFromWit(r);
+  },
+  redisLogin(raw, username, password, timeoutMs) {
+    let r;
+    try {
+      r = witRedisLogin(raw.session, username, password, ms(timeoutMs));
+    } catch (e) {
+      const p = payload(e);
+      throw p ? loginError(p) : e;
+    }
+    return loginFromWit(r);
+  },
+  clientCertificate(host, port, cert, key) {
+    try {
+      witClientCertificate(host, port, cert, key);
+    } catch (e) {
+      const p = payload(e);
+      throw p ? clientCertificateError(p, host, port) : e;
+    }
   },
   execRun(argv, timeoutMs) {
     try {

@@ -2,7 +2,8 @@
 //
 // 1. Unit tests under node (`run` with a `FakeHost`): the check's own code
 //    runs in node, and every host capability it calls (http.send,
-//    tcp.connect, tls.*, grpc.call, exec.run, log.*, the clocks) is answered
+//    tcp.connect, tls.*, grpc.call, exec.run, log.*, credentials.*, the
+//    clocks) is answered
 //    by the fake host you program. THIS IS A UNIT-TEST DOUBLE, NOT SONDE: no
 //    sandbox, no WIT boundary, no deadline, fuel or memory cap, no real
 //    network, and node is not StarlingMonkey (the engine in the component);
@@ -32,8 +33,9 @@ import { NetError, SessionError } from './net.js';
 import { HttpResponse } from './http.js';
 import { TlsInfo } from './tls.js';
 import { run as runProbe } from './probe.js';
+import { Login, LoginError } from './credentials.js';
 
-export { NetError, SessionError };
+export { NetError, SessionError, Login, LoginError };
 
 const encoder = new TextEncoder();
 
@@ -77,6 +79,8 @@ export class FakeSession {
     this.hang = hang;
     this.sent = [];
     this.closed = false;
+    /** [host, port] it was connected to (set by the FakeHost). */
+    this.peer = undefined;
   }
   send(data) {
     if (this.closed) throw new SessionError('other', 'connection closed');
@@ -114,6 +118,53 @@ function answer(handler, keys, ...args) {
   return value;
 }
 
+const SECRET = '$(secret:';
+const BASE64 = '$(base64:';
+const validSecretName = (n) => /^[a-z0-9][a-z0-9._-]{0,62}$/.test(n);
+const short = (t) => JSON.stringify(t.slice(0, 40));
+
+/**
+ * The names of the secrets `text`'s handles use, as the host parses them:
+ * `$(secret:NAME)`, and `$(base64:...)` around text and such handles. A
+ * malformed handle is ProbeError('invalid-config'), as the host refuses it
+ * (a typo is never sent as text).
+ */
+export function secretNames(text) {
+  const names = [];
+  let inside = false;
+  for (;;) {
+    const starts = [text.indexOf(SECRET), text.indexOf(BASE64)].filter((i) => i >= 0);
+    const handle = starts.length ? Math.min(...starts) : -1;
+    const close = inside ? text.indexOf(')') : -1;
+    if (close >= 0 && (handle < 0 || close < handle)) {
+      text = text.slice(close + 1);
+      inside = false;
+      continue;
+    }
+    if (handle < 0) {
+      if (inside) throw ProbeError.invalidConfig(`${short(text)} has no closing \`)\``);
+      return names;
+    }
+    const rest = text.slice(handle);
+    if (rest.startsWith(SECRET)) {
+      const end = rest.indexOf(')', SECRET.length);
+      if (end < 0) throw ProbeError.invalidConfig(`${short(rest)} has no closing \`)\``);
+      const name = rest.slice(SECRET.length, end);
+      if (!validSecretName(name)) {
+        throw ProbeError.invalidConfig(
+          `secret handle ${JSON.stringify(rest.slice(0, end + 1))}: ${JSON.stringify(name)} is not a secret name (1 to 63 of a-z, 0-9, \`-\`, \`_\`, \`.\`)`,
+        );
+      }
+      names.push(name);
+      text = rest.slice(end + 1);
+    } else {
+      if (inside) throw ProbeError.invalidConfig('`$(base64:` cannot enclose another `$(base64:`');
+      text = rest.slice(BASE64.length);
+      inside = true;
+    }
+  }
+}
+
 function authority(address) {
   if (address.includes('://')) {
     const u = new URL(address);
@@ -121,6 +172,17 @@ function authority(address) {
   }
   const at = address.lastIndexOf(':');
   return `${address.slice(0, at).replace(/^\[|\]$/g, '')}:${address.slice(at + 1)}`;
+}
+
+// Marks whom a fake session is connected to (a login goes toward it).
+function peer(session, host, port) {
+  if (session && typeof session === 'object' && !Object.isFrozen(session)) session.peer = [host, port];
+  return session;
+}
+
+function splitAuthority(a) {
+  const at = a.lastIndexOf(':');
+  return [a.slice(0, at), Number(a.slice(at + 1))];
 }
 
 /**
@@ -137,20 +199,45 @@ function authority(address) {
  * - tls: fn(host, port, options) or {'host:port': TlsInfo or [FakeSession, TlsInfo]}
  * - grpc: fn(GrpcRequest) or {'/pkg.Service/Method': {code, statusMessage, message, metadata, timings}}
  * - exec: fn(argv) or {'/abs/program': {exitCode, timedOut, stdout, stderr}}
+ * - logins (credentials.postgresLogin, redisLogin): fn(attempt) or
+ *   {'redis host:port' / 'postgres host:port' / 'host:port': Login}, a Login
+ *   being Login.accepted('auth') or Login.refused('WRONGPASS ...'), or a
+ *   new LoginError('timeout', ...) to throw. An attempt is {kind ('postgres'
+ *   or 'redis'), host, port, user, password (as the check passed it: a
+ *   handle, which the fake only checks is granted), session, timeout}.
  *
  * `allowNet` lists the host:port pairs granted besides the target; anything
- * else is refused as the host refuses it (ProbeError 'denied'). `now` (Unix
- * seconds) fixes the wall clock. Records: logs [level, message],
- * httpRequests, grpcRequests, execCalls.
+ * else is refused as the host refuses it (ProbeError 'denied'). `secrets`
+ * lists the secret names granted (as `sonde check --secret NAME=FILE`
+ * does): a handle naming another is denied, a malformed one
+ * invalid-config, as the host answers. `now` (Unix seconds) fixes the wall
+ * clock. Records: logs [level, message], httpRequests, grpcRequests,
+ * execCalls, loginAttempts, clientCerts ({'host:port': {cert, key}} as
+ * registered: handles or PEM text, as the check passed them).
  */
 export class FakeHost {
-  constructor({ http, tcp, tls, grpc, exec, allowNet = [], now } = {}) {
-    Object.assign(this, { http, tcp, tls, grpc, exec, allowNet, now });
+  constructor({ http, tcp, tls, grpc, exec, logins, allowNet = [], secrets = [], now } = {}) {
+    Object.assign(this, { http, tcp, tls, grpc, exec, logins, allowNet, secrets, now });
     this.target = undefined;
     this.logs = [];
     this.httpRequests = [];
     this.grpcRequests = [];
     this.execCalls = [];
+    this.loginAttempts = [];
+    this.clientCerts = {};
+  }
+  // The secret check, as the host makes it before it expands a handle.
+  secretsToward(text, host, port) {
+    for (const name of secretNames(text)) {
+      if (!this.secrets.includes(name)) {
+        throw ProbeError.denied(
+          this.secrets.length
+            ? `secret "${name}" is not in the probe's grants.secrets (${this.secrets.join(', ')})`
+            : `secret "${name}" is not granted: the probe's grants.secrets is empty`,
+        );
+      }
+      this.granted(`${host}:${port}`);
+    }
   }
   granted(address) {
     if (!this.target) return;
@@ -186,11 +273,51 @@ export class FakeHost {
   }
   tlsConnect(host, port, options) {
     const [session, info] = this.fakeTls(host, port, options);
-    return [session ?? new FakeSession(), { info, dnsSeconds: 0, connectSeconds: 0.001, tlsSeconds: 0.002 }];
+    return [peer(session ?? new FakeSession(), host, port), { info, dnsSeconds: 0, connectSeconds: 0.001, tlsSeconds: 0.002 }];
   }
   tcpConnect(host, port) {
     this.granted(`${host}:${port}`);
-    return [answer(this.tcp, [`${host}:${port}`], host, port), { dnsSeconds: 0, connectSeconds: 0.001 }];
+    return [peer(answer(this.tcp, [`${host}:${port}`], host, port), host, port), { dnsSeconds: 0, connectSeconds: 0.001 }];
+  }
+  login(kind, session, user, password, timeoutMs) {
+    const [host, port] = session.peer ?? (this.target ? splitAuthority(authority(this.target)) : ['', 0]);
+    this.secretsToward(password, host, port);
+    const attempt = { kind, host, port, user, password, session, timeout: timeoutMs / 1000 };
+    this.loginAttempts.push(attempt);
+    const closed = () => new LoginError('connect', `the server closed the connection during the login (no fake answer for ${host}:${port})`);
+    let value;
+    if (!this.logins) throw closed();
+    if (typeof this.logins === 'function') value = this.logins(attempt);
+    else {
+      const key = [`${kind} ${host}:${port}`, `${host}:${port}`].find((k) => Object.hasOwn(this.logins, k));
+      if (key === undefined) throw closed();
+      value = this.logins[key];
+    }
+    if (value instanceof Error) throw value;
+    if (!(value instanceof Login)) throw new TypeError(`a fake login answers Login.accepted(...), Login.refused(...) or an Error, not ${JSON.stringify(value)}`);
+    return value;
+  }
+  postgresLogin(session, user, password, timeoutMs) {
+    return this.login('postgres', session, user, password, timeoutMs);
+  }
+  redisLogin(session, username, password, timeoutMs) {
+    return this.login('redis', session, username, password, timeoutMs);
+  }
+  clientCertificate(host, port, cert, key) {
+    if (!host) throw ProbeError.invalidConfig('no host');
+    this.granted(`${host}:${port}`);
+    this.secretsToward(cert, host, port);
+    this.secretsToward(key, host, port);
+    for (const [what, text] of [['certificate', cert], ['private key', key]]) {
+      if (!secretNames(text).length && !text.includes('-----BEGIN')) {
+        throw ProbeError.invalidConfig(`client certificate for ${host}:${port}: the ${what} is neither PEM nor a handle`);
+      }
+    }
+    const id = `${host}:${port}`;
+    if (!Object.hasOwn(this.clientCerts, id) && Object.keys(this.clientCerts).length >= 4) {
+      throw ProbeError.invalidConfig('at most 4 client certificates per call');
+    }
+    this.clientCerts[id] = { cert, key };
   }
   grpcCall(req) {
     this.granted(req.authority);
@@ -271,6 +398,14 @@ export class Check {
   }
   allowExec(program) {
     this.args.push('--allow-exec', program);
+    return this;
+  }
+  /**
+   * Grants the secret `name`, read from `file` (which sonde refuses if
+   * every user may read it: chmod 600); the config names it '$(secret:NAME)'.
+   */
+  secret(name, file) {
+    this.args.push('--secret', `${name}=${file}`);
     return this;
   }
   argv() {

@@ -23,7 +23,9 @@ glue:
 
 The same surface as the Rust SDK: Outcome / Status / Metric / ProbeError /
 Request / PluginInfo, typed config (`config`), `duration`, and the host's
-capabilities in `http`, `tcp`, `tls`, `grpc`, `log`, `exec`, `fs`, `time`.
+capabilities in `http`, `tcp`, `tls`, `grpc`, `log`, `exec`, `fs`, `time`,
+and `credentials` (logins and client certificates from secret handles,
+which the plugin passes and never reads).
 `sonde_sdk.testing` runs a check in plain CPython against a fake host (a
 unit-test double), and builds the component and runs it with the real
 `sonde` binary.
@@ -34,7 +36,7 @@ from ._core import Capability, CapabilityKind, Metric, Outcome, PluginInfo, Prob
 from .duration import Duration
 from .net import NetError, SessionError
 from .probe import Probe, export, probe
-from . import config, duration, exec, fs, grpc, http, log, net, tcp, time, tls  # noqa: E402
+from . import config, credentials, duration, exec, fs, grpc, http, log, net, tcp, time, tls  # noqa: E402
 
 # Inside a component this imports the generated bindings now, at build
 # time, so componentize-py's snapshot holds them.
@@ -44,6 +46,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Capability", "CapabilityKind", "Duration", "Metric", "NetError", "Outcome", "PluginInfo", "Probe",
-    "ProbeError", "Request", "SessionError", "Status", "config", "duration", "exec", "export", "fs", "grpc",
+    "ProbeError", "Request", "SessionError", "Status", "config", "credentials", "duration", "exec", "export", "fs", "grpc",
     "http", "log", "net", "probe", "tcp", "time", "tls",
 ]

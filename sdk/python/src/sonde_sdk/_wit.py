@@ -13,6 +13,7 @@ from typing import Any, List, Optional
 
 import componentize_py_runtime  # noqa: F401  (raises ImportError outside a component)
 from componentize_py_types import Err
+from wit_world.imports import credentials as w_credentials
 from wit_world.imports import exec as w_exec
 from wit_world.imports import grpc as w_grpc
 from wit_world.imports import http as w_http
@@ -22,6 +23,7 @@ from wit_world.imports import tls as w_tls
 from wit_world.imports import types as w_types
 
 from ._core import CapabilityKind, Outcome, PluginInfo, ProbeError, Request, Status
+from .credentials import Login, _client_certificate_error, _login, _login_error
 from .exec import ExecOutput
 from .grpc import Code, GrpcRequest, GrpcResponse
 from .http import HttpRequest, HttpResponse, Timings
@@ -141,6 +143,27 @@ class WitBackend:
             raise _net_error(e.value) from None
         return GrpcResponse(Code(r.code), r.status_message, None if r.message is None else bytes(r.message),
                             list(r.metadata), _timings(r.timings), _tls_info(r.tls))
+
+    # A login borrows the session the plugin opened (`tcp.connect`).
+    def postgres_login(self, raw: _RawSession, user: str, password: str, timeout_ms: int) -> Login:
+        try:
+            r = w_credentials.postgres_login(raw._session, user, password, timeout_ms)
+        except Err as e:
+            raise _login_error(_case(e.value), e.value.value) from None
+        return _login(_case(r), r.value)
+
+    def redis_login(self, raw: _RawSession, username: Optional[str], password: str, timeout_ms: int) -> Login:
+        try:
+            r = w_credentials.redis_login(raw._session, username, password, timeout_ms)
+        except Err as e:
+            raise _login_error(_case(e.value), e.value.value) from None
+        return _login(_case(r), r.value)
+
+    def client_certificate(self, host: str, port: int, cert: str, key: str) -> None:
+        try:
+            w_credentials.client_certificate(host, port, cert, key)
+        except Err as e:
+            raise _client_certificate_error(_case(e.value), e.value.value, host, port) from None
 
     def exec_run(self, argv: List[str], timeout_ms: int) -> ExecOutput:
         try:

@@ -3,7 +3,7 @@
 1. **Unit tests in plain CPython** (`run` with a `FakeHost`): the check's
    own code runs in this interpreter, and every host capability it calls
    (`http.send`, `tcp.connect`, `tls.*`, `grpc.call`, `exec.run`, `log.*`,
-   the clocks) is answered by the fake host you program. **This is a
+   `credentials.*`, the clocks) is answered by the fake host you program. **This is a
    unit-test double, not sonde**: no sandbox, no WIT boundary, no deadline,
    fuel or memory cap, no real network; the fake's grant check only mimics
    the host's (target and `allow_net` host:port pairs). It tests your
@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import _host
 from ._core import Outcome, ProbeError, Request
+from .credentials import Accepted, Login, LoginError, Refused
 from .exec import ExecOutput
 from .grpc import GrpcRequest, GrpcResponse
 from .http import HttpRequest, HttpResponse, Timings
@@ -82,6 +83,8 @@ class FakeSession:
         self.hang = hang
         self.sent: List[bytes] = []
         self.closed = False
+        self.peer: Optional[Tuple[str, int]] = None
+        """(host, port) it was connected to (set by the FakeHost)."""
 
     def send(self, data: bytes) -> None:
         if self.closed:
@@ -108,6 +111,69 @@ class FakeSession:
 Handler = Union[Callable[..., Any], Mapping[str, Any], None]
 
 
+@dataclass
+class LoginAttempt:
+    """A `credentials.postgres_login` or `redis_login` the check made, as the
+    fake host's `logins` handler gets it and `FakeHost.login_attempts` keeps it."""
+
+    kind: str
+    """"postgres" or "redis"."""
+    host: str
+    port: int
+    user: Optional[str]
+    """The PostgreSQL user, the Redis username (None: plain `AUTH password`)."""
+    password: str
+    """The password as the check passed it: a handle such as `$(secret:pw)`
+    (which the real host expands; the fake only checks it is granted)."""
+    session: Any
+    """The FakeSession it was made on (its `sent` holds a PostgreSQL StartupMessage)."""
+    timeout: float
+    """The seconds the check gave it."""
+
+
+_SECRET, _BASE64 = "$(secret:", "$(base64:"
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+def _valid_secret_name(name: str) -> bool:
+    return 1 <= len(name) <= 63 and name[0].isalnum() and set(name) <= _NAME_CHARS
+
+
+def secret_names(text: str) -> List[str]:
+    """The names of the secrets `text`'s handles use, as the host parses
+    them: `$(secret:NAME)`, and `$(base64:...)` around text and such
+    handles. A malformed handle is ProbeError("invalid-config"), as the
+    host refuses it (a typo is never sent as text)."""
+    names: List[str] = []
+    inside = False
+    while True:
+        starts = [i for i in (text.find(_SECRET), text.find(_BASE64)) if i >= 0]
+        handle = min(starts) if starts else -1
+        close = text.find(")") if inside else -1
+        if close >= 0 and (handle < 0 or close < handle):
+            text, inside = text[close + 1:], False
+            continue
+        if handle < 0:
+            if inside:
+                raise ProbeError.invalid_config(f"{text[:40]!r} has no closing `)`")
+            return names
+        rest = text[handle:]
+        if rest.startswith(_SECRET):
+            end = rest.find(")", len(_SECRET))
+            if end < 0:
+                raise ProbeError.invalid_config(f"{rest[:40]!r} has no closing `)`")
+            name = rest[len(_SECRET):end]
+            if not _valid_secret_name(name):
+                raise ProbeError.invalid_config(
+                    f"secret handle {rest[:end + 1]!r}: {name!r} is not a secret name (1 to 63 of a-z, 0-9, `-`, `_`, `.`)")
+            names.append(name)
+            text = rest[end + 1:]
+        else:
+            if inside:
+                raise ProbeError.invalid_config("`$(base64:` cannot enclose another `$(base64:`")
+            text, inside = rest[len(_BASE64):], True
+
+
 def _answer(handler: Handler, keys: Sequence[str], *args: Any) -> Any:
     if handler is None:
         raise NetError("connect", "connection refused (no fake answer for " + keys[0] + ")")
@@ -120,6 +186,15 @@ def _answer(handler: Handler, keys: Sequence[str], *args: Any) -> Any:
     if isinstance(value, BaseException):
         raise value
     return value
+
+
+def _peer(session: Any, host: str, port: int) -> Any:
+    """Marks whom a fake session is connected to (a login goes toward it)."""
+    try:
+        session.peer = (host, port)
+    except AttributeError:
+        pass
+    return session
 
 
 def _authority(address: str) -> Tuple[str, int]:
@@ -143,23 +218,37 @@ class FakeHost:
     - tls: `fn(host, port, TlsOptions)` or {"host:port": TlsInfo or (FakeSession, TlsInfo)}
     - grpc: `fn(GrpcRequest)` or {"/pkg.Service/Method": GrpcResponse}
     - exec: `fn(argv)` or {"/abs/program": ExecOutput}
+    - logins (`credentials.postgres_login`, `redis_login`): `fn(LoginAttempt)`
+      or {"redis host:port" / "postgres host:port" / "host:port": Login},
+      a Login being `Accepted("auth")` or `Refused("WRONGPASS ...")`, or a
+      `LoginError("timeout", ...)` to raise
 
     `allow_net` lists the host:port pairs granted besides the target;
     anything else is refused as the host refuses it (ProbeError "denied").
-    `now` (Unix seconds) fixes the wall clock. Records: `logs` (level,
-    message), `http_requests`, `grpc_requests`, `exec_calls`.
+    `secrets` lists the secret names granted (as `sonde check --secret
+    NAME=FILE` does): a handle naming another is denied, a malformed one
+    invalid-config, as the host answers. `now` (Unix seconds) fixes the
+    wall clock. Records: `logs` (level, message), `http_requests`,
+    `grpc_requests`, `exec_calls`, `login_attempts` (LoginAttempt),
+    `client_certs` ({"host:port": (cert, key)} as registered: handles or
+    PEM text, as the check passed them).
     """
 
     def __init__(self, http: Handler = None, tcp: Handler = None, tls: Handler = None, grpc: Handler = None,
-                 exec: Handler = None, allow_net: Sequence[str] = (), now: Optional[float] = None):
+                 exec: Handler = None, logins: Handler = None, allow_net: Sequence[str] = (),
+                 secrets: Sequence[str] = (), now: Optional[float] = None):
         self.http, self.tcp, self.tls, self.grpc, self.exec = http, tcp, tls, grpc, exec
+        self.logins = logins
         self.allow_net = list(allow_net)
+        self.secrets = list(secrets)
         self.now = now
         self.target: Optional[str] = None
         self.logs: List[Tuple[str, str]] = []
         self.http_requests: List[HttpRequest] = []
         self.grpc_requests: List[GrpcRequest] = []
         self.exec_calls: List[List[str]] = []
+        self.login_attempts: List[LoginAttempt] = []
+        self.client_certs: Dict[str, Tuple[str, str]] = {}
 
     # The grant check, as the host makes it: the target and allow_net only.
     def _granted(self, host: str, port: int) -> None:
@@ -168,6 +257,15 @@ class FakeHost:
         allowed = [_authority(self.target)] + [_authority(a) for a in self.allow_net]
         if (host, port) not in allowed:
             raise ProbeError.denied(f"{host}:{port}: not the target and not granted")
+
+    # The secret check, as the host makes it before it expands a handle.
+    def _secrets_toward(self, text: str, host: str, port: int) -> None:
+        for name in secret_names(text):
+            if name not in self.secrets:
+                raise ProbeError.denied(
+                    f'secret "{name}" is not in the probe\'s grants.secrets ({", ".join(self.secrets)})' if self.secrets
+                    else f'secret "{name}" is not granted: the probe\'s grants.secrets is empty')
+            self._granted(host, port)
 
     def log(self, level: str, message: str) -> None:
         self.logs.append((level, message))
@@ -204,12 +302,54 @@ class FakeHost:
 
     def tls_connect(self, host: str, port: int, options: TlsOptions, timeout_ms: int):
         session, info = self._tls(host, port, options)
-        return session or FakeSession(), Handshake(info, 0.0, 0.001, 0.002)
+        session = _peer(session or FakeSession(), host, port)
+        return session, Handshake(info, 0.0, 0.001, 0.002)
 
     def tcp_connect(self, host: str, port: int, timeout_ms: int):
         self._granted(host, port)
         session = _answer(self.tcp, [f"{host}:{port}"], host, port)
+        _peer(session, host, port)
         return session, Connected(0.0, 0.001)
+
+    def _login(self, kind: str, session: Any, user: Optional[str], password: str, timeout_ms: int) -> Login:
+        peer = getattr(session, "peer", None) or (_authority(self.target) if self.target else ("", 0))
+        host, port = peer
+        self._secrets_toward(password, host, port)
+        attempt = LoginAttempt(kind, host, port, user, password, session, timeout_ms / 1000)
+        self.login_attempts.append(attempt)
+        if self.logins is None:
+            raise LoginError("connect", f"the server closed the connection during the login (no fake answer for {host}:{port})")
+        if callable(self.logins):
+            answer = self.logins(attempt)
+        else:
+            answer = next((self.logins[k] for k in (f"{kind} {host}:{port}", f"{host}:{port}") if k in self.logins), None)
+            if answer is None:
+                raise LoginError("connect", f"the server closed the connection during the login (no fake answer for {host}:{port})")
+        if isinstance(answer, BaseException):
+            raise answer
+        if not isinstance(answer, Login):
+            raise TypeError(f"a fake login answers Accepted(...), Refused(...) or an exception, not {answer!r}")
+        return answer
+
+    def postgres_login(self, session: Any, user: str, password: str, timeout_ms: int) -> Login:
+        return self._login("postgres", session, user, password, timeout_ms)
+
+    def redis_login(self, session: Any, username: Optional[str], password: str, timeout_ms: int) -> Login:
+        return self._login("redis", session, username, password, timeout_ms)
+
+    def client_certificate(self, host: str, port: int, cert: str, key: str) -> None:
+        if not host:
+            raise ProbeError.invalid_config("no host")
+        self._granted(host, port)
+        self._secrets_toward(cert, host, port)
+        self._secrets_toward(key, host, port)
+        for what, text in (("certificate", cert), ("private key", key)):
+            if not secret_names(text) and "-----BEGIN" not in text:
+                raise ProbeError.invalid_config(f"client certificate for {host}:{port}: the {what} is neither PEM nor a handle")
+        peer = f"{host}:{port}"
+        if peer not in self.client_certs and len(self.client_certs) >= 4:
+            raise ProbeError.invalid_config("at most 4 client certificates per call")
+        self.client_certs[peer] = (cert, key)
 
     def grpc_call(self, req: GrpcRequest) -> GrpcResponse:
         self._granted(*_authority(req.authority))
@@ -320,6 +460,12 @@ class Check:
         self.args += ["--allow-exec", program]
         return self
 
+    def secret(self, name: str, file: Union[str, Path]) -> "Check":
+        """Grants the secret `name`, read from `file` (which sonde refuses if
+        every user may read it: chmod 600); the config names it `$(secret:NAME)`."""
+        self.args += ["--secret", f"{name}={file}"]
+        return self
+
     def run(self) -> CheckResult:
         p = self.plugin
         cmd = [sonde_bin()]
@@ -341,4 +487,5 @@ class Check:
             detail=v.get("detail"), exit_code=out.returncode, seconds=seconds, stderr=out.stderr)
 
 
-__all__ = ["FakeHost", "FakeSession", "respond", "tls_info", "run", "Plugin", "Check", "CheckResult", "sonde_bin"]
+__all__ = ["Accepted", "FakeHost", "FakeSession", "LoginAttempt", "LoginError", "Refused", "respond", "tls_info", "run",
+           "secret_names", "Plugin", "Check", "CheckResult", "sonde_bin"]

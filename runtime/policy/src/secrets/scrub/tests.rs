@@ -450,3 +450,33 @@ fn a_stream_is_handed_on_lag_bytes_behind_then_whole_at_the_end() {
     let rest = stream.push(&s, &SECRET[7..]);
     assert!(rest.withheld && rest.spilled, "{rest:?}");
 }
+
+/// How long the views of a 64 KiB field take (`--ignored`, release):
+/// BENCHMARKS.md's per-byte figure.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn views_of_64_kib_per_byte() {
+    let s = scrubber(b"tok-5f1e9a7c3b2d8e4f6a0c");
+    let mut rng = fastrand::Rng::with_seed(1);
+    for (name, field) in [
+        ("base64 lines", {
+            let raw: Vec<u8> = (0..49152).map(|_| rng.u8(..)).collect();
+            STANDARD
+                .encode(&raw)
+                .into_bytes()
+                .chunks(76)
+                .flat_map(|l| l.iter().copied().chain([b'\n']))
+                .collect::<Vec<u8>>()
+        }),
+        ("JSON", br#"{"name": "db", "ok": true, "latency_ms": 1.5, "note": "a \"quoted\" word & more"}, "#.repeat(800)),
+        ("text", b"The quick brown fox jumps over the lazy dog. ".repeat(1450)),
+    ] {
+        let start = std::time::Instant::now();
+        let n = 50;
+        for _ in 0..n {
+            assert!(!s.reflects(&field));
+        }
+        let per = start.elapsed() / n;
+        eprintln!("{name}: {} bytes, {per:?} per field, {:.2} ns/byte", field.len(), per.as_nanos() as f64 / field.len() as f64);
+    }
+}

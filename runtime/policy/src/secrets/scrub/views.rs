@@ -283,7 +283,7 @@ fn html_references(text: &[u8]) -> Cow<'_, [u8]> {
 }
 
 /// Percent-encoding in either case. (Form encoding's `+` for a space is
-/// matched by folding a space into `+`, [`super::runs::fold`], so that a
+/// matched by folding a space into `+` where the runs are compared, so that a
 /// `+` a peer wrote as `&#43;` stays one.)
 fn percent(text: &[u8]) -> Cow<'_, [u8]> {
     if !text.contains(&b'%') {

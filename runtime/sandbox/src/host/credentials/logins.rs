@@ -16,11 +16,11 @@
 
 use super::super::tls::TlsView;
 use super::{expand_or_text, secret_error};
+use crate::bindings::Session;
 use crate::bindings::sonde::probe::credentials::Login;
 use crate::bindings::sonde::probe::tls::TlsError as WitError;
-use crate::bindings::{Session, SessionStream};
 use sonde_policy::grants::{CallGrants, Use};
-use sonde_policy::secrets::scrub::Scrubber;
+use sonde_policy::secrets::scrub::{QUIET, Scrubber, WITHHELD};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -77,7 +77,8 @@ pub(super) async fn postgres(
         Ok(s) => s,
         Err(e) => return Ok(Err(e)),
     };
-    let login = super::postgres::login(&mut session.stream, bounds, user, &secret);
+    let mut io = LoginIo::new(session, &secret, grants);
+    let login = super::postgres::login(&mut io, bounds, user, &secret);
     Ok(within(*deadline, timeout_ms, "PostgreSQL login", login).await)
 }
 
@@ -100,7 +101,8 @@ pub(super) async fn redis(
         Ok(s) => s,
         Err(e) => return Ok(Err(e)),
     };
-    let login = super::redis::login(&mut session.stream, username, &secret);
+    let mut io = LoginIo::new(session, &secret, grants);
+    let login = super::redis::login(&mut io, username, &secret);
     Ok(within(*deadline, timeout_ms, "Redis login", login).await)
 }
 
@@ -140,23 +142,101 @@ async fn within<T>(
     }
 }
 
-/// Sends all of `data` for a login.
-pub(super) async fn send(stream: &mut SessionStream, data: &[u8]) -> Result<(), WitError> {
-    stream
-        .send(data)
-        .await
-        .map_err(|e| WitError::Connect(format!("send: {e}")))
+/// A session as a login reads it. For a probe that holds secrets, what the
+/// server sends goes through the session's [`Stream`] first, as it would
+/// for the plugin: an echo of the password is withheld before the host's
+/// parser sees any byte of it (a parser that took a reflected password's
+/// bytes as a length or a tag would show them through what it does next),
+/// and the login's errors quote no byte the server sent.
+pub(super) struct LoginIo<'a> {
+    session: &'a mut Session,
+    scrubber: Option<Arc<Scrubber>>,
+    grants: &'a CallGrants,
 }
 
-/// Fills `buf` from the stream, reading nothing past it.
-pub(super) async fn read_exact(stream: &mut SessionStream, buf: &mut [u8]) -> Result<(), WitError> {
+impl<'a> LoginIo<'a> {
+    pub(super) fn new(session: &'a mut Session, secret: &Secret, grants: &'a CallGrants) -> Self {
+        Self {
+            session,
+            scrubber: secret.scrubber.clone(),
+            grants,
+        }
+    }
+
+    /// Whether an error may quote what the server sent (not to a probe
+    /// that holds secrets).
+    pub(super) fn quote(&self) -> bool {
+        self.scrubber.is_none()
+    }
+
+    /// Sends all of `data`.
+    pub(super) async fn send(&mut self, data: &[u8]) -> Result<(), WitError> {
+        self.session
+            .stream
+            .send(data)
+            .await
+            .map_err(|e| WitError::Connect(format!("send: {e}")))
+    }
+
+    /// Some bytes into `buf` (0 when the server closed).
+    pub(super) async fn receive(&mut self, buf: &mut [u8]) -> Result<usize, WitError> {
+        let Some(scrubber) = self.scrubber.clone() else {
+            loop {
+                match self.session.stream.receive(buf).await {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    other => return other.map_err(|e| WitError::Connect(format!("receive: {e}"))),
+                }
+            }
+        };
+        let mut chunk = vec![0; buf.len().max(512)];
+        loop {
+            let ready = &mut self.session.ready;
+            if !ready.is_empty() {
+                let n = buf.len().min(ready.len());
+                buf[..n].copy_from_slice(&ready[..n]);
+                ready.drain(..n);
+                return Ok(n);
+            }
+            let scan = &mut self.session.scan;
+            if scan.is_withheld() {
+                return Err(WitError::Handshake(format!(
+                    "the server's answer reflected the password: {WITHHELD}"
+                )));
+            }
+            let holding = scan.holds();
+            let read = self.session.stream.receive(&mut chunk);
+            let passed = match if holding {
+                tokio::time::timeout(QUIET, read).await.ok()
+            } else {
+                Some(read.await)
+            } {
+                Some(Ok(0)) | None if holding => self.session.scan.release(),
+                Some(Ok(0)) => return Ok(0),
+                Some(Ok(n)) => self.session.scan.push(&scrubber, &chunk[..n]),
+                Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Some(Err(e)) => return Err(WitError::Connect(format!("receive: {e}"))),
+                None => continue,
+            };
+            self.session.ready.extend_from_slice(&passed.data);
+            if passed.spilled {
+                self.grants.secrets_spilled();
+            }
+        }
+    }
+}
+
+/// Sends all of `data` for a login.
+pub(super) async fn send(io: &mut LoginIo<'_>, data: &[u8]) -> Result<(), WitError> {
+    io.send(data).await
+}
+
+/// Fills `buf` from the session, reading nothing past it.
+pub(super) async fn read_exact(io: &mut LoginIo<'_>, buf: &mut [u8]) -> Result<(), WitError> {
     let mut at = 0;
     while at < buf.len() {
-        match stream.receive(&mut buf[at..]).await {
-            Ok(0) => return Err(closed()),
-            Ok(n) => at += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(WitError::Connect(format!("receive: {e}"))),
+        match io.receive(&mut buf[at..]).await? {
+            0 => return Err(closed()),
+            n => at += n,
         }
     }
     Ok(())

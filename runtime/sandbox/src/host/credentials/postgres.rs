@@ -4,9 +4,8 @@
 //! the server's signature verified) until AuthenticationOk or an
 //! ErrorResponse, reading no byte past either.
 
-use super::logins::{Secret, protocol_error, read_exact, send};
+use super::logins::{LoginIo, Secret, protocol_error, read_exact, send};
 use super::scram::{Scram, salted_password};
-use crate::bindings::SessionStream;
 use crate::bindings::sonde::probe::credentials::Login;
 use crate::bindings::sonde::probe::tls::TlsError as WitError;
 use crate::host::bounds::CallBounds;
@@ -28,7 +27,7 @@ struct Message {
 }
 
 /// Reads one backend message: a 5-byte header, then exactly its body.
-async fn receive(stream: &mut SessionStream) -> Result<Message, WitError> {
+async fn receive(stream: &mut LoginIo<'_>) -> Result<Message, WitError> {
     let mut head = [0u8; 5];
     read_exact(stream, &mut head).await?;
     let tag = head[0];
@@ -37,10 +36,14 @@ async fn receive(stream: &mut SessionStream) -> Result<Message, WitError> {
         .ok()
         .filter(|l| (4..=MAX_MESSAGE + 4).contains(l))
         .ok_or_else(|| {
-            protocol_error(format!(
-                "a message {} of length {len} (at most {MAX_MESSAGE} bytes are read)",
-                shown(tag)
-            ))
+            protocol_error(if stream.quote() {
+                format!(
+                    "a message {} of length {len} (at most {MAX_MESSAGE} bytes are read)",
+                    shown(tag)
+                )
+            } else {
+                format!("a message longer than the {MAX_MESSAGE} bytes read")
+            })
         })?;
     let mut body = vec![0; len - 4];
     read_exact(stream, &mut body).await?;
@@ -49,7 +52,7 @@ async fn receive(stream: &mut SessionStream) -> Result<Message, WitError> {
 
 /// Sends one frontend message; its buffer is zeroed when dropped (it may
 /// hold the password).
-async fn send_message(stream: &mut SessionStream, tag: u8, body: &[u8]) -> Result<(), WitError> {
+async fn send_message(stream: &mut LoginIo<'_>, tag: u8, body: &[u8]) -> Result<(), WitError> {
     let len = i32::try_from(body.len() + 4).map_err(|_| WitError::Invalid("a message too large to send".into()))?;
     let mut msg = Zeroizing::new(Vec::with_capacity(body.len() + 5));
     msg.push(tag);
@@ -134,7 +137,7 @@ struct State {
 /// Logs in as `user` with `secret`'s password on a session whose
 /// StartupMessage was sent.
 pub(super) async fn login(
-    stream: &mut SessionStream,
+    stream: &mut LoginIo<'_>,
     bounds: &CallBounds,
     user: &str,
     secret: &Secret,
@@ -148,10 +151,11 @@ pub(super) async fn login(
             b'N' => continue,
             b'R' => {}
             other => {
-                return Err(protocol_error(format!(
-                    "a message {} before AuthenticationOk",
-                    shown(other)
-                )));
+                return Err(protocol_error(if stream.quote() {
+                    format!("a message {} before AuthenticationOk", shown(other))
+                } else {
+                    "an unexpected message before AuthenticationOk".into()
+                }));
             }
         }
         let Some(kind) = msg.body.get(..4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]])) else {
@@ -185,7 +189,10 @@ pub(super) async fn login(
             }
             2 | 6 => return Err(unsupported("Kerberos V5 or SCM credential")),
             7..=9 => return Err(unsupported("GSSAPI or SSPI")),
-            other => return Err(protocol_error(format!("an unknown authentication request {other}"))),
+            other if stream.quote() => {
+                return Err(protocol_error(format!("an unknown authentication request {other}")));
+            }
+            _ => return Err(protocol_error("an unknown authentication request")),
         }
     }
     Err(protocol_error(format!(
@@ -231,7 +238,7 @@ fn cstring(bytes: &[u8]) -> Zeroizing<Vec<u8>> {
 }
 
 /// AuthenticationCleartextPassword: the password, as a C string.
-async fn cleartext(stream: &mut SessionStream, secret: &Secret) -> Result<(), WitError> {
+async fn cleartext(stream: &mut LoginIo<'_>, secret: &Secret) -> Result<(), WitError> {
     if secret.password.contains(&0) {
         return Err(WitError::Invalid(
             "the password holds a NUL byte, which PostgreSQL's password message cannot carry".into(),
@@ -242,7 +249,7 @@ async fn cleartext(stream: &mut SessionStream, secret: &Secret) -> Result<(), Wi
 
 /// AuthenticationSASL: picks SCRAM-SHA-256 and sends the
 /// client-first-message.
-async fn sasl_start(stream: &mut SessionStream, data: &[u8]) -> Result<Scram, WitError> {
+async fn sasl_start(stream: &mut LoginIo<'_>, data: &[u8]) -> Result<Scram, WitError> {
     let mechanisms: Vec<String> = data
         .split(|&b| b == 0)
         .take_while(|m| !m.is_empty())
@@ -265,7 +272,7 @@ async fn sasl_start(stream: &mut SessionStream, data: &[u8]) -> Result<Scram, Wi
 /// AuthenticationSASLContinue: derives the salted password (on a blocking
 /// thread: up to a million rounds) and sends the client-final-message.
 async fn sasl_continue(
-    stream: &mut SessionStream,
+    stream: &mut LoginIo<'_>,
     bounds: &CallBounds,
     state: &State,
     data: &[u8],

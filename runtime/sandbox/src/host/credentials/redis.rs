@@ -1,8 +1,7 @@
 //! The host's Redis login (`credentials.redis-login`): `AUTH [username]
 //! password` as a RESP array, and the server's one reply line.
 
-use super::logins::{Secret, closed, protocol_error, send};
-use crate::bindings::SessionStream;
+use super::logins::{LoginIo, Secret, closed, protocol_error, send};
 use crate::bindings::sonde::probe::credentials::Login;
 use crate::bindings::sonde::probe::tls::TlsError as WitError;
 use zeroize::Zeroizing;
@@ -29,15 +28,13 @@ pub(super) fn auth_command(username: Option<&str>, password: &[u8]) -> Zeroizing
 /// Reads the one reply line, its CRLF removed. A server sends nothing
 /// after its reply to AUTH until the next command: anything more is
 /// refused, so no byte the plugin should read is taken.
-async fn reply_line(stream: &mut SessionStream) -> Result<Vec<u8>, WitError> {
+async fn reply_line(stream: &mut LoginIo<'_>) -> Result<Vec<u8>, WitError> {
     let mut line = Vec::new();
     let mut chunk = [0u8; 512];
     loop {
-        let n = match stream.receive(&mut chunk).await {
-            Ok(0) => return Err(closed()),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(WitError::Connect(format!("receive: {e}"))),
+        let n = match stream.receive(&mut chunk).await? {
+            0 => return Err(closed()),
+            n => n,
         };
         line.extend_from_slice(&chunk[..n]);
         if let Some(end) = line.windows(2).position(|w| w == b"\r\n") {
@@ -68,7 +65,7 @@ pub(super) fn judge(line: &[u8], secret: &Secret) -> Result<Login, WitError> {
 
 /// Logs in with `AUTH [username] password`.
 pub(super) async fn login(
-    stream: &mut SessionStream,
+    stream: &mut LoginIo<'_>,
     username: Option<&str>,
     secret: &Secret,
 ) -> Result<Login, WitError> {
