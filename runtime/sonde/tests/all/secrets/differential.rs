@@ -384,9 +384,10 @@ impl Prog {
     }
 
     /// Whether the peer may pause in the middle of a reflection on a
-    /// session (the host then burns the secret).
+    /// session — its data, or a login's answer, which the host reads
+    /// through the same stream (the host then burns the secret).
     fn may_spill(&self) -> bool {
-        self.is_stream() && !self.cuts.is_empty()
+        matches!(self.via, Via::Tcp | Via::Tls | Via::Redis | Via::Postgres) && !self.cuts.is_empty()
     }
 
     fn is_stream(&self) -> bool {
@@ -946,7 +947,7 @@ impl Harness {
     }
 
     /// Both transcripts of step `step` run alone.
-    async fn alone(&self, pair: &Pair, step: &serde_json::Value) -> [Vec<Item>; 2] {
+    pub async fn alone(&self, pair: &Pair, step: &serde_json::Value) -> [Vec<Item>; 2] {
         let [a, b] = self.run_pair(pair, std::slice::from_ref(step), &[0]).await;
         let t = |s: &Seen| items(s.transcripts.get(&0).map(Vec::as_slice).unwrap_or_default());
         [t(&a), t(&b)]
@@ -1134,10 +1135,18 @@ impl Harness {
     }
 }
 
-/// Whether `data` is the marker, or `items` (reads) spell it.
+/// Whether `data` is the marker, or `items` (reads) spell it. A login's
+/// error that quotes only the marker counts too (the property is the same;
+/// the contract's `refused(WITHHELD)` is
+/// `a_login_refusal_that_reflects_is_refused_with_the_marker`'s to check).
 fn is_marker(items: &[Item]) -> bool {
+    let login_error = |i: &Item| {
+        i.tag == b'X'
+            && i.data.starts_with(b"TlsError::")
+            && i.data.windows(WITHHELD.len()).any(|w| w == WITHHELD.as_bytes())
+    };
     match items {
-        [one] => one.data == WITHHELD.as_bytes(),
+        [one] => one.data == WITHHELD.as_bytes() || login_error(one),
         [n, v] if n.data == WITHHELD_HEADER.as_bytes() && v.data == WITHHELD.as_bytes() => true,
         many => {
             many.iter().all(|i| i.tag == b'r')
@@ -1567,4 +1576,49 @@ async fn grpc_status_messages_are_checked_as_the_plugin_reads_them() {
         progs.push(p);
     }
     h.check(&pair, &progs).await;
+}
+
+/// The contract for logins: a refusal whose server text reflects the
+/// password is `refused(WITHHELD)`, the session then read as usual —
+/// whether the server's answer came in one write or was cut (with
+/// pauses) before the reflection, and whether the reflection is of the
+/// secret the host sent or of a guess the plugin sent as its password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_refusal_that_reflects_is_refused_with_the_marker() {
+    let h = Harness::new().await;
+    let (_case, pair, _) = named_pair(
+        "a_login_refusal_that_reflects_is_refused_with_the_marker",
+        Kind::Alnum,
+        24,
+    );
+    let mut progs = Vec::new();
+    for via in [Via::Redis, Via::Postgres] {
+        for (what, cuts) in [
+            (What::Secret, vec![]),
+            (What::Secret, vec![-4]),
+            (guess("a whole", &pair.a), vec![]),
+            (guess("a whole", &pair.a), vec![-4]),
+        ] {
+            let mut p = Prog::new(via, what, Encoding::Raw, Field::LoginError);
+            p.prefix = b"bad password ".to_vec();
+            p.cuts = cuts;
+            progs.push(p);
+        }
+    }
+    let ids: Vec<u32> = progs.iter().map(|p| h.r.add(p.peer())).collect();
+    let steps: Vec<serde_json::Value> = progs.iter().zip(&ids).map(|(p, &id)| p.step(id, &h.r)).collect();
+    let every: Vec<usize> = (0..progs.len()).collect();
+    let [a, _] = h.run_pair(&pair, &steps, &every).await;
+    let mut report = String::new();
+    for (i, p) in progs.iter().enumerate() {
+        let t = match a.transcripts.get(&i) {
+            Some(t) => items(t),
+            None => h.alone(&pair, &steps[i]).await[0].clone(),
+        };
+        let refused = t.iter().find(|r| matches!(r.tag, b'A' | b'F' | b'X'));
+        if !refused.is_some_and(|r| r.tag == b'F' && r.data == WITHHELD.as_bytes()) {
+            let _ = writeln!(report, "{}: not refused(WITHHELD):\n{}", p.describe(), show(&t));
+        }
+    }
+    assert!(report.is_empty(), "{report}");
 }
