@@ -516,9 +516,13 @@ impl Prog {
         match &self.what {
             What::Secret | What::Basic => true,
             What::Guess(_, g) => {
-                if !self.encoding.keeps(g) {
-                    return false;
-                }
+                // What a lossy encoding keeps may still hold a run.
+                let kept = if self.encoding.keeps(g) {
+                    g.clone()
+                } else {
+                    String::from_utf8_lossy(g).into_owned().into_bytes()
+                };
+                let g = &kept;
                 let bytewise = !self.encoding.is_binary();
                 let field = if bytewise {
                     [&self.prefix[..], g, &self.suffix[..]].concat()
@@ -607,6 +611,15 @@ const FRAMES: [(&[u8], &[u8]); 5] = [
 /// Whether `encoding` may carry `payload` into `field` of `via` so that the
 /// test can say what must happen.
 fn fits(via: Via, field: Field, encoding: Encoding, what: &What, payloads: &[Vec<u8>]) -> bool {
+    // A `wasi:http` guess goes in a header value, whose edges a parser trims.
+    if via == Via::WasiHttp
+        && matches!(what, What::Guess(..))
+        && payloads
+            .iter()
+            .any(|p| p.is_empty() || p[0].is_ascii_whitespace() || p[p.len() - 1].is_ascii_whitespace())
+    {
+        return false;
+    }
     if encoding.is_compression() {
         return field == Field::Body && matches!(via, Via::Http { .. } | Via::WasiHttp);
     }
@@ -654,15 +667,6 @@ fn fits(via: Via, field: Field, encoding: Encoding, what: &What, payloads: &[Vec
                 http::HeaderName::from_bytes(&name).is_ok()
             });
         }
-    }
-    // A `wasi:http` guess goes in a header value, whose edges a parser trims.
-    if via == Via::WasiHttp
-        && matches!(what, What::Guess(..))
-        && payloads
-            .iter()
-            .any(|p| p.is_empty() || p[0].is_ascii_whitespace() || p[p.len() - 1].is_ascii_whitespace())
-    {
-        return false;
     }
     if matches!(via, Via::Redis | Via::Postgres) {
         // A login's password is text.
@@ -1216,6 +1220,7 @@ fn only_the_marker_differs(p: &Prog, secret: &[u8], w: &[Item], o: &[Item]) -> R
     // ends before the reflection does.
     if p.is_stream()
         && let What::Guess(_, g) = &p.what
+        && p.encoding.keeps(g)
     {
         let (_, mark, _) = layout(p, g);
         let w_len = RUN.min(secret.len());
