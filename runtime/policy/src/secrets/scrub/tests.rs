@@ -468,7 +468,10 @@ fn views_of_64_kib_per_byte() {
                 .flat_map(|l| l.iter().copied().chain([b'\n']))
                 .collect::<Vec<u8>>()
         }),
-        ("JSON", br#"{"name": "db", "ok": true, "latency_ms": 1.5, "note": "a \"quoted\" word & more"}, "#.repeat(800)),
+        (
+            "JSON",
+            br#"{"name": "db", "ok": true, "latency_ms": 1.5, "note": "a \"quoted\" word & more"}, "#.repeat(800),
+        ),
         ("text", b"The quick brown fox jumps over the lazy dog. ".repeat(1450)),
     ] {
         let start = std::time::Instant::now();
@@ -477,6 +480,10 @@ fn views_of_64_kib_per_byte() {
             assert!(!s.reflects(&field));
         }
         let per = start.elapsed() / n;
-        eprintln!("{name}: {} bytes, {per:?} per field, {:.2} ns/byte", field.len(), per.as_nanos() as f64 / field.len() as f64);
+        eprintln!(
+            "{name}: {} bytes, {per:?} per field, {:.2} ns/byte",
+            field.len(),
+            per.as_nanos() as f64 / field.len() as f64
+        );
     }
 }
