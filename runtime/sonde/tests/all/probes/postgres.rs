@@ -401,8 +401,8 @@ async fn a_server_quoting_the_password_it_received_shows_only_secret() {
     let r = postgres_granted(&target, handle_config("$(secret:pg-password)"), &secret_grants(SECRET)).await;
     assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
     assert_eq!(
-        r.message, "authentication refused: [withheld: the peer reflected a secret]",
-        "the whole refusal is withheld: no word of it depends on the password"
+        r.message, "login: the server's answer reflected the password: [withheld: the peer reflected a secret]",
+        "the answer is withheld before the host parses it: no word of it depends on the password"
     );
     assert!(!shows(&r, SECRET), "{r:?}");
 }

@@ -184,6 +184,9 @@ async fn a_server_quoting_the_password_it_received_shows_only_secret() {
     )
     .await;
     assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
-    assert_eq!(r.message, "AUTH refused: [withheld: the peer reflected a secret]");
+    assert_eq!(
+        r.message,
+        "AUTH: the server's answer reflected the password: [withheld: the peer reflected a secret]"
+    );
     assert!(!format!("{r:?}").contains(SECRET), "{r:?}");
 }
