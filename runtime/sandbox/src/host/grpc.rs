@@ -440,9 +440,15 @@ fn status_in(headers: &HeaderMap, scrubber: Option<&Scrubber>) -> Result<Option<
         })?;
     let message = headers
         .get("grpc-message")
-        .map(|m| match scrubber {
-            Some(s) if s.reflects(m.as_bytes()) => WITHHELD.to_string(),
-            _ => percent_decode(m.as_bytes()),
+        .map(|m| {
+            // Checked as the plugin reads it (decoded: a server that
+            // percent-encodes a reflection once more hides nothing) and as
+            // it came.
+            let decoded = percent_decoded(m.as_bytes());
+            match scrubber {
+                Some(s) if s.reflects(m.as_bytes()) || s.reflects(&decoded) => WITHHELD.to_string(),
+                _ => String::from_utf8_lossy(&decoded).into_owned(),
+            }
         })
         .unwrap_or_default();
     Ok(Some((code, message)))
@@ -471,6 +477,11 @@ fn keep_metadata(headers: &HeaderMap, into: &mut Vec<(String, String)>, scrubber
 
 /// `grpc-message` is percent-encoded UTF-8.
 fn percent_decode(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(&percent_decoded(bytes)).into_owned()
+}
+
+/// The bytes `grpc-message` stands for.
+fn percent_decoded(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
@@ -490,7 +501,7 @@ fn percent_decode(bytes: &[u8]) -> String {
             }
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// The gRPC code for a non-200 HTTP status, as gRPC's spec maps them

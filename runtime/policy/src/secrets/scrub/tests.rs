@@ -143,13 +143,27 @@ fn a_reflection_in_every_encoding_is_found_and_the_field_withheld() {
 
 #[test]
 fn a_secret_with_a_byte_that_is_not_utf8_is_found_before_any_conversion() {
-    // (A peer that re-reads such a byte as Latin-1, or replaces it, writes
-    // other bytes: docs/security.md lists that in the residual.)
+    // (A peer that replaces such a byte with U+FFFD writes other bytes:
+    // docs/security.md lists that in the residual.)
     let secret = b"ab\xffcdefgh-ijkl";
     let s = scrubber(secret);
     assert!(s.reflects(&[b"got ".as_slice(), secret].concat()));
     assert_eq!(s.lossy(&[b"got ".as_slice(), secret].concat()), WITHHELD);
     assert_eq!(s.lossy(b"got \xff"), "got \u{fffd}");
+    // Written as a code point by a server that read it as Latin-1.
+    let s = scrubber(b"ab\xe9cdefgh-ijkl");
+    for text in [
+        r"ab\u00e9cdefgh-ijkl",
+        "ab&#233;cdefgh-ijkl",
+        "ab&#xE9;cdefgh-ijkl",
+        r"ab\u{e9}cdefgh-ijkl",
+        r"ab\xe9cdefgh-ijkl",
+    ] {
+        assert!(s.reflects(text.as_bytes()), "{text}");
+    }
+    // And a UTF-8 secret written as code points is still found.
+    let s = scrubber("abécdefgh-ijkl".as_bytes());
+    assert!(s.reflects(br"ab\u00e9cdefgh-ijkl"));
 }
 
 #[test]

@@ -31,8 +31,31 @@ pub(super) fn any(raw: &[u8], shortest: usize, check: &mut dyn FnMut(&[u8]) -> b
     }
     // Each layer alone and under the others: a secret that holds text
     // that looks like one escape (`%c6`, `\n`) must survive the decoding
-    // of another layer it was not written in.
-    let strings = owned(string_escapes(raw));
+    // of another layer it was not written in. A code point below 256
+    // (`\u00e9`, `&#233;`) is read as its UTF-8 and, when the field has
+    // such escapes, as the one byte a Latin-1 reader meant.
+    let latin1 = raw.windows(2).any(|w| w == b"\\u" || w == b"\\U" || w == b"&#");
+    for code_points in [CodePoints::Utf8, CodePoints::Latin1] {
+        if code_points == CodePoints::Latin1 && !latin1 {
+            break;
+        }
+        if layers(raw, code_points, &mut seen) {
+            return true;
+        }
+    }
+    false
+}
+
+/// How a decoded code point below 256 is written into a view.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CodePoints {
+    Utf8,
+    Latin1,
+}
+
+/// Whether `seen` holds for a view with some layers of escapes decoded.
+fn layers(raw: &[u8], code_points: CodePoints, seen: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+    let strings = owned(string_escapes(raw, code_points));
     let mut below: Vec<&[u8]> = vec![raw];
     if let Some(s) = &strings {
         if seen(s) {
@@ -40,7 +63,10 @@ pub(super) fn any(raw: &[u8], shortest: usize, check: &mut dyn FnMut(&[u8]) -> b
         }
         below.push(s);
     }
-    let html: Vec<Vec<u8>> = below.iter().filter_map(|v| owned(html_references(v))).collect();
+    let html: Vec<Vec<u8>> = below
+        .iter()
+        .filter_map(|v| owned(html_references(v, code_points)))
+        .collect();
     for h in &html {
         if seen(h) {
             return true;
@@ -146,7 +172,11 @@ fn hex_value(digits: &[u8]) -> Option<u32> {
     Some(digits.iter().fold(0u32, |v, &d| (v << 4) | u32::from(hex(d))))
 }
 
-fn push_char(out: &mut Vec<u8>, code: u32) -> bool {
+fn push_char(out: &mut Vec<u8>, code: u32, code_points: CodePoints) -> bool {
+    if code_points == CodePoints::Latin1 && code < 0x100 {
+        out.push(code as u8);
+        return true;
+    }
     match char::from_u32(code) {
         Some(c) => {
             out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
@@ -160,8 +190,8 @@ fn push_char(out: &mut Vec<u8>, code: u32) -> bool {
 /// borrowed when it has none.
 #[cfg(test)]
 fn unescape(raw: &[u8]) -> Cow<'_, [u8]> {
-    let c = string_escapes(raw);
-    let h = match html_references(&c) {
+    let c = string_escapes(raw, CodePoints::Utf8);
+    let h = match html_references(&c, CodePoints::Utf8) {
         Cow::Owned(o) => Cow::Owned(o),
         Cow::Borrowed(_) => c,
     };
@@ -174,7 +204,7 @@ fn unescape(raw: &[u8]) -> Cow<'_, [u8]> {
 /// C, JSON, Python and Rust string escapes: `\"` `\\` `\/` `\'` `\b` `\f`
 /// `\n` `\r` `\t` `\0` `\xHH` `\uHHHH` (with surrogate pairs) `\UHHHHHHHH`
 /// `\u{H…}`.
-fn string_escapes(raw: &[u8]) -> Cow<'_, [u8]> {
+fn string_escapes(raw: &[u8], code_points: CodePoints) -> Cow<'_, [u8]> {
     if !raw.contains(&b'\\') {
         return Cow::Borrowed(raw);
     }
@@ -211,7 +241,7 @@ fn string_escapes(raw: &[u8]) -> Cow<'_, [u8]> {
                 .iter()
                 .position(|&b| b == b'}')
                 .and_then(|end| Some((hex_value(&rest[1..end])?, end)))
-                .and_then(|(v, end)| push_char(&mut out, v).then_some(end + 1)),
+                .and_then(|(v, end)| push_char(&mut out, v, code_points).then_some(end + 1)),
             b'u' => rest.get(..4).and_then(hex_value).and_then(|unit| {
                 let low = rest
                     .get(4..10)
@@ -219,16 +249,19 @@ fn string_escapes(raw: &[u8]) -> Cow<'_, [u8]> {
                     .and_then(|l| hex_value(&l[2..]))
                     .filter(|l| (0xDC00..0xE000).contains(l));
                 match (unit, low) {
-                    (0xD800..0xDC00, Some(low)) => {
-                        push_char(&mut out, 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)).then_some(10)
-                    }
-                    _ => push_char(&mut out, unit).then_some(4),
+                    (0xD800..0xDC00, Some(low)) => push_char(
+                        &mut out,
+                        0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00),
+                        code_points,
+                    )
+                    .then_some(10),
+                    _ => push_char(&mut out, unit, code_points).then_some(4),
                 }
             }),
             b'U' => rest
                 .get(..8)
                 .and_then(hex_value)
-                .and_then(|v| push_char(&mut out, v).then_some(8)),
+                .and_then(|v| push_char(&mut out, v, code_points).then_some(8)),
             _ => None,
         };
         match used {
@@ -243,7 +276,7 @@ fn string_escapes(raw: &[u8]) -> Cow<'_, [u8]> {
 }
 
 /// HTML character references: the five XML names, `&#NNN;` and `&#xHHH;`.
-fn html_references(text: &[u8]) -> Cow<'_, [u8]> {
+fn html_references(text: &[u8], code_points: CodePoints) -> Cow<'_, [u8]> {
     if !text.contains(&b'&') {
         return Cow::Borrowed(text);
     }
@@ -269,7 +302,7 @@ fn html_references(text: &[u8]) -> Cow<'_, [u8]> {
                 }
                 _ => None,
             }?;
-            push_char(&mut out, code).then_some(used)
+            push_char(&mut out, code, code_points).then_some(used)
         });
         match decoded {
             Some(used) => i += used,
