@@ -28,56 +28,15 @@
 
 use crate::abuse::{self, ACME, BETA, OP};
 use crate::support::engine;
+use crate::support::seeded::{self, Case};
 use sonde_sandbox::host::NetPattern;
 use sonde_tests::{HttpServer, guests};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
-/// How many cases a target runs: `SONDE_FUZZ_ITERS`, else its CI default.
-fn iterations(default: u64) -> u64 {
-    std::env::var("SONDE_FUZZ_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The first case's seed: `SONDE_FUZZ_SEED`, else a new one each run (so
-/// CI explores), printed.
-fn base_seed(target: &str) -> u64 {
-    let seed = std::env::var("SONDE_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| fastrand::u64(..));
-    eprintln!("fuzz::{target}: base seed {seed}");
-    seed
-}
-
-/// One case: names its seed if the case fails.
-struct Case {
-    target: &'static str,
-    seed: u64,
-}
-
-impl Drop for Case {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "fuzz::{target}: case with seed {seed} failed; replay it with\n  \
-                 SONDE_FUZZ_SEED={seed} SONDE_FUZZ_ITERS=1 cargo test --workspace --test all -- fuzz::{target}",
-                target = self.target,
-                seed = self.seed
-            );
-        }
-    }
-}
-
-/// The cases of `target`: each a [`Case`] guard and its generator.
+/// The cases of `target` ([`crate::support::seeded`]).
 fn cases(target: &'static str, default: u64) -> impl Iterator<Item = (Case, fastrand::Rng)> {
-    let base = base_seed(target);
-    (0..iterations(default)).map(move |i| {
-        let seed = base.wrapping_add(i);
-        (Case { target, seed }, fastrand::Rng::with_seed(seed))
-    })
+    seeded::cases("fuzz", target, default)
 }
 
 fn bytes(rng: &mut fastrand::Rng, max: usize) -> Vec<u8> {

@@ -34,6 +34,7 @@
 //! alone under both secrets and prints both transcripts and where they
 //! first differ.
 
+use crate::support::seeded::{self, Case};
 use crate::support::{engine, guest};
 use sonde_policy::secrets::{SecretCell, SecretGrants, SecretValue};
 use sonde_sandbox::engine::{Call, Limits, Plugin};
@@ -68,47 +69,9 @@ const BATCH: usize = 40;
 // ---------------------------------------------------------------------
 // The fuzz convention.
 
-fn iterations(default: u64) -> u64 {
-    std::env::var("SONDE_FUZZ_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn base_seed(target: &str) -> u64 {
-    let seed = std::env::var("SONDE_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| fastrand::u64(..));
-    eprintln!("secrets::differential::{target}: base seed {seed}");
-    seed
-}
-
-/// One case: names its seed if the case fails.
-struct Case {
-    target: &'static str,
-    seed: u64,
-}
-
-impl Drop for Case {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "secrets::differential::{target}: case with seed {seed} failed; replay it with\n  \
-                 SONDE_FUZZ_SEED={seed} SONDE_FUZZ_ITERS=1 cargo test --workspace --test all -- secrets::differential::{target}",
-                target = self.target,
-                seed = self.seed
-            );
-        }
-    }
-}
-
+/// The cases of `target` ([`crate::support::seeded`]).
 fn cases(target: &'static str, default: u64) -> impl Iterator<Item = (Case, fastrand::Rng)> {
-    let base = base_seed(target);
-    (0..iterations(default)).map(move |i| {
-        let seed = base.wrapping_add(i);
-        (Case { target, seed }, fastrand::Rng::with_seed(seed))
-    })
+    seeded::cases("secrets::differential", target, default)
 }
 
 // ---------------------------------------------------------------------
