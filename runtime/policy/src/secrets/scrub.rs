@@ -112,12 +112,17 @@ impl Scrubber {
         from > 0 && !self.reflects(&field[from.min(end)..end])
     }
 
-    /// `bytes`, or [`WITHHELD`] when they reflect.
-    pub fn bytes<'a>(&self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
-        if self.reflects(bytes) {
-            Cow::Owned(WITHHELD.as_bytes().to_vec())
+    /// A header field (or gRPC metadata entry) as a plugin reads it: its
+    /// name and value as text, or ([`WITHHELD_HEADER`], [`WITHHELD`]) when
+    /// either reflects (checked on the raw bytes, before the conversion).
+    pub fn field(&self, name: &[u8], value: &[u8]) -> (String, String) {
+        if self.reflects_field(name, value) {
+            (WITHHELD_HEADER.to_owned(), WITHHELD.to_owned())
         } else {
-            Cow::Borrowed(bytes)
+            (
+                String::from_utf8_lossy(name).into_owned(),
+                String::from_utf8_lossy(value).into_owned(),
+            )
         }
     }
 
@@ -141,17 +146,6 @@ impl Scrubber {
     pub fn string(&self, text: &mut String) {
         if self.reflects(text.as_bytes()) {
             *text = WITHHELD.to_owned();
-        }
-    }
-
-    /// The text of `raw` bytes a peer sent, for a plugin: [`WITHHELD`] when
-    /// they reflect (checked before the conversion), else as UTF-8 with
-    /// invalid sequences replaced.
-    pub fn lossy(&self, raw: &[u8]) -> String {
-        if self.reflects(raw) {
-            WITHHELD.to_owned()
-        } else {
-            String::from_utf8_lossy(raw).into_owned()
         }
     }
 }

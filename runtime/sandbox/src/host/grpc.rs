@@ -19,7 +19,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http_body_util::{BodyExt, Full};
 use probe_grpc::{GrpcError, Request as GrpcRequest, Response as GrpcResponse};
 use sonde_policy::grants::{CallGrants, Use};
-use sonde_policy::secrets::scrub::{Scrubber, WITHHELD, WITHHELD_HEADER};
+use sonde_policy::secrets::scrub::{Scrubber, WITHHELD};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -462,16 +462,13 @@ fn keep_metadata(headers: &HeaderMap, into: &mut Vec<(String, String)>, scrubber
         if matches!(name.as_str(), "grpc-status" | "grpc-message" | "content-type") {
             continue;
         }
-        if let Some(s) = scrubber
-            && s.reflects_field(name.as_str().as_bytes(), value.as_bytes())
-        {
-            into.push((WITHHELD_HEADER.to_string(), WITHHELD.to_string()));
-            continue;
-        }
-        into.push((
-            name.as_str().to_string(),
-            String::from_utf8_lossy(value.as_bytes()).into_owned(),
-        ));
+        into.push(match scrubber {
+            Some(s) => s.field(name.as_str().as_bytes(), value.as_bytes()),
+            None => (
+                name.as_str().to_string(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            ),
+        });
     }
 }
 

@@ -13,7 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Body as _;
 use probe_http::{HttpError, Request as ProbeRequest, Response as ProbeResponse, Timings};
 use sonde_policy::grants::{CallGrants, SecretUseError, Use};
-use sonde_policy::secrets::scrub::{LAG, Scrubber, WITHHELD, WITHHELD_HEADER};
+use sonde_policy::secrets::scrub::{LAG, Scrubber, WITHHELD};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -413,11 +413,12 @@ fn kept_headers(
     headers
         .iter()
         .filter_map(|(n, v)| match scrubber {
-            // Asked for by its own name or as the marker's.
-            Some(s) if s.reflects_field(n.as_str().as_bytes(), v.as_bytes()) => (kept(keep, n.as_str())
-                || kept(keep, WITHHELD_HEADER))
-            .then(|| (WITHHELD_HEADER.to_string(), WITHHELD.to_string())),
-            _ => kept(keep, n.as_str()).then(|| {
+            // A withheld field is asked for by its own name or the marker's.
+            Some(s) => {
+                let (name, value) = s.field(n.as_str().as_bytes(), v.as_bytes());
+                (kept(keep, n.as_str()) || kept(keep, &name)).then_some((name, value))
+            }
+            None => kept(keep, n.as_str()).then(|| {
                 (
                     n.as_str().to_string(),
                     String::from_utf8_lossy(v.as_bytes()).into_owned(),
