@@ -1,11 +1,22 @@
 # Shared by sdk/python/smoke/credentials.sh and sdk/js/smoke/credentials.sh
-# (sourced with $work, $wasm, $SONDE_BIN and the pids array set): starts
+# (sourced first; $wasm is set before run_credentials): makes $work, stops
+# every server it started on exit, checks $SONDE_BIN, then starts
 # real servers on 127.0.0.1 — Debian's redis-server with requirepass and an
 # ACL user, a throwaway PostgreSQL cluster (SCRAM-SHA-256), and a TLS server
 # that requires a client certificate — writes the secrets into files only
 # their owner may read, and runs the credentials plugin through
 # `sonde check --secret NAME=FILE`, checking each outcome. The plugin gets
 # only handles ($(secret:NAME)); no output may hold a secret's bytes.
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  stop_postgres 2>/dev/null || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+: "${SONDE_BIN:?set SONDE_BIN to the sonde binary}"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 

@@ -10,18 +10,10 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 sdk="$(cd "$here/../.." && pwd)"
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  stop_postgres 2>/dev/null || true
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-: "${SONDE_BIN:?set SONDE_BIN to the sonde binary}"
+# Its work directory, its servers' cleanup and the SONDE_BIN check.
+. "$sdk/python/smoke/credentials-lib.sh"
 
 echo "== build smoke/credentials/app.py (componentize-py)"
 PYTHONPATH="$sdk/python/src" python3 -m sonde_sdk build app --app-dir "$here/credentials" -o "$work/credentials.wasm"
 wasm="$work/credentials.wasm"
-. "$sdk/python/smoke/credentials-lib.sh"
 run_credentials
