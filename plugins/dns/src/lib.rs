@@ -35,8 +35,8 @@ use hickory_proto::op::{Header, Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
 use hickory_proto::{ProtoError, ProtoErrorKind};
-use regex::Regex;
 use serde::Deserialize;
+use sonde_regex::Regex;
 use sonde_sdk::time::Instant;
 use sonde_sdk::tls::HandshakeError;
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
@@ -140,7 +140,7 @@ struct Plan {
 fn compile(key: &str, patterns: &[String]) -> Result<Vec<Regex>, ProbeError> {
     patterns
         .iter()
-        .map(|p| Regex::new(p).map_err(|e| ProbeError::invalid_config(format!("{key} {p:?}: {e}"))))
+        .map(|p| sonde_regex::compile(p).map_err(|e| ProbeError::invalid_config(format!("{key} {p:?}: {e}"))))
         .collect()
 }
 

@@ -23,8 +23,8 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 use core::time::Duration;
-use regex::Regex;
 use serde::Deserialize;
+use sonde_regex::Regex;
 use sonde_sdk::http::{HttpRequest, HttpResponse, send_keeping};
 use sonde_sdk::tls::TlsOptions;
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
@@ -222,7 +222,7 @@ impl StatusSpec {
 const SCHEMA: &str = include_str!("schema.json");
 
 fn regex(field: &str, pattern: &str) -> Result<Regex, ProbeError> {
-    Regex::new(pattern).map_err(|e| ProbeError::invalid_config(format!("{field} {pattern:?}: {e}")))
+    sonde_regex::compile(pattern).map_err(|e| ProbeError::invalid_config(format!("{field} {pattern:?}: {e}")))
 }
 
 /// The URL to request: the target as a URL, or `SCHEME://TARGET` plus `path`.

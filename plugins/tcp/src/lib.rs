@@ -22,8 +22,8 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::time::Duration;
-use regex::bytes::Regex;
 use serde::Deserialize;
+use sonde_regex::BytesRegex as Regex;
 use sonde_sdk::time::Instant;
 use sonde_sdk::tls::{HandshakeError, Session, TlsOptions};
 use sonde_sdk::{Outcome, PluginInfo, Probe, ProbeError, Request};
@@ -99,7 +99,7 @@ const SCHEMA: &str = r#"{
   "additionalProperties": false,
   "properties": {
     "send": {"type": "string", "description": "Bytes to send after connecting (JSON escapes such as \\r\\n apply)."},
-    "expect": {"type": "string", "description": "A regex the reply must match, after `send` if both are given."},
+    "expect": {"type": "string", "format": "regex", "description": "A regex the reply must match, after `send` if both are given."},
     "tls": {"type": "boolean", "default": false, "description": "Complete a TLS handshake (by the host) after connecting; reports tls_seconds and cert_expiry_seconds. Send/expect steps then run over TLS."},
     "ca_file": {"type": "string", "description": "With tls: PEM file of CAs to trust instead of the system roots (needs a files grant). Not with ca_pem."},
     "ca_pem": {"type": "string", "description": "With tls: PEM text of CAs to trust instead of the system roots."},
@@ -112,7 +112,7 @@ const SCHEMA: &str = r#"{
       "items": {
         "type": "object",
         "additionalProperties": false,
-        "properties": {"send": {"type": "string"}, "expect": {"type": "string"}},
+        "properties": {"send": {"type": "string"}, "expect": {"type": "string", "format": "regex"}},
         "minProperties": 1,
         "maxProperties": 1
       }
@@ -121,7 +121,7 @@ const SCHEMA: &str = r#"{
 }"#;
 
 fn compile(pattern: &str) -> Result<Regex, ProbeError> {
-    Regex::new(pattern).map_err(|e| ProbeError::invalid_config(format!("expect {pattern:?}: {e}")))
+    sonde_regex::compile_bytes(pattern).map_err(|e| ProbeError::invalid_config(format!("expect {pattern:?}: {e}")))
 }
 
 fn with_metrics(mut outcome: Outcome, metrics: &[(&str, f64)]) -> Outcome {

@@ -91,6 +91,7 @@ pub fn build(workspace: &Path, packages: &[&str]) -> Vec<Built> {
 
     println!("cargo:rerun-if-changed={}", workspace.join("sdk/src").display());
     println!("cargo:rerun-if-changed={}", workspace.join("sdk/wit").display());
+    println!("cargo:rerun-if-changed={}", workspace.join("sdk/regex").display());
     println!("cargo:rerun-if-changed={}", workspace.join("Cargo.lock").display());
     packages
         .iter()

@@ -346,19 +346,43 @@ impl Cache {
             .or_insert_with(|| {
                 let schema = plugin.info().config_schema.as_deref()?;
                 let schema: serde_json::Value = serde_json::from_str(schema).ok()?;
-                jsonschema::validator_for(&schema).ok().map(Arc::new)
+                compile_schema(&schema).map(Arc::new)
             })
             .clone()
     }
 }
 
+/// A plugin's config schema as sonde checks it: `format` asserts (a value
+/// that does not fit is refused, not only annotated), and the format
+/// `regex` is sonde's one dialect (`sonde_regex`), the one the built-in
+/// plugins compile their patterns in, so `sonde validate` refuses every
+/// pattern a run would.
+pub(crate) fn compile_schema(schema: &serde_json::Value) -> Option<jsonschema::Validator> {
+    jsonschema::options()
+        .should_validate_formats(true)
+        .with_format("regex", |s: &str| sonde_regex::compile(s).is_ok())
+        .build(schema)
+        .ok()
+}
+
 /// The first five ways `config` does not fit `validator`, as (JSON pointer,
-/// message) pairs.
+/// message) pairs. A pattern that is not a regex says why.
 pub(crate) fn schema_errors(validator: &jsonschema::Validator, config: &serde_json::Value) -> Vec<(String, String)> {
     validator
         .iter_errors(config)
         .take(5)
-        .map(|e| (e.instance_path().to_string(), e.to_string()))
+        .map(|e| {
+            let message = match (e.kind(), e.instance().as_str()) {
+                (jsonschema::error::ValidationErrorKind::Format { format }, Some(pattern)) if format == "regex" => {
+                    match sonde_regex::compile(pattern) {
+                        Err(why) => format!("{pattern:?} is not a regex: {why}"),
+                        Ok(_) => e.to_string(),
+                    }
+                }
+                _ => e.to_string(),
+            };
+            (e.instance_path().to_string(), message)
+        })
         .collect()
 }
 
@@ -383,12 +407,34 @@ mod tests {
             "properties": { "port": { "type": "integer" } },
             "additionalProperties": { "type": "string" },
         });
-        let validator = jsonschema::validator_for(&schema).unwrap();
+        let validator = compile_schema(&schema).unwrap();
         assert!(schema_errors(&validator, &serde_json::json!({"port": 1})).is_empty());
         let one = schema_errors(&validator, &serde_json::json!({"port": "x"}));
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].0, "/port");
         let many: serde_json::Map<_, _> = (0..8).map(|i| (format!("k{i}"), serde_json::json!(i))).collect();
         assert_eq!(schema_errors(&validator, &serde_json::Value::Object(many)).len(), 5);
+    }
+
+    #[test]
+    fn a_regex_format_is_checked_in_the_plugins_dialect() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": { "re": { "type": "string", "format": "regex" } },
+        });
+        let validator = compile_schema(&schema).unwrap();
+        for go in ["(?i)^ok$", "{\"status\":\"UP\"}", "\\p{^Greek}", "\\Qa.b\\E"] {
+            assert!(
+                schema_errors(&validator, &serde_json::json!({ "re": go })).is_empty(),
+                "{go}"
+            );
+        }
+        let bad = schema_errors(&validator, &serde_json::json!({"re": "(a"}));
+        assert_eq!(bad[0].0, "/re");
+        assert!(
+            bad[0].1.contains("\"(a\" is not a regex: unclosed group"),
+            "{}",
+            bad[0].1
+        );
     }
 }

@@ -205,14 +205,12 @@ impl Ctx {
             .collect()
     }
 
-    /// A regex as sonde's plugins compile it (Rust's `regex`, close to
-    /// Go's RE2 but not equal): `None`, with the problem, when it does
-    /// not compile.
+    /// A regex as sonde's plugins compile it (`sonde_regex`: Go's
+    /// syntax): `None`, with the problem, when it does not compile.
     pub(crate) fn regex(&mut self, node: &Node, path: &str, pattern: &str) -> Option<String> {
-        match regex::Regex::new(pattern) {
+        match sonde_regex::compile(pattern) {
             Ok(_) => Some(pattern.to_string()),
-            Err(e) => {
-                let why = e.to_string().lines().last().unwrap_or("").trim().to_string();
+            Err(why) => {
                 self.unsupported(
                     node.referenced,
                     path,
