@@ -1,13 +1,11 @@
-//! The icmp and dns probers beside Debian's blackbox_exporter: the same
-//! targets (loopback for icmp, a dnsmasq for dns), the same modules, and
-//! the answers compared as `blackbox.rs` compares http, tcp and grpc.
+//! The icmp and dns probers beside each release of blackbox_exporter: the
+//! same targets (loopback for icmp, a dnsmasq for dns), the same modules,
+//! and the answers compared as `blackbox/` compares http, tcp and grpc.
 
-use crate::blackbox::{Blackbox, differences, get};
+use crate::blackbox::{Blackbox, Case, OP, compare};
 use crate::probes::dns::{RECORDS, RESPONSE, Responder, ZONE, dnsmasq_with, reply};
 use crate::probes::icmp::ping_sockets;
 use crate::support::{secret, start_agent};
-
-const OP: &str = "operator-secret";
 
 #[tokio::test]
 async fn icmp_and_dns_answer_the_series_blackbox_exporter_answers() {
@@ -38,9 +36,10 @@ async fn icmp_and_dns_answer_the_series_blackbox_exporter_answers() {
   dns_soa: { prober: dns, timeout: 2s, dns: { query_name: zone.test, query_type: SOA } }
   dns_tcp: { prober: dns, timeout: 2s, dns: { query_name: a.example.test, query_type: A, transport_protocol: tcp } }
 "#;
-    let Some(blackbox) = Blackbox::start(dir.path(), bb_config).await else {
+    let exporters = Blackbox::start_each(dir.path(), bb_config).await;
+    if exporters.is_empty() {
         return;
-    };
+    }
     secret(dir.path(), "op.token", OP);
     // 198.51.100.7 (TEST-NET-2) answers no echo here.
     let grants = r#"grants: { net: ["127.0.0.1:*", "[::1]:*", "198.51.100.7:*"] }"#;
@@ -89,23 +88,9 @@ modules:
         ("dns over TCP", "dns_tcp", server.clone()),
         ("dns no server", "dns_a", format!("127.0.0.1:{}", closed.port())),
     ];
-    let mut all = Vec::new();
-    for (case, module, target) in &cases {
-        let path = format!("/probe?module={module}&target={target}");
-        let (status, theirs) = get(blackbox.addr, &path, None).await;
-        assert_eq!(status, 200, "{case}: blackbox: {theirs}");
-        let (status, ours) = get(api, &path, Some(OP)).await;
-        assert_eq!(status, 200, "{case}: sonde: {ours}");
-        let found = differences(case, &theirs, &ours);
-        if !found.is_empty() {
-            all.push(format!("{}\n--- blackbox\n{theirs}--- sonde\n{ours}", found.join("\n")));
-        }
-    }
-    assert!(
-        all.is_empty(),
-        "{} of {} cases differ:\n{}",
-        all.len(),
-        cases.len(),
-        all.join("\n\n")
-    );
+    let cases: Vec<Case> = cases
+        .into_iter()
+        .map(|(case, module, target)| (case, module, module, target))
+        .collect();
+    compare(&exporters, api, &cases).await;
 }

@@ -1,445 +1,41 @@
-//! `/probe` beside Debian's blackbox_exporter: the same cases (modules of
-//! the same meaning, the same real targets on loopback) asked of both, and
-//! the answers compared series by series — which series there are (name,
-//! label names, and the values of the labels with a fixed vocabulary), the
-//! values alert rules read, and that a phase blackbox timed is timed by
-//! sonde too. sonde's own `sonde_*` series are left out of the comparison.
+//! `/probe` beside blackbox_exporter, each release of it: the same cases
+//! (modules of the same meaning, the same real targets on loopback) asked
+//! of both, and the answers compared series by series — which series there
+//! are (name, label names, and the values of the labels with a fixed
+//! vocabulary), the values alert rules read, and that a phase blackbox
+//! timed is timed by sonde too. sonde's own `sonde_*` series are left out
+//! of the comparison, and so is what only later releases answer when an
+//! older one is asked (`compare::SINCE`).
 //!
-//! The exporter is `/usr/bin/prometheus-blackbox-exporter` (Debian's
-//! `prometheus-blackbox-exporter`); without it the test is skipped, unless
-//! `SONDE_REQUIRE_TOOLS` is set. `SONDE_BB_DUMP=1` prints both answers of
-//! every case (with `--nocapture`).
+//! The releases (`Release`): 0.23, `/usr/bin/prometheus-blackbox-exporter`
+//! (Debian 12's `prometheus-blackbox-exporter`), and 0.28, the current one,
+//! at the path in `SONDE_BLACKBOX_028` (`scripts/tools.sh` builds it from
+//! the Go module proxy; scripts/test exports it). Without one, its half of
+//! each test is skipped, unless `SONDE_REQUIRE_TOOLS` is set.
+//! `SONDE_BB_DUMP=1` prints both answers of every case (with
+//! `--nocapture`).
 
-use crate::support::{parse_response, secret, start_agent, tool};
+mod compare;
+mod exporter;
+mod servers;
+
+pub(crate) use compare::differences;
+pub(crate) use exporter::{Blackbox, get};
+
+use crate::support::{secret, start_agent};
+use servers::{raw_http, smtp_like, tls12_multisan, via_intermediate};
 use sonde_tests::{GrpcHealthServer, HttpServer, ServingStatus, TestCert, closed_port};
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
-const OP: &str = "operator-secret";
-
-/// Labels whose values come from a fixed vocabulary: part of a series'
-/// identity. The others (a certificate's subject…) are compared as values.
-const VOCABULARY: [&str; 3] = ["phase", "serving_status", "version"];
-
-/// Series whose values alert rules read: they must be equal.
-const EQUAL: [&str; 23] = [
-    "probe_success",
-    "probe_icmp_reply_hop_limit",
-    "probe_dns_query_succeeded",
-    "probe_dns_answer_rrs",
-    "probe_dns_authority_rrs",
-    "probe_dns_additional_rrs",
-    "probe_dns_serial",
-    "probe_http_status_code",
-    "probe_http_ssl",
-    "probe_http_version",
-    "probe_http_redirects",
-    "probe_http_content_length",
-    "probe_http_uncompressed_body_length",
-    "probe_failed_due_to_regex",
-    "probe_ssl_earliest_cert_expiry",
-    "probe_ssl_last_chain_expiry_timestamp_seconds",
-    "probe_ssl_last_chain_info",
-    "probe_tls_version_info",
-    "probe_grpc_status_code",
-    "probe_grpc_healthcheck_response",
-    "probe_grpc_ssl",
-    "probe_ip_protocol",
-    "probe_ip_addr_hash",
-];
-
-/// Series that are times: sonde's is above 0 where blackbox's is, and
-/// only there (a phase not reached is 0).
-const TIMES: [&str; 5] = [
-    "probe_http_duration_seconds",
-    "probe_icmp_duration_seconds",
-    "probe_dns_duration_seconds",
-    "probe_grpc_duration_seconds",
-    "probe_dns_lookup_time_seconds",
-];
-
-/// One sample: its name, labels and value.
-type Sample = (String, BTreeMap<String, String>, f64);
-
-/// Parses an answer in the text format (the subset both answer with).
-fn samples(text: &str) -> Vec<Sample> {
-    let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-        let (series, value) = line.rsplit_once(' ').expect("a sample line");
-        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value of {line:?}"));
-        let (name, labels) = match series.split_once('{') {
-            None => (series.to_string(), BTreeMap::new()),
-            Some((name, rest)) => (name.to_string(), labels(rest.strip_suffix('}').expect("}"))),
-        };
-        out.push((name, labels, value));
-    }
-    out
-}
-
-/// `k="v",k2="v2"` with the text format's escapes.
-fn labels(mut text: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    while let Some((key, rest)) = text.split_once("=\"") {
-        let mut value = String::new();
-        let mut chars = rest.char_indices();
-        let mut end = rest.len();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => match chars.next() {
-                    Some((_, 'n')) => value.push('\n'),
-                    Some((_, c)) => value.push(c),
-                    None => {}
-                },
-                '"' => {
-                    end = i + 1;
-                    break;
-                }
-                c => value.push(c),
-            }
-        }
-        out.insert(key.trim_start_matches(',').to_string(), value);
-        text = &rest[end..];
-    }
-    out
-}
-
-/// A series' identity: its name, label names and vocabulary values.
-fn identity((name, labels, _): &Sample) -> String {
-    let labels: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| {
-            if VOCABULARY.contains(&k.as_str()) {
-                format!("{k}={v:?}")
-            } else {
-                k.clone()
-            }
-        })
-        .collect();
-    format!("{name}{{{}}}", labels.join(","))
-}
-
-/// A series with every label: the key its values are compared under.
-fn full((name, labels, _): &Sample) -> String {
-    format!("{name}{labels:?}")
-}
-
-/// How sonde's answer differs from blackbox's for one case.
-pub(crate) fn differences(case: &str, blackbox: &str, sonde: &str) -> Vec<String> {
-    let mut bb = samples(blackbox);
-    let ours: Vec<Sample> = samples(sonde)
-        .into_iter()
-        .filter(|(n, _, _)| !n.starts_with("sonde_"))
-        .collect();
-    // 0.23's gRPC prober answers `probe_ssl_earliest_cert_expiry 0`
-    // without TLS; 0.26 no longer does, nor does sonde (an expiry of 1970
-    // fires every expiry alert).
-    if !ours.iter().any(|(n, _, _)| n == "probe_tls_version_info") && ours.iter().any(|(n, _, _)| n == "probe_grpc_ssl")
-    {
-        bb.retain(|(n, _, v)| !(n == "probe_ssl_earliest_cert_expiry" && *v == 0.0));
-    }
-    let mut out = Vec::new();
-    let ids = |s: &[Sample]| s.iter().map(identity).collect::<BTreeSet<_>>();
-    let (theirs_ids, ours_ids) = (ids(&bb), ids(&ours));
-    for missing in theirs_ids.difference(&ours_ids) {
-        out.push(format!("{case}: sonde lacks {missing}"));
-    }
-    for extra in ours_ids.difference(&theirs_ids) {
-        out.push(format!("{case}: sonde adds {extra}"));
-    }
-    let values = |s: &[Sample]| s.iter().map(|x| (full(x), x.2)).collect::<BTreeMap<_, _>>();
-    let ours_values = values(&ours);
-    for sample in &bb {
-        let (name, _, value) = sample;
-        if EQUAL.contains(&name.as_str()) {
-            match ours_values.get(&full(sample)) {
-                Some(v) if v == value => {}
-                Some(v) => out.push(format!("{case}: {} is {v}, blackbox says {value}", full(sample))),
-                None if name == "probe_ssl_last_chain_info" => {
-                    let ours: Vec<String> = ours.iter().filter(|s| &s.0 == name).map(full).collect();
-                    out.push(format!("{case}: blackbox's {} is not sonde's {ours:?}", full(sample)));
-                }
-                None => {}
-            }
-        }
-        if TIMES.contains(&name.as_str())
-            && let Some(v) = ours_values.get(&full(sample))
-            && (*value > 0.0) != (*v > 0.0)
-        {
-            out.push(format!("{case}: {} is {v}, blackbox says {value}", full(sample)));
-        }
-    }
-    out
-}
-
-/// `GET path` on a new connection, with an optional bearer token.
-pub(crate) async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let head = format!("GET {path} HTTP/1.1\r\nHost: probe\r\n{auth}Connection: close\r\n\r\n");
-    s.write_all(head.as_bytes()).await.unwrap();
-    let mut text = Vec::new();
-    let _ = s.read_to_end(&mut text).await;
-    let (status, body) = parse_response(&text);
-    // blackbox answers chunked; the chunk sizes are not samples.
-    let body = if body.starts_with(|c: char| c.is_ascii_hexdigit()) && !body.starts_with("# ") {
-        dechunk(&body)
-    } else {
-        body
-    };
-    (status, body)
-}
-
-/// The data of a chunked body.
-fn dechunk(body: &str) -> String {
-    let mut out = String::new();
-    let mut rest = body;
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || after.len() < n {
-            break;
-        }
-        out.push_str(&after[..n]);
-        rest = after[n..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// Debian's blackbox_exporter, on a free loopback port, with `config`.
-pub(crate) struct Blackbox {
-    child: Child,
-    pub(crate) addr: SocketAddr,
-}
-
-impl Blackbox {
-    pub(crate) async fn start(dir: &Path, config: &str) -> Option<Self> {
-        let binary = tool("prometheus-blackbox-exporter", "prometheus-blackbox-exporter")?;
-        let file = dir.join("blackbox.yml");
-        std::fs::write(&file, config).unwrap();
-        let addr = closed_port();
-        let child = Command::new(binary)
-            .arg(format!("--config.file={}", file.display()))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start blackbox_exporter");
-        let bb = Self { child, addr };
-        let start = Instant::now();
-        while tokio::net::TcpStream::connect(addr).await.is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "blackbox_exporter did not listen"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Some(bb)
-    }
-}
-
-impl Drop for Blackbox {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A line server as an SMTP server greets: `220` first, `221` and a close
-/// after `QUIT`.
-async fn smtp_like() -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let (read, mut write) = stream.into_split();
-                let _ = write.write_all(b"220 sonde.test ESMTP ready\r\n").await;
-                let mut lines = tokio::io::BufReader::new(read).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if line.trim().eq_ignore_ascii_case("QUIT") {
-                        let _ = write.write_all(b"221 bye\r\n").await;
-                        return;
-                    }
-                    let _ = write.write_all(b"250 ok\r\n").await;
-                }
-            });
-        }
-    });
-    (addr, task)
-}
-
-/// The answer a [`RawHttp`] server gives for `path`, byte for byte.
-fn raw_answer(path: &str) -> String {
-    let ok =
-        |extra: &str| format!("HTTP/1.1 200 OK\r\nContent-Length: 11\r\n{extra}Connection: close\r\n\r\nhello world");
-    let redirect = |code: &str, to: &str| {
-        format!("HTTP/1.1 {code}\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-    };
-    match path {
-        "/ok" => ok(""),
-        "/204" => "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n".into(),
-        "/lastmod" => ok("Last-Modified: Wed, 21 Oct 2015 07:28:00 GMT\r\n"),
-        "/chunked" => "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
-                       5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
-            .into(),
-        "/r3" => redirect("301 Moved Permanently", "/r2"),
-        "/r2" => redirect("302 Found", "/r1"),
-        "/r1" => redirect("302 Found", "/ok"),
-        "/loop" => redirect("302 Found", "/loop"),
-        "/http10" => "HTTP/1.0 200 OK\r\nContent-Length: 11\r\n\r\nhello world".into(),
-        "/check-yes" => ok("X-Check: yes\r\n"),
-        "/check-no" => ok("X-Check: no\r\n"),
-        _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot found".into(),
-    }
-}
-
-/// Reads one request's head from `stream` and writes [`raw_answer`] for
-/// its path, then closes.
-async fn raw_serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut stream: S) {
-    let mut head = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => head.extend_from_slice(&chunk[..n]),
-        }
-        if head.len() > 16 * 1024 {
-            return;
-        }
-    }
-    let text = String::from_utf8_lossy(&head);
-    let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
-    let _ = stream.write_all(raw_answer(&path).as_bytes()).await;
-    let _ = stream.shutdown().await;
-}
-
-/// An HTTP server written by hand, for the answers hyper does not give
-/// (HTTP/1.0, chunked, chains of redirects…); over TLS with `tls`.
-async fn raw_http(tls: Option<tokio_rustls::TlsAcceptor>) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let tls = tls.clone();
-            tokio::spawn(async move {
-                match tls {
-                    None => raw_serve(stream).await,
-                    Some(acceptor) => {
-                        if let Ok(stream) = acceptor.accept(stream).await {
-                            raw_serve(stream).await;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (addr, task)
-}
-
-/// A TLS 1.2-only server configuration whose leaf has a full subject and
-/// DNS, IP and e-mail names, and whose chain carries an unrelated expired
-/// certificate after the leaf; with the PEM of the CA that signed the leaf.
-fn tls12_multisan() -> (tokio_rustls::TlsAcceptor, String) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::OrganizationName, "sonde test");
-    ca.distinguished_name.push(DnType::CommonName, "sonde multi-SAN CA");
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let mut leaf = CertificateParams::new(vec![
-        "localhost".to_string(),
-        "alt.sonde.test".to_string(),
-        "127.0.0.1".to_string(),
-    ])
-    .unwrap();
-    leaf.subject_alt_names
-        .push(SanType::Rfc822Name("ops@sonde.test".try_into().unwrap()));
-    leaf.distinguished_name.push(DnType::CountryName, "ZZ");
-    leaf.distinguished_name.push(DnType::OrganizationName, "sonde test");
-    leaf.distinguished_name.push(DnType::OrganizationalUnitName, "probes");
-    leaf.distinguished_name.push(DnType::CommonName, "localhost");
-    // emailAddress: an attribute Go has no short name for.
-    leaf.distinguished_name.push(
-        DnType::CustomDnType(vec![1, 2, 840, 113_549, 1, 9, 1]),
-        "ops@sonde.test",
-    );
-    leaf.not_after = rcgen::date_time_ymd(2031, 6, 1);
-    let leaf_cert = leaf.signed_by(&key, &issuer).unwrap();
-    let old_key = KeyPair::generate().unwrap();
-    let mut old = CertificateParams::new(vec!["old.sonde.test".to_string()]).unwrap();
-    old.distinguished_name.push(DnType::CommonName, "old.sonde.test");
-    old.not_before = rcgen::date_time_ymd(2020, 1, 1);
-    old.not_after = rcgen::date_time_ymd(2021, 1, 1);
-    let old_cert = old.self_signed(&old_key).unwrap();
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS12])
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf_cert.der().clone(), old_cert.der().clone()],
-            rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
-        )
-        .unwrap();
-    (
-        tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)),
-        ca_cert.pem(),
-    )
-}
-
-/// A server configuration whose leaf is signed by an intermediate CA that
-/// expires before it (both sent), under a root of their own; with the
-/// root's PEM.
-fn via_intermediate() -> (tokio_rustls::TlsAcceptor, String) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca = |name: &str| {
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.distinguished_name.push(DnType::CommonName, name);
-        p
-    };
-    let root_key = KeyPair::generate().unwrap();
-    let root_params = ca("sonde chain root");
-    let root = root_params.self_signed(&root_key).unwrap();
-    let root_issuer = Issuer::new(root_params, root_key);
-    let mid_key = KeyPair::generate().unwrap();
-    let mut mid_params = ca("sonde chain intermediate");
-    mid_params.not_after = rcgen::date_time_ymd(2030, 6, 1);
-    let mid = mid_params.signed_by(&mid_key, &root_issuer).unwrap();
-    let mid_issuer = Issuer::new(mid_params, mid_key);
-    let key = KeyPair::generate().unwrap();
-    let mut leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-    leaf.distinguished_name.push(DnType::CommonName, "localhost");
-    leaf.not_after = rcgen::date_time_ymd(2031, 1, 1);
-    let leaf = leaf.signed_by(&key, &mid_issuer).unwrap();
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone(), mid.der().clone()],
-            rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
-        )
-        .unwrap();
-    (tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)), root.pem())
-}
-
+/// The operator token sonde is asked with, in `compare`.
+pub(crate) const OP: &str = "operator-secret";
 /// A JSON string literal, which YAML reads too.
 fn json(s: &str) -> String {
     serde_json::to_string(s).unwrap()
 }
 
 /// The cases: (name, blackbox module, sonde module, target).
-type Case = (&'static str, &'static str, &'static str, String);
+pub(crate) type Case = (&'static str, &'static str, &'static str, String);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_answers_the_series_blackbox_exporter_answers() {
@@ -498,9 +94,10 @@ async fn probe_answers_the_series_blackbox_exporter_answers() {
   http_post: {{ prober: http, timeout: 5s, http: {{ method: POST, body: "hello" }} }}
 "#
     );
-    let Some(blackbox) = Blackbox::start(dir.path(), &bb_config).await else {
+    let exporters = Blackbox::start_each(dir.path(), &bb_config).await;
+    if exporters.is_empty() {
         return;
-    };
+    }
 
     // The same modules, for sonde: 2xx expected, as blackbox's default.
     let (ca_pem, expired_pem, multisan_json) = (json(&valid.ca_pem), json(&expired.ca_pem), json(&multisan_pem));
@@ -739,35 +336,17 @@ modules:
         ),
     ];
 
-    let mut all = Vec::new();
-    let mut passed = 0;
-    for (case, bb_module, sonde_module, target) in &cases {
-        let (status, theirs) = get(
-            blackbox.addr,
-            &format!("/probe?module={bb_module}&target={target}"),
-            None,
-        )
-        .await;
-        assert_eq!(status, 200, "{case}: blackbox: {theirs}");
-        let (status, ours) = get(api, &format!("/probe?module={sonde_module}&target={target}"), Some(OP)).await;
-        assert_eq!(status, 200, "{case}: sonde: {ours}");
-        let found = differences(case, &theirs, &ours);
-        if std::env::var_os("SONDE_BB_DUMP").is_some() {
-            eprintln!("=== {case}\n--- blackbox\n{theirs}--- sonde\n{ours}");
-        }
-        if found.is_empty() {
-            passed += 1;
-        } else {
-            all.push(format!("{}\n--- blackbox\n{theirs}--- sonde\n{ours}", found.join("\n")));
-        }
-    }
-    // blackbox_exporter never keeps a connection alive; sonde's
-    // `keepalive: true` reuses one, whose address and certificates are
-    // still answered.
+    keepalive(api, web.addr, https.addr, valid.not_after).await;
+    compare(&exporters, api, &cases).await;
+}
+
+/// blackbox_exporter never keeps a connection alive; sonde's `keepalive:
+/// true` reuses one, whose address and certificates are still answered.
+async fn keepalive(api: SocketAddr, web: SocketAddr, https: SocketAddr, not_after: i64) {
     for round in 0..2 {
         let (_, ours) = get(
             api,
-            &format!("/probe?module=http_keepalive&target=http://{}/ok", web.addr),
+            &format!("/probe?module=http_keepalive&target=http://{web}/ok"),
             Some(OP),
         )
         .await;
@@ -780,11 +359,11 @@ modules:
         }
         let (_, ours) = get(
             api,
-            &format!("/probe?module=https_keepalive&target=https://{}/ok", https.addr),
+            &format!("/probe?module=https_keepalive&target=https://{https}/ok"),
             Some(OP),
         )
         .await;
-        let expiry = format!("probe_ssl_earliest_cert_expiry {}", valid.not_after);
+        let expiry = format!("probe_ssl_earliest_cert_expiry {not_after}");
         for line in [
             "probe_success 1",
             "probe_http_ssl 1",
@@ -801,20 +380,48 @@ modules:
             "https keepalive, round {round}:\n{ours}"
         );
     }
-    eprintln!("{passed} of {} cases agree with blackbox_exporter", cases.len());
-    assert!(
-        all.is_empty(),
-        "{passed} of {} cases agree; the others:\n\n{}",
-        cases.len(),
-        all.join("\n\n")
-    );
 }
 
-#[test]
-fn the_text_format_parses_with_escapes() {
-    let s = samples("# HELP x y\nx{a=\"1\",b=\"q\\\"r\"} 2\ny 3.5e+09\n");
-    assert_eq!(s.len(), 2);
-    assert_eq!(s[0].1.get("b").map(String::as_str), Some("q\"r"));
-    assert_eq!(s[1].2, 3.5e9);
-    assert_eq!(identity(&s[0]), "x{a,b}");
+/// Asks every case of each release in `exporters` and of sonde (at `api`),
+/// and compares the answers (see [`differences`]); prints how many cases
+/// agree with each release, and fails with every difference.
+/// `SONDE_BB_DUMP=1` prints both answers of every case.
+pub(crate) async fn compare(exporters: &[Blackbox], api: SocketAddr, cases: &[Case]) {
+    let mut all = Vec::new();
+    let mut summary = Vec::new();
+    for blackbox in exporters {
+        let release = blackbox.release.version();
+        let mut passed = 0;
+        for (case, bb_module, sonde_module, target) in cases {
+            let path = format!("/probe?module={bb_module}&target={target}");
+            let (status, theirs) = get(blackbox.addr, &path, None).await;
+            assert_eq!(status, 200, "{case}: blackbox_exporter {release}: {theirs}");
+            let path = format!("/probe?module={sonde_module}&target={target}");
+            let (status, ours) = get(api, &path, Some(OP)).await;
+            assert_eq!(status, 200, "{case}: sonde: {ours}");
+            if std::env::var_os("SONDE_BB_DUMP").is_some() {
+                eprintln!("=== {case}\n--- blackbox_exporter {release}\n{theirs}--- sonde\n{ours}");
+            }
+            let found = differences(blackbox.release, case, &theirs, &ours);
+            if found.is_empty() {
+                passed += 1;
+            } else {
+                all.push(format!(
+                    "{}\n--- blackbox_exporter {release}\n{theirs}--- sonde\n{ours}",
+                    found.join("\n")
+                ));
+            }
+        }
+        summary.push(format!(
+            "{passed} of {} cases agree with blackbox_exporter {release}",
+            cases.len()
+        ));
+    }
+    eprintln!("{}", summary.join("\n"));
+    assert!(
+        all.is_empty(),
+        "{}; the others:\n\n{}",
+        summary.join(", "),
+        all.join("\n\n")
+    );
 }
