@@ -92,6 +92,7 @@ async fn probe_answers_the_series_blackbox_exporter_answers() {
   grpc_tls_noca: {{ prober: grpc, timeout: 5s, grpc: {{ tls: true, preferred_ip_protocol: ip4 }} }}
   http_500_ok: {{ prober: http, timeout: 5s, http: {{ valid_status_codes: [500] }} }}
   http_post: {{ prober: http, timeout: 5s, http: {{ method: POST, body: "hello" }} }}
+  http_head: {{ prober: http, timeout: 5s, http: {{ method: HEAD }} }}
 "#
     );
     let exporters = Blackbox::start_each(dir.path(), &bb_config).await;
@@ -132,6 +133,7 @@ modules:
   grpc_tls_noca: {{ plugin: grpc, timeout: 5s, config: {{ tls: true }}, {grants} }}
   http_500_ok: {{ plugin: http, timeout: 5s, config: {{ expected_status: [500] }}, {grants} }}
   http_post: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], method: POST, body: "hello" }}, {grants} }}
+  http_head: {{ plugin: http, timeout: 5s, config: {{ expected_status: ["200-299"], method: HEAD }}, {grants} }}
   http_keepalive: {{ plugin: http, timeout: 5s, config: {{ keepalive: true }}, {grants} }}
   https_keepalive: {{ plugin: http, timeout: 5s, config: {{ keepalive: true, ca_pem: {ca_pem} }}, {grants} }}
 "#
@@ -322,6 +324,13 @@ modules:
             format!("http://{}/ok", web.addr),
         ),
         ("http POST", "http_post", "http_post", format!("http://{}/ok", web.addr)),
+        ("http HEAD", "http_head", "http_head", format!("http://{}/ok", web.addr)),
+        (
+            "http HEAD, chunked",
+            "http_head",
+            "http_head",
+            format!("http://{raw}/chunked"),
+        ),
         (
             "https on a plain port",
             "http_ca",
