@@ -18,9 +18,10 @@
 //! A record is matched as text: its owner name (absolute, with the final
 //! dot), TTL, class, type and data, separated by tabs, the data as
 //! hickory-proto writes it (`example.com.\t300\tIN\tA\t192.0.2.1`,
-//! `example.com.\t300\tIN\tMX\t10 mail.example.com.`). blackbox's
-//! miekg/dns writes the same fields the same way, except that it quotes
-//! TXT strings, which hickory does not.
+//! `example.com.\t300\tIN\tMX\t10 mail.example.com.`), as blackbox's
+//! miekg/dns writes them; TXT data is written as miekg/dns writes it
+//! (hickory does not quote it): each string in double quotes
+//! (`"v=spf1 -all"`), so a regex written for blackbox matches.
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
@@ -357,14 +358,39 @@ fn proto_reason(e: &ProtoError) -> String {
 
 /// A record as the validators read it (see the crate's documentation).
 fn text(r: &Record) -> String {
+    let data = match r.data() {
+        RData::TXT(txt) => quoted(txt.txt_data()),
+        other => other.to_string(),
+    };
     format!(
-        "{}\t{}\t{}\t{}\t{}",
+        "{}\t{}\t{}\t{}\t{data}",
         r.name(),
         r.ttl(),
         r.dns_class(),
         r.record_type(),
-        r.data()
     )
+}
+
+/// TXT strings as miekg/dns writes them: each in double quotes, separated
+/// by a space; `"` and `\` escaped with a backslash, and a byte outside
+/// printable ASCII as `\DDD` (three decimal digits).
+fn quoted(strings: &[alloc::boxed::Box<[u8]>]) -> String {
+    let mut out = String::new();
+    for (i, s) in strings.iter().enumerate() {
+        out.push_str(if i == 0 { "\"" } else { " \"" });
+        for &b in s.iter() {
+            match b {
+                b'"' | b'\\' => {
+                    out.push('\\');
+                    out.push(char::from(b));
+                }
+                b' '..=b'~' => out.push(char::from(b)),
+                _ => out.push_str(&format!("\\{b:03}")),
+            }
+        }
+        out.push('"');
+    }
+    out
 }
 
 /// How the reply came: its timings, and the transport that brought it.
@@ -661,6 +687,19 @@ mod tests {
         assert!(rrs(r#"{"fail_if_all_match_regexp": ["x"]}"#).failure(&[]).is_none());
         assert!(rrs(r#"{"fail_if_none_matches_regexp": ["x"]}"#).failure(&[]).is_some());
         assert!(rrs(r#"{"fail_if_not_matches_regexp": ["x"]}"#).failure(&[]).is_some());
+    }
+
+    #[test]
+    fn txt_strings_are_quoted_as_miekg_quotes_them() {
+        let strings: Vec<alloc::boxed::Box<[u8]>> = vec![
+            b"v=spf1 -all".to_vec().into(),
+            b"say \"hi\" \\ \x01\xc3\xa9".to_vec().into(),
+        ];
+        assert_eq!(
+            quoted(&strings),
+            "\"v=spf1 -all\" \"say \\\"hi\\\" \\\\ \\001\\195\\169\""
+        );
+        assert_eq!(quoted(&[]), "");
     }
 
     #[test]

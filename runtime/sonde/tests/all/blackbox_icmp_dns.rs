@@ -35,6 +35,8 @@ async fn icmp_and_dns_answer_the_series_blackbox_exporter_answers() {
   dns_all: { prober: dns, timeout: 2s, dns: { query_name: a.example.test, query_type: A, validate_answer_rrs: { fail_if_all_match_regexp: ["^nothing"] } } }
   dns_soa: { prober: dns, timeout: 2s, dns: { query_name: zone.test, query_type: SOA } }
   dns_tcp: { prober: dns, timeout: 2s, dns: { query_name: a.example.test, query_type: A, transport_protocol: tcp } }
+  dns_txt: { prober: dns, timeout: 2s, dns: { query_name: spf.example.test, query_type: TXT, validate_answer_rrs: { fail_if_not_matches_regexp: ['^spf\.example\.test\.\t[0-9]+\tIN\tTXT\t"v=spf1 -all" "second string"$'] } } }
+  dns_txt_unquoted: { prober: dns, timeout: 2s, dns: { query_name: spf.example.test, query_type: TXT, validate_answer_rrs: { fail_if_not_matches_regexp: ['TXT\tv=spf1'] } } }
 "#;
     let exporters = Blackbox::start_each(dir.path(), bb_config).await;
     if exporters.is_empty() {
@@ -62,6 +64,8 @@ modules:
   dns_all: {{ plugin: dns, timeout: 2s, config: {{ query_name: a.example.test, query_type: A, validate_answer_rrs: {{ fail_if_all_match_regexp: ["^nothing"] }} }}, {grants} }}
   dns_soa: {{ plugin: dns, timeout: 2s, config: {{ query_name: zone.test, query_type: SOA }}, {grants} }}
   dns_tcp: {{ plugin: dns, timeout: 2s, config: {{ query_name: a.example.test, query_type: A, transport_protocol: tcp }}, {grants} }}
+  dns_txt: {{ plugin: dns, timeout: 2s, config: {{ query_name: spf.example.test, query_type: TXT, validate_answer_rrs: {{ fail_if_not_matches_regexp: ['^spf\.example\.test\.\t[0-9]+\tIN\tTXT\t"v=spf1 -all" "second string"$'] }} }}, {grants} }}
+  dns_txt_unquoted: {{ plugin: dns, timeout: 2s, config: {{ query_name: spf.example.test, query_type: TXT, validate_answer_rrs: {{ fail_if_not_matches_regexp: ['TXT\tv=spf1'] }} }}, {grants} }}
 "#
         ),
     )
@@ -86,6 +90,12 @@ modules:
         ("dns fail_if_all_match", "dns_all", server.clone()),
         ("dns SOA serial", "dns_soa", soa),
         ("dns over TCP", "dns_tcp", server.clone()),
+        ("dns TXT, quoted as blackbox quotes it", "dns_txt", server.clone()),
+        (
+            "dns TXT, a regex without the quotes",
+            "dns_txt_unquoted",
+            server.clone(),
+        ),
         ("dns no server", "dns_a", format!("127.0.0.1:{}", closed.port())),
     ];
     let cases: Vec<Case> = cases
