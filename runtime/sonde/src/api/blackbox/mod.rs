@@ -1,6 +1,7 @@
 //! The answer of `GET /probe` ([`super::scrape`]): blackbox_exporter's
-//! series, named, labelled and valued as Debian's blackbox_exporter
-//! (0.23) answers for the same case, beside sonde's own.
+//! series, named, labelled and valued as blackbox_exporter 0.28 answers
+//! for the same case (and 0.23 but for the series 0.28 added), beside
+//! sonde's own.
 //!
 //! Every blackbox series is taken from one of two places, here and nowhere
 //! else (docs/prometheus.md has the table):
@@ -12,7 +13,8 @@
 //!   used picks the prober whose series are answered.
 //! - what only the plugin knows, which it reports as a metric of a
 //!   well-known name: [`REGEX_METRIC`] (a body, header or `expect` regex
-//!   failed) and [`SERVING_METRIC`] (the gRPC health status).
+//!   failed), [`BYTES_METRIC`] (expected bytes did not come) and
+//!   [`SERVING_METRIC`] (the gRPC health status).
 //!
 //! The families are sorted by name, each with its `HELP` and `TYPE`
 //! (every one a gauge), and a family's series by their labels.
