@@ -488,4 +488,11 @@ mod tests {
         assert!(!Arc::ptr_eq(&a, &c));
         assert_eq!(a.alpn_protocols, vec![b"h2".to_vec()]);
     }
+
+    #[test]
+    fn suites_are_offered_in_gos_order() {
+        let ordered = go_ordered(rustls::crypto::ring::default_provider());
+        let suites: Vec<u16> = ordered.cipher_suites.iter().map(|s| u16::from(s.suite())).collect();
+        assert_eq!(suites, GO_SUITE_ORDER, "every suite of ring's, in Go's order");
+    }
 }

@@ -554,6 +554,29 @@ mod tests {
     }
 
     #[test]
+    fn tcp_answers_its_failure_series_once_connected() {
+        let tcp = |tcp_ready| {
+            let mut r = RunResult::error(Reason::Io, "");
+            r.observed = Some(Box::new(Observed {
+                tcp: true,
+                tcp_ready,
+                ..Observed::default()
+            }));
+            series(&exposition(&r, Duration::from_millis(1)))
+        };
+        assert_eq!(tcp(false), ["probe_duration_seconds", "probe_success"]);
+        assert_eq!(
+            tcp(true),
+            [
+                "probe_duration_seconds",
+                "probe_failed_due_to_bytes",
+                "probe_failed_due_to_regex",
+                "probe_success"
+            ]
+        );
+    }
+
+    #[test]
     fn a_run_that_connected_nowhere_answers_sondes_series_only() {
         let denied = RunResult::error(Reason::Denied, "outside the grant");
         assert_eq!(
