@@ -18,13 +18,16 @@
 //! A record is matched as text: its owner name (absolute, with the final
 //! dot), TTL, class, type and data, separated by tabs, the data as
 //! hickory-proto writes it (`example.com.\t300\tIN\tA\t192.0.2.1`,
-//! `example.com.\t300\tIN\tMX\t10 mail.example.com.`). blackbox's
-//! miekg/dns writes the same fields the same way, except that it quotes
-//! TXT strings, which hickory does not.
+//! `example.com.\t300\tIN\tMX\t10 mail.example.com.`), as blackbox's
+//! miekg/dns writes them; TXT data is written as miekg/dns writes it
+//! (hickory does not quote it): each string in double quotes
+//! (`"v=spf1 -all"`), so a regex written for blackbox matches.
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
 extern crate alloc;
+
+mod text;
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -32,7 +35,7 @@ use alloc::vec::Vec;
 use core::str::FromStr;
 use core::time::Duration;
 use hickory_proto::op::{Header, Message, MessageType, OpCode, Query};
-use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
+use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
 use hickory_proto::{ProtoError, ProtoErrorKind};
 use serde::Deserialize;
@@ -355,18 +358,6 @@ fn proto_reason(e: &ProtoError) -> String {
     }
 }
 
-/// A record as the validators read it (see the crate's documentation).
-fn text(r: &Record) -> String {
-    format!(
-        "{}\t{}\t{}\t{}\t{}",
-        r.name(),
-        r.ttl(),
-        r.dns_class(),
-        r.record_type(),
-        r.data()
-    )
-}
-
 /// How the reply came: its timings, and the transport that brought it.
 #[derive(Default)]
 struct Timings {
@@ -522,7 +513,7 @@ fn check(req: &Request, plan: &Plan) -> Result<Outcome, ProbeError> {
                 if rrs.is_empty() {
                     return None;
                 }
-                let texts: Vec<String> = records.iter().map(text).collect();
+                let texts: Vec<String> = records.iter().map(text::text).collect();
                 rrs.failure(&texts).map(|why| format!("{section} section: {why}"))
             })
     };

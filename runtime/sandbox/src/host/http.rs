@@ -340,15 +340,21 @@ impl ResponseSeen {
             http::Version::HTTP_3 => (3, 0),
             _ => (1, 1),
         };
-        // As Go's client counts it: no body for HEAD, 1xx, 204 and 304;
-        // otherwise the header, or -1 (unknown) without one.
-        let content_length = if method.eq_ignore_ascii_case("HEAD") || status < 200 || status == 204 || status == 304 {
-            0
-        } else {
+        // As Go's client counts it: for HEAD, the header (the length a GET
+        // would have); else no body for 1xx, 204 and 304; otherwise the
+        // header. -1 (unknown) without one.
+        let header = || {
             headers
                 .get(http::header::CONTENT_LENGTH)
                 .and_then(|v| v.to_str().ok()?.trim().parse().ok())
                 .unwrap_or(-1)
+        };
+        let content_length = if method.eq_ignore_ascii_case("HEAD") {
+            header()
+        } else if status < 200 || status == 204 || status == 304 {
+            0
+        } else {
+            header()
         };
         let redirect = (300..400).contains(&status) && headers.contains_key(http::header::LOCATION);
         let last_modified = headers

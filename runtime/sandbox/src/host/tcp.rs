@@ -53,7 +53,10 @@ impl TlsView<'_> {
         let timeout = Duration::from_millis(timeout_ms);
         let dialed = match tokio::time::timeout(timeout, dial(self.grants, Use::Tcp { host, port }, self.bounds)).await
         {
-            Ok(Ok(d)) => d,
+            Ok(Ok(d)) => {
+                self.bounds.observe(|o| o.tcp_ready = true);
+                d
+            }
             Ok(Err(DialError::Connect { source, .. })) => return Err(WitError::Connect(reason(&source))),
             Ok(Err(e)) => return Err(e.into()),
             Err(_) => {

@@ -194,6 +194,7 @@ async fn handshake(
     bounds.observe(|o| {
         o.handshake += tls;
         o.tls = Some(std::sync::Arc::new(seen));
+        o.tcp_ready = true;
     });
     let result = HandshakeResult {
         info: (&info).into(),

@@ -169,7 +169,7 @@ impl TlsClient {
     /// A client that has not read any roots yet (the once-per-engine phase).
     pub(crate) fn new() -> Self {
         Self {
-            provider: Arc::new(rustls::crypto::ring::default_provider()),
+            provider: Arc::new(go_ordered(rustls::crypto::ring::default_provider())),
             system_roots: OnceLock::new(),
             configs: Mutex::new(HashMap::new()),
         }
@@ -365,6 +365,29 @@ fn session_info(conn: &rustls::ClientConnection) -> Result<TlsInfo, TlsError> {
     })
 }
 
+/// Go's crypto/tls order of preference among the suites it shares with
+/// rustls (on a CPU with AES instructions), by IANA number: AES-128-GCM
+/// before AES-256-GCM before ChaCha20-Poly1305, TLS 1.3 first.
+const GO_SUITE_ORDER: [u16; 9] = [
+    0x1301, 0x1302, 0x1303, // TLS 1.3
+    0xc02b, 0xc02f, 0xc02c, 0xc030, 0xcca9, 0xcca8, // TLS 1.2, ECDHE
+];
+
+/// `provider` offering its cipher suites in Go's order of preference
+/// ([`GO_SUITE_ORDER`], the others after them), so that a server that
+/// follows the client's preference picks for sonde the suite it picks for
+/// blackbox_exporter (rustls prefers AES-256 to AES-128).
+fn go_ordered(mut provider: CryptoProvider) -> CryptoProvider {
+    provider.cipher_suites.sort_by_key(|s| {
+        let n = u16::from(s.suite());
+        GO_SUITE_ORDER
+            .iter()
+            .position(|&g| g == n)
+            .unwrap_or(GO_SUITE_ORDER.len())
+    });
+    provider
+}
+
 /// What a run's observations keep of an established session: its version
 /// and the certificates the server sent, as sent (bounded), whether or not
 /// they were verified.
@@ -393,6 +416,7 @@ pub(crate) fn seen(conn: &rustls::ClientConnection, options: &TlsOptions) -> cra
         version,
         chain,
         verified: !options.insecure_skip_verify,
+        cipher: conn.negotiated_cipher_suite().map_or(0, |s| u16::from(s.suite())),
     }
 }
 
@@ -463,5 +487,12 @@ mod tests {
         let c = client.config(&insecure, &[]).unwrap();
         assert!(!Arc::ptr_eq(&a, &c));
         assert_eq!(a.alpn_protocols, vec![b"h2".to_vec()]);
+    }
+
+    #[test]
+    fn suites_are_offered_in_gos_order() {
+        let ordered = go_ordered(rustls::crypto::ring::default_provider());
+        let suites: Vec<u16> = ordered.cipher_suites.iter().map(|s| u16::from(s.suite())).collect();
+        assert_eq!(suites, GO_SUITE_ORDER, "every suite of ring's, in Go's order");
     }
 }

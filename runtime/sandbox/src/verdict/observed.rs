@@ -44,6 +44,9 @@ pub struct Observed {
     pub grpc: Option<GrpcSeen>,
     /// Whether the plugin used `tcp` or `tls`.
     pub tcp: bool,
+    /// Whether a `tcp` connection was made, or a `tls` session completed
+    /// its handshake: the exchange with the service could begin.
+    pub tcp_ready: bool,
     /// Set when the plugin used `icmp`: its last echo.
     pub icmp: Option<IcmpSeen>,
     /// The run's last TLS session that completed its handshake (shared
@@ -119,6 +122,9 @@ pub struct TlsSeen {
     pub chain: Vec<Vec<u8>>,
     /// Whether the chain was verified (not `insecure_skip_verify`).
     pub verified: bool,
+    /// The cipher suite negotiated, by its IANA number (`0x1301` is
+    /// `TLS_AES_128_GCM_SHA256`); 0 when unknown.
+    pub cipher: u16,
 }
 
 impl Observed {

@@ -1,7 +1,7 @@
 //! The alert rules users run on blackbox_exporter's series, evaluated by a
-//! real Prometheus that scrapes Debian's blackbox_exporter and sonde on the
-//! same targets with the same modules: each rule must fire for the same
-//! targets on both. The rules are the shipped `deploy/prometheus/rules.yaml`
+//! real Prometheus that scrapes each release of blackbox_exporter (Debian's
+//! 0.23, and 0.28) and sonde on the same targets with the same modules:
+//! each rule must fire for the same targets on sonde as on each release. The rules are the shipped `deploy/prometheus/rules.yaml`
 //! (read as shipped) and the usual blackbox_exporter rules (probe failed,
 //! slow probe, HTTP status of 400 and over, certificate expiring and
 //! expired), with thresholds scaled to the test's targets.
@@ -126,9 +126,10 @@ async fn alert_rules_fire_for_the_same_targets_on_blackbox_exporter_and_sonde() 
   tcp_connect: { prober: tcp, timeout: 5s }
   icmp: { prober: icmp, timeout: 5s, icmp: { preferred_ip_protocol: ip4 } }
 "#;
-    let Some(blackbox) = Blackbox::start(dir.path(), bb_config).await else {
+    let exporters = Blackbox::start_each(dir.path(), bb_config).await;
+    if exporters.is_empty() {
         return;
-    };
+    }
     secret(dir.path(), "op.token", OP);
     let grants = r#"grants: { net: ["127.0.0.1:*"] }"#;
     let sonde_config = dir.path().join("sonde.yaml");
@@ -166,7 +167,13 @@ modules:
         dir.path().join("common.yaml").display()
     );
     std::fs::write(dir.path().join("common.yaml"), COMMON_RULES).unwrap();
-    for (exporter, address, token) in [("blackbox", blackbox.addr, None), ("sonde", api, Some(token.as_str()))] {
+    let mut scraped_by: Vec<(String, SocketAddr, Option<&str>)> = exporters
+        .iter()
+        .map(|bb| (format!("blackbox-{}", bb.release.version()), bb.addr, None))
+        .collect();
+    scraped_by.push(("sonde".to_string(), api, Some(token.as_str())));
+    for (exporter, address, token) in &scraped_by {
+        let (exporter, address, token) = (exporter.as_str(), *address, *token);
         scrape += &job(exporter, address, "http_2xx", &http_targets, token);
         scrape += &job(exporter, address, "https_any", &https_targets, token);
         scrape += &job(exporter, address, "tcp_connect", &tcp_targets, token);
@@ -180,14 +187,14 @@ modules:
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let scraped = series(addr, "count_over_time(probe_success[1m]) >= 5").await;
-        if scraped.len() == 2 * targets {
+        if scraped.len() == scraped_by.len() * targets {
             break;
         }
         assert!(
             Instant::now() < deadline,
             "Prometheus never scraped every target five times: {} of {}\n{scrape}",
             scraped.len(),
-            2 * targets
+            scraped_by.len() * targets
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -207,14 +214,18 @@ modules:
             .filter(|(alert, target)| !timed(alert, target))
             .collect()
     };
-    let (bb, sonde) = (fired("blackbox"), fired("sonde"));
-    assert_eq!(
-        bb,
-        sonde,
-        "the alerts differ:\nonly blackbox_exporter: {:?}\nonly sonde: {:?}",
-        bb.difference(&sonde).collect::<Vec<_>>(),
-        sonde.difference(&bb).collect::<Vec<_>>()
-    );
+    let sonde = fired("sonde");
+    for bb in &exporters {
+        let release = bb.release.version();
+        let bb = fired(&format!("blackbox-{release}"));
+        assert_eq!(
+            bb,
+            sonde,
+            "the alerts differ:\nonly blackbox_exporter {release}: {:?}\nonly sonde: {:?}",
+            bb.difference(&sonde).collect::<Vec<_>>(),
+            sonde.difference(&bb).collect::<Vec<_>>()
+        );
+    }
     // Each rule fired for what it is about, so the equality says something.
     let fired_for = |alert: &str, target: &str| sonde.contains(&(alert.to_string(), target.to_string()));
     let (ok, nothing, fail) = (&http_targets[0], &http_targets[1], &http_targets[2]);

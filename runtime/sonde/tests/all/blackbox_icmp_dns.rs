@@ -1,13 +1,11 @@
-//! The icmp and dns probers beside Debian's blackbox_exporter: the same
-//! targets (loopback for icmp, a dnsmasq for dns), the same modules, and
-//! the answers compared as `blackbox.rs` compares http, tcp and grpc.
+//! The icmp and dns probers beside each release of blackbox_exporter: the
+//! same targets (loopback for icmp, a dnsmasq for dns), the same modules,
+//! and the answers compared as `blackbox/` compares http, tcp and grpc.
 
-use crate::blackbox::{Blackbox, differences, get};
+use crate::blackbox::{Blackbox, Case, OP, compare};
 use crate::probes::dns::{RECORDS, RESPONSE, Responder, ZONE, dnsmasq_with, reply};
 use crate::probes::icmp::ping_sockets;
 use crate::support::{secret, start_agent};
-
-const OP: &str = "operator-secret";
 
 #[tokio::test]
 async fn icmp_and_dns_answer_the_series_blackbox_exporter_answers() {
@@ -37,10 +35,13 @@ async fn icmp_and_dns_answer_the_series_blackbox_exporter_answers() {
   dns_all: { prober: dns, timeout: 2s, dns: { query_name: a.example.test, query_type: A, validate_answer_rrs: { fail_if_all_match_regexp: ["^nothing"] } } }
   dns_soa: { prober: dns, timeout: 2s, dns: { query_name: zone.test, query_type: SOA } }
   dns_tcp: { prober: dns, timeout: 2s, dns: { query_name: a.example.test, query_type: A, transport_protocol: tcp } }
+  dns_txt: { prober: dns, timeout: 2s, dns: { query_name: spf.example.test, query_type: TXT, validate_answer_rrs: { fail_if_not_matches_regexp: ['^spf\.example\.test\.\t[0-9]+\tIN\tTXT\t"v=spf1 -all" "second string"$'] } } }
+  dns_txt_unquoted: { prober: dns, timeout: 2s, dns: { query_name: spf.example.test, query_type: TXT, validate_answer_rrs: { fail_if_not_matches_regexp: ['TXT\tv=spf1'] } } }
 "#;
-    let Some(blackbox) = Blackbox::start(dir.path(), bb_config).await else {
+    let exporters = Blackbox::start_each(dir.path(), bb_config).await;
+    if exporters.is_empty() {
         return;
-    };
+    }
     secret(dir.path(), "op.token", OP);
     // 198.51.100.7 (TEST-NET-2) answers no echo here.
     let grants = r#"grants: { net: ["127.0.0.1:*", "[::1]:*", "198.51.100.7:*"] }"#;
@@ -63,6 +64,8 @@ modules:
   dns_all: {{ plugin: dns, timeout: 2s, config: {{ query_name: a.example.test, query_type: A, validate_answer_rrs: {{ fail_if_all_match_regexp: ["^nothing"] }} }}, {grants} }}
   dns_soa: {{ plugin: dns, timeout: 2s, config: {{ query_name: zone.test, query_type: SOA }}, {grants} }}
   dns_tcp: {{ plugin: dns, timeout: 2s, config: {{ query_name: a.example.test, query_type: A, transport_protocol: tcp }}, {grants} }}
+  dns_txt: {{ plugin: dns, timeout: 2s, config: {{ query_name: spf.example.test, query_type: TXT, validate_answer_rrs: {{ fail_if_not_matches_regexp: ['^spf\.example\.test\.\t[0-9]+\tIN\tTXT\t"v=spf1 -all" "second string"$'] }} }}, {grants} }}
+  dns_txt_unquoted: {{ plugin: dns, timeout: 2s, config: {{ query_name: spf.example.test, query_type: TXT, validate_answer_rrs: {{ fail_if_not_matches_regexp: ['TXT\tv=spf1'] }} }}, {grants} }}
 "#
         ),
     )
@@ -87,25 +90,17 @@ modules:
         ("dns fail_if_all_match", "dns_all", server.clone()),
         ("dns SOA serial", "dns_soa", soa),
         ("dns over TCP", "dns_tcp", server.clone()),
+        ("dns TXT, quoted as blackbox quotes it", "dns_txt", server.clone()),
+        (
+            "dns TXT, a regex without the quotes",
+            "dns_txt_unquoted",
+            server.clone(),
+        ),
         ("dns no server", "dns_a", format!("127.0.0.1:{}", closed.port())),
     ];
-    let mut all = Vec::new();
-    for (case, module, target) in &cases {
-        let path = format!("/probe?module={module}&target={target}");
-        let (status, theirs) = get(blackbox.addr, &path, None).await;
-        assert_eq!(status, 200, "{case}: blackbox: {theirs}");
-        let (status, ours) = get(api, &path, Some(OP)).await;
-        assert_eq!(status, 200, "{case}: sonde: {ours}");
-        let found = differences(case, &theirs, &ours);
-        if !found.is_empty() {
-            all.push(format!("{}\n--- blackbox\n{theirs}--- sonde\n{ours}", found.join("\n")));
-        }
-    }
-    assert!(
-        all.is_empty(),
-        "{} of {} cases differ:\n{}",
-        all.len(),
-        cases.len(),
-        all.join("\n\n")
-    );
+    let cases: Vec<Case> = cases
+        .into_iter()
+        .map(|(case, module, target)| (case, module, module, target))
+        .collect();
+    compare(&exporters, api, &cases).await;
 }

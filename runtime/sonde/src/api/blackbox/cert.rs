@@ -1,6 +1,6 @@
 //! A served certificate's facts as blackbox_exporter's labels carry them:
-//! its expiry, fingerprint, names as Go's `pkix.Name.String()` writes
-//! them, and its DNS names.
+//! its expiry, names as Go's `pkix.Name.String()` writes them, its DNS
+//! names and its serial number.
 
 /// The facts of a served certificate the series use.
 pub(super) struct Cert {
@@ -11,6 +11,9 @@ pub(super) struct Cert {
     pub(super) subject_raw: Vec<u8>,
     pub(super) issuer_raw: Vec<u8>,
     pub(super) dns_names: Vec<String>,
+    /// The serial number as blackbox (0.26 on) writes it: the bytes of its
+    /// magnitude in lowercase hex, without leading zero bytes.
+    pub(super) serial: String,
 }
 
 /// The facts of the certificate `der`, or `None` when it does not parse.
@@ -35,7 +38,17 @@ pub(super) fn parse(der: &[u8]) -> Option<Cert> {
         subject_raw: cert.subject().as_raw().to_vec(),
         issuer_raw: cert.issuer().as_raw().to_vec(),
         dns_names,
+        serial: serial_hex(cert.raw_serial()),
     })
+}
+
+/// The content octets of a serial's DER INTEGER as Go's `%x` of
+/// `SerialNumber.Bytes()` writes them: lowercase hex, leading zero bytes
+/// dropped (DER puts one before a first byte of 128 or more). Go refuses
+/// negative serials, which are not taken care of here.
+fn serial_hex(raw: &[u8]) -> String {
+    let start = raw.iter().position(|&b| b != 0).unwrap_or(raw.len());
+    raw[start..].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A distinguished name as Go's `pkix.Name.String()` writes it, which
@@ -133,5 +146,12 @@ mod tests {
         assert_eq!(dn_escape("a,b"), "a\\,b");
         assert_eq!(dn_escape(" x "), "\\ x\\ ");
         assert_eq!(dn_escape("plain"), "plain");
+    }
+
+    #[test]
+    fn a_serial_is_its_magnitude_in_lowercase_hex() {
+        assert_eq!(serial_hex(&[0x00, 0x8f, 0x0a]), "8f0a");
+        assert_eq!(serial_hex(&[0x7f, 0x00]), "7f00");
+        assert_eq!(serial_hex(&[0x00]), "");
     }
 }

@@ -1,6 +1,7 @@
 //! The answer of `GET /probe` ([`super::scrape`]): blackbox_exporter's
-//! series, named, labelled and valued as Debian's blackbox_exporter
-//! (0.23) answers for the same case, beside sonde's own.
+//! series, named, labelled and valued as blackbox_exporter 0.28 answers
+//! for the same case (and 0.23 but for the series 0.28 added), beside
+//! sonde's own.
 //!
 //! Every blackbox series is taken from one of two places, here and nowhere
 //! else (docs/prometheus.md has the table):
@@ -12,23 +13,29 @@
 //!   used picks the prober whose series are answered.
 //! - what only the plugin knows, which it reports as a metric of a
 //!   well-known name: [`REGEX_METRIC`] (a body, header or `expect` regex
-//!   failed) and [`SERVING_METRIC`] (the gRPC health status).
+//!   failed), [`BYTES_METRIC`] (expected bytes did not come) and
+//!   [`SERVING_METRIC`] (the gRPC health status).
 //!
 //! The families are sorted by name, each with its `HELP` and `TYPE`
 //! (every one a gauge), and a family's series by their labels.
 
 mod cert;
+mod tls;
 
-use cert::{Cert, parse};
-use sonde_sandbox::verdict::observed::{GrpcSeen, HttpSeen, IcmpSeen, Observed, TlsSeen};
+use sonde_sandbox::verdict::observed::{GrpcSeen, HttpSeen, IcmpSeen, Observed};
 use sonde_sandbox::verdict::{RunResult, Status};
 use std::fmt::Write;
 use std::net::IpAddr;
 use std::time::Duration;
+use tls::{Prober, tls_series};
 
 /// The metric a plugin reports (1) when a regex over the answer failed:
 /// blackbox's `probe_failed_due_to_regex`.
 pub(crate) const REGEX_METRIC: &str = "failed_due_to_regex";
+
+/// The metric a plugin reports (1) when bytes it expected were not the
+/// ones that came: blackbox's `probe_failed_due_to_bytes` (tcp).
+pub(crate) const BYTES_METRIC: &str = "failed_due_to_bytes";
 
 /// The metric the gRPC plugin reports with the health status's number
 /// (`grpc.health.v1.HealthCheckResponse.ServingStatus`).
@@ -41,11 +48,6 @@ pub(crate) const DNS_METRIC: &str = "query_succeeded";
 
 /// The health statuses, by their number on the wire.
 const SERVING_STATUSES: [&str; 4] = ["UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"];
-
-/// What Go's zero time is in Unix seconds: blackbox's
-/// `probe_ssl_last_chain_expiry_timestamp_seconds` when no chain was
-/// verified (`insecure_skip_verify`).
-const GO_ZERO_TIME: f64 = -62_135_596_800.0;
 
 /// The gRPC status a call that got no answer counts as: `UNAVAILABLE`.
 const GRPC_UNAVAILABLE: u32 = 14;
@@ -184,7 +186,8 @@ fn metric(result: &RunResult, name: &str) -> Option<f64> {
 /// transport it used), `icmp`, `http`, `grpc`, or `tcp` (for `tcp` and
 /// `tls`).
 fn blackbox(a: &mut Answer, result: &RunResult, o: &Observed) {
-    let regex = metric(result, REGEX_METRIC).map_or(0.0, |v| if v > 0.0 { 1.0 } else { 0.0 });
+    let flag = |name| metric(result, name).map_or(0.0, |v| if v > 0.0 { 1.0 } else { 0.0 });
+    let regex = flag(REGEX_METRIC);
     // Whether the address is known: the phases past `resolve` are answered.
     let resolved = o.first_lookup.is_none_or(|l| l.found);
     if let Some(succeeded) = metric(result, DNS_METRIC) {
@@ -196,7 +199,7 @@ fn blackbox(a: &mut Answer, result: &RunResult, o: &Observed) {
     } else if let Some(g) = &o.grpc {
         grpc(a, o, g, metric(result, SERVING_METRIC), resolved);
     } else if o.tcp {
-        tcp(a, o, regex);
+        tcp(a, o, regex, flag(BYTES_METRIC));
     }
 }
 
@@ -266,7 +269,7 @@ fn http(a: &mut Answer, o: &Observed, h: &HttpSeen, regex: f64, resolved: bool) 
     if h.ssl
         && let Some(tls) = &o.tls
     {
-        tls_series(a, tls, true);
+        tls_series(a, tls, Prober::Http);
     }
 }
 
@@ -312,7 +315,7 @@ fn grpc(a: &mut Answer, o: &Observed, g: &GrpcSeen, serving: Option<f64>, resolv
         && connected
         && let Some(tls) = &o.tls
     {
-        tls_series(a, tls, false);
+        tls_series(a, tls, Prober::Grpc);
     }
 }
 
@@ -392,16 +395,25 @@ fn dns(a: &mut Answer, o: &Observed, result: &RunResult, succeeded: f64) {
     }
 }
 
-/// The tcp prober's series.
-fn tcp(a: &mut Answer, o: &Observed, regex: f64) {
+/// The tcp prober's series; `regex` and `bytes` are the plugin's
+/// [`REGEX_METRIC`] and [`BYTES_METRIC`], answered (as blackbox 0.28
+/// does) once the connection, and its TLS session with `tls`, was made.
+fn tcp(a: &mut Answer, o: &Observed, regex: f64, bytes: f64) {
     address(a, o);
-    a.gauge(
-        "probe_failed_due_to_regex",
-        "Whether a regex over the answer failed (1) or not (0)",
-        regex,
-    );
+    if o.tcp_ready {
+        a.gauge(
+            "probe_failed_due_to_regex",
+            "Whether a regex over the answer failed (1) or not (0)",
+            regex,
+        );
+        a.gauge(
+            "probe_failed_due_to_bytes",
+            "Whether bytes expected were not the ones that came (1) or were (0)",
+            bytes,
+        );
+    }
     if let Some(tls) = &o.tls {
-        tls_series(a, tls, true);
+        tls_series(a, tls, Prober::Tcp);
     }
 }
 
@@ -442,73 +454,6 @@ fn ip_hash(ip: IpAddr) -> u32 {
     bytes
         .iter()
         .fold(2_166_136_261u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(16_777_619))
-}
-
-/// The TLS series of a session: the earliest expiry served, the expiry of
-/// the verified chain (`chain_expiry`: http and tcp answer it, gRPC does
-/// not), the leaf's facts and the version.
-fn tls_series(a: &mut Answer, tls: &TlsSeen, chain_expiry: bool) {
-    let certs: Vec<Cert> = tls.chain.iter().filter_map(|d| parse(d)).collect();
-    let Some(leaf) = certs.first() else {
-        return;
-    };
-    let earliest = certs.iter().map(|c| c.not_after).min().unwrap_or(leaf.not_after);
-    a.gauge(
-        "probe_ssl_earliest_cert_expiry",
-        "The earliest notAfter of the certificates served, in Unix seconds",
-        earliest as f64,
-    );
-    if chain_expiry {
-        let value = if tls.verified {
-            // The chain as it links up from the leaf, issuer to subject,
-            // among the certificates served.
-            let mut at = leaf;
-            let mut expiry = leaf.not_after;
-            for _ in 1..certs.len() {
-                if at.issuer_raw == at.subject_raw {
-                    break;
-                }
-                let Some(next) = certs.iter().skip(1).find(|c| c.subject_raw == at.issuer_raw) else {
-                    break;
-                };
-                expiry = expiry.min(next.not_after);
-                at = next;
-            }
-            expiry as f64
-        } else {
-            GO_ZERO_TIME
-        };
-        a.gauge(
-            "probe_ssl_last_chain_expiry_timestamp_seconds",
-            "The earliest notAfter of the verified chain, in Unix seconds; Go's zero time when nothing was verified",
-            value,
-        );
-    }
-    let fingerprint: String = {
-        use sha2::Digest;
-        sha2::Sha256::digest(&tls.chain[0])
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    };
-    let sans = leaf.dns_names.join(",");
-    a.add(
-        "probe_ssl_last_chain_info",
-        "The leaf certificate served: its SHA-256, subject, issuer and DNS names",
-        &[
-            ("fingerprint_sha256", &fingerprint),
-            ("issuer", &leaf.issuer),
-            ("subject", &leaf.subject),
-            ("subjectalternative", &sans),
-        ],
-        1.0,
-    );
-    a.add(
-        "probe_tls_version_info",
-        "The TLS version negotiated",
-        &[("version", tls.version)],
-        1.0,
-    );
 }
 
 #[cfg(test)]
@@ -606,6 +551,29 @@ mod tests {
             ]
         );
         assert!(text.contains("\nprobe_grpc_status_code 0\n"), "{text}");
+    }
+
+    #[test]
+    fn tcp_answers_its_failure_series_once_connected() {
+        let tcp = |tcp_ready| {
+            let mut r = RunResult::error(Reason::Io, "");
+            r.observed = Some(Box::new(Observed {
+                tcp: true,
+                tcp_ready,
+                ..Observed::default()
+            }));
+            series(&exposition(&r, Duration::from_millis(1)))
+        };
+        assert_eq!(tcp(false), ["probe_duration_seconds", "probe_success"]);
+        assert_eq!(
+            tcp(true),
+            [
+                "probe_duration_seconds",
+                "probe_failed_due_to_bytes",
+                "probe_failed_due_to_regex",
+                "probe_success"
+            ]
+        );
     }
 
     #[test]

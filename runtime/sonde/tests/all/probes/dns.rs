@@ -41,6 +41,7 @@ pub(crate) const RECORDS: &[&str] = &[
     "--host-record=h.example.test,192.0.2.7",
     "--mx-host=example.test,mail.example.test,10",
     "--txt-record=t.example.test,hello world",
+    "--txt-record=spf.example.test,v=spf1 -all,second string",
 ];
 
 /// An authoritative dnsmasq's zone, `zone.test` with serial 2026112701 (on
@@ -143,7 +144,8 @@ async fn an_answer_is_counted_and_validated_as_blackbox_does() {
     let r = dns(&server.addr, all).await;
     assert_eq!(r.status, Status::Failure, "{r:?}");
 
-    // An MX and a TXT, matched by their data.
+    // An MX and a TXT, matched by their data (a TXT's strings in quotes,
+    // as blackbox writes them).
     let r = dns(
         &server.addr,
         serde_json::json!({"query_name": "example.test", "query_type": "MX",
@@ -154,7 +156,7 @@ async fn an_answer_is_counted_and_validated_as_blackbox_does() {
     let r = dns(
         &server.addr,
         serde_json::json!({"query_name": "t.example.test", "query_type": "TXT",
-            "validate_answer_rrs": {"fail_if_not_matches_regexp": ["\tTXT\thello world$"]}}),
+            "validate_answer_rrs": {"fail_if_not_matches_regexp": ["\tTXT\t\"hello world\"$"]}}),
     )
     .await;
     assert_eq!(r.status, Status::Success, "{r:?}");

@@ -304,13 +304,30 @@ pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH")
         .and_then(|path| std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file()));
     if found.is_none() {
-        assert!(
-            std::env::var_os("SONDE_REQUIRE_TOOLS").is_none(),
-            "{name} is not installed: apt-get install {package}"
-        );
-        eprintln!(
-            "skipped: {name} is not installed (Debian package {package}); SONDE_REQUIRE_TOOLS=1 makes this a failure"
+        missing(
+            &format!("{name} is not installed"),
+            &format!("apt-get install {package}"),
         );
     }
     found
+}
+
+/// The program at the path in the environment variable `var` (scripts/test
+/// exports it after building the program), with [`tool`]'s convention: a
+/// test is skipped without it, unless `SONDE_REQUIRE_TOOLS` is set. `what`
+/// names the program, `how` says how to get it.
+pub fn tool_from_env(var: &str, what: &str, how: &str) -> Option<PathBuf> {
+    let found = std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_file());
+    if found.is_none() {
+        let said = std::env::var(var).map_or_else(|_| format!("{var} is not set"), |v| format!("{var}={v} is no file"));
+        missing(&format!("{what} is missing ({said})"), how);
+    }
+    found
+}
+
+/// A missing tool: a failure under `SONDE_REQUIRE_TOOLS`, else a skip that
+/// says so.
+fn missing(what: &str, fix: &str) {
+    assert!(std::env::var_os("SONDE_REQUIRE_TOOLS").is_none(), "{what}: {fix}");
+    eprintln!("skipped: {what} ({fix}); SONDE_REQUIRE_TOOLS=1 makes this a failure");
 }

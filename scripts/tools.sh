@@ -1,0 +1,77 @@
+# Programs the tests compare sonde with that Debian does not package at
+# the version wanted, built from the Go module proxy with `go install`
+# into a cache kept between runs. Sourced by scripts/test (which CI runs);
+# run alone, it builds them and prints the lines to export:
+#
+#   eval "$(scripts/tools.sh)"   # then cargo test as usual
+#
+# The cache is ${SONDE_TOOLS_CACHE:-$HOME/.cache/sonde/tools}: bin/ holds
+# each binary under a name carrying its pinned version, go/ the Go module
+# and build caches. A binary already there is not built again.
+
+# blackbox_exporter's current release, compared with sonde's /probe
+# beside Debian's 0.23 (runtime/sonde/tests/all/blackbox.rs).
+BLACKBOX_028_VERSION=0.28.0
+
+# Builds blackbox_exporter $BLACKBOX_028_VERSION when it is not in the
+# cache, checks what its --version says, and exports SONDE_BLACKBOX_028
+# (its path) for the tests.
+ensure_blackbox_028() {
+  local cache=${SONDE_TOOLS_CACHE:-$HOME/.cache/sonde/tools}
+  local bin="$cache/bin/blackbox_exporter-$BLACKBOX_028_VERSION"
+  local module=github.com/prometheus/blackbox_exporter
+  if [ ! -x "$bin" ]; then
+    # Go's own archive installs to /usr/local/go, not always on PATH.
+    command -v go >/dev/null 2>&1 || [ ! -x /usr/local/go/bin/go ] || PATH="$PATH:/usr/local/go/bin"
+    if ! command -v go >/dev/null 2>&1; then
+      echo "sonde: go is not installed; the tests build blackbox_exporter $BLACKBOX_028_VERSION with it: install Go 1.24 or later" >&2
+      return 1
+    fi
+    echo "== building blackbox_exporter $BLACKBOX_028_VERSION with go install (once, into $cache)" >&2
+    go_install "$cache" "$module@v$BLACKBOX_028_VERSION" \
+      "-X github.com/prometheus/common/version.Version=$BLACKBOX_028_VERSION" || return 1
+    mv "$cache/go/bin/blackbox_exporter" "$bin"
+  fi
+  if ! "$bin" --version 2>&1 | grep -q "^blackbox_exporter, version $BLACKBOX_028_VERSION "; then
+    echo "sonde: $bin does not say it is blackbox_exporter $BLACKBOX_028_VERSION; its --version says:" >&2
+    "$bin" --version >&2 || true
+    echo "remove it and run this again to rebuild it" >&2
+    return 1
+  fi
+  export SONDE_BLACKBOX_028="$bin"
+}
+
+# `go install` of module $2 (path@version) with the Go caches under
+# $1/go, the binary in $1/go/bin, and $3 as the linker's -X flags. The
+# module is downloaded first, then installed from its own directory: `go
+# install path@version` also asks the proxy for the module's list of
+# versions (to warn of a deprecation), which a proxy may refuse while it
+# serves the version itself. Says what failed, and go's words, when the
+# proxy cannot serve it or it does not build.
+go_install() {
+  local cache=$1 module=$2 ldflags=$3 log dir
+  mkdir -p "$cache/bin" "$cache/go/bin"
+  log=$(mktemp)
+  local env=(env GOBIN="$cache/go/bin" GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build"
+    GOPATH="$cache/go/path" GOTOOLCHAIN=local GOFLAGS=-modcacherw)
+  # With -json, go writes a failure to stdout as the "Error" field.
+  "${env[@]}" go mod download -json "$module" >"$log" 2>&1
+  dir=$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' "$log")
+  if [ -z "$dir" ] || grep -q '"Error"' "$log"; then
+    echo "sonde: go mod download $module failed (GOPROXY=$(go env GOPROXY)): the Go module proxy did not serve it. go said:" >&2
+  elif ! (cd "$dir" && "${env[@]}" go install -trimpath -ldflags "$ldflags" .) >"$log" 2>&1; then
+    echo "sonde: go install of $module failed (GOPROXY=$(go env GOPROXY)): a dependency could not be fetched or it did not build. go said:" >&2
+  else
+    rm -f "$log"
+    return 0
+  fi
+  cat "$log" >&2
+  rm -f "$log"
+  return 1
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  set -euo pipefail
+  ensure_blackbox_028
+  echo "export SONDE_BLACKBOX_028=$SONDE_BLACKBOX_028"
+fi
