@@ -13,6 +13,22 @@
 # beside Debian's 0.23 (runtime/sonde/tests/all/blackbox.rs).
 BLACKBOX_028_VERSION=0.28.0
 
+# Puts a Go toolchain (1.24 or later) on PATH: Go's own archive in
+# /usr/local/go when there is one, else Debian 13's golang-go, installed
+# alone (scripts/setup.sh). The tests use it to build the tools below and
+# to compare sonde's regex dialect with Go's regexp (sdk/regex).
+ensure_go() {
+  command -v go >/dev/null 2>&1 || [ ! -x /usr/local/go/bin/go ] || PATH="$PATH:/usr/local/go/bin"
+  if ! command -v go >/dev/null 2>&1; then
+    ensure_trixie_packages golang-go >&2
+  fi
+  if ! command -v go >/dev/null 2>&1; then
+    echo "sonde: go is not installed and Debian 13's golang-go did not install; install Go 1.24 or later" >&2
+    return 1
+  fi
+  export PATH
+}
+
 # Builds blackbox_exporter $BLACKBOX_028_VERSION when it is not in the
 # cache, checks what its --version says, and exports SONDE_BLACKBOX_028
 # (its path) for the tests.
@@ -21,12 +37,7 @@ ensure_blackbox_028() {
   local bin="$cache/bin/blackbox_exporter-$BLACKBOX_028_VERSION"
   local module=github.com/prometheus/blackbox_exporter
   if [ ! -x "$bin" ]; then
-    # Go's own archive installs to /usr/local/go, not always on PATH.
-    command -v go >/dev/null 2>&1 || [ ! -x /usr/local/go/bin/go ] || PATH="$PATH:/usr/local/go/bin"
-    if ! command -v go >/dev/null 2>&1; then
-      echo "sonde: go is not installed; the tests build blackbox_exporter $BLACKBOX_028_VERSION with it: install Go 1.24 or later" >&2
-      return 1
-    fi
+    ensure_go || return 1
     echo "== building blackbox_exporter $BLACKBOX_028_VERSION with go install (once, into $cache)" >&2
     go_install "$cache" "$module@v$BLACKBOX_028_VERSION" \
       "-X github.com/prometheus/common/version.Version=$BLACKBOX_028_VERSION" || return 1
@@ -72,6 +83,8 @@ go_install() {
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
+  . "$(dirname "$0")/setup.sh"
+  ensure_go
   ensure_blackbox_028
-  echo "export SONDE_BLACKBOX_028=$SONDE_BLACKBOX_028"
+  echo "export PATH=\"$PATH\" SONDE_BLACKBOX_028=$SONDE_BLACKBOX_028"
 fi
