@@ -330,7 +330,7 @@ impl Probe for Http {
         match backend {
             None => Ok(match exchange(&mut request, &keep)? {
                 Exchange::Answered(response, total) => checks.judge(&config, &request, &response, total),
-                Exchange::Unreachable(message) => Outcome::failure(message),
+                Exchange::Unreachable(message) => unreachable(message),
                 Exchange::Elsewhere(outcome) => outcome,
             }),
             Some(backend) => backend.attempt(&config, &checks, &request, &keep),
@@ -628,7 +628,12 @@ fn verdict(
 ) -> Option<Outcome> {
     let status = response.status;
     if !expected.iter().any(|(lo, hi)| (*lo..=*hi).contains(&status)) {
-        return Some(Outcome::failure(format!("status {status} not expected")));
+        // The metric sorts the failure's cause as `status` (docs/prometheus.md).
+        return Some(Outcome::failure(format!("status {status} not expected")).with_metric(
+            "failed_due_to_status",
+            1.0,
+            "",
+        ));
     }
     let body = String::from_utf8_lossy(&response.body);
     if let Some(re) = body_regex
@@ -672,6 +677,22 @@ fn verdict(
         }
     }
     None
+}
+
+/// A failure because no answer came: at the deadline, marked with the
+/// metric `failed_due_to_timeout` (1), which sorts its cause as `timeout`
+/// (docs/prometheus.md); otherwise the host saw why (no address, no
+/// connection, a TLS handshake).
+fn unreachable(message: String) -> Outcome {
+    // The SDK's words for the request's own deadline (`timeout: no
+    // response within 300ms`), after `METHOD URL: `.
+    let timed_out = message.contains(": timeout: ");
+    let outcome = Outcome::failure(message);
+    if timed_out {
+        outcome.with_metric("failed_due_to_timeout", 1.0, "")
+    } else {
+        outcome
+    }
 }
 
 /// A failure because a body or header regex did not hold, marked with the

@@ -15,6 +15,7 @@
 //! | `sonde_probe_stale` | gauge: 1 while restored state has not been confirmed by a run | probe |
 //! | `sonde_probe_runs_total` | counter | probe, status, reason |
 //! | `sonde_probe_last_duration_seconds`, `sonde_probe_last_fuel` | gauge | probe |
+//! | `sonde_probe_failure_cause` | gauge, 1 while the last run failed (absent otherwise) | probe, cause ([`Cause`](sonde_sandbox::verdict::Cause), 15 values) |
 //! | `sonde_probe_metric` | gauge in base units ([`base_unit`]), at most [`MAX_PLUGIN_SERIES`] per probe | probe, metric, unit |
 //! | `sonde_run_duration_seconds`, `sonde_run_fuel` | histogram | plugin, kind |
 //! | `sonde_tenant_runs_total`, `_fuel_total`, `_sandbox_seconds_total`, `_errors_total` | counter | tenant (errors: reason) |

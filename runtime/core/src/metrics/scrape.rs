@@ -218,6 +218,18 @@ impl Scrape {
             }
         }
         let mut e = enc.encode_descriptor(
+            "sonde_probe_failure_cause",
+            "1 while the probe's last run failed, labelled with why (one of 15 causes)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for r in rows {
+            if let Some(cause) = r.last.as_ref().and_then(|o| o.cause) {
+                let labels = r.labels(&[("probe", &*r.name), ("cause", cause.as_str())]);
+                ConstGauge::new(1).encode(e.encode_family(&labels)?)?;
+            }
+        }
+        let mut e = enc.encode_descriptor(
             "sonde_probe_metric",
             "A measurement the probe's plugin returned in its last run, in base units",
             None,

@@ -14,7 +14,7 @@ mod views;
 use crate::config::Kind;
 use crate::thresholds::Counter;
 use serde::{Deserialize, Serialize};
-use sonde_sandbox::verdict::{Reason, RunResult, Status};
+use sonde_sandbox::verdict::{Cause, Reason, RunResult, Status};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, RwLock};
@@ -220,6 +220,7 @@ impl ResultCache {
         // What the host saw of the run's connections is for `/probe`'s
         // answer, not kept: a probe's last outcome would hold it (and the
         // TLS chain served) for as long as the probe exists.
+        let cause = result.cause();
         result.observed = None;
         let now = SystemTime::now();
         let mut probes = self.write();
@@ -254,7 +255,7 @@ impl ResultCache {
         } else {
             result.message.clone()
         };
-        let outcome = Arc::new(Observation { result, at: now });
+        let outcome = Arc::new(Observation { result, at: now, cause });
         r.last = Some(outcome.clone());
         let (target, tenant, plugin, kind) = (r.target.clone(), r.tenant.clone(), r.plugin.clone(), r.kind);
         self.transition(name, r, from, message, now);

@@ -95,6 +95,10 @@ pub struct Observation {
     /// When it ended.
     #[serde(serialize_with = "rfc3339", deserialize_with = "from_rfc3339")]
     pub at: SystemTime,
+    /// Why it failed, sorted when it ended (from what the host saw, which
+    /// is not kept); absent when it passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
 }
 
 /// A compact entry of a probe's history.

@@ -12,9 +12,11 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
+mod cause;
 pub(crate) mod from_wit;
 pub mod observed;
 
+pub use cause::{Cause, REGEX_METRIC, SERVING_METRIC, STATUS_METRIC, TIMEOUT_METRIC};
 pub use observed::Observed;
 
 /// Cap on an outcome's message, in bytes.

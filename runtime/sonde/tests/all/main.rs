@@ -17,6 +17,7 @@ mod cli;
 mod config_cases;
 mod crash;
 mod examples;
+mod failure_cause;
 mod first_contact;
 mod fuzz;
 mod import_blackbox;

@@ -17,7 +17,7 @@ const ACME: &str = "acme-secret";
 const BETA: &str = "beta-secret";
 
 /// `GET path` with `headers` (each `Name: value`), on a new connection.
-async fn get(api: SocketAddr, path: &str, headers: &[String]) -> (u16, String) {
+pub(crate) async fn get(api: SocketAddr, path: &str, headers: &[String]) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
     let mut head = format!("GET {path} HTTP/1.1\r\nHost: sonde\r\nConnection: close\r\n");
     for h in headers {
@@ -31,7 +31,7 @@ async fn get(api: SocketAddr, path: &str, headers: &[String]) -> (u16, String) {
     parse_response(&text)
 }
 
-fn bearer(token: &str) -> Vec<String> {
+pub(crate) fn bearer(token: &str) -> Vec<String> {
     vec![format!("Authorization: Bearer {token}")]
 }
 

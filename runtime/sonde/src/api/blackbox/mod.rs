@@ -29,17 +29,16 @@ use std::net::IpAddr;
 use std::time::Duration;
 use tls::{Prober, tls_series};
 
-/// The metric a plugin reports (1) when a regex over the answer failed:
-/// blackbox's `probe_failed_due_to_regex`.
-pub(crate) const REGEX_METRIC: &str = "failed_due_to_regex";
+// The metric a plugin reports (1) when a regex over the answer failed
+// (blackbox's `probe_failed_due_to_regex`), and the one the gRPC plugin
+// reports with the health status's number
+// (`grpc.health.v1.HealthCheckResponse.ServingStatus`): the sandbox's,
+// which sorts a failure's cause by them too.
+pub(crate) use sonde_sandbox::verdict::{REGEX_METRIC, SERVING_METRIC};
 
 /// The metric a plugin reports (1) when bytes it expected were not the
 /// ones that came: blackbox's `probe_failed_due_to_bytes` (tcp).
 pub(crate) const BYTES_METRIC: &str = "failed_due_to_bytes";
-
-/// The metric the gRPC plugin reports with the health status's number
-/// (`grpc.health.v1.HealthCheckResponse.ServingStatus`).
-pub(crate) const SERVING_METRIC: &str = "grpc_serving_status";
 
 /// The metric a DNS check reports (1 when a reply to its query came, 0
 /// when none did): blackbox's `probe_dns_query_succeeded`, and what makes
@@ -161,6 +160,14 @@ pub(crate) fn exposition(result: &RunResult, took: Duration) -> String {
         ],
         1.0,
     );
+    if let Some(cause) = result.cause() {
+        a.add(
+            "sonde_probe_failure_cause",
+            "1 when the probe failed, labelled with why (one of 15 causes)",
+            &[("cause", cause.as_str())],
+            1.0,
+        );
+    }
     for m in result.metrics.iter().take(sonde_core::metrics::MAX_PLUGIN_SERIES) {
         let (value, unit) = sonde_core::metrics::base_unit(m.value, &m.unit);
         a.add(
