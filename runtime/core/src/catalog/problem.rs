@@ -135,6 +135,18 @@ pub enum ConfigProblem {
         /// What the value must be.
         rule: &'static str,
     },
+    /// A `ceiling.net` pattern naming `$(NODE_IP)` on an agent that does
+    /// not know its node's address, or knows one that is not an address.
+    #[error("{}ceiling.net: {}{pattern:?}: {}", owner.path(), owner.who(), node_ip_problem(found.as_deref()))]
+    CeilingNodeIp {
+        /// The tenant or template.
+        owner: Owner,
+        /// The pattern as written.
+        pattern: String,
+        /// The address the agent has (`kubernetes.node_ip`, else
+        /// `$NODE_IP`), when it has one.
+        found: Option<String>,
+    },
     /// A `ceiling.net` pattern that does not parse.
     #[error("{}ceiling.net: {}{error}", owner.path(), owner.who())]
     CeilingNet {
@@ -402,4 +414,12 @@ pub enum ConfigProblem {
         /// `net db:5432 (why)`.
         missing: String,
     },
+}
+
+/// Why `$(NODE_IP)` cannot be filled in, with what `found` holds.
+fn node_ip_problem(found: Option<&str>) -> String {
+    match found {
+        None => "$(NODE_IP) is the node's address, which the agent does not know: set kubernetes.node_ip, or NODE_IP (the shipped DaemonSet sets it from status.hostIP)".to_string(),
+        Some(ip) => format!("$(NODE_IP) is the node's address, and {ip:?} (kubernetes.node_ip, else NODE_IP) is not an IP address"),
+    }
 }

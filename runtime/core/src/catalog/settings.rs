@@ -179,6 +179,7 @@ fn oci(
 /// `default`, tokens readable, private and different, quotas sane, ceilings
 /// parsed. Token paths are relative to `base`.
 pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec<Located>) -> Tenants {
+    let node_ip = node_ip(file.kubernetes.as_ref());
     let mut list: Vec<Tenant> = Vec::new();
     // Where each tenant of `list` is defined.
     let mut id_at: Vec<Location> = Vec::new();
@@ -215,7 +216,7 @@ pub fn tenants(path: &Path, base: &Path, file: &config::File, problems: &mut Vec
         let mut at = |s: Location, problem| problems.push(Located { at: s, problem });
         let owner = Owner::Tenant(id.to_string());
         let quotas = quotas(&owner, &t.quotas, &mut at);
-        let ceiling = ceiling(&owner, &t.ceiling, &mut at);
+        let ceiling = ceiling(&owner, &t.ceiling, node_ip.as_deref(), &mut at);
         let secrets = super::secrets::cells(base, id, false, &t.secrets, problems);
         if !keep {
             continue;
@@ -295,8 +296,43 @@ fn quotas(owner: &Owner, q: &config::QuotasSpec, at: &mut impl FnMut(Location, C
     }
 }
 
-/// A tenant's capability ceiling, parsed.
-fn ceiling(owner: &Owner, c: &config::CeilingSpec, at: &mut impl FnMut(Location, ConfigProblem)) -> tenants::Ceiling {
+/// The node's address, which `$(NODE_IP)` in a ceiling's `net` stands
+/// for: `kubernetes.node_ip`, else `$NODE_IP` (the shipped DaemonSet sets
+/// it from the downward API's `status.hostIP`), as the node checks read it.
+fn node_ip(kubernetes: Option<&config::KubernetesSpec>) -> Option<String> {
+    kubernetes
+        .and_then(|k| k.node_ip.clone())
+        .or_else(|| std::env::var("NODE_IP").ok())
+        .filter(|ip| !ip.is_empty())
+}
+
+/// `pattern` with `$(NODE_IP)` replaced by `node_ip` (in brackets when it
+/// is IPv6, as in `[2001:db8::7]:*`); `Err` with what the agent has when
+/// it cannot be.
+fn with_node_ip(pattern: &str, node_ip: Option<&str>) -> Result<String, Option<String>> {
+    if !pattern.contains("$(NODE_IP)") {
+        return Ok(pattern.to_string());
+    }
+    let ip: std::net::IpAddr = node_ip
+        .ok_or(None)?
+        .trim()
+        .parse()
+        .map_err(|_| node_ip.map(str::to_string))?;
+    let text = match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+    };
+    Ok(pattern.replace("$(NODE_IP)", &text))
+}
+
+/// A tenant's capability ceiling, parsed; `$(NODE_IP)` in a `net` pattern
+/// is `node_ip`.
+fn ceiling(
+    owner: &Owner,
+    c: &config::CeilingSpec,
+    node_ip: Option<&str>,
+    at: &mut impl FnMut(Location, ConfigProblem),
+) -> tenants::Ceiling {
     let mut ceiling = tenants::Ceiling {
         signers: c
             .signers
@@ -309,7 +345,15 @@ fn ceiling(owner: &Owner, c: &config::CeilingSpec, at: &mut impl FnMut(Location,
         ceiling.names_reach_private = kinds.contains(&config::AddressKind::Private);
     }
     for n in &c.net {
-        match n.value.parse() {
+        let pattern = match with_node_ip(&n.value, node_ip) {
+            Ok(p) => p,
+            Err(found) => {
+                let (owner, pattern) = (owner.clone(), n.value.clone());
+                at(n.referenced, ConfigProblem::CeilingNodeIp { owner, pattern, found });
+                continue;
+            }
+        };
+        match pattern.parse() {
             Ok(p) => ceiling.net.push(p),
             Err(error) => at(
                 n.referenced,
@@ -500,6 +544,8 @@ pub fn label_value(s: &str) -> bool {
 /// quotas and ceiling are, its errors named by its key path) and
 /// `max_templated_namespaces`.
 fn namespace_templates(k: &config::KubernetesSpec, problems: &mut Vec<Located>) -> NamespaceTemplates {
+    let node_ip = node_ip(Some(k));
+    let node_ip = node_ip.as_deref();
     let mut out = NamespaceTemplates {
         mapped: k.namespaces.keys().cloned().collect(),
         ..NamespaceTemplates::default()
@@ -524,7 +570,7 @@ fn namespace_templates(k: &config::KubernetesSpec, problems: &mut Vec<Located>) 
         let owner = Owner::Template(name.clone());
         let mut at = |s: Location, problem| problems.push(Located { at: s, problem });
         let quotas = quotas(&owner, &t.value.quotas, &mut at);
-        let ceiling = ceiling(&owner, &t.value.ceiling, &mut at);
+        let ceiling = ceiling(&owner, &t.value.ceiling, node_ip, &mut at);
         out.templates.insert(name.clone(), Template { quotas, ceiling });
     }
     out
@@ -737,5 +783,34 @@ mod tests {
             "the operator's, untouched"
         );
         assert_eq!(all.len(), 4);
+    }
+
+    #[test]
+    fn node_ip_in_a_ceiling_is_the_node_s_address_or_a_problem() {
+        assert_eq!(with_node_ip("$(NODE_IP):*", Some("10.1.2.3")), Ok("10.1.2.3:*".into()));
+        assert_eq!(
+            with_node_ip("$(NODE_IP):9099", Some("2001:db8::7")),
+            Ok("[2001:db8::7]:9099".into())
+        );
+        assert_eq!(with_node_ip("10.0.0.0/8:*", None), Ok("10.0.0.0/8:*".into()));
+        assert_eq!(with_node_ip("$(NODE_IP):*", None), Err(None));
+        assert_eq!(with_node_ip("$(NODE_IP):*", Some("node-1")), Err(Some("node-1".into())));
+        let text =
+            "kubernetes:\n  node_ip: not-an-ip\ntenants:\n  - id: node\n    ceiling: {net: [\"$(NODE_IP):*\"]}\n";
+        let (_, p) = run(text);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("t.yaml:5:21: ceiling.net: tenant \"node\": \"$(NODE_IP):*\": $(NODE_IP) is the node's address, and \"not-an-ip\""),
+            "{}",
+            p[0]
+        );
+        let (s, p) = run(&text.replace("not-an-ip", "192.168.7.9"));
+        assert!(p.is_empty(), "{p:?}");
+        let node = s.tenants.iter().find(|t| &*t.id == "node").unwrap();
+        assert!(
+            format!("{:?}", node.ceiling).contains("192.168.7.9"),
+            "{:?}",
+            node.ceiling
+        );
     }
 }

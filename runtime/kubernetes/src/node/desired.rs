@@ -182,7 +182,12 @@ pub(crate) fn node_probe(
     }
     let spec = &check.spec;
     let var = |name: &str| node.var(name);
-    let address = expand_str(&spec.target, var);
+    // In `host:port`, an IPv6 node address goes in brackets.
+    let bracketed = node.ip.filter(|ip| ip.contains(':')).map(|ip| format!("[{ip}]"));
+    let address = expand_str(&spec.target, |name: &str| match (name, &bracketed) {
+        ("NODE_IP", Some(b)) => Some(b.as_str()),
+        _ => var(name),
+    });
     if address.contains("$(NODE_IP)") {
         return Err(NodeRefusal::NoNodeIp {
             target: spec.target.clone(),

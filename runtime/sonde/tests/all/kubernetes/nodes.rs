@@ -422,3 +422,54 @@ async fn without_the_node_tenant_no_node_check_is_applied() {
     assert!(agent.results().get("k8snode_port").is_none());
     assert!(api.node_patches().is_empty());
 }
+
+/// The shipped ConfigMap's node tenant, read from the file, admits the
+/// shipped example SondeNodeCheck (`$(NODE_IP):9099`) on a node of any
+/// address, IPv6 included: its ceiling is the node's own address. A
+/// target elsewhere stays `OutsideCeiling`.
+#[tokio::test]
+async fn the_shipped_configmap_admits_the_shipped_node_check_on_any_node_address() {
+    let read = |path: &str| -> Value {
+        let text = std::fs::read_to_string(crate::support::repo().join(path)).unwrap();
+        serde_saphyr::from_str(&text).unwrap()
+    };
+    let configmap = read("deploy/kubernetes/configmap.yaml");
+    let shipped: Value = serde_saphyr::from_str(configmap["data"]["sonde.yaml"].as_str().unwrap()).unwrap();
+    let tenants = shipped["tenants"].as_array().unwrap();
+    let node_tenant = tenants
+        .iter()
+        .find(|t| t["id"] == "node")
+        .expect("the shipped node tenant");
+    let mut example = read("deploy/kubernetes/examples/sondenodecheck.yaml");
+    example["metadata"]["generation"] = 1.into();
+    let name = example["metadata"]["name"].as_str().unwrap().to_string();
+    for ip in ["10.1.2.3", "192.168.7.9", "172.31.0.4", "2001:db8::7"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (client, api) = FakeApi::start();
+        api.open_leases();
+        api.put(node(NODE, json!({"kubernetes.io/os": "linux"})), true);
+        api.put(example.clone(), true);
+        api.put(node_check("elsewhere", "10.9.9.9:9099", "Elsewhere", 1), true);
+        // JSON is YAML: the shipped tenant as it is, on a node at `ip`.
+        let config = json!({"kubernetes": {"node_ip": ip}, "tenants": [node_tenant], "targets": []}).to_string();
+        let mut settings = super::node_settings(NODE, Duration::from_secs(300), 200.0);
+        settings.node.ip = Some(ip.into());
+        let (_agent, _controller) = start_gates(client, dir.path(), &config, settings, false).await;
+        let accepted = |check: &str| -> Option<Value> {
+            api.node_check(check)["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Accepted")
+                .cloned()
+        };
+        api.wait(&format!("{name} accepted on a node at {ip}"), |_| {
+            accepted(&name).is_some_and(|c| c["status"] == "True")
+        })
+        .await;
+        api.wait(&format!("elsewhere refused on a node at {ip}"), |_| {
+            accepted("elsewhere").is_some_and(|c| c["status"] == "False")
+        })
+        .await;
+        assert_eq!(accepted("elsewhere").unwrap()["reason"], "OutsideCeiling", "{ip}");
+    }
+}
