@@ -17,6 +17,8 @@
 
 extern crate alloc;
 
+mod status;
+
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -250,6 +252,14 @@ fn origin(url: &str) -> &str {
     &url[..end]
 }
 
+/// The path and query of an absolute URL (`/` when it has none).
+fn path(url: &str) -> &str {
+    match &url[origin(url).len()..] {
+        "" => "/",
+        rest => rest,
+    }
+}
+
 /// Resolves a `Location` against the URL it came from.
 fn resolve(base: &str, location: &str) -> String {
     if location.contains("://") {
@@ -404,6 +414,7 @@ impl Checks {
         let status = response.status;
         let mut outcome = verdict(
             config,
+            request,
             &self.expected,
             response,
             self.body_regex.as_ref(),
@@ -620,6 +631,7 @@ impl Tally {
 /// The first check that fails, as a failure; `None` when all pass.
 fn verdict(
     config: &Config,
+    request: &HttpRequest,
     expected: &[(u16, u16)],
     response: &HttpResponse,
     body_regex: Option<&Regex>,
@@ -628,12 +640,12 @@ fn verdict(
 ) -> Option<Outcome> {
     let status = response.status;
     if !expected.iter().any(|(lo, hi)| (*lo..=*hi).contains(&status)) {
-        // The metric sorts the failure's cause as `status` (docs/prometheus.md).
-        return Some(Outcome::failure(format!("status {status} not expected")).with_metric(
-            "failed_due_to_status",
-            1.0,
-            "",
-        ));
+        // As a person reads it (`GET /ready: 503 Service Unavailable`, what
+        // a Pod's condition and Event say); the metric sorts the failure's
+        // cause as `status` (docs/prometheus.md).
+        let line = status::status_line(status);
+        let message = format!("{} {}: {line}", request.method, path(&request.url));
+        return Some(Outcome::failure(message).with_metric("failed_due_to_status", 1.0, ""));
     }
     let body = String::from_utf8_lossy(&response.body);
     if let Some(re) = body_regex

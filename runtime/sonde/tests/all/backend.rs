@@ -75,7 +75,8 @@ async fn the_check_passes_only_once_the_balancer_routes_to_this_backend() {
     let r = through(&balancer, wanted).await;
     assert_eq!(r.status, Status::Failure, "{r:?}");
     assert!(
-        r.message.contains("status 503 not expected from this backend"),
+        r.message
+            .contains("GET /healthz: 503 Service Unavailable from this backend"),
         "{}",
         r.message
     );

@@ -15,7 +15,7 @@ const SECOND: Duration = Duration::from_secs(1);
 
 /// A server that answers every connection with `reply`: after the
 /// request's head when `http`, at once otherwise (a banner).
-async fn fixed(reply: &'static [u8], http: bool) -> SocketAddr {
+pub(crate) async fn fixed(reply: &'static [u8], http: bool) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

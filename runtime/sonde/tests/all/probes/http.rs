@@ -34,6 +34,7 @@ async fn kubelet_semantics() {
 
     let r = http(&server, serde_json::json!({"path": "/fail"}), SECOND).await;
     assert_eq!((r.status, r.reason), (Status::Failure, None), "{r:?}");
+    assert_eq!(r.message, "GET /fail: 500 Internal Server Error");
     assert!(
         !r.message.contains("secret"),
         "the body leaked into the message: {}",
@@ -211,4 +212,28 @@ async fn send_keeping_returns_only_the_headers_named() {
         too_many.contains("InvalidConfig(\"65 response headers to keep, at most 64\")"),
         "{too_many}"
     );
+}
+
+/// A failed status reads as docs/kubernetes.md shows a Pod's condition
+/// (the message is the probe's): the request and the status with its
+/// phrase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_status_reads_as_the_kubernetes_docs_show_it() {
+    let documented = sonde_tests::doc_documents("docs/kubernetes.md", "## What the agent writes", "yaml kubernetes");
+    let condition: serde_json::Value = serde_saphyr::from_str(&documented[0]).unwrap();
+    let shown = condition[0]["message"]
+        .as_str()
+        .expect("the documented condition's message");
+    assert_eq!(
+        shown, "GET /ready: 503 Service Unavailable",
+        "the docs changed: change this test with them"
+    );
+    let server = super::dialect::fixed(
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        true,
+    )
+    .await;
+    let r = check("http", &server.to_string(), r#"{"path": "/ready"}"#, SECOND).await;
+    assert_eq!(r.status, Status::Failure, "{r:?}");
+    assert_eq!(r.message, shown);
 }

@@ -1,6 +1,6 @@
 //! The built-in plugins, each against the real server it checks.
 
-mod dialect;
+pub(crate) mod dialect;
 pub(crate) mod dns;
 mod exec;
 mod file_age;
