@@ -27,13 +27,25 @@ pub(crate) struct Bump {
 
 impl Bump {
     /// An arena of `[start, end)`.
-    #[cfg_attr(not(all(target_arch = "wasm32", feature = "arena")), allow(dead_code))]
+    #[cfg_attr(
+        not(all(target_arch = "wasm32", feature = "arena")),
+        allow(
+            dead_code,
+            reason = "used by the wasm allocator; the host builds it for its unit tests"
+        )
+    )]
     pub(crate) const fn new(start: usize, end: usize) -> Self {
         Self { next: start, end }
     }
 
     /// Whether the arena has been placed yet (`new` at `0, 0` is not).
-    #[cfg_attr(not(all(target_arch = "wasm32", feature = "arena")), allow(dead_code))]
+    #[cfg_attr(
+        not(all(target_arch = "wasm32", feature = "arena")),
+        allow(
+            dead_code,
+            reason = "used by the wasm allocator; the host builds it for its unit tests"
+        )
+    )]
     pub(crate) fn is_placed(&self) -> bool {
         self.end != 0
     }
@@ -102,7 +114,7 @@ pub(crate) use wasm::Arena;
 // The allocator itself: `GlobalAlloc` is `unsafe` by nature; each block
 // below says why its use holds.
 #[cfg(all(target_arch = "wasm32", feature = "arena"))]
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "the bump allocator over wasm memory")]
 mod wasm {
     use super::Bump;
     use core::alloc::{GlobalAlloc, Layout};
@@ -143,7 +155,10 @@ mod wasm {
             Self(UnsafeCell::new(Bump::new(0, 0)))
         }
 
-        #[allow(clippy::mut_from_ref)]
+        #[allow(
+            clippy::mut_from_ref,
+            reason = "the one thread's allocator state, behind an UnsafeCell"
+        )]
         fn bump(&self) -> &mut Bump {
             // SAFETY: one thread, and no method of `Bump` calls back into
             // the allocator, so no two of these references overlap.

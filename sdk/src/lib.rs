@@ -71,7 +71,10 @@ use serde::de::DeserializeOwned;
 use time::Instant;
 
 #[doc(hidden)]
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "wit-bindgen's generated functions take one argument per WIT parameter"
+)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "wit",

@@ -11,7 +11,7 @@
 // way up and another at the reset). The linker takes only those objects;
 // they import nothing.
 // SAFETY: an empty block: it declares nothing, it only links the library.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "linking wasi-libc without std")]
 #[link(name = "c")]
 unsafe extern "C" {}
 
@@ -28,7 +28,7 @@ static ALLOCATOR: Allocator = Allocator::new();
 // An allocator is `unsafe` by nature (`GlobalAlloc` and the libc functions
 // behind it); each block below says why its use holds.
 #[cfg(not(feature = "arena"))]
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "the global allocator over wasi-libc's malloc")]
 mod libc_malloc {
     use core::alloc::{GlobalAlloc, Layout};
 
@@ -142,7 +142,7 @@ fn log_panic(info: &core::panic::PanicInfo<'_>) {
 /// and `align`.
 // SAFETY (of the export): the canonical ABI names this symbol, and nothing
 // else in a plugin defines it without std.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "the canonical ABI's cabi_realloc export")]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cabi_realloc(old: *mut u8, old_len: usize, align: usize, new_len: usize) -> *mut u8 {
     use alloc::alloc::{Layout, alloc, realloc};

@@ -565,7 +565,10 @@ sonde_sdk::export!(Dns);
 /// runs on one thread, in an instance no other thread or interrupt enters,
 /// so a critical section needs no lock: acquiring and releasing do nothing.
 #[cfg(target_arch = "wasm32")]
-#[allow(unsafe_code)]
+#[allow(
+    unsafe_code,
+    reason = "critical-section's implementation for a single-threaded plugin"
+)]
 mod one_thread {
     struct OneThread;
     critical_section::set_impl!(OneThread);

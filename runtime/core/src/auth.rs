@@ -315,7 +315,7 @@ fn scrub_env(name: &str) {
     // it meanwhile. Overwriting the value's bytes in place with the same
     // number of `*` keeps every string the same length and terminated:
     // a concurrent reader sees the value or stars, never invalid memory.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "overwriting a token in the environment in place")]
     unsafe {
         let value = libc::getenv(c_name.as_ptr());
         if !value.is_null() {
@@ -328,7 +328,7 @@ fn scrub_env(name: &str) {
     // never frees the strings or the array a concurrent reader walks
     // (at worst that reader misses this one variable, which is the point),
     // and Rust's readers take std's environment lock.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "removing a token from the environment")]
     unsafe {
         std::env::remove_var(name);
     }

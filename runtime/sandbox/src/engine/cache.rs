@@ -124,7 +124,10 @@ impl CompileCache {
         // in its child) into a directory only this user can write (checked
         // by `private_dir`), under a name that binds it to the wasm digest
         // and engine config.
-        #[allow(unsafe_code)]
+        #[allow(
+            unsafe_code,
+            reason = "deserializing a compiled component from the agent's private cache"
+        )]
         match unsafe { Component::deserialize_file(engine, &path) } {
             Ok(component) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);

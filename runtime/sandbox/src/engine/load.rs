@@ -297,7 +297,10 @@ impl Engine {
         compile::in_child(plugin, program, budget, wasm, &out, &self.inner.scratch).await?;
         // SAFETY: the file was just written by this binary's compiler, in
         // the private cache directory or a private temporary one.
-        #[allow(unsafe_code)]
+        #[allow(
+            unsafe_code,
+            reason = "deserializing the component this binary's compiler just wrote"
+        )]
         let component = unsafe { Component::deserialize_file(engine, &out) }.map_err(|source| LoadError::Compile {
             plugin: plugin.to_string(),
             source,

@@ -257,7 +257,10 @@ pub(crate) async fn dial(grants: &CallGrants, what: Use<'_>, bounds: &CallBounds
     bounds.observe(|o| o.connected(addr.ip(), Some(connect)));
     // tokio deprecates SO_LINGER because a non-zero linger blocks on drop;
     // a zero linger never does.
-    #[allow(deprecated)]
+    #[allow(
+        deprecated,
+        reason = "a zero linger never blocks on drop, which is what tokio's deprecation warns of"
+    )]
     let _ = stream.set_linger(Some(Duration::ZERO));
     let _ = stream.set_nodelay(true);
     Ok(Dialed {

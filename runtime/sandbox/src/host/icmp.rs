@@ -273,7 +273,10 @@ fn refused(e: io::Error) -> IcmpError {
 
 /// Asks the kernel for each IPv4 reply's TTL (`IP_RECVTTL`), which neither
 /// socket2 nor rustix offers.
-#[allow(unsafe_code)]
+#[allow(
+    unsafe_code,
+    reason = "setsockopt(IP_RECVTTL), which neither socket2 nor rustix offers"
+)]
 fn recv_ttl(socket: &Socket) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let on: libc::c_int = 1;
@@ -297,7 +300,7 @@ fn recv_ttl(socket: &Socket) -> io::Result<()> {
 
 /// The bytes of `buf`, every one of which was initialised when `buf` was
 /// made (a receive only overwrites them).
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "reading a receive buffer made initialised")]
 fn initialised(buf: &[MaybeUninit<u8>]) -> &[u8] {
     // SAFETY: every buffer handed here was built from `MaybeUninit::new(0)`
     // and only ever written with bytes by the kernel, so each element is an

@@ -114,7 +114,7 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
     // request, the strings it points to and the stack outlive the child's
     // use of them (below: the request until the exec-status pipe is
     // closed, the stack until the child has been reaped).
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "clone of the supervised child on its own stack")]
     let pid = unsafe {
         sys::clone(
             (flags | libc::CLONE_PIDFD) as usize | libc::SIGCHLD as usize,
@@ -129,7 +129,7 @@ pub(crate) fn start(argv: &[String], env: &[(String, String)], how: How<'_>) -> 
         return Err(io::Error::from_raw_os_error(-pid as i32));
     }
     // SAFETY: CLONE_PIDFD stored a new descriptor that nothing else owns.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "taking ownership of the pidfd CLONE_PIDFD made")]
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     drop((stdout, stderr, status_w));
     // Until the pipe closes, a child may still read the request.
@@ -218,7 +218,7 @@ struct SignalsBlocked(libc::sigset_t);
 impl SignalsBlocked {
     fn all() -> Self {
         // SAFETY: plain calls on local signal sets.
-        #[allow(unsafe_code)]
+        #[allow(unsafe_code, reason = "blocking every signal around the clone")]
         unsafe {
             let mut all: libc::sigset_t = std::mem::zeroed();
             let mut old: libc::sigset_t = std::mem::zeroed();
@@ -232,7 +232,7 @@ impl SignalsBlocked {
 impl Drop for SignalsBlocked {
     fn drop(&mut self) {
         // SAFETY: restores the mask saved in `all`.
-        #[allow(unsafe_code)]
+        #[allow(unsafe_code, reason = "restoring the signal mask saved before the clone")]
         unsafe {
             libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut());
         }

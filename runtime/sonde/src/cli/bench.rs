@@ -241,7 +241,7 @@ fn cpu_time() -> Duration {
     // per-phase instruction counts of docs/performance-notes.md are measured).
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `t` is a valid, writable timespec for the call's duration.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "clock_gettime of the process's CPU time")]
     let _ = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32) + children_cpu_time()
 }
@@ -258,7 +258,7 @@ fn children_cpu_time() -> Duration {
         .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
         .sum();
     // SAFETY: sysconf has no preconditions.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "sysconf(_SC_CLK_TCK)")]
     let per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
     Duration::from_secs_f64(ticks as f64 / per_sec as f64)
 }

@@ -476,7 +476,10 @@ fn podman_run(
 
 async fn shipped_daemonset(launch: Launch) {
     // SAFETY: getuid has no preconditions.
-    #[allow(unsafe_code)]
+    #[allow(
+        unsafe_code,
+        reason = "getuid, to know whether the test can run as the DaemonSet's user"
+    )]
     let root = unsafe { libc::getuid() } == 0;
     if !root {
         eprintln!("SKIPPED the shipped-install test: it runs the agent as the DaemonSet's user, which needs root");

@@ -27,7 +27,7 @@ struct Config {
 /// `count` strings sharing one buffer of `bytes` bytes. Never dropped: the
 /// strings do not own their bytes.
 // A hostile guest: its `unsafe` (handles aliasing one buffer) is the attack.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "a hostile guest: aliasing one buffer is the attack")]
 fn aliases(count: usize, bytes: usize) -> ManuallyDrop<Vec<String>> {
     let buffer: &'static mut [u8] = Box::leak(vec![b'a'; bytes].into_boxed_slice());
     let ptr = buffer.as_mut_ptr();
@@ -42,7 +42,7 @@ fn aliases(count: usize, bytes: usize) -> ManuallyDrop<Vec<String>> {
 
 #[cfg(target_arch = "wasm32")]
 // A hostile guest: its `unsafe` (handles aliasing one buffer) is the attack.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "a hostile guest: aliasing one buffer is the attack")]
 fn pass(config: &Config) -> String {
     use sonde_sdk::bindings::sonde::probe::{exec, http, tls};
     let names = aliases(config.count, config.bytes);

@@ -61,7 +61,7 @@ fn grow_one_page() -> Option<usize> {
 /// Every address in the memory where the marker starts, comparing byte by
 /// byte against the masked copy so no unmasked copy is made.
 // A hostile guest: its `unsafe` (reading and writing raw memory) is the probe.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "a hostile guest: reading raw memory is the probe")]
 fn scan(key: u8) -> Vec<usize> {
     let end = memory_bytes();
     let mut found = Vec::new();
@@ -82,7 +82,7 @@ fn scan(key: u8) -> Vec<usize> {
 /// Writes the marker into a static, a leaked heap block, the stack and a
 /// new page.
 // A hostile guest: its `unsafe` (reading and writing raw memory) is the probe.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "a hostile guest: writing raw memory is the probe")]
 fn leave_traces(key: u8) {
     let m = marker(key);
     // SAFETY: the plugin is single-threaded; nothing else reads these.
@@ -103,7 +103,7 @@ fn leave_traces(key: u8) {
 
 struct RememberCalls;
 
-#[allow(unsafe_code)] // reads the statics `leave_traces` writes
+#[allow(unsafe_code, reason = "reads the statics leave_traces writes")]
 impl Probe for RememberCalls {
     fn check(req: Request) -> Result<Outcome, ProbeError> {
         let key = black_box(0xa5u8);

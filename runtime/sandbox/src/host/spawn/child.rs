@@ -34,7 +34,7 @@ pub(super) struct Request {
 pub(super) extern "C" fn program_main(request: *mut c_void) -> ! {
     // SAFETY: the agent passes a `Request` it keeps alive until the
     // program has executed or this child has written its errno.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "the cloned child reads the request the agent keeps alive")]
     let r = unsafe { &*request.cast::<Request>() };
     reset_signals();
     let errno = 'fail: {
@@ -64,7 +64,7 @@ pub(super) extern "C" fn program_main(request: *mut c_void) -> ! {
         sys::cloexec_from(3);
         sys::set_signal_mask(0);
         // SAFETY: NUL-terminated arrays of C strings, built by the agent.
-        #[allow(unsafe_code)]
+        #[allow(unsafe_code, reason = "execve of the sandboxed program")]
         let result = unsafe { sys::execve(r.path, r.argv, r.envp) };
         -result
     };
@@ -77,7 +77,7 @@ pub(super) extern "C" fn program_main(request: *mut c_void) -> ! {
 /// program did. Runs as a clone child (see the module's rules).
 pub(super) extern "C" fn supervisor_main(request: *mut c_void) -> ! {
     // SAFETY: as in `program_main`.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "the supervisor reads the request the agent keeps alive")]
     let r = unsafe { &*request.cast::<Request>() };
     // Every signal stays blocked (as the agent left them for the clone):
     // no handler of the agent's ever runs here, and SIGTERM and SIGCHLD
@@ -95,7 +95,7 @@ pub(super) extern "C" fn supervisor_main(request: *mut c_void) -> ! {
     }
     // SAFETY: `program_main` follows this module's rules; its stack is
     // below this one's, unused while this child is suspended.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "clone(CLONE_VM|CLONE_VFORK) of the program on its own stack")]
     let program = unsafe {
         sys::clone(
             (libc::CLONE_VM | libc::CLONE_VFORK) as usize | libc::SIGCHLD as usize,

@@ -43,7 +43,7 @@ impl Process {
         };
         // SAFETY: the `AsyncFd` owns the descriptor, which stays open until
         // the registration is gone.
-        #[allow(unsafe_code)]
+        #[allow(unsafe_code, reason = "registering the pidfd the AsyncFd owns")]
         let registered = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) };
         let pidfd = match registered {
             Ok(pidfd) => pidfd,

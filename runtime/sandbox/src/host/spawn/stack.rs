@@ -11,7 +11,7 @@ pub(super) struct Stack {
 }
 
 // SAFETY: the mapping is owned by this value alone; it is only unmapped.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "a child's stack mapping moves between threads with its owner")]
 unsafe impl Send for Stack {}
 
 impl Stack {
@@ -33,7 +33,7 @@ impl Stack {
             return Ok(stack);
         }
         // SAFETY: a fresh private mapping.
-        #[allow(unsafe_code)]
+        #[allow(unsafe_code, reason = "mmap of a child's private stack")]
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -70,7 +70,7 @@ impl Stack {
 impl Drop for Stack {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`; no child runs on it any more.
-        #[allow(unsafe_code)]
+        #[allow(unsafe_code, reason = "munmap of the stack mapped in new")]
         unsafe {
             libc::munmap(self.base, Self::SIZE);
         }

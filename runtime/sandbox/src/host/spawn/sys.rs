@@ -25,7 +25,7 @@ fn fd(raw: RawFd) -> BorrowedFd<'static> {
     // SAFETY: a child names only descriptors open in its own table (the
     // request's, copied at the clone, or one it opened) and closes none
     // it still names; never -1 (callers check).
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "borrowing a descriptor the child owns")]
     unsafe {
         BorrowedFd::borrow_raw(raw)
     }
@@ -38,7 +38,7 @@ fn fd(raw: RawFd) -> BorrowedFd<'static> {
 /// The arguments must be valid for the call.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "a raw system call, without libc, in the cloned child")]
 unsafe fn syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
     let ret: isize;
     // SAFETY: the caller's; `syscall` clobbers rcx and r11 only.
@@ -58,7 +58,7 @@ unsafe fn syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
 /// Elsewhere the children are forked copies (see `clone`), so libc's
 /// wrapper, and its `errno`, are theirs alone.
 #[cfg(not(target_arch = "x86_64"))]
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "a raw system call in the cloned child")]
 unsafe fn syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
     // SAFETY: the caller's.
     let ret = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
@@ -78,7 +78,7 @@ unsafe fn syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
 /// `f` must follow the rules of a clone child (module docs) and never
 /// return; `stack` and `arg` must stay valid while it uses them.
 #[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "the clone system call, which libc does not wrap this way")]
 pub(super) unsafe fn clone(
     flags: usize,
     stack: *mut u8,
@@ -113,7 +113,7 @@ pub(super) unsafe fn clone(
 /// Elsewhere: a fork (no shared memory, so no stack), with a pidfd
 /// opened for it.
 #[cfg(not(target_arch = "x86_64"))]
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "the clone system call, which libc does not wrap this way")]
 pub(super) unsafe fn clone(
     _flags: usize,
     _stack: *mut u8,
@@ -140,7 +140,10 @@ pub(super) unsafe fn clone(
 /// A raw call of the list above.
 fn call(nr: libc::c_long, a: [usize; 6]) -> isize {
     // SAFETY: every caller below passes arguments valid for `nr`.
-    #[allow(unsafe_code)]
+    #[allow(
+        unsafe_code,
+        reason = "every system call below passes arguments valid for its number"
+    )]
     unsafe {
         syscall(nr, a)
     }
@@ -167,7 +170,7 @@ pub(super) fn open_read(path: &CStr) -> i32 {
 pub(super) fn close(raw: RawFd) {
     // SAFETY: `raw` was opened by this child (`open_read`) and is not
     // used after.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "closing a descriptor the child opened")]
     unsafe {
         rustix::io::close(raw)
     }
@@ -210,7 +213,7 @@ pub(super) fn chdir_root() -> i32 {
 /// # Safety
 ///
 /// NUL-terminated arrays of C strings.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "execve, as a raw system call in the cloned child")]
 pub(super) unsafe fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> i32 {
     // SAFETY: the caller's.
     unsafe { syscall(libc::SYS_execve, [path as usize, argv as usize, envp as usize, 0, 0, 0]) as i32 }
@@ -243,7 +246,7 @@ pub(super) fn kill(pid: i32) {
 pub(super) fn kill_self(signal: i32) {
     // SAFETY: a signal number the kernel reported, so a valid one; the
     // libc reserved ones matter to libc's threads, and none runs here.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "a signal number the kernel reported")]
     let signal = unsafe { Signal::from_raw_unchecked(signal) };
     let _ = rustix::process::kill_process(rustix::process::getpid(), signal);
 }

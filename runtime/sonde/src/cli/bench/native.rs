@@ -119,7 +119,10 @@ pub(super) enum NativeJob {
 async fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
     let stream = TcpStream::connect(addr).await?;
     // As the host: a zero linger resets the connection on close.
-    #[allow(deprecated)]
+    #[allow(
+        deprecated,
+        reason = "a zero linger never blocks on drop, which is what tokio's deprecation warns of"
+    )]
     let _ = stream.set_linger(Some(Duration::ZERO));
     let _ = stream.set_nodelay(true);
     Ok(stream)

@@ -420,7 +420,7 @@ fn files_grant() -> (tempfile::TempDir, std::path::PathBuf) {
     std::os::unix::fs::symlink("/etc/passwd", grant.join("abs")).unwrap();
     let fifo = std::ffi::CString::new(grant.join("fifo").to_str().unwrap()).unwrap();
     // SAFETY: a plain system call on a valid C string.
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, reason = "mkfifo, to make a FIFO the test grants")]
     let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) };
     assert_eq!(made, 0, "mkfifo");
     (tmp, grant)
