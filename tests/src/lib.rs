@@ -735,6 +735,13 @@ async fn answer(
             reply(200, "slow".into())
         }
         "/big" => reply(200, format!("{}END", "a".repeat(20_000))),
+        // Two values of one header, as blackbox's header checks read them.
+        "/cookies" => hyper::Response::builder()
+            .status(200)
+            .header("set-cookie", "theme=dark")
+            .header("set-cookie", "session=abc")
+            .body(Body::new(bytes::Bytes::from("ok")))
+            .expect("response"),
         "/json" => reply(200, r#"{"status": {"db": "ok"}, "version": 3}"#.into()),
         "/echo" => {
             let method = req.method().to_string();

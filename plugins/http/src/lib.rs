@@ -52,6 +52,17 @@ struct Config {
     body_not_regex: Option<String>,
     #[serde(default)]
     header_regex: BTreeMap<String, String>,
+    /// Header name to a regex none of its values may match.
+    #[serde(default)]
+    header_not_regex: BTreeMap<String, String>,
+    /// Headers of `header_regex` and `header_not_regex` whose absence passes.
+    #[serde(default)]
+    header_allow_missing: Vec<String>,
+    /// Follow redirects to the same origin (default); false: a redirect is the answer.
+    #[serde(default = "default_true")]
+    follow_redirects: bool,
+    /// A body longer than this many bytes fails the probe.
+    body_size_limit: Option<usize>,
     /// `{"status.db": "ok"}`: dotted paths into a JSON body and the values they must equal.
     #[serde(default)]
     json: BTreeMap<String, serde_json::Value>,
@@ -189,6 +200,9 @@ fn default_path() -> String {
 }
 fn default_method() -> String {
     "GET".into()
+}
+fn default_true() -> bool {
+    true
 }
 fn default_max_body() -> usize {
     10 * 1024
@@ -328,17 +342,20 @@ impl Probe for Http {
             // The call's deadline bounds the exchange, so a slow server
             // is recorded by the host as reason `timeout`.
             timeout: req.timeout(),
-            max_body: config.max_body,
+            // One byte past the limit tells a body over it.
+            max_body: config
+                .body_size_limit
+                .map_or(config.max_body, |limit| config.max_body.max(limit.saturating_add(1))),
             tls,
             keepalive: config.keepalive,
         };
         // The headers the checks read: the host returns no others.
         let keep: Vec<&str> = core::iter::once("location")
-            .chain(checks.header_regex.iter().map(|(name, _)| name.as_str()))
+            .chain(checks.header_regex.iter().map(|(name, _, _)| name.as_str()))
             .chain(backend.iter().map(|b| b.header.as_str()))
             .collect();
         match backend {
-            None => Ok(match exchange(&mut request, &keep)? {
+            None => Ok(match exchange(&mut request, &keep, config.follow_redirects)? {
                 Exchange::Answered(response, total) => checks.judge(&config, &request, &response, total),
                 Exchange::Unreachable(message) => unreachable(message),
                 Exchange::Elsewhere(outcome) => outcome,
@@ -353,8 +370,19 @@ struct Checks {
     expected: Vec<(u16, u16)>,
     body_regex: Option<Regex>,
     body_not_regex: Option<Regex>,
-    header_regex: Vec<(String, Regex)>,
+    /// Lower-case name, regex, and whether the regex must match (`false`:
+    /// must not); each with its absence allowed or not.
+    header_regex: Vec<(String, Regex, HeaderRule)>,
     warn_after: Option<Duration>,
+}
+
+/// How one header regex judges a response.
+#[derive(Clone, Copy)]
+struct HeaderRule {
+    /// Some value must match (`header_regex`), or none may (`header_not_regex`).
+    must_match: bool,
+    /// A response without the header passes.
+    allow_missing: bool,
 }
 
 impl Checks {
@@ -378,20 +406,7 @@ impl Checks {
             .as_deref()
             .map(|p| regex("body_not_regex", p))
             .transpose()?;
-        // `location`, these and the backend's header are the headers the host returns.
-        let kept = config.header_regex.len() + 1 + usize::from(config.backend.is_some());
-        if kept > sonde_sdk::http::MAX_KEPT_HEADERS {
-            return Err(ProbeError::invalid_config(format!(
-                "header_regex: {} headers, at most {}",
-                config.header_regex.len(),
-                sonde_sdk::http::MAX_KEPT_HEADERS - 1 - usize::from(config.backend.is_some())
-            )));
-        }
-        let header_regex = config
-            .header_regex
-            .iter()
-            .map(|(h, p)| Ok((h.to_ascii_lowercase(), regex(&format!("header_regex.{h}"), p)?)))
-            .collect::<Result<_, ProbeError>>()?;
+        let header_regex = header_rules(config)?;
         let warn_after = config
             .warn_after
             .as_deref()
@@ -451,7 +466,7 @@ enum Exchange {
 
 /// Sends `request`, following redirects to the same origin (at most
 /// [`MAX_REDIRECTS`]); `request` ends as the last one sent.
-fn exchange(request: &mut HttpRequest, keep: &[&str]) -> Result<Exchange, ProbeError> {
+fn exchange(request: &mut HttpRequest, keep: &[&str], follow: bool) -> Result<Exchange, ProbeError> {
     let mut total = Duration::ZERO;
     let mut hops = 0;
     loop {
@@ -468,7 +483,7 @@ fn exchange(request: &mut HttpRequest, keep: &[&str]) -> Result<Exchange, ProbeE
         total += Duration::from_secs_f64(response.timings.total);
         let location = response.header("location").map(str::to_string);
         match (response.status, location) {
-            (301 | 302 | 303 | 307 | 308, Some(location)) if hops < MAX_REDIRECTS => {
+            (301 | 302 | 303 | 307 | 308, Some(location)) if follow && hops < MAX_REDIRECTS => {
                 let next = resolve(&request.url, &location);
                 if origin(&next) != origin(&request.url) {
                     // As the kubelet: another host is not followed, and says so.
@@ -534,7 +549,7 @@ impl Backend {
             };
             let mut request = base.clone();
             request.timeout = left;
-            let (response, total) = match exchange(&mut request, keep)? {
+            let (response, total) = match exchange(&mut request, keep, config.follow_redirects)? {
                 Exchange::Answered(response, total) => (response, total),
                 Exchange::Unreachable(message) => {
                     tally.log.push(format!("attempt {attempt}: {message}"));
@@ -636,7 +651,7 @@ fn verdict(
     response: &HttpResponse,
     body_regex: Option<&Regex>,
     body_not_regex: Option<&Regex>,
-    header_regex: &[(String, Regex)],
+    header_regex: &[(String, Regex, HeaderRule)],
 ) -> Option<Outcome> {
     let status = response.status;
     if !expected.iter().any(|(lo, hi)| (*lo..=*hi).contains(&status)) {
@@ -646,6 +661,13 @@ fn verdict(
         let line = status::status_line(status);
         let message = format!("{} {}: {line}", request.method, path(&request.url));
         return Some(Outcome::failure(message).with_metric("failed_due_to_status", 1.0, ""));
+    }
+    if let Some(limit) = config.body_size_limit
+        && response.body.len() > limit
+    {
+        return Some(Outcome::failure(format!(
+            "status {status}, but the body is longer than body_size_limit ({limit} bytes)"
+        )));
     }
     let body = String::from_utf8_lossy(&response.body);
     if let Some(re) = body_regex
@@ -664,16 +686,9 @@ fn verdict(
             re.as_str()
         ))));
     }
-    for (name, re) in header_regex {
-        match response.header(name) {
-            Some(v) if re.is_match(v) => {}
-            Some(_) => {
-                return Some(regex_failed(Outcome::failure(format!(
-                    "header {name} does not match /{}/",
-                    re.as_str()
-                ))));
-            }
-            None => return Some(regex_failed(Outcome::failure(format!("header {name} is missing")))),
+    for (name, re, rule) in header_regex {
+        if let Some(failure) = header_verdict(response, name, re, *rule) {
+            return Some(regex_failed(Outcome::failure(failure)));
         }
     }
     if !config.json.is_empty() {
@@ -689,6 +704,53 @@ fn verdict(
         }
     }
     None
+}
+
+/// The header regexes of `header_regex` and `header_not_regex`, within
+/// what the host returns (`location`, these and the backend's header).
+fn header_rules(config: &Config) -> Result<Vec<(String, Regex, HeaderRule)>, ProbeError> {
+    let count = config.header_regex.len() + config.header_not_regex.len();
+    let room = sonde_sdk::http::MAX_KEPT_HEADERS - 1 - usize::from(config.backend.is_some());
+    if count > room {
+        return Err(ProbeError::invalid_config(format!(
+            "header_regex and header_not_regex: {count} headers, at most {room}"
+        )));
+    }
+    let allowed = |h: &str| config.header_allow_missing.iter().any(|a| a.eq_ignore_ascii_case(h));
+    let mut rules = Vec::with_capacity(count);
+    for (field, map, must_match) in [
+        ("header_regex", &config.header_regex, true),
+        ("header_not_regex", &config.header_not_regex, false),
+    ] {
+        for (h, p) in map {
+            let rule = HeaderRule {
+                must_match,
+                allow_missing: allowed(h),
+            };
+            rules.push((h.to_ascii_lowercase(), regex(&format!("{field}.{h}"), p)?, rule));
+        }
+    }
+    Ok(rules)
+}
+
+/// Why header `name` fails `re` under `rule`, or `None`: as
+/// blackbox_exporter, some value must match (or none may).
+fn header_verdict(response: &HttpResponse, name: &str, re: &Regex, rule: HeaderRule) -> Option<String> {
+    let mut values = response
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| String::from_utf8_lossy(v))
+        .peekable();
+    if values.peek().is_none() {
+        return (!rule.allow_missing).then(|| format!("header {name} is missing"));
+    }
+    let matched = values.any(|v| re.is_match(&v));
+    match (rule.must_match, matched) {
+        (true, false) => Some(format!("header {name} does not match /{}/", re.as_str())),
+        (false, true) => Some(format!("header {name} matches /{}/", re.as_str())),
+        _ => None,
+    }
 }
 
 /// A failure because no answer came: at the deadline, marked with the

@@ -7,6 +7,10 @@
 //! for one exchange, `{"steps": [{"expect": "^220"}, {"send": "QUIT\r\n"}]}`
 //! for several. An `expect` reads until its regex matches what arrived since
 //! the previous `expect`, the peer closes, or 64 KiB have arrived.
+//! `expect_bytes` (or `expect_bytes_base64`) reads exactly its bytes and
+//! compares them; `send_base64` sends bytes that are not text; `send_expand`
+//! sends its text with `${1}`, `$name`… replaced by the groups of the last
+//! `expect`'s match (blackbox_exporter's `query_response`).
 //!
 //! With `{"tls": true}` the host connects and completes a TLS handshake
 //! instead (the system's roots, or `ca_file` / `ca_pem`, or
@@ -83,12 +87,19 @@ impl Config {
 #[serde(deny_unknown_fields)]
 struct StepConfig {
     send: Option<String>,
+    send_base64: Option<String>,
+    send_expand: Option<String>,
     expect: Option<String>,
+    expect_bytes: Option<String>,
+    expect_bytes_base64: Option<String>,
 }
 
 enum Step {
-    Send(String),
+    Send(Vec<u8>),
+    /// Text whose `$1`, `${name}`… the last `expect`'s groups replace.
+    SendExpand(String),
     Expect(Regex),
+    ExpectBytes(Vec<u8>),
 }
 
 const SCHEMA: &str = r#"{
@@ -107,12 +118,19 @@ const SCHEMA: &str = r#"{
     "server_name": {"type": "string", "description": "With tls: name sent as SNI and verified, instead of the target's host."},
     "client_cert": {"type": "object", "additionalProperties": false, "required": ["cert", "key"], "description": "With tls: a client certificate (mTLS) the host presents; each of cert and key is a secret's handle, $(secret:NAME), or PEM text.", "properties": {"cert": {"type": "string"}, "key": {"type": "string"}}},
     "steps": {
-      "description": "Several exchanges in order; each step has exactly one of send or expect. Not with top-level send/expect.",
+      "description": "Several exchanges in order; each step has exactly one key. Not with top-level send/expect.",
       "type": "array",
       "items": {
         "type": "object",
         "additionalProperties": false,
-        "properties": {"send": {"type": "string"}, "expect": {"type": "string", "format": "regex"}},
+        "properties": {
+          "send": {"type": "string", "description": "Text to send."},
+          "send_base64": {"type": "string", "contentEncoding": "base64", "description": "Bytes to send, in standard base64."},
+          "send_expand": {"type": "string", "description": "Text to send, with $1, ${1}, $name or ${name} replaced by the groups of the last expect's match ($$ for a $)."},
+          "expect": {"type": "string", "format": "regex"},
+          "expect_bytes": {"type": "string", "minLength": 1, "description": "Read exactly these bytes (the text's UTF-8); a difference fails with failed_due_to_bytes 1."},
+          "expect_bytes_base64": {"type": "string", "minLength": 1, "contentEncoding": "base64", "description": "As expect_bytes, the bytes in standard base64."}
+        },
         "minProperties": 1,
         "maxProperties": 1
       }
@@ -134,12 +152,39 @@ fn with_metrics(mut outcome: Outcome, metrics: &[(&str, f64)]) -> Outcome {
 /// Runs `steps` over `session`: the failure of the first that fails (with
 /// `metrics`), or `None` when all passed.
 fn exchange(req: &Request, session: &mut Session, steps: &[Step], metrics: &[(&str, f64)]) -> Option<Outcome> {
+    // The last expect's regex and what it matched in.
+    let mut last: Option<(&Regex, Vec<u8>)> = None;
     for (i, step) in steps.iter().enumerate() {
+        let failed = |why: String| {
+            Some(with_metrics(
+                Outcome::failure(format!("step {}: {why}", i + 1)),
+                metrics,
+            ))
+        };
         match step {
             Step::Send(data) => {
-                if let Err(e) = session.send(data.as_bytes()) {
-                    let failure = Outcome::failure(format!("step {}: send: {}", i + 1, e.describe()));
-                    return Some(with_metrics(failure, metrics));
+                if let Err(e) = session.send(data) {
+                    return failed(format!("send: {}", e.describe()));
+                }
+            }
+            Step::SendExpand(template) => {
+                let mut data = Vec::new();
+                match &last {
+                    // The groups of the first line that matches, without its
+                    // end (\n or \r\n), as blackbox_exporter reads lines.
+                    Some((re, bytes)) => {
+                        let lines = bytes.split(|b| *b == b'\n');
+                        let line = lines
+                            .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+                            .find_map(|l| re.captures(l));
+                        if let Some(caps) = line {
+                            caps.expand(template.as_bytes(), &mut data);
+                        }
+                    }
+                    None => data.extend_from_slice(template.as_bytes()),
+                }
+                if let Err(e) = session.send(&data) {
+                    return failed(format!("send: {}", e.describe()));
                 }
             }
             Step::Expect(re) => {
@@ -154,18 +199,80 @@ fn exchange(req: &Request, session: &mut Session, steps: &[Step], metrics: &[(&s
                         Some(e) => format!("{} after {} bytes", e.describe(), bytes.len()),
                         None => format!("no match in {} bytes", bytes.len()),
                     };
-                    let failure = Outcome::failure(format!("step {}: expected /{}/: {why}", i + 1, re.as_str()));
-                    let failure = with_metrics(failure, metrics).with_detail(excerpt(&bytes));
+                    let failure = failed(format!("expected /{}/: {why}", re.as_str()))?.with_detail(excerpt(&bytes));
                     return Some(if closed {
                         failure.with_metric("failed_due_to_regex", 1.0, "")
                     } else {
                         failure
                     });
                 }
+                last = Some((re, bytes));
+            }
+            Step::ExpectBytes(want) => {
+                let left = req.remaining().saturating_sub(MARGIN).max(Duration::from_millis(1));
+                session.set_read_timeout(left);
+                let (got, error) = read_exactly(session, want.len());
+                if got.len() < want.len() {
+                    let why = error.map_or_else(|| "the peer closed".into(), |e| e.describe());
+                    return Some(
+                        failed(format!("expected {} bytes: {why} after {}", want.len(), got.len()))?
+                            .with_detail(excerpt(&got)),
+                    );
+                }
+                if got != *want {
+                    // blackbox's `probe_failed_due_to_bytes`.
+                    let why = format!("expected the bytes {}, got {}", excerpt(want), excerpt(&got));
+                    return Some(failed(why)?.with_metric("failed_due_to_bytes", 1.0, ""));
+                }
             }
         }
     }
     None
+}
+
+/// Reads until `n` bytes arrived (never more: the rest is the next step's),
+/// the peer closes or a read fails: what arrived, and the failure.
+fn read_exactly(session: &mut Session, n: usize) -> (Vec<u8>, Option<sonde_sdk::tls::SessionError>) {
+    let mut got = alloc::vec![0u8; n];
+    let mut have = 0;
+    while have < n {
+        match session.read(&mut got[have..]) {
+            Ok(0) => break,
+            Ok(k) => have += k,
+            Err(e) => {
+                got.truncate(have);
+                return (got, Some(e));
+            }
+        }
+    }
+    got.truncate(have);
+    (got, None)
+}
+
+/// Standard base64 (padding optional, no whitespace), decoded.
+fn base64(text: &str) -> Option<Vec<u8>> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let text = text.trim_end_matches('=').as_bytes();
+    if text.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    for chunk in text.chunks(4) {
+        let mut acc = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            acc |= u32::from(value(c)?) << (18 - 6 * i);
+        }
+        let bytes = acc.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    Some(out)
 }
 
 fn steps_done(steps: &[Step]) -> String {
@@ -222,23 +329,60 @@ fn steps(config: Config) -> Result<Vec<Step>, ProbeError> {
     }
     let mut steps = Vec::new();
     if let Some(s) = config.send {
-        steps.push(Step::Send(s));
+        steps.push(Step::Send(s.into_bytes()));
     }
     if let Some(e) = config.expect {
         steps.push(Step::Expect(compile(&e)?));
     }
     for (i, step) in config.steps.into_iter().enumerate() {
-        steps.push(match (step.send, step.expect) {
-            (Some(s), None) => Step::Send(s),
-            (None, Some(e)) => Step::Expect(compile(&e)?),
-            _ => {
-                return Err(ProbeError::invalid_config(format!(
-                    "steps[{i}]: give exactly one of send or expect"
-                )));
-            }
-        });
+        steps.push(step_of(i, step)?);
     }
     Ok(steps)
+}
+
+/// One entry of `steps`, which has exactly one key.
+fn step_of(i: usize, step: StepConfig) -> Result<Step, ProbeError> {
+    let StepConfig {
+        send,
+        send_base64,
+        send_expand,
+        expect,
+        expect_bytes,
+        expect_bytes_base64,
+    } = step;
+    let given = [
+        send.is_some(),
+        send_base64.is_some(),
+        send_expand.is_some(),
+        expect.is_some(),
+        expect_bytes.is_some(),
+        expect_bytes_base64.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(ProbeError::invalid_config(format!(
+            "steps[{i}]: give exactly one of send, send_base64, send_expand, expect, expect_bytes or expect_bytes_base64"
+        )));
+    }
+    let decode = |key: &str, text: &str| {
+        base64(text).ok_or_else(|| ProbeError::invalid_config(format!("steps[{i}].{key}: not base64")))
+    };
+    let step = if let Some(s) = send {
+        Step::Send(s.into_bytes())
+    } else if let Some(b) = send_base64 {
+        Step::Send(decode("send_base64", &b)?)
+    } else if let Some(t) = send_expand {
+        Step::SendExpand(t)
+    } else if let Some(e) = expect {
+        Step::Expect(compile(&e)?)
+    } else if let Some(b) = expect_bytes {
+        Step::ExpectBytes(b.into_bytes())
+    } else {
+        Step::ExpectBytes(decode("expect_bytes_base64", &expect_bytes_base64.unwrap_or_default())?)
+    };
+    if matches!(&step, Step::ExpectBytes(b) if b.is_empty()) {
+        return Err(ProbeError::invalid_config(format!("steps[{i}]: expect_bytes is empty")));
+    }
+    Ok(step)
 }
 
 /// A short, printable excerpt of bytes that arrived.
@@ -349,6 +493,22 @@ mod tests {
         assert_eq!(whole_days(-0.5 * 86_400.0), -1.0);
         assert_eq!(whole_days(0.0), 0.0);
         assert_eq!(whole_days(-2.0 * 86_400.0), -2.0);
+    }
+
+    #[test]
+    fn byte_steps() {
+        assert_eq!(base64("AAAACATSFi8=").unwrap(), [0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f]);
+        assert_eq!(base64("SGk").unwrap(), b"Hi");
+        assert_eq!(base64("").unwrap(), b"");
+        assert!(base64("S").is_none() && base64("S*==").is_none());
+        let steps =
+            parse(r#"{"steps": [{"send_base64": "SGk="}, {"expect_bytes": "S"}, {"send_expand": "PONG ${1}"}]}"#)
+                .unwrap();
+        assert!(matches!(&steps[0], Step::Send(b) if b == b"Hi"));
+        assert!(matches!(&steps[1], Step::ExpectBytes(b) if b == b"S"));
+        assert!(parse(r#"{"steps": [{"expect_bytes": ""}]}"#).is_err());
+        assert!(parse(r#"{"steps": [{"send_base64": "%"}]}"#).is_err());
+        assert!(parse(r#"{"steps": [{"send": "a", "send_base64": "SGk="}]}"#).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use super::tree::{self, Node};
 use super::walk::{Ctx, Severity};
 use serde_json::{Map, Value as Json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// blackbox_exporter's deadline for a module without `timeout` when the
@@ -26,13 +26,17 @@ pub(crate) struct Imported {
     pub config: Map<String, Json>,
     /// Directories the plugin must read (a `ca_file`'s).
     pub files: BTreeSet<PathBuf>,
+    /// The secrets the module uses: name to file (a credential file's).
+    pub secrets: BTreeMap<String, PathBuf>,
 }
 
-/// What a prober's block maps to: the plugin's config and the files it reads.
+/// What a prober's block maps to: the plugin's config, the files it reads
+/// and the secrets it uses.
 #[derive(Debug, Default)]
 pub(crate) struct Out {
     pub config: Map<String, Json>,
     pub files: BTreeSet<PathBuf>,
+    pub secrets: BTreeMap<String, PathBuf>,
 }
 
 /// Reads `text` (a blackbox_exporter config file): the modules sonde can
@@ -92,11 +96,19 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
         "grpc" => "grpc",
         "icmp" => "icmp",
         "dns" => "dns",
+        "unix" => {
+            ctx.unsupported_module(
+                prober_entry.node.referenced,
+                &prober_entry.path,
+                "not supported: a sonde plugin reaches network targets through the host, which opens no Unix sockets for it",
+            );
+            return None;
+        }
         other => {
             ctx.invalid(
                 prober_entry.node.referenced,
                 &prober_entry.path,
-                format!("unknown prober {other:?} (blackbox_exporter has http, tcp, grpc, dns and icmp)"),
+                format!("unknown prober {other:?} (blackbox_exporter has http, tcp, grpc, dns, icmp and unix)"),
             );
             return None;
         }
@@ -144,6 +156,7 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
         timeout,
         config: out.config,
         files: out.files,
+        secrets: out.secrets,
     })
 }
 
@@ -173,19 +186,20 @@ fn module_timeout(ctx: &mut Ctx, node: &Node, path: &str) -> Option<String> {
     }
 }
 
-/// The IP-family keys every prober has: sonde dials the addresses the
-/// resolver gives, in its order, and keeps no family of its own.
+/// The IP-family keys of the http, tcp, grpc and dns probers: sonde's
+/// host dials the addresses the resolver gives, in its order, until one
+/// answers, and takes no family from the plugin. With fallback (the
+/// default) either family may answer in both, so the preference is left
+/// out; without it, the probe cannot be held to one family.
 pub(crate) fn ip_protocol(ctx: &mut Ctx, key: &str, node: &Node, path: &str) {
     match key {
-        "preferred_ip_protocol" => {
-            if ctx.string(node, path).is_some() {
-                ctx.unsupported(
-                    node.referenced,
-                    path,
-                    "not supported: sonde tries the addresses the resolver returns in its order, of either family",
-                );
-            }
-        }
+        "preferred_ip_protocol" => match ctx.string(node, path).as_deref() {
+            Some("" | "ip4" | "ip6" | "ipv4" | "ipv6" | "tcp4" | "tcp6" | "udp4" | "udp6") | None => ctx.note(
+                path,
+                "left out: sonde's host tries the resolver's addresses in its order, of either family, as blackbox_exporter's fallback does",
+            ),
+            Some(other) => ctx.invalid(node.referenced, path, format!("{other:?}: give ip4 or ip6")),
+        },
         _ => {
             if ctx.boolean(node, path) == Some(false) {
                 ctx.unsupported(
@@ -203,6 +217,7 @@ pub(crate) fn ip_protocol(ctx: &mut Ctx, key: &str, node: &Node, path: &str) {
 pub(crate) fn tls_config(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
     let mut insecure = false;
     let mut ca: Option<(&'static str, String, Option<PathBuf>)> = None;
+    let (mut cert, mut key) = (None, None);
     for e in ctx.entries(node, path) {
         match e.key {
             "insecure_skip_verify" => insecure = ctx.boolean(e.node, &e.path).unwrap_or(false),
@@ -223,8 +238,16 @@ pub(crate) fn tls_config(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) 
                     ca = Some(("ca_file", value, Some(dir)));
                 }
             }
-            "cert_file" | "key_file" | "cert" | "key" | "cert_ref" | "key_ref" | "ca_ref" => {
-                ctx.unsupported_if_set(e.node, &e.path, "not supported: sonde sends no client certificate");
+            // A client certificate: each file as a secret (the host
+            // presents it; the plugin never holds the key).
+            "cert_file" => cert = super::http::file_secret(ctx, e.node, &e.path, out),
+            "key_file" => key = super::http::file_secret(ctx, e.node, &e.path, out),
+            "cert" | "key" | "cert_ref" | "key_ref" | "ca_ref" => {
+                ctx.unsupported_if_set(
+                    e.node,
+                    &e.path,
+                    "not supported: give the client certificate as cert_file and key_file",
+                );
             }
             "min_version" => match ctx.string(e.node, &e.path).as_deref() {
                 // sonde's TLS client speaks TLS 1.2 and 1.3 only.
@@ -244,6 +267,10 @@ pub(crate) fn tls_config(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) 
             }
             _ => ctx.invalid(e.at, &e.path, "unknown key of tls_config"),
         }
+    }
+    if let (Some(cert), Some(key)) = (cert, key) {
+        out.config
+            .insert("client_cert".into(), serde_json::json!({"cert": cert, "key": key}));
     }
     if insecure {
         out.config.insert("insecure_skip_verify".into(), true.into());
@@ -332,49 +359,74 @@ fn tcp(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
     }
 }
 
-/// One `query_response` entry: its expect, then its send (blackbox_exporter
-/// ends each send with a newline, and matches an expect line by line).
+/// One `query_response` entry, in blackbox_exporter's order: its expect
+/// (matched line by line) or expect_bytes, then its send (ended with a
+/// newline; `${1}` and `$name` stand for the expect's groups).
 fn query_response(ctx: &mut Ctx, node: &Node, path: &str, steps: &mut Vec<Json>) {
     let mut expect = None;
+    let mut expect_bytes = None;
     let mut send = None;
     for e in ctx.entries(node, path) {
         match e.key {
-            "expect" => expect = ctx.string(e.node, &e.path).filter(|s| !s.is_empty()).map(|s| (s, e)),
-            "send" => send = ctx.string(e.node, &e.path).filter(|s| !s.is_empty()).map(|s| (s, e)),
+            "expect" => {
+                if let Some(pattern) = ctx.string(e.node, &e.path).filter(|s| !s.is_empty()) {
+                    // ^ and $ at each line's ends (CRLF too), as
+                    // blackbox_exporter's line-by-line match reads them.
+                    expect = ctx.regex(e.node, &e.path, &pattern).map(|p| format!("(?mR){p}"));
+                }
+            }
+            "expect_bytes" => expect_bytes = ctx.bytes(e.node, &e.path).filter(|b| !b.is_empty()),
+            "send" => send = ctx.bytes(e.node, &e.path).filter(|b| !b.is_empty()),
+            "labels" => {
+                if !ctx.items(e.node, &e.path).is_empty() {
+                    ctx.unsupported(
+                        e.node.referenced,
+                        &e.path,
+                        "not supported: sonde has no probe_expect_info metric to carry labels from the reply (the expect itself is kept)",
+                    );
+                }
+            }
             "starttls" => {
                 if ctx.boolean(e.node, &e.path) == Some(true) {
                     ctx.unsupported_module(
                         e.node.referenced,
                         &e.path,
-                        "not supported: sonde's tcp plugin cannot start TLS in the middle of an exchange",
+                        "not supported: sonde's host opens TLS only as it connects (tls: true); its sessions cannot start TLS in the middle of an exchange",
                     );
                 }
             }
             _ => ctx.invalid(
                 e.at,
                 &e.path,
-                "unknown key of a query_response entry (expect, send, starttls)",
+                "unknown key of a query_response entry (expect, expect_bytes, labels, send, starttls)",
             ),
         }
     }
-    if let Some((pattern, e)) = &expect
-        && let Some(pattern) = ctx.regex(e.node, &e.path, pattern)
-    {
-        // ^ and $ at each line's ends (CRLF too), as blackbox_exporter's
-        // line-by-line match reads them.
-        steps.push(serde_json::json!({"expect": format!("(?mR){pattern}")}));
+    let expanded = expect.is_some();
+    if let Some(pattern) = expect {
+        steps.push(serde_json::json!({"expect": pattern}));
     }
-    if let Some((text, e)) = send {
-        if expect.is_some() && text.contains('$') {
-            ctx.unsupported_module(
-                e.node.referenced,
-                &e.path,
-                "not supported: sonde's tcp plugin sends the text as written, without the expect's capture groups ($1, ${name})",
-            );
-            return;
-        }
-        steps.push(serde_json::json!({"send": format!("{text}\n")}));
+    if let Some(bytes) = expect_bytes {
+        steps.push(match String::from_utf8(bytes) {
+            Ok(text) => serde_json::json!({"expect_bytes": text}),
+            Err(e) => serde_json::json!({"expect_bytes_base64": base64(e.as_bytes())}),
+        });
     }
+    if let Some(mut bytes) = send {
+        bytes.push(b'\n');
+        steps.push(match String::from_utf8(bytes) {
+            // blackbox_exporter expands a send after an expect.
+            Ok(text) if expanded && text.contains('$') => serde_json::json!({"send_expand": text}),
+            Ok(text) => serde_json::json!({"send": text}),
+            Err(e) => serde_json::json!({"send_base64": base64(e.as_bytes())}),
+        });
+    }
+}
+
+/// Standard base64.
+fn base64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// A tcp or grpc module's `tls` and its `tls_config`, which

@@ -23,6 +23,9 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
     let mut headers = Map::new();
     let mut credential: Option<Credential> = None;
     let mut header_regex = Map::new();
+    let mut header_not_regex = Map::new();
+    let mut allow_missing: Vec<(String, bool)> = Vec::new();
+    let mut compression = None;
     for e in ctx.entries(node, path) {
         let (n, p) = (e.node, e.path.as_str());
         match e.key {
@@ -54,12 +57,25 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             }
             "fail_if_body_matches_regexp" => body_matches(ctx, n, p, out),
             "fail_if_body_not_matches_regexp" => body_not_matches(ctx, n, p, out),
-            "fail_if_header_matches" => header_matches(ctx, n, p),
-            "fail_if_header_not_matches" => header_not_matches(ctx, n, p, &mut header_regex),
+            "fail_if_header_matches" => header_rules(ctx, n, p, &mut header_not_regex, &mut allow_missing),
+            "fail_if_header_not_matches" => header_rules(ctx, n, p, &mut header_regex, &mut allow_missing),
+            "http_headers" => http_headers(ctx, n, p, &mut headers, out),
+            "body_file" => body_file(ctx, n, p, out),
+            "compression" => {
+                compression = ctx
+                    .string(n, p)
+                    .filter(|c| !c.is_empty() && c != "identity")
+                    .map(|c| (c, n.referenced, p.to_string()));
+            }
             "tls_config" => tls_config(ctx, n, p, out),
             "basic_auth" => {
-                if let Some(value) = basic_auth(ctx, n, p) {
+                if let Some(value) = basic_auth(ctx, n, p, out) {
                     set_credential(ctx, &mut credential, value, e.at, p);
+                }
+            }
+            "bearer_token_file" => {
+                if let Some(handle) = file_secret(ctx, n, p, out) {
+                    set_credential(ctx, &mut credential, format!("Bearer {handle}"), e.at, p);
                 }
             }
             "bearer_token" => {
@@ -68,13 +84,16 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
                 }
             }
             "authorization" => {
-                if let Some(value) = authorization(ctx, n, p) {
+                if let Some(value) = authorization(ctx, n, p, out) {
                     set_credential(ctx, &mut credential, value, e.at, p);
                 }
             }
             "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, n, p),
-            "follow_redirects" => default_only(ctx, n, p, true, "sonde follows redirects to the same host"),
-            "no_follow_redirects" => default_only(ctx, n, p, false, "sonde follows redirects to the same host"),
+            "follow_redirects" | "no_follow_redirects" => {
+                if ctx.boolean(n, p) == Some(e.key == "no_follow_redirects") {
+                    out.config.insert("follow_redirects".into(), false.into());
+                }
+            }
             "fail_if_ssl" | "fail_if_not_ssl" => {
                 default_only(ctx, n, p, false, "sonde's http plugin has no such check")
             }
@@ -84,7 +103,8 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             // sonde speaks HTTP/1.1: without HTTP/2 is what it does, and with
             // it (the default) changes no check.
             "enable_http2" => drop(ctx.boolean(n, p)),
-            key if unsupported(ctx, key, n, p) => {}
+            "enable_http3" => default_only(ctx, n, p, false, "sonde's host speaks no HTTP/3"),
+            key if unsupported(ctx, key, n, p, out) => {}
             _ => ctx.invalid(e.at, p, "unknown key of the http prober"),
         }
     }
@@ -96,6 +116,9 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             headers,
             credential,
             header_regex,
+            header_not_regex,
+            allow_missing,
+            compression,
         },
     );
 }
@@ -106,6 +129,11 @@ struct Found {
     headers: Map<String, Json>,
     credential: Option<Credential>,
     header_regex: Map<String, Json>,
+    header_not_regex: Map<String, Json>,
+    /// Each header of either map, and whether its absence passes.
+    allow_missing: Vec<(String, bool)>,
+    /// `compression`, where it is.
+    compression: Option<(String, serde_saphyr::Location, String)>,
 }
 
 /// The keys gathered over the block, into `out`: the credential as an
@@ -116,7 +144,13 @@ fn finish(ctx: &mut Ctx, out: &mut Out, found: Found) {
         mut headers,
         credential,
         header_regex,
+        header_not_regex,
+        allow_missing,
+        compression,
     } = found;
+    if let Some((algorithm, at, path)) = compression {
+        compress(ctx, out, &mut headers, &algorithm, at, &path);
+    }
     if let Some(c) = credential {
         if headers.keys().any(|k| k.eq_ignore_ascii_case("authorization")) {
             ctx.unsupported(
@@ -142,6 +176,49 @@ fn finish(ctx: &mut Ctx, out: &mut Out, found: Found) {
     if !header_regex.is_empty() {
         out.config.insert("header_regex".into(), Json::Object(header_regex));
     }
+    if !header_not_regex.is_empty() {
+        out.config
+            .insert("header_not_regex".into(), Json::Object(header_not_regex));
+    }
+    let allowed: Vec<Json> = allow_missing
+        .into_iter()
+        .filter(|(_, allowed)| *allowed)
+        .map(|(h, _)| h.into())
+        .collect();
+    if !allowed.is_empty() {
+        out.config.insert("header_allow_missing".into(), allowed.into());
+    }
+}
+
+/// `compression`: blackbox_exporter asks for it (`Accept-Encoding`) and
+/// decodes the body. sonde's host hands the plugin the body as it came, so
+/// only a module that reads no body imports, asking for the encoding.
+fn compress(
+    ctx: &mut Ctx,
+    out: &mut Out,
+    headers: &mut Map<String, Json>,
+    algorithm: &str,
+    at: serde_saphyr::Location,
+    path: &str,
+) {
+    if ["body_regex", "body_not_regex", "body_size_limit"]
+        .iter()
+        .any(|k| out.config.contains_key(*k))
+    {
+        ctx.unsupported(
+            at,
+            path,
+            "not supported with body checks: sonde's host does not decompress a body, so the checks would read it encoded",
+        );
+        return;
+    }
+    if !headers.keys().any(|k| k.eq_ignore_ascii_case("accept-encoding")) {
+        headers.insert("Accept-Encoding".into(), algorithm.into());
+    }
+    ctx.note(
+        path,
+        "imported as an Accept-Encoding header: the body is not decompressed, and no check of the module reads it",
+    );
 }
 
 /// `fail_if_body_matches_regexp`: any of them matching fails the probe, so
@@ -178,96 +255,199 @@ fn body_not_matches(ctx: &mut Ctx, n: &Node, p: &str, out: &mut Out) {
     }
 }
 
-/// `fail_if_header_matches`: not supported.
-fn header_matches(ctx: &mut Ctx, n: &Node, p: &str) {
+/// `fail_if_header_matches` (into `header_not_regex`) or
+/// `fail_if_header_not_matches` (into `header_regex`): one regex per header.
+fn header_rules(
+    ctx: &mut Ctx,
+    n: &Node,
+    p: &str,
+    rules: &mut Map<String, Json>,
+    allow_missing: &mut Vec<(String, bool)>,
+) {
     for (ip, item) in ctx.items(n, p) {
-        if header_spec(ctx, item, &ip).is_some() {
+        let Some((header, re, allowed)) = header_spec(ctx, item, &ip) else {
+            continue;
+        };
+        let other = allow_missing.iter().find(|(h, _)| h.eq_ignore_ascii_case(&header));
+        if rules.keys().any(|k| k.eq_ignore_ascii_case(&header)) {
             ctx.unsupported(
                 item.referenced,
                 &ip,
-                "not supported: sonde's header_regex says what a header must match, not what it must not",
+                format!("not supported: a second regex for {header} of the same kind (sonde takes one per header)"),
             );
-        }
-    }
-}
-
-/// `fail_if_header_not_matches`: one regex per header (`header_regex`).
-fn header_not_matches(ctx: &mut Ctx, n: &Node, p: &str, header_regex: &mut Map<String, Json>) {
-    for (ip, item) in ctx.items(n, p) {
-        let Some((header, re, allow_missing)) = header_spec(ctx, item, &ip) else {
-            continue;
-        };
-        if allow_missing {
+        } else if other.is_some_and(|(_, a)| *a != allowed) {
             ctx.unsupported(
                 item.referenced,
                 &format!("{ip}.allow_missing"),
-                "true is not supported: sonde's header_regex fails a response without the header",
+                format!("not supported: {header} with allow_missing both true and false (sonde's header_allow_missing is per header)"),
             );
-        } else if header_regex.keys().any(|k| k.eq_ignore_ascii_case(&header)) {
-            ctx.unsupported(
-                item.referenced,
-                &ip,
-                format!("not supported: a second regex for {header} (sonde's header_regex takes one per header)"),
-            );
-        } else if header_regex.len() == MAX_HEADER_REGEX {
+        } else if allow_missing.len() >= MAX_HEADER_REGEX && other.is_none() {
             ctx.unsupported(
                 item.referenced,
                 &ip,
                 format!("not supported: sonde checks at most {MAX_HEADER_REGEX} headers"),
             );
         } else if let Some(re) = ctx.regex(item, &ip, &re) {
-            header_regex.insert(header, re.into());
+            if other.is_none() {
+                allow_missing.push((header.clone(), allowed));
+            }
+            rules.insert(header, re.into());
         }
     }
 }
 
-/// The options the http plugin has nothing for, named when set: whether
-/// `key` is one of them.
-fn unsupported(ctx: &mut Ctx, key: &str, n: &Node, p: &str) -> bool {
-    match key {
-        "compression" => {
-            if ctx.string(n, p).is_some_and(|c| !c.is_empty()) {
-                ctx.unsupported(
-                    n.referenced,
-                    p,
-                    "not supported: sonde's http plugin does not decompress a body",
-                );
+/// `http_headers`: each header's last value (as blackbox_exporter sends
+/// it): a value or secret as written, a file as a sonde secret.
+fn http_headers(ctx: &mut Ctx, n: &Node, p: &str, headers: &mut Map<String, Json>, out: &mut Out) {
+    for h in ctx.entries(n, p) {
+        let mut value = None;
+        for kind in ctx.entries(h.node, &h.path) {
+            match kind.key {
+                "values" | "secrets" => {
+                    if let Some((_, v, _)) = ctx.strings(kind.node, &kind.path).pop() {
+                        value = Some(v);
+                    }
+                }
+                "files" => {
+                    if let Some((fp, _, item)) = ctx.strings(kind.node, &kind.path).pop() {
+                        value = file_secret(ctx, item, &fp, out).or(value);
+                    }
+                }
+                _ => ctx.invalid(kind.at, &kind.path, "unknown key (values, secrets, files)"),
             }
         }
+        if let Some(v) = value {
+            headers.insert(h.key.to_string(), v.into());
+        }
+    }
+}
+
+/// `body_file`: its text, read now (blackbox_exporter reads it as it loads
+/// its config).
+fn body_file(ctx: &mut Ctx, n: &Node, p: &str, out: &mut Out) {
+    let Some(file) = ctx.string(n, p).filter(|f| !f.is_empty()) else {
+        return;
+    };
+    match std::fs::read_to_string(&file) {
+        Ok(body) => {
+            ctx.note(p, format_args!("{file} is read now, into body"));
+            out.config.insert("body".into(), body.into());
+        }
+        Err(e) => ctx.unsupported_module(
+            n.referenced,
+            p,
+            format!("{file}: {e}: the importer reads the body into the module, so the file must be on this machine"),
+        ),
+    }
+}
+
+/// A credential file as a sonde secret (`secrets.NAME.file`): the handle
+/// that stands for it, `$(secret:NAME)`, and the secret in `out`. The file
+/// must be an absolute path here: `sonde validate` reads it.
+pub(crate) fn file_secret(ctx: &mut Ctx, n: &Node, p: &str, out: &mut Out) -> Option<String> {
+    let file = ctx.string(n, p).filter(|f| !f.is_empty())?;
+    let path = std::path::PathBuf::from(&file);
+    if !path.is_absolute() || !path.is_file() {
+        ctx.unsupported_module(
+            n.referenced,
+            p,
+            format!("{file}: not a file on this machine: sonde reads it as a secret (secrets.NAME.file), so give its absolute path here"),
+        );
+        return None;
+    }
+    let name: String = p
+        .trim_start_matches("modules.")
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '-' | '_' | '.') => c,
+            _ => '-',
+        })
+        .collect();
+    let name: String = name.trim_start_matches(['-', '_', '.']).chars().take(63).collect();
+    ctx.note(
+        p,
+        format_args!("read as the secret {name} (secrets.{name}.file: {file})"),
+    );
+    out.secrets.insert(name.clone(), path);
+    Some(format!("$(secret:{name})"))
+}
+
+/// The options the http plugin has nothing for, or that map alone
+/// (`valid_http_versions`, `body_size_limit`): whether `key` is one of them.
+fn unsupported(ctx: &mut Ctx, key: &str, n: &Node, p: &str, out: &mut Out) -> bool {
+    let set = !matches!(n.value, super::tree::Value::Null);
+    match key {
         "valid_http_versions" => {
-            if !ctx.items(n, p).is_empty() {
+            let versions = ctx.strings(n, p);
+            if versions.is_empty() {
+            } else if versions.iter().any(|(_, v, _)| v == "HTTP/1.1") {
+                ctx.note(p, "left out: sonde's host speaks HTTP/1.1, which the list accepts");
+            } else {
                 ctx.unsupported(
                     n.referenced,
                     p,
-                    "not supported: sonde's http plugin does not check the HTTP version",
+                    "not supported without HTTP/1.1: sonde's host speaks HTTP/1.1 and does not report the version",
                 );
             }
         }
         "body_size_limit" => {
-            if !matches!(n.value, super::tree::Value::Int(0) | super::tree::Value::Null) {
-                ctx.unsupported(
-                    n.referenced,
-                    p,
-                    "not supported: sonde reads at most max_body bytes (10 KiB) and ignores the rest, where blackbox_exporter fails past the limit",
-                );
+            if let Some(limit) = size(ctx, n, p).filter(|l| *l > 0) {
+                out.config.insert("body_size_limit".into(), limit.into());
             }
         }
-        "body_file"
-        | "bearer_token_file"
+        "fail_if_body_json_matches_cel" | "fail_if_body_json_not_matches_cel" if set => ctx.unsupported_module(
+            n.referenced,
+            p,
+            "not supported: sonde's http plugin runs without std in its sandbox, and has no CEL interpreter (use json: for fields that must equal a value)",
+        ),
+        "oauth2" if set => ctx.unsupported_module(
+            n.referenced,
+            p,
+            "not supported: sonde's http plugin does not fetch OAuth 2.0 tokens (give a token as bearer_token, from a secret)",
+        ),
+        "proxy_url" | "no_proxy" | "proxy_connect_header" if set => ctx.unsupported(
+            n.referenced,
+            p,
+            "not supported: sonde's host connects to targets directly, through no proxy",
+        ),
+        "fail_if_body_json_matches_cel"
+        | "fail_if_body_json_not_matches_cel"
         | "oauth2"
         | "proxy_url"
         | "no_proxy"
-        | "proxy_connect_header"
-        | "http_headers"
-        | "fail_if_body_json_matches_cel"
-        | "fail_if_body_json_not_matches_cel" => {
-            if !matches!(n.value, super::tree::Value::Null) {
-                ctx.unsupported(n.referenced, p, "not supported");
-            }
-        }
+        | "proxy_connect_header" => {}
         _ => return false,
     }
     true
+}
+
+/// A `<size>`: bytes as an integer, or with a unit (`10MB`: Go's
+/// `units.Base2Bytes`, powers of 1024).
+fn size(ctx: &mut Ctx, n: &Node, p: &str) -> Option<i64> {
+    if let super::tree::Value::Int(i) = n.value {
+        return Some(i);
+    }
+    let text = ctx.string(n, p)?;
+    let digits = text.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &text.trim()[digits.len()..];
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "KB" | "KIB" => 10,
+        "MB" | "MIB" => 20,
+        "GB" | "GIB" => 30,
+        "TB" | "TIB" => 40,
+        _ => 64,
+    };
+    match digits.trim().parse::<i64>() {
+        Ok(v) if shift < 64 => v.checked_mul(1 << shift).or_else(|| {
+            ctx.invalid(n.referenced, p, format!("{text:?}: too large"));
+            None
+        }),
+        _ => {
+            ctx.invalid(n.referenced, p, format!("{text:?} is not a size (10MB, 512KB, 1024)"));
+            None
+        }
+    }
 }
 
 /// A boolean sonde honours only at blackbox_exporter's default.
@@ -325,31 +505,39 @@ fn header_spec(ctx: &mut Ctx, node: &Node, path: &str) -> Option<(String, String
     }
 }
 
-/// `basic_auth` as an `Authorization: Basic` value.
-fn basic_auth(ctx: &mut Ctx, node: &Node, path: &str) -> Option<String> {
+/// `basic_auth` as an `Authorization: Basic` value (a password file as a
+/// secret's handle, which the host encodes: `$(base64:...)`).
+fn basic_auth(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) -> Option<String> {
     let (mut user, mut password) = (String::new(), String::new());
     let mut whole = true;
     for e in ctx.entries(node, path) {
         match e.key {
             "username" => user = ctx.string(e.node, &e.path).unwrap_or_default(),
             "password" => password = ctx.string(e.node, &e.path).unwrap_or_default(),
-            "password_file" | "username_file" | "password_ref" | "username_ref" => {
+            "password_file" => match file_secret(ctx, e.node, &e.path, out) {
+                Some(handle) => password = handle,
+                None => whole = false,
+            },
+            "username_file" | "password_ref" | "username_ref" => {
                 whole = false;
                 ctx.unsupported(
                     e.node.referenced,
                     &e.path,
-                    "not supported: sonde has no credential files; give the value (it is written into the header)",
+                    "not supported: give the user name itself, the password as password or password_file",
                 );
             }
             _ => ctx.invalid(e.at, &e.path, "unknown key of basic_auth"),
         }
+    }
+    if password.starts_with("$(secret:") {
+        return whole.then(|| format!("Basic $(base64:{user}:{password})"));
     }
     let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
     whole.then(|| format!("Basic {encoded}"))
 }
 
 /// `authorization: {type, credentials}` as an `Authorization` value.
-fn authorization(ctx: &mut Ctx, node: &Node, path: &str) -> Option<String> {
+fn authorization(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) -> Option<String> {
     let (mut kind, mut credentials) = ("Bearer".to_string(), None);
     for e in ctx.entries(node, path) {
         match e.key {
@@ -359,10 +547,11 @@ fn authorization(ctx: &mut Ctx, node: &Node, path: &str) -> Option<String> {
                 }
             }
             "credentials" => credentials = ctx.string(e.node, &e.path),
-            "credentials_file" | "credentials_ref" => ctx.unsupported(
+            "credentials_file" => credentials = file_secret(ctx, e.node, &e.path, out),
+            "credentials_ref" => ctx.unsupported(
                 e.node.referenced,
                 &e.path,
-                "not supported: sonde has no credential files; give credentials (they are written into the header)",
+                "not supported: give credentials or credentials_file",
             ),
             _ => ctx.invalid(e.at, &e.path, "unknown key of authorization"),
         }

@@ -120,6 +120,14 @@ fn render(file: &str, grants: &[String], modules: &[blackbox::Imported], skipped
             let _ = writeln!(y, "#   {}{whole}", comment(&p.render(file)));
         }
     }
+    let secrets: std::collections::BTreeMap<&String, &PathBuf> = modules.iter().flat_map(|m| &m.secrets).collect();
+    if !secrets.is_empty() {
+        y.push_str("secrets:\n");
+        for (name, file) in secrets {
+            let file = scalar(&Json::String(file.display().to_string()));
+            let _ = writeln!(y, "  {}: {{file: {file}}}", key(name));
+        }
+    }
     if modules.is_empty() {
         y.push_str("modules: {}\n");
         return y;
@@ -150,6 +158,10 @@ fn render(file: &str, grants: &[String], modules: &[blackbox::Imported], skipped
         if !m.files.is_empty() {
             let files = m.files.iter().map(|f| Json::String(f.display().to_string())).collect();
             field(&mut y, 6, "files", &Json::Array(files));
+        }
+        if !m.secrets.is_empty() {
+            let names = m.secrets.keys().map(|n| Json::String(n.clone())).collect();
+            field(&mut y, 6, "secrets", &Json::Array(names));
         }
     }
     y

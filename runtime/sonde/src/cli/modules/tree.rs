@@ -20,6 +20,9 @@ pub(crate) enum Value {
     Int(i64),
     Float(f64),
     Str(String),
+    /// A `!!binary` scalar, decoded (Go's YAML reads it into a string
+    /// field as its bytes).
+    Bytes(Vec<u8>),
     Seq(Vec<Node>),
     /// Entries in file order, duplicates kept (the walker refuses them).
     Map(Vec<(Spanned<String>, Node)>),
@@ -34,6 +37,7 @@ impl Value {
             Self::Int(_) => "an integer",
             Self::Float(_) => "a number",
             Self::Str(_) => "a string",
+            Self::Bytes(_) => "binary data",
             Self::Seq(_) => "a list",
             Self::Map(_) => "a mapping",
         }
@@ -120,7 +124,11 @@ impl<'de> Deserialize<'de> for KeyText {
 /// Parses `text`: the document's root node, or the parser's message and
 /// its line and column (0 when unknown).
 pub(crate) fn parse(text: &str) -> Result<Node, (String, u64, u64)> {
-    serde_saphyr::from_str::<Node>(text).map_err(|e| {
+    // A `!!binary` scalar comes as its base64 text, decoded below: the
+    // parser would decode it only into text, and refuses bytes that are
+    // not UTF-8 (0.28's `postgresql` module sends some).
+    let options = serde_saphyr::options! { ignore_binary_tag_for_string: true };
+    let mut root = serde_saphyr::from_str_with_options::<Node>(text, options).map_err(|e| {
         let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
         let message = e.to_string();
         let first = message
@@ -137,7 +145,63 @@ pub(crate) fn parse(text: &str) -> Result<Node, (String, u64, u64)> {
         };
         let first = first.split(", set DuplicateKeyPolicy").next().unwrap_or(first);
         (first.to_string(), line, column)
-    })
+    })?;
+    let tags = binary_tags(text);
+    if !tags.is_empty() {
+        decode_binary(&mut root, &tags)?;
+    }
+    Ok(root)
+}
+
+/// Where each `!!binary` tag of `text` ends: its line, the column after it
+/// (1-based, as the parser counts), and whether a block scalar (`|`, `>`)
+/// follows it, whose text starts on the next line.
+fn binary_tags(text: &str) -> Vec<(u64, u64, bool)> {
+    let mut tags = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut from = 0;
+        while let Some(at) = line[from..].find("!!binary") {
+            let end = from + at + "!!binary".len();
+            let column = line[..end].chars().count() as u64 + 1;
+            let block = line[end..].trim_start().starts_with(['|', '>']);
+            tags.push((i as u64 + 1, column, block));
+            from = end;
+        }
+    }
+    tags
+}
+
+/// Turns each string scalar a `!!binary` tag stands before (on its line, or
+/// the next for a block scalar) into [`Value::Bytes`].
+fn decode_binary(node: &mut Node, tags: &[(u64, u64, bool)]) -> Result<(), (String, u64, u64)> {
+    use base64::Engine as _;
+    let (line, column) = (node.referenced.line(), node.referenced.column());
+    match &mut node.value {
+        Value::Str(s) => {
+            let tagged = tags
+                .iter()
+                .any(|&(l, c, block)| (l == line && c <= column) || (block && l + 1 == line));
+            if tagged {
+                let text: String = s.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(text.as_bytes())
+                    .map_err(|e| (format!("!!binary: not base64 ({e})"), line, column))?;
+                node.value = Value::Bytes(bytes);
+            }
+        }
+        Value::Seq(items) => {
+            for item in items {
+                decode_binary(item, tags)?;
+            }
+        }
+        Value::Map(entries) => {
+            for (_, value) in entries {
+                decode_binary(value, tags)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -167,6 +231,19 @@ mod tests {
         assert_eq!(codes[1].referenced.line(), 4);
         assert!(matches!(a[2].1.value, Value::Bool(true)));
         assert!(matches!(a[3].1.value, Value::Null));
+    }
+
+    #[test]
+    fn binary_scalars_are_decoded_and_nothing_else_is() {
+        let root = parse("a:\n  - send: !!binary AAAACATSFi8= # SSLRequest\n  - send: AAAACATSFi8=\n  - b: !!binary |\n      SGk=\n  - c: SGk=\n").unwrap();
+        let (_, a) = &map(&root)[0];
+        let Value::Seq(items) = &a.value else { panic!() };
+        let value = |i: usize| &map(&items[i])[0].1.value;
+        assert!(matches!(value(0), Value::Bytes(b) if b == &[0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f]));
+        assert!(matches!(value(1), Value::Str(s) if s == "AAAACATSFi8="));
+        assert!(matches!(value(2), Value::Bytes(b) if b == b"Hi"));
+        assert!(matches!(value(3), Value::Str(s) if s == "SGk="));
+        assert!(parse("a: !!binary not*base64\n").is_err());
     }
 
     #[test]

@@ -146,6 +146,17 @@ impl Ctx {
             Value::Float(f) => Some(f.to_string()),
             Value::Bool(b) => Some(b.to_string()),
             Value::Null => Some(String::new()),
+            Value::Bytes(b) => match std::str::from_utf8(b) {
+                Ok(text) => Some(text.to_string()),
+                Err(_) => {
+                    self.unsupported(
+                        node.referenced,
+                        path,
+                        "binary data that is not UTF-8 text is not supported here",
+                    );
+                    None
+                }
+            },
             other => {
                 self.invalid(
                     node.referenced,
@@ -154,6 +165,14 @@ impl Ctx {
                 );
                 None
             }
+        }
+    }
+
+    /// Bytes: a `!!binary` scalar's, or a string's (as [`Ctx::string`]).
+    pub(crate) fn bytes(&mut self, node: &Node, path: &str) -> Option<Vec<u8>> {
+        match &node.value {
+            Value::Bytes(b) => Some(b.clone()),
+            _ => self.string(node, path).map(String::into_bytes),
         }
     }
 

@@ -67,6 +67,14 @@ async fn a_case_insensitive_pattern_passes_a_real_run_in_every_option() {
         "header_regex",
     );
     passed(
+        &http(serde_json::json!({"header_not_regex": {"content-type": "(?i)^TEXT/HTML"}})).await,
+        "header_not_regex",
+    );
+    failed(
+        &http(serde_json::json!({"header_not_regex": {"content-type": "(?i)^APPLICATION/"}})).await,
+        "header_not_regex, folded",
+    );
+    passed(
         &http(serde_json::json!({"body_regex": "^{\"Status\":"})).await,
         "a literal { as Go reads it",
     );
@@ -129,6 +137,7 @@ fn every_option(pattern: &str) -> String {
       - {{name: body, plugin: http, config: {{body_regex: {p}}}}}
       - {{name: not_body, plugin: http, config: {{body_not_regex: {p}}}}}
       - {{name: header, plugin: http, config: {{header_regex: {{Server: {p}}}}}}}
+      - {{name: not_header, plugin: http, config: {{header_not_regex: {{Server: {p}}}}}}}
       - {{name: expect, plugin: tcp, config: {{expect: {p}}}}}
       - {{name: step, plugin: tcp, config: {{steps: [{{expect: {p}}}]}}}}
       - {{name: matches, plugin: dns, config: {{query_name: x.test, validate_answer_rrs: {{fail_if_matches_regexp: [{p}]}}}}}}
@@ -151,6 +160,7 @@ fn validate_refuses_a_bad_pattern_in_every_option_and_takes_go_syntax() {
         "/body_regex",
         "/body_not_regex",
         "/header_regex/Server",
+        "/header_not_regex/Server",
         "/expect",
         "/steps/0/expect",
         "/validate_answer_rrs/fail_if_matches_regexp/0",

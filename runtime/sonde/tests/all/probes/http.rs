@@ -168,7 +168,8 @@ async fn blackbox_checks() {
     let r = check(serde_json::json!({"path": "/ok", "header_regex": headers(63)})).await;
     assert_eq!(r.reason, Some(Reason::InvalidConfig), "{r:?}");
     assert!(
-        r.message.contains("header_regex: 64 headers, at most 63"),
+        r.message
+            .contains("header_regex and header_not_regex: 64 headers, at most 63"),
         "{}",
         r.message
     );
@@ -236,4 +237,77 @@ async fn a_failed_status_reads_as_the_kubernetes_docs_show_it() {
     let r = check("http", &server.to_string(), r#"{"path": "/ready"}"#, SECOND).await;
     assert_eq!(r.status, Status::Failure, "{r:?}");
     assert_eq!(r.message, shown);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blackbox_header_rules_read_every_value_and_may_allow_a_missing_header() {
+    let server = HttpServer::start().await;
+    let run = |config: serde_json::Value| http(&server, config, SECOND);
+    // fail_if_header_matches: any value matching fails.
+    let r = run(serde_json::json!({"path": "/cookies", "header_not_regex": {"Set-Cookie": "^session="}})).await;
+    assert_eq!(r.status, Status::Failure, "{r:?}");
+    assert!(
+        r.message.contains("header set-cookie matches /^session=/"),
+        "{}",
+        r.message
+    );
+    assert!(r.metrics.iter().any(|m| m.name == "failed_due_to_regex"), "{r:?}");
+    let r = run(serde_json::json!({"path": "/cookies", "header_not_regex": {"Set-Cookie": "^admin="}})).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    // fail_if_header_not_matches: one value matching (the second) passes.
+    let r = run(serde_json::json!({"path": "/cookies", "header_regex": {"Set-Cookie": "^session="}})).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    // A missing header fails, unless allowed.
+    let missing = serde_json::json!({"path": "/ok", "header_not_regex": {"Set-Cookie": ".*"}});
+    let r = run(missing.clone()).await;
+    assert_eq!(r.status, Status::Failure, "{r:?}");
+    assert!(r.message.contains("header set-cookie is missing"), "{}", r.message);
+    let mut allowed = missing;
+    allowed["header_allow_missing"] = serde_json::json!(["set-cookie"]);
+    assert_eq!(run(allowed).await.status, Status::Success);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_redirects_false_judges_the_redirect_and_body_size_limit_fails_a_longer_body() {
+    let server = HttpServer::start().await;
+    let r = http(
+        &server,
+        serde_json::json!({"path": "/redirect", "follow_redirects": false}),
+        SECOND,
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(
+        r.metrics.iter().any(|m| m.name == "status_code" && m.value == 302.0),
+        "{r:?}"
+    );
+    assert_eq!(server.requests(), ["/redirect"]);
+    let r = http(
+        &server,
+        serde_json::json!({"path": "/redirect", "follow_redirects": false, "expected_status": ["200-299"]}),
+        SECOND,
+    )
+    .await;
+    assert_eq!(r.status, Status::Failure, "{r:?}");
+
+    // /big is 20003 bytes.
+    let r = http(
+        &server,
+        serde_json::json!({"path": "/big", "body_size_limit": 20_002}),
+        SECOND,
+    )
+    .await;
+    assert_eq!(r.status, Status::Failure, "{r:?}");
+    assert!(
+        r.message.contains("longer than body_size_limit (20002 bytes)"),
+        "{}",
+        r.message
+    );
+    let r = http(
+        &server,
+        serde_json::json!({"path": "/big", "body_size_limit": 20_003, "body_regex": "END$"}),
+        SECOND,
+    )
+    .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
 }

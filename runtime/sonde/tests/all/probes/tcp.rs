@@ -117,3 +117,67 @@ async fn the_hosts_tcp_connect_reaches_only_the_target_and_grants() {
     let r = run(&plugin, &target.addr.to_string(), &config, &grants, SECOND).await;
     assert_eq!((r.status, r.message.as_str()), (Status::Success, "sent: true"), "{r:?}");
 }
+
+/// A server that answers one client with `script`: for each pair, it reads
+/// a line (or `n` bytes when the expected text is empty) and writes the
+/// answer; what it read is returned.
+fn scripted(
+    greeting: &'static [u8],
+    script: Vec<(usize, &'static [u8])>,
+) -> (String, std::thread::JoinHandle<Vec<u8>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(SECOND)).unwrap();
+        s.write_all(greeting).unwrap();
+        let mut read = Vec::new();
+        for (n, answer) in script {
+            let mut buf = vec![0u8; n];
+            if s.read_exact(&mut buf).is_err() {
+                break;
+            }
+            read.extend_from_slice(&buf);
+            s.write_all(answer).unwrap();
+        }
+        read
+    });
+    (addr, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_expand_answers_with_the_groups_of_the_last_expect() {
+    // Debian's irc_banner module, as `sonde modules import` writes it.
+    let (addr, server) = scripted(
+        b":srv NOTICE hi\r\nPING :abc123\r\n",
+        vec![(12, b":srv 001 prober :welcome\r\n")],
+    );
+    let config = r#"{"steps": [{"expect": "(?mR)PING :([^ ]+)"}, {"send_expand": "PONG ${1}\n"}, {"expect": "(?mR)^:[^ ]+ 001"}]}"#;
+    let r = check("tcp", &addr, config, SECOND).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert_eq!(server.join().unwrap(), b"PONG abc123\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_send_and_expect_bytes_match_byte_for_byte() {
+    // PostgreSQL's SSLRequest, answered `S`.
+    let (addr, server) = scripted(b"", vec![(9, b"S")]);
+    let config = r#"{"steps": [{"send_base64": "AAAACATSFi8K"}, {"expect_bytes": "S"}]}"#;
+    let r = check("tcp", &addr, config, SECOND).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(!r.metrics.iter().any(|m| m.name == "failed_due_to_bytes"), "{r:?}");
+    assert_eq!(server.join().unwrap(), [0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f, b'\n']);
+
+    // Answered `N`: a failure blackbox counts in probe_failed_due_to_bytes.
+    let (addr, _server) = scripted(b"", vec![(9, b"N")]);
+    let r = check("tcp", &addr, config, SECOND).await;
+    assert_eq!(r.status, Status::Failure, "{r:?}");
+    assert!(r.message.contains("expected the bytes S, got N"), "{}", r.message);
+    assert!(
+        r.metrics
+            .iter()
+            .any(|m| m.name == "failed_due_to_bytes" && m.value == 1.0),
+        "{r:?}"
+    );
+}
