@@ -15,10 +15,12 @@
 //! are re-exported here, the one path other crates use.
 
 mod call;
+mod family;
 mod pattern;
 mod secrets;
 
 pub use call::{CallGrants, Denied, Use};
+pub use family::{IpProtocol, IpVersion, IpVersionError};
 pub use pattern::{GrantError, Grants, Host, NetPattern, host_address, path_within};
 pub use secrets::SecretUseError;
 

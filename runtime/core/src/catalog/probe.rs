@@ -251,6 +251,17 @@ fn grants(p: &config::Probe, problems: &mut Vec<Located>) -> (Grants, Vec<Locati
         grants.files.push(f.value.clone());
     }
     grants.env = p.grants.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    if let Some(v) = &p.grants.ip_protocol {
+        match v.value.trim().parse() {
+            Ok(prefer) => {
+                grants.ip_protocol = Some(sonde_policy::grants::IpProtocol {
+                    prefer,
+                    fallback: p.grants.ip_protocol_fallback.unwrap_or(true),
+                })
+            }
+            Err(e) => at(v.referenced, ConfigProblem::GrantIpProtocol(e)),
+        }
+    }
     (grants, net_at)
 }
 

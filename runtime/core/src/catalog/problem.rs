@@ -348,6 +348,9 @@ pub enum ConfigProblem {
     /// A `grants.net` pattern that does not parse.
     #[error("grants.net: {0}")]
     GrantNet(GrantError),
+    /// A `grants.ip_protocol` that is not `ip4` or `ip6`.
+    #[error("grants.ip_protocol: {0}")]
+    GrantIpProtocol(sonde_policy::grants::IpVersionError),
     /// A `grants.exec` path that is not an existing program.
     #[error("grants.exec: {} must be the absolute path of an existing program", .0.display())]
     GrantExec(PathBuf),

@@ -64,6 +64,16 @@ pub struct GrantsSpec {
     /// its target and `net` grants only.
     #[serde(default)]
     pub secrets: Vec<Spanned<String>>,
+    /// `ip_protocol: ip4` — the IP version the probe's connections try
+    /// first (blackbox_exporter's `preferred_ip_protocol`); default: the
+    /// resolver's order.
+    #[serde(default)]
+    pub ip_protocol: Option<Spanned<String>>,
+    /// `ip_protocol_fallback: false` — with `ip_protocol`, whether the
+    /// other version may answer when the preferred one has no address
+    /// (default `true`, as blackbox_exporter).
+    #[serde(default)]
+    pub ip_protocol_fallback: Option<bool>,
 }
 
 /// Per-run limits.

@@ -440,7 +440,14 @@ impl CallGrants {
     /// rule as [`Self::authorize_peer`], recording nothing (a refused
     /// connection is set aside and a new one checked and opened).
     pub fn permits_peer(&self, name: Option<&str>, peer: SocketAddr) -> bool {
-        self.peer_refusal(name, peer, PeerPort::Port(peer.port())).is_none()
+        self.config.ip_protocol.is_none_or(|p| p.permits(&peer))
+            && self.peer_refusal(name, peer, PeerPort::Port(peer.port())).is_none()
+    }
+
+    /// The IP version the probe's connections prefer, if it says
+    /// ([`crate::grants::IpProtocol`]).
+    pub fn ip_protocol(&self) -> Option<super::IpProtocol> {
+        self.config.ip_protocol
     }
 
     /// Admits what a plugin's `wasi:sockets` lookup of the granted `name`

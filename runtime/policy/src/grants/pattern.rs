@@ -451,4 +451,8 @@ pub struct Grants {
     /// The secrets the plugin may have the host put on the wire
     /// (`grants.secrets`), each its tenant's ([`crate::secrets`]).
     pub secrets: crate::secrets::SecretGrants,
+    /// The IP version its connections prefer, and whether the other may
+    /// answer (`grants.ip_protocol`, `grants.ip_protocol_fallback`); none:
+    /// the resolver's order, either version.
+    pub ip_protocol: Option<super::IpProtocol>,
 }

@@ -77,6 +77,15 @@ pub(crate) enum DialError {
         /// The name looked up.
         host: String,
     },
+    /// The name led to no address of the one IP version the probe holds
+    /// to (`grants.ip_protocol` without fallback).
+    #[error("{host}: no {version} address (grants.ip_protocol: {version}, ip_protocol_fallback: false)")]
+    NoAddressOfVersion {
+        /// The name looked up, or the address written.
+        host: String,
+        /// The version held to.
+        version: sonde_policy::grants::IpVersion,
+    },
     /// Every address found is one the probe may not reach; the denial is
     /// recorded, and its message is the plugin's.
     #[error(transparent)]
@@ -110,7 +119,9 @@ impl From<DialError> for Failed {
     fn from(e: DialError) -> Self {
         let message = e.to_string();
         match e {
-            DialError::Lookup(_) | DialError::NoAddress { .. } => Self::Dns(message),
+            DialError::Lookup(_) | DialError::NoAddress { .. } | DialError::NoAddressOfVersion { .. } => {
+                Self::Dns(message)
+            }
             DialError::Denied(_) => Self::Denied(message),
             DialError::Connect { .. } | DialError::NoAuthority { .. } => Self::Connect(message),
         }
@@ -146,10 +157,12 @@ wit_error_from_dial! {
 impl From<DialError> for wasmtime_wasi_http::Error {
     fn from(e: DialError) -> Self {
         match e {
-            DialError::Lookup(_) | DialError::NoAddress { .. } => Self::DnsError {
-                rcode: None,
-                info_code: None,
-            },
+            DialError::Lookup(_) | DialError::NoAddress { .. } | DialError::NoAddressOfVersion { .. } => {
+                Self::DnsError {
+                    rcode: None,
+                    info_code: None,
+                }
+            }
             DialError::Denied(_) => Self::HttpRequestDenied,
             // The text, not the io::Error itself: wasmtime-wasi-http reads
             // an error's kind (`AddrNotAvailable` becomes a DNS error), and
@@ -218,8 +231,19 @@ pub(crate) async fn resolve_checked<'a>(
             )
         }
     };
-    let allowed = grants.authorize_peer(what, name, &candidates)?;
+    let mut allowed = grants.authorize_peer(what, name, &candidates)?;
     let dns = start.elapsed();
+    if let Some(protocol) = grants.ip_protocol() {
+        protocol.arrange(&mut allowed);
+        if allowed.is_empty() {
+            // As blackbox_exporter: no address of the version is a failed lookup.
+            bounds.observe(|o| o.looked_up(dns, false));
+            return Err(DialError::NoAddressOfVersion {
+                host: host.to_string(),
+                version: protocol.prefer,
+            });
+        }
+    }
     bounds.observe(|o| o.looked_up(dns, true));
     Ok(Checked { host, allowed, dns })
 }

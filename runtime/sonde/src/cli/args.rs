@@ -90,6 +90,7 @@ impl SandboxArgs {
             // `sonde check` and `sonde bench` run as the operator.
             reach: Reach::OPERATOR,
             secrets: self.secrets()?,
+            ip_protocol: None,
         };
         for p in &grants.exec {
             if !p.is_absolute() || !p.is_file() {

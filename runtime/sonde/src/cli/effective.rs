@@ -157,7 +157,7 @@ fn target(reg: &Catalog, t: &sonde_core::catalog::TargetSpec) -> Value {
 
 /// A probe's entry.
 fn probe(p: &std::sync::Arc<sonde_core::catalog::ProbeSpec>) -> Value {
-    json!({
+    let mut entry = json!({
         "name": &*p.name,
         "kind": p.kind.as_str(),
         "plugin": p.plugin_ref,
@@ -178,7 +178,13 @@ fn probe(p: &std::sync::Arc<sonde_core::catalog::ProbeSpec>) -> Value {
         "limits": { "fuel": p.limits.fuel, "memory": p.limits.memory },
         "groups": &*p.groups,
         "labels": strings(&p.labels),
-    })
+    });
+    // Only when set: most probes take the resolver's order.
+    if let Some(ip) = p.grants.ip_protocol {
+        entry["grants"]["ip_protocol"] = ip.prefer.to_string().into();
+        entry["grants"]["ip_protocol_fallback"] = ip.fallback.into();
+    }
+    entry
 }
 
 /// The `kubernetes:` block, defaults filled in.

@@ -108,7 +108,6 @@ fn validated(dir: &Path, out: &Output) -> serde_json::Value {
 
 /// What `example.yml` has that sonde cannot honour, by key path.
 const EXAMPLE_UNSUPPORTED: &[&str] = &[
-    "modules.http_2xx_example.http.ip_protocol_fallback: false is not supported",
     "modules.http_with_proxy.http.proxy_url: not supported",
     "modules.http_with_proxy.http.skip_resolve_phase_with_proxy: true is not supported",
     "modules.imap_starttls.tcp.query_response[3].starttls: not supported",
@@ -231,12 +230,12 @@ fn blackbox_exporters_shipped_config_imports_with_skip_unsupported_and_validates
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    // Nothing refused: the IP-family preference is a note.
+    // Nothing refused; the IP-version preference becomes the module's grant.
     let out = import(&shipped, &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stderr(&out).contains("note: modules.grpc.grpc.preferred_ip_protocol: left out"),
-        "{}",
-        stderr(&out)
+        text.contains("ip_protocol: ip4"),
+        "the grpc module's preference:\n{text}"
     );
     let modules = validated(dir.path(), &out);
     assert_eq!(
@@ -452,7 +451,6 @@ fn an_imported_query_response_talks_as_blackbox_exporter_would() {
 /// What 0.28's `example.yml` has that sonde refuses, each argued in
 /// docs/prometheus.md's table (a file this machine lacks included).
 const EXAMPLE_028_REFUSED: &[&str] = &[
-    "modules.http_2xx_example.http.ip_protocol_fallback",
     "modules.http_with_proxy.http.proxy_url",
     "modules.http_with_proxy.http.skip_resolve_phase_with_proxy",
     "modules.http_with_proxy_and_headers.http.proxy_url",

@@ -28,6 +28,9 @@ pub(crate) struct Imported {
     pub files: BTreeSet<PathBuf>,
     /// The secrets the module uses: name to file (a credential file's).
     pub secrets: BTreeMap<String, PathBuf>,
+    /// `grants.ip_protocol` and `grants.ip_protocol_fallback`, when the
+    /// module holds to a version.
+    pub ip_protocol: Option<(&'static str, bool)>,
 }
 
 /// What a prober's block maps to: the plugin's config, the files it reads
@@ -37,6 +40,9 @@ pub(crate) struct Out {
     pub config: Map<String, Json>,
     pub files: BTreeSet<PathBuf>,
     pub secrets: BTreeMap<String, PathBuf>,
+    /// `preferred_ip_protocol` (`ip4` or `ip6`) and `ip_protocol_fallback`,
+    /// as written.
+    pub ip_protocol: (Option<&'static str>, Option<bool>),
 }
 
 /// Reads `text` (a blackbox_exporter config file): the modules sonde can
@@ -157,6 +163,7 @@ fn module(ctx: &mut Ctx, name: &str, node: &Node, path: &str) -> Option<Imported
         config: out.config,
         files: out.files,
         secrets: out.secrets,
+        ip_protocol: grants_ip_protocol(out.ip_protocol),
     })
 }
 
@@ -186,29 +193,30 @@ fn module_timeout(ctx: &mut Ctx, node: &Node, path: &str) -> Option<String> {
     }
 }
 
-/// The IP-family keys of the http, tcp, grpc and dns probers: sonde's
-/// host dials the addresses the resolver gives, in its order, until one
-/// answers, and takes no family from the plugin. With fallback (the
-/// default) either family may answer in both, so the preference is left
-/// out; without it, the probe cannot be held to one family.
-pub(crate) fn ip_protocol(ctx: &mut Ctx, key: &str, node: &Node, path: &str) {
+/// The IP-version keys of the http, tcp, grpc and dns probers, into
+/// `out.ip_protocol`: `grants.ip_protocol` orders the addresses a name
+/// leads to, and without fallback holds the probe to that version.
+pub(crate) fn ip_protocol(ctx: &mut Ctx, key: &str, node: &Node, path: &str, out: &mut Out) {
     match key {
         "preferred_ip_protocol" => match ctx.string(node, path).as_deref() {
-            Some("" | "ip4" | "ip6" | "ipv4" | "ipv6" | "tcp4" | "tcp6" | "udp4" | "udp6") | None => ctx.note(
-                path,
-                "left out: sonde's host tries the resolver's addresses in its order, of either family, as blackbox_exporter's fallback does",
-            ),
+            Some("") | None => {}
+            Some("ip4" | "ipv4" | "tcp4" | "udp4") => out.ip_protocol.0 = Some("ip4"),
+            Some("ip6" | "ipv6" | "tcp6" | "udp6") => out.ip_protocol.0 = Some("ip6"),
             Some(other) => ctx.invalid(node.referenced, path, format!("{other:?}: give ip4 or ip6")),
         },
-        _ => {
-            if ctx.boolean(node, path) == Some(false) {
-                ctx.unsupported(
-                    node.referenced,
-                    path,
-                    "false is not supported: sonde cannot hold a probe to one IP family",
-                );
-            }
-        }
+        _ => out.ip_protocol.1 = ctx.boolean(node, path),
+    }
+}
+
+/// The module's `grants.ip_protocol` from what its prober said, with
+/// blackbox_exporter's defaults: `ip6` preferred, with fallback. Only a
+/// version written, or a fallback turned off, is carried over: with
+/// fallback, blackbox's default preference changes nothing a probe can
+/// tell apart on a name of one version.
+fn grants_ip_protocol((prefer, fallback): (Option<&'static str>, Option<bool>)) -> Option<(&'static str, bool)> {
+    match (prefer, fallback.unwrap_or(true)) {
+        (None, true) => None,
+        (prefer, fallback) => Some((prefer.unwrap_or("ip6"), fallback)),
     }
 }
 
@@ -342,7 +350,7 @@ fn tcp(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             }
             "tls" => tls = ctx.boolean(e.node, &e.path).unwrap_or(false),
             "tls_config" => tls_node = Some((e.node, e.path)),
-            "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, e.node, &e.path),
+            "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, e.node, &e.path, out),
             "source_ip_address" => {
                 ctx.unsupported_if_set(
                     e.node,
@@ -460,7 +468,7 @@ fn grpc(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             }
             "tls" => tls = ctx.boolean(e.node, &e.path).unwrap_or(false),
             "tls_config" => tls_node = Some((e.node, e.path)),
-            "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, e.node, &e.path),
+            "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, e.node, &e.path, out),
             _ => ctx.invalid(e.at, &e.path, "unknown key of the grpc prober"),
         }
     }

@@ -49,7 +49,7 @@ pub(super) fn dns(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
                     out.config.insert(e.key.into(), block.into());
                 }
             }
-            "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, e.node, &e.path),
+            "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, e.node, &e.path, out),
             "dns_over_tls" => {
                 if ctx.boolean(e.node, &e.path) == Some(true) {
                     ctx.unsupported(

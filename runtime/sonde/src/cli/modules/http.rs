@@ -88,7 +88,7 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
                     set_credential(ctx, &mut credential, value, e.at, p);
                 }
             }
-            "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, n, p),
+            "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, n, p, out),
             "follow_redirects" | "no_follow_redirects" => {
                 if ctx.boolean(n, p) == Some(e.key == "no_follow_redirects") {
                     out.config.insert("follow_redirects".into(), false.into());

@@ -163,6 +163,12 @@ fn render(file: &str, grants: &[String], modules: &[blackbox::Imported], skipped
             let names = m.secrets.keys().map(|n| Json::String(n.clone())).collect();
             field(&mut y, 6, "secrets", &Json::Array(names));
         }
+        if let Some((version, fallback)) = m.ip_protocol {
+            let _ = writeln!(y, "      ip_protocol: {version}");
+            if !fallback {
+                y.push_str("      ip_protocol_fallback: false\n");
+            }
+        }
     }
     y
 }

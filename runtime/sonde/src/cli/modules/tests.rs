@@ -200,7 +200,6 @@ fn what_sonde_cannot_honour_is_named_by_its_key_path() {
         [
             ("modules.dns.dns.dns_over_tls", Severity::Unsupported),
             ("modules.http_post_2xx.http.oauth2", Severity::UnsupportedModule),
-            ("modules.http_post_2xx.http.ip_protocol_fallback", Severity::Unsupported),
             (
                 "modules.http_post_2xx.http.fail_if_body_not_matches_regexp[1]",
                 Severity::Unsupported
@@ -307,6 +306,11 @@ fn the_output_reads_back_as_sonde_modules_with_the_same_config() {
     prober: http
     http:
       headers: {"X-Weird: name": "value # not a comment", on: "off"}
+      preferred_ip_protocol: ip4
+      ip_protocol_fallback: false
+  dns:
+    prober: dns
+    dns: {query_name: x, ip_protocol_fallback: false}
 "#;
     let (modules, ctx) = import(text).unwrap();
     let yaml = super::render("bb.yml", &["10.0.0.0/8:*".into()], &modules, &ctx.problems);
@@ -316,7 +320,7 @@ fn the_output_reads_back_as_sonde_modules_with_the_same_config() {
     );
     let file =
         sonde_core::config::parse(std::path::Path::new("out.yaml"), &yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
-    assert_eq!(file.modules.len(), 2, "the invalid name is left out:\n{yaml}");
+    assert_eq!(file.modules.len(), 3, "the invalid name is left out:\n{yaml}");
     for m in &modules {
         let read = &file.modules[&m.name];
         assert_eq!(read.plugin.value, m.plugin);
@@ -326,6 +330,17 @@ fn the_output_reads_back_as_sonde_modules_with_the_same_config() {
             read.grants.net.iter().map(|g| g.value.as_str()).collect::<Vec<_>>(),
             ["10.0.0.0/8:*"]
         );
+        let ip = (
+            read.grants.ip_protocol.as_ref().map(|v| v.value.as_str()),
+            read.grants.ip_protocol_fallback,
+        );
+        let want = match m.name.as_str() {
+            "web" => (Some("ip4"), Some(false)),
+            // blackbox's default preference, held to without fallback.
+            "dns" => (Some("ip6"), Some(false)),
+            _ => (None, None),
+        };
+        assert_eq!(ip, want, "{}:\n{yaml}", m.name);
     }
     assert_eq!(
         paths(&ctx.problems),

@@ -181,3 +181,44 @@ async fn binary_send_and_expect_bytes_match_byte_for_byte() {
         "{r:?}"
     );
 }
+
+/// `grants.ip_protocol`: the preferred IP version first, the other after
+/// it unless `ip_protocol_fallback` is false, when an address of the
+/// other version is no address at all (a failed lookup, as
+/// blackbox_exporter has it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ip_protocol_holds_a_probe_to_one_version_without_fallback() {
+    use sonde_policy::grants::{IpProtocol, IpVersion};
+    let v4 = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = v4.local_addr().unwrap().port();
+    let v6 = tokio::net::TcpListener::bind(("::1", port)).await.unwrap();
+    for l in [v4, v6] {
+        tokio::spawn(async move { while l.accept().await.is_ok() {} });
+    }
+    let plugin = crate::support::builtin("tcp").await;
+    let with = |prefer, fallback| Grants {
+        ip_protocol: Some(IpProtocol { prefer, fallback }),
+        ..Grants::default()
+    };
+    for (target, grants, passes) in [
+        (format!("127.0.0.1:{port}"), with(IpVersion::V4, false), true),
+        (format!("[::1]:{port}"), with(IpVersion::V6, false), true),
+        (format!("127.0.0.1:{port}"), with(IpVersion::V6, true), true),
+        (format!("127.0.0.1:{port}"), with(IpVersion::V6, false), false),
+        (format!("[::1]:{port}"), with(IpVersion::V4, false), false),
+    ] {
+        let r = run(&plugin, &target, "{}", &grants, SECOND).await;
+        let what = format!("{target} with {:?}", grants.ip_protocol);
+        if passes {
+            assert_eq!(r.status, Status::Success, "{what}: {r:?}");
+        } else {
+            assert_eq!((r.status, r.reason), (Status::Failure, None), "{what}: {r:?}");
+            assert!(
+                r.message.contains("ip_protocol_fallback: false"),
+                "{what}: {}",
+                r.message
+            );
+            assert_eq!(r.cause(), Some(sonde_sandbox::verdict::Cause::Resolve), "{what}");
+        }
+    }
+}
