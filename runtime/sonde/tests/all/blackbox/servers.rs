@@ -1,6 +1,6 @@
 //! The targets of the comparison that the shared test servers do not
-//! give: an SMTP-like line server, an HTTP server written by hand, and TLS
-//! configurations of unusual chains.
+//! give: an SMTP-like line server, an HTTP server written by hand (also on
+//! the IPv6 loopback), and TLS configurations of unusual chains and names.
 
 use std::net::SocketAddr;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
@@ -187,4 +187,61 @@ pub(super) fn via_intermediate() -> (tokio_rustls::TlsAcceptor, String) {
         )
         .unwrap();
     (tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)), root.pem())
+}
+
+/// A server configuration whose leaf's subject and whose issuer (a CA of
+/// its own) carry attributes Go has no short name for, `emailAddress` and
+/// `UID`, among named ones and in that order; with the CA's PEM.
+pub(super) fn uid_and_email() -> (tokio_rustls::TlsAcceptor, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    const EMAIL: [u64; 7] = [1, 2, 840, 113_549, 1, 9, 1];
+    const UID: [u64; 7] = [0, 9, 2342, 19_200_300, 100, 1, 1];
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CustomDnType(EMAIL.to_vec()), "ca@sonde.test");
+    ca.distinguished_name.push(DnType::OrganizationName, "sonde test");
+    ca.distinguished_name.push(DnType::CustomDnType(UID.to_vec()), "ca-1");
+    ca.distinguished_name.push(DnType::CommonName, "sonde UID CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    leaf.distinguished_name.push(DnType::CountryName, "ZZ");
+    leaf.distinguished_name
+        .push(DnType::CustomDnType(EMAIL.to_vec()), "ops@sonde.test");
+    leaf.distinguished_name.push(DnType::CommonName, "localhost");
+    leaf.distinguished_name
+        .push(DnType::CustomDnType(UID.to_vec()), "probe 42");
+    leaf.not_after = rcgen::date_time_ymd(2031, 3, 1);
+    let leaf_cert = leaf.signed_by(&key, &issuer).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf_cert.der().clone()],
+            rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        )
+        .unwrap();
+    (
+        tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)),
+        ca_cert.pem(),
+    )
+}
+
+/// An HTTP/1.1 server (hyper) on the IPv6 loopback, `[::1]`: `/ok`
+/// answers 200 `ok`, anything else 404; and a port there nothing listens on.
+pub(super) async fn ipv6() -> (SocketAddr, SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("[::1]:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let closed = std::net::TcpListener::bind("[::1]:0").unwrap().local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(raw_serve(stream));
+        }
+    });
+    (addr, closed, task)
 }
