@@ -1,6 +1,7 @@
 //! The targets of the comparison that the shared test servers do not
 //! give: an SMTP-like line server, an HTTP server written by hand (also on
-//! the IPv6 loopback), and TLS configurations of unusual chains and names.
+//! the IPv6 loopback), an HTTPS server that speaks HTTP/2, and TLS
+//! configurations of unusual chains and names.
 
 use std::net::SocketAddr;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
@@ -187,6 +188,49 @@ pub(super) fn via_intermediate() -> (tokio_rustls::TlsAcceptor, String) {
         )
         .unwrap();
     (tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)), root.pem())
+}
+
+/// An HTTPS server (hyper) that offers `h2` and `http/1.1` by ALPN and
+/// speaks what the client chose, presenting `cert`: `/ok` answers 200 `ok`,
+/// anything else 404.
+pub(super) async fn h2_tls(cert: &sonde_tests::TestCert) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    use http_body_util::Full;
+    let mut config = (*cert.server_config()).clone();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                let service = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
+                    let (status, body) = match req.uri().path() {
+                        "/ok" => (200, "ok"),
+                        _ => (404, "not found"),
+                    };
+                    let response = hyper::Response::builder()
+                        .status(status)
+                        .body(Full::new(bytes::Bytes::from_static(body.as_bytes())));
+                    Ok::<_, std::convert::Infallible>(response.unwrap())
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                if h2 {
+                    let builder = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+                    let _ = builder.serve_connection(io, service).await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                }
+            });
+        }
+    });
+    (addr, task)
 }
 
 /// A server configuration whose leaf's subject and whose issuer (a CA of
