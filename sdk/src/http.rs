@@ -35,6 +35,13 @@ pub struct HttpRequest {
     /// Use a connection from the host's keep-alive pool, and give it back
     /// when the whole response was read.
     pub keepalive: bool,
+    /// Offer HTTP/2 to an `https://` server by ALPN (`h2`, then
+    /// `http/1.1`) and speak it when the server chooses it; the response's
+    /// [`TlsInfo::alpn`] says `h2` then. `http://` is HTTP/1.1 either way.
+    /// The SDK sends such a request through the WIT's `send-with`, which
+    /// came after the first hosts of `sonde:probe@0.1.0`: a plugin that
+    /// uses [`send`] imports it, and loads on a host that has it.
+    pub http2: bool,
 }
 
 impl HttpRequest {
@@ -49,6 +56,7 @@ impl HttpRequest {
             max_body: 10 * 1024,
             tls: TlsOptions::default(),
             keepalive: false,
+            http2: false,
         }
     }
 }
@@ -99,7 +107,18 @@ impl HttpResponse {
 /// within `req.timeout`.
 pub fn send(req: &HttpRequest) -> Result<HttpResponse, ProbeError> {
     use crate::bindings::sonde::probe::http as host;
+    if req.http2 {
+        return send_with(req, None);
+    }
     from_wit(host::send(&to_wit(req)))
+}
+
+/// Sends through `send-with`, the one host function that takes
+/// [`HttpRequest::http2`].
+fn send_with(req: &HttpRequest, keep: Option<Vec<String>>) -> Result<HttpResponse, ProbeError> {
+    use crate::bindings::sonde::probe::http as host;
+    let options = host::SendOptions { http2: req.http2, keep };
+    from_wit(host::send_with(&to_wit(req), &options))
 }
 
 /// The most header names [`send_keeping`] takes.
@@ -114,6 +133,9 @@ pub const MAX_KEPT_HEADERS: usize = 64;
 pub fn send_keeping(req: &HttpRequest, keep: &[&str]) -> Result<HttpResponse, ProbeError> {
     use crate::bindings::sonde::probe::http as host;
     let keep: Vec<String> = keep.iter().map(|&k| k.into()).collect();
+    if req.http2 {
+        return send_with(req, Some(keep));
+    }
     from_wit(host::send_keeping(&to_wit(req), &keep))
 }
 

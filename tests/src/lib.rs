@@ -507,9 +507,11 @@ fn postgres_ids() -> (u32, u32) {
 /// | `/json` | 200 `{"status": {"db": "ok"}, "version": 3}` |
 /// | `/echo` | 200 with the request's method, `user-agent` and body |
 /// | `/health` | 200 `healthy`, or 500 `sick` after [`HttpServer::set_healthy`]`(false)` |
+/// | `/authority` | 200 with the version and the authority the request named (`HTTP/2.0 localhost:1234`): HTTP/2's `:authority`, HTTP/1.1's `Host` |
 /// | anything else | 404 |
 ///
-/// [`HttpServer::start_tls`] serves the same routes over TLS.
+/// [`HttpServer::start_tls`] serves the same routes over TLS, and
+/// [`HttpServer::start_h2_tls`] over TLS in HTTP/2 too.
 pub struct HttpServer {
     /// Where it listens.
     pub addr: SocketAddr,
@@ -528,6 +530,14 @@ impl HttpServer {
     /// Starts the server over TLS, presenting `cert`.
     pub async fn start_tls(cert: &TestCert) -> Self {
         Self::serve(Some(tokio_rustls::TlsAcceptor::from(cert.server_config()))).await
+    }
+
+    /// Starts the server over TLS, presenting `cert`, offering HTTP/2
+    /// (`h2`) and HTTP/1.1 by ALPN and speaking what the client chose.
+    pub async fn start_h2_tls(cert: &TestCert) -> Self {
+        let mut config = (*cert.server_config()).clone();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Self::serve(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
     }
 
     async fn serve(tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
@@ -559,10 +569,15 @@ impl HttpServer {
                         }
                         Some(acceptor) => {
                             // A client that rejects the certificate ends here.
-                            if let Ok(stream) = acceptor.accept(stream).await {
-                                let _ = http
-                                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                                    .await;
+                            let Ok(stream) = acceptor.accept(stream).await else {
+                                return;
+                            };
+                            let io = hyper_util::rt::TokioIo::new(stream);
+                            if io.inner().get_ref().1.alpn_protocol() == Some(b"h2") {
+                                let h2 = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+                                let _ = h2.serve_connection(io, service).await;
+                            } else {
+                                let _ = http.serve_connection(io, service).await;
                             }
                         }
                     }
@@ -743,6 +758,14 @@ async fn answer(
             .body(Body::new(bytes::Bytes::from("ok")))
             .expect("response"),
         "/json" => reply(200, r#"{"status": {"db": "ok"}, "version": 3}"#.into()),
+        "/authority" => {
+            let named = req.uri().authority().map(|a| a.to_string()).or_else(|| {
+                req.headers()
+                    .get("host")
+                    .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
+            });
+            reply(200, format!("{:?} {}", req.version(), named.unwrap_or_default()))
+        }
         "/echo" => {
             let method = req.method().to_string();
             let agent = req

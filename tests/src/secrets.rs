@@ -71,6 +71,14 @@ impl AuthServer {
         Self::serve(expected, Some(cert.mtls_server_config(client_ca))).await
     }
 
+    /// Starts it over TLS presenting `cert`, offering HTTP/2 (`h2`) and
+    /// HTTP/1.1 by ALPN and speaking what the client chose.
+    pub async fn start_h2(expected: Expected, cert: &TestCert) -> Self {
+        let mut config = (*cert.server_config()).clone();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Self::serve(expected, Some(Arc::new(config))).await
+    }
+
     async fn serve(expected: Expected, tls: Option<Arc<rustls::ServerConfig>>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -101,7 +109,10 @@ impl AuthServer {
                             let service = hyper::service::service_fn(move |req| {
                                 answer(req, log.clone(), expected.clone(), presented)
                             });
-                            let _ = http
+                            // HTTP/1.1, or HTTP/2 when the client chose it.
+                            let auto =
+                                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                            let _ = auto
                                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                                 .await;
                         }

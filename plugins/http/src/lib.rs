@@ -12,6 +12,8 @@
 //! skips certificate checks, the server is verified against the system's
 //! roots, or a CA from `ca_file` / `ca_pem`; `insecure_skip_verify` turns
 //! checks off. `keepalive` takes connections from the host's shared pool.
+//! HTTP/2 is offered to `https://` servers, as blackbox_exporter does;
+//! `enable_http2: false` keeps to HTTP/1.1.
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
@@ -86,6 +88,10 @@ struct Config {
     /// Reuse connections from the host's keep-alive pool.
     #[serde(default)]
     keepalive: bool,
+    /// Offer HTTP/2 to an `https://` server (blackbox_exporter's
+    /// `enable_http2`, on by default as there).
+    #[serde(default = "default_true")]
+    enable_http2: bool,
     /// Require the answer to come from one backend behind a balancer.
     backend: Option<Backend>,
     /// HTTP basic authentication; the password is usually a secret's
@@ -348,6 +354,7 @@ impl Probe for Http {
                 .map_or(config.max_body, |limit| config.max_body.max(limit.saturating_add(1))),
             tls,
             keepalive: config.keepalive,
+            http2: config.enable_http2,
         };
         // The headers the checks read: the host returns no others.
         let keep: Vec<&str> = core::iter::once("location")

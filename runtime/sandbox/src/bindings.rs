@@ -18,6 +18,7 @@ wasmtime::component::bindgen!({
         "sonde:probe/exec.run": async | trappable,
         "sonde:probe/http.send": async | trappable,
         "sonde:probe/http.send-keeping": async | trappable,
+        "sonde:probe/http.send-with": async | trappable,
         "sonde:probe/grpc.call": async | trappable,
         "sonde:probe/tls.handshake": async | trappable,
         "sonde:probe/tls.connect": async | trappable,

@@ -11,6 +11,7 @@
 
 use super::bounds::CallBounds;
 use super::dial::dial;
+use super::tasks::{AbortOnDrop, ConnTasks};
 use super::tls_client::{TlsClient, TlsError, TlsOptions};
 use crate::bindings::sonde::probe::grpc as probe_grpc;
 use crate::bindings::sonde::probe::http::Timings;
@@ -20,8 +21,6 @@ use http_body_util::{BodyExt, Full};
 use probe_grpc::{GrpcError, Request as GrpcRequest, Response as GrpcResponse};
 use sonde_policy::grants::{CallGrants, Use};
 use sonde_policy::secrets::scrub::{Scrubber, WITHHELD};
-use std::future::Future;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use wasmtime::component::{HasData, Linker};
@@ -152,44 +151,6 @@ fn prepare(grants: &CallGrants, req: &GrpcRequest) -> Result<Call, GrpcError> {
     })
 }
 
-/// The tasks hyper spawns for one call's connection. They are aborted when
-/// the call ends, normally or by being cancelled at the deadline, so no
-/// connection outlives its call.
-#[derive(Clone, Default)]
-struct CallTasks(Arc<Mutex<TaskList>>);
-
-#[derive(Default)]
-struct TaskList {
-    closed: bool,
-    handles: Vec<tokio::task::AbortHandle>,
-}
-
-impl<F> hyper::rt::Executor<F> for CallTasks
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    fn execute(&self, fut: F) {
-        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        // A task spawned while the call is being torn down is never started.
-        if !list.closed {
-            list.handles.push(tokio::spawn(fut).abort_handle());
-        }
-    }
-}
-
-/// Aborts a call's tasks when dropped.
-struct AbortOnDrop(CallTasks);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        let mut list = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
-        list.closed = true;
-        for handle in list.handles.drain(..) {
-            handle.abort();
-        }
-    }
-}
-
 fn tls_error(e: TlsError) -> GrpcError {
     match e {
         TlsError::ServerName { .. } | TlsError::Ca(_) | TlsError::ClientCert(_) => GrpcError::Invalid(e.to_string()),
@@ -285,7 +246,9 @@ async fn unary<I>(
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let tasks = CallTasks::default();
+    // No task of the connection outlives the call, normal or cancelled at
+    // the deadline.
+    let tasks = ConnTasks::default();
     let _abort = AbortOnDrop(tasks.clone());
     let (mut sender, conn) = hyper::client::conn::http2::Builder::new(tasks.clone())
         .max_header_list_size(MAX_HEADER_LIST_BYTES)

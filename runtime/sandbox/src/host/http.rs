@@ -1,19 +1,25 @@
-//! sonde's `http` interface: the host-owned HTTP/1.1 transport for probes.
+//! sonde's `http` interface: the host-owned HTTP transport for probes.
 //! A new connection per request (timed phase by phase, closed with a
 //! reset), or on request one from the keep-alive [`Pool`]; either way the
 //! URL's authority is checked against the grants before anything is sent.
+//! HTTP/1.1, or HTTP/2 when the request offers it (`send-with`) and an
+//! `https://` server chooses it by ALPN; a response read either way goes
+//! through the same bounds and the same check for reflected secrets.
+
+mod response;
 
 use super::bounds::CallBounds;
 use super::dial::dial;
-use super::pool::{Conn, Pool, PoolKey};
+use super::pool::{Conn, Pool, PoolKey, Sender};
 use super::reflections;
+use super::tasks::{AbortOnDrop, ConnTasks};
 use super::tls_client::{TlsClient, TlsError, TlsInfo, TlsOptions};
 use crate::bindings::sonde::probe::http as probe_http;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Body as _;
-use probe_http::{HttpError, Request as ProbeRequest, Response as ProbeResponse, Timings};
+use http_body_util::Full;
+use probe_http::{HttpError, Request as ProbeRequest, Response as ProbeResponse, SendOptions, Timings};
+use response::{ResponseSeen, body_for_plugin, kept_headers, read_body};
 use sonde_policy::grants::{CallGrants, SecretUseError, Use};
-use sonde_policy::secrets::scrub::{LAG, Scrubber, WITHHELD};
+use sonde_policy::secrets::scrub::LAG;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,20 +60,21 @@ pub(crate) fn add_to_linker<T: Send + 'static>(
     probe_http::add_to_linker::<T, Http>(linker, get)
 }
 
-/// What the transport offers by ALPN: it speaks HTTP/1.1 only.
-const ALPN: &[&[u8]] = &[b"http/1.1"];
+/// What the transport offers by ALPN: HTTP/1.1 only, or HTTP/2 first
+/// for a request that asks for it (as Go's client offers them).
+fn alpn(http2: bool) -> &'static [&'static [u8]] {
+    if http2 { &[b"h2", b"http/1.1"] } else { &[b"http/1.1"] }
+}
+
+/// The largest header (or trailer) block the host accepts from an HTTP/2
+/// server, decoded.
+const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
 
 /// The most of a response body the host reads for a plugin.
 pub(crate) const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// The most header names a `send-keeping` call may name.
 pub(crate) const MAX_KEPT_HEADERS: usize = 64;
-
-/// Whether the response header `name` goes back to the plugin: all of
-/// them for `send`, those named for `send-keeping`.
-fn kept(keep: Option<&[String]>, name: &str) -> bool {
-    keep.is_none_or(|names| names.iter().any(|k| k.eq_ignore_ascii_case(name)))
-}
 
 /// Where one request goes, as checked against the grants.
 struct Target {
@@ -76,6 +83,8 @@ struct Target {
     port: u16,
     /// For `https://`: how to verify the server.
     tls: Option<TlsOptions>,
+    /// Whether to offer HTTP/2 (over TLS only).
+    http2: bool,
 }
 
 /// The phases a new connection went through.
@@ -93,19 +102,35 @@ fn tls_error(e: TlsError) -> HttpError {
     }
 }
 
-/// Starts HTTP/1.1 over `io`, a connection to `peer`; the connection's
-/// task runs until the returned [`Conn`] is dropped.
-async fn http1<I>(io: I, peer: SocketAddr, tls: Option<Arc<TlsInfo>>) -> Result<Conn, HttpError>
+/// Starts HTTP/1.1, or HTTP/2 when `http2`, over `io`, a connection to
+/// `peer`; the connection's tasks run until the returned [`Conn`] is
+/// dropped.
+async fn handshake<I>(io: I, peer: SocketAddr, tls: Option<Arc<TlsInfo>>, http2: bool) -> Result<Conn, HttpError>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
-        .await
-        .map_err(|e| HttpError::Protocol(e.to_string()))?;
-    let task = tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(Conn::new(sender, peer, tls, task))
+    let io = hyper_util::rt::TokioIo::new(io);
+    let tasks = ConnTasks::default();
+    let abort = AbortOnDrop(tasks.clone());
+    let protocol = |e: hyper::Error| HttpError::Protocol(e.to_string());
+    let sender = if http2 {
+        let (sender, conn) = hyper::client::conn::http2::Builder::new(tasks.clone())
+            .max_header_list_size(MAX_HEADER_LIST_BYTES)
+            .handshake(io)
+            .await
+            .map_err(protocol)?;
+        hyper::rt::Executor::execute(&tasks, async move {
+            let _ = conn.await;
+        });
+        Sender::Http2(sender)
+    } else {
+        let (sender, conn) = hyper::client::conn::http1::handshake(io).await.map_err(protocol)?;
+        hyper::rt::Executor::execute(&tasks, async move {
+            let _ = conn.await;
+        });
+        Sender::Http1(sender)
+    };
+    Ok(Conn::new(sender, peer, tls, abort))
 }
 
 /// Opens a new connection to `target`, with TLS for `https://`; it counts
@@ -130,11 +155,11 @@ async fn open(
         tls: Duration::ZERO,
     };
     let conn = match &target.tls {
-        None => http1(dialed.stream, peer, None).await?,
+        None => handshake(dialed.stream, peer, None, false).await?,
         Some(options) => {
             let start = Instant::now();
             let (stream, mut info) = client
-                .connect(dialed.stream, &target.host, options, ALPN)
+                .connect(dialed.stream, &target.host, options, alpn(target.http2))
                 .await
                 .map_err(|e| {
                     bounds.observe(|o| o.http.get_or_insert_default().handshake_failed = true);
@@ -147,7 +172,9 @@ async fn open(
                 o.tls = Some(seen.clone());
             });
             info.seen = Some(seen);
-            http1(stream, peer, Some(Arc::new(info))).await?
+            // The server chose among what was offered.
+            let http2 = info.alpn.as_deref() == Some("h2");
+            handshake(stream, peer, Some(Arc::new(info)), http2).await?
         }
     };
     Ok((conn, phases))
@@ -165,10 +192,7 @@ fn build_request(
     let path = target.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut builder = http::Request::builder().method(method).uri(path);
     if !req.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
-        builder = builder.header(
-            http::header::HOST,
-            target.uri.authority().map_or(target.host.as_str(), |a| a.as_str()),
-        );
+        builder = builder.header(http::header::HOST, authority(target));
     }
     let toward = Use::Http {
         host: &target.host,
@@ -197,28 +221,60 @@ fn build_request(
     Ok(request)
 }
 
+/// `request`, built for HTTP/1.1 by [`build_request`], as HTTP/2 sends
+/// it: the URL absolute, its authority the `Host` header's (which goes, as
+/// Go's client sends it) or else the target's. Back for HTTP/1.1 when not
+/// `http2` (a request that an HTTP/2 connection did not take, sent again on
+/// a new connection that chose HTTP/1.1).
+fn shape<B>(request: &mut http::Request<B>, http2: bool, target: &Target) -> Result<(), HttpError> {
+    let invalid = |e: http::Error| HttpError::Invalid(format!("URL: {e}"));
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+    if http2 == (request.version() == http::Version::HTTP_2) {
+        return Ok(());
+    }
+    if http2 {
+        let authority = match request.headers_mut().remove(http::header::HOST) {
+            Some(host) => String::from_utf8_lossy(host.as_bytes()).into_owned(),
+            None => authority(target),
+        };
+        *request.uri_mut() = http::Uri::builder()
+            .scheme(if target.tls.is_some() { "https" } else { "http" })
+            .authority(authority)
+            .path_and_query(path)
+            .build()
+            .map_err(invalid)?;
+        *request.version_mut() = http::Version::HTTP_2;
+    } else {
+        let host = request.uri().authority().map(|a| a.as_str().to_string());
+        if let Some(host) = host
+            && !request.headers().contains_key(http::header::HOST)
+        {
+            let value = http::HeaderValue::from_str(&host).map_err(|e| HttpError::Invalid(e.to_string()))?;
+            request.headers_mut().insert(http::header::HOST, value);
+        }
+        *request.uri_mut() = path
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| HttpError::Invalid(e.to_string()))?;
+        *request.version_mut() = http::Version::HTTP_11;
+    }
+    Ok(())
+}
+
+/// The authority of `target`'s URL, or its host when it names none.
+fn authority(target: &Target) -> String {
+    target
+        .uri
+        .authority()
+        .map_or(target.host.as_str(), |a| a.as_str())
+        .to_string()
+}
+
 /// A refused use of a secret, as the `http-error` a plugin gets.
 fn secret_error(e: SecretUseError) -> HttpError {
     match e {
         SecretUseError::Denied(d) => HttpError::Denied(d.0),
         SecretUseError::Invalid(m) | SecretUseError::Unavailable(m) => HttpError::Invalid(m),
     }
-}
-
-/// What the plugin gets of a body read to `read.len()` bytes (at most
-/// `max`, plus [`LAG`] past it for a probe that holds secrets, so that a
-/// reflection across the cut is seen whole): the first `max` bytes, or
-/// [`WITHHELD`] when the bytes read reflect a secret or are coded
-/// (`Content-Encoding`) so that they cannot be searched. Whether it is
-/// withheld does not depend on where a partial match would end.
-fn body_for_plugin(scrubber: Option<&Scrubber>, mut read: Vec<u8>, max: usize, coded: bool) -> Vec<u8> {
-    if let Some(s) = scrubber
-        && (coded || s.reflects(&read))
-    {
-        return WITHHELD.as_bytes().to_vec();
-    }
-    read.truncate(max);
-    read
 }
 
 async fn exchange(
@@ -239,7 +295,7 @@ async fn exchange(
     let request = build_request(grants, &req, &target)?;
     let key = req
         .keepalive
-        .then(|| PoolKey::new(tenant, &target.host, target.port, target.tls.as_ref()));
+        .then(|| PoolKey::new(tenant, &target.host, target.port, target.tls.as_ref(), target.http2));
     let pooled = match &key {
         Some(key) => checkout(view, key, &target).await,
         None => None,
@@ -263,20 +319,23 @@ async fn exchange(
             (conn, phases, false)
         }
     };
+    let mut request = request;
+    shape(&mut request, conn.sender.is_http2(), &target)?;
     let response = match conn.sender.try_send_request(request).await {
         Ok(response) => response,
         Err(mut e) if reused => {
             // The server closed the idle connection as the request went out;
             // a request that was not sent is sent once more, on a new one.
-            let Some(request) = e.take_message() else {
+            let Some(mut request) = e.take_message() else {
                 return Err(HttpError::Protocol(e.into_error().to_string()));
             };
             (conn, phases) = open(client, grants, bounds, &target).await?;
             reused = false;
+            shape(&mut request, conn.sender.is_http2(), &target)?;
             conn.sender
-                .send_request(request)
+                .try_send_request(request)
                 .await
-                .map_err(|e| HttpError::Protocol(e.to_string()))?
+                .map_err(|e| HttpError::Protocol(e.into_error().to_string()))?
         }
         Err(e) => return Err(HttpError::Protocol(e.into_error().to_string())),
     };
@@ -319,74 +378,6 @@ async fn exchange(
     Ok(response)
 }
 
-/// What a run's observations keep of one response, read from its head.
-struct ResponseSeen {
-    status: u16,
-    version: (u8, u8),
-    content_length: i64,
-    redirect: bool,
-    last_modified: Option<i64>,
-    ssl: bool,
-}
-
-impl ResponseSeen {
-    fn of(method: &str, response: &http::Response<hyper::body::Incoming>, ssl: bool) -> Self {
-        let status = response.status().as_u16();
-        let headers = response.headers();
-        let version = match response.version() {
-            http::Version::HTTP_09 => (0, 9),
-            http::Version::HTTP_10 => (1, 0),
-            http::Version::HTTP_2 => (2, 0),
-            http::Version::HTTP_3 => (3, 0),
-            _ => (1, 1),
-        };
-        // As Go's client counts it: for HEAD, the header (the length a GET
-        // would have); else no body for 1xx, 204 and 304; otherwise the
-        // header. -1 (unknown) without one.
-        let header = || {
-            headers
-                .get(http::header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.trim().parse().ok())
-                .unwrap_or(-1)
-        };
-        let content_length = if method.eq_ignore_ascii_case("HEAD") {
-            header()
-        } else if status < 200 || status == 204 || status == 304 {
-            0
-        } else {
-            header()
-        };
-        let redirect = (300..400).contains(&status) && headers.contains_key(http::header::LOCATION);
-        let last_modified = headers
-            .get(http::header::LAST_MODIFIED)
-            .and_then(|v| httpdate::parse_http_date(v.to_str().ok()?).ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .and_then(|d| i64::try_from(d.as_secs()).ok());
-        Self {
-            status,
-            version,
-            content_length,
-            redirect,
-            last_modified,
-            ssl,
-        }
-    }
-
-    fn record(self, o: &mut crate::verdict::Observed, processing: Duration, transfer: Duration, body: usize) {
-        let http = o.http.get_or_insert_default();
-        http.responses += 1;
-        http.redirects += u32::from(self.redirect);
-        http.status = self.status;
-        http.version = self.version;
-        http.content_length = self.content_length;
-        http.last_modified = self.last_modified;
-        http.ssl = self.ssl;
-        http.body_bytes = body as u64;
-        http.processing += processing;
-        http.transfer = transfer;
-    }
-}
-
 /// An idle connection from the pool for `key` that this call may use: a
 /// pooled connection was checked for the call that opened it, so it
 /// serves this one only if this call may reach where it goes. If not, it
@@ -408,57 +399,23 @@ async fn checkout(view: &HttpView<'_>, key: &PoolKey, target: &Target) -> Option
     pooled
 }
 
-/// The response headers the plugin asked to keep (`keep`), as text; for
-/// a probe that holds secrets, a field whose name or value (its bytes,
-/// before any conversion to text) reflects one is withheld whole.
-fn kept_headers(
-    headers: &hyper::HeaderMap,
-    keep: Option<&[String]>,
-    scrubber: Option<&Scrubber>,
-) -> Vec<(String, String)> {
-    headers
-        .iter()
-        .filter_map(|(n, v)| match scrubber {
-            // A withheld field is asked for by its own name or the marker's.
-            Some(s) => {
-                let (name, value) = s.field(n.as_str().as_bytes(), v.as_bytes());
-                (kept(keep, n.as_str()) || kept(keep, &name)).then_some((name, value))
-            }
-            None => kept(keep, n.as_str()).then(|| {
-                (
-                    n.as_str().to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            }),
-        })
-        .collect()
-}
-
-/// Reads at most `max` bytes of `incoming`; with whether it was read to
-/// its end.
-async fn read_body(mut incoming: hyper::body::Incoming, max: usize) -> Result<(Vec<u8>, bool), HttpError> {
-    let mut body = Vec::new();
-    let mut ended = false;
-    while body.len() < max {
-        match incoming.frame().await {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    body.extend_from_slice(&data[..data.len().min(max - body.len())]);
-                }
-            }
-            Some(Err(e)) => return Err(HttpError::Protocol(format!("reading the body: {e}"))),
-            None => {
-                ended = true;
-                break;
-            }
-        }
-    }
-    Ok((body, ended || incoming.is_end_stream()))
-}
-
 impl probe_http::Host for HttpView<'_> {
     async fn send(&mut self, req: ProbeRequest) -> wasmtime::Result<Result<ProbeResponse, HttpError>> {
-        Ok(self.send_checked(req, None).await)
+        Ok(self.send_checked(req, None, false).await)
+    }
+
+    async fn send_with(
+        &mut self,
+        req: ProbeRequest,
+        options: SendOptions,
+    ) -> wasmtime::Result<Result<ProbeResponse, HttpError>> {
+        let SendOptions { http2, keep } = options;
+        if let Some(keep) = &keep
+            && keep.len() > MAX_KEPT_HEADERS
+        {
+            return Ok(Err(too_many_kept(keep.len())));
+        }
+        Ok(self.send_checked(req, keep.as_deref(), http2).await)
     }
 
     async fn send_keeping(
@@ -467,17 +424,24 @@ impl probe_http::Host for HttpView<'_> {
         keep: Vec<String>,
     ) -> wasmtime::Result<Result<ProbeResponse, HttpError>> {
         if keep.len() > MAX_KEPT_HEADERS {
-            return Ok(Err(HttpError::Invalid(format!(
-                "{} response headers to keep, at most {MAX_KEPT_HEADERS}",
-                keep.len()
-            ))));
+            return Ok(Err(too_many_kept(keep.len())));
         }
-        Ok(self.send_checked(req, Some(&keep)).await)
+        Ok(self.send_checked(req, Some(&keep), false).await)
     }
 }
 
+fn too_many_kept(n: usize) -> HttpError {
+    HttpError::Invalid(format!("{n} response headers to keep, at most {MAX_KEPT_HEADERS}"))
+}
+
 impl HttpView<'_> {
-    async fn send_checked(&self, req: ProbeRequest, keep: Option<&[String]>) -> Result<ProbeResponse, HttpError> {
+    /// Checks and sends `req`, offering HTTP/2 over TLS when `http2`.
+    async fn send_checked(
+        &self,
+        req: ProbeRequest,
+        keep: Option<&[String]>,
+        http2: bool,
+    ) -> Result<ProbeResponse, HttpError> {
         self.bounds.observe(|o| {
             o.http.get_or_insert_default();
         });
@@ -506,12 +470,19 @@ impl HttpView<'_> {
         let tls = if https {
             let mut options = super::tls::options_from_wit(req.tls.clone()).map_err(tls_error)?;
             options.client = self.certs.for_peer(&host, port);
-            self.tls.validate(&host, &options, ALPN).map_err(tls_error)?;
+            self.tls.validate(&host, &options, alpn(http2)).map_err(tls_error)?;
             Some(options)
         } else {
             None
         };
-        let target = Target { uri, host, port, tls };
+        let http2 = http2 && tls.is_some();
+        let target = Target {
+            uri,
+            host,
+            port,
+            tls,
+            http2,
+        };
         let left = self.deadline.saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(req.timeout_ms);
         if timeout >= left {
@@ -530,16 +501,33 @@ impl HttpView<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::kept;
+    use super::{Target, shape};
 
     #[test]
-    fn headers_kept_are_those_named_in_any_case() {
-        let names = ["location".to_string(), "X-Trace".to_string()];
-        assert!(kept(None, "content-length"), "send keeps every header");
-        assert!(kept(Some(&names), "location"));
-        assert!(kept(Some(&names), "x-trace"));
-        assert!(!kept(Some(&names), "content-length"));
-        assert!(!kept(Some(&names), "locatio"));
-        assert!(!kept(Some(&[]), "location"));
+    fn http2_sends_the_host_header_as_the_authority_and_back() {
+        let target = Target {
+            uri: "https://127.0.0.1:8443/x?y=1".parse().unwrap(),
+            host: "127.0.0.1".into(),
+            port: 8443,
+            tls: Some(super::TlsOptions::default()),
+            http2: true,
+        };
+        let mut request = http::Request::builder()
+            .uri("/x?y=1")
+            .header("host", "vhost.test")
+            .body(())
+            .unwrap();
+        shape(&mut request, true, &target).unwrap();
+        assert_eq!(request.uri(), "https://vhost.test/x?y=1");
+        assert_eq!(request.version(), http::Version::HTTP_2);
+        assert!(request.headers().get("host").is_none());
+        shape(&mut request, false, &target).unwrap();
+        assert_eq!(request.uri(), "/x?y=1");
+        assert_eq!(request.version(), http::Version::HTTP_11);
+        assert_eq!(request.headers()["host"], "vhost.test");
+        // Without a Host header, the URL's authority.
+        let mut request = http::Request::builder().uri("/x?y=1").body(()).unwrap();
+        shape(&mut request, true, &target).unwrap();
+        assert_eq!(request.uri(), "https://127.0.0.1:8443/x?y=1");
     }
 }

@@ -58,6 +58,7 @@ pub mod pool;
 pub(crate) mod reflections;
 pub mod sockets;
 mod spawn;
+pub(crate) mod tasks;
 pub mod tcp;
 pub mod tls;
 pub(crate) mod tls_client;

@@ -18,10 +18,11 @@
 //! connection is closed (checked when the pool is used; a sweep of every
 //! key runs at most once per [`SWEEP_EVERY`]).
 
+use super::tasks::AbortOnDrop;
 use super::tls_client::{TlsInfo, TlsOptions};
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::{TrySendError, http1, http2};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -55,19 +56,24 @@ pub(crate) struct PoolKey {
 }
 
 /// What tells one https connection's TLS from another's: the CA digest,
-/// skip-verify, the server name, and the client certificate's digest (a
+/// skip-verify, the server name, the client certificate's digest (a
 /// connection authenticated with one certificate never serves a request
-/// made without it).
+/// made without it), and whether HTTP/2 was offered (a request that did
+/// not ask for it never goes over HTTP/2).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct TlsKey {
     ca: Option<[u8; 32]>,
     insecure: bool,
     server_name: Option<String>,
     client: Option<[u8; 32]>,
+    http2: bool,
 }
 
 impl PoolKey {
-    pub(crate) fn new(tenant: &Arc<str>, host: &str, port: u16, tls: Option<&TlsOptions>) -> Self {
+    /// The key of a request to `host:port` for `tenant`, over TLS verified
+    /// as `tls` says (none for `http://`), offering HTTP/2 when `http2`
+    /// (over TLS only).
+    pub(crate) fn new(tenant: &Arc<str>, host: &str, port: u16, tls: Option<&TlsOptions>, http2: bool) -> Self {
         Self {
             tenant: tenant.clone(),
             https: tls.is_some(),
@@ -78,6 +84,7 @@ impl PoolKey {
                 insecure: o.insecure_skip_verify,
                 server_name: o.server_name.clone(),
                 client: o.client.as_ref().map(|c| c.digest()),
+                http2,
             }),
         }
     }
@@ -93,37 +100,72 @@ pub(crate) fn canonical_host(host: &str) -> String {
     }
 }
 
-/// An HTTP/1.1 client connection: the request handle, the TLS session it
-/// runs over, and the task driving it, which is ended (and the socket reset)
-/// when the connection is dropped.
+/// An HTTP/1.1 or HTTP/2 client connection: the request handle, the TLS
+/// session it runs over, and the tasks driving it, which are ended (and
+/// the socket reset) when the connection is dropped.
 pub(crate) struct Conn {
-    pub(crate) sender: SendRequest<Full<Bytes>>,
+    pub(crate) sender: Sender,
     /// The address it is connected to, as checked when it was opened; a
     /// call that takes it from the pool checks it again for itself.
     pub(crate) peer: SocketAddr,
     pub(crate) tls: Option<Arc<TlsInfo>>,
-    task: tokio::task::JoinHandle<()>,
+    /// Declared last: the handle goes first, then the tasks.
+    _tasks: AbortOnDrop,
 }
 
 impl Conn {
-    pub(crate) fn new(
-        sender: SendRequest<Full<Bytes>>,
-        peer: SocketAddr,
-        tls: Option<Arc<TlsInfo>>,
-        task: tokio::task::JoinHandle<()>,
-    ) -> Self {
+    pub(crate) fn new(sender: Sender, peer: SocketAddr, tls: Option<Arc<TlsInfo>>, tasks: AbortOnDrop) -> Self {
         Self {
             sender,
             peer,
             tls,
-            task,
+            _tasks: tasks,
         }
     }
 }
 
-impl Drop for Conn {
-    fn drop(&mut self) {
-        self.task.abort();
+/// A connection's request handle, by the version it speaks.
+pub(crate) enum Sender {
+    /// HTTP/1.1 (or 1.0 as the server answers).
+    Http1(http1::SendRequest<Full<Bytes>>),
+    /// HTTP/2, negotiated by ALPN.
+    Http2(http2::SendRequest<Full<Bytes>>),
+}
+
+/// A request the connection could not take, maybe with the request back.
+type TryError = TrySendError<http::Request<Full<Bytes>>>;
+
+impl Sender {
+    /// Whether the connection is closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        match self {
+            Self::Http1(s) => s.is_closed(),
+            Self::Http2(s) => s.is_closed(),
+        }
+    }
+
+    /// Waits until the connection can take a request.
+    pub(crate) async fn ready(&mut self) -> hyper::Result<()> {
+        match self {
+            Self::Http1(s) => s.ready().await,
+            Self::Http2(s) => s.ready().await,
+        }
+    }
+
+    /// Whether it speaks HTTP/2.
+    pub(crate) fn is_http2(&self) -> bool {
+        matches!(self, Self::Http2(_))
+    }
+
+    /// Sends `request`; a request that never went out comes back in the error.
+    pub(crate) async fn try_send_request(
+        &mut self,
+        request: http::Request<Full<Bytes>>,
+    ) -> Result<http::Response<hyper::body::Incoming>, TryError> {
+        match self {
+            Self::Http1(s) => s.try_send_request(request).await,
+            Self::Http2(s) => s.try_send_request(request).await,
+        }
     }
 }
 
@@ -294,10 +336,16 @@ mod tests {
         let (sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
             .unwrap();
-        let task = tokio::spawn(async move {
+        let tasks = super::super::tasks::ConnTasks::default();
+        hyper::rt::Executor::execute(&tasks, async move {
             let _ = connection.await;
         });
-        Conn::new(sender, listener.local_addr().unwrap(), None, task)
+        Conn::new(
+            Sender::Http1(sender),
+            listener.local_addr().unwrap(),
+            None,
+            AbortOnDrop(tasks),
+        )
     }
 
     #[tokio::test]
@@ -305,22 +353,47 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let pool = Pool::default();
         let t: Arc<str> = "t".into();
-        let key = PoolKey::new(&t, "Localhost", 80, None);
+        let key = PoolKey::new(&t, "Localhost", 80, None, false);
         for _ in 0..MAX_IDLE_PER_HOST + 3 {
             pool.checkin(key.clone(), conn(&listener).await);
         }
         assert_eq!(pool.idle_count(), MAX_IDLE_PER_HOST);
-        assert!(pool.checkout(&PoolKey::new(&t, "localhost.", 80, None)).is_some());
-        assert!(pool.checkout(&PoolKey::new(&t, "localhost", 81, None)).is_none());
+        assert!(
+            pool.checkout(&PoolKey::new(&t, "localhost.", 80, None, false))
+                .is_some()
+        );
+        assert!(pool.checkout(&PoolKey::new(&t, "localhost", 81, None, false)).is_none());
 
         let verified = TlsOptions::default();
         let insecure = TlsOptions {
             insecure_skip_verify: true,
             ..TlsOptions::default()
         };
-        pool.checkin(PoolKey::new(&t, "h", 443, Some(&insecure)), conn(&listener).await);
-        assert!(pool.checkout(&PoolKey::new(&t, "h", 443, Some(&verified))).is_none());
-        assert!(pool.checkout(&PoolKey::new(&t, "h", 443, Some(&insecure))).is_some());
+        pool.checkin(
+            PoolKey::new(&t, "h", 443, Some(&insecure), false),
+            conn(&listener).await,
+        );
+        assert!(
+            pool.checkout(&PoolKey::new(&t, "h", 443, Some(&verified), false))
+                .is_none()
+        );
+        assert!(
+            pool.checkout(&PoolKey::new(&t, "h", 443, Some(&insecure), false))
+                .is_some()
+        );
+        // A connection opened offering HTTP/2 serves only requests that ask for it.
+        pool.checkin(PoolKey::new(&t, "h", 443, Some(&verified), true), conn(&listener).await);
+        assert!(
+            pool.checkout(&PoolKey::new(&t, "h", 443, Some(&verified), false))
+                .is_none()
+        );
+        assert!(
+            pool.checkout(&PoolKey::new(&t, "h", 443, Some(&verified), true))
+                .is_some()
+        );
+        // Over plain HTTP, there is nothing to offer.
+        pool.checkin(PoolKey::new(&t, "h", 80, None, true), conn(&listener).await);
+        assert!(pool.checkout(&PoolKey::new(&t, "h", 80, None, false)).is_some());
     }
 
     #[tokio::test]
@@ -328,22 +401,28 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let pool = Pool::default();
         let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
-        pool.checkin(PoolKey::new(&a, "[::ffff:127.0.0.1]", 80, None), conn(&listener).await);
+        pool.checkin(
+            PoolKey::new(&a, "[::ffff:127.0.0.1]", 80, None, false),
+            conn(&listener).await,
+        );
         assert!(
-            pool.checkout(&PoolKey::new(&b, "127.0.0.1", 80, None)).is_none(),
+            pool.checkout(&PoolKey::new(&b, "127.0.0.1", 80, None, false)).is_none(),
             "another tenant's connection"
         );
-        assert!(pool.checkout(&PoolKey::new(&a, "127.0.0.1", 80, None)).is_some());
+        assert!(pool.checkout(&PoolKey::new(&a, "127.0.0.1", 80, None, false)).is_some());
         // One tenant fills its share over many hosts; the next is closed,
         // and another tenant still keeps its own.
         for i in 0..MAX_IDLE_PER_TENANT + 5 {
-            pool.checkin(PoolKey::new(&a, &format!("h{i}"), 80, None), conn(&listener).await);
+            pool.checkin(
+                PoolKey::new(&a, &format!("h{i}"), 80, None, false),
+                conn(&listener).await,
+            );
         }
         assert_eq!(pool.idle_count(), MAX_IDLE_PER_TENANT);
-        pool.checkin(PoolKey::new(&b, "h0", 80, None), conn(&listener).await);
+        pool.checkin(PoolKey::new(&b, "h0", 80, None, false), conn(&listener).await);
         assert_eq!(pool.idle_count(), MAX_IDLE_PER_TENANT + 1);
-        assert!(pool.checkout(&PoolKey::new(&a, "h0", 80, None)).is_some());
-        pool.checkin(PoolKey::new(&a, "h-new", 80, None), conn(&listener).await);
+        assert!(pool.checkout(&PoolKey::new(&a, "h0", 80, None, false)).is_some());
+        pool.checkin(PoolKey::new(&a, "h-new", 80, None, false), conn(&listener).await);
         assert_eq!(pool.idle_count(), MAX_IDLE_PER_TENANT + 1, "room made by the checkout");
     }
 
@@ -351,7 +430,7 @@ mod tests {
     async fn idle_connections_expire() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let pool = Pool::default();
-        let key = PoolKey::new(&"t".into(), "h", 80, None);
+        let key = PoolKey::new(&"t".into(), "h", 80, None, false);
         pool.checkin(key.clone(), conn(&listener).await);
         let later = Instant::now() + IDLE_TIMEOUT + Duration::from_secs(1);
         assert!(pool.checkout_at(&key, later).is_none());

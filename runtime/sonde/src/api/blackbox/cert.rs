@@ -53,8 +53,26 @@ fn serial_hex(raw: &[u8]) -> String {
 
 /// A distinguished name as Go's `pkix.Name.String()` writes it, which
 /// blackbox's labels carry: the well-known attributes from the most
-/// specific (`CN`) to the least (`C`), comma-separated, then the others.
+/// specific (`CN`) to the least (`C`), comma-separated, then the others
+/// (`UID`, `emailAddress`...: Go has no short name for them) as
+/// `OID=#DER-in-hex`, last in the certificate first. (Go puts them before
+/// the named ones in a sequence it writes from its end.)
 fn dn(name: &x509_parser::x509::X509Name<'_>) -> String {
+    let attrs: Vec<(String, String)> = name
+        .iter_attributes()
+        .map(|a| {
+            (
+                a.attr_type().to_id_string(),
+                a.as_str().map(str::to_string).unwrap_or_default(),
+            )
+        })
+        .collect();
+    go_order(&attrs)
+}
+
+/// [`dn`] of the attributes `attrs` (OID in dotted text, value), in the
+/// certificate's order.
+fn go_order(attrs: &[(String, String)]) -> String {
     // Go's order, most specific first, and each attribute's short name.
     const KNOWN: [(&str, &str); 9] = [
         ("2.5.4.5", "SERIALNUMBER"),
@@ -67,15 +85,6 @@ fn dn(name: &x509_parser::x509::X509Name<'_>) -> String {
         ("2.5.4.8", "ST"),
         ("2.5.4.6", "C"),
     ];
-    let attrs: Vec<(String, String)> = name
-        .iter_attributes()
-        .map(|a| {
-            (
-                a.attr_type().to_id_string(),
-                a.as_str().map(str::to_string).unwrap_or_default(),
-            )
-        })
-        .collect();
     let mut parts = Vec::new();
     for (oid, short) in KNOWN {
         let values: Vec<String> = attrs
@@ -87,7 +96,7 @@ fn dn(name: &x509_parser::x509::X509Name<'_>) -> String {
             parts.push(values.join("+"));
         }
     }
-    for (oid, v) in &attrs {
+    for (oid, v) in attrs.iter().rev() {
         if !KNOWN.iter().any(|(k, _)| k == oid) {
             parts.push(format!("{oid}=#{}", der_string_hex(v)));
         }
@@ -139,6 +148,22 @@ mod tests {
     fn an_attribute_without_a_short_name_is_its_der_in_hex() {
         assert_eq!(der_string_hex("ops@sonde.test"), "0c0e6f707340736f6e64652e74657374");
         assert_eq!(der_string_hex("AB"), "13024142");
+    }
+
+    #[test]
+    fn attributes_without_a_short_name_come_last_in_reverse() {
+        let attr = |oid: &str, v: &str| (oid.to_string(), v.to_string());
+        let attrs = [
+            attr("2.5.4.6", "ZZ"),
+            attr("1.2.840.113549.1.9.1", "ops@sonde.test"),
+            attr("2.5.4.3", "localhost"),
+            attr("0.9.2342.19200300.100.1.1", "AB"),
+        ];
+        assert_eq!(
+            go_order(&attrs),
+            "CN=localhost,C=ZZ,0.9.2342.19200300.100.1.1=#13024142,\
+             1.2.840.113549.1.9.1=#0c0e6f707340736f6e64652e74657374"
+        );
     }
 
     #[test]

@@ -100,9 +100,12 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             "skip_resolve_phase_with_proxy" | "proxy_from_environment" => {
                 default_only(ctx, n, p, false, "sonde connects to targets directly, through no proxy");
             }
-            // sonde speaks HTTP/1.1: without HTTP/2 is what it does, and with
-            // it (the default) changes no check.
-            "enable_http2" => drop(ctx.boolean(n, p)),
+            // On by default in both; only its absence is written.
+            "enable_http2" => {
+                if ctx.boolean(n, p) == Some(false) {
+                    out.config.insert("enable_http2".into(), false.into());
+                }
+            }
             "enable_http3" => default_only(ctx, n, p, false, "sonde's host speaks no HTTP/3"),
             key if unsupported(ctx, key, n, p, out) => {}
             _ => ctx.invalid(e.at, p, "unknown key of the http prober"),

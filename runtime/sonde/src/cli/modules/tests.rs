@@ -66,6 +66,7 @@ fn http_options_map_to_the_http_plugin() {
             "header_regex": {"Access-Control-Allow-Origin": "(\\*|example\\.com)"},
             "server_name": "web.example.com",
             "ca_pem": "PEM",
+            "enable_http2": false,
         })
     );
 }
@@ -79,6 +80,9 @@ fn http_defaults_are_blackbox_exporters() {
         json!({"expected_status": ["200-299"]})
     );
     assert_eq!(m.timeout, None);
+    // HTTP/2 is offered by default in both: only `false` is written.
+    let m = only("modules:\n  a:\n    prober: http\n    http: {enable_http2: true}\n");
+    assert_eq!(m.config.get("enable_http2"), None);
 }
 
 #[test]

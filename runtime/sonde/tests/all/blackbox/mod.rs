@@ -16,6 +16,7 @@
 //! `--nocapture`).
 
 mod compare;
+mod edges;
 mod exporter;
 mod servers;
 

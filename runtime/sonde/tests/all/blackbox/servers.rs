@@ -1,6 +1,7 @@
 //! The targets of the comparison that the shared test servers do not
-//! give: an SMTP-like line server, an HTTP server written by hand, and TLS
-//! configurations of unusual chains.
+//! give: an SMTP-like line server, an HTTP server written by hand (also on
+//! the IPv6 loopback), an HTTPS server that speaks HTTP/2, and TLS
+//! configurations of unusual chains and names.
 
 use std::net::SocketAddr;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
@@ -187,4 +188,104 @@ pub(super) fn via_intermediate() -> (tokio_rustls::TlsAcceptor, String) {
         )
         .unwrap();
     (tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)), root.pem())
+}
+
+/// An HTTPS server (hyper) that offers `h2` and `http/1.1` by ALPN and
+/// speaks what the client chose, presenting `cert`: `/ok` answers 200 `ok`,
+/// anything else 404.
+pub(super) async fn h2_tls(cert: &sonde_tests::TestCert) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    use http_body_util::Full;
+    let mut config = (*cert.server_config()).clone();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                let service = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
+                    let (status, body) = match req.uri().path() {
+                        "/ok" => (200, "ok"),
+                        _ => (404, "not found"),
+                    };
+                    let response = hyper::Response::builder()
+                        .status(status)
+                        .body(Full::new(bytes::Bytes::from_static(body.as_bytes())));
+                    Ok::<_, std::convert::Infallible>(response.unwrap())
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                if h2 {
+                    let builder = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+                    let _ = builder.serve_connection(io, service).await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                }
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// A server configuration whose leaf's subject and whose issuer (a CA of
+/// its own) carry attributes Go has no short name for, `emailAddress` and
+/// `UID`, among named ones and in that order; with the CA's PEM.
+pub(super) fn uid_and_email() -> (tokio_rustls::TlsAcceptor, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    const EMAIL: [u64; 7] = [1, 2, 840, 113_549, 1, 9, 1];
+    const UID: [u64; 7] = [0, 9, 2342, 19_200_300, 100, 1, 1];
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CustomDnType(EMAIL.to_vec()), "ca@sonde.test");
+    ca.distinguished_name.push(DnType::OrganizationName, "sonde test");
+    ca.distinguished_name.push(DnType::CustomDnType(UID.to_vec()), "ca-1");
+    ca.distinguished_name.push(DnType::CommonName, "sonde UID CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    leaf.distinguished_name.push(DnType::CountryName, "ZZ");
+    leaf.distinguished_name
+        .push(DnType::CustomDnType(EMAIL.to_vec()), "ops@sonde.test");
+    leaf.distinguished_name.push(DnType::CommonName, "localhost");
+    leaf.distinguished_name
+        .push(DnType::CustomDnType(UID.to_vec()), "probe 42");
+    leaf.not_after = rcgen::date_time_ymd(2031, 3, 1);
+    let leaf_cert = leaf.signed_by(&key, &issuer).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf_cert.der().clone()],
+            rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        )
+        .unwrap();
+    (
+        tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)),
+        ca_cert.pem(),
+    )
+}
+
+/// An HTTP/1.1 server (hyper) on the IPv6 loopback, `[::1]`: `/ok`
+/// answers 200 `ok`, anything else 404; and a port there nothing listens on.
+pub(super) async fn ipv6() -> (SocketAddr, SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("[::1]:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let closed = std::net::TcpListener::bind("[::1]:0").unwrap().local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(raw_serve(stream));
+        }
+    });
+    (addr, closed, task)
 }

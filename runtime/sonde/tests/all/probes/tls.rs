@@ -230,6 +230,56 @@ async fn keepalive_reuses_one_connection_and_the_default_does_not() {
     assert_eq!(tls.accepted(), 4);
 }
 
+/// The version of the last response a run's host saw.
+fn version(r: &RunResult) -> Option<(u8, u8)> {
+    r.observed.as_ref().and_then(|o| o.http.as_ref()).map(|h| h.version)
+}
+
+/// An https server that speaks HTTP/2: the http plugin offers it by
+/// default and speaks it (a `Host` header is the `:authority`, redirects
+/// are followed), `enable_http2: false` keeps to HTTP/1.1, and keep-alive
+/// reuses an HTTP/2 connection only for requests that offer HTTP/2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_is_offered_over_tls_and_spoken_when_chosen() {
+    let cert = cert();
+    let server = HttpServer::start_h2_tls(&cert).await;
+    let config = |extra: serde_json::Value| {
+        let mut c = serde_json::json!({"path": "/authority", "ca_pem": cert.ca_pem, "show_body": true});
+        c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        c
+    };
+    let port = server.addr.port();
+    let r = https(&server, config(serde_json::json!({}))).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert_eq!(version(&r), Some((2, 0)));
+    assert_eq!(r.detail.as_deref(), Some(format!("HTTP/2.0 127.0.0.1:{port}").as_str()));
+    let r = https(
+        &server,
+        config(serde_json::json!({"headers": {"Host": "vhost.sonde.test"}})),
+    )
+    .await;
+    assert_eq!(r.detail.as_deref(), Some("HTTP/2.0 vhost.sonde.test"), "{r:?}");
+    let r = https(&server, config(serde_json::json!({"enable_http2": false}))).await;
+    assert_eq!(version(&r), Some((1, 1)));
+    assert_eq!(r.detail.as_deref(), Some(format!("HTTP/1.1 127.0.0.1:{port}").as_str()));
+    let r = https(&server, config(serde_json::json!({"path": "/redirect"}))).await;
+    assert_eq!((r.status, version(&r)), (Status::Success, Some((2, 0))), "{r:?}");
+    assert_eq!(server.accepted(), 5, "a new connection per request");
+
+    for _ in 0..3 {
+        let r = https(&server, config(serde_json::json!({"keepalive": true}))).await;
+        assert_eq!((r.status, version(&r)), (Status::Success, Some((2, 0))), "{r:?}");
+    }
+    assert_eq!(server.accepted(), 6, "one connection, reused");
+    let r = https(
+        &server,
+        config(serde_json::json!({"keepalive": true, "enable_http2": false})),
+    )
+    .await;
+    assert_eq!((r.status, version(&r)), (Status::Success, Some((1, 1))), "{r:?}");
+    assert_eq!(server.accepted(), 7, "the HTTP/2 connection serves no HTTP/1.1 request");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keepalive_never_bypasses_the_grants() {
     let server = HttpServer::start_tls(&cert()).await;

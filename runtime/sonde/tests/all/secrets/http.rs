@@ -84,6 +84,40 @@ async fn an_echoed_header_is_withheld_with_the_whole_body() {
     );
 }
 
+/// Over HTTP/2 (an https server that chooses it by ALPN), the header that
+/// carries a secret reaches the server and the echo is withheld, as over
+/// HTTP/1.1: the response goes through the same check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echo_over_http2_is_withheld_as_over_http1() {
+    let cert = TestCert::new(2030, 1, 1);
+    let server = AuthServer::start_h2(expected(), &cert).await;
+    let config = |http2: bool| {
+        serde_json::json!({
+            "path": "/echo",
+            "scheme": "https",
+            "ca_pem": cert.ca_pem,
+            "enable_http2": http2,
+            "headers": {"x-api-key": "$(secret:token)"},
+            "show_body": true,
+            "header_regex": {"sonde-withheld": "reflected a secret"},
+        })
+    };
+    for (http2, version) in [(true, (2, 0)), (false, (1, 1))] {
+        let r = http(&server, config(http2), &[("token", TOKEN)]).await;
+        assert_eq!(r.status, Status::Success, "{r:?}");
+        let seen = r.observed.as_ref().and_then(|o| o.http.as_ref()).map(|h| h.version);
+        assert_eq!(seen, Some(version), "enable_http2: {http2}");
+        let text = format!("{r:?}");
+        assert!(!holds(&text, TOKEN), "{text}");
+        assert_eq!(r.detail.as_deref(), Some(WITHHELD), "{r:?}");
+    }
+    let received = server.received();
+    assert_eq!(received.len(), 2, "{received:?}");
+    for r in &received {
+        assert!(r.headers.contains(&format!("x-api-key: {TOKEN}")), "{received:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_the_grants_do_not_name_is_denied_by_its_name() {
     let server = AuthServer::start(expected()).await;
