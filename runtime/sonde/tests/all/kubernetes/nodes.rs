@@ -46,6 +46,15 @@ async fn until_status(api: &FakeApi, t: &str, status: &str) -> Value {
     node_cond(api, NODE, t).unwrap()
 }
 
+/// The `Accepted` condition of SondeNodeCheck `name`, once written.
+fn accepted(api: &FakeApi, name: &str) -> Option<Value> {
+    api.node_check(name)["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Accepted")
+        .cloned()
+}
+
 fn taints(api: &FakeApi) -> Value {
     api.node(NODE)["spec"]["taints"].clone()
 }
@@ -243,13 +252,7 @@ async fn bad_node_checks_are_refused_with_a_reason_and_never_applied() {
     }
     let (agent, _controller) = node_agent(client, dir.path(), Duration::from_secs(300)).await;
 
-    let accepted = |name: &str| -> Option<Value> {
-        api.node_check(name)["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "Accepted")
-            .cloned()
-    };
+    let accepted = |name: &str| accepted(&api, name);
     let expected = [
         ("uses-exec", "PluginNotAllowed", "spec.plugin \"exec\""),
         ("claims-ready", "KubeletCondition", "spec.condition.type \"Ready\""),
@@ -455,13 +458,7 @@ async fn the_shipped_configmap_admits_the_shipped_node_check_on_any_node_address
         let mut settings = super::node_settings(NODE, Duration::from_secs(300), 200.0);
         settings.node.ip = Some(ip.into());
         let (_agent, _controller) = start_gates(client, dir.path(), &config, settings, false).await;
-        let accepted = |check: &str| -> Option<Value> {
-            api.node_check(check)["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == "Accepted")
-                .cloned()
-        };
+        let accepted = |check: &str| accepted(&api, check);
         api.wait(&format!("{name} accepted on a node at {ip}"), |_| {
             accepted(&name).is_some_and(|c| c["status"] == "True")
         })
