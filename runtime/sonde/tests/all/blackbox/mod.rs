@@ -18,6 +18,7 @@
 mod compare;
 mod exporter;
 mod servers;
+mod starttls;
 
 pub(crate) use compare::differences;
 pub(crate) use exporter::{Blackbox, get};
