@@ -5,8 +5,9 @@
 //! plugin passes), certificate checks, and the handshake. [`handshake`]
 //! connects to a host, completes a handshake and reports the session and
 //! the server's certificate; [`connect`] keeps the connection open as a
-//! [`Session`] to send and receive over. Both reach only the probe's target
-//! and its `net` grants.
+//! [`Session`] to send and receive over; [`Session::starttls`] upgrades a
+//! plain session from [`crate::tcp::connect`] to TLS after a STARTTLS
+//! exchange. All reach only the probe's target and its `net` grants.
 
 use crate::ProbeError;
 use crate::bindings::sonde::probe::tls as host_tls;
@@ -232,6 +233,28 @@ impl Session {
         let n = data.len().min(buf.len());
         buf[..n].copy_from_slice(&data[..n]);
         Ok(n)
+    }
+
+    /// Upgrades this plain session (from [`crate::tcp::connect`]) to TLS
+    /// in place, after the exchange that asked for it (SMTP's or IMAP's
+    /// `STARTTLS`, PostgreSQL's SSLRequest): the host completes a handshake
+    /// with `options` over the same connection within `timeout`, as
+    /// [`connect`] does (the server name is the host the session was
+    /// opened to unless [`TlsOptions::server_name`]), and what is sent and
+    /// read afterwards goes over TLS. The handshake's `dns_seconds` and
+    /// `connect_seconds` are 0.
+    ///
+    /// A session that is TLS already is refused as
+    /// [`ProbeError::InvalidConfig`]; one that holds data the peer sent
+    /// before the upgrade and that was not read yet, or whose peer closed,
+    /// as [`HandshakeError::Failed`]; both are left as they were. A failed
+    /// handshake is [`HandshakeError::Failed`] and leaves the session
+    /// closed.
+    pub fn starttls(&mut self, options: &TlsOptions, timeout: Duration) -> Result<Handshake, HandshakeError> {
+        self.inner
+            .starttls(&options.to_wit(), millis(timeout))
+            .map(from_wit)
+            .map_err(handshake_error)
     }
 
     /// Reads until `done` accepts what was read so far, the peer closes,

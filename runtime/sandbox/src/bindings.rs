@@ -29,6 +29,7 @@ wasmtime::component::bindgen!({
         "sonde:probe/credentials.redis-login": async | trappable,
         "sonde:probe/tls.[method]session.send": async | trappable,
         "sonde:probe/tls.[method]session.receive": async | trappable,
+        "sonde:probe/tls.[method]session.starttls": async | trappable,
         default: trappable,
     },
     with: { "sonde:probe/tls.session": crate::bindings::Session },
@@ -58,4 +59,7 @@ pub(crate) enum SessionStream {
     Tls(Box<TlsStream<TcpStream>>),
     /// From `tcp.connect`.
     Plain(TcpStream),
+    /// A plain connection whose `starttls` failed: the handshake took the
+    /// connection and closed it.
+    Closed,
 }

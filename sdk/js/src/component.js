@@ -71,6 +71,13 @@ class RawSession {
       throw this.error(e);
     }
   }
+  starttls(options, timeoutMs) {
+    try {
+      return handshakeResult(this.session.starttls(witTls(options), ms(timeoutMs)));
+    } catch (e) {
+      throw netError(e);
+    }
+  }
   close() {
     this.session[Symbol.dispose]?.();
   }

@@ -74,9 +74,13 @@ export function tlsInfo({ daysLeft = 90, subject = 'CN=example', issuer = 'CN=Te
  * check sent is in `sent`.
  */
 export class FakeSession {
-  constructor(replies = [], { hang = false } = {}) {
+  constructor(replies = [], { hang = false, tls = undefined } = {}) {
     this.replies = replies.map((r) => (typeof r === 'string' ? encoder.encode(r) : r));
     this.hang = hang;
+    /** What starttls() gives: the certificate (a tlsInfo() when undefined), or the error it throws. */
+    this.tls = tls;
+    /** The options of the starttls() the check made, if it made one. */
+    this.upgraded = undefined;
     this.sent = [];
     this.closed = false;
     /** [host, port] it was connected to (set by the FakeHost). */
@@ -98,6 +102,15 @@ export class FakeSession {
     }
     if (this.hang) throw new SessionError('timed-out', `no data within ${timeoutMs}ms`);
     return new Uint8Array(0);
+  }
+  starttls(options) {
+    if (this.upgraded) throw ProbeError.invalidConfig('starttls: the session is TLS already');
+    if (this.tls instanceof Error) {
+      this.closed = true;
+      throw this.tls;
+    }
+    this.upgraded = options;
+    return { info: this.tls ?? tlsInfo(), dnsSeconds: 0, connectSeconds: 0, tlsSeconds: 0.001 };
   }
   close() {
     this.closed = true;

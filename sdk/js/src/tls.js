@@ -61,6 +61,22 @@ export class Session {
   readUntil(maxBytes, done) {
     return readUntilWith((n) => this.read(n), maxBytes, done);
   }
+  /**
+   * Upgrades this plain session (from tcp.connect) to TLS in place, after the
+   * exchange that asked for it (SMTP's or IMAP's STARTTLS, PostgreSQL's
+   * SSLRequest): the host completes a handshake over the same connection
+   * within `timeout` seconds (the read timeout when undefined), verified as
+   * connect() verifies (the name is the host the session was opened to
+   * unless options.serverName); what is sent and read afterwards goes over
+   * TLS. Returns {info, dnsSeconds, connectSeconds, tlsSeconds}. A session
+   * that is TLS already throws ProbeError (invalid config); a failed
+   * handshake, unread data the peer sent before the upgrade, or a closed
+   * peer throw NetError; a failed handshake leaves the session closed.
+   */
+  starttls(options = new TlsOptions(), timeout = undefined) {
+    const wait = timeout ?? this.readTimeout;
+    return this.raw.starttls(options, Math.max(1, Math.trunc(wait * 1000)));
+  }
   close() {
     const raw = this.raw;
     this.raw = null;

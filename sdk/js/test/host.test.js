@@ -63,6 +63,33 @@ test('tcp sessions send, read until and report timeouts', () => {
   assert.ok(s.closed);
 });
 
+test('a plain session upgrades with starttls', () => {
+  const check = probe({
+    name: 'starttls',
+    check(req) {
+      const [session] = tcp.connect('mail', 25, req.remaining());
+      session.send('STARTTLS\r\n');
+      session.readUntil(1024, (b) => decoder.decode(b).includes('220'));
+      const hs = session.starttls(tls.TlsOptions.fromConfig({ server_name: 'mail.example' }));
+      session.send('EHLO x\r\n');
+      try {
+        session.starttls();
+      } catch (e) {
+        session.close();
+        return Outcome.success(`${hs.info.subject} ${e.message}`);
+      }
+      return Outcome.failure('upgraded twice');
+    },
+  });
+  const s = new FakeSession(['220 go\r\n'], { tls: tlsInfo({ subject: 'CN=mail' }) });
+  const o = run(check, { target: 'mail:25', host: new FakeHost({ tcp: { 'mail:25': s } }) });
+  assert.match(o.message, /^CN=mail .*starttls: the session is TLS already$/);
+  assert.equal(s.upgraded.serverName, 'mail.example');
+  assert.deepEqual(s.sent.map((d) => decoder.decode(d)), ['STARTTLS\r\n', 'EHLO x\r\n']);
+  const refused = new FakeSession(['220 go\r\n'], { tls: new NetError('tls', 'certificate not trusted') });
+  assert.throws(() => run(check, { target: 'mail:25', host: new FakeHost({ tcp: { 'mail:25': refused } }) }), /not trusted/);
+});
+
 test('tls handshakes report the certificate', () => {
   const check = probe({
     name: 'tls',

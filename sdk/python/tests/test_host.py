@@ -73,6 +73,30 @@ class HostTest(unittest.TestCase):
         self.assertEqual(s.sent, [b"PING\r\n"])
         self.assertTrue(s.closed)
 
+    def test_a_plain_session_upgrades_with_starttls(self):
+        @probe
+        def check(req):
+            session, _ = tcp.connect("mail", 25, req.remaining())
+            with session:
+                session.send(b"STARTTLS\r\n")
+                session.read_until(1024, lambda b: b"220" in b)
+                hs = session.starttls(tls.TlsOptions.from_config(server_name="mail.example"))
+                session.send(b"EHLO x\r\n")
+                try:
+                    session.starttls()
+                except ProbeError as e:
+                    return Outcome.success(f"{hs.info.subject} {e}")
+            return Outcome.failure("upgraded twice")
+
+        s = FakeSession([b"220 go\r\n"], tls=tls_info(subject="CN=mail"))
+        o = run(check, "mail:25", host=FakeHost(tcp={"mail:25": s}))
+        self.assertEqual(o.message, "CN=mail invalid config: starttls: the session is TLS already")
+        self.assertEqual(s.upgraded.server_name, "mail.example")
+        self.assertEqual(s.sent, [b"STARTTLS\r\n", b"EHLO x\r\n"])
+        refused = FakeSession([b"220 go\r\n"], tls=NetError("tls", "certificate not trusted"))
+        with self.assertRaisesRegex(NetError, "not trusted"):
+            run(check, "mail:25", host=FakeHost(tcp={"mail:25": refused}))
+
     def test_tls_handshakes_report_the_certificate(self):
         @probe
         def check(req):

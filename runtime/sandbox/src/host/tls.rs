@@ -9,11 +9,14 @@
 //! call; dropping it, or the end of the call, resets the connection.
 //!
 //! The `tcp` interface ([`super::tcp`]) makes the same kind of session over
-//! plain TCP, counted in the same [`TlsCtx`].
+//! plain TCP, counted in the same [`TlsCtx`]; its `starttls` ([`starttls`])
+//! upgrades such a session to TLS in place.
 //!
 //! The host must be the probe's target or a `net` grant, checked before any
 //! name lookup or connection; a refusal is recorded, so the run is reported
 //! as `denied` whatever the plugin does with the error.
+
+mod starttls;
 
 use super::bounds::CallBounds;
 use super::dial::dial;
@@ -43,6 +46,7 @@ impl SessionStream {
                 s.flush().await
             }
             Self::Plain(s) => s.write_all(data).await,
+            Self::Closed => Err(starttls::closed()),
         }
     }
 
@@ -53,6 +57,7 @@ impl SessionStream {
         match self {
             Self::Tls(s) => s.read(buf).await,
             Self::Plain(s) => s.read(buf).await,
+            Self::Closed => Err(starttls::closed()),
         }
     }
 }
@@ -376,6 +381,15 @@ impl probe_tls::HostSession for TlsView<'_> {
                 ))),
             },
         )
+    }
+
+    async fn starttls(
+        &mut self,
+        session: Resource<Session>,
+        options: Options,
+        timeout_ms: u64,
+    ) -> wasmtime::Result<Result<HandshakeResult, WitError>> {
+        starttls::upgrade(self, session, options, timeout_ms).await
     }
 
     fn drop(&mut self, session: Resource<Session>) -> wasmtime::Result<()> {

@@ -281,7 +281,10 @@ fn server_name(host: &str, options: &TlsOptions) -> Result<ServerName<'static>, 
         .unwrap_or(host)
         .trim_start_matches('[')
         .trim_end_matches(']');
-    ServerName::try_from(name.to_string()).map_err(|_| TlsError::ServerName { name: name.to_string() })
+    // The error quotes at most 256 characters of a name that may be huge.
+    ServerName::try_from(name.to_string()).map_err(|_| TlsError::ServerName {
+        name: name.chars().take(256).collect(),
+    })
 }
 
 /// Parses the CA certificates a plugin passed into a root store.

@@ -110,8 +110,6 @@ fn validated(dir: &Path, out: &Output) -> serde_json::Value {
 const EXAMPLE_UNSUPPORTED: &[&str] = &[
     "modules.http_with_proxy.http.proxy_url: not supported",
     "modules.http_with_proxy.http.skip_resolve_phase_with_proxy: true is not supported",
-    "modules.imap_starttls.tcp.query_response[3].starttls: not supported",
-    "modules.smtp_starttls.tcp.query_response[5].starttls: not supported",
     "modules.icmp_example.icmp.source_ip_address: not supported",
 ];
 
@@ -172,7 +170,9 @@ fn blackbox_exporters_example_imports_with_skip_unsupported_and_validates() {
         "http_post_2xx",
         "http_with_proxy",
         "icmp_example",
+        "imap_starttls",
         "irc_banner_example",
+        "smtp_starttls",
         "tcp_connect_example",
         "tls_connect",
     ];
@@ -459,13 +459,10 @@ const EXAMPLE_028_REFUSED: &[&str] = &[
     "modules.http_json_cel_match.http.fail_if_body_json_not_matches_cel",
     "modules.http_2xx_oauth_client_credentials.http.oauth2",
     "modules.http_custom_ca_example.http.tls_config.ca_file",
-    "modules.imap_starttls.tcp.query_response[3].starttls",
-    "modules.smtp_starttls.tcp.query_response[5].starttls",
     "modules.rabbitmq.tcp.tls_config.ca_file",
     "modules.rabbitmq_insecure.tcp.tls_config.ca_file",
     "modules.icmp_example.icmp.source_ip_address",
     "modules.unix_socket_ping.prober",
-    "modules.postgresql.tcp.query_response[2].starttls",
     "modules.http_with_header_from_files.http.http_headers.X-API-Key.files[0]",
 ];
 
@@ -495,9 +492,36 @@ fn blackbox_028s_example_imports_but_for_what_the_docs_argue() {
         modules["http_gzip"]["config"]["headers"],
         serde_json::json!({"Accept-Encoding": "gzip"})
     );
-    for gone in ["postgresql", "imap_starttls", "unix_socket_ping", "http_json_cel_match"] {
+    for gone in ["unix_socket_ping", "http_json_cel_match"] {
         assert!(modules.get(gone).is_none(), "{gone}");
     }
+    // starttls: the tcp plugin's step of that name, after the entry's send.
+    assert_eq!(
+        modules["smtp_starttls"]["config"]["steps"],
+        serde_json::json!([
+            {"expect": "(?mR)^220 ([^ ]+) ESMTP (.+)$"},
+            {"send": "EHLO prober\r\n"},
+            {"expect": "(?mR)^250-STARTTLS"},
+            {"send": "STARTTLS\r\n"},
+            {"expect": "(?mR)^220"},
+            {"starttls": true},
+            {"send": "EHLO prober\r\n"},
+            {"expect": "(?mR)^250-AUTH"},
+            {"send": "QUIT\r\n"},
+        ])
+    );
+    assert_eq!(
+        modules["imap_starttls"]["config"]["steps"][3],
+        serde_json::json!({"starttls": true})
+    );
+    assert_eq!(
+        modules["postgresql"]["config"]["steps"],
+        serde_json::json!([
+            {"send_base64": "AAAACATSFi8K"},
+            {"expect_bytes": "S"},
+            {"starttls": true},
+        ])
+    );
 }
 
 #[test]
@@ -513,7 +537,6 @@ fn blackbox_028s_shipped_config_imports_but_for_what_the_docs_argue() {
             "modules.ssh_banner_extract.tcp.query_response[0].labels",
             "modules.http_3xx.http.enable_http3",
             "modules.http_3xx.http.valid_http_versions",
-            "modules.postgresql.tcp.query_response[2].starttls",
         ],
         "{}",
         stderr(&out)

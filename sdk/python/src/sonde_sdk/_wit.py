@@ -85,6 +85,13 @@ class _RawSession:
         except Err as e:
             raise self._error(e.value) from None
 
+    def starttls(self, options: TlsOptions, timeout_ms: int) -> Handshake:
+        try:
+            r = self._session.starttls(_tls_options(options), timeout_ms)
+        except Err as e:
+            raise _net_error(e.value) from None
+        return Handshake(_tls_info(r.info), r.timings.dns, r.timings.connect, r.timings.tls)
+
     def close(self) -> None:
         self._session.__exit__(None, None, None)
 

@@ -78,9 +78,15 @@ class FakeSession:
     (the peer closed), or times out when `hang` is set. What the check sent
     is in `sent`."""
 
-    def __init__(self, replies: Sequence[bytes] = (), hang: bool = False):
+    def __init__(self, replies: Sequence[bytes] = (), hang: bool = False,
+                 tls: Union[TlsInfo, Exception, None] = None):
         self.replies = [bytes(r) for r in replies]
         self.hang = hang
+        self.tls = tls
+        """What `starttls` gives: the certificate (a `tls_info()` when None),
+        or the error it raises."""
+        self.upgraded: Optional[TlsOptions] = None
+        """The options of the `starttls` the check made, if it made one."""
         self.sent: List[bytes] = []
         self.closed = False
         self.peer: Optional[Tuple[str, int]] = None
@@ -103,6 +109,15 @@ class FakeSession:
         if self.hang:
             raise SessionError("timed-out", f"no data within {timeout_ms}ms")
         return b""
+
+    def starttls(self, options: TlsOptions, timeout_ms: int) -> Handshake:
+        if self.upgraded is not None:
+            raise ProbeError.invalid_config("starttls: the session is TLS already")
+        if isinstance(self.tls, Exception):
+            self.closed = True
+            raise self.tls
+        self.upgraded = options
+        return Handshake(self.tls or tls_info(), tls_seconds=0.001)
 
     def close(self) -> None:
         self.closed = True

@@ -98,6 +98,20 @@ class Session:
         """Reads until `done(what arrived)`, the peer closes, `max_bytes` or an error."""
         return _read_until(self.read, max_bytes, done)
 
+    def starttls(self, options: Optional[TlsOptions] = None, timeout: Optional[float] = None) -> Handshake:
+        """Upgrades this plain session (from `tcp.connect`) to TLS in place,
+        after the exchange that asked for it (SMTP's or IMAP's STARTTLS,
+        PostgreSQL's SSLRequest): the host completes a handshake over the same
+        connection within `timeout` seconds (the read timeout when None), with
+        the same verification as `connect` (the name is the host the session
+        was opened to unless `options.server_name`); what is sent and read
+        afterwards goes over TLS. A session that is TLS already raises
+        ProbeError (invalid config); a failed handshake, unread data the peer
+        sent before the upgrade, or a closed peer raise NetError ("tls",
+        "connect" or "timeout"); a failed handshake leaves the session closed."""
+        wait = self.read_timeout if timeout is None else timeout
+        return self._raw.starttls(options or TlsOptions(), max(1, int(wait * 1000)))
+
     def close(self) -> None:
         raw, self._raw = self._raw, None
         if raw is not None and hasattr(raw, "close"):

@@ -361,7 +361,13 @@ fn tcp(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             _ => ctx.invalid(e.at, &e.path, "unknown key of the tcp prober"),
         }
     }
-    tls_block(ctx, tls, tls_node, out);
+    // blackbox_exporter's starttls verifies with the module's tls_config.
+    let starttls = steps.iter().any(|s| s.get("starttls").is_some());
+    tls_block(ctx, tls || starttls, tls_node, out);
+    if starttls && !tls {
+        // The steps begin over plain TCP; the plugin refuses both.
+        out.config.remove("tls");
+    }
     if !steps.is_empty() {
         out.config.insert("steps".into(), Json::Array(steps));
     }
@@ -369,8 +375,10 @@ fn tcp(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
 
 /// One `query_response` entry, in blackbox_exporter's order: its expect
 /// (matched line by line) or expect_bytes, then its send (ended with a
-/// newline; `${1}` and `$name` stand for the expect's groups).
+/// newline; `${1}` and `$name` stand for the expect's groups), then its
+/// `starttls` (the plugin's step of that name).
 fn query_response(ctx: &mut Ctx, node: &Node, path: &str, steps: &mut Vec<Json>) {
+    let mut starttls = false;
     let mut expect = None;
     let mut expect_bytes = None;
     let mut send = None;
@@ -394,15 +402,7 @@ fn query_response(ctx: &mut Ctx, node: &Node, path: &str, steps: &mut Vec<Json>)
                     );
                 }
             }
-            "starttls" => {
-                if ctx.boolean(e.node, &e.path) == Some(true) {
-                    ctx.unsupported_module(
-                        e.node.referenced,
-                        &e.path,
-                        "not supported: sonde's host opens TLS only as it connects (tls: true); its sessions cannot start TLS in the middle of an exchange",
-                    );
-                }
-            }
+            "starttls" => starttls = ctx.boolean(e.node, &e.path) == Some(true),
             _ => ctx.invalid(
                 e.at,
                 &e.path,
@@ -429,6 +429,9 @@ fn query_response(ctx: &mut Ctx, node: &Node, path: &str, steps: &mut Vec<Json>)
             Err(e) => serde_json::json!({"send_base64": base64(e.as_bytes())}),
         });
     }
+    if starttls {
+        steps.push(serde_json::json!({"starttls": true}));
+    }
 }
 
 /// Standard base64.
@@ -438,7 +441,8 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 /// A tcp or grpc module's `tls` and its `tls_config`, which
-/// blackbox_exporter reads only with `tls: true`.
+/// blackbox_exporter reads only with `tls: true` (or, for tcp, a
+/// `starttls` step).
 fn tls_block(ctx: &mut Ctx, tls: bool, tls_node: Option<(&Node, String)>, out: &mut Out) {
     if tls {
         out.config.insert("tls".into(), true.into());

@@ -193,10 +193,6 @@ fn what_sonde_cannot_honour_is_named_by_its_key_path() {
   sock:
     prober: unix
     unix: {query_response: [{send: PING}]}
-  starttls:
-    prober: tcp
-    tcp:
-      query_response: [{starttls: true}]
 "#,
     );
     assert_eq!(
@@ -213,10 +209,6 @@ fn what_sonde_cannot_honour_is_named_by_its_key_path() {
                 Severity::UnsupportedModule
             ),
             ("modules.sock.prober", Severity::UnsupportedModule),
-            (
-                "modules.starttls.tcp.query_response[0].starttls",
-                Severity::UnsupportedModule
-            ),
         ]
     );
     assert_eq!(
@@ -227,6 +219,40 @@ fn what_sonde_cannot_honour_is_named_by_its_key_path() {
     // What --skip-unsupported keeps: the module without the options.
     let names: Vec<&str> = m.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["dns"]);
+}
+
+/// `starttls: true` is the tcp plugin's step of that name, after the
+/// entry's send, and the module's `tls_config` (which blackbox_exporter
+/// verifies the upgrade with) becomes the plugin's TLS keys, without `tls`.
+#[test]
+fn starttls_is_a_step_verified_with_the_tls_config() {
+    let (m, problems) = modules(
+        r#"modules:
+  smtp:
+    prober: tcp
+    tcp:
+      tls_config: {insecure_skip_verify: true, server_name: mail.example}
+      query_response:
+        - expect: "^220"
+        - send: "STARTTLS\r"
+          starttls: true
+        - send: "QUIT\r"
+"#,
+    );
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(
+        serde_json::Value::Object(m[0].config.clone()),
+        serde_json::json!({
+            "insecure_skip_verify": true,
+            "server_name": "mail.example",
+            "steps": [
+                {"expect": "(?mR)^220"},
+                {"send": "STARTTLS\r\n"},
+                {"starttls": true},
+                {"send": "QUIT\r\n"},
+            ],
+        })
+    );
 }
 
 /// blackbox_exporter's icmp options are the icmp plugin's, under the same

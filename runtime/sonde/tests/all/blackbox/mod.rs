@@ -19,6 +19,7 @@ mod compare;
 mod edges;
 mod exporter;
 mod servers;
+mod starttls;
 
 pub(crate) use compare::differences;
 pub(crate) use exporter::{Blackbox, get};

@@ -12,3 +12,4 @@ mod redis;
 mod tcp;
 mod tls;
 mod tls_cert;
+mod tls_starttls;
