@@ -88,25 +88,7 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
                     set_credential(ctx, &mut credential, value, e.at, p);
                 }
             }
-            "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, e.key, n, p, out),
-            "follow_redirects" | "no_follow_redirects" => {
-                if ctx.boolean(n, p) == Some(e.key == "no_follow_redirects") {
-                    out.config.insert("follow_redirects".into(), false.into());
-                }
-            }
-            "fail_if_ssl" | "fail_if_not_ssl" => {
-                default_only(ctx, n, p, false, "sonde's http plugin has no such check")
-            }
-            "skip_resolve_phase_with_proxy" | "proxy_from_environment" => {
-                default_only(ctx, n, p, false, "sonde connects to targets directly, through no proxy");
-            }
-            // On by default in both; only its absence is written.
-            "enable_http2" => {
-                if ctx.boolean(n, p) == Some(false) {
-                    out.config.insert("enable_http2".into(), false.into());
-                }
-            }
-            "enable_http3" => default_only(ctx, n, p, false, "sonde's host speaks no HTTP/3"),
+            key if switch(ctx, key, n, p, out) => {}
             key if unsupported(ctx, key, n, p, out) => {}
             _ => ctx.invalid(e.at, p, "unknown key of the http prober"),
         }
@@ -124,6 +106,32 @@ pub(crate) fn http(ctx: &mut Ctx, node: &Node, path: &str, out: &mut Out) {
             compression,
         },
     );
+}
+
+/// The keys of `http:` that turn one behaviour on or off (or choose the
+/// IP version); `false` when `key` is none of them.
+fn switch(ctx: &mut Ctx, key: &str, n: &Node, p: &str, out: &mut Out) -> bool {
+    match key {
+        "preferred_ip_protocol" | "ip_protocol_fallback" => ip_protocol(ctx, key, n, p, out),
+        "follow_redirects" | "no_follow_redirects" => {
+            if ctx.boolean(n, p) == Some(key == "no_follow_redirects") {
+                out.config.insert("follow_redirects".into(), false.into());
+            }
+        }
+        "fail_if_ssl" | "fail_if_not_ssl" => default_only(ctx, n, p, false, "sonde's http plugin has no such check"),
+        "skip_resolve_phase_with_proxy" | "proxy_from_environment" => {
+            default_only(ctx, n, p, false, "sonde connects to targets directly, through no proxy");
+        }
+        // On by default in both; only its absence is written.
+        "enable_http2" => {
+            if ctx.boolean(n, p) == Some(false) {
+                out.config.insert("enable_http2".into(), false.into());
+            }
+        }
+        "enable_http3" => default_only(ctx, n, p, false, "sonde's host speaks no HTTP/3"),
+        _ => return false,
+    }
+    true
 }
 
 /// What `http:` gave that becomes one config key after the whole block.
