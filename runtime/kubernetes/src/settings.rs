@@ -136,10 +136,7 @@ impl GateSettings {
             return Err(GateSettingsError::NodeHeartbeat(heartbeat));
         }
         let node = NodeSettings {
-            ip: spec
-                .and_then(|s| s.node_ip.clone())
-                .or_else(|| std::env::var("NODE_IP").ok())
-                .filter(|ip| !ip.is_empty()),
+            ip: sonde_core::catalog::settings::node_ip(spec),
             tenant: spec
                 .and_then(|s| s.node_tenant.clone())
                 .unwrap_or_else(|| DEFAULT_NODE_TENANT.into()),

@@ -296,10 +296,11 @@ fn quotas(owner: &Owner, q: &config::QuotasSpec, at: &mut impl FnMut(Location, C
     }
 }
 
-/// The node's address, which `$(NODE_IP)` in a ceiling's `net` stands
-/// for: `kubernetes.node_ip`, else `$NODE_IP` (the shipped DaemonSet sets
-/// it from the downward API's `status.hostIP`), as the node checks read it.
-fn node_ip(kubernetes: Option<&config::KubernetesSpec>) -> Option<String> {
+/// The node's address, which `$(NODE_IP)` stands for in a ceiling's `net`
+/// and in a SondeNodeCheck: `kubernetes.node_ip`, else `$NODE_IP` (the
+/// shipped DaemonSet sets it from the downward API's `status.hostIP`).
+/// The one place both read it.
+pub fn node_ip(kubernetes: Option<&config::KubernetesSpec>) -> Option<String> {
     kubernetes
         .and_then(|k| k.node_ip.clone())
         .or_else(|| std::env::var("NODE_IP").ok())
