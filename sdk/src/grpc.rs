@@ -162,7 +162,7 @@ pub fn call(req: &GrpcRequest) -> Result<GrpcResponse, ProbeError> {
         Err(GrpcError::Invalid(m)) => Err(ProbeError::InvalidConfig(m)),
         Err(GrpcError::Dns(m)) => Err(ProbeError::Io(format!("dns: {m}"))),
         Err(GrpcError::Connect(m)) => Err(ProbeError::Io(format!("connect: {m}"))),
-        Err(GrpcError::Timeout(m)) => Err(ProbeError::Io(format!("timeout: {m}"))),
+        Err(GrpcError::Timeout(m)) => Err(ProbeError::Io(crate::net::timeout_message(&m))),
         Err(GrpcError::Tls(m)) => Err(ProbeError::Io(format!("tls: {m}"))),
         Err(GrpcError::Protocol(m)) => Err(ProbeError::Io(format!("protocol: {m}"))),
     }

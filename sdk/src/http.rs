@@ -175,7 +175,7 @@ fn from_wit(
         Err(HttpError::Invalid(m)) => Err(ProbeError::InvalidConfig(m)),
         Err(HttpError::Dns(m)) => Err(ProbeError::Io(format!("dns: {m}"))),
         Err(HttpError::Connect(m)) => Err(ProbeError::Io(format!("connect: {m}"))),
-        Err(HttpError::Timeout(m)) => Err(ProbeError::Io(format!("timeout: {m}"))),
+        Err(HttpError::Timeout(m)) => Err(ProbeError::Io(crate::net::timeout_message(&m))),
         Err(HttpError::Protocol(m)) => Err(ProbeError::Io(format!("protocol: {m}"))),
         Err(HttpError::Tls(m)) => Err(ProbeError::Io(format!("tls: {m}"))),
     }

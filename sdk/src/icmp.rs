@@ -98,7 +98,7 @@ pub fn echo(host: &str, options: &EchoOptions, timeout: Duration) -> Result<Echo
         Err(IcmpError::Unavailable(m)) => Err(EchoError::Probe(ProbeError::Io(m))),
         Err(IcmpError::Dns(m)) => Err(EchoError::Failed(format!("dns: {m}"))),
         Err(IcmpError::Connect(m)) => Err(EchoError::Failed(format!("connect: {m}"))),
-        Err(IcmpError::Timeout(m)) => Err(EchoError::Failed(format!("timeout: {m}"))),
+        Err(IcmpError::Timeout(m)) => Err(EchoError::Failed(crate::net::timeout_message(&m))),
         Err(IcmpError::Reply(m)) => Err(EchoError::Failed(format!("reply: {m}"))),
     }
 }

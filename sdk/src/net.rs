@@ -15,6 +15,18 @@ pub use with_std::*;
 /// How `describe_error` (with std) and `tls::SessionError::describe` put a
 /// timeout and a denial.
 pub(crate) const TIMED_OUT: &str = "timed out";
+
+/// How a host call's own deadline reads in the message the SDK makes of
+/// it: `timeout: no response within 300ms`.
+pub(crate) fn timeout_message(why: &str) -> alloc::string::String {
+    alloc::format!("timeout: {why}")
+}
+
+/// Whether `message` (the SDK's, perhaps after a `GET URL: ` prefix) says
+/// a host call's own deadline passed ([`timeout_message`]).
+pub fn is_timeout(message: &str) -> bool {
+    message.starts_with("timeout: ") || message.contains(": timeout: ")
+}
 pub(crate) const NOT_GRANTED: &str = "denied by the host: not granted";
 
 #[cfg(feature = "std")]
@@ -184,6 +196,14 @@ mod tests {
             at += n;
             Ok(n)
         }
+    }
+
+    #[test]
+    fn a_deadline_reads_as_a_timeout_wherever_it_is_quoted() {
+        let m = super::timeout_message("no response within 300ms");
+        assert!(super::is_timeout(&m));
+        assert!(super::is_timeout(&alloc::format!("GET http://x/: {m}")));
+        assert!(!super::is_timeout("GET http://x/: connection refused"));
     }
 
     #[test]

@@ -144,7 +144,7 @@ pub(crate) fn handshake_error(e: host_tls::TlsError) -> HandshakeError {
         TlsError::Invalid(m) => HandshakeError::Probe(ProbeError::InvalidConfig(m)),
         TlsError::Dns(m) => HandshakeError::Failed(format!("dns: {m}")),
         TlsError::Connect(m) => HandshakeError::Failed(format!("connect: {m}")),
-        TlsError::Timeout(m) => HandshakeError::Failed(format!("timeout: {m}")),
+        TlsError::Timeout(m) => HandshakeError::Failed(crate::net::timeout_message(&m)),
         TlsError::Handshake(m) => HandshakeError::Failed(format!("tls: {m}")),
     }
 }

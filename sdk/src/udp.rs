@@ -45,7 +45,7 @@ pub fn exchange(host: &str, port: u16, request: &[u8], max: u32, timeout: Durati
             host_udp::UdpError::Invalid(m) => HandshakeError::Probe(ProbeError::InvalidConfig(m)),
             host_udp::UdpError::Dns(m) => HandshakeError::Failed(format!("dns: {m}")),
             host_udp::UdpError::Connect(m) => HandshakeError::Failed(format!("udp: {m}")),
-            host_udp::UdpError::Timeout(m) => HandshakeError::Failed(format!("timeout: {m}")),
+            host_udp::UdpError::Timeout(m) => HandshakeError::Failed(crate::net::timeout_message(&m)),
             host_udp::UdpError::Oversized(n) => {
                 HandshakeError::Failed(format!("udp: a reply of {n} bytes, more than the {max} allowed"))
             }

@@ -765,9 +765,7 @@ fn header_verdict(response: &HttpResponse, name: &str, re: &Regex, rule: HeaderR
 /// (docs/prometheus.md); otherwise the host saw why (no address, no
 /// connection, a TLS handshake).
 fn unreachable(message: String) -> Outcome {
-    // The SDK's words for the request's own deadline (`timeout: no
-    // response within 300ms`), after `METHOD URL: `.
-    let timed_out = message.contains(": timeout: ");
+    let timed_out = sonde_sdk::net::is_timeout(&message);
     let outcome = Outcome::failure(message);
     if timed_out {
         outcome.with_metric("failed_due_to_timeout", 1.0, "")
