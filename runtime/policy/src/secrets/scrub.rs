@@ -22,7 +22,9 @@
 //!
 //! Everything works on the peer's raw bytes, before any conversion to text.
 
+mod encoded;
 mod runs;
+mod splices;
 mod views;
 
 use runs::Runs;
@@ -38,8 +40,10 @@ use zeroize::Zeroizing;
 pub const RUN: usize = 12;
 
 /// How far behind the peer a stream is handed on: the widest span of a
-/// run in any view ([`RUN`] bytes, each taking at most 16 in an encoding).
-pub const LAG: usize = RUN * views::WIDEST_BYTE;
+/// run in any view ([`RUN`] bytes, each taking at most 16 in an encoding),
+/// and one escape more that the end of a read may have cut short (not
+/// read until it ends).
+pub const LAG: usize = (RUN + 1) * views::WIDEST_BYTE;
 
 /// How long a session's peer is quiet before the bytes held back are
 /// handed on (also when it closes, or when the plugin's wait ends).
@@ -77,7 +81,14 @@ impl Scrubber {
 
     /// Whether `field`, in some view, holds a reflection.
     pub fn reflects(&self, field: &[u8]) -> bool {
-        !self.runs.is_empty() && views::any(field, self.runs.shortest(), &mut |view| self.runs.found_in(view))
+        !self.runs.is_empty() && views::any(field, false, &self.runs)
+    }
+
+    /// Whether `bytes`, which may go on, already hold a reflection that
+    /// more bytes cannot undo: an escape cut short at the end is not read
+    /// as the bytes it has so far.
+    pub fn reflects_so_far(&self, bytes: &[u8]) -> bool {
+        !self.runs.is_empty() && views::any(bytes, true, &self.runs)
     }
 
     /// Whether a header field (or gRPC metadata entry) reflects, in its
@@ -86,18 +97,26 @@ impl Scrubber {
         self.reflects(name) || self.reflects(value)
     }
 
-    /// Where the first reflection in `field` ends, if it holds one: the
-    /// shortest prefix that reflects (found by bisection, only when the
-    /// field reflects). For two secrets whose encodings are as long, it
-    /// is the same.
-    pub fn reflection_end(&self, field: &[u8]) -> Option<usize> {
-        if !self.reflects(field) {
+    /// Where the first reflection in `bytes` ends, if they hold one: the
+    /// shortest prefix that reflects so far (found by bisection, only when
+    /// there is one; a prefix reflects so far whenever a shorter one does).
+    /// `ended` when nothing follows `bytes`. For two secrets whose
+    /// encodings are as long, it is the same, but for the residual a
+    /// secret's own last bytes make when they spell the start of their
+    /// encoding (docs/security.md).
+    pub fn reflection_end(&self, bytes: &[u8], ended: bool) -> Option<usize> {
+        let found = if ended {
+            self.reflects(bytes)
+        } else {
+            self.reflects_so_far(bytes)
+        };
+        if !found {
             return None;
         }
-        let (mut lo, mut hi) = (0, field.len());
+        let (mut lo, mut hi) = (0, bytes.len());
         while lo + 1 < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.reflects(&field[..mid]) {
+            if self.reflects_so_far(&bytes[..mid]) {
                 hi = mid;
             } else {
                 lo = mid;
@@ -109,7 +128,7 @@ impl Scrubber {
     /// Whether the run of the reflection ending at `end` already began
     /// before `from`: the latest start that still reflects up to `end`.
     fn began_before(&self, field: &[u8], from: usize, end: usize) -> bool {
-        from > 0 && !self.reflects(&field[from.min(end)..end])
+        from > 0 && !self.reflects_so_far(&field[from.min(end)..end])
     }
 
     /// A header field (or gRPC metadata entry) as a plugin reads it: its
@@ -197,27 +216,38 @@ impl Stream {
             return Passed::default();
         }
         self.held.extend_from_slice(data);
-        let mut seen = Zeroizing::new(Vec::with_capacity(self.context.len() + self.held.len()));
-        seen.extend_from_slice(&self.context);
-        seen.extend_from_slice(&self.held);
-        if let Some(end) = scrubber.reflection_end(&seen) {
-            let spilled = scrubber.began_before(&seen, self.context.len(), end);
-            let cut = end.saturating_sub(LAG).saturating_sub(self.context.len());
-            let mut passed = self.finish(cut);
-            passed.spilled = spilled;
+        if let Some(passed) = self.withhold(scrubber, false) {
             return passed;
         }
         let lagged = self.held.len().saturating_sub(LAG);
         self.take(lagged)
     }
 
-    /// Everything held (checked already): at the end of the stream, or
-    /// when the peer has been quiet for [`QUIET`].
-    pub fn release(&mut self) -> Passed {
+    /// Everything held: at the end of the stream, or when the peer has
+    /// been quiet for [`QUIET`] (then an escape cut short at the end is
+    /// read as the bytes it has: what is handed on is final).
+    pub fn release(&mut self, scrubber: &Scrubber) -> Passed {
         if self.withheld {
             return Passed::default();
         }
+        if let Some(passed) = self.withhold(scrubber, true) {
+            return passed;
+        }
         self.take(self.held.len())
+    }
+
+    /// What is handed on when what was seen holds a reflection: the held
+    /// bytes up to [`LAG`] before where it ends, then the marker.
+    fn withhold(&mut self, scrubber: &Scrubber, ended: bool) -> Option<Passed> {
+        let mut seen = Zeroizing::new(Vec::with_capacity(self.context.len() + self.held.len()));
+        seen.extend_from_slice(&self.context);
+        seen.extend_from_slice(&self.held);
+        let end = scrubber.reflection_end(&seen, ended)?;
+        let spilled = scrubber.began_before(&seen, self.context.len(), end);
+        let cut = end.saturating_sub(LAG).saturating_sub(self.context.len());
+        let mut passed = self.finish(cut);
+        passed.spilled = spilled;
+        Some(passed)
     }
 
     /// Whether bytes are held back.

@@ -350,7 +350,7 @@ async fn exchange(
     // Only a connection whose response was read to its end can serve the
     // next request; any other is dropped, which resets it.
     let (read, ended) = read_body(response.into_body(), read_to).await?;
-    let body = body_for_plugin(scrubber.as_deref(), read, max, coded);
+    let body = body_for_plugin(scrubber.as_deref(), read, ended, max, coded);
     let setup = phases.dns + phases.connect + phases.tls;
     let processing = first_byte.saturating_sub(setup);
     bounds.observe(|o| seen.record(o, processing, start.elapsed().saturating_sub(first_byte), body.len()));

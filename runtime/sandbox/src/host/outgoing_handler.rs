@@ -289,7 +289,7 @@ impl Scrubbing {
 
     /// The peer's body ended: what was held comes now.
     fn end(&mut self) {
-        let passed = self.stream.release();
+        let passed = self.stream.release(&self.scrubber);
         self.passed(passed);
         self.done = true;
     }

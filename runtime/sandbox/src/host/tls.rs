@@ -322,9 +322,9 @@ async fn receive_scrubbed(
         let mut buf = vec![0; MAX_RECEIVE_BYTES];
         let passed = match tokio::time::timeout_at(wait, session.stream.receive(&mut buf)).await {
             Ok(Ok(n)) if n > 0 => session.scan.push(scrubber, &buf[..n]),
-            Ok(Ok(_)) if holding => session.scan.release(),
+            Ok(Ok(_)) if holding => session.scan.release(scrubber),
             Ok(Ok(_)) => return Ok(Vec::new()),
-            Ok(Err(_)) | Err(_) if holding => session.scan.release(),
+            Ok(Err(_)) | Err(_) if holding => session.scan.release(scrubber),
             Ok(Err(e)) => return Err(WitError::Connect(format!("receive: {e}"))),
             Err(_) => {
                 return Err(WitError::Timeout(format!(

@@ -10,6 +10,16 @@
 use super::RUN;
 use zeroize::Zeroize;
 
+/// What the views are searched for: the runs of some secrets.
+pub(super) trait Target {
+    /// Whether `view` holds a run anywhere.
+    fn found_in(&self, view: &[u8]) -> bool;
+    /// The lengths runs have (each at most [`super::RUN`]).
+    fn lengths(&self) -> impl Iterator<Item = usize> + '_;
+    /// The shortest of them.
+    fn shortest(&self) -> usize;
+}
+
 /// Bits of the filter on 8-byte prefixes: 2^16 bits (8 KiB, in a core's
 /// first-level cache), so a field's bytes rarely reach the exact lookup.
 const FILTER_BITS: u32 = 16;
@@ -109,14 +119,20 @@ impl Runs {
     pub(super) fn is_empty(&self) -> bool {
         self.lengths.is_empty()
     }
+}
 
+impl Target for Runs {
     /// The shortest run: a view shorter than it holds none.
-    pub(super) fn shortest(&self) -> usize {
+    fn shortest(&self) -> usize {
         self.lengths.iter().map(|l| l.len).min().unwrap_or(RUN)
     }
 
+    fn lengths(&self) -> impl Iterator<Item = usize> + '_ {
+        self.lengths.iter().map(|l| l.len)
+    }
+
     /// Whether `view`, case-folded, holds a run.
-    pub(super) fn found_in(&self, view: &[u8]) -> bool {
+    fn found_in(&self, view: &[u8]) -> bool {
         if view.len() < self.shortest() {
             return false;
         }

@@ -210,7 +210,7 @@ impl<'a> LoginIo<'a> {
             } else {
                 Some(read.await)
             } {
-                Some(Ok(0)) | None if holding => self.session.scan.release(),
+                Some(Ok(0)) | None if holding => self.session.scan.release(&scrubber),
                 Some(Ok(0)) => return Ok(0),
                 Some(Ok(n)) => self.session.scan.push(&scrubber, &chunk[..n]),
                 Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,

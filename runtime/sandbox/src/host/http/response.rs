@@ -20,10 +20,22 @@ fn kept(keep: Option<&[String]>, name: &str) -> bool {
 /// reflection across the cut is seen whole): the first `max` bytes, or
 /// [`WITHHELD`] when the bytes read reflect a secret or are coded
 /// (`Content-Encoding`) so that they cannot be searched. Whether it is
-/// withheld does not depend on where a partial match would end.
-pub(super) fn body_for_plugin(scrubber: Option<&Scrubber>, mut read: Vec<u8>, max: usize, coded: bool) -> Vec<u8> {
+/// withheld does not depend on where a partial match would end; a body
+/// cut short of its end (`ended` false) is read as one that goes on.
+pub(super) fn body_for_plugin(
+    scrubber: Option<&Scrubber>,
+    mut read: Vec<u8>,
+    ended: bool,
+    max: usize,
+    coded: bool,
+) -> Vec<u8> {
     if let Some(s) = scrubber
-        && (coded || s.reflects(&read))
+        && (coded
+            || if ended {
+                s.reflects(&read)
+            } else {
+                s.reflects_so_far(&read)
+            })
     {
         return WITHHELD.as_bytes().to_vec();
     }
