@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Import cycles between the modules of a crate's src/ directory.
 
-Usage: scripts/module-cycles.py [SRC_DIR] [--depth N]
+Usage: scripts/module-cycles.py [SRC_DIR] [--depth N|all]
 
 Reads every .rs file under SRC_DIR (default: every runtime/*/src), maps it to its
 module path (engine/store.rs -> engine::store), and draws an edge A -> B for
 every `crate::B...` path in A's code (comments and doc comments skipped,
 `use crate::{a, b}` groups expanded, `super::` resolved). Modules are cut to
-their first N path segments (default 1: engine, host, registry...). Prints
-each group of modules that import each other (a strongly connected
-component of more than one module) and exits 1 if there is any.
+their first N path segments (default 1: engine, host, registry...; `all`:
+every depth from 1 to the deepest module). Prints each group of modules
+that import each other (a strongly connected component of more than one
+module) and exits 1 if there is any.
 """
 
 import os
@@ -60,15 +61,27 @@ def resolve(root, rest, here):
 
 def main():
     args = sys.argv[1:]
-    depth = 1
+    depth = "1"
     if "--depth" in args:
         i = args.index("--depth")
-        depth = int(args[i + 1])
+        depth = args[i + 1]
         del args[i : i + 2]
     src = args[0] if args else "runtime/src"
     files = []
     for dirpath, _, names in os.walk(src):
         files += [os.path.join(dirpath, n) for n in names if n.endswith(".rs")]
+    if depth == "all":
+        deepest = max(len(module_of(src, f, 0)) for f in files)
+        depths = range(1, max(deepest, 1) + 1)
+    else:
+        depths = [int(depth)]
+    found = [check(src, files, d) for d in depths]
+    sys.exit(1 if any(found) else 0)
+
+
+def check(src, files, depth):
+    """Prints the cycles between the modules cut to `depth` segments, or
+    that there is none; whether there is any."""
     modules = {tuple(module_of(src, f, depth)) for f in files}
     edges = {}
     for f in files:
@@ -125,7 +138,7 @@ def main():
                     print(f"    {name(a)} -> {name(b)}")
     if not sccs:
         print(f"no import cycle between the modules of {src} (depth {depth})")
-    sys.exit(1 if sccs else 0)
+    return bool(sccs)
 
 
 if __name__ == "__main__":

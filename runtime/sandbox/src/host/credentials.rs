@@ -13,6 +13,7 @@
 //! it (`Use::Secret`) toward the peer; what the peer answers reaches the
 //! plugin scrubbed.
 
+mod login_io;
 mod logins;
 mod postgres;
 mod redis;

@@ -4,7 +4,7 @@
 //! the server's signature verified) until AuthenticationOk or an
 //! ErrorResponse, reading no byte past either.
 
-use super::logins::{LoginIo, Secret, protocol_error, read_exact, send};
+use super::login_io::{LoginIo, Secret, protocol_error, read_exact, send};
 use super::scram::{Scram, salted_password};
 use crate::bindings::sonde::probe::credentials::Login;
 use crate::bindings::sonde::probe::tls::TlsError as WitError;

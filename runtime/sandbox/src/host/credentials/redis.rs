@@ -1,7 +1,7 @@
 //! The host's Redis login (`credentials.redis-login`): `AUTH [username]
 //! password` as a RESP array, and the server's one reply line.
 
-use super::logins::{LoginIo, Secret, closed, protocol_error, send};
+use super::login_io::{LoginIo, Secret, closed, protocol_error, send};
 use crate::bindings::sonde::probe::credentials::Login;
 use crate::bindings::sonde::probe::tls::TlsError as WitError;
 use zeroize::Zeroizing;

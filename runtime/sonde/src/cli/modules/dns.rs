@@ -1,7 +1,7 @@
 //! `dns:` of a blackbox_exporter module: the dns plugin takes its options
 //! under the same names, with the same defaults and meanings.
 
-use super::blackbox::{Out, ip_protocol};
+use super::options::{Out, ip_protocol};
 use super::tree::Node;
 use super::walk::Ctx;
 use serde_json::{Map, Value as Json};

@@ -1,7 +1,7 @@
 //! blackbox_exporter's `http` prober, into the config of sonde's `http`
 //! plugin (its schema: `plugins/http/src/schema.json`).
 
-use super::blackbox::{Out, ip_protocol, tls_config};
+use super::options::{Out, file_secret, ip_protocol, tls_config};
 use super::tree::Node;
 use super::walk::Ctx;
 use base64::Engine as _;
@@ -350,37 +350,6 @@ fn body_file(ctx: &mut Ctx, n: &Node, p: &str, out: &mut Out) {
             format!("{file}: {e}: the importer reads the body into the module, so the file must be on this machine"),
         ),
     }
-}
-
-/// A credential file as a sonde secret (`secrets.NAME.file`): the handle
-/// that stands for it, `$(secret:NAME)`, and the secret in `out`. The file
-/// must be an absolute path here: `sonde validate` reads it.
-pub(crate) fn file_secret(ctx: &mut Ctx, n: &Node, p: &str, out: &mut Out) -> Option<String> {
-    let file = ctx.string(n, p).filter(|f| !f.is_empty())?;
-    let path = std::path::PathBuf::from(&file);
-    if !path.is_absolute() || !path.is_file() {
-        ctx.unsupported_module(
-            n.referenced,
-            p,
-            format!("{file}: not a file on this machine: sonde reads it as a secret (secrets.NAME.file), so give its absolute path here"),
-        );
-        return None;
-    }
-    let name: String = p
-        .trim_start_matches("modules.")
-        .chars()
-        .map(|c| match c.to_ascii_lowercase() {
-            c @ ('a'..='z' | '0'..='9' | '-' | '_' | '.') => c,
-            _ => '-',
-        })
-        .collect();
-    let name: String = name.trim_start_matches(['-', '_', '.']).chars().take(63).collect();
-    ctx.note(
-        p,
-        format_args!("read as the secret {name} (secrets.{name}.file: {file})"),
-    );
-    out.secrets.insert(name.clone(), path);
-    Some(format!("$(secret:{name})"))
 }
 
 /// The options the http plugin has nothing for, or that map alone

@@ -7,6 +7,7 @@
 mod blackbox;
 mod dns;
 mod http;
+mod options;
 mod tree;
 mod walk;
 
