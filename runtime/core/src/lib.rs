@@ -4,7 +4,7 @@
 //! and the [`executor`] when its call may enter the sandbox; `thresholds`
 //! turn results into state changes kept by [`results`] and exposed by
 //! [`metrics`]. [`control`] is the one path by which a running agent's
-//! probes change (reloads, the API, Kubernetes); [`managed`] keeps what
+//! probes change (reloads, the API, Kubernetes); [`uploads`] keeps what
 //! tenants upload; [`auth`] says who an API caller is.
 
 #![deny(missing_docs)]

@@ -6,6 +6,13 @@
 //! Field names follow the kubelet's probe spec; the doc comments of the
 //! spec's fields are the descriptions `kubectl explain` shows.
 
+// These docs are also the CRD's descriptions (`kubectl explain`), where
+// `<check-name>` is a placeholder, not an HTML tag.
+#![allow(
+    rustdoc::invalid_html_tags,
+    reason = "the docs are the CRD's descriptions, read as plain text"
+)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};

@@ -87,8 +87,8 @@ pub(crate) enum Refusal {
     InvalidPodSelector(#[from] SelectorError),
     /// Malformed `secretRefs` (an API server with the CRD's schema refuses
     /// them first).
-    #[error("{0}")]
-    InvalidSecretRefs(String),
+    #[error(transparent)]
+    InvalidSecretRefs(#[from] crate::secrets::RefsError),
 }
 
 impl Refusal {
@@ -303,7 +303,7 @@ pub fn desired(
     if let Some(selector) = &spec.pod_selector {
         check_selector(selector)?;
     }
-    crate::secrets::check_refs(&spec.secret_refs).map_err(Refusal::InvalidSecretRefs)?;
+    crate::secrets::check_refs(&spec.secret_refs)?;
     let Some(dial) = dial(pod, check, services)? else {
         return Ok(None);
     };

@@ -9,7 +9,7 @@
 //! - **One write per Pod at a time**: what is wanted while a Pod's patch is
 //!   in flight waits for its answer.
 //! - **Backoff**: after a conflict or a server error the Pod's next write
-//!   waits [`backoff`], doubling up to its bound; after a 403, slowly.
+//!   waits [`backoff`](crate::writer::backoff), doubling up to its bound; after a 403, slowly.
 //! - **UID**: a write is for one Pod UID; a Pod gone or recreated under the
 //!   same name drops the old one's writes.
 //! - **Rate limit**: every patch takes a token of the agent-wide bucket, in

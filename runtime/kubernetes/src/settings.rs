@@ -96,10 +96,10 @@ pub enum GateSettingsError {
         /// The burst.
         burst: u32,
     },
-    /// `message_refresh` is shorter than [`MIN_MESSAGE_REFRESH`].
+    /// `message_refresh` is shorter than 1 s (`MIN_MESSAGE_REFRESH`).
     #[error("kubernetes.message_refresh: {} is shorter than 1s", humantime::format_duration(*.0))]
     MessageRefresh(Duration),
-    /// `node_heartbeat` is shorter than [`MIN_NODE_HEARTBEAT`].
+    /// `node_heartbeat` is shorter than 10 s (`MIN_NODE_HEARTBEAT`).
     #[error("kubernetes.node_heartbeat: {} is shorter than 10s", humantime::format_duration(*.0))]
     NodeHeartbeat(Duration),
 }

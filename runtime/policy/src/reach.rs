@@ -27,7 +27,7 @@ use std::sync::RwLock;
 
 /// What a probe's names may lead to besides public addresses, and whether
 /// an address grant may name the agent's own listeners. Part of a probe's
-/// [`super::Grants`]; set by its tenant ([`sonde_core::tenants::Tenant::reach`]).
+/// [`super::Grants`]; set by its tenant (`sonde_core::tenants::Tenant::reach`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reach {
     /// Whether a granted name may lead to a public address.

@@ -244,7 +244,7 @@ pub struct AgentWide {
     /// start and at every reload.
     pub host_limits: sonde_sandbox::host::bounds::HostLimits,
     /// `kubernetes:` from the file, as written (`sonde run` checks it
-    /// with [`sonde::agent::start_problems`]).
+    /// with `sonde::agent::start_problems`).
     pub kubernetes: Option<config::KubernetesSpec>,
     /// `state_dir:` from the file.
     pub state_dir: Option<PathBuf>,

@@ -1,9 +1,9 @@
 //! The normalise step for one target and its probes: names, defaults
 //! (lowered to the tenant's quotas), durations, thresholds, grants and
-//! limits, each checked on its own. Pure: it reads no registry, loads no
+//! limits, each checked on its own. Pure: it reads no catalog, loads no
 //! plugin and touches the filesystem only to see that granted programs and
-//! directories exist. What depends on the rest of the registry (unique
-//! names, quotas, ceilings) is [`super::pending`]'s; the plugin and its
+//! directories exist. What depends on the rest of the catalog (unique
+//! names, quotas, ceilings) is [`super::admit`]'s; the plugin and its
 //! schema, [`super::resolve`]'s.
 
 use super::problem::{ConfigProblem, Located};

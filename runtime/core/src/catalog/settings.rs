@@ -3,7 +3,7 @@
 //! their tokens, quotas and ceilings, and the namespace templates
 //! (`kubernetes.namespace_templates`) that make tenants for labelled
 //! Kubernetes namespaces ([`generate`]). Everything else in the file is
-//! targets, which [`super::target`] takes one at a time.
+//! targets, which [`super::probe`] takes one at a time.
 
 use super::problem::{ConfigProblem, Located, Owner};
 use super::resolve::Trust;

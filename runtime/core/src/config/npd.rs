@@ -194,15 +194,27 @@ const INTERVALS: (Duration, Duration) = (Duration::from_millis(100), Duration::f
 /// How long a rule's program may run: 1ms to an hour.
 const TIMEOUTS: (Duration, Duration) = (Duration::from_millis(1), Duration::from_secs(3600));
 
+/// Why a monitor file's duration is refused.
+#[derive(Debug, thiserror::Error)]
+enum DurationError {
+    /// A duration outside the bounds of its key.
+    #[error("{text:?} is outside {}-{}", humantime::format_duration(*min), humantime::format_duration(*max))]
+    Outside { text: String, min: Duration, max: Duration },
+    /// Not a Go duration.
+    #[error("{0:?} is not a duration (such as \"30s\", \"1m30s\", \"500ms\")")]
+    NotADuration(String),
+}
+
 /// The Go duration `text`, if it is one within `(min, max)`; else why not.
-fn bounded(text: &str, (min, max): (Duration, Duration)) -> Result<Duration, String> {
-    let human = |d: Duration| humantime::format_duration(d).to_string();
+fn bounded(text: &str, (min, max): (Duration, Duration)) -> Result<Duration, DurationError> {
     match go_duration(text) {
         Some(d) if d >= min && d <= max => Ok(d),
-        Some(_) => Err(format!("{text:?} is outside {}-{}", human(min), human(max))),
-        None => Err(format!(
-            "{text:?} is not a duration (such as \"30s\", \"1m30s\", \"500ms\")"
-        )),
+        Some(_) => Err(DurationError::Outside {
+            text: text.to_string(),
+            min,
+            max,
+        }),
+        None => Err(DurationError::NotADuration(text.to_string())),
     }
 }
 
@@ -220,7 +232,7 @@ impl NpdMonitor {
         let one = |place: Place, message: String| vec![ConfigError { place, message }];
         let text = match read_bounded(file) {
             Ok(t) => t,
-            Err(e) => return Err(one(at(0, 0), e)),
+            Err(e) => return Err(one(at(0, 0), e.to_string())),
         };
         let mut de = serde_json::Deserializer::from_str(&text);
         let raw: RawMonitor = match serde_path_to_error::deserialize(&mut de) {
@@ -250,23 +262,32 @@ impl NpdMonitor {
     }
 }
 
+/// Why a monitor file could not be read.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    /// Opening or reading it failed.
+    #[error("cannot read the NPD monitor file: {0}")]
+    Io(#[from] std::io::Error),
+    /// It is a directory, a device...
+    #[error("not a regular file")]
+    NotAFile,
+    /// It is larger than [`MAX_NPD_FILE`].
+    #[error("larger than {MAX_NPD_FILE} bytes")]
+    TooLarge,
+}
+
 /// The file's text, refused when it is not a regular file or is larger
 /// than [`MAX_NPD_FILE`].
-fn read_bounded(file: &Path) -> Result<String, String> {
+fn read_bounded(file: &Path) -> Result<String, ReadError> {
     use std::io::Read;
-    let f = std::fs::File::open(file).map_err(|e| format!("cannot read the NPD monitor file: {e}"))?;
-    let meta = f
-        .metadata()
-        .map_err(|e| format!("cannot read the NPD monitor file: {e}"))?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
+    let f = std::fs::File::open(file)?;
+    if !f.metadata()?.is_file() {
+        return Err(ReadError::NotAFile);
     }
     let mut text = String::new();
-    f.take(MAX_NPD_FILE + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("cannot read the NPD monitor file: {e}"))?;
+    f.take(MAX_NPD_FILE + 1).read_to_string(&mut text)?;
     if text.len() as u64 > MAX_NPD_FILE {
-        return Err(format!("larger than {MAX_NPD_FILE} bytes"));
+        return Err(ReadError::TooLarge);
     }
     Ok(text)
 }
@@ -297,7 +318,7 @@ fn check(raw: RawMonitor, workdir: &Path, bad: &mut dyn FnMut(String, String)) -
     let mut duration = |key: &str, value: Option<String>, default: Duration, range| match value {
         None => default,
         Some(v) => bounded(&v, range).unwrap_or_else(|why| {
-            bad(key.into(), why);
+            bad(key.into(), why.to_string());
             default
         }),
     };
@@ -426,7 +447,7 @@ fn check_rule(
     let rule_duration =
         |k: &str, v: Option<String>, default: Duration, range, bad: &mut dyn FnMut(String, String)| match v {
             None => Some(default),
-            Some(v) => bounded(&v, range).map_err(|why| bad(key(k), why)).ok(),
+            Some(v) => bounded(&v, range).map_err(|why| bad(key(k), why.to_string())).ok(),
         };
     let rule_timeout = rule_duration("timeout", r.timeout, timeout, TIMEOUTS, bad)?;
     if rule_timeout > timeout {

@@ -1,6 +1,6 @@
 //! From probe states to gate conditions: each state change (or refresh of
 //! a holding gate's message) becomes the condition wanted on its Pod, queued
-//! in the [`WriteQueue`] and sent as the queue says.
+//! in the [`WriteQueue`](crate::queue::WriteQueue) and sent as the queue says.
 
 use super::{Reconciler, pod_ref};
 use crate::crd::GATE_FIELD_MANAGER;

@@ -1,5 +1,5 @@
 //! The Secrets of the checks this node's Pods name: each reference
-//! registered in the [`SecretBook`] when a Pod's gates are reconciled, the
+//! registered in the [`SecretBook`](crate::secrets::SecretBook) when a Pod's gates are reconciled, the
 //! reads it hands out started in spawned tasks (the controller's task never
 //! waits on the API server), what they found recorded, and the checks whose
 //! references changed state reconciled, with an Event on each when a

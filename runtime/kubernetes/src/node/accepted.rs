@@ -1,7 +1,7 @@
 //! Each SondeNodeCheck's `Accepted` condition, and one Event on a check
 //! that is refused, written by the agent that holds the status Lease only
 //! (thousands of agents would otherwise write the same thing). The verdict
-//! is the agents' own: [`refusal`] (allowlist, kubelet-owned type, a type
+//! is the agents' own: [`refusal`](super::desired::refusal) (allowlist, kubelet-owned type, a type
 //! claimed twice, selector) and a dry run of the probe on the leader's
 //! node against the catalog in force (the node tenant's ceiling and quotas,
 //! the plugin's config schema). A status is written only when it differs

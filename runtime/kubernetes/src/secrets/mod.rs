@@ -1,7 +1,7 @@
 //! The Secrets of SondeChecks' `secretRefs`: which this agent reads, what
 //! each read found, and the [`SecretCell`] each reference becomes.
 //!
-//! The agent reads a Secret with one `GET` of that Secret ([`read`]), never
+//! The agent reads a Secret with one `GET` of that Secret (`read`), never
 //! a list or a watch (a watch needs `list` on every Secret its RBAC would
 //! cover); it reads only the Secrets of checks that gate a Pod of its own
 //! node, at most [`MAX_PER_NAMESPACE`] per namespace and [`MAX_SECRETS`]
@@ -14,12 +14,12 @@
 //! probe of the check holds it, and a new value reaches them at their next
 //! run ([`SecretCell::set`]). Where a Secret or key is missing, forbidden
 //! or unusable, the cell says so (naming the Secret and key, never a
-//! value), and the check's gates are held `Unknown` ([`Held::Problem`]).
+//! value), and the check's gates are held `Unknown` (`Held::Problem`).
 //!
 //! The book is a state machine, without I/O: the controller registers what
-//! its Pods' checks want ([`SecretBook::want`]), starts the reads it hands
-//! out ([`SecretBook::due`]) and records what they found
-//! ([`SecretBook::record`]).
+//! its Pods' checks want (`SecretBook::want`), starts the reads it hands
+//! out (`SecretBook::due`) and records what they found
+//! (`SecretBook::record`).
 
 pub(crate) mod read;
 
@@ -341,35 +341,64 @@ fn judge(key: &CellKey, outcome: &Outcome) -> (State, Result<SecretValue, Secret
 
 /// Why a check's `secretRefs` cannot be used as written (an API server
 /// with the CRD's schema refuses each first).
-pub(crate) fn check_refs(refs: &[SecretRef]) -> Result<(), String> {
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RefsError {
+    /// More references than a check may hold.
+    #[error("secretRefs: {0} entries; at most {MAX_SECRET_REFS}")]
+    TooMany(usize),
+    /// A reference's `name` is not a secret name.
+    #[error(
+        "secretRefs: {0:?} is not a secret name (1 to 63 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit)"
+    )]
+    Name(String),
+    /// Two references share a `name`.
+    #[error("secretRefs: {0:?} is listed twice")]
+    Twice(String),
+    /// A `secretName` that is not a Secret's name.
+    #[error("secretRefs: {name:?}: secretName {secret:?} is not a Secret's name")]
+    SecretName {
+        /// The reference's `name`.
+        name: String,
+        /// Its `secretName`.
+        secret: String,
+    },
+    /// A `key` that is not a Secret's key.
+    #[error("secretRefs: {name:?}: key {key:?} is not a Secret's key")]
+    Key {
+        /// The reference's `name`.
+        name: String,
+        /// Its `key`.
+        key: String,
+    },
+}
+
+/// Whether a check's `secretRefs` can be used as written.
+pub(crate) fn check_refs(refs: &[SecretRef]) -> Result<(), RefsError> {
     if refs.len() > MAX_SECRET_REFS {
-        return Err(format!("secretRefs: {} entries; at most {MAX_SECRET_REFS}", refs.len()));
+        return Err(RefsError::TooMany(refs.len()));
     }
     for (i, r) in refs.iter().enumerate() {
         if !valid_name(&r.name) {
-            return Err(format!(
-                "secretRefs: {:?} is not a secret name (1 to 63 of a-z, 0-9, '-', '_' and '.', starting with a letter or digit)",
-                r.name
-            ));
+            return Err(RefsError::Name(r.name.clone()));
         }
         if refs[..i].iter().any(|o| o.name == r.name) {
-            return Err(format!("secretRefs: {:?} is listed twice", r.name));
+            return Err(RefsError::Twice(r.name.clone()));
         }
         if !dns_subdomain(&r.secret_name) {
-            return Err(format!(
-                "secretRefs: {:?}: secretName {:?} is not a Secret's name",
-                r.name, r.secret_name
-            ));
+            return Err(RefsError::SecretName {
+                name: r.name.clone(),
+                secret: r.secret_name.clone(),
+            });
         }
         let key_ok = (1..=253).contains(&r.key.len())
             && r.key
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
         if !key_ok {
-            return Err(format!(
-                "secretRefs: {:?}: key {:?} is not a Secret's key",
-                r.name, r.key
-            ));
+            return Err(RefsError::Key {
+                name: r.name.clone(),
+                key: r.key.clone(),
+            });
         }
     }
     Ok(())

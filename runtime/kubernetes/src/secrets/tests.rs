@@ -180,7 +180,7 @@ fn malformed_references_are_refused_naming_them() {
             "9 entries; at most 8",
         ),
     ] {
-        let e = check_refs(&refs).unwrap_err();
+        let e = check_refs(&refs).unwrap_err().to_string();
         assert!(e.contains(says), "{e}");
     }
 }

@@ -16,8 +16,8 @@
 //!
 //! While it leads, the agent watches every Pod cluster-wide (a second Pod
 //! watch, keeping only Pods with a `sonde.dev/*` readiness gate, and of
-//! those only what [`PodView`] holds), counts each check's gates, decides
-//! `Accepted` with the controller's own pure functions ([`desired`] and a
+//! those only what `PodView` holds), counts each check's gates, decides
+//! `Accepted` with the controller's own pure functions (`desired` and a
 //! dry run of the catalog change, [`Control::check_change`]) against one
 //! Pod that names the check, and patches a check's status only when it
 //! differs from what the object has, at most once per [`WRITE_EVERY`] per

@@ -137,7 +137,7 @@ pub(crate) const REASONS: &[&str] = &[
     "InvalidSecretRefs",
 ];
 
-/// The `Accepted` reason of a refusal by [`desired`].
+/// The `Accepted` reason of a refusal by [`desired`](crate::desired::desired).
 pub(crate) fn refusal_reason(r: &Refusal) -> &'static str {
     match r {
         Refusal::NoTenant { .. } => "NoTenant",

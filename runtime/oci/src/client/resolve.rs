@@ -427,7 +427,7 @@ impl Client {
         Ok((Digest::of(&bytes).to_string(), bytes))
     }
 
-    /// A manifest, read up to [`super::MAX_MANIFEST_BYTES`].
+    /// A manifest, read up to [`MAX_MANIFEST_BYTES`](crate::remote::MAX_MANIFEST_BYTES).
     pub(super) async fn fetch_manifest(registry: &RegistryClient, reference: &Reference) -> Result<Vec<u8>, OciError> {
         registry.remote.manifest(reference, false).await
     }

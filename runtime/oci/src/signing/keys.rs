@@ -1,5 +1,5 @@
 //! Keys: a signer's secret key and the public key an operator trusts,
-//! their files (a header line, then `name: value` lines), and [`keygen`].
+//! their files (a header line, then `name: value` lines), and [`keygen`](super::cosign::keygen).
 
 use super::{
     PUBLIC_KEY_HEADER, SECRET_KEY_HEADER, SIGNATURE_FORMAT, SignatureError, SignatureFile, check_signer_name, io_error,

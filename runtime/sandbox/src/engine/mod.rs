@@ -1,6 +1,6 @@
 //! The engine: runs one plugin call in a fresh sandbox under a deadline, a
 //! fuel budget and a memory cap, and turns whatever happened into a
-//! [`RunResult`].
+//! [`RunResult`](crate::verdict::RunResult).
 //!
 //! Lifecycle, as the types encode it:
 //! - [`Engine::new`] — once per engine (one per agent; a process may hold

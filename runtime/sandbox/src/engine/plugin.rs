@@ -98,7 +98,7 @@ pub struct Plugin {
     pub(super) pre_files: bindings::PluginPre<CallState>,
     pub(super) cache: CacheOutcome,
     /// Its compile-cache file, removed when the plugin is dropped if it
-    /// was forgotten ([`Engine::forget`]) while still in use.
+    /// was forgotten ([`Engine::forget`](super::Engine::forget)) while still in use.
     pub(super) cache_file: Option<PathBuf>,
     pub(super) forgotten: AtomicBool,
 }

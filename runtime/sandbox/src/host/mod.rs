@@ -5,7 +5,7 @@
 //! `wasi-config`: the state it keeps per call (if any), a view of one call
 //! (`…View`: that state plus what it borrows from the call, such as the
 //! grants), an `add_to_linker` that takes an accessor returning the view,
-//! and one grant check, [`CallGrants::authorize`](grants::CallGrants). Files
+//! and one grant check, [`CallGrants::authorize`](sonde_policy::grants::CallGrants::authorize). Files
 //! are named after the WIT interface they implement:
 //!
 //! - [`sockets`]: `wasi:sockets`, filtered to the target and `net` grants,
@@ -25,7 +25,8 @@
 //! - [`exec`]: sonde's `exec`, for granted programs only;
 //! - [`log`]: sonde's `log`, capped per call.
 //!
-//! [`grants`] holds the grants and their one check, and [`reach`] the
+//! [`sonde_policy::grants`] holds the grants and their one check, and
+//! [`sonde_policy::reach`] the
 //! classes of address a name never leads to; [`bounds`] what a
 //! call may make the host hold (sockets, table entries, host memory),
 //! per call and per agent; [`blocking`] the agent's capacity for plugin

@@ -50,18 +50,31 @@ pub(crate) struct ClientCert {
     key: PrivateKeyDer<'static>,
 }
 
+/// What is wrong with a client certificate or its key: named, never
+/// quoted (they may hold a secret's bytes).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClientCertError {
+    /// The chain is not PEM.
+    #[error("the certificate is not valid PEM")]
+    NotPem,
+    /// The PEM holds no certificate.
+    #[error("the certificate has no CERTIFICATE block")]
+    NoCertificate,
+    /// The key is not a PEM private key.
+    #[error("the key is not a PEM private key (PKCS#8, PKCS#1 or SEC1)")]
+    NotAKey,
+}
+
 impl ClientCert {
-    /// Parses a PEM chain and a PEM private key. The error names what is
-    /// wrong, never the content.
-    pub(crate) fn parse(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, String> {
+    /// Parses a PEM chain and a PEM private key.
+    pub(crate) fn parse(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, ClientCertError> {
         let chain = CertificateDer::pem_slice_iter(cert_pem)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| "the certificate is not valid PEM".to_string())?;
+            .map_err(|_| ClientCertError::NotPem)?;
         if chain.is_empty() {
-            return Err("the certificate has no CERTIFICATE block".into());
+            return Err(ClientCertError::NoCertificate);
         }
-        let key = PrivateKeyDer::from_pem_slice(key_pem)
-            .map_err(|_| "the key is not a PEM private key (PKCS#8, PKCS#1 or SEC1)".to_string())?;
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| ClientCertError::NotAKey)?;
         let mut digest = Sha256::new();
         digest.update(cert_pem);
         digest.update([0]);

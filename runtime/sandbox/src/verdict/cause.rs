@@ -2,7 +2,7 @@
 //! dashboard or an alert say *why* without reading the message.
 //!
 //! A [`Reason`] is its own cause. A plugin's own `failure` is sorted by
-//! what the host saw of the run ([`Observed`]) and the well-known metrics
+//! what the host saw of the run ([`Observed`](super::Observed)) and the well-known metrics
 //! a plugin reports: the name did not resolve, no connection was made, a
 //! TLS handshake failed, the status was not the one expected, a regex did
 //! not hold; anything else is the plugin's `check`.

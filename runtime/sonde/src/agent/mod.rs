@@ -280,7 +280,7 @@ impl Agent {
         Self::start_with(engine, options, None).await
     }
 
-    /// As [`Agent::start`], refusing what [`start_problems`] finds with
+    /// As [`Agent::start`], refusing what `start_problems` finds with
     /// `kubernetes` (how readiness gates would be served, if they are).
     pub async fn start_with(
         engine: Engine,

@@ -10,7 +10,7 @@ pub enum AgentError {
     #[error("{0}")]
     Config(ConfigErrors),
     /// The config is valid, but what it asks for cannot start this way
-    /// ([`start_problems`]: `sonde validate` says the same).
+    /// (`start_problems`: `sonde validate` says the same).
     #[error("{}", StartProblem::list(.0))]
     Refused(Vec<StartProblem>),
     /// The executor's threads could not be started.
@@ -70,7 +70,7 @@ pub enum AgentError {
 }
 
 /// Something `sonde run` refuses at start in a config that loads: what
-/// [`start_problems`] finds, `sonde run` and `sonde validate` alike.
+/// `start_problems` finds, `sonde run` and `sonde validate` alike.
 #[derive(Debug, thiserror::Error)]
 pub enum StartProblem {
     /// The API would answer without a token where anyone can reach it, or

@@ -18,7 +18,7 @@
 //! | `GET /v1/watch` | Server-Sent Events: state changes (`?all=1`: every outcome) |
 //! | `GET /v1/status` | the config in force and the last reload error |
 //! | `GET /metrics` | Prometheus exposition ([`sonde_core::metrics`]) |
-//! | `GET /probe?target=&module=` | blackbox_exporter's multi-target probe: one run of a `modules:` entry ([`scrape`]) |
+//! | `GET /probe?target=&module=` | blackbox_exporter's multi-target probe: one run of a `modules:` entry (`scrape`) |
 //! | `GET /livez`, `/healthz` | sonde's own health (kube-proxy's rule); `/healthz` is also 503 while draining |
 //!
 //! Routes, methods, 404 and 405 come from axum's [`Router`]; each handler
@@ -31,7 +31,7 @@
 //! API server ([`sonde_kubernetes::review`]) and the request allowed by
 //! RBAC on its path.
 //!
-//! The connections are served by [`limits`]'s accept loop under the
+//! The connections are served by `limits`'s accept loop under the
 //! [`ApiLimits`] of the file's `api:` block: a head read timeout, a body
 //! read timeout, a connection limit that evicts idle connections first, a
 //! head size limit (431) and a limit on watch streams per caller (429).

@@ -1,6 +1,6 @@
 //! `GET /probe?target=T&module=M[&debug=true]`: blackbox_exporter's
 //! multi-target endpoint. Prometheus discovers targets and relabels each
-//! into `target=`; sonde runs module `M` ([`super::modules`]) against it
+//! into `target=`; sonde runs module `M` (`modules:`) against it
 //! and answers in the Prometheus text format: `probe_success`,
 //! `probe_duration_seconds` and what the plugin measured
 //! (`sonde_probe_metric`, in base units by [`sonde_core::metrics::base_unit`]).

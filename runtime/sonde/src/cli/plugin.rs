@@ -147,6 +147,10 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
 }
 
 /// `sonde plugin` subcommands.
+#[allow(
+    rustdoc::broken_intra_doc_links,
+    reason = "the docs are clap's help text, where [:PORT] marks what may be left out"
+)]
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
     /// Show what a plugin says about itself (describe), its imports and digest.

@@ -184,7 +184,7 @@ pub(super) async fn login(
                     .as_ref()
                     .ok_or_else(|| protocol_error("SASLFinal before SASLContinue"))?;
                 fin.verify_server(&String::from_utf8_lossy(data))
-                    .map_err(|e| WitError::Handshake(format!("SCRAM: {}", secret.scrub(e))))?;
+                    .map_err(|e| WitError::Handshake(format!("SCRAM: {}", secret.scrub(e.to_string()))))?;
                 state.verified = true;
             }
             2 | 6 => return Err(unsupported("Kerberos V5 or SCM credential")),
@@ -260,7 +260,10 @@ async fn sasl_start(stream: &mut LoginIo<'_>, data: &[u8]) -> Result<Scram, WitE
             "the server offers only SASL mechanisms {mechanisms:?}; sonde speaks SCRAM-SHA-256"
         )));
     }
-    let scram = Scram::new().map_err(WitError::Invalid)?;
+    let scram = Scram::new().map_err(|e| match std::error::Error::source(&e) {
+        Some(cause) => WitError::Invalid(format!("{e}: {cause}")),
+        None => WitError::Invalid(e.to_string()),
+    })?;
     let first = scram.client_first();
     let mut body = b"SCRAM-SHA-256\0".to_vec();
     body.extend_from_slice(&(first.len() as i32).to_be_bytes());

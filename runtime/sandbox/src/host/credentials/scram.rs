@@ -59,6 +59,45 @@ fn hmac(key: &[u8], data: &[u8]) -> Zeroizing<Vec<u8>> {
     Zeroizing::new(mac.finalize().into_bytes().to_vec())
 }
 
+/// Why a SCRAM exchange stopped. The messages quote nothing the server
+/// sent but its own refusal.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ScramError {
+    /// The host had no randomness for its nonce.
+    #[error("no randomness for the SCRAM nonce")]
+    Randomness(#[source] getrandom::Error),
+    /// The server asked for an extension (`m=`).
+    #[error("the server requires a SCRAM extension")]
+    Extension,
+    /// A field the server's message must hold is missing.
+    #[error("no {0} in the server's SCRAM message")]
+    Missing(&'static str),
+    /// The server's nonce does not extend the client's.
+    #[error("the server's SCRAM nonce does not extend ours")]
+    Nonce,
+    /// The salt or the signature is not base64.
+    #[error("the server's SCRAM {0} is not base64")]
+    NotBase64(&'static str),
+    /// A salt empty or longer than the host takes.
+    #[error("a SCRAM salt of {0} bytes")]
+    SaltLength(usize),
+    /// The iteration count is not a number.
+    #[error("the server's SCRAM iteration count is not a number")]
+    IterationsNotANumber,
+    /// An iteration count outside the bounds the host takes.
+    #[error("the server asks for {0} SCRAM iterations (from {MIN_ITERATIONS} to {MAX_ITERATIONS} accepted)")]
+    Iterations(u32),
+    /// The server refused the proof (`e=`): its words.
+    #[error("the server refused the SCRAM proof: {0}")]
+    Refused(String),
+    /// The final message holds no signature.
+    #[error("no server signature in the SCRAM final message")]
+    NoSignature,
+    /// The server's signature is not the one the password makes.
+    #[error("the server's SCRAM signature is wrong: it does not know the password")]
+    WrongSignature,
+}
+
 /// The salted password: PBKDF2-HMAC-SHA256 of `password`.
 pub(super) fn salted_password(password: &[u8], salt: &[u8], iterations: u32) -> Zeroizing<[u8; 32]> {
     let mut salted = Zeroizing::new([0u8; 32]);
@@ -68,9 +107,9 @@ pub(super) fn salted_password(password: &[u8], salt: &[u8], iterations: u32) -> 
 
 impl Scram {
     /// Starts an exchange with a random nonce.
-    pub(super) fn new() -> Result<Self, String> {
+    pub(super) fn new() -> Result<Self, ScramError> {
         let mut raw = [0u8; 18];
-        getrandom::fill(&mut raw).map_err(|e| format!("no randomness for the SCRAM nonce: {e}"))?;
+        getrandom::fill(&mut raw).map_err(ScramError::Randomness)?;
         Ok(Self::with_nonce(&BASE64.encode(raw)))
     }
 
@@ -90,35 +129,33 @@ impl Scram {
     /// Reads the server-first-message, refusing one that does not extend
     /// our nonce, has no usable salt, or asks for too few or too many
     /// iterations. The messages quote nothing the server sent.
-    pub(super) fn server_first(&self, message: &str) -> Result<ServerFirst, String> {
+    pub(super) fn server_first(&self, message: &str) -> Result<ServerFirst, ScramError> {
         let (mut nonce, mut salt, mut iterations) = (None, None, None);
         for attr in message.split(',') {
             match attr.split_once('=') {
                 Some(("r", v)) => nonce = Some(v),
                 Some(("s", v)) => salt = Some(v),
                 Some(("i", v)) => iterations = Some(v),
-                Some(("m", _)) => return Err("the server requires a SCRAM extension".into()),
+                Some(("m", _)) => return Err(ScramError::Extension),
                 _ => {}
             }
         }
-        let nonce = nonce.ok_or("no nonce in the server's SCRAM message")?;
+        let nonce = nonce.ok_or(ScramError::Missing("nonce"))?;
         if !nonce.starts_with(&self.client_nonce) || nonce.len() == self.client_nonce.len() {
-            return Err("the server's SCRAM nonce does not extend ours".into());
+            return Err(ScramError::Nonce);
         }
         let salt = BASE64
-            .decode(salt.ok_or("no salt in the server's SCRAM message")?)
-            .map_err(|_| "the server's SCRAM salt is not base64")?;
+            .decode(salt.ok_or(ScramError::Missing("salt"))?)
+            .map_err(|_| ScramError::NotBase64("salt"))?;
         if salt.is_empty() || salt.len() > MAX_SALT {
-            return Err(format!("a SCRAM salt of {} bytes", salt.len()));
+            return Err(ScramError::SaltLength(salt.len()));
         }
         let iterations: u32 = iterations
-            .ok_or("no iteration count in the server's SCRAM message")?
+            .ok_or(ScramError::Missing("iteration count"))?
             .parse()
-            .map_err(|_| "the server's SCRAM iteration count is not a number")?;
+            .map_err(|_| ScramError::IterationsNotANumber)?;
         if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
-            return Err(format!(
-                "the server asks for {iterations} SCRAM iterations (from {MIN_ITERATIONS} to {MAX_ITERATIONS} accepted)"
-            ));
+            return Err(ScramError::Iterations(iterations));
         }
         Ok(ServerFirst {
             message: message.to_string(),
@@ -154,19 +191,17 @@ impl Scram {
 impl ClientFinal {
     /// Checks the server-final-message: a server that does not know the
     /// password cannot produce it.
-    pub(super) fn verify_server(&self, server_final: &str) -> Result<(), String> {
+    pub(super) fn verify_server(&self, server_final: &str) -> Result<(), ScramError> {
         if let Some(e) = server_final.strip_prefix("e=") {
-            return Err(format!("the server refused the SCRAM proof: {e}"));
+            return Err(ScramError::Refused(e.to_string()));
         }
         let v = server_final
             .split(',')
             .find_map(|a| a.strip_prefix("v="))
-            .ok_or("no server signature in the SCRAM final message")?;
-        let v = BASE64
-            .decode(v)
-            .map_err(|_| "the server's SCRAM signature is not base64")?;
+            .ok_or(ScramError::NoSignature)?;
+        let v = BASE64.decode(v).map_err(|_| ScramError::NotBase64("signature"))?;
         if v != *self.server_signature {
-            return Err("the server's SCRAM signature is wrong: it does not know the password".into());
+            return Err(ScramError::WrongSignature);
         }
         Ok(())
     }
@@ -194,11 +229,14 @@ mod tests {
         );
         fin.verify_server("v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
             .unwrap();
-        assert!(fin.verify_server("v=AAAA").is_err());
-        assert!(fin.verify_server("v=!!").is_err());
-        assert!(fin.verify_server("x=1").is_err());
+        assert!(matches!(fin.verify_server("v=AAAA"), Err(ScramError::WrongSignature)));
+        assert!(matches!(
+            fin.verify_server("v=!!"),
+            Err(ScramError::NotBase64("signature"))
+        ));
+        assert!(matches!(fin.verify_server("x=1"), Err(ScramError::NoSignature)));
         let e = fin.verify_server("e=invalid-proof").unwrap_err();
-        assert!(e.contains("invalid-proof"), "{e}");
+        assert!(matches!(&e, ScramError::Refused(why) if why == "invalid-proof"), "{e}");
     }
 
     #[test]
@@ -228,7 +266,7 @@ mod tests {
             let Err(err) = scram.server_first(msg) else {
                 panic!("{msg}: accepted");
             };
-            assert!(err.contains(expected), "{msg}: {err}");
+            assert!(err.to_string().contains(expected), "{msg}: {err}");
         }
         assert!(scram.server_first("r=abcd,s=AAAA,i=1000000").is_ok());
     }
