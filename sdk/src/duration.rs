@@ -3,17 +3,48 @@
 //! humantime's, which the agent's own config uses; they are parsed and
 //! formatted here, in both modes, because humantime needs std.
 
-use alloc::format;
 use alloc::string::String;
 use core::fmt::{self, Write as _};
 use core::time::Duration;
 
+/// Why a text is not a duration, in humantime's words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DurationError {
+    /// Nothing but whitespace.
+    Empty,
+    /// No number where one must be, at this byte offset.
+    ExpectedNumber(usize),
+    /// A number without a unit.
+    UnitNeeded(String),
+    /// A unit none of the spellings names.
+    UnknownUnit(String),
+    /// More than `u64` seconds, or a part below 1 ns.
+    OutOfRange,
+}
+
+impl fmt::Display for DurationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => f.write_str("value was empty"),
+            Self::ExpectedNumber(at) => write!(f, "expected number at {at}"),
+            Self::UnitNeeded(number) => write!(f, "time unit needed, for example {number}sec or {number}ms"),
+            Self::UnknownUnit(unit) => write!(
+                f,
+                "unknown time unit {unit:?}, supported units: ns, us/µs, ms, sec, min, hours, days, weeks, months, years"
+            ),
+            Self::OutOfRange => f.write_str("number is too large or below 1ns"),
+        }
+    }
+}
+
+impl core::error::Error for DurationError {}
+
 /// Parses a sum of `NUMBER UNIT` terms, the number a whole or decimal
 /// fraction, whitespace allowed between and within terms.
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
     let mut rest = text.trim_start();
     if rest.is_empty() {
-        return Err("value was empty".into());
+        return Err(DurationError::Empty);
     }
     let mut total = Duration::ZERO;
     while !rest.is_empty() {
@@ -23,28 +54,26 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             .unwrap_or(rest.len());
         let (number, after) = rest.split_at(digits);
         if number.is_empty() || number.starts_with('.') || number.matches('.').count() > 1 {
-            return Err(format!("expected number at {at}"));
+            return Err(DurationError::ExpectedNumber(at));
         }
         let after = after.trim_start();
         let letters = after.find(|c: char| !c.is_alphabetic()).unwrap_or(after.len());
         let (unit, after) = after.split_at(letters);
         let Some(nanos) = unit_nanos(unit) else {
             return Err(if unit.is_empty() {
-                format!("time unit needed, for example {number}sec or {number}ms")
+                DurationError::UnitNeeded(number.into())
             } else {
-                format!(
-                    "unknown time unit {unit:?}, supported units: ns, us/µs, ms, sec, min, hours, days, weeks, months, years"
-                )
+                DurationError::UnknownUnit(unit.into())
             });
         };
         total = total
-            .checked_add(term(number, nanos).ok_or_else(too_large)?)
-            .ok_or_else(too_large)?;
+            .checked_add(term(number, nanos).ok_or(DurationError::OutOfRange)?)
+            .ok_or(DurationError::OutOfRange)?;
         rest = after.trim_start();
         if let Some(c) = rest.chars().next()
             && !c.is_ascii_digit()
         {
-            return Err(format!("expected number at {}", text.len() - rest.len()));
+            return Err(DurationError::ExpectedNumber(text.len() - rest.len()));
         }
     }
     Ok(total)
@@ -93,10 +122,6 @@ fn write_to(out: &mut String, d: Duration) -> fmt::Result {
         }
     }
     Ok(())
-}
-
-fn too_large() -> String {
-    "number is too large or below 1ns".into()
 }
 
 /// `number` (digits, perhaps with one `.`) times `unit_nanos`, exactly.
@@ -176,7 +201,7 @@ mod tests {
             ("0.5ns", "too large or below 1ns"),
             ("99999999999999999999999999999999999999years", "too large"),
         ] {
-            let err = parse(text).expect_err(text);
+            let err = parse(text).expect_err(text).to_string();
             assert!(err.contains(why), "{text}: {err}");
             assert!(humantime::parse_duration(text).is_err(), "humantime accepts {text:?}");
         }

@@ -112,7 +112,7 @@ pub(super) fn verify_all(
     let text = evidence.trim_ascii();
     if text.starts_with(b"{") {
         let doc: Value = serde_json::from_slice(text).map_err(|e| malformed(e.to_string()))?;
-        read_document(&doc, text, wasm, &digest, &mut found).map_err(malformed)?;
+        read_document(&doc, text, wasm, &digest, &mut found).map_err(|e| malformed(e.to_string()))?;
     } else {
         let signature = BASE64
             .decode(text)
@@ -183,15 +183,43 @@ pub(super) fn verify_all(
     })
 }
 
+/// Why an evidence document cannot be read.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    /// A part that must be JSON is not.
+    #[error("{what}: {source}")]
+    Json {
+        /// Which part.
+        what: &'static str,
+        /// serde_json's words.
+        source: serde_json::Error,
+    },
+    /// A part that must be base64 is not.
+    #[error("{0} is not base64")]
+    NotBase64(&'static str),
+    /// More signatures than one document may hold.
+    #[error("more than {MAX_ITEMS} signatures")]
+    TooMany,
+    /// A bundle that signs nothing sonde reads.
+    #[error("a bundle with neither messageSignature nor dsseEnvelope")]
+    EmptyBundle,
+    /// JSON of no kind sonde reads.
+    #[error("not a signature sonde reads (a sigstore bundle, cosign's blob bundle, or a sonde signature)")]
+    UnknownKind,
+}
+
 /// Reads a JSON evidence document into `found`.
-fn read_document(doc: &Value, raw: &[u8], wasm: &[u8], digest: &Digest, found: &mut Found) -> Result<(), String> {
+fn read_document(doc: &Value, raw: &[u8], wasm: &[u8], digest: &Digest, found: &mut Found) -> Result<(), Unreadable> {
     let format = doc.get("format").and_then(Value::as_str);
     if format == Some(super::SIGNATURE_FORMAT) {
         found.legacy.push(raw.to_vec());
         return Ok(());
     }
     if format == Some(GATHERED_FORMAT) {
-        let gathered: Gathered = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+        let gathered: Gathered = serde_json::from_slice(raw).map_err(|source| Unreadable::Json {
+            what: "the gathered signatures",
+            source,
+        })?;
         return read_gathered(&gathered, digest, found);
     }
     if doc.get("mediaType").and_then(Value::as_str).is_some_and(is_bundle_type) {
@@ -202,14 +230,14 @@ fn read_document(doc: &Value, raw: &[u8], wasm: &[u8], digest: &Digest, found: &
         // there is one, is a keyless signer's and is not trusted by key).
         let signature = BASE64
             .decode(sig)
-            .map_err(|_| "base64Signature is not base64".to_string())?;
+            .map_err(|_| Unreadable::NotBase64("base64Signature"))?;
         found.candidates.push(Candidate {
             message: wasm.to_vec(),
             signature,
         });
         return Ok(());
     }
-    Err("not a signature sonde reads (a sigstore bundle, cosign's blob bundle, or a sonde signature)".into())
+    Err(Unreadable::UnknownKind)
 }
 
 /// Whether `t` is a sigstore bundle's media type (any version).
@@ -219,14 +247,17 @@ pub(crate) fn is_bundle_type(t: &str) -> bool {
 
 /// The signatures gathered for an image manifest: the manifest must hold
 /// the plugin (`digest`), and each signature must sign the manifest.
-fn read_gathered(g: &Gathered, digest: &Digest, found: &mut Found) -> Result<(), String> {
+fn read_gathered(g: &Gathered, digest: &Digest, found: &mut Found) -> Result<(), Unreadable> {
     if g.items.len() > MAX_ITEMS {
-        return Err(format!("more than {MAX_ITEMS} signatures"));
+        return Err(Unreadable::TooMany);
     }
     let manifest = BASE64
         .decode(&g.manifest)
-        .map_err(|_| "manifest is not base64".to_string())?;
-    let m: Value = serde_json::from_slice(&manifest).map_err(|e| format!("manifest: {e}"))?;
+        .map_err(|_| Unreadable::NotBase64("manifest"))?;
+    let m: Value = serde_json::from_slice(&manifest).map_err(|source| Unreadable::Json {
+        what: "manifest",
+        source,
+    })?;
     let holds = m.get("layers").and_then(Value::as_array).is_some_and(|ls| {
         ls.iter()
             .any(|l| l.get("digest").and_then(Value::as_str) == Some(&digest.to_string()))
@@ -237,7 +268,7 @@ fn read_gathered(g: &Gathered, digest: &Digest, found: &mut Found) -> Result<(),
     }
     let manifest_digest = Digest::of(&manifest);
     for item in &g.items {
-        let b64 = |s: &str| BASE64.decode(s).map_err(|_| "an item is not base64".to_string());
+        let b64 = |s: &str| BASE64.decode(s).map_err(|_| Unreadable::NotBase64("an item"));
         match item {
             Item::SimpleSigning { payload, signature } => {
                 let payload = b64(payload)?;
@@ -279,7 +310,7 @@ fn read_simple_signing(payload: Vec<u8>, signature: Vec<u8>, manifest: &Digest, 
 }
 
 /// A sigstore bundle over `subject` (whose SHA-256 is `subject_hex`).
-fn read_bundle(doc: &Value, subject: &[u8], subject_hex: &str, found: &mut Found) -> Result<(), String> {
+fn read_bundle(doc: &Value, subject: &[u8], subject_hex: &str, found: &mut Found) -> Result<(), Unreadable> {
     let material = &doc["verificationMaterial"];
     if material.get("certificate").is_some() || material.get("x509CertificateChain").is_some() {
         found
@@ -300,7 +331,7 @@ fn read_bundle(doc: &Value, subject: &[u8], subject_hex: &str, found: &mut Found
         let signature = ms["signature"]
             .as_str()
             .and_then(|s| BASE64.decode(s).ok())
-            .ok_or("the bundle's messageSignature.signature is not base64")?;
+            .ok_or(Unreadable::NotBase64("the bundle's messageSignature.signature"))?;
         found.candidates.push(Candidate {
             message: subject.to_vec(),
             signature,
@@ -308,20 +339,23 @@ fn read_bundle(doc: &Value, subject: &[u8], subject_hex: &str, found: &mut Found
         return Ok(());
     }
     let Some(env) = doc.get("dsseEnvelope") else {
-        return Err("a bundle with neither messageSignature nor dsseEnvelope".into());
+        return Err(Unreadable::EmptyBundle);
     };
     read_dsse(env, subject_hex, found)
 }
 
 /// A DSSE envelope of an in-toto statement: its subject must be
 /// `subject_hex`; each of its signatures signs the envelope's PAE.
-fn read_dsse(env: &Value, subject_hex: &str, found: &mut Found) -> Result<(), String> {
+fn read_dsse(env: &Value, subject_hex: &str, found: &mut Found) -> Result<(), Unreadable> {
     let payload_type = env["payloadType"].as_str().unwrap_or_default();
     let payload = env["payload"]
         .as_str()
         .and_then(|p| BASE64.decode(p).ok())
-        .ok_or("the DSSE payload is not base64")?;
-    let statement: Value = serde_json::from_slice(&payload).map_err(|e| format!("the DSSE payload: {e}"))?;
+        .ok_or(Unreadable::NotBase64("the DSSE payload"))?;
+    let statement: Value = serde_json::from_slice(&payload).map_err(|source| Unreadable::Json {
+        what: "the DSSE payload",
+        source,
+    })?;
     let subjects: Vec<&str> = statement["subject"]
         .as_array()
         .map(|s| s.iter().filter_map(|s| s["digest"]["sha256"].as_str()).collect())
