@@ -4,7 +4,7 @@
 // backend with the SDK's own types, so a check's code is the same in the
 // sandbox and in a unit test.
 
-import { ProbeError } from './core.js';
+import { ProbeError } from './errors.js';
 
 const noHost = new Proxy(
   {

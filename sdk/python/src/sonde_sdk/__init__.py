@@ -38,9 +38,17 @@ from .net import NetError, SessionError
 from .probe import Probe, export, probe
 from . import config, credentials, duration, exec, fs, grpc, http, log, net, tcp, time, tls  # noqa: E402
 
-# Inside a component this imports the generated bindings now, at build
-# time, so componentize-py's snapshot holds them.
-_host.current()
+# Inside a component the generated bindings are the host: imported now, at
+# build time, so componentize-py's snapshot holds them. An error here is a
+# build problem and must not pass for "no host".
+try:
+    import componentize_py_runtime  # noqa: F401  (only inside a component)
+except ImportError:
+    pass
+else:
+    from . import _wit
+
+    _host.install(_wit.WitBackend())
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,7 @@
 """The host behind the helpers: the component's imports (probe.wit) inside
-a component, a fake host under `sonde_sdk.testing`, nothing otherwise.
+a component (installed by the package when it is imported there, so that
+this module imports none of the helpers it serves), a fake host under
+`sonde_sdk.testing`, nothing otherwise.
 
 Every helper module (`http`, `tls`, `tcp`, `grpc`, `log`, `exec`) calls the
 current backend with the SDK's own types, so a check's code is the same in
@@ -19,7 +21,7 @@ class _NoHost:
 
     def __getattr__(self, name: str) -> Any:
         def refuse(*_args: Any, **_kwargs: Any) -> Any:
-            from ._core import ProbeError
+            from ._errors import ProbeError
 
             raise ProbeError.internal(
                 f"no sonde host for {name}: build the check into a component, "
@@ -42,16 +44,7 @@ def current() -> Any:
     """The backend in use."""
     global _backend
     if _backend is None:
-        try:
-            import componentize_py_runtime  # noqa: F401  (only inside a component)
-        except ImportError:
-            _backend = _NoHost()
-        else:
-            # Inside a component: the bindings must import; an error here
-            # is a build problem and must not pass for "no host".
-            from . import _wit
-
-            _backend = _wit.WitBackend()
+        _backend = _NoHost()
     return _backend
 
 

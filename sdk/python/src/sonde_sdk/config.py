@@ -25,7 +25,7 @@ import json
 import typing
 from typing import Any, Dict, Type, TypeVar, Union
 
-from ._core import ProbeError
+from ._errors import ProbeError
 from .duration import Duration, parse as _parse_duration
 
 T = TypeVar("T")

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import _host
-from ._core import ProbeError
+from ._errors import ProbeError
 from .net import NetError
 from .tls import Session
 

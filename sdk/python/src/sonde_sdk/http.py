@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple
 
 from . import _host
-from ._core import ProbeError
+from ._errors import ProbeError
 from .net import NetError
 from .tls import TlsInfo, TlsOptions
 

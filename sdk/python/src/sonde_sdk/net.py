@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Tuple
 
-from ._core import ProbeError
+from ._errors import ProbeError
 
 TIMED_OUT = "timed out"
 NOT_GRANTED = "denied by the host: not granted"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Tuple
 
 from . import _host
-from ._core import ProbeError
+from ._errors import ProbeError
 from .net import NetError, SessionError, read_until as _read_until
 
 
