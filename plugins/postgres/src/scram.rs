@@ -14,10 +14,10 @@ const GS2_HEADER_B64: &str = "biws";
 
 /// More iterations than this are refused: a hostile server could otherwise
 /// spend the plugin's whole budget (PostgreSQL's default is 4096).
-pub const MAX_ITERATIONS: u32 = 100_000;
+pub(crate) const MAX_ITERATIONS: u32 = 100_000;
 
 /// A SCRAM exchange in progress.
-pub struct Scram {
+pub(crate) struct Scram {
     password: Vec<u8>,
     client_nonce: String,
     client_first_bare: String,
@@ -25,7 +25,7 @@ pub struct Scram {
 
 /// What the client sends after the server's first message, and what it
 /// expects in the server's final message.
-pub struct ClientFinal {
+pub(crate) struct ClientFinal {
     pub message: String,
     server_signature: Vec<u8>,
 }
@@ -38,14 +38,14 @@ fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
 
 impl Scram {
     /// Starts an exchange with a random nonce.
-    pub fn new(password: &str) -> Result<Self, String> {
+    pub(crate) fn new(password: &str) -> Result<Self, String> {
         let mut raw = [0u8; 18];
         getrandom::fill(&mut raw).map_err(|e| format!("no randomness for the SCRAM nonce: {e}"))?;
         Ok(Self::with_nonce(password, &BASE64.encode(raw)))
     }
 
     /// Starts an exchange with a given nonce (for tests against RFC vectors).
-    pub fn with_nonce(password: &str, nonce: &str) -> Self {
+    pub(crate) fn with_nonce(password: &str, nonce: &str) -> Self {
         // PostgreSQL takes the user from the startup message; `n=` stays empty.
         Self {
             password: password.as_bytes().to_vec(),
@@ -55,12 +55,12 @@ impl Scram {
     }
 
     /// The client-first-message.
-    pub fn client_first(&self) -> String {
+    pub(crate) fn client_first(&self) -> String {
         format!("{GS2_HEADER}{}", self.client_first_bare)
     }
 
     /// Answers the server-first-message.
-    pub fn client_final(&self, server_first: &str) -> Result<ClientFinal, String> {
+    pub(crate) fn client_final(&self, server_first: &str) -> Result<ClientFinal, String> {
         let (mut nonce, mut salt, mut iterations) = (None, None, None);
         for attr in server_first.split(',') {
             match attr.split_once('=') {
@@ -107,7 +107,7 @@ impl Scram {
 impl ClientFinal {
     /// Checks the server-final-message: a server that does not know the
     /// password cannot produce it.
-    pub fn verify_server(&self, server_final: &str) -> Result<(), String> {
+    pub(crate) fn verify_server(&self, server_final: &str) -> Result<(), String> {
         if let Some(e) = server_final.strip_prefix("e=") {
             return Err(format!("the server refused the SCRAM proof: {e}"));
         }

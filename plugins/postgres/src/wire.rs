@@ -12,14 +12,14 @@ const MAX_MESSAGE: usize = 1024 * 1024;
 const PROTOCOL_3_0: i32 = 196_608;
 
 /// One backend message: its type byte and body.
-pub struct Message {
+pub(crate) struct Message {
     pub tag: u8,
     pub body: Vec<u8>,
 }
 
 /// A server's ErrorResponse or NoticeResponse, the fields a person needs.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ServerError {
+pub(crate) struct ServerError {
     pub severity: String,
     pub code: String,
     pub message: String,
@@ -38,7 +38,7 @@ impl fmt::Display for ServerError {
 
 impl ServerError {
     /// Parses the body of an ErrorResponse or NoticeResponse.
-    pub fn parse(body: &[u8]) -> Self {
+    pub(crate) fn parse(body: &[u8]) -> Self {
         let mut err = Self::default();
         let mut localized_severity = String::new();
         let mut rest = body;
@@ -65,7 +65,7 @@ impl ServerError {
 }
 
 /// Splits a NUL-terminated string off the front of `bytes`.
-pub fn cstr(bytes: &[u8]) -> (String, &[u8]) {
+pub(crate) fn cstr(bytes: &[u8]) -> (String, &[u8]) {
     match bytes.iter().position(|&b| b == 0) {
         Some(i) => (String::from_utf8_lossy(&bytes[..i]).into_owned(), &bytes[i + 1..]),
         None => (String::from_utf8_lossy(bytes).into_owned(), &[]),
@@ -73,7 +73,7 @@ pub fn cstr(bytes: &[u8]) -> (String, &[u8]) {
 }
 
 /// Reads a big-endian i32 at `at`.
-pub fn be_i32(bytes: &[u8], at: usize) -> Option<i32> {
+pub(crate) fn be_i32(bytes: &[u8], at: usize) -> Option<i32> {
     bytes
         .get(at..at + 4)
         .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
@@ -83,19 +83,19 @@ fn be_i16(bytes: &[u8], at: usize) -> Option<i16> {
     bytes.get(at..at + 2).map(|b| i16::from_be_bytes([b[0], b[1]]))
 }
 
-pub fn protocol_error(what: impl Into<String>) -> io::Error {
+pub(crate) fn protocol_error(what: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("protocol error: {}", what.into()))
 }
 
 /// A connection speaking the protocol, over a session the host holds
 /// (`tcp`): a probe granted secrets opens no socket of its own.
-pub struct Conn {
+pub(crate) struct Conn {
     stream: Session,
     buf: Vec<u8>,
 }
 
 impl Conn {
-    pub fn new(stream: Session) -> Self {
+    pub(crate) fn new(stream: Session) -> Self {
         Self {
             stream,
             buf: Vec::new(),
@@ -104,12 +104,12 @@ impl Conn {
 
     /// The session, for a login by the host; `None` once a backend message
     /// was read past (the host must read from where the plugin stopped).
-    pub fn session(&self) -> Option<&Session> {
+    pub(crate) fn session(&self) -> Option<&Session> {
         self.buf.is_empty().then_some(&self.stream)
     }
 
     /// Sends the StartupMessage with `params` (name, value pairs).
-    pub fn startup(&mut self, params: &[(&str, &str)]) -> io::Result<()> {
+    pub(crate) fn startup(&mut self, params: &[(&str, &str)]) -> io::Result<()> {
         let mut body = PROTOCOL_3_0.to_be_bytes().to_vec();
         for (name, value) in params {
             body.extend_from_slice(name.as_bytes());
@@ -124,7 +124,7 @@ impl Conn {
     }
 
     /// Sends one frontend message.
-    pub fn send(&mut self, tag: u8, body: &[u8]) -> io::Result<()> {
+    pub(crate) fn send(&mut self, tag: u8, body: &[u8]) -> io::Result<()> {
         let mut msg = Vec::with_capacity(body.len() + 5);
         msg.push(tag);
         msg.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
@@ -151,7 +151,7 @@ impl Conn {
     }
 
     /// Reads one backend message.
-    pub fn recv(&mut self) -> io::Result<Message> {
+    pub(crate) fn recv(&mut self) -> io::Result<Message> {
         self.fill(5)?;
         let tag = self.buf[0];
         let len = be_i32(&self.buf, 1).unwrap_or(0);
@@ -172,14 +172,14 @@ impl Conn {
     }
 
     /// Sends Terminate; the server closes its side.
-    pub fn terminate(&mut self) {
+    pub(crate) fn terminate(&mut self) {
         let _ = self.send(b'X', &[]);
     }
 }
 
 /// What a simple query returned: the rows' text values (at most a few
 /// rows are kept), or the server's error.
-pub struct QueryResult {
+pub(crate) struct QueryResult {
     pub rows: Vec<Vec<Option<String>>>,
     pub error: Option<ServerError>,
 }
@@ -188,7 +188,7 @@ pub struct QueryResult {
 const KEPT_ROWS: usize = 4;
 
 /// Runs `sql` with the simple query protocol and reads until ReadyForQuery.
-pub fn simple_query(conn: &mut Conn, sql: &str) -> io::Result<QueryResult> {
+pub(crate) fn simple_query(conn: &mut Conn, sql: &str) -> io::Result<QueryResult> {
     let mut body = sql.as_bytes().to_vec();
     body.push(0);
     conn.send(b'Q', &body)?;

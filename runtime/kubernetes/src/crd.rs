@@ -12,6 +12,10 @@
     rustdoc::invalid_html_tags,
     reason = "the docs are the CRD's descriptions, read as plain text"
 )]
+#![allow(
+    unreachable_pub,
+    reason = "the crate exports these types; the lint misreads them through kube's CustomResource derive"
+)]
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;

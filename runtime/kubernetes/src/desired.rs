@@ -15,7 +15,7 @@ use std::net::IpAddr;
 /// `k8s_<namespace>_<pod>_<check>` (`_` appears in none of them, so the
 /// name is unambiguous), or, past the catalog's 128 bytes, a prefix and a
 /// hash of the three.
-pub fn probe_name(namespace: &str, pod: &str, check: &str) -> String {
+pub(crate) fn probe_name(namespace: &str, pod: &str, check: &str) -> String {
     bounded_name(format!("k8s_{namespace}_{pod}_{check}"))
 }
 
@@ -33,7 +33,7 @@ pub(crate) fn bounded_name(full: String) -> String {
 
 /// The probe a (Pod, gate) pair maps to.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Desired {
+pub(crate) struct Desired {
     /// The probe's and its target's name.
     pub name: String,
     /// Its tenant.
@@ -94,7 +94,7 @@ pub(crate) enum Refusal {
 impl Refusal {
     /// Whether the SondeCheck itself is refused (an Event goes on it),
     /// rather than its use by one Pod.
-    pub fn of_check(&self) -> bool {
+    pub(crate) fn of_check(&self) -> bool {
         matches!(
             self,
             Self::NoTenant { .. }
@@ -112,7 +112,7 @@ impl Refusal {
 
 /// What the controller needs of a Service ([`ServiceView::of`]).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct ServiceView {
+pub(crate) struct ServiceView {
     /// Its cluster IPs, primary first; empty when it has none.
     pub cluster_ips: Vec<IpAddr>,
     /// Why it has no cluster IP: headless, or an ExternalName Service.
@@ -127,7 +127,7 @@ pub struct ServiceView {
 impl ServiceView {
     /// The view of `service`, with `ready_endpoints` counted from its
     /// EndpointSlices.
-    pub fn of(service: &k8s_openapi::api::core::v1::Service, ready_endpoints: usize) -> Self {
+    pub(crate) fn of(service: &k8s_openapi::api::core::v1::Service, ready_endpoints: usize) -> Self {
         let spec = service.spec.clone().unwrap_or_default();
         let external = spec.type_.as_deref() == Some("ExternalName");
         let mut ips: Vec<String> = spec.cluster_ips.unwrap_or_default();
@@ -188,13 +188,13 @@ impl ServiceView {
 
 /// The most attempts a run of the http plugin's `backend` check makes by
 /// default (its own ceiling).
-pub const MAX_BACKEND_ATTEMPTS: u64 = 60;
+pub(crate) const MAX_BACKEND_ATTEMPTS: u64 = 60;
 
 /// The attempts of a `backend` check through a Service when the config
 /// names none: three per endpoint ready to serve it (at least three; the
 /// Pod checked may not be one yet), as many as a balancer that spreads
 /// connections needs to reach each endpoint with high probability.
-pub fn default_attempts(ready_endpoints: usize) -> u64 {
+pub(crate) fn default_attempts(ready_endpoints: usize) -> u64 {
     (ready_endpoints.max(1) as u64)
         .saturating_mul(3)
         .min(MAX_BACKEND_ATTEMPTS)
@@ -283,7 +283,7 @@ fn dial(
 /// or is going away. `services` looks up a Service of the Pod's namespace
 /// by name, for a check through a Service ([`Refusal::NoSuchService`] when
 /// there is none).
-pub fn desired(
+pub(crate) fn desired(
     pod: &PodView,
     check: &SondeCheck,
     settings: &GateSettings,

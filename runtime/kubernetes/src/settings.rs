@@ -17,14 +17,14 @@ pub const DEFAULT_BURST: u32 = 10;
 /// probe's latest run at most this often while its status holds.
 pub const DEFAULT_MESSAGE_REFRESH: Duration = Duration::from_secs(60);
 /// The shortest `kubernetes.message_refresh`.
-pub const MIN_MESSAGE_REFRESH: Duration = Duration::from_secs(1);
+pub(crate) const MIN_MESSAGE_REFRESH: Duration = Duration::from_secs(1);
 /// Default `kubernetes.node_tenant`.
 pub const DEFAULT_NODE_TENANT: &str = "node";
 /// Default `kubernetes.node_heartbeat`: node-problem-detector's, and the
 /// kubelet's own `nodeStatusReportFrequency`.
 pub const DEFAULT_NODE_HEARTBEAT: Duration = Duration::from_secs(300);
 /// The shortest `kubernetes.node_heartbeat`.
-pub const MIN_NODE_HEARTBEAT: Duration = Duration::from_secs(10);
+pub(crate) const MIN_NODE_HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// The agent's Kubernetes settings, defaults filled in.
 #[derive(Clone, Debug, PartialEq)]

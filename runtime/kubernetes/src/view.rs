@@ -11,17 +11,17 @@ use std::net::IpAddr;
 
 /// The per-Pod override annotations a Pod may set, as
 /// `sonde.dev/<check-name>.<field>`.
-pub const OVERRIDABLE: &[&str] = &["port"];
+pub(crate) const OVERRIDABLE: &[&str] = &["port"];
 /// The longest condition message written (the API server takes more; a
 /// readiness gate's message is for humans reading `kubectl describe`).
-pub const MAX_MESSAGE: usize = 256;
+pub(crate) const MAX_MESSAGE: usize = 256;
 
 /// A Pod by namespace and name.
-pub type PodKey = (String, String);
+pub(crate) type PodKey = (String, String);
 
 /// What the controller needs of a Pod.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct PodView {
+pub(crate) struct PodView {
     /// Namespace and name.
     pub key: PodKey,
     /// Its UID: the precondition of every write.
@@ -42,7 +42,7 @@ pub struct PodView {
 
 impl PodView {
     /// The view of `pod`; `None` without a namespace, name or UID.
-    pub fn of(pod: &Pod) -> Option<Self> {
+    pub(crate) fn of(pod: &Pod) -> Option<Self> {
         let meta = &pod.metadata;
         let key = (meta.namespace.clone()?, meta.name.clone()?);
         let uid = meta.uid.clone()?;
@@ -117,7 +117,7 @@ impl PodView {
 
     /// The `sonde.dev/<check>.<field>` annotations of `check` that are not
     /// overridable fields.
-    pub fn unknown_overrides(&self, check: &str) -> Vec<String> {
+    pub(crate) fn unknown_overrides(&self, check: &str) -> Vec<String> {
         let prefix = format!("{GATE_PREFIX}{check}.");
         self.annotations
             .keys()
@@ -129,7 +129,7 @@ impl PodView {
 
 /// A condition's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CondStatus {
+pub(crate) enum CondStatus {
     /// `True`.
     True,
     /// `False`.
@@ -148,7 +148,7 @@ impl CondStatus {
     }
 
     /// As the API writes it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::True => "True",
             Self::False => "False",
@@ -160,7 +160,7 @@ impl CondStatus {
 /// What sonde writes of a gate's condition; a write happens only when it
 /// differs from what the Pod has.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Cond {
+pub(crate) struct Cond {
     /// True, False or Unknown.
     pub status: CondStatus,
     /// `CheckPassed`, `CheckFailed`, `CheckTimeout` or `CheckUnavailable`.
@@ -171,7 +171,7 @@ pub struct Cond {
 
 impl Cond {
     /// The condition for a probe state, from the run that set it.
-    pub fn of_state(state: Status, timed_out: bool, message: &str) -> Self {
+    pub(crate) fn of_state(state: Status, timed_out: bool, message: &str) -> Self {
         let (status, reason) = match state {
             Status::Success | Status::Warning => (CondStatus::True, "CheckPassed"),
             Status::Failure if timed_out => (CondStatus::False, "CheckTimeout"),
@@ -191,14 +191,14 @@ impl Cond {
     /// follows the latest reason while its status holds. `None` when the
     /// run disagrees (a failure still under the threshold would explain a
     /// passing gate with a failure) or says nothing (an unknown state).
-    pub fn latest(state: Status, run: &RunResult) -> Option<Self> {
+    pub(crate) fn latest(state: Status, run: &RunResult) -> Option<Self> {
         let cond = Self::of_state(state, run.reason == Some(Reason::Timeout), &run.message);
         let agrees = Self::of_state(run.status, false, "").status == cond.status;
         (agrees && cond.status != CondStatus::Unknown).then_some(cond)
     }
 
     /// `Unknown`/`CheckUnavailable`: nothing can be said about the Pod.
-    pub fn unavailable(message: &str) -> Self {
+    pub(crate) fn unavailable(message: &str) -> Self {
         Self {
             status: CondStatus::Unknown,
             reason: "CheckUnavailable".into(),
@@ -208,7 +208,7 @@ impl Cond {
 
     /// The probe state a condition already on the Pod seeds: the agent
     /// writes nothing until a threshold is crossed again.
-    pub fn seed(cond: Option<&Cond>) -> Counter {
+    pub(crate) fn seed(cond: Option<&Cond>) -> Counter {
         let state = match cond.map(|c| c.status) {
             Some(CondStatus::True) => Status::Success,
             Some(CondStatus::False) => Status::Failure,
@@ -241,7 +241,7 @@ pub(crate) fn cut(text: &str, max: usize) -> String {
 }
 
 /// The condition type of a gate on check `check`.
-pub fn condition_type(check: &str) -> String {
+pub(crate) fn condition_type(check: &str) -> String {
     format!("{GATE_PREFIX}{check}")
 }
 

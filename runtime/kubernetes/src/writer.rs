@@ -12,7 +12,7 @@ use tokio::time::Instant;
 /// kubelet's conditions stay; `metadata.uid` makes the API server refuse
 /// the write to another Pod of the same name. `lastTransitionTime` only
 /// on a flip.
-pub fn patch_body(uid: &str, conds: &[(&str, &Cond, bool)], now: &str) -> serde_json::Value {
+pub(crate) fn patch_body(uid: &str, conds: &[(&str, &Cond, bool)], now: &str) -> serde_json::Value {
     let conditions: Vec<serde_json::Value> = conds
         .iter()
         .map(|(type_, c, flip)| {
@@ -45,7 +45,7 @@ pub(crate) async fn sleep_until(at: Option<Instant>) {
 
 /// A token bucket: `qps` tokens a second, up to `burst` at once.
 #[derive(Debug)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     qps: f64,
     burst: f64,
     tokens: f64,
@@ -54,7 +54,7 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// A full bucket.
-    pub fn new(qps: f64, burst: u32) -> Self {
+    pub(crate) fn new(qps: f64, burst: u32) -> Self {
         Self {
             qps,
             burst: f64::from(burst),
@@ -70,7 +70,7 @@ impl TokenBucket {
     }
 
     /// Takes a token, or says when the next one comes.
-    pub fn take(&mut self, now: Instant) -> Result<(), Instant> {
+    pub(crate) fn take(&mut self, now: Instant) -> Result<(), Instant> {
         self.refill(now);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
@@ -83,7 +83,7 @@ impl TokenBucket {
 
 /// What became of a write.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Written.
     Written,
     /// The Pod of that UID is gone (404, or the UID precondition failed):
@@ -98,7 +98,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The outcome of an API answer.
-    pub fn of(result: &Result<(), kube::Error>) -> Self {
+    pub(crate) fn of(result: &Result<(), kube::Error>) -> Self {
         match result {
             Ok(()) => Self::Written,
             Err(kube::Error::Api(s)) => match s.code {
@@ -113,23 +113,23 @@ impl Outcome {
 }
 
 /// The first retry after an error; it doubles up to [`MAX_BACKOFF`].
-pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 /// The longest wait between retries of a conflicting or failing write.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// The first retry after a 403; it doubles up to [`MAX_FORBIDDEN_BACKOFF`].
-pub const FORBIDDEN_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const FORBIDDEN_BACKOFF: Duration = Duration::from_secs(30);
 /// The longest wait between retries of a forbidden write.
-pub const MAX_FORBIDDEN_BACKOFF: Duration = Duration::from_secs(300);
+pub(crate) const MAX_FORBIDDEN_BACKOFF: Duration = Duration::from_secs(300);
 
 /// The wait before retry number `attempt` (1-based) of a write that ended
 /// in `outcome`, with up to a quarter of random spread.
-pub fn backoff(outcome: &Outcome, attempt: u32) -> Duration {
+pub(crate) fn backoff(outcome: &Outcome, attempt: u32) -> Duration {
     backoff_with(outcome, attempt, fastrand::f64())
 }
 
 /// [`backoff`] with the random part given: `spread` in `[0, 1)` adds that
 /// fraction of a quarter (0 in tests, for exact waits).
-pub fn backoff_with(outcome: &Outcome, attempt: u32, spread: f64) -> Duration {
+pub(crate) fn backoff_with(outcome: &Outcome, attempt: u32, spread: f64) -> Duration {
     let (first, max) = match outcome {
         Outcome::Forbidden(_) => (FORBIDDEN_BACKOFF, MAX_FORBIDDEN_BACKOFF),
         _ => (FIRST_BACKOFF, MAX_BACKOFF),

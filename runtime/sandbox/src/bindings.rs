@@ -41,6 +41,10 @@ use tokio_rustls::client::TlsStream;
 
 /// A connection a plugin holds open through the host (the `tls` interface's
 /// `session` resource): over TLS, or plain TCP from the `tcp` interface.
+#[allow(
+    unreachable_pub,
+    reason = "the generated bindings re-export it as the `session` resource's type"
+)]
 pub struct Session {
     pub(crate) stream: SessionStream,
     /// The host and port the plugin asked for, as checked: where a login

@@ -227,8 +227,10 @@ targets:
     assert!(a.calls >= 100 * (SECONDS - 2), "A made {} calls", a.calls);
     assert_eq!(a.limit, 256);
     assert_eq!((b.reserved, a.reserved), (8, 85));
-    // Fair: a few ms. Starved behind A's 1 s calls: hundreds of ms.
-    assert!(p99 < Duration::from_millis(100), "B's start lateness p99 is {p99:?}");
+    // Fair: a few ms on a quiet machine, ~100 ms on one whose both cores
+    // build beside it (seen: p99 100.2 ms). Starved behind A's 1 s calls:
+    // most of a second.
+    assert!(p99 < Duration::from_millis(250), "B's start lateness p99 is {p99:?}");
     // A permit wait starved behind A's 1 s calls lands in the 500 ms or
     // 1 s bucket; a fair one in the 10-50 ms buckets on a quiet machine,
     // and 100 ms on one whose other core compiles (seen twice).

@@ -6,6 +6,11 @@
 //! `maxLength`, so the rules' estimated cost stays within the budget of the
 //! oldest supported API server (1.24).
 
+#![allow(
+    unreachable_pub,
+    reason = "the crate exports these types; the lint misreads them through kube's CustomResource derive"
+)]
+
 use crate::crd::{CheckLimits, StatusCondition, any_object, label_selector_schema, one, ten, three};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};

@@ -17,10 +17,10 @@ use std::time::Duration;
 use zeroize::Zeroize;
 
 /// The longest a read may take.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest answer read: a Secret holds at most 1 MiB, base64 makes it
 /// 4/3 of that.
-pub const MAX_ANSWER: usize = 2 * 1024 * 1024;
+pub(crate) const MAX_ANSWER: usize = 2 * 1024 * 1024;
 
 /// What one read of a Secret found.
 pub(crate) enum Outcome {

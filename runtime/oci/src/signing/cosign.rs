@@ -22,7 +22,7 @@ pub const SIMPLE_SIGNING_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesi
 /// The annotation that holds a simple-signing layer's signature.
 pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 /// The `type` of a simple-signing payload.
-pub const SIMPLE_SIGNING_TYPE: &str = "cosign container image signature";
+pub(super) const SIMPLE_SIGNING_TYPE: &str = "cosign container image signature";
 /// The environment variable cosign reads a private key's password from.
 pub const PASSWORD_ENV: &str = "COSIGN_PASSWORD";
 

@@ -13,7 +13,7 @@ use zeroize::Zeroizing;
 
 /// The most values one call may build from secrets (each is scrubbed from
 /// every later answer).
-pub const MAX_EXPANSIONS: usize = 64;
+pub(super) const MAX_EXPANSIONS: usize = 64;
 
 /// Why a text with handles could not be expanded. Messages name secrets,
 /// never their values.

@@ -13,7 +13,7 @@ use zeroize::Zeroizing;
 pub const MIN_SECRET_BYTES: usize = 8;
 
 /// The longest secret sonde accepts (a certificate chain and key fit).
-pub const MAX_SECRET_BYTES: usize = 64 * 1024;
+pub(super) const MAX_SECRET_BYTES: usize = 64 * 1024;
 
 /// A secret's bytes, held in memory only: zeroed when dropped, never
 /// printed (`Debug` and `Display` show `<secret>`), never serialized.

@@ -66,7 +66,7 @@ impl Gate {
     }
 
     /// How many may pass at once.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.state().size
     }
 
@@ -92,7 +92,7 @@ impl Gate {
     }
 
     /// How long every permit has been taken (`None` when one is free).
-    pub fn exhausted_for(&self) -> Option<Duration> {
+    pub(crate) fn exhausted_for(&self) -> Option<Duration> {
         if self.permits.available_permits() > 0 {
             return None;
         }
@@ -187,12 +187,12 @@ impl Gates {
     }
 
     /// The gate of name lookups for plugins.
-    pub fn lookups(&self) -> &Arc<Gate> {
+    pub(crate) fn lookups(&self) -> &Arc<Gate> {
         &self.lookups
     }
 
     /// The gate of blocking threads for plugins.
-    pub fn threads(&self) -> &Arc<Gate> {
+    pub(crate) fn threads(&self) -> &Arc<Gate> {
         &self.threads
     }
 }

@@ -202,7 +202,7 @@ async fn serve_connection(stream: tokio::net::TcpStream, app: impl App, admitted
 
 /// Open watch streams per caller, bounded by `api: max_watch_streams`.
 #[derive(Clone, Default)]
-pub struct WatchStreams(Arc<Mutex<HashMap<Option<Arc<str>>, usize>>>);
+pub(crate) struct WatchStreams(Arc<Mutex<HashMap<Option<Arc<str>>, usize>>>);
 
 /// One open watch stream; its drop closes its place.
 pub(super) struct WatchPermit {

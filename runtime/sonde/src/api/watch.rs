@@ -29,11 +29,11 @@ use tokio::sync::mpsc;
 
 /// A comment line goes out this often, so idle connections stay open
 /// through proxies and a gone client is noticed.
-pub const KEEPALIVE: Duration = Duration::from_secs(15);
+pub(super) const KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// What a client asked to follow.
 #[derive(Debug, Default)]
-pub struct Params {
+pub(super) struct Params {
     all: bool,
     last_event_id: Option<String>,
     probe: Option<String>,
@@ -43,7 +43,7 @@ pub struct Params {
 
 impl Params {
     /// Reads the query string and the `Last-Event-ID` header.
-    pub fn from_request(q: Option<&str>, headers: &HeaderMap) -> Result<Self, ParamsError> {
+    pub(super) fn from_request(q: Option<&str>, headers: &HeaderMap) -> Result<Self, ParamsError> {
         let all = match query(q, "all").as_deref() {
             None | Some("0" | "false") => false,
             Some("" | "1" | "true") => true,
@@ -65,7 +65,7 @@ impl Params {
 
 /// A watch request the stream cannot follow (a 400 answer).
 #[derive(Debug, thiserror::Error)]
-pub enum ParamsError {
+pub(super) enum ParamsError {
     /// `all=` is not a boolean.
     #[error("all: {0:?} is not 1, true, 0 or false")]
     All(String),

@@ -125,13 +125,13 @@ impl SandboxArgs {
 
 /// A duration such as `500ms`, `10s` or `1m30s` (zero included), read as
 /// the config file reads one.
-pub fn parse_duration(s: &str) -> Result<Duration, ArgError> {
+pub(super) fn parse_duration(s: &str) -> Result<Duration, ArgError> {
     let de: serde::de::value::StrDeserializer<'_, serde::de::value::Error> = s.into_deserializer();
     Ok(Dur::deserialize(de)?.0)
 }
 
 /// A duration that must be more than zero: a deadline, a period.
-pub fn parse_positive_duration(s: &str) -> Result<Duration, ArgError> {
+pub(super) fn parse_positive_duration(s: &str) -> Result<Duration, ArgError> {
     let d = parse_duration(s)?;
     if d.is_zero() {
         return Err(ArgError::NotPositive(s.to_string()));
@@ -145,7 +145,7 @@ fn parse_timeout(s: &str) -> Result<Duration, ArgError> {
 }
 
 /// A size such as `64MiB`, read as the config file reads one.
-pub fn parse_size(s: &str) -> Result<u64, ArgError> {
+pub(super) fn parse_size(s: &str) -> Result<u64, ArgError> {
     let de: serde::de::value::StrDeserializer<'_, serde::de::value::Error> = s.into_deserializer();
     Ok(Size::deserialize(de)?.0)
 }
@@ -169,7 +169,7 @@ fn parse_env(s: &str) -> Result<(String, String), ArgError> {
 
 /// A command-line value that does not parse (clap shows it with the flag).
 #[derive(Debug, PartialEq, thiserror::Error)]
-pub enum ArgError {
+pub(super) enum ArgError {
     /// Not a duration or size as the config file spells one.
     #[error(transparent)]
     Unreadable(#[from] serde::de::value::Error),

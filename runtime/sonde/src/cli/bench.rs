@@ -103,7 +103,7 @@ pub struct BenchArgs {
 
 /// What one side of a bench measured.
 #[derive(Debug, Clone, Serialize)]
-pub struct Measured {
+pub(super) struct Measured {
     /// Runs measured.
     pub runs: u64,
     /// Runs completed per second of wall time.
@@ -125,7 +125,7 @@ pub struct Measured {
 
 /// The report of a plugin bench, `--output json`'s object.
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub(super) struct Report {
     /// The plugin as named.
     pub plugin: String,
     /// The target.
@@ -148,7 +148,7 @@ pub struct Report {
 
 /// The native side of a bench.
 #[derive(Debug, Serialize)]
-pub struct Baseline {
+pub(super) struct Baseline {
     /// What it does.
     pub what: &'static str,
     /// Its figures.

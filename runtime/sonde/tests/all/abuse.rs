@@ -7,7 +7,7 @@
 //! the abuser holds the API (then the other caller waits for the abuser's
 //! timeout, tens of seconds, or forever), never a slow machine.
 
-pub use crate::support::{call, start_agent as start};
+pub(crate) use crate::support::{call, start_agent as start};
 use crate::support::{parse_response as parse, secret};
 use sonde_tests::HttpServer;
 use std::net::SocketAddr;
@@ -16,16 +16,16 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-pub const OP: &str = "operator-secret";
-pub const ACME: &str = "acme-secret";
-pub const BETA: &str = "beta-secret";
+pub(crate) const OP: &str = "operator-secret";
+pub(crate) const ACME: &str = "acme-secret";
+pub(crate) const BETA: &str = "beta-secret";
 
 /// What another caller may wait while the API is abused.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// A config with tenants acme and beta (one http probe each against
 /// `server`), a `state_dir`, and the API block `api`.
-pub fn config(dir: &Path, server: SocketAddr, api: &str) -> std::path::PathBuf {
+pub(crate) fn config(dir: &Path, server: SocketAddr, api: &str) -> std::path::PathBuf {
     secret(dir, "op.token", OP);
     secret(dir, "acme.token", ACME);
     secret(dir, "beta.token", BETA);

@@ -51,7 +51,7 @@ const MAX_READS: usize = 256;
 const TIMEOUT_MS: u64 = 5000;
 
 #[derive(Deserialize)]
-pub struct Views {
+pub(crate) struct Views {
     marker: String,
     steps: Vec<Step>,
     #[serde(default)]
@@ -447,7 +447,7 @@ fn step(t: &mut Transcript, s: &Step) {
 }
 
 /// Runs the script and reports it.
-pub fn run(views: &Views) -> Result<Outcome, ProbeError> {
+pub(crate) fn run(views: &Views) -> Result<Outcome, ProbeError> {
     if views.steps.len() > MAX_STEPS {
         return Err(ProbeError::invalid_config(format!("at most {MAX_STEPS} steps")));
     }

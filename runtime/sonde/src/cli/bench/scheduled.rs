@@ -39,7 +39,7 @@ impl Observer for Watch {
 
 /// The report of `sonde bench --scheduler`.
 #[derive(Debug, Serialize)]
-pub struct SchedulerReport {
+pub(super) struct SchedulerReport {
     /// The plugin as named.
     pub plugin: String,
     /// Probes registered.

@@ -126,7 +126,7 @@ pub(crate) struct Pair {
 }
 
 impl Pair {
-    pub fn new(rng: &mut fastrand::Rng, kind: Kind, len: usize) -> Self {
+    pub(super) fn new(rng: &mut fastrand::Rng, kind: Kind, len: usize) -> Self {
         let w = RUN.min(len);
         let alnum = |rng: &mut fastrand::Rng| if rng.u8(..4) == 0 { Class::Digit } else { Class::Lower };
         let classes: Vec<Class> = loop {
@@ -322,7 +322,7 @@ pub(crate) struct Prog {
 }
 
 impl Prog {
-    pub fn new(via: Via, what: What, encoding: Encoding, field: Field) -> Self {
+    pub(super) fn new(via: Via, what: What, encoding: Encoding, field: Field) -> Self {
         Self {
             via,
             what,
@@ -359,7 +359,7 @@ impl Prog {
     }
 
     /// The peer's side.
-    pub fn peer(&self) -> Program {
+    pub(super) fn peer(&self) -> Program {
         let source = match (&self.via, &self.what) {
             (Via::Tcp | Via::Tls | Via::Udp, _) => Source::Data,
             (Via::Redis | Via::Postgres, _) => Source::Password,
@@ -385,7 +385,7 @@ impl Prog {
     }
 
     /// The plugin's step, for program `id` of `r`.
-    pub fn step(&self, id: u32, r: &Reflector) -> serde_json::Value {
+    pub(super) fn step(&self, id: u32, r: &Reflector) -> serde_json::Value {
         use serde_json::json;
         let handle = "$(secret:s)";
         let password = match &self.what {
@@ -504,7 +504,7 @@ impl Prog {
         matches!(self.field, Field::HeaderName | Field::GrpcStatus | Field::ContentType)
     }
 
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         let what = match &self.what {
             What::Secret => "the secret".to_string(),
             What::Basic => "Basic u:secret".to_string(),
@@ -861,7 +861,7 @@ pub(crate) struct Harness {
 type Failures = Vec<(usize, String)>;
 
 impl Harness {
-    pub async fn new() -> Self {
+    pub(super) async fn new() -> Self {
         let r = Reflector::start().await;
         let net = [r.tcp, r.tls, r.http, r.grpc, r.udp]
             .iter()
@@ -907,14 +907,14 @@ impl Harness {
     }
 
     /// Runs `steps` under both secrets at once.
-    pub async fn run_pair(&self, pair: &Pair, steps: &[serde_json::Value], show: &[usize]) -> [Seen; 2] {
+    pub(super) async fn run_pair(&self, pair: &Pair, steps: &[serde_json::Value], show: &[usize]) -> [Seen; 2] {
         let config = serde_json::json!({"mode": "views", "marker": WITHHELD, "steps": steps, "show": show}).to_string();
         let (a, b) = tokio::join!(self.run(&pair.a, &config), self.run(&pair.b, &config));
         [seen(&a, steps.len()), seen(&b, steps.len())]
     }
 
     /// Both transcripts of step `step` run alone.
-    pub async fn alone(&self, pair: &Pair, step: &serde_json::Value) -> [Vec<Item>; 2] {
+    pub(super) async fn alone(&self, pair: &Pair, step: &serde_json::Value) -> [Vec<Item>; 2] {
         let [a, b] = self.run_pair(pair, std::slice::from_ref(step), &[0]).await;
         let t = |s: &Seen| items(s.transcripts.get(&0).map(Vec::as_slice).unwrap_or_default());
         [t(&a), t(&b)]
@@ -928,14 +928,14 @@ impl Harness {
     /// call's later uses of them fail). So a run holds first the steps that
     /// cannot spill, then those that may but use no secret (guesses), and
     /// at most one that may spill and uses the secret, last.
-    pub async fn check(&self, pair: &Pair, progs: &[Prog]) {
+    pub(super) async fn check(&self, pair: &Pair, progs: &[Prog]) {
         let report = self.report(pair, progs).await;
         assert!(report.is_empty(), "{report}");
     }
 
     /// What [`check`](Self::check) would panic with: empty when every step
     /// passed.
-    pub async fn report(&self, pair: &Pair, progs: &[Prog]) -> String {
+    pub(super) async fn report(&self, pair: &Pair, progs: &[Prog]) -> String {
         let rank = |p: &Prog| match (p.may_spill(), matches!(p.what, What::Guess(..))) {
             (false, _) => 0,
             (true, false) => 1,

@@ -16,12 +16,12 @@ use std::time::Duration;
 /// The repository's root, found at run time: a test binary reused from
 /// another checkout's target dir (the metadata hash of a workspace member
 /// leaves its path out) would otherwise look in that checkout.
-pub fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// Runs the `sonde` binary with `args` and this binary's compile cache.
-pub fn sonde(args: &[&str]) -> std::process::Output {
+pub(crate) fn sonde(args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_sonde"))
         .arg("--cache-dir")
         .arg(cache_dir())
@@ -35,7 +35,7 @@ pub fn sonde(args: &[&str]) -> std::process::Output {
 /// bind-mounted over the system file `over`: an `/etc/hosts` or
 /// `/etc/resolv.conf` a test writes, so the system resolver answers what
 /// the test says without touching the machine's own files.
-pub fn sonde_with_mounts(binds: &[(&std::path::Path, &str)]) -> std::process::Command {
+pub(crate) fn sonde_with_mounts(binds: &[(&std::path::Path, &str)]) -> std::process::Command {
     let mounts: Vec<String> = binds
         .iter()
         .map(|(file, over)| format!("mount --bind '{}' {over}", file.display()))
@@ -51,11 +51,11 @@ pub fn sonde_with_mounts(binds: &[(&std::path::Path, &str)]) -> std::process::Co
     command
 }
 
-pub fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache")
 }
 
-pub fn engine() -> Engine {
+pub(crate) fn engine() -> Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
@@ -71,7 +71,7 @@ pub fn engine() -> Engine {
 /// An engine of its own, under `limits`: what it enforces is its own,
 /// whatever the other engines of this process do (a small instance pool:
 /// a test runs a few calls at once).
-pub fn engine_with(limits: sonde_sandbox::host::bounds::HostLimits) -> Engine {
+pub(crate) fn engine_with(limits: sonde_sandbox::host::bounds::HostLimits) -> Engine {
     Engine::new(EngineConfig {
         cache_dir: Some(cache_dir()),
         max_concurrent_calls: 8,
@@ -82,7 +82,13 @@ pub fn engine_with(limits: sonde_sandbox::host::bounds::HostLimits) -> Engine {
 }
 
 /// Runs `plugin` (loaded by `engine`) once on `engine`.
-pub async fn run_on(engine: &Engine, plugin: &Arc<Plugin>, target: &str, config: &str, timeout: Duration) -> RunResult {
+pub(crate) async fn run_on(
+    engine: &Engine,
+    plugin: &Arc<Plugin>,
+    target: &str,
+    config: &str,
+    timeout: Duration,
+) -> RunResult {
     let call = Call {
         probe: "test",
         target,
@@ -97,11 +103,11 @@ pub async fn run_on(engine: &Engine, plugin: &Arc<Plugin>, target: &str, config:
     engine.run(plugin, &call).await
 }
 
-pub async fn guest(path: &str) -> Arc<Plugin> {
+pub(crate) async fn guest(path: &str) -> Arc<Plugin> {
     engine().load_file(path.as_ref()).await.expect("load guest")
 }
 
-pub async fn builtin(name: &str) -> Arc<Plugin> {
+pub(crate) async fn builtin(name: &str) -> Arc<Plugin> {
     engine()
         .load(name, sonde_builtins::get(name).expect("built-in"))
         .await
@@ -109,7 +115,13 @@ pub async fn builtin(name: &str) -> Arc<Plugin> {
 }
 
 /// Runs `plugin` once with the given target, config, grants and timeout.
-pub async fn run(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Grants, timeout: Duration) -> RunResult {
+pub(crate) async fn run(
+    plugin: &Arc<Plugin>,
+    target: &str,
+    config: &str,
+    grants: &Grants,
+    timeout: Duration,
+) -> RunResult {
     let limits = Limits {
         timeout,
         ..Limits::default()
@@ -118,17 +130,17 @@ pub async fn run(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Gran
 }
 
 /// Runs the built-in plugin `name` once against `target` with no grants.
-pub async fn check(name: &str, target: &str, config: &str, timeout: Duration) -> RunResult {
+pub(crate) async fn check(name: &str, target: &str, config: &str, timeout: Duration) -> RunResult {
     run(&builtin(name).await, target, config, &Grants::default(), timeout).await
 }
 
 /// Runs the guest at `path` once with no target, config or grants, for 1s.
-pub async fn run_alone(path: &str) -> RunResult {
+pub(crate) async fn run_alone(path: &str) -> RunResult {
     run(&guest(path).await, "", "{}", &Grants::default(), Duration::from_secs(1)).await
 }
 
 /// Runs `plugin` once with no target, config or grants, under `limits`.
-pub async fn run_with_limits(plugin: &Arc<Plugin>, limits: Limits) -> RunResult {
+pub(crate) async fn run_with_limits(plugin: &Arc<Plugin>, limits: Limits) -> RunResult {
     run_call(plugin, "", "{}", &Grants::default(), limits).await
 }
 
@@ -145,7 +157,7 @@ async fn run_call(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Gra
 }
 
 /// The JSON `sonde` printed on stdout.
-pub fn json(out: &std::process::Output) -> serde_json::Value {
+pub(crate) fn json(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "stdout is not JSON ({e}): {}\nstderr: {}",
@@ -157,7 +169,7 @@ pub fn json(out: &std::process::Output) -> serde_json::Value {
 
 /// Runs a blocking `sonde` process while the test's own servers keep
 /// answering on the async runtime.
-pub async fn sonde_async(args: Vec<String>) -> std::process::Output {
+pub(crate) async fn sonde_async(args: Vec<String>) -> std::process::Output {
     tokio::task::spawn_blocking(move || sonde(&args.iter().map(String::as_str).collect::<Vec<_>>()))
         .await
         .unwrap()
@@ -169,7 +181,7 @@ pub async fn sonde_async(args: Vec<String>) -> std::process::Output {
 /// waits until the listener has taken it (its answer or its closing
 /// arrives): every earlier one has been counted by then. It is the event
 /// that proves "nothing else connected", where a sleep would only hope so.
-pub async fn accepted_before_now(addr: std::net::SocketAddr, accepted: impl Fn() -> usize) -> usize {
+pub(crate) async fn accepted_before_now(addr: std::net::SocketAddr, accepted: impl Fn() -> usize) -> usize {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut marker = tokio::net::TcpStream::connect(addr).await.expect("connect the marker");
     // Enough bytes for any server to decide it does not like them (an
@@ -191,7 +203,7 @@ pub async fn accepted_before_now(addr: std::net::SocketAddr, accepted: impl Fn()
 
 /// Writes `token` to `dir/name`, readable by its owner only (the agent
 /// refuses a world-readable token file).
-pub fn secret(dir: &std::path::Path, name: &str, token: &str) {
+pub(crate) fn secret(dir: &std::path::Path, name: &str, token: &str) {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -206,12 +218,15 @@ pub fn secret(dir: &std::path::Path, name: &str, token: &str) {
 /// Starts an agent on `config` with its API on a free loopback port
 /// (tokens as the config has them, no jitter), and returns it with that
 /// address.
-pub async fn start_agent(config: &std::path::Path) -> (sonde::agent::Agent, std::net::SocketAddr) {
+pub(crate) async fn start_agent(config: &std::path::Path) -> (sonde::agent::Agent, std::net::SocketAddr) {
     start_agent_on(engine(), config).await
 }
 
 /// [`start_agent`] on `engine`.
-pub async fn start_agent_on(engine: Engine, config: &std::path::Path) -> (sonde::agent::Agent, std::net::SocketAddr) {
+pub(crate) async fn start_agent_on(
+    engine: Engine,
+    config: &std::path::Path,
+) -> (sonde::agent::Agent, std::net::SocketAddr) {
     let options = sonde::agent::AgentOptions {
         config: Some(config.to_path_buf()),
         api: Some("127.0.0.1:0".parse().unwrap()),
@@ -229,7 +244,7 @@ pub async fn start_agent_on(engine: Engine, config: &std::path::Path) -> (sonde:
 /// body: the status and body (status 0 when the connection closed without
 /// an answer). A refused upload may be answered before the whole body is
 /// sent.
-pub async fn call(
+pub(crate) async fn call(
     api: std::net::SocketAddr,
     method: &str,
     path: &str,
@@ -240,7 +255,7 @@ pub async fn call(
 }
 
 /// [`call`] with more request headers (`name`, `value`).
-pub async fn call_with(
+pub(crate) async fn call_with(
     api: std::net::SocketAddr,
     method: &str,
     path: &str,
@@ -268,7 +283,7 @@ pub async fn call_with(
 /// [`call`] for a test that expects the agent to go away: `None` when it
 /// cannot be reached or closes without an answer, instead of a panic or
 /// status 0.
-pub async fn try_call(
+pub(crate) async fn try_call(
     api: std::net::SocketAddr,
     method: &str,
     path: &str,
@@ -290,7 +305,7 @@ pub async fn try_call(
 }
 
 /// The status and body of a raw HTTP/1.1 response (status 0 if none).
-pub fn parse_response(text: &[u8]) -> (u16, String) {
+pub(crate) fn parse_response(text: &[u8]) -> (u16, String) {
     let text = String::from_utf8_lossy(text).to_string();
     let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
@@ -300,7 +315,7 @@ pub fn parse_response(text: &[u8]) -> (u16, String) {
 /// `name`'s path on `PATH`; `None` (the test is skipped, and says so) when
 /// it is not installed, unless `SONDE_REQUIRE_TOOLS` is set (scripts/test
 /// sets it: in CI a missing tool is a failure).
-pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
+pub(crate) fn tool(name: &str, package: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH")
         .and_then(|path| std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file()));
     if found.is_none() {
@@ -316,7 +331,7 @@ pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
 /// exports it after building the program), with [`tool`]'s convention: a
 /// test is skipped without it, unless `SONDE_REQUIRE_TOOLS` is set. `what`
 /// names the program, `how` says how to get it.
-pub fn tool_from_env(var: &str, what: &str, how: &str) -> Option<PathBuf> {
+pub(crate) fn tool_from_env(var: &str, what: &str, how: &str) -> Option<PathBuf> {
     let found = std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_file());
     if found.is_none() {
         let said = std::env::var(var).map_or_else(|_| format!("{var} is not set"), |v| format!("{var}={v} is no file"));
