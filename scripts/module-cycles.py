@@ -79,27 +79,10 @@ def main():
     sys.exit(1 if any(found) else 0)
 
 
-def check(src, files, depth):
-    """Prints the cycles between the modules cut to `depth` segments, or
-    that there is none; whether there is any."""
-    modules = {tuple(module_of(src, f, depth)) for f in files}
-    edges = {}
-    for f in files:
-        here = module_of(src, f, depth)
-        code = strip_comments(open(f, encoding="utf-8").read())
-        # Test code may reach anywhere; it is not part of the layering.
-        code = code.split("#[cfg(test)]", 1)[0]
-        a = tuple(here[:depth])
-        if not a:
-            continue
-        for t in targets(code, here):
-            # The longest known module the path starts with.
-            while t and tuple(t) not in modules:
-                t = t[:-1]
-            b = tuple(t[:depth])
-            if b and b != a and b[: len(a)] != a and a[: len(b)] != b:
-                edges.setdefault(a, set()).add(b)
-    # Tarjan's strongly connected components.
+def cycles(edges):
+    """The groups of nodes of `edges` (node -> set of nodes) that reach
+    each other: Tarjan's strongly connected components of more than one
+    node."""
     index, low, stack, on, sccs, n = {}, {}, [], set(), [], [0]
 
     def visit(v):
@@ -128,6 +111,30 @@ def check(src, files, depth):
     for v in sorted(edges):
         if v not in index:
             visit(v)
+    return sccs
+
+
+def check(src, files, depth):
+    """Prints the cycles between the modules cut to `depth` segments, or
+    that there is none; whether there is any."""
+    modules = {tuple(module_of(src, f, depth)) for f in files}
+    edges = {}
+    for f in files:
+        here = module_of(src, f, depth)
+        code = strip_comments(open(f, encoding="utf-8").read())
+        # Test code may reach anywhere; it is not part of the layering.
+        code = code.split("#[cfg(test)]", 1)[0]
+        a = tuple(here[:depth])
+        if not a:
+            continue
+        for t in targets(code, here):
+            # The longest known module the path starts with.
+            while t and tuple(t) not in modules:
+                t = t[:-1]
+            b = tuple(t[:depth])
+            if b and b != a and b[: len(a)] != a and a[: len(b)] != b:
+                edges.setdefault(a, set()).add(b)
+    sccs = cycles(edges)
     name = lambda m: "::".join(m)
     for comp in sccs:
         members = set(comp)

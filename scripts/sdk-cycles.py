@@ -11,9 +11,16 @@ of files that import each other (a strongly connected component of more
 than one file) and exits 1 if there is any.
 """
 
+import importlib.util
 import os
 import re
 import sys
+
+# Tarjan's components, from the crates' own check.
+_spec = importlib.util.spec_from_file_location("module_cycles", os.path.join(os.path.dirname(__file__), "module-cycles.py"))
+_module_cycles = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module_cycles)
+cycles = _module_cycles.cycles
 
 PY = [
     re.compile(r"^[ \t]*from[ \t]+\.(\w*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)", re.M),
@@ -44,37 +51,6 @@ def edges_of(directory):
             targets |= {m.group(1) for m in JS.finditer(text)}
         edges[here] = {t for t in targets if t in modules and t != here}
     return edges
-
-
-def cycles(edges):
-    index, low, stack, on, sccs, n = {}, {}, [], set(), [], [0]
-
-    def visit(v):
-        index[v] = low[v] = n[0]
-        n[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in sorted(edges.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                sccs.append(sorted(comp))
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return sccs
 
 
 def main():
