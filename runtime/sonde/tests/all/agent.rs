@@ -260,6 +260,10 @@ async fn sighup_reload_keeps_unchanged_counts_and_state_survives_a_restart() {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Both ready again before the stop: the restart below reads the
+        // state this agent wrote (a loaded machine may stop it before the
+        // restarted probe's first run).
+        agent.wait_for("edited", "success", 1);
         let (code, stderr) = agent.stop();
         assert_eq!(code, 0, "SIGTERM is a clean exit: {stderr}");
 
