@@ -12,7 +12,10 @@
 # `start` waits until the API server is ready (/readyz), and a controller-
 # manager holds its leader Lease, then installs sonde's CRDs
 # (deploy/kubernetes/crd.yaml). The admin of DIR/kubeconfig is in
-# system:masters; authorization is RBAC. Logs are DIR/*.log. VERSION is
+# system:masters; authorization is RBAC. Logs are DIR/*.log;
+# SONDE_KUBE_APISERVER_FLAGS adds flags to kube-apiserver's (an audit log
+# to see what a suite sent: --audit-policy-file=... --audit-log-path=...).
+# VERSION is
 # one of $SONDE_KUBE_VERSIONS; SONDE_KUBE_BIN and SONDE_ETCD_VERSION are
 # set by scripts/kube.sh (sourced, or run and eval'd).
 set -euo pipefail
@@ -125,7 +128,7 @@ start() {
     --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
     --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
     --initial-cluster "sonde-e2e=http://127.0.0.1:$peer_port" --unsafe-no-fsync
-  # shellcheck disable=SC2046 # version_flags gives words
+  # shellcheck disable=SC2046,SC2086 # the flags are words
   run "$dir/kube-apiserver.log" "$bin/kube-apiserver-$version" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
@@ -133,7 +136,8 @@ start() {
     --client-ca-file "$dir/ca.crt" --authorization-mode RBAC \
     --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
-    --profiling=false $(version_flags "$version")
+    --endpoint-reconciler-type none \
+    --profiling=false $(version_flags "$version") ${SONDE_KUBE_APISERVER_FLAGS:-}
   until_ok "$dir/kube-apiserver.log" 120 kubectl --kubeconfig "$dir/kubeconfig" get --raw /readyz
   run "$dir/kube-controller-manager.log" "$bin/kube-controller-manager-$version" \
     --kubeconfig "$dir/kubeconfig" --bind-address 127.0.0.1 --secure-port 0 \

@@ -82,7 +82,9 @@ EOF
 # go.mod requires it and carries its replacements, each staging module
 # replaced with its published release (v0.Y.Z for v1.Y.Z).
 ensure_kubernetes() {
-  local cache=$1 version=$2 src="$1/src/kubernetes-$2" component missing=()
+  local cache=$1 version=$2 src="$1/src/kubernetes-$2" component missing=() minor
+  minor=${version#*.}
+  minor=${minor%%.*}
   for component in "${KUBE_COMPONENTS[@]}"; do
     [ -x "$cache/bin/$component-$version" ] || missing+=("$component")
   done
@@ -90,19 +92,21 @@ ensure_kubernetes() {
     ensure_go || return 1
     echo "== building ${missing[*]} $version from the Go module proxy (once, into $cache; 10-20 minutes each with 2 cores)" >&2
     kubernetes_module "$cache" "$version" "$src" || return 1
-    local minor=${version#*.} ldflags
-    minor=${minor%%.*}
-    # What the binaries say their version is (kube-apiserver also derives
-    # its compatibility version from it).
-    ldflags="-X k8s.io/component-base/version.gitVersion=v$version -X k8s.io/component-base/version.gitMajor=1"
-    ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-    ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=v$version"
+    local ldflags="" package
+    # What the binaries say their version is, in both packages that hold
+    # it (the API server's /version reads client-go's; newer servers also
+    # derive their compatibility version from it).
+    for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $package.gitVersion=v$version -X $package.gitMajor=1 -X $package.gitMinor=$minor"
+      ldflags+=" -X $package.gitTreeState=clean"
+    done
     for component in "${missing[@]}"; do
       go_build_in "$cache" "$src" "$cache/bin/$component-$version" "$ldflags" "k8s.io/kubernetes/cmd/$component" || return 1
     done
   fi
   for component in "${KUBE_COMPONENTS[@]}"; do
-    if ! "$cache/bin/$component-$version" --version 2>/dev/null | grep -q "^Kubernetes v$version$"; then
+    if ! "$cache/bin/$component-$version" --version=raw 2>/dev/null |
+      grep "Major:\"1\", Minor:\"$minor\"," | grep -q "GitVersion:\"v$version\""; then
       echo "sonde: $cache/bin/$component-$version does not say it is Kubernetes v$version; its --version says:" >&2
       "$cache/bin/$component-$version" --version >&2 || true
       echo "remove it and run this again to rebuild it" >&2
