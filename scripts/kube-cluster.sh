@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
 # A Kubernetes control plane for the e2e suites, from the binaries
 # scripts/kube.sh builds: etcd, kube-apiserver, kube-controller-manager
-# and kube-scheduler of one version, on free loopback ports, with
-# everything they need generated in a directory (a CA, the server's and
-# the admin's certificates, the service-account key pair). No kubelet:
-# the suites create their Nodes and play the kubelet.
+# and kube-scheduler of one version (driven by its kubectl), on free
+# loopback ports, with everything they need generated in a directory (a
+# CA, the server's and the admin's certificates, the service-account key
+# pair). No kubelet: the suites create their Nodes and play the kubelet.
 #
+#   eval "$(scripts/kube.sh)"                   # builds them once
 #   scripts/kube-cluster.sh start VERSION DIR   # then DIR/kubeconfig
 #   scripts/kube-cluster.sh stop DIR
 #
-# `start` waits until the API server is ready (/readyz), and a controller-
+# `start` waits until the API server is ready (/readyz) and a controller-
 # manager holds its leader Lease, then installs sonde's CRDs
 # (deploy/kubernetes/crd.yaml). The admin of DIR/kubeconfig is in
 # system:masters; authorization is RBAC. Logs are DIR/*.log;
 # SONDE_KUBE_APISERVER_FLAGS adds flags to kube-apiserver's (an audit log
 # to see what a suite sent: --audit-policy-file=... --audit-log-path=...).
-# VERSION is
-# one of $SONDE_KUBE_VERSIONS; SONDE_KUBE_BIN and SONDE_ETCD_VERSION are
-# set by scripts/kube.sh (sourced, or run and eval'd).
+# VERSION is one of $SONDE_KUBE_VERSIONS; SONDE_KUBE_BIN and
+# SONDE_ETCD_VERSION come from scripts/kube.sh.
 set -euo pipefail
 
-# Free TCP ports on the loopback, one per argument's worth ($1 of them).
+# $1 free TCP ports on the loopback.
 free_ports() {
   python3 - "$1" <<'EOF'
 import socket, sys
@@ -114,6 +114,11 @@ until_ok() {
   done
 }
 
+# The kubectl of the cluster's version, as its admin.
+kc() {
+  "$bin/kubectl-$version" --kubeconfig "$dir/kubeconfig" "$@"
+}
+
 start() {
   local version=$1 bin=${SONDE_KUBE_BIN:?run scripts/kube.sh first (it sets SONDE_KUBE_BIN)}
   local etcd_version=${SONDE_ETCD_VERSION:?run scripts/kube.sh first (it sets SONDE_ETCD_VERSION)}
@@ -138,7 +143,7 @@ start() {
     --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
     --endpoint-reconciler-type none \
     --profiling=false $(version_flags "$version") ${SONDE_KUBE_APISERVER_FLAGS:-}
-  until_ok "$dir/kube-apiserver.log" 120 kubectl --kubeconfig "$dir/kubeconfig" get --raw /readyz
+  until_ok "$dir/kube-apiserver.log" 120 kc get --raw /readyz
   run "$dir/kube-controller-manager.log" "$bin/kube-controller-manager-$version" \
     --kubeconfig "$dir/kubeconfig" --bind-address 127.0.0.1 --secure-port 0 \
     --service-account-private-key-file "$dir/sa.key" --root-ca-file "$dir/ca.crt" \
@@ -146,24 +151,28 @@ start() {
   run "$dir/kube-scheduler.log" "$bin/kube-scheduler-$version" \
     --kubeconfig "$dir/kubeconfig" --bind-address 127.0.0.1 --secure-port 0 --profiling=false
   until_ok "$dir/kube-controller-manager.log" 60 \
-    kubectl --kubeconfig "$dir/kubeconfig" -n kube-system get lease kube-controller-manager
+    kc -n kube-system get lease kube-controller-manager
   # The suites run one after another and share the CRDs: installed here,
   # none of them deletes them.
-  kubectl --kubeconfig "$dir/kubeconfig" apply -f deploy/kubernetes/crd.yaml >/dev/null
-  until_ok "$dir/kube-apiserver.log" 30 kubectl --kubeconfig "$dir/kubeconfig" wait --for condition=established \
+  kc apply -f deploy/kubernetes/crd.yaml >/dev/null
+  until_ok "$dir/kube-apiserver.log" 30 kc wait --for condition=established \
     crd/sondechecks.sonde.dev crd/sondenodechecks.sonde.dev
   echo "== Kubernetes $version (etcd $etcd_version) ready at $(sed -n 's/^    server: //p' "$dir/kubeconfig") in $((SECONDS - start)) s: $dir/kubeconfig" >&2
 }
 
 stop() {
-  local pid
+  local pid deadline
   [ -f "$dir/pids" ] || return 0
-  # The last started first: the API server before its etcd.
+  # The last started first, each gone before the next is stopped: the API
+  # server shuts down slowly without its etcd. One still there after 30 s
+  # is killed.
   for pid in $(tac "$dir/pids"); do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in $(tac "$dir/pids"); do
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+    kill "$pid" 2>/dev/null || continue
+    deadline=$((SECONDS + 30))
+    while kill -0 "$pid" 2>/dev/null; do
+      [ $SECONDS -lt $deadline ] || kill -KILL "$pid" 2>/dev/null || true
+      sleep 0.1
+    done
   done
   rm -f "$dir/pids"
 }

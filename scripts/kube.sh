@@ -1,7 +1,8 @@
 # The Kubernetes servers the e2e suites run against
 # (runtime/sonde/tests/all/kubernetes/e2e*.rs), built from the Go module
 # proxy at pinned versions into a cache kept between runs: etcd, and
-# kube-apiserver, kube-controller-manager and kube-scheduler of the oldest
+# the control plane (kube-apiserver, kube-controller-manager,
+# kube-scheduler), kubectl, kubelet and kube-proxy of the oldest
 # Kubernetes docs/kubernetes.md supports and of the newest release.
 # Sourced by scripts/test (which CI runs); run alone, it builds them and
 # prints the lines to export:
@@ -10,8 +11,8 @@
 #
 # The cache is ${SONDE_KUBE_CACHE:-$HOME/.cache/sonde/kube}: bin/ holds
 # each binary under a name carrying its version, src/ the small module
-# each is built through, go/ the Go module and build caches. A binary
-# already there is not built again.
+# each is built through, go/ the Go module and build caches while it
+# builds. A binary already there is not built again.
 
 # The oldest Kubernetes docs/kubernetes.md supports (its last patch
 # release) and the newest release the Go module proxy serves.
@@ -20,8 +21,10 @@ KUBE_NEWEST_VERSION=1.37.2
 # The etcd both API servers store in (a 3.6 server serves 1.24's 3.5
 # client: the gRPC API is the same).
 ETCD_VERSION=3.6.16
-# What scripts/kube-cluster.sh runs of each version.
-KUBE_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler)
+# What is built of each version: the control plane scripts/kube-cluster.sh
+# runs, with the kubectl it drives it with, and a node's kubelet and
+# kube-proxy.
+KUBE_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 
 # Builds etcd and the Kubernetes components of both versions when they
 # are not in the cache, checks what each says its version is, and
@@ -33,6 +36,10 @@ ensure_kube() {
   for version in "$KUBE_OLDEST_VERSION" "$KUBE_NEWEST_VERSION"; do
     ensure_kubernetes "$cache" "$version" || return 1
   done
+  # Go's module and build caches hold about 11 GB once both versions are
+  # built, for binaries of 1.1 GB: they go once the binaries are there (a
+  # new pinned version downloads and compiles again).
+  rm -rf "$cache/go"
   export SONDE_KUBE_BIN="$cache/bin" SONDE_KUBE_VERSIONS="$KUBE_OLDEST_VERSION $KUBE_NEWEST_VERSION"
   export SONDE_ETCD_VERSION="$ETCD_VERSION"
 }
@@ -66,7 +73,8 @@ func main() { etcdmain.Main(os.Args) }
 EOF
     go_build_in "$cache" "$src" "$bin" "" . || return 1
   fi
-  if ! "$bin" --version 2>/dev/null | grep -q "^etcd Version: $ETCD_VERSION$"; then
+  # Read whole: grep -q would stop reading and, under pipefail, fail.
+  if ! [[ $("$bin" --version 2>/dev/null) =~ (^|$'\n')"etcd Version: $ETCD_VERSION"($'\n'|$) ]]; then
     echo "sonde: $bin does not say it is etcd $ETCD_VERSION; its --version says:" >&2
     "$bin" --version >&2 || true
     echo "remove it and run this again to rebuild it" >&2
@@ -105,14 +113,26 @@ ensure_kubernetes() {
     done
   fi
   for component in "${KUBE_COMPONENTS[@]}"; do
-    if ! "$cache/bin/$component-$version" --version=raw 2>/dev/null |
-      grep "Major:\"1\", Minor:\"$minor\"," | grep -q "GitVersion:\"v$version\""; then
-      echo "sonde: $cache/bin/$component-$version does not say it is Kubernetes v$version; its --version says:" >&2
-      "$cache/bin/$component-$version" --version >&2 || true
+    if [ "$(kubernetes_version "$cache/bin/$component-$version")" != "1 $minor v$version" ]; then
+      echo "sonde: $cache/bin/$component-$version does not say it is Kubernetes v$version (major 1, minor $minor); it says:" >&2
+      kubernetes_version "$cache/bin/$component-$version" >&2 || true
       echo "remove it and run this again to rebuild it" >&2
       return 1
     fi
   done
+}
+
+# The major and minor version and the git version Kubernetes binary $1
+# says it is, on one line.
+kubernetes_version() {
+  local raw
+  case $1 in
+  */kubectl-*) raw=$("$1" version --client --output=json 2>/dev/null) ;;
+  *) raw=$("$1" --version=raw 2>/dev/null) ;;
+  esac
+  # Major, not EmulationMajor: the field's name follows "{" or ",".
+  printf '%s' "$raw" | tr -d ' \n' |
+    sed -n 's/.*[{,]"\{0,1\}[Mm]ajor"\{0,1\}:"\([^"]*\)".*[{,]"\{0,1\}[Mm]inor"\{0,1\}:"\([^"]*\)".*[{,]"\{0,1\}[Gg]itVersion"\{0,1\}:"\([^"]*\)".*/\1 \2 \3\n/p'
 }
 
 # Writes $3/go.mod: a module requiring k8s.io/kubernetes v$2 with its
