@@ -187,7 +187,24 @@ go_env() {
   local cache=$1
   shift
   env GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOPATH="$cache/go/path" \
-    GOTOOLCHAIN=local GOFLAGS=-modcacherw "$@"
+    GOTOOLCHAIN="$(go_toolchain)" GOFLAGS=-modcacherw "$@"
+}
+
+# The Go toolchain builds use: the local one when it is at least
+# $GO_NEEDED (what k8s.io/kubernetes $KUBE_NEWEST_VERSION's go.mod asks
+# for), else $GO_FETCHED, which go fetches from the module proxy once (a
+# machine with Debian 13's Go 1.24, say).
+GO_NEEDED=1.26.0
+GO_FETCHED=go1.27.3
+go_toolchain() {
+  local have
+  have=$(go env GOVERSION)
+  have=${have#go}
+  if [ "$(printf '%s\n' "$GO_NEEDED" "$have" | sort -V | head -n1)" = "$GO_NEEDED" ]; then
+    echo local
+  else
+    echo "$GO_FETCHED"
+  fi
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
