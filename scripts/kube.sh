@@ -36,7 +36,7 @@ ensure_kube() {
   for version in "$KUBE_OLDEST_VERSION" "$KUBE_NEWEST_VERSION"; do
     ensure_kubernetes "$cache" "$version" || return 1
   done
-  # Go's module and build caches hold about 11 GB once both versions are
+  # Go's module and build caches hold about 9 GB once both versions are
   # built, for binaries of 1.1 GB: they go once the binaries are there (a
   # new pinned version downloads and compiles again).
   rm -rf "$cache/go"
@@ -50,7 +50,7 @@ ensure_etcd() {
   local cache=$1 bin="$1/bin/etcd-$ETCD_VERSION" src="$1/src/etcd-$ETCD_VERSION"
   if [ ! -x "$bin" ]; then
     ensure_go || return 1
-    echo "== building etcd $ETCD_VERSION from the Go module proxy (once, into $cache; about 2 minutes)" >&2
+    echo "== building etcd $ETCD_VERSION from the Go module proxy (once, into $cache; about a minute)" >&2
     mkdir -p "$src"
     cat >"$src/go.mod" <<EOF
 module sonde.invalid/etcd
@@ -98,7 +98,7 @@ ensure_kubernetes() {
   done
   if [ ${#missing[@]} -gt 0 ]; then
     ensure_go || return 1
-    echo "== building ${missing[*]} $version from the Go module proxy (once, into $cache; 10-20 minutes each with 2 cores)" >&2
+    echo "== building ${missing[*]} $version from the Go module proxy (once, into $cache; 6 to 10 minutes with 2 cores)" >&2
     kubernetes_module "$cache" "$version" "$src" || return 1
     local ldflags="" package
     # What the binaries say their version is, in both packages that hold
