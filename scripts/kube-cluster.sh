@@ -4,7 +4,8 @@
 # and kube-scheduler of one version (driven by its kubectl), on free
 # loopback ports, with everything they need generated in a directory (a
 # CA, the server's and the admin's certificates, the service-account key
-# pair). No kubelet: the suites create their Nodes and play the kubelet.
+# pair). No kubelet: the suites create their Nodes and play the kubelet
+# (the two controllers that judge a kubelet do not run).
 #
 #   eval "$(scripts/kube.sh)"                   # builds them once
 #   scripts/kube-cluster.sh start VERSION DIR   # then DIR/kubeconfig
@@ -90,6 +91,22 @@ version_flags() {
   fi
 }
 
+# The controllers kube-controller-manager $1 runs: all but the two that
+# judge the kubelet, which the suites play. The pod garbage collector
+# deletes, 40 s in, a Pod bound to a Node that does not exist (the
+# suites' Pods are, on purpose); the node lifecycle controller marks a
+# Node without a kubelet's heartbeat unreachable, 40 s in, and taints it.
+# Their names end in -controller from 1.28.
+controllers() {
+  local minor=${1#*.}
+  minor=${minor%%.*}
+  if [ "$minor" -lt 28 ]; then
+    echo "*,-podgc,-nodelifecycle"
+  else
+    echo "*,-pod-garbage-collector-controller,-node-lifecycle-controller"
+  fi
+}
+
 # Starts $2... in the background with its output in $1, its pid in pids.
 run() {
   local log=$1
@@ -147,7 +164,7 @@ start() {
   run "$dir/kube-controller-manager.log" "$bin/kube-controller-manager-$version" \
     --kubeconfig "$dir/kubeconfig" --bind-address 127.0.0.1 --secure-port 0 \
     --service-account-private-key-file "$dir/sa.key" --root-ca-file "$dir/ca.crt" \
-    --cluster-name sonde-e2e --profiling=false
+    --cluster-name sonde-e2e --controllers "$(controllers "$version")" --profiling=false
   run "$dir/kube-scheduler.log" "$bin/kube-scheduler-$version" \
     --kubeconfig "$dir/kubeconfig" --bind-address 127.0.0.1 --secure-port 0 --profiling=false
   until_ok "$dir/kube-controller-manager.log" 60 \
