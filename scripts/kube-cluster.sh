@@ -13,8 +13,9 @@
 #
 # `start` waits until the API server is ready (/readyz) and a controller-
 # manager holds its leader Lease, then installs sonde's CRDs
-# (deploy/kubernetes/crd.yaml). The admin of DIR/kubeconfig is in
-# system:masters; authorization is RBAC. Logs are DIR/*.log;
+# (deploy/kubernetes/crd.yaml) and creates its namespace sonde-system.
+# The admin of DIR/kubeconfig is in system:masters; authorization is
+# RBAC. Logs are DIR/*.log;
 # SONDE_KUBE_APISERVER_FLAGS adds flags to kube-apiserver's (an audit log
 # to see what a suite sent: --audit-policy-file=... --audit-log-path=...).
 # VERSION is one of $SONDE_KUBE_VERSIONS; SONDE_KUBE_BIN and
@@ -172,6 +173,9 @@ start() {
   # The suites run one after another and share the CRDs: installed here,
   # none of them deletes them.
   kc apply -f deploy/kubernetes/crd.yaml >/dev/null
+  # The agent's namespace, as an install has it: an agent that finds none
+  # retries its status Lease 30 to 50 s later, which the first suite waited.
+  kc create namespace sonde-system >/dev/null
   until_ok "$dir/kube-apiserver.log" 30 kc wait --for condition=established \
     crd/sondechecks.sonde.dev crd/sondenodechecks.sonde.dev
   echo "== Kubernetes $version (etcd $etcd_version) ready at $(sed -n 's/^    server: //p' "$dir/kubeconfig") in $((SECONDS - start)) s: $dir/kubeconfig" >&2
