@@ -373,14 +373,14 @@ async fn the_check_says_how_it_is_doing(client: &Client, checks: &Api<SondeCheck
 /// Against a real API server: runs only with `SONDE_E2E_KUBECONFIG`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_against_a_real_api_server() {
-    let Ok(path) = std::env::var("SONDE_E2E_KUBECONFIG") else {
-        eprintln!(
-            "SKIPPED e2e_against_a_real_api_server: set SONDE_E2E_KUBECONFIG to a kubeconfig of a test cluster to run it"
-        );
+    let Some(path) = crate::support::kube::e2e_kubeconfig(
+        "e2e_against_a_real_api_server",
+        "the CRDs of deploy/kubernetes/crd.yaml installed",
+    ) else {
         return;
     };
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;
-    run(Path::new(&path)).await;
+    run(&path).await;
 }
 
 /// The tests of this file one at a time: each runs an agent that may take
@@ -560,12 +560,12 @@ async fn secret_refs(kubeconfig: &Path) {
 /// `SONDE_E2E_KUBECONFIG`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_secret_refs_against_a_real_api_server() {
-    let Ok(path) = std::env::var("SONDE_E2E_KUBECONFIG") else {
-        eprintln!(
-            "SKIPPED e2e_secret_refs_against_a_real_api_server: set SONDE_E2E_KUBECONFIG to a kubeconfig of a test cluster to run it"
-        );
+    let Some(path) = crate::support::kube::e2e_kubeconfig(
+        "e2e_secret_refs_against_a_real_api_server",
+        "the CRDs of deploy/kubernetes/crd.yaml installed",
+    ) else {
         return;
     };
     let _one_at_a_time = ONE_AT_A_TIME.lock().await;
-    secret_refs(Path::new(&path)).await;
+    secret_refs(&path).await;
 }

@@ -123,11 +123,11 @@ async fn run(kubeconfig: &Path) {
 /// Against a real API server: runs only with `SONDE_E2E_KUBECONFIG`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_npd_monitor_against_a_real_api_server() {
-    let Ok(path) = std::env::var("SONDE_E2E_KUBECONFIG") else {
-        eprintln!(
-            "SKIPPED e2e_npd_monitor_against_a_real_api_server: set SONDE_E2E_KUBECONFIG to a kubeconfig of a test cluster to run it"
-        );
+    let Some(path) = crate::support::kube::e2e_kubeconfig(
+        "e2e_npd_monitor_against_a_real_api_server",
+        "the CRDs of deploy/kubernetes/crd.yaml installed",
+    ) else {
         return;
     };
-    run(Path::new(&path)).await;
+    run(&path).await;
 }

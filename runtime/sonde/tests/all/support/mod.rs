@@ -4,6 +4,7 @@
 pub(crate) mod fake_api;
 pub(crate) mod fake_nodes;
 pub(crate) mod fake_secrets;
+pub(crate) mod kube;
 pub(crate) mod seeded;
 
 use sonde_sandbox::engine::{Call, Engine, EngineConfig, Limits, Plugin};
