@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 /// The kubeconfig test `test` runs against; `None` when it is to be
 /// skipped (it has said why). `needs` says what the server must serve.
-pub fn e2e_kubeconfig(test: &str, needs: &str) -> Option<PathBuf> {
+pub(crate) fn e2e_kubeconfig(test: &str, needs: &str) -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("SONDE_E2E_KUBECONFIG") {
         return Some(PathBuf::from(path));
     }
