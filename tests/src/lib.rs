@@ -10,8 +10,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub mod dns;
+pub mod manifests;
+pub mod raw_http;
 pub mod reflect;
 pub mod secrets;
+pub mod seeded;
+pub mod tools;
 
 /// Paths of the test guests' components.
 pub mod guests {
