@@ -1,0 +1,56 @@
+//! Shared test setup: one engine per test binary, with its compile cache in
+//! Cargo's scratch directory so reruns do not recompile, and the real
+//! registry of sonde-oci's tests.
+
+#[allow(
+    dead_code,
+    reason = "sonde-oci's registry, shared (`#[path]`): these tests use a part"
+)]
+#[path = "../../../../oci/tests/all/support/registry.rs"]
+pub(crate) mod registry;
+
+use sonde_sandbox::engine::{Call, Engine, EngineConfig, Limits, Plugin};
+use sonde_sandbox::host::Grants;
+use sonde_sandbox::verdict::RunResult;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+fn cache_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache")
+}
+
+pub(crate) fn engine() -> Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            Engine::new(EngineConfig {
+                cache_dir: Some(cache_dir()),
+                ..EngineConfig::default()
+            })
+            .expect("engine")
+        })
+        .clone()
+}
+
+/// Runs `plugin` once with the given target, config, grants and timeout.
+pub(crate) async fn run(
+    plugin: &Arc<Plugin>,
+    target: &str,
+    config: &str,
+    grants: &Grants,
+    timeout: Duration,
+) -> RunResult {
+    let call = Call {
+        probe: "test",
+        target,
+        config,
+        limits: Limits {
+            timeout,
+            ..Limits::default()
+        },
+        grants: &Arc::new(grants.clone()),
+        attempt: 1,
+    };
+    engine().run(plugin, &call).await
+}
