@@ -18,7 +18,12 @@
 //! with `scripts/soak.sh`.
 
 // The `all` suite's helpers (tokens, requests), of which the soak uses a few.
-#[allow(dead_code, reason = "the soak uses a few of the all suite's helpers")]
+#[allow(
+    dead_code,
+    unused_imports,
+    unused_macros,
+    reason = "the soak uses a few of the all suite's helpers"
+)]
 #[path = "all/support/mod.rs"]
 mod support;
 

@@ -109,7 +109,7 @@ async fn alert_rules_fire_for_the_same_targets_on_blackbox_exporter_and_sonde() 
     let Some(prometheus) = tool("prometheus", "prometheus") else {
         return;
     };
-    if !crate::probes::icmp::ping_sockets() {
+    if !sonde_tests::tools::ping_sockets() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

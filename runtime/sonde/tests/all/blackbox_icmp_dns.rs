@@ -3,9 +3,9 @@
 //! and the answers compared as `blackbox/` compares http, tcp and grpc.
 
 use crate::blackbox::{Blackbox, Case, OP, compare};
-use crate::probes::dns::{RECORDS, RESPONSE, Responder, ZONE, dnsmasq_with, reply};
-use crate::probes::icmp::ping_sockets;
 use crate::support::{secret, start_agent};
+use sonde_tests::dns::{RECORDS, RESPONSE, Responder, ZONE, dnsmasq_with, reply};
+use sonde_tests::tools::ping_sockets;
 
 #[tokio::test]
 async fn icmp_and_dns_answer_the_series_blackbox_exporter_answers() {

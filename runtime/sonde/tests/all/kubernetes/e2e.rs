@@ -409,7 +409,7 @@ async fn as_agent(kubeconfig: &Path) -> Client {
 /// Applies (server-side) every object of `deploy/kubernetes/<file>`, in
 /// `namespace` instead of its own when given.
 async fn apply_shipped(client: &Client, file: &str, namespace: Option<&str>) {
-    for doc in super::injection::split(&super::injection::text(file)) {
+    for doc in sonde_tests::manifests::split(&sonde_tests::manifests::text(file)) {
         let mut object: DynamicObject = serde_saphyr::from_str(doc).expect("an object");
         if let Some(ns) = namespace {
             object.metadata.namespace = Some(ns.to_string());

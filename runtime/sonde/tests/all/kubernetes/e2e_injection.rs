@@ -15,7 +15,6 @@
 //! templates untouched. It deletes what it made, the CRD and the policy
 //! only when it installed them.
 
-use super::injection::{split, text};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
@@ -25,6 +24,7 @@ use kube::discovery::ApiResource;
 use kube::{Api, Client};
 use serde_json::json;
 use sonde_kubernetes::crd::{GATE_PREFIX, SondeCheck};
+use sonde_tests::manifests::{split, text};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -12,7 +12,6 @@
 //! e2e tests use them).
 
 use super::e2e::client;
-use super::injection::{split, text};
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -21,6 +20,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use sonde_kubernetes as kubernetes;
 use sonde_kubernetes::node::SondeNodeCheck;
+use sonde_tests::manifests::{split, text};
 use std::path::Path;
 use std::time::Duration;
 

@@ -537,7 +537,7 @@ async fn pods_110_steady_state_writes_nothing_and_a_flap_writes_once_per_transit
 /// refused with an Event, and nothing is pulled for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oci_check_covered_by_the_allowlist_drives_its_gate_and_another_is_refused() {
-    let Some(registry) = crate::oci::Registry::start(Default::default()) else {
+    let Some(registry) = crate::support::registry::Registry::start(Default::default()) else {
         return;
     };
     let pusher = tempfile::tempdir().unwrap();
@@ -546,7 +546,7 @@ async fn an_oci_check_covered_by_the_allowlist_drives_its_gate_and_another_is_re
     for repo in ["acme/tcp-check:1.0", "stray/tcp-check:1.0"] {
         let pushed = registry
             .client(pusher.path())
-            .push(&registry.reference(repo), tcp, &crate::oci::info())
+            .push(&registry.reference(repo), tcp, &crate::support::registry::info())
             .await
             .unwrap();
         pinned.push(pushed.reference.to_string());
@@ -663,7 +663,7 @@ fn validate_refuses_an_allowlist_entry_it_cannot_compare_safely() {
 /// its plugin is being pulled (`Unknown`/`CheckUnavailable`, one Event).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_registry_in_one_namespace_holds_up_no_other() {
-    use crate::oci::hostile::{Hostile, Server, accepting, pinned_on};
+    use crate::support::hostile_registry::{Hostile, Server, accepting, pinned_on};
     let silent = Server::start(Hostile::Silent).await;
     let (target, accepting) = accepting().await;
     let (client, api) = FakeApi::start();

@@ -3,13 +3,11 @@
 //! (and, with `SONDE_E2E_KUBECONFIG`, a real one: [`e2e`]). The probes are
 //! real: the built-in plugins against real loopback servers.
 
-mod crd;
 mod e2e;
 mod e2e_injection;
 mod e2e_nodes;
 mod e2e_npd;
 mod gates;
-mod injection;
 mod namespaces;
 mod nodes;
 mod npd_nodes;

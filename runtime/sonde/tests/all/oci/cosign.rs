@@ -7,7 +7,7 @@
 //! `--insecure-ignore-tlog` and an empty trusted root (it would fetch
 //! sigstore's otherwise).
 
-use super::{Options, Registry, info, tcp_component};
+use crate::support::registry::{Options, info, registry, tcp_component};
 use crate::support::{self, sonde};
 use sonde_oci::signing;
 use std::path::{Path, PathBuf};

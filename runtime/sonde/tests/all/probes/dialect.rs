@@ -4,38 +4,13 @@
 //! and `sonde validate` refuses a bad pattern in each option, naming it,
 //! exactly where a run would refuse it.
 
-use super::dns::dnsmasq_with;
 use crate::support::{check, sonde};
 use sonde_sandbox::verdict::{RunResult, Status};
-use std::net::SocketAddr;
+use sonde_tests::dns::dnsmasq_with;
+use sonde_tests::raw_http::fixed;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SECOND: Duration = Duration::from_secs(1);
-
-/// A server that answers every connection with `reply`: after the
-/// request's head when `http`, at once otherwise (a banner).
-pub(crate) async fn fixed(reply: &'static [u8], http: bool) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while http && !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let _ = stream.write_all(reply).await;
-                let _ = stream.shutdown().await;
-            });
-        }
-    });
-    addr
-}
 
 const PAGE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: Application/JSON\r\nContent-Length: 15\r\nConnection: close\r\n\r\n{\"Status\":\"UP\"}";
 
@@ -100,7 +75,7 @@ async fn a_case_insensitive_pattern_passes_a_real_run_in_every_option() {
     );
     failed(&tcp(r#"{"expect": "^\\+ok sonde"}"#).await, "expect, case kept");
 
-    let Some(dns) = dnsmasq_with(super::dns::RECORDS) else {
+    let Some(dns) = dnsmasq_with(sonde_tests::dns::RECORDS) else {
         return;
     };
     let server = dns.addr.to_string();

@@ -5,10 +5,9 @@
 //! so each agent here runs on an engine of its own, and two engines in one
 //! process enforce different bounds side by side.
 
-use crate::support::{call, engine_with, guest, run_on, start_agent_on};
+use crate::support::{call, engine_with, start_agent_on};
 use bytesize::ByteSize;
-use sonde_sandbox::host::bounds::{HostLimits, SOCKETS_PER_CALL};
-use sonde_sandbox::verdict::{Reason, Status};
+use sonde_sandbox::host::bounds::HostLimits;
 use sonde_tests::guests;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -227,55 +226,6 @@ async fn exec_pids() {
     let last = last_run(api, "p").await;
     agent.stop().await;
     assert_ne!(last["status"], "success", "six children under pids.max 3: {last}");
-}
-
-/// Two engines in one process, each with its own bounds, running the
-/// same hoarder at the same time: each run names its own engine's bound;
-/// a change to one engine's bounds leaves the other's as they were.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_engines_in_one_process_each_enforce_their_own_bounds() {
-    let small = engine_with(HostLimits {
-        sockets_per_call: 3,
-        ..HostLimits::default()
-    });
-    let large = engine_with(HostLimits {
-        sockets_per_call: 7,
-        ..HostLimits::default()
-    });
-    let hoarder = guest(guests::HOARD_SOCKETS).await;
-    let shared = crate::support::engine();
-    let on_small = small.load_file(guests::HOARD_SOCKETS.as_ref()).await.unwrap();
-    let on_large = large.load_file(guests::HOARD_SOCKETS.as_ref()).await.unwrap();
-    let timeout = Duration::from_secs(10);
-    let (a, b, c) = tokio::join!(
-        run_on(&small, &on_small, "", "{}", timeout),
-        run_on(&large, &on_large, "", "{}", timeout),
-        // The tests' shared engine: the defaults.
-        run_on(&shared, &hoarder, "", "{}", timeout),
-    );
-    for (r, n) in [(&a, 3), (&b, 7), (&c, SOCKETS_PER_CALL)] {
-        assert_eq!(
-            (r.status, r.reason),
-            (Status::Unknown, Some(Reason::HostLimit)),
-            "{r:?}"
-        );
-        assert!(
-            r.message.contains(&format!("more than {n} sockets")),
-            "{n}: {}",
-            r.message
-        );
-    }
-    // A reload's change to one engine is that engine's alone.
-    small.set_host_limits(HostLimits {
-        sockets_per_call: 5,
-        ..HostLimits::default()
-    });
-    let (a, b) = tokio::join!(
-        run_on(&small, &on_small, "", "{}", timeout),
-        run_on(&large, &on_large, "", "{}", timeout),
-    );
-    assert!(a.message.contains("more than 5 sockets"), "{a:?}");
-    assert!(b.message.contains("more than 7 sockets"), "{b:?}");
 }
 
 /// The issue's own case, as a user meets it: `sonde run` with

@@ -2,40 +2,14 @@
 //! the agent's log, the terminal and the API with no control character
 //! that could forge a log line or drive a terminal.
 
-use crate::support::{guest, json, run, sonde};
-use sonde_sandbox::host::Grants;
-use sonde_sandbox::verdict::Status;
+use crate::support::{json, sonde};
 use sonde_tests::guests;
-use std::time::Duration;
 
 /// The start of the line the guest forges.
 const FORGED_START: &str = "2026-11-24T04:00:00.000000Z";
 
 fn has_control(s: &str) -> bool {
     s.chars().any(|c| c.is_control() && c != '\n')
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forged_lines_and_escapes_reach_results_escaped() {
-    let r = run(
-        &guest(guests::FORGE_LOG_LINES).await,
-        "",
-        "{}",
-        &Grants::default(),
-        Duration::from_secs(5),
-    )
-    .await;
-    assert_eq!(r.status, Status::Success, "{r:?}");
-    let detail = r.detail.clone().unwrap_or_default();
-    for text in [&r.message, &detail] {
-        assert!(!text.chars().any(char::is_control), "{text:?}");
-        // Kept as text, escaped.
-        assert!(text.contains("\\n2026-11-24T04:00:00.000000Z  INFO"), "{text:?}");
-        assert!(text.contains("\\u{1b}[2J"), "{text:?}");
-    }
-    // The API shows what the cache holds: the same escaped text.
-    let v = serde_json::to_value(&r).unwrap();
-    assert_eq!(v["message"], r.message.as_str());
 }
 
 #[test]

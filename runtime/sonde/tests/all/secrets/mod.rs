@@ -1,25 +1,14 @@
-//! Secrets a plugin uses but never reads (docs/secrets.md): the host puts
-//! them on the wire toward granted peers only, and scrubs every answer.
-//! Real servers: an HTTP server that wants basic auth or a bearer token,
-//! an HTTPS server that wants a client certificate, tonic's gRPC health
-//! server reading metadata; PostgreSQL and Redis in `probes::`.
+//! Secrets as the agent and `sonde` hold them (docs/secrets.md): the
+//! documented config, no secret in a state file, log line or answer, each
+//! tenant its own. What the host does with a secret on the wire is in
+//! sonde-sandbox's tests (`secrets::`).
 
-mod differential;
 mod docs;
-mod held;
-mod hostile;
-mod http;
 mod leaks;
 mod tenants;
 
-use sonde_policy::secrets::{SecretCell, SecretGrants, SecretValue};
-use sonde_sandbox::host::Grants;
-use std::sync::Arc;
-
 /// The bearer token the tests' server wants.
 pub(crate) const TOKEN: &str = "tok-7f3a9c21e8b54d06";
-/// The basic-auth password it wants.
-pub(crate) const PASSWORD: &str = "pw:Zq8!u2#rT5)x";
 
 /// A server that wants [`TOKEN`] as its bearer token and basic-auth
 /// password (user `u`).
@@ -30,27 +19,6 @@ pub(crate) async fn token_server() -> sonde_tests::secrets::AuthServer {
         token: TOKEN.into(),
     })
     .await
-}
-
-/// Grants of `secrets` (name, value), owned by the operator, plus `net`.
-pub(crate) fn grants(secrets: &[(&str, &str)], net: &[&str]) -> Grants {
-    Grants {
-        secrets: SecretGrants::new(
-            secrets
-                .iter()
-                .map(|(name, value)| {
-                    Arc::new(SecretCell::given(
-                        name,
-                        Arc::from("default"),
-                        &format!("env {}", name.to_uppercase()),
-                        SecretValue::new(value.as_bytes().to_vec()),
-                    ))
-                })
-                .collect(),
-        ),
-        net: net.iter().map(|n| n.parse().unwrap()).collect(),
-        ..Grants::default()
-    }
 }
 
 /// Whether `text` holds `secret`, or any 6 bytes of it in a row, in any

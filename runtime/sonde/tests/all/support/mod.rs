@@ -1,25 +1,40 @@
 //! Shared test setup: one engine per test binary, with its compile cache in
 //! Cargo's scratch directory so reruns do not recompile.
 
+#[allow(
+    dead_code,
+    reason = "sonde-kubernetes's mocked API server, shared (`#[path]`): these tests use a part"
+)]
+#[path = "../../../../kubernetes/tests/all/support/fake_api.rs"]
 pub(crate) mod fake_api;
+#[path = "../../../../kubernetes/tests/all/support/fake_nodes.rs"]
 pub(crate) mod fake_nodes;
+#[path = "../../../../kubernetes/tests/all/support/fake_secrets.rs"]
 pub(crate) mod fake_secrets;
 pub(crate) mod kube;
-pub(crate) mod seeded;
+
+#[allow(
+    dead_code,
+    reason = "sonde-oci's hostile registry, shared (`#[path]`): these tests use a part"
+)]
+#[path = "../../../../oci/tests/all/support/hostile_registry.rs"]
+pub(crate) mod hostile_registry;
+#[allow(
+    dead_code,
+    reason = "sonde-oci's registry, shared (`#[path]`): these tests use a part"
+)]
+#[path = "../../../../oci/tests/all/support/registry.rs"]
+pub(crate) mod registry;
 
 use sonde_sandbox::engine::{Call, Engine, EngineConfig, Limits, Plugin};
 use sonde_sandbox::host::Grants;
 use sonde_sandbox::verdict::RunResult;
+pub(crate) use sonde_tests::raw_http::{accepted_before_now, call, call_with, parse_response, try_call};
+pub(crate) use sonde_tests::seeded;
+pub(crate) use sonde_tests::tools::{repo, secret, tool, tool_from_env};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-
-/// The repository's root, found at run time: a test binary reused from
-/// another checkout's target dir (the metadata hash of a workspace member
-/// leaves its path out) would otherwise look in that checkout.
-pub(crate) fn repo() -> PathBuf {
-    PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// Runs the `sonde` binary with `args` and this binary's compile cache.
 pub(crate) fn sonde(args: &[&str]) -> std::process::Output {
@@ -82,32 +97,6 @@ pub(crate) fn engine_with(limits: sonde_sandbox::host::bounds::HostLimits) -> En
     .expect("engine")
 }
 
-/// Runs `plugin` (loaded by `engine`) once on `engine`.
-pub(crate) async fn run_on(
-    engine: &Engine,
-    plugin: &Arc<Plugin>,
-    target: &str,
-    config: &str,
-    timeout: Duration,
-) -> RunResult {
-    let call = Call {
-        probe: "test",
-        target,
-        config,
-        limits: Limits {
-            timeout,
-            ..Limits::default()
-        },
-        grants: &Arc::new(Grants::default()),
-        attempt: 1,
-    };
-    engine.run(plugin, &call).await
-}
-
-pub(crate) async fn guest(path: &str) -> Arc<Plugin> {
-    engine().load_file(path.as_ref()).await.expect("load guest")
-}
-
 pub(crate) async fn builtin(name: &str) -> Arc<Plugin> {
     engine()
         .load(name, sonde_builtins::get(name).expect("built-in"))
@@ -133,16 +122,6 @@ pub(crate) async fn run(
 /// Runs the built-in plugin `name` once against `target` with no grants.
 pub(crate) async fn check(name: &str, target: &str, config: &str, timeout: Duration) -> RunResult {
     run(&builtin(name).await, target, config, &Grants::default(), timeout).await
-}
-
-/// Runs the guest at `path` once with no target, config or grants, for 1s.
-pub(crate) async fn run_alone(path: &str) -> RunResult {
-    run(&guest(path).await, "", "{}", &Grants::default(), Duration::from_secs(1)).await
-}
-
-/// Runs `plugin` once with no target, config or grants, under `limits`.
-pub(crate) async fn run_with_limits(plugin: &Arc<Plugin>, limits: Limits) -> RunResult {
-    run_call(plugin, "", "{}", &Grants::default(), limits).await
 }
 
 async fn run_call(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Grants, limits: Limits) -> RunResult {
@@ -176,46 +155,6 @@ pub(crate) async fn sonde_async(args: Vec<String>) -> std::process::Output {
         .unwrap()
 }
 
-/// How many connections a listener at `addr` had accepted of those made
-/// before this call, `accepted()` being its running count. A listener
-/// accepts in the order connections complete, so this makes one more and
-/// waits until the listener has taken it (its answer or its closing
-/// arrives): every earlier one has been counted by then. It is the event
-/// that proves "nothing else connected", where a sleep would only hope so.
-pub(crate) async fn accepted_before_now(addr: std::net::SocketAddr, accepted: impl Fn() -> usize) -> usize {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut marker = tokio::net::TcpStream::connect(addr).await.expect("connect the marker");
-    // Enough bytes for any server to decide it does not like them (an
-    // HTTP/2 server reads the 24-byte preface first), then wait for its
-    // reply or its close.
-    let _ = marker.write_all(b"GET / HTTP/1.1\r\nHost: sonde-test\r\n\r\n").await;
-    let mut buf = [0u8; 64];
-    let answered = tokio::time::timeout(Duration::from_secs(10), marker.read(&mut buf)).await;
-    assert!(
-        answered.is_ok(),
-        "the listener at {addr} never took the marker connection"
-    );
-    // Every marker sent to this listener so far is in its count.
-    static MARKERS: std::sync::Mutex<Vec<std::net::SocketAddr>> = std::sync::Mutex::new(Vec::new());
-    let mut markers = MARKERS.lock().unwrap_or_else(|e| e.into_inner());
-    markers.push(addr);
-    accepted() - markers.iter().filter(|a| **a == addr).count()
-}
-
-/// Writes `token` to `dir/name`, readable by its owner only (the agent
-/// refuses a world-readable token file).
-pub(crate) fn secret(dir: &std::path::Path, name: &str, token: &str) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(dir.join(name))
-        .unwrap();
-    std::io::Write::write_all(&mut f, token.as_bytes()).unwrap();
-}
-
 /// Starts an agent on `config` with its API on a free loopback port
 /// (tokens as the config has them, no jitter), and returns it with that
 /// address.
@@ -239,111 +178,4 @@ pub(crate) async fn start_agent_on(
     let agent = sonde::agent::Agent::start(engine, options).await.unwrap();
     let api = agent.api().unwrap();
     (agent, api)
-}
-
-/// One request on a new connection, with an optional bearer token and a
-/// body: the status and body (status 0 when the connection closed without
-/// an answer). A refused upload may be answered before the whole body is
-/// sent.
-pub(crate) async fn call(
-    api: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &[u8],
-) -> (u16, String) {
-    call_with(api, method, path, token, &[], body).await
-}
-
-/// [`call`] with more request headers (`name`, `value`).
-pub(crate) async fn call_with(
-    api: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
-    let mut auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    for (name, value) in headers {
-        auth += &format!("{name}: {value}\r\n");
-    }
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: sonde\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    let _ = s.write_all(body).await;
-    let mut text = Vec::new();
-    let _ = s.read_to_end(&mut text).await;
-    parse_response(&text)
-}
-
-/// [`call`] for a test that expects the agent to go away: `None` when it
-/// cannot be reached or closes without an answer, instead of a panic or
-/// status 0.
-pub(crate) async fn try_call(
-    api: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &[u8],
-) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(api).await.ok()?;
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: sonde\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.ok()?;
-    let _ = s.write_all(body).await;
-    let mut text = Vec::new();
-    s.read_to_end(&mut text).await.ok()?;
-    Some(parse_response(&text)).filter(|(status, _)| *status != 0)
-}
-
-/// The status and body of a raw HTTP/1.1 response (status 0 if none).
-pub(crate) fn parse_response(text: &[u8]) -> (u16, String) {
-    let text = String::from_utf8_lossy(text).to_string();
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
-    (status, body)
-}
-
-/// `name`'s path on `PATH`; `None` (the test is skipped, and says so) when
-/// it is not installed, unless `SONDE_REQUIRE_TOOLS` is set (scripts/test
-/// sets it: in CI a missing tool is a failure).
-pub(crate) fn tool(name: &str, package: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .and_then(|path| std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file()));
-    if found.is_none() {
-        missing(
-            &format!("{name} is not installed"),
-            &format!("apt-get install {package}"),
-        );
-    }
-    found
-}
-
-/// The program at the path in the environment variable `var` (scripts/test
-/// exports it after building the program), with [`tool`]'s convention: a
-/// test is skipped without it, unless `SONDE_REQUIRE_TOOLS` is set. `what`
-/// names the program, `how` says how to get it.
-pub(crate) fn tool_from_env(var: &str, what: &str, how: &str) -> Option<PathBuf> {
-    let found = std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_file());
-    if found.is_none() {
-        let said = std::env::var(var).map_or_else(|_| format!("{var} is not set"), |v| format!("{var}={v} is no file"));
-        missing(&format!("{what} is missing ({said})"), how);
-    }
-    found
-}
-
-/// A missing tool: a failure under `SONDE_REQUIRE_TOOLS`, else a skip that
-/// says so.
-fn missing(what: &str, fix: &str) {
-    assert!(std::env::var_os("SONDE_REQUIRE_TOOLS").is_none(), "{what}: {fix}");
-    eprintln!("skipped: {what} ({fix}); SONDE_REQUIRE_TOOLS=1 makes this a failure");
 }
