@@ -1,5 +1,9 @@
 //! sonde's integration harness: the hostile test guests, built from
-//! `tests/guests/` by the build script, and small real servers to probe.
+//! `tests/guests/` by the build script, small real servers to probe, and
+//! the helpers that name no sonde crate, shared by every crate's tests
+//! (`raw_http`, `dns`, `processes`, `manifests`, `tools`, `seeded`). It
+//! depends on no sonde crate: as a dev-dependency of one, it would build a
+//! second copy of the crate under test.
 //!
 //! Each guest is named by what it does wrong (`spin_forever`,
 //! `connect_elsewhere`…); [`guests`] holds the path of each component.
@@ -12,6 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub mod dns;
 pub mod manifests;
+pub mod processes;
 pub mod raw_http;
 pub mod reflect;
 pub mod secrets;

@@ -1,10 +1,13 @@
-//! sonde-core's contract tests, on a loaded `Catalog` and the scheduler
-//! with no agent around them: the kubelet's probe semantics on tokio's
-//! paused clock, incremental registry changes, the config parser under
-//! fuzzing. One binary, a module per area.
+//! sonde-core's contract tests, on the config, a loaded `Catalog` and the
+//! scheduler with no agent around them: the kubelet's probe semantics on
+//! tokio's paused clock, incremental registry changes, the config parser
+//! (the docs' configs, and under fuzzing), plugins pulled and run. One
+//! binary, a module per area.
 
 mod catalog;
+mod config;
 mod fuzz;
+mod metrics;
 mod oci;
 mod scheduler;
 mod support;

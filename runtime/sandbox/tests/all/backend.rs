@@ -1,12 +1,15 @@
 //! The http plugin's `backend` check through a real balancer: an
 //! in-process round-robin TCP relay in front of hyper backends, each on
 //! its own loopback address and answering with its own `Pod-IPv4`, as a
-//! Service in front of a StatefulSet's Pods.
+//! Service in front of a StatefulSet's Pods; and behind the same balancer,
+//! the rollout example's nginx of docs/kubernetes.md.
 
 use crate::support::check;
 use sonde_sandbox::verdict::{Reason, RunResult, Status};
+use sonde_tests::processes::start_nginx_serving;
 use sonde_tests::{PodBackend, RoundRobin};
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -148,4 +151,60 @@ async fn a_backend_check_refuses_what_cannot_work() {
         assert_eq!(r.reason, Some(Reason::InvalidConfig), "{config}: {r:?}");
         assert!(r.message.contains(says), "{config}: {}", r.message);
     }
+}
+
+/// The nginx config of docs/kubernetes.md's "Gate a rollout on Service
+/// routing" (its ConfigMap's `default.conf`, as shipped) names the Pod
+/// that answered: two real nginx "Pods" on their own loopback addresses
+/// behind a round-robin balancer, and the http plugin's backend check
+/// passes only once the balancer routes to the one it wants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rollout_example_s_nginx_says_which_pod_answered() {
+    use sonde_tests::RoundRobin;
+    let map: serde_json::Value = sonde_tests::doc_documents(
+        "docs/kubernetes.md",
+        "## Gate a rollout on Service routing",
+        "yaml kubernetes",
+    )
+    .iter()
+    .map(|o| serde_saphyr::from_str::<serde_json::Value>(o).unwrap())
+    .find(|o| o["kind"] == "ConfigMap")
+    .expect("the ConfigMap");
+    let conf = map["data"]["default.conf"].as_str().unwrap();
+    assert!(conf.contains("listen 8080;"), "{conf}");
+    let mut pods = Vec::new();
+    let mut addrs = Vec::new();
+    for ip in ["127.0.0.41", "127.0.0.42"] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind((ip, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("{ip}:{port}").parse().unwrap();
+        let nginx = start_nginx_serving(dir.path(), &conf.replace("listen 8080;", &format!("listen {addr};")));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        pods.push((dir, nginx));
+        addrs.push(addr);
+    }
+    let balancer = RoundRobin::start(&addrs[1..]).await;
+    let config = serde_json::json!({"path": "/healthz",
+        "backend": {"header": "Pod-IPv4", "equals": "127.0.0.41", "attempts": 4}});
+    let (target, config) = (balancer.addr.to_string(), config.to_string());
+    let run = || crate::support::check("http", &target, &config, Duration::from_secs(5));
+    let r = run().await;
+    assert_eq!(r.status, sonde_sandbox::verdict::Status::Failure, "{r:?}");
+    assert!(r.message.contains("answered by 127.0.0.42 ×4"), "{}", r.message);
+    balancer.route_to(&addrs);
+    let r = run().await;
+    assert_eq!(r.status, sonde_sandbox::verdict::Status::Success, "{r:?}");
+    assert!(
+        r.message.contains("from this backend (Pod-IPv4: 127.0.0.41"),
+        "{}",
+        r.message
+    );
 }

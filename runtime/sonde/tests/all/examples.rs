@@ -3,9 +3,11 @@
 //! ones that can run on one machine (nginx in front of an app, the
 //! Calico-style node agent, the multi-tenant agent) run in a real
 //! `sonde run` against local servers until they reach the states the file
-//! promises. The YAML blocks of `README.md` and `docs/*.md` that are configs
-//! are parsed as config files; the flag table and the metrics table of
-//! `docs/config.md` are checked against the CLI and a real `/metrics`.
+//! promises. The flag table and the metrics table of `docs/config.md` are
+//! checked against the CLI and a real `/metrics`. (The YAML blocks of
+//! `README.md` and `docs/*.md` that are configs are parsed by sonde-core's
+//! tests, `config::`; the rollout example's nginx is in sonde-sandbox's,
+//! `backend::`.)
 //!
 //! **The substitution.** An example names paths and addresses of the
 //! machine it is written for (`/etc/sonde/tokens/acme`, `127.0.0.1:80`).
@@ -15,16 +17,12 @@
 //! API) listens. Nothing else of the file changes, and each replaced text
 //! must occur in the file, so an example that stops naming it fails the
 //! test instead of being tested with what it no longer says.
-//!
-//! A YAML block in the docs is a config unless its info string says what
-//! else it is (```` ```yaml kubernetes ```` for Kubernetes objects,
-//! ```` ```yaml api-body ```` for a body sent to the API, ```` ```yaml prometheus ```` for
-//! a Prometheus config).
 
 use crate::support::{cache_dir, call, repo, secret, sonde};
+use sonde_tests::processes::{Running, start_nginx_serving};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,10 +33,6 @@ const TESTED: &[&str] = &[
     "docs/examples/postgres.yaml",
     "docs/examples/web-behind-nginx.yaml",
 ];
-
-/// Info strings that mark a YAML block of the docs as something other than
-/// a sonde config.
-const NOT_CONFIG: &[&str] = &["kubernetes", "api-body", "prometheus"];
 
 /// An example as shipped, with the substitutions of its test applied.
 struct Example {
@@ -189,26 +183,6 @@ impl Drop for Routes {
     }
 }
 
-/// A process this test started, killed when the test ends however it ends.
-struct Running {
-    child: Child,
-    what: &'static str,
-    log: PathBuf,
-}
-
-impl Running {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Starts `sonde run --no-jitter --config CONFIG` (its API where the file
 /// says), with `env` added to its environment.
 fn sonde_run(config: &Path, env: &[(&str, &str)]) -> Running {
@@ -332,46 +306,6 @@ fn start_nginx(dir: &Path, listen: SocketAddr, app: SocketAddr) -> Running {
         "server {{\n    listen {listen};\n    location / {{ proxy_pass http://{app}; proxy_set_header Host $host; }}\n  }}\n"
     );
     start_nginx_serving(dir, &server)
-}
-
-/// A real nginx (Debian's `nginx`) in `dir` with `server`, the `http`
-/// block's server (or servers).
-fn start_nginx_serving(dir: &Path, server: &str) -> Running {
-    let d = dir.display();
-    let conf = dir.join("nginx.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/nginx.log;\n\
-             events {{ worker_connections 64; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
-               fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-               {server}}}\n"
-        ),
-    )
-    .unwrap();
-    let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("nginx (Debian package nginx; scripts/test installs it)");
-    let log = dir.join("nginx.log");
-    let child = Command::new(bin)
-        .arg("-p")
-        .arg(dir)
-        .arg("-c")
-        .arg(&conf)
-        .arg("-e")
-        .arg(&log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nginx");
-    Running {
-        child,
-        what: "nginx",
-        log,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -569,64 +503,6 @@ async fn the_multi_tenant_example_runs_and_each_token_sees_its_own() {
     assert!(missing.is_empty(), "not in docs/config.md's metrics table: {missing:?}");
 }
 
-/// The fenced YAML blocks of `text`: (line, info string, body).
-pub(crate) fn yaml_blocks(text: &str) -> Vec<(usize, String, String)> {
-    let mut blocks = Vec::new();
-    let mut open: Option<(usize, String, String)> = None;
-    for (i, line) in text.lines().enumerate() {
-        match (&mut open, line.trim_start().strip_prefix("```")) {
-            (None, Some(info)) if info.starts_with("yaml") => open = Some((i + 1, info.to_string(), String::new())),
-            (None, Some(_)) => open = Some((i + 1, "other".into(), String::new())),
-            (Some(_), Some(_)) => {
-                let block = open.take().unwrap();
-                if block.1.starts_with("yaml") {
-                    blocks.push(block);
-                }
-            }
-            (Some((_, _, body)), None) => {
-                body.push_str(line);
-                body.push('\n');
-            }
-            (None, None) => {}
-        }
-    }
-    blocks
-}
-
-#[test]
-fn the_yaml_configs_in_the_docs_parse() {
-    let mut docs = vec![repo().join("README.md")];
-    let mut md: Vec<PathBuf> = std::fs::read_dir(repo().join("docs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    md.sort();
-    docs.extend(md);
-    let mut configs = 0;
-    for doc in docs {
-        let text = std::fs::read_to_string(&doc).unwrap();
-        let name = doc.file_name().unwrap().to_string_lossy().into_owned();
-        for (line, info, body) in yaml_blocks(&text) {
-            let mark = info.trim_start_matches("yaml").trim();
-            if !mark.is_empty() {
-                assert!(
-                    NOT_CONFIG.contains(&mark),
-                    "{name}:{line}: ```{info}: a YAML block is a config, or marked one of {NOT_CONFIG:?}"
-                );
-                continue;
-            }
-            let at = PathBuf::from(format!("{name}:{line}"));
-            if let Err(e) = sonde_core::config::parse(&at, &body) {
-                panic!("{name}:{line}: a config block that sonde refuses:\n{e}\n{body}");
-            }
-            configs += 1;
-        }
-    }
-    assert!(configs >= 8, "only {configs} config blocks found");
-}
-
 #[test]
 fn every_flag_of_sonde_run_is_in_the_readme_synopsis_and_the_flag_table() {
     use clap::CommandFactory;
@@ -664,60 +540,4 @@ fn every_flag_of_sonde_run_is_in_the_readme_synopsis_and_the_flag_table() {
         flags += 1;
     }
     assert!(flags >= 7, "{flags}");
-}
-
-/// The nginx config of docs/kubernetes.md's "Gate a rollout on Service
-/// routing" (its ConfigMap's `default.conf`, as shipped) names the Pod
-/// that answered: two real nginx "Pods" on their own loopback addresses
-/// behind a round-robin balancer, and the http plugin's backend check
-/// passes only once the balancer routes to the one it wants.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_rollout_example_s_nginx_says_which_pod_answered() {
-    use sonde_tests::RoundRobin;
-    let map: serde_json::Value = sonde_tests::doc_documents(
-        "docs/kubernetes.md",
-        "## Gate a rollout on Service routing",
-        "yaml kubernetes",
-    )
-    .iter()
-    .map(|o| serde_saphyr::from_str::<serde_json::Value>(o).unwrap())
-    .find(|o| o["kind"] == "ConfigMap")
-    .expect("the ConfigMap");
-    let conf = map["data"]["default.conf"].as_str().unwrap();
-    assert!(conf.contains("listen 8080;"), "{conf}");
-    let mut pods = Vec::new();
-    let mut addrs = Vec::new();
-    for ip in ["127.0.0.41", "127.0.0.42"] {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind((ip, 0))
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr: SocketAddr = format!("{ip}:{port}").parse().unwrap();
-        let nginx = start_nginx_serving(dir.path(), &conf.replace("listen 8080;", &format!("listen {addr};")));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while tokio::net::TcpStream::connect(addr).await.is_err() {
-            assert!(Instant::now() < deadline, "nginx did not listen on {addr}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        pods.push((dir, nginx));
-        addrs.push(addr);
-    }
-    let balancer = RoundRobin::start(&addrs[1..]).await;
-    let config = serde_json::json!({"path": "/healthz",
-        "backend": {"header": "Pod-IPv4", "equals": "127.0.0.41", "attempts": 4}});
-    let (target, config) = (balancer.addr.to_string(), config.to_string());
-    let run = || crate::support::check("http", &target, &config, Duration::from_secs(5));
-    let r = run().await;
-    assert_eq!(r.status, sonde_sandbox::verdict::Status::Failure, "{r:?}");
-    assert!(r.message.contains("answered by 127.0.0.42 ×4"), "{}", r.message);
-    balancer.route_to(&addrs);
-    let r = run().await;
-    assert_eq!(r.status, sonde_sandbox::verdict::Status::Success, "{r:?}");
-    assert!(
-        r.message.contains("from this backend (Pod-IPv4: 127.0.0.41"),
-        "{}",
-        r.message
-    );
 }

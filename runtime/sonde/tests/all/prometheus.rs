@@ -483,27 +483,6 @@ async fn metrics_carry_build_info_reload_state_and_a_state_set() {
     assert!(series(&text, "sonde_config_last_reload_success_timestamp_seconds").unwrap() >= loaded);
 }
 
-#[test]
-fn plugin_units_become_base_units_by_the_documented_rule() {
-    use sonde_core::metrics::base_unit;
-    let cases: [(f64, &str, f64, &str); 9] = [
-        (250.0, "ms", 0.25, "seconds"),
-        (3.0, "s", 3.0, "seconds"),
-        (1500.0, "us", 0.0015, "seconds"),
-        (42.0, "%", 0.42, "ratio"),
-        (2.0, "KB", 2048.0, "bytes"),
-        (1.0, "MB", 1048576.0, "bytes"),
-        (7.0, "B", 7.0, "bytes"),
-        (9.0, "c", 9.0, ""),
-        (5.0, "widgets", 5.0, "widgets"),
-    ];
-    for (value, unit, want, base) in cases {
-        let (v, u) = base_unit(value, unit);
-        assert!((v - want).abs() < 1e-9, "{value}{unit}: {v}");
-        assert_eq!(u, base, "{unit}");
-    }
-}
-
 fn shipped(path: &str) -> PathBuf {
     crate::support::repo().join("deploy/prometheus").join(path)
 }
@@ -752,7 +731,7 @@ modules:
 #[tokio::test]
 async fn the_docs_modules_load_as_shipped() {
     let doc = std::fs::read_to_string(crate::support::repo().join("docs/prometheus.md")).unwrap();
-    let blocks = crate::examples::yaml_blocks(&doc);
+    let blocks = sonde_tests::manifests::yaml_blocks(&doc);
     let (_, _, config) = blocks
         .iter()
         .find(|(_, info, body)| info == "yaml" && body.contains("modules:"))
@@ -879,7 +858,7 @@ modules:
     // The scrape config of docs/prometheus.md, as shipped, with this
     // machine's addresses and token.
     let doc = std::fs::read_to_string(crate::support::repo().join("docs/prometheus.md")).unwrap();
-    let (_, _, block) = crate::examples::yaml_blocks(&doc)
+    let (_, _, block) = sonde_tests::manifests::yaml_blocks(&doc)
         .into_iter()
         .find(|(_, info, _)| info == "yaml prometheus")
         .expect("docs/prometheus.md has a ```yaml prometheus block");
