@@ -10,7 +10,7 @@
 # and build caches. A binary already there is not built again.
 
 # blackbox_exporter's current release, compared with sonde's /probe
-# beside Debian's 0.23 (runtime/sonde/tests/all/blackbox.rs).
+# beside Debian's 0.23 (runtime/sonde/tests/all/blackbox/).
 BLACKBOX_028_VERSION=0.28.0
 
 # Puts a Go toolchain (1.24 or later) on PATH: Go's own archive in
