@@ -3,7 +3,7 @@
 //! [`Unreachable`](ClientError::Unreachable) error, which the callers turn
 //! into exit code 3.
 
-use super::CliError;
+use super::error::CliError;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
@@ -26,13 +26,25 @@ pub enum ClientError {
     BadUrl(String),
     /// No answer from the agent.
     #[error(
-        "cannot reach the agent at {base}: {why}; is `sonde run` running there? Start it, or point --api at its API (its start line names the URL)"
+        "cannot reach the agent at {base}: {source}; is `sonde run` running there? Start it, or point --api at its API (its start line names the URL)"
     )]
     Unreachable {
         /// The API URL.
         base: String,
-        /// What went wrong.
-        why: String,
+        /// What went wrong: the connection's or the exchange's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The agent took longer than [`CONNECT_TIMEOUT`] to accept, or
+    /// [`REQUEST_TIMEOUT`] to answer.
+    #[error(
+        "cannot reach the agent at {base}: no answer within {}; is `sonde run` running there? Start it, or point --api at its API (its start line names the URL)",
+        humantime::format_duration(*.after)
+    )]
+    Timeout {
+        /// The API URL.
+        base: String,
+        /// The time waited.
+        after: Duration,
     },
 }
 
@@ -66,17 +78,20 @@ pub async fn open(
     let authority = uri.authority().ok_or_else(|| ClientError::BadUrl(base.into()))?.clone();
     let host = authority.host().trim_start_matches('[').trim_end_matches(']');
     let port = authority.port_u16().unwrap_or(80);
-    let unreachable = |e: &dyn std::fmt::Display| ClientError::Unreachable {
+    let unreachable = |e: Box<dyn std::error::Error + Send + Sync>| ClientError::Unreachable {
         base: base.to_string(),
-        why: e.to_string(),
+        source: e,
     };
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect((host, port)))
         .await
-        .map_err(|e| unreachable(&e))?
-        .map_err(|e| unreachable(&e))?;
+        .map_err(|_| ClientError::Timeout {
+            base: base.to_string(),
+            after: CONNECT_TIMEOUT,
+        })?
+        .map_err(|e| unreachable(e.into()))?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
         .await
-        .map_err(|e| unreachable(&e))?;
+        .map_err(|e| unreachable(e.into()))?;
     tokio::spawn(conn);
     let mut req = http::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
         .header(http::header::HOST, authority.as_str());
@@ -89,7 +104,7 @@ pub async fn open(
     let req = req
         .body(http_body_util::Empty::<Bytes>::new())
         .map_err(|_| ClientError::BadUrl(base.into()))?;
-    sender.send_request(req).await.map_err(|e| unreachable(&e))
+    sender.send_request(req).await.map_err(|e| unreachable(e.into()))
 }
 
 /// GETs `path` and returns the status and the whole body.
@@ -99,15 +114,15 @@ pub async fn get(base: &str, path: &str) -> Result<(StatusCode, Bytes), ClientEr
         let status = resp.status();
         let body = resp.into_body().collect().await.map_err(|e| ClientError::Unreachable {
             base: base.to_string(),
-            why: e.to_string(),
+            source: e.into(),
         })?;
         Ok((status, body.to_bytes()))
     };
     tokio::time::timeout(REQUEST_TIMEOUT, fetch)
         .await
-        .map_err(|_| ClientError::Unreachable {
+        .map_err(|_| ClientError::Timeout {
             base: base.to_string(),
-            why: format!("no answer within {}", humantime::format_duration(REQUEST_TIMEOUT)),
+            after: REQUEST_TIMEOUT,
         })?
 }
 
@@ -127,10 +142,10 @@ pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(base: &str, path: &
             StatusCode::NOT_FOUND => "check that --api points at a sonde agent of the same version",
             _ => "see the agent's log for why",
         };
-        return Err(CliError(format!("{path}: {status}: {message}; {what_to_do}")));
+        return Err(CliError::Message(format!("{path}: {status}: {message}; {what_to_do}")));
     }
     serde_json::from_slice(&body).map_err(|e| {
-        CliError(format!(
+        CliError::Message(format!(
             "{path}: unexpected answer: {e}; check that --api points at a sonde agent of the same version"
         ))
     })

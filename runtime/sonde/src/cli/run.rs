@@ -1,7 +1,8 @@
 //! `sonde run`, `sonde validate` and `sonde status`.
 
-use super::CliError;
 use super::client::{self, DEFAULT_API_URL, get_json};
+use super::error::CliError;
+use super::output::Output;
 use crate::agent::{self, AgentError, AgentOptions};
 use sonde_sandbox::engine::{Engine, EngineConfig};
 
@@ -61,8 +62,8 @@ pub struct ValidateArgs {
     pub kubernetes: bool,
 
     /// `json`: print the effective config, every key with its value after defaults and normalisation.
-    #[arg(long, short, value_enum, default_value_t = super::Output::Text)]
-    pub output: super::Output,
+    #[arg(long, short, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
 }
 
 /// Arguments of `sonde status`.
@@ -77,8 +78,8 @@ pub struct StatusArgs {
     pub watch: bool,
 
     /// Output format.
-    #[arg(long, short, value_enum, default_value_t = super::Output::Text)]
-    pub output: super::Output,
+    #[arg(long, short, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
 }
 
 pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliError> {
@@ -100,7 +101,7 @@ pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliE
             );
             Ok(2)
         }
-        Err(e) => Err(CliError(e.to_string())),
+        Err(e) => Err(CliError::Message(e.to_string())),
     }
 }
 
@@ -135,7 +136,7 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
         return Ok(2);
     }
     match args.output {
-        super::Output::Json => {
+        Output::Json => {
             let mut effective = super::effective::effective(&reg);
             // As `sonde run --api` would serve it.
             if let Some(addr) = args.api {
@@ -143,7 +144,7 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
             }
             out!("{}", serde_json::to_string_pretty(&effective).unwrap_or_default());
         }
-        super::Output::Text => out!(
+        Output::Text => out!(
             "{}: ok ({} targets, {} probes)",
             args.config.display(),
             reg.targets().len(),
@@ -266,7 +267,7 @@ pub(super) async fn status(args: StatusArgs) -> Result<i32, CliError> {
     }
     let (probes, agent) = fetch(&args.api).await?;
     let healthy = client::healthy(&probes);
-    if args.output == super::Output::Json {
+    if args.output == Output::Json {
         let all = serde_json::json!({ "healthy": healthy, "agent": agent, "probes": probes });
         out!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
     } else {
@@ -281,7 +282,7 @@ pub(super) async fn status(args: StatusArgs) -> Result<i32, CliError> {
 async fn watch(args: StatusArgs) -> Result<i32, CliError> {
     use http_body_util::BodyExt;
     use std::io::IsTerminal;
-    let live = std::io::stdout().is_terminal() && args.output == super::Output::Text;
+    let live = std::io::stdout().is_terminal() && args.output == Output::Text;
     let colour = colour();
     let path = if live { "/v1/watch?all=1" } else { "/v1/watch" };
     let mut last_id = String::new();
@@ -295,7 +296,7 @@ async fn watch(args: StatusArgs) -> Result<i32, CliError> {
         let resp = match client::open(&args.api, path, &headers).await {
             Ok(r) if r.status().is_success() => r,
             Ok(r) => {
-                return Err(CliError(format!(
+                return Err(CliError::Message(format!(
                     "{path}: {}; check that --api points at a sonde agent of the same version, and $SONDE_TOKEN",
                     r.status()
                 )));
@@ -323,7 +324,7 @@ async fn watch(args: StatusArgs) -> Result<i32, CliError> {
                         }
                         if live {
                             dirty = true;
-                        } else if ev.event == "change" && args.output == super::Output::Json {
+                        } else if ev.event == "change" && args.output == Output::Json {
                             out!("{}", ev.data);
                         } else if ev.event == "change" {
                             let v: serde_json::Value = serde_json::from_str(&ev.data).unwrap_or_default();
