@@ -173,8 +173,16 @@ impl Control {
         self.tenants.borrow().clone()
     }
 
-    /// Puts a whole new catalog in force (in `current`): tenants, status,
-    /// then the scheduler.
+    /// Puts the agent's first catalog in force, `left_out` what its load
+    /// left out: the same steps as every reload after it.
+    pub async fn put_in_force(&self, catalog: Catalog, left_out: Vec<LeftOut>) -> ReloadSummary {
+        let mut current = self.catalog.lock().await;
+        self.apply(&mut current, catalog, left_out, Vec::new()).await
+    }
+
+    /// Puts a whole new catalog in force (in `current`): the sandbox's
+    /// bounds, the executor's tenants and pulls, the tenants, status, then
+    /// the scheduler. The one path for the first load and every reload.
     async fn apply(
         &self,
         current: &mut Catalog,
@@ -183,8 +191,13 @@ impl Control {
         namespaces: Vec<NamespaceTenant>,
     ) -> ReloadSummary {
         let before = self.engine.host_limits();
+        // The first catalog's bounds are the agent's from its start: nothing
+        // to say about calls in flight.
+        let first = *self.reloads.borrow() == 0;
         if before != reg.agent.host_limits {
             self.engine.set_host_limits(reg.agent.host_limits);
+        }
+        if before != reg.agent.host_limits && !first {
             tracing::info!(
                 changed = %sonde_sandbox::host::bounds::changes(&before, &reg.agent.host_limits),
                 "sandbox: the new bounds are in force for every call that starts from now; calls in flight finish under theirs, and a smaller lookups_in_flight or blocking_threads takes effect as the work holding the gate ends"
@@ -346,8 +359,9 @@ impl Control {
             || s.left_out.iter().any(|l| l.plugin.as_deref() == Some(reference))
     }
 
-    /// Follows whole-catalog replacements: the count changes after each
-    /// reload of the config file (or of stored plugins).
+    /// Follows whole-catalog replacements: the count changes when the
+    /// first catalog is put in force, then after each reload of the config
+    /// file (or of stored plugins).
     pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
         self.reloads.subscribe()
     }
