@@ -44,7 +44,7 @@ impl Change {
 #[derive(Debug)]
 #[must_use = "a prepared change does nothing until it is committed"]
 pub struct Prepared {
-    /// The registry generation it was checked against.
+    /// The catalog generation it was checked against.
     pub(super) generation: u64,
     pub(super) remove: Vec<Arc<str>>,
     pub(super) targets: Vec<TargetEntry>,
@@ -150,7 +150,7 @@ pub struct TargetUpdate {
 /// registry: anything it does not name is gone.
 #[derive(Clone, Debug, Default)]
 pub struct Delta {
-    /// Whether this is the whole registry.
+    /// Whether this is the whole catalog.
     pub full: bool,
     /// Targets added or replaced.
     pub targets: Vec<TargetUpdate>,

@@ -107,19 +107,19 @@ pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliE
 
 pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result<i32, CliError> {
     let engine = Engine::new(config)?;
-    let reg = match sonde_core::catalog::Catalog::load_file(&engine, &args.config).await {
-        Ok(reg) => reg,
+    let catalog = match sonde_core::catalog::Catalog::load_file(&engine, &args.config).await {
+        Ok(catalog) => catalog,
         Err(e) => {
             eprintln!("{e}");
             return Ok(2);
         }
     };
-    for w in &reg.warnings {
+    for w in &catalog.warnings {
         eprintln!("warning: {w}");
     }
     // What `sonde run` would refuse at start, by the very rules it uses.
     let problems = agent::start_problems(
-        &reg,
+        &catalog,
         &agent::StartOptions {
             api: args.api,
             api_auth: args.api_auth,
@@ -137,7 +137,7 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
     }
     match args.output {
         Output::Json => {
-            let mut effective = super::effective::effective(&reg);
+            let mut effective = super::effective::effective(&catalog);
             // As `sonde run --api` would serve it.
             if let Some(addr) = args.api {
                 effective["api"]["listen"] = addr.to_string().into();
@@ -147,8 +147,8 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
         Output::Text => out!(
             "{}: ok ({} targets, {} probes)",
             args.config.display(),
-            reg.targets().len(),
-            reg.probes().len()
+            catalog.targets().len(),
+            catalog.probes().len()
         ),
     }
     Ok(0)
