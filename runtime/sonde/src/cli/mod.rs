@@ -1,7 +1,7 @@
 //! The `sonde` command line. Exit codes follow the Nagios convention:
 //! 0 success, 1 warning, 2 failure, 3 unknown or error.
 
-/// `println!` for what a command prints on stdout ([`write_out`]).
+/// `println!` for what a command prints on stdout ([`write_out`](output::write_out)).
 macro_rules! out {
     () => {
         $crate::cli::output::write_out(format_args!("\n"))
