@@ -107,12 +107,7 @@ pub(super) async fn prepare(
         out: Prepared {
             generation: catalog.generation,
             remove: change.remove.clone(),
-            targets: Vec::new(),
-            probes: Vec::new(),
-            warnings: Vec::new(),
-            unavailable: Vec::new(),
-            waiting: Vec::new(),
-            pulls: Vec::new(),
+            ..Prepared::default()
         },
     };
     for t in &change.add {

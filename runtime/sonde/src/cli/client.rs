@@ -3,7 +3,6 @@
 //! [`Unreachable`](ClientError::Unreachable) error, which the callers turn
 //! into exit code 3.
 
-use super::error::CliError;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
@@ -33,6 +32,24 @@ pub enum ClientError {
         base: String,
         /// What went wrong: the connection's or the exchange's error.
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The agent answered with an error status.
+    #[error("{path}: {status}: {message}; {}", what_to_do(status))]
+    Refused {
+        /// The API path asked.
+        path: String,
+        /// The status it answered.
+        status: StatusCode,
+        /// The agent's own words (its JSON `error`, else its body).
+        message: String,
+    },
+    /// The agent's answer is not what this sonde expects.
+    #[error("{path}: unexpected answer: {source}; check that --api points at a sonde agent of the same version")]
+    Unexpected {
+        /// The API path asked.
+        path: String,
+        /// Why it does not parse.
+        source: serde_json::Error,
     },
     /// The agent took longer than [`CONNECT_TIMEOUT`] to accept, or
     /// [`REQUEST_TIMEOUT`] to answer.
@@ -128,27 +145,34 @@ pub async fn get(base: &str, path: &str) -> Result<(StatusCode, Bytes), ClientEr
 
 /// GETs `path` from the agent at `base` and parses the JSON body; a status
 /// other than 2xx is an error carrying the agent's message.
-pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> Result<T, CliError> {
+pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> Result<T, ClientError> {
     let (status, body) = get(base, path).await?;
     if !status.is_success() {
         let message = serde_json::from_slice::<serde_json::Value>(&body)
             .ok()
             .and_then(|v| v["error"].as_str().map(str::to_string))
             .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_string());
-        let what_to_do = match status {
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                "set $SONDE_TOKEN (or $SONDE_TOKEN_FILE) to a token the agent accepts"
-            }
-            StatusCode::NOT_FOUND => "check that --api points at a sonde agent of the same version",
-            _ => "see the agent's log for why",
-        };
-        return Err(CliError::Message(format!("{path}: {status}: {message}; {what_to_do}")));
+        return Err(ClientError::Refused {
+            path: path.to_string(),
+            status,
+            message,
+        });
     }
-    serde_json::from_slice(&body).map_err(|e| {
-        CliError::Message(format!(
-            "{path}: unexpected answer: {e}; check that --api points at a sonde agent of the same version"
-        ))
+    serde_json::from_slice(&body).map_err(|source| ClientError::Unexpected {
+        path: path.to_string(),
+        source,
     })
+}
+
+/// What to do about an answer of `status`.
+fn what_to_do(status: &StatusCode) -> &'static str {
+    match *status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            "set $SONDE_TOKEN (or $SONDE_TOKEN_FILE) to a token the agent accepts"
+        }
+        StatusCode::NOT_FOUND => "check that --api points at a sonde agent of the same version",
+        _ => "see the agent's log for why",
+    }
 }
 
 /// Whether a running agent is healthy as `sonde status` reports it (exit 0,
