@@ -54,10 +54,10 @@ fn bench(c: &mut Criterion) {
         ..EngineConfig::default()
     })
     .unwrap();
-    let mut reg = rt
+    let mut catalog = rt
         .block_on(Catalog::load_text(&engine, Path::new("bench.yaml"), &file_with(LOADED)))
         .unwrap();
-    assert_eq!(reg.probes().len(), LOADED);
+    assert_eq!(catalog.probes().len(), LOADED);
 
     let mut g = c.benchmark_group("registry");
     // Each iteration times one change alone; the undo runs outside the clock.
@@ -67,11 +67,13 @@ fn bench(c: &mut Criterion) {
             for _ in 0..iters {
                 let targets = one("extra");
                 let started = Instant::now();
-                let prepared = rt.block_on(reg.prepare(&engine, Change::add(targets))).unwrap();
-                std::hint::black_box(reg.commit(prepared));
+                let prepared = rt.block_on(catalog.prepare(&engine, Change::add(targets))).unwrap();
+                std::hint::black_box(catalog.commit(prepared));
                 total += started.elapsed();
-                let undo = rt.block_on(reg.prepare(&engine, Change::remove(["extra"]))).unwrap();
-                let _ = reg.commit(undo);
+                let undo = rt
+                    .block_on(catalog.prepare(&engine, Change::remove(["extra"])))
+                    .unwrap();
+                let _ = catalog.commit(undo);
             }
             total
         })
@@ -80,11 +82,15 @@ fn bench(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                let redo = rt.block_on(reg.prepare(&engine, Change::add(one("extra")))).unwrap();
-                let _ = reg.commit(redo);
+                let redo = rt
+                    .block_on(catalog.prepare(&engine, Change::add(one("extra"))))
+                    .unwrap();
+                let _ = catalog.commit(redo);
                 let started = Instant::now();
-                let prepared = rt.block_on(reg.prepare(&engine, Change::remove(["extra"]))).unwrap();
-                std::hint::black_box(reg.commit(prepared));
+                let prepared = rt
+                    .block_on(catalog.prepare(&engine, Change::remove(["extra"])))
+                    .unwrap();
+                std::hint::black_box(catalog.commit(prepared));
                 total += started.elapsed();
             }
             total

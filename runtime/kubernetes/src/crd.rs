@@ -4,7 +4,10 @@
 //! `deploy/kubernetes/crd.yaml` is generated ([`crate::crd_yaml`]; a test fails
 //! when the shipped file and the type disagree, see docs/kubernetes.md).
 //! Field names follow the kubelet's probe spec; the doc comments of the
-//! spec's fields are the descriptions `kubectl explain` shows.
+//! spec's fields are the descriptions `kubectl explain` shows. Unsigned
+//! fields are declared with the formats Kubernetes knows (`int32`,
+//! `int64`, with their `minimum`): schemars' `uint32` and `uint64` make
+//! kube-apiserver 1.37 warn on every apply of the CRD.
 
 // These docs are also the CRD's descriptions (`kubectl explain`), where
 // `<check-name>` is a placeholder, not an HTML tag.
@@ -103,24 +106,24 @@ pub struct SondeCheckSpec {
     pub service: Option<ServiceRef>,
     /// Seconds after the Pod is seen with an IP before the first run.
     #[serde(default)]
-    #[schemars(range(max = 3600))]
+    #[schemars(range(max = 3600), extend("format" = "int32"))]
     pub initial_delay_seconds: u32,
     /// Seconds between runs.
     #[serde(default = "ten")]
-    #[schemars(range(min = 1, max = 3600))]
+    #[schemars(range(min = 1, max = 3600), extend("format" = "int32"))]
     pub period_seconds: u32,
     /// The deadline of one run, in seconds; at most periodSeconds.
     #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 60))]
+    #[schemars(range(min = 1, max = 60), extend("format" = "int32"))]
     pub timeout_seconds: u32,
     /// Passes in a row that set the condition True. Unlike a kubelet
     /// liveness probe, any value is allowed.
     #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = 1, max = 100), extend("format" = "int32"))]
     pub success_threshold: u32,
     /// Failures in a row that set the condition False.
     #[serde(default = "three")]
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = 1, max = 100), extend("format" = "int32"))]
     pub failure_threshold: u32,
     /// Continuous keeps checking and follows the result. StartupOnly sets
     /// the condition True once and then stops checking that Pod.
@@ -345,7 +348,7 @@ pub enum Mode {
 pub struct CheckLimits {
     /// Fuel per run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1), extend("format" = "int64"))]
     pub fuel: Option<u64>,
     /// A size such as 16MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -369,12 +372,15 @@ pub struct SondeCheckStatus {
     pub conditions: Vec<StatusCondition>,
     /// Pods whose readiness gate on the check is True.
     #[serde(default)]
+    #[schemars(extend("format" = "int32"))]
     pub pods_ready: u32,
     /// Pods whose readiness gate on the check is False.
     #[serde(default)]
+    #[schemars(extend("format" = "int32"))]
     pub pods_not_ready: u32,
     /// Pods whose readiness gate on the check is Unknown or not written yet.
     #[serde(default)]
+    #[schemars(extend("format" = "int32"))]
     pub pods_unknown: u32,
 }
 
@@ -403,6 +409,19 @@ pub struct StatusCondition {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every integer of both CRDs has a format Kubernetes knows: an
+    /// unknown one (schemars' `uint32`) is warned about on every apply.
+    #[test]
+    fn the_crds_use_only_integer_formats_kubernetes_knows() {
+        let yaml = crate::crd_yaml();
+        let formats: std::collections::BTreeSet<&str> =
+            yaml.lines().filter_map(|l| l.trim().strip_prefix("format: ")).collect();
+        assert!(!formats.is_empty());
+        for f in formats {
+            assert!(["int32", "int64", "date-time"].contains(&f), "format {f} in:\n{yaml}");
+        }
+    }
 
     #[test]
     fn reads_the_crd_example() {

@@ -8,6 +8,7 @@ use crate::expand::{PodIdentity, expand};
 use crate::settings::GateSettings;
 use crate::view::PodView;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use sonde_core::config::ConfigErrors;
 use sonde_core::tenants::DEFAULT_TENANT;
 use std::net::IpAddr;
 
@@ -379,6 +380,18 @@ pub(crate) fn desired(
         target,
         mode: spec.mode,
     }))
+}
+
+/// The problems of a refused probe, for an Event and a condition that the
+/// namespace's users read: what is wrong, not where the agent keeps its
+/// config (a path on the node is none of their business).
+pub(crate) fn messages(errors: &ConfigErrors) -> String {
+    errors
+        .0
+        .iter()
+        .map(|e| e.message.clone())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]

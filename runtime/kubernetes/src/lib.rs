@@ -15,11 +15,10 @@
 //! - `view`: a Pod as the controller sees it, and a gate's condition;
 //! - `desired`: the probe of a (Pod, gate) pair, or why it has none —
 //!   pure functions;
-//! - `plan`: reconciling one Pod as a pure plan (which probes to add,
-//!   replace or remove; which gates have none and why; which Events);
-//! - `controller`: the reflectors, the applier of plans, and the write
-//!   queue;
-//! - `queue`: the per-Pod latest-wins write queue, a pure state machine;
+//! - `gates`: the Pod-gate controller — the reflectors of Pods, checks and
+//!   Services, reconciling one Pod as a pure plan (which probes to add,
+//!   replace or remove; which gates have none and why; which Events), the
+//!   applier of plans, and the per-Pod latest-wins write queue;
 //! - `writer`: the strategic-merge patch, rate limit and backoff;
 //! - `events`: Kubernetes Events on Pods and SondeChecks, through
 //!   kube-runtime's recorder;
@@ -58,19 +57,16 @@
 
 #![deny(missing_docs)]
 
-mod controller;
 pub mod crd;
 mod desired;
 mod events;
 mod expand;
+mod gates;
 mod lease;
 mod namespaces;
 pub mod node;
-mod plan;
-mod queue;
 pub mod review;
 pub mod secrets;
-mod services;
 mod settings;
 mod stats;
 pub mod status;
@@ -168,7 +164,7 @@ pub fn spawn(
         leading,
         problems,
     }));
-    let (controller, streams) = controller::Reconciler::new(
+    let (controller, streams) = gates::Reconciler::new(
         client.clone(),
         control.clone(),
         results,

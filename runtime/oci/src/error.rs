@@ -1,6 +1,7 @@
 //! What can go wrong between sonde and a registry. Every message names the
 //! reference or registry at fault; none carries a credential.
 
+use crate::{WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
 use std::time::Duration;
 
 /// Why resolving, pulling, pushing or caching a registry artifact failed.
@@ -19,7 +20,10 @@ pub enum OciError {
     Unreachable {
         /// `HOST[:PORT]`.
         registry: String,
-        /// What failed.
+        /// What failed: the HTTP client's chain of causes, flattened to
+        /// text on purpose so that the registry's password is scrubbed
+        /// from it before anyone reads it (a cause kept typed would print
+        /// whatever it holds).
         detail: String,
     },
     /// The registry refused the credentials, or wants some and none were set.
@@ -59,12 +63,13 @@ pub enum OciError {
         limit: u64,
     },
     /// The artifact is not a wasm component in the CNCF wasm OCI layout.
-    #[error("{reference}: not a wasm component artifact: {detail}")]
+    #[error("{reference}: not a wasm component artifact: {why}")]
     NotWasm {
         /// The reference.
         reference: String,
         /// What is wrong.
-        detail: String,
+        #[source]
+        why: NotWasm,
     },
     /// A blob's body was not the size its descriptor declared: longer
     /// (refused as soon as it passed the size) or shorter.
@@ -83,12 +88,13 @@ pub enum OciError {
     },
     /// The registry (or where it pointed: a redirect, a token realm, what
     /// its name resolves to) is a place the agent does not go.
-    #[error("registry {registry}: {detail}")]
+    #[error("registry {registry}: {refusal}")]
     Refused {
         /// `HOST[:PORT]`.
         registry: String,
         /// What was refused and why.
-        detail: String,
+        #[source]
+        refusal: Box<crate::Refusal>,
     },
     /// The registry went silent: no connection, no first byte, or no next
     /// byte within the step's timeout.
@@ -125,19 +131,18 @@ pub enum OciError {
         /// Why the registry could not give it.
         source: Box<OciError>,
     },
-    /// A settings file (password, CA) could not be used.
-    #[error("registry {registry}: {path}: {detail}")]
+    /// A registry's settings (its password or CA file) cannot be used.
+    #[error("registry {registry}: {why}")]
     Settings {
         /// `HOST[:PORT]`.
         registry: String,
-        /// The file.
-        path: String,
-        /// What is wrong (never the file's contents).
-        detail: String,
+        /// What is wrong (never a file's contents).
+        #[source]
+        why: BadSettings,
     },
     /// A signature could not be made.
     #[error("cannot sign: {0}")]
-    Signing(String),
+    Signing(#[source] Box<crate::signing::SignatureError>),
     /// The cache directory could not be read or written.
     #[error("OCI cache {path}: {source}")]
     Cache {
@@ -145,6 +150,56 @@ pub enum OciError {
         path: String,
         /// The I/O error.
         source: std::io::Error,
+    },
+}
+
+/// Why an artifact is not a wasm component in the CNCF wasm OCI layout.
+#[derive(Debug, thiserror::Error)]
+pub enum NotWasm {
+    /// The manifest's config is of another media type.
+    #[error("config media type {0:?}, expected {WASM_CONFIG_MEDIA_TYPE:?}")]
+    ConfigMediaType(String),
+    /// The manifest has no component layer, or several.
+    #[error("{0} {WASM_LAYER_MEDIA_TYPE} layers, expected exactly one")]
+    Layers(usize),
+    /// The component layer's digest is not a sha256 digest.
+    #[error("layer digest {0:?} is not sha256")]
+    LayerDigest(String),
+    /// The manifest does not parse as an OCI image manifest.
+    #[error("the manifest is not an OCI image manifest: {0}")]
+    Manifest(#[source] serde_json::Error),
+    /// The file to push is not a WebAssembly component.
+    #[error("the file is not a WebAssembly component (build for wasm32-wasip2)")]
+    NotAComponent,
+}
+
+/// Why a registry's settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BadSettings {
+    /// A file (the password or CA file) cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The password file's first line is empty.
+    #[error("{}: the password file is empty", .0.display())]
+    EmptyPassword(std::path::PathBuf),
+    /// Only one of `username` and `password_file` is set.
+    #[error("basic auth needs both username and password_file")]
+    HalfBasicAuth,
+    /// The CA file holds no PEM block.
+    #[error("{}: not a PEM file of certificates", .0.display())]
+    NotPem(std::path::PathBuf),
+    /// The CA file's certificates do not parse.
+    #[error("{}: {source}", path.display())]
+    Certificates {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the TLS library said.
+        source: reqwest::Error,
     },
 }
 

@@ -50,15 +50,51 @@ pub(crate) fn is_local_registry(registry: &str) -> bool {
 
 /// A refused destination: the error a redirect policy or the resolver
 /// hands the HTTP client, found again in its error chain.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what} {place} is refused: {why}")]
-pub(crate) struct Refusal {
+pub struct Refusal {
     /// What pointed there (`a redirect to`, `the name`, …).
     pub what: &'static str,
-    /// The URL, name or address.
+    /// The URL or name (at most 200 characters of it).
     pub place: String,
-    /// Which kind of address it is, or what else is wrong.
-    pub why: String,
+    /// Why it is refused.
+    pub why: Why,
+}
+
+/// Why a destination is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Why {
+    /// A URL of another scheme than http or https.
+    #[error("it is not http or https but {0}")]
+    Scheme(String),
+    /// A URL without a host.
+    #[error("it has no host")]
+    NoHost,
+    /// A literal address of a class registries are not reached at
+    /// (`loopback`, `link-local`, …).
+    #[error("it is {} {} address", article(.0), .0)]
+    Address(&'static str),
+    /// A name that resolves to nothing.
+    #[error("it resolves to no address")]
+    NoAddress,
+    /// A name whose every address is of a refused class (each with it).
+    #[error("it resolves only to refused addresses: {}", refused_list(.0))]
+    OnlyRefused(Vec<(IpAddr, &'static str)>),
+    /// A redirect past [`MAX_REDIRECTS`](crate::MAX_REDIRECTS).
+    #[error("it is more than {} redirects in a row", crate::MAX_REDIRECTS)]
+    TooManyRedirects,
+    /// A redirect from HTTPS to plain HTTP.
+    #[error("it is plain HTTP after HTTPS")]
+    Downgrade,
+}
+
+/// `ADDRESS (CLASS), …`.
+fn refused_list(refused: &[(IpAddr, &'static str)]) -> String {
+    refused
+        .iter()
+        .map(|(ip, kind)| format!("{ip} ({kind})"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The address policy of one registry's exchanges, and the resolver that
@@ -73,22 +109,22 @@ impl Guard {
     /// Checks a URL about to be asked: its scheme, and its host when it is
     /// a literal address. `what` says what pointed there.
     pub(crate) fn check_url(&self, what: &'static str, url: &reqwest::Url) -> Result<(), Refusal> {
-        let refuse = |why: String| Refusal {
+        let refuse = |why: Why| Refusal {
             what,
             place: url.as_str().chars().take(200).collect(),
             why,
         };
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(refuse(format!("it is not http or https but {}", url.scheme())));
+            return Err(refuse(Why::Scheme(url.scheme().to_string())));
         }
         let ip = match url.host() {
             Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
             Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
             Some(url::Host::Domain(_)) => return Ok(()),
-            None => return Err(refuse("it has no host".into())),
+            None => return Err(refuse(Why::NoHost)),
         };
         match refusal(ip, self.allow_loopback) {
-            Some(kind) => Err(refuse(format!("it is {} {kind} address", article(kind)))),
+            Some(kind) => Err(refuse(Why::Address(kind))),
             None => Ok(()),
         }
     }
@@ -105,7 +141,7 @@ impl reqwest::dns::Resolve for Guard {
                 .into_iter()
                 .filter(|a| match refusal(a.ip(), allow_loopback) {
                     Some(kind) => {
-                        refused.push(format!("{} ({kind})", a.ip()));
+                        refused.push((a.ip(), kind));
                         false
                     }
                     None => true,
@@ -113,9 +149,9 @@ impl reqwest::dns::Resolve for Guard {
                 .collect();
             if allowed.is_empty() {
                 let why = if refused.is_empty() {
-                    "it resolves to no address".to_string()
+                    Why::NoAddress
                 } else {
-                    format!("it resolves only to refused addresses: {}", refused.join(", "))
+                    Why::OnlyRefused(refused)
                 };
                 return Err(Box::new(Refusal {
                     what: "the name",
@@ -234,7 +270,10 @@ mod tests {
             .err()
             .expect("refused");
         let r = find_refusal(&*e).expect("a Refusal");
-        assert!(r.why.contains("loopback"), "{r}");
+        assert!(
+            matches!(&r.why, Why::OnlyRefused(found) if found.iter().all(|(_, kind)| *kind == "loopback")),
+            "{r}"
+        );
         let ok = Guard { allow_loopback: true }.resolve(name("localhost")).await;
         assert!(ok.is_ok_and(|mut a| a.next().is_some()));
     }

@@ -51,7 +51,8 @@ pub use client::{
     Client, ClientSettings, ComponentInfo, Progress, Pushed, RegistryAccess, Resolved, SignatureLocation,
     SignaturePushed, Source, cosign_tag, signature_tag,
 };
-pub use error::OciError;
+pub use error::{BadSettings, NotWasm, OciError};
+pub use guard::{Refusal, Why};
 pub use reference::{Reference, RegistryScope};
 pub use remote::{Limits, MAX_MANIFEST_BYTES, MAX_REDIRECTS, MAX_TOKEN_BYTES};
 

@@ -20,7 +20,7 @@
 //! `WWW-Authenticate: Bearer realm=…`, or `Basic`), so that the token
 //! endpoint's answer is bounded too.
 
-use super::guard::{self, Guard, Refusal};
+use super::guard::{self, Guard, Refusal, Why};
 use super::{OciError, Reference};
 use sonde_policy::identity::Hasher;
 use std::sync::Mutex;
@@ -124,7 +124,7 @@ impl Remote {
                 return attempt.error(Refusal {
                     what: "a redirect to",
                     place,
-                    why: format!("it is more than {MAX_REDIRECTS} redirects in a row"),
+                    why: Why::TooManyRedirects,
                 });
             }
             let downgrade =
@@ -133,7 +133,7 @@ impl Remote {
                 return attempt.error(Refusal {
                     what: "a redirect to",
                     place,
-                    why: "it is plain HTTP after HTTPS".into(),
+                    why: Why::Downgrade,
                 });
             }
             match policy_guard.check_url("a redirect to", attempt.url()) {
@@ -184,7 +184,7 @@ impl Remote {
         if let Some(r) = guard::find_refusal(&e) {
             return OciError::Refused {
                 registry: self.name.clone(),
-                detail: r.to_string(),
+                refusal: Box::new(r),
             };
         }
         if e.is_timeout() {
@@ -229,7 +229,7 @@ impl Remote {
             .check_url("the registry URL", &parsed)
             .map_err(|r| OciError::Refused {
                 registry: self.name.clone(),
-                detail: r.to_string(),
+                refusal: Box::new(r),
             })?;
         let scope = format!("repository:{}:pull", reference.repository());
         let held = self
@@ -312,7 +312,7 @@ impl Remote {
             .check_url("the token realm", &url)
             .map_err(|r| OciError::Refused {
                 registry: self.name.clone(),
-                detail: r.to_string(),
+                refusal: Box::new(r),
             })?;
         {
             let mut q = url.query_pairs_mut();
@@ -357,12 +357,14 @@ impl Remote {
                 .get(reqwest::header::LOCATION)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("nowhere");
+            let scheme = to.split_once(':').map_or("none", |(s, _)| s);
             return OciError::Refused {
                 registry: self.name.clone(),
-                detail: format!(
-                    "{doing}: a redirect to {} is refused: not http or https",
-                    to.chars().take(200).collect::<String>()
-                ),
+                refusal: Box::new(Refusal {
+                    what: "a redirect to",
+                    place: to.chars().take(200).collect(),
+                    why: Why::Scheme(scheme.chars().take(20).collect()),
+                }),
             };
         }
         match resp.status().as_u16() {

@@ -11,3 +11,6 @@ pub const INFO: BuildInfo = BuildInfo {
     version: env!("CARGO_PKG_VERSION"),
     commit: env!("SONDE_COMMIT"),
 };
+
+/// `sonde --version`: the version and the commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SONDE_COMMIT"), ")");

@@ -14,9 +14,9 @@
 //! rows of `sonde bench --scheduler` measure it, and this test prints its
 //! own figures for the closing notes.
 
-use sonde::agent::EngineRunner;
 use sonde_core::auth::Principal;
 use sonde_core::catalog::{Catalog, ProbeSpec};
+use sonde_core::executor::EngineRunner;
 use sonde_core::executor::{Executor, ExecutorConfig};
 use sonde_core::metrics::{Metrics, RunMetrics};
 use sonde_core::results::ResultCache;

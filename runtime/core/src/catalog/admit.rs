@@ -1,8 +1,8 @@
 //! The check and resolve steps of a [`Change`]: what depends on the rest of
-//! the registry (unique names, probe quotas) is checked against the
-//! registry as it would be after the change's removals, through a
-//! [`RegistryOverlay`], so a change of one probe costs one probe's checks
-//! whatever the registry holds.
+//! the catalog (unique names, probe quotas) is checked against the
+//! catalog as it would be after the change's removals, through a
+//! [`CatalogOverlay`], so a change of one probe costs one probe's checks
+//! whatever the catalog holds.
 
 use super::problem::{ConfigProblem, Located};
 use super::{Catalog, Change, Prepared, ProbeSpec, PullCost, ResolveError, TargetEntry, TargetSpec, probe, resolve};
@@ -14,11 +14,11 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-/// The registry as it would be with a change applied so far: names taken
-/// and probes counted, on top of the registry less what the change
+/// The catalog as it would be with a change applied so far: names taken
+/// and probes counted, on top of the catalog less what the change
 /// removes.
-pub(super) struct RegistryOverlay<'r> {
-    reg: &'r Catalog,
+pub(super) struct CatalogOverlay<'r> {
+    catalog: &'r Catalog,
     removed_targets: HashSet<Arc<str>>,
     removed_probes: HashSet<Arc<str>>,
     /// Probes the removals take from each tenant.
@@ -28,10 +28,10 @@ pub(super) struct RegistryOverlay<'r> {
     counts: HashMap<TenantId, usize>,
 }
 
-impl<'r> RegistryOverlay<'r> {
-    pub(super) fn new(reg: &'r Catalog, remove: &[Arc<str>]) -> Self {
-        let mut p = RegistryOverlay {
-            reg,
+impl<'r> CatalogOverlay<'r> {
+    pub(super) fn new(catalog: &'r Catalog, remove: &[Arc<str>]) -> Self {
+        let mut p = CatalogOverlay {
+            catalog,
             removed_targets: HashSet::new(),
             removed_probes: HashSet::new(),
             removed_counts: HashMap::new(),
@@ -40,12 +40,12 @@ impl<'r> RegistryOverlay<'r> {
             counts: HashMap::new(),
         };
         for name in remove {
-            let Some(t) = reg.targets.get(name) else { continue };
+            let Some(t) = catalog.targets.get(name) else { continue };
             if !p.removed_targets.insert(name.clone()) {
                 continue;
             }
             for (probe, _) in &t.probes {
-                if let Some(spec) = reg.probes.get(probe) {
+                if let Some(spec) = catalog.probes.get(probe) {
                     *p.removed_counts.entry(spec.tenant.clone()).or_default() += 1;
                 }
                 p.removed_probes.insert(probe.clone());
@@ -59,7 +59,7 @@ impl<'r> RegistryOverlay<'r> {
         if let Some(p) = self.target_names.get(name) {
             return Some(p.clone());
         }
-        self.reg
+        self.catalog
             .targets
             .get(name)
             .filter(|_| !self.removed_targets.contains(name))
@@ -74,8 +74,8 @@ impl<'r> RegistryOverlay<'r> {
         if self.removed_probes.contains(name) {
             return None;
         }
-        let spec = self.reg.probes.get(name)?;
-        let t = self.reg.targets.get(&spec.target)?;
+        let spec = self.catalog.probes.get(name)?;
+        let t = self.catalog.targets.get(&spec.target)?;
         t.probes.iter().find(|(n, _)| &**n == name).map(|(_, p)| p.clone())
     }
 
@@ -83,35 +83,35 @@ impl<'r> RegistryOverlay<'r> {
     fn count(&mut self, tenant: &TenantId) -> usize {
         let added = self.counts.entry(tenant.clone()).or_default();
         *added += 1;
-        let base = self.reg.probe_count(tenant);
+        let base = self.catalog.probe_count(tenant);
         let removed = self.removed_counts.get(tenant).copied().unwrap_or(0);
         base.saturating_sub(removed) + *added
     }
 }
 
-/// Runs `change` through the check, resolve and build steps against `reg`.
+/// Runs `change` through the check, resolve and build steps against `catalog`.
 /// Errors go to `errors`; what was built is returned either way, but is
 /// only fit to commit when no error was found.
-pub(super) async fn prepare(reg: &Catalog, engine: &Engine, change: Change, errors: &mut Vec<ConfigError>) -> Prepared {
+pub(super) async fn prepare(
+    catalog: &Catalog,
+    engine: &Engine,
+    change: Change,
+    errors: &mut Vec<ConfigError>,
+) -> Prepared {
     let mut admission = Admission {
-        reg,
+        catalog,
         engine,
         secrets: &change.secrets,
-        overlay: RegistryOverlay::new(reg, &change.remove),
+        overlay: CatalogOverlay::new(catalog, &change.remove),
         resolved: HashMap::new(),
         out: Prepared {
-            generation: reg.generation,
+            generation: catalog.generation,
             remove: change.remove.clone(),
-            targets: Vec::new(),
-            probes: Vec::new(),
-            warnings: Vec::new(),
-            unavailable: Vec::new(),
-            waiting: Vec::new(),
-            pulls: Vec::new(),
+            ..Prepared::default()
         },
     };
     for t in &change.add {
-        let path = t.source.as_deref().unwrap_or(&reg.path);
+        let path = t.source.as_deref().unwrap_or(&catalog.path);
         let mut problems = Vec::new();
         let built = admission.target(path, t, &mut problems).await;
         errors.extend(problems.into_iter().map(|l| l.into_error(path)));
@@ -121,14 +121,14 @@ pub(super) async fn prepare(reg: &Catalog, engine: &Engine, change: Change, erro
 }
 
 /// What admitting one change works with: the registry, the engine that
-/// loads plugins, the registry as the change leaves it so far, the plugins
+/// loads plugins, the catalog as the change leaves it so far, the plugins
 /// resolved so far, and what has been built.
 struct Admission<'a, 'r> {
-    reg: &'r Catalog,
+    catalog: &'r Catalog,
     engine: &'a Engine,
     /// The change's own secrets ([`Change::secrets`]).
     secrets: &'a [Arc<sonde_policy::secrets::SecretCell>],
-    overlay: RegistryOverlay<'r>,
+    overlay: CatalogOverlay<'r>,
     /// Plugin files and OCI tags are resolved once per change; built-ins
     /// and digest-pinned references once per registry.
     resolved: Resolved,
@@ -153,7 +153,7 @@ impl Admission<'_, '_> {
         let draft = probe::target(t, problems);
         let place = config::place(path, &t.name.referenced);
         self.check_target_name(&draft.name, t, &place, problems);
-        let (tenant, tenant_id) = tenant_of(self.reg, t, problems);
+        let (tenant, tenant_id) = tenant_of(self.catalog, t, problems);
         let target = TargetContext {
             path,
             config: t,
@@ -183,7 +183,7 @@ impl Admission<'_, '_> {
         entry
     }
 
-    /// A target's name is not taken (by the registry after the change's
+    /// A target's name is not taken (by the catalog after the change's
     /// removals, or earlier in the change); it is taken from now on.
     fn check_target_name(&mut self, name: &str, t: &config::Target, place: &Place, problems: &mut Vec<Located>) {
         if !super::valid_name(name) {
@@ -222,10 +222,10 @@ impl Admission<'_, '_> {
                 tenant,
                 given: self.secrets,
             };
-            d.grants.secrets = super::secrets::grant(&owned, &self.reg.tenants, &p.grants.secrets, problems);
+            d.grants.secrets = super::secrets::grant(&owned, &self.catalog.tenants, &p.grants.secrets, problems);
         }
         super::secrets::check_exposure(
-            &self.reg.tenants,
+            &self.catalog.tenants,
             &d.grants,
             &p.grants.secrets,
             &p.grants.files,
@@ -310,7 +310,7 @@ impl Admission<'_, '_> {
         if sonde_builtins::get(&p.plugin.value).is_some() {
             return Ok(plugin);
         }
-        let signers = self.reg.cache.signers(&plugin.0.digest());
+        let signers = self.catalog.cache.signers(&plugin.0.digest());
         if signers.iter().any(|s| allowed.contains(s)) {
             return Ok(plugin);
         }
@@ -333,7 +333,8 @@ impl Admission<'_, '_> {
         problems: &mut Vec<Located>,
     ) -> Option<(Arc<Plugin>, String)> {
         let tenant = &target.tenant_id;
-        let (resolved, cost) = resolve_plugin(self.reg, self.engine, &mut self.resolved, &p.plugin.value, tenant).await;
+        let (resolved, cost) =
+            resolve_plugin(self.catalog, self.engine, &mut self.resolved, &p.plugin.value, tenant).await;
         if let Some(cost) = cost {
             self.out.pulls.push(super::Pull {
                 tenant: tenant.clone(),
@@ -359,7 +360,7 @@ impl Admission<'_, '_> {
             // the registry did wrong: a remote cannot refuse the config.
             Err(e)
                 if e.is_unavailable()
-                    || (self.reg.cache.pulls().is_some() && resolve::is_oci(&p.plugin.value) && e.is_remote()) =>
+                    || (self.catalog.cache.pulls().is_some() && resolve::is_oci(&p.plugin.value) && e.is_remote()) =>
             {
                 self.out.unavailable.push(super::Unavailable {
                     probe: d.name.as_str().into(),
@@ -382,7 +383,7 @@ impl Admission<'_, '_> {
 
     /// The probe's `config` against the JSON Schema its plugin publishes.
     fn check_schema(&self, plugin: &Plugin, p: &config::Probe, d: &probe::ProbeDraft, problems: &mut Vec<Located>) {
-        let Some(v) = self.reg.cache.schema(plugin) else {
+        let Some(v) = self.catalog.cache.schema(plugin) else {
             return;
         };
         let at = p.config.as_ref().map_or(p.plugin.referenced, |c| c.referenced);
@@ -491,21 +492,21 @@ fn registry_allowed(
 
 /// The target's tenant (`None` for one not defined, an error already: its
 /// probes are checked against no ceiling) and its id.
-fn tenant_of(reg: &Catalog, t: &config::Target, problems: &mut Vec<Located>) -> (Option<Arc<Tenant>>, TenantId) {
+fn tenant_of(catalog: &Catalog, t: &config::Target, problems: &mut Vec<Located>) -> (Option<Arc<Tenant>>, TenantId) {
     let Some(id) = &t.tenant else {
-        let op = reg.tenants.operator().clone();
+        let op = catalog.tenants.operator().clone();
         let id = op.id.clone();
         return (Some(op), id);
     };
     let name = id.value.trim();
-    match reg.tenants.get(name) {
+    match catalog.tenants.get(name) {
         Some(found) => (Some(found.clone()), found.id.clone()),
         None => {
             problems.push(Located {
                 at: id.referenced,
                 problem: ConfigProblem::UnknownTenant {
                     id: name.to_string(),
-                    known: reg.tenants.iter().skip(1).map(|t| t.id.to_string()).collect(),
+                    known: catalog.tenants.iter().skip(1).map(|t| t.id.to_string()).collect(),
                 },
             });
             (None, name.into())
@@ -527,7 +528,7 @@ type Resolved = HashMap<String, Result<Resolution, ResolveError>>;
 /// Resolves `name` once per change. An `oci://` plugin resolved now (not
 /// by an earlier probe of the change) comes with what its pull cost.
 async fn resolve_plugin(
-    reg: &Catalog,
+    catalog: &Catalog,
     engine: &Engine,
     files: &mut Resolved,
     name: &str,
@@ -538,12 +539,13 @@ async fn resolve_plugin(
     }
     let mut cost = None;
     let r = if resolve::is_oci(name) {
-        let settings = reg
+        let settings = catalog
             .oci
             .clone()
             .unwrap_or_else(|| Arc::new(sonde_oci::ClientSettings::new(super::settings::oci_cache_dir(None))));
-        reg.cache
-            .oci_plugin(engine, &settings, name, &reg.trust, tenant)
+        catalog
+            .cache
+            .oci_plugin(engine, &settings, name, &catalog.trust, tenant)
             .await
             .map(|outcome| match outcome {
                 resolve::OciPlugin::Ready(resolved, c) => {
@@ -553,13 +555,13 @@ async fn resolve_plugin(
                 resolve::OciPlugin::Pulling(since) => Resolution::Pulling(since),
             })
     } else if resolve::is_path(name) {
-        resolve::plugin(engine, &reg.base, name, &reg.trust, &reg.cache)
+        resolve::plugin(engine, &catalog.base, name, &catalog.trust, &catalog.cache)
             .await
             .map(|p| Resolution::Ready((p, name.to_string())))
     } else {
-        let builtin = reg
+        let builtin = catalog
             .cache
-            .plugin(engine, &reg.base, name, &reg.trust)
+            .plugin(engine, &catalog.base, name, &catalog.trust)
             .await
             .map(|p| Resolution::Ready((p, name.to_string())));
         return (builtin, None);

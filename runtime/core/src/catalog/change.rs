@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// A change to a registry: targets (each with its probes) to remove, then
+/// A change to a catalog: targets (each with its probes) to remove, then
 /// targets to add. A target added under the name of one removed replaces
 /// it; under the name of one that stays, it is refused as a duplicate.
 #[derive(Debug, Default)]
@@ -40,11 +40,11 @@ impl Change {
     }
 }
 
-/// A [`Change`] checked against a registry, ready to [`Catalog::commit`].
-#[derive(Debug)]
+/// A [`Change`] checked against a catalog, ready to [`Catalog::commit`].
+#[derive(Debug, Default)]
 #[must_use = "a prepared change does nothing until it is committed"]
 pub struct Prepared {
-    /// The registry generation it was checked against.
+    /// The catalog generation it was checked against.
     pub(super) generation: u64,
     pub(super) remove: Vec<Arc<str>>,
     pub(super) targets: Vec<TargetEntry>,
@@ -147,10 +147,10 @@ pub struct TargetUpdate {
 
 /// What a committed change did, for the scheduler: the targets and probes
 /// added or replaced, and those removed. A `full` delta is a whole
-/// registry: anything it does not name is gone.
+/// catalog: anything it does not name is gone.
 #[derive(Clone, Debug, Default)]
 pub struct Delta {
-    /// Whether this is the whole registry.
+    /// Whether this is the whole catalog.
     pub full: bool,
     /// Targets added or replaced.
     pub targets: Vec<TargetUpdate>,

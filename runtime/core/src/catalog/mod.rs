@@ -1,4 +1,4 @@
-//! The registry: a parsed config resolved into what the scheduler runs —
+//! The catalog: a parsed config resolved into what the scheduler runs —
 //! each probe with its plugin loaded, its config checked against the
 //! plugin's JSON Schema, its grants parsed, its defaults filled in, its
 //! tenant's quotas and ceiling respected.
@@ -16,10 +16,10 @@
 //! 6. **build** — the [`ProbeSpec`]s, committed by [`Catalog::commit`].
 //!
 //! A whole file goes through the pipeline as one [`Change`] on an empty
-//! registry ([`Catalog::load`]); a probe added, replaced or removed at run
+//! catalog ([`Catalog::load`]); a probe added, replaced or removed at run
 //! time (an API upload, a stored probe, a Kubernetes Pod) goes through the
 //! same steps as a [`Change`] on the current registry, so the refusal rules
-//! are the same and the cost is that of the change, not of the registry.
+//! are the same and the cost is that of the change, not of the catalog.
 //! Every problem is reported with the file, line and column it comes from,
 //! all of them at once; nothing is half-applied: a change is prepared
 //! (checked) whole, then committed, or refused with the list of errors.
@@ -33,13 +33,13 @@
 //! use std::path::Path;
 //!
 //! let engine = Engine::new(EngineConfig::default())?;
-//! let mut reg = Catalog::load_text(&engine, Path::new("sonde.yaml"), "targets: []").await?;
+//! let mut catalog = Catalog::load_text(&engine, Path::new("sonde.yaml"), "targets: []").await?;
 //! let file = sonde_core::config::parse(
 //!     Path::new("PUT /v1/probes/db"),
 //!     "targets:\n  - name: db\n    address: 127.0.0.1:5432\n    probes: [{plugin: tcp}]\n",
 //! )?;
-//! let prepared = reg.prepare(&engine, Change::add(file.targets)).await?;
-//! let delta = reg.commit(prepared);
+//! let prepared = catalog.prepare(&engine, Change::add(file.targets)).await?;
+//! let delta = catalog.commit(prepared);
 //! assert_eq!(delta.probes.len(), 1);
 //! # Ok(())
 //! # }
@@ -335,7 +335,7 @@ impl Catalog {
     }
 
     /// Resolves a parsed file: the agent-wide settings, then every target
-    /// as one change on an empty registry. Returns every error found.
+    /// as one change on an empty catalog. Returns every error found.
     /// Every `oci://` plugin is resolved before it returns.
     pub async fn load(engine: &Engine, path: &Path, file: config::File) -> Result<Self, ConfigErrors> {
         Self::load_with(engine, path, file, resolve::Cache::default()).await
@@ -355,7 +355,7 @@ impl Catalog {
         let mut located = Vec::new();
         let s = settings::settings(path, &base, &file, &mut located);
         let mut errors: Vec<ConfigError> = located.into_iter().map(|l| l.into_error(path)).collect();
-        let mut reg = Catalog {
+        let mut catalog = Catalog {
             source: Some(path.to_path_buf()),
             agent: AgentWide {
                 api: s.api,
@@ -379,27 +379,27 @@ impl Catalog {
         let targets = std::mem::take(&mut file.targets);
         let modules = std::mem::take(&mut file.modules);
         let monitors = std::mem::take(&mut file.node_problem_detector);
-        let mut prepared = admit::prepare(&reg, engine, Change::add(targets), &mut errors).await;
-        reg.pulls = std::mem::take(&mut prepared.pulls);
+        let mut prepared = admit::prepare(&catalog, engine, Change::add(targets), &mut errors).await;
+        catalog.pulls = std::mem::take(&mut prepared.pulls);
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
-        reg.warnings = prepared.warnings.clone();
-        reg.unavailable = std::mem::take(&mut prepared.unavailable);
-        reg.waiting = std::mem::take(&mut prepared.waiting);
-        for u in &reg.unavailable {
+        catalog.warnings = prepared.warnings.clone();
+        catalog.unavailable = std::mem::take(&mut prepared.unavailable);
+        catalog.waiting = std::mem::take(&mut prepared.waiting);
+        for u in &catalog.unavailable {
             let mut w = u.error.clone();
             w.message = format!("{}; probe {} left out until its plugin can be had", w.message, u.probe);
-            reg.warnings.push(w);
+            catalog.warnings.push(w);
         }
-        let _ = reg.commit(prepared);
-        // Through the same steps as a probe, against the registry loaded.
-        let modules = modules::resolve(&reg, engine, path, modules).await;
-        let monitors = npd::resolve(&reg, engine, path, monitors).await;
+        let _ = catalog.commit(prepared);
+        // Through the same steps as a probe, against the catalog loaded.
+        let modules = modules::resolve(&catalog, engine, path, modules).await;
+        let monitors = npd::resolve(&catalog, engine, path, monitors).await;
         match (modules, monitors) {
             (Ok(modules), Ok(monitors)) => {
-                reg.modules = Arc::new(modules);
-                reg.npd = Arc::new(monitors);
+                catalog.modules = Arc::new(modules);
+                catalog.npd = Arc::new(monitors);
             }
             (modules, monitors) => {
                 let mut errors = modules.err().map(|e| e.0).unwrap_or_default();
@@ -407,14 +407,14 @@ impl Catalog {
                 return Err(ConfigErrors(errors));
             }
         }
-        Ok(reg)
+        Ok(catalog)
     }
 
     /// A registry built in code (benchmarks, tests): `targets` and
     /// `probes` as they are, unchecked, owned by the operator's tenant set
     /// `tenants`.
     pub fn from_specs(tenants: Arc<Tenants>, targets: Vec<Arc<TargetSpec>>, probes: Vec<Arc<ProbeSpec>>) -> Self {
-        let mut reg = Catalog {
+        let mut catalog = Catalog {
             tenants,
             ..Catalog::default()
         };
@@ -424,7 +424,7 @@ impl Catalog {
             column: 0,
         };
         for t in targets {
-            reg.targets.insert(
+            catalog.targets.insert(
                 t.name.clone(),
                 TargetEntry {
                     spec: t,
@@ -434,16 +434,16 @@ impl Catalog {
             );
         }
         for p in probes {
-            if let Some(t) = reg.targets.get_mut(&p.target) {
+            if let Some(t) = catalog.targets.get_mut(&p.target) {
                 t.probes.push((p.name.clone(), unknown.clone()));
             }
-            *reg.counts.entry(p.tenant.clone()).or_default() += 1;
-            reg.probes.insert(p.name.clone(), p);
+            *catalog.counts.entry(p.tenant.clone()).or_default() += 1;
+            catalog.probes.insert(p.name.clone(), p);
         }
-        reg
+        catalog
     }
 
-    /// Checks `change` against this registry — the same rules as a whole
+    /// Checks `change` against this catalog — the same rules as a whole
     /// load: names, quotas, ceilings, plugins, schemas — and returns it
     /// ready to commit, or every error found. Changes nothing.
     pub async fn prepare(&self, engine: &Engine, change: Change) -> Result<Prepared, ConfigErrors> {
@@ -459,12 +459,12 @@ impl Catalog {
         }
     }
 
-    /// Applies a change prepared against this registry as it is now and
+    /// Applies a change prepared against this catalog as it is now and
     /// returns what the scheduler must do.
     ///
     /// # Panics
     ///
-    /// If the registry changed since `prepared` was checked: its checks
+    /// If the catalog changed since `prepared` was checked: its checks
     /// would no longer hold. Callers serialise prepare and commit (the
     /// agent's control lock).
     pub fn commit(&mut self, prepared: Prepared) -> Delta {
@@ -530,7 +530,7 @@ impl Catalog {
         }
     }
 
-    /// The whole registry as a delta: what a scheduler starting from
+    /// The whole catalog as a delta: what a scheduler starting from
     /// nothing, or reloading everything, applies.
     pub fn delta(&self) -> Delta {
         Delta {

@@ -44,14 +44,14 @@ impl Modules {
     }
 }
 
-/// The name the registry knows module `name`'s probe (and its stand-in
+/// The name the catalog knows module `name`'s probe (and its stand-in
 /// target) by, in its messages.
 fn probe_name(name: &str) -> String {
     format!("modules.{name}")
 }
 
 /// An address inside net grant `grant` (`HOST:PORT` as written), for the
-/// stand-in target the registry checks the module with: the grant's own
+/// stand-in target the catalog checks the module with: the grant's own
 /// host (a CIDR's network address, a name under a `*.` domain) and port.
 fn stand_in_address(grant: &str) -> String {
     let grant = grant.trim();
@@ -80,12 +80,12 @@ fn stand_in_address(grant: &str) -> String {
     }
 }
 
-/// Resolves `modules` (from the file at `path`) against `reg`, the
-/// registry loaded from the same file: every error found, with its place.
+/// Resolves `modules` (from the file at `path`) against `catalog`, the
+/// catalog loaded from the same file: every error found, with its place.
 /// A module whose `oci://` plugin cannot be had now is left out (logged),
 /// as a probe's would be.
 pub(crate) async fn resolve(
-    reg: &Catalog,
+    catalog: &Catalog,
     engine: &Engine,
     path: &Path,
     modules: BTreeMap<String, config::Module>,
@@ -138,7 +138,7 @@ pub(crate) async fn resolve(
             source: None,
             targetless: false,
         };
-        match reg.prepare(engine, Change::add(vec![target])).await {
+        match catalog.prepare(engine, Change::add(vec![target])).await {
             Err(e) => errors.extend(e.0),
             Ok(prepared) => match prepared.probes().next() {
                 Some(spec) => {

@@ -34,15 +34,15 @@ pub struct Monitor {
 /// The monitors of the config in force.
 pub type Monitors = Vec<Arc<Monitor>>;
 
-/// The name the registry knows entry `n`'s stand-in target by.
+/// The name the catalog knows entry `n`'s stand-in target by.
 fn target_name(n: usize) -> String {
     format!("node_problem_detector.{n}")
 }
 
 /// Resolves the `node_problem_detector:` entries (from the file at `path`)
-/// against `reg`: every error found, with its place.
+/// against `catalog`: every error found, with its place.
 pub(crate) async fn resolve(
-    reg: &Catalog,
+    catalog: &Catalog,
     engine: &Engine,
     path: &Path,
     specs: Vec<NpdSpec>,
@@ -57,14 +57,14 @@ pub(crate) async fn resolve(
         };
         // Relative to the config file, as `state_dir` is.
         let workdir = match &spec.workdir {
-            Some(w) => config::normalize(&reg.base.join(&w.value)),
+            Some(w) => config::normalize(&catalog.base.join(&w.value)),
             None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
         };
         if !workdir.is_dir() {
             errors.push(error(format!("workdir: {}: not a directory", workdir.display())));
             continue;
         }
-        let file = reg.base.join(&spec.config.value);
+        let file = catalog.base.join(&spec.config.value);
         let monitor = match NpdMonitor::read(&file, &workdir) {
             Ok(m) => m,
             Err(e) => {
@@ -76,7 +76,7 @@ pub(crate) async fn resolve(
             errors.push(error(clash));
             continue;
         }
-        match rules(reg, engine, path, n, &spec, &file, &monitor).await {
+        match rules(catalog, engine, path, n, &spec, &file, &monitor).await {
             Ok(rules) => out.push(Arc::new(Monitor {
                 file,
                 workdir,
@@ -112,9 +112,9 @@ fn claimed_twice(earlier: &Monitors, monitor: &NpdMonitor) -> Option<String> {
 }
 
 /// Each rule of `monitor` as a probe, in order: its program checked
-/// against the entry's `exec`, then through the registry.
+/// against the entry's `exec`, then through the catalog.
 async fn rules(
-    reg: &Catalog,
+    catalog: &Catalog,
     engine: &Engine,
     path: &Path,
     n: usize,
@@ -197,7 +197,10 @@ async fn rules(
         source: None,
         targetless: true,
     };
-    let prepared = reg.prepare(engine, Change::add(vec![target])).await.map_err(|e| e.0)?;
+    let prepared = catalog
+        .prepare(engine, Change::add(vec![target]))
+        .await
+        .map_err(|e| e.0)?;
     let mut specs: Vec<Arc<ProbeSpec>> = prepared.probes().cloned().collect();
     specs.sort_by_key(|p| rule_index(&p.name));
     if specs.len() != count {

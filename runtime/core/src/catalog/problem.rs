@@ -1,5 +1,5 @@
 //! What can be wrong with a config, as data: every refusal rule of the
-//! registry is one [`ConfigProblem`] variant, whose text names the key first
+//! catalog is one [`ConfigProblem`] variant, whose text names the key first
 //! (`period: 50ms is below the 100ms minimum`). The pipeline's steps return
 //! problems with their source location; [`Located::into_error`] turns one
 //! into the [`ConfigError`] (file:line:column: text) a person reads.

@@ -315,8 +315,8 @@ impl Cache {
     }
 
     /// Forgets the `oci://` plugins nothing else holds any more (no probe
-    /// of the registry in force, no run), so that their compiled code is
-    /// freed: called before each whole load, while the registry in force
+    /// of the catalog in force, no run), so that their compiled code is
+    /// freed: called before each whole load, while the catalog in force
     /// still holds what it uses.
     pub(crate) fn release_unused(&self) {
         self.lock().pinned.retain(|_, (p, _)| Arc::strong_count(p) > 1);

@@ -47,11 +47,11 @@ pub async fn load(
 ) -> Result<(Catalog, Vec<LeftOut>), ConfigErrors> {
     let (path, file) = read_config(options)?;
     cache.release_unused();
-    let mut reg = Catalog::load_with(engine, &path, file, cache.clone()).await?;
+    let mut catalog = Catalog::load_with(engine, &path, file, cache.clone()).await?;
     if options.config.is_none() {
-        reg.source = None;
+        catalog.source = None;
     }
-    let mut left_out: Vec<LeftOut> = reg
+    let mut left_out: Vec<LeftOut> = catalog
         .unavailable
         .iter()
         .map(|u| LeftOut {
@@ -61,7 +61,7 @@ pub async fn load(
             plugin: u.plugin.clone(),
         })
         .collect();
-    let state_dir = options.state_dir.clone().or_else(|| reg.agent.state_dir.clone());
+    let state_dir = options.state_dir.clone().or_else(|| catalog.agent.state_dir.clone());
     if let Some(dir) = &state_dir {
         let store = Store::open(dir).map_err(|e| {
             ConfigErrors(vec![ConfigError {
@@ -78,17 +78,17 @@ pub async fn load(
                 .map_err(|e| e.to_string())
                 .map(|t| Change::add(vec![t]));
             let prepared = match change {
-                Ok(c) => reg.prepare(engine, c).await.map_err(|e| messages(&e)),
+                Ok(c) => catalog.prepare(engine, c).await.map_err(|e| messages(&e)),
                 Err(e) => Err(e),
             };
             match prepared {
                 Ok(prepared) if !prepared.waiting().is_empty() => {
-                    reg.pulls.extend_from_slice(prepared.pulls());
-                    reg.waiting.extend_from_slice(prepared.waiting());
+                    catalog.pulls.extend_from_slice(prepared.pulls());
+                    catalog.waiting.extend_from_slice(prepared.waiting());
                 }
                 Ok(prepared) => {
-                    reg.pulls.extend_from_slice(prepared.pulls());
-                    let _ = reg.commit(prepared);
+                    catalog.pulls.extend_from_slice(prepared.pulls());
+                    let _ = catalog.commit(prepared);
                 }
                 Err(reason) => left_out.push(LeftOut {
                     probe: p.name,
@@ -105,18 +105,18 @@ pub async fn load(
     for l in &left_out {
         tracing::error!("{l}; left out");
     }
-    Ok((reg, left_out))
+    Ok((catalog, left_out))
 }
 
-/// Adds to `reg`'s tenants those its namespace templates make for
+/// Adds to `catalog`'s tenants those its namespace templates make for
 /// `labelled`; what each labelled namespace got.
-fn with_namespace_tenants(reg: &mut Catalog, labelled: &BTreeMap<String, String>) -> Vec<NamespaceTenant> {
+fn with_namespace_tenants(catalog: &mut Catalog, labelled: &BTreeMap<String, String>) -> Vec<NamespaceTenant> {
     if labelled.is_empty() {
         return Vec::new();
     }
-    let (made, outcomes) = crate::catalog::settings::generate(&reg.namespace_templates, &reg.tenants, labelled);
+    let (made, outcomes) = crate::catalog::settings::generate(&catalog.namespace_templates, &catalog.tenants, labelled);
     if !made.is_empty() {
-        reg.tenants = Arc::new(reg.tenants.extended(made));
+        catalog.tenants = Arc::new(catalog.tenants.extended(made));
     }
     outcomes
 }
@@ -173,51 +173,65 @@ impl Control {
         self.tenants.borrow().clone()
     }
 
-    /// Puts a whole new catalog in force (in `current`): tenants, status,
-    /// then the scheduler.
+    /// Puts the agent's first catalog in force, `left_out` what its load
+    /// left out: the same steps as every reload after it.
+    pub async fn put_in_force(&self, catalog: Catalog, left_out: Vec<LeftOut>) -> ReloadSummary {
+        let mut current = self.catalog.lock().await;
+        self.apply(&mut current, catalog, left_out, Vec::new()).await
+    }
+
+    /// Puts a whole new catalog in force (in `current`): the sandbox's
+    /// bounds, the executor's tenants and pulls, the tenants, status, then
+    /// the scheduler. The one path for the first load and every reload.
     async fn apply(
         &self,
         current: &mut Catalog,
-        reg: Catalog,
+        catalog: Catalog,
         left_out: Vec<LeftOut>,
         namespaces: Vec<NamespaceTenant>,
     ) -> ReloadSummary {
         let before = self.engine.host_limits();
-        if before != reg.agent.host_limits {
-            self.engine.set_host_limits(reg.agent.host_limits);
+        // The first catalog's bounds are the agent's from its start: nothing
+        // to say about calls in flight.
+        let first = *self.reloads.borrow() == 0;
+        if before != catalog.agent.host_limits {
+            self.engine.set_host_limits(catalog.agent.host_limits);
+        }
+        if before != catalog.agent.host_limits && !first {
             tracing::info!(
-                changed = %sonde_sandbox::host::bounds::changes(&before, &reg.agent.host_limits),
+                changed = %sonde_sandbox::host::bounds::changes(&before, &catalog.agent.host_limits),
                 "sandbox: the new bounds are in force for every call that starts from now; calls in flight finish under theirs, and a smaller lookups_in_flight or blocking_threads takes effect as the work holding the gate ends"
             );
         }
-        self.executor.configure(&reg.tenants);
-        self.executor.record_pulls(&reg.pulls);
-        self.tenants.send_replace(reg.tenants.clone());
-        self.require_signed.store(reg.agent.require_signed, Ordering::Relaxed);
+        self.executor.configure(&catalog.tenants);
+        self.executor.record_pulls(&catalog.pulls);
+        self.tenants.send_replace(catalog.tenants.clone());
+        self.require_signed
+            .store(catalog.agent.require_signed, Ordering::Relaxed);
         {
             let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
             s.loaded_at = Some(SystemTime::now());
             s.reload_error = None;
             s.left_out = left_out;
-            s.pulling = reg.waiting.clone();
-            s.probes = reg.probes().len();
+            s.pulling = catalog.waiting.clone();
+            s.probes = catalog.probes().len();
             log_namespace_changes(&s.namespace_tenants, &namespaces);
             s.namespace_tenants = namespaces;
         }
-        *current = reg;
+        *current = catalog;
         let summary = self.scheduler.reload(&*current).await;
         self.reloads.send_modify(|n| *n += 1);
         summary
     }
 
-    /// Commits a change prepared against `reg` and hands what it did to
+    /// Commits a change prepared against `catalog` and hands what it did to
     /// the scheduler; the probes it names are no longer left out.
-    pub(super) async fn commit(&self, reg: &mut Catalog, prepared: Prepared, names: &[&str]) -> ReloadSummary {
+    pub(super) async fn commit(&self, catalog: &mut Catalog, prepared: Prepared, names: &[&str]) -> ReloadSummary {
         self.executor.record_pulls(prepared.pulls());
-        let delta = reg.commit(prepared);
+        let delta = catalog.commit(prepared);
         {
             let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
-            s.probes = reg.probes().len();
+            s.probes = catalog.probes().len();
             s.left_out.retain(|l| !names.contains(&l.probe.as_str()));
         }
         self.scheduler.reload(delta).await
@@ -246,11 +260,11 @@ impl Control {
 
     async fn reload_locked(&self, current: &mut Catalog) -> Result<ReloadSummary, ConfigErrors> {
         match self.load().await {
-            Ok((reg, left_out, namespaces)) => {
-                for w in &reg.warnings {
+            Ok((catalog, left_out, namespaces)) => {
+                for w in &catalog.warnings {
                     tracing::warn!("{w}");
                 }
-                let summary = self.apply(current, reg, left_out, namespaces).await;
+                let summary = self.apply(current, catalog, left_out, namespaces).await;
                 let (config, probes) = {
                     let st = self.status.lock().unwrap_or_else(|e| e.into_inner());
                     (st.config.clone(), st.probes)
@@ -277,11 +291,11 @@ impl Control {
     /// After a stored plugin changed: loads and applies everything again,
     /// since any probe may use it.
     pub(super) async fn reload_after_change(&self, current: &mut Catalog) -> Result<(), ControlError> {
-        let (reg, left_out, namespaces) = self
+        let (catalog, left_out, namespaces) = self
             .load()
             .await
             .map_err(|source| ControlError::Unavailable { stored: true, source })?;
-        self.apply(current, reg, left_out, namespaces).await;
+        self.apply(current, catalog, left_out, namespaces).await;
         Ok(())
     }
 
@@ -290,10 +304,10 @@ impl Control {
     /// probes are checked against the config's tenants only, so a
     /// templated tenant's probes come only from SondeChecks.
     async fn load(&self) -> Result<(Catalog, Vec<LeftOut>, Vec<NamespaceTenant>), ConfigErrors> {
-        let (mut reg, left_out) = load(&self.engine, &self.options, &self.cache).await?;
+        let (mut catalog, left_out) = load(&self.engine, &self.options, &self.cache).await?;
         let labelled = self.labelled.borrow().clone();
-        let namespaces = with_namespace_tenants(&mut reg, &labelled);
-        Ok((reg, left_out, namespaces))
+        let namespaces = with_namespace_tenants(&mut catalog, &labelled);
+        Ok((catalog, left_out, namespaces))
     }
 
     /// Whether the config in force has a namespace template
@@ -346,8 +360,9 @@ impl Control {
             || s.left_out.iter().any(|l| l.plugin.as_deref() == Some(reference))
     }
 
-    /// Follows whole-catalog replacements: the count changes after each
-    /// reload of the config file (or of stored plugins).
+    /// Follows whole-catalog replacements: the count changes when the
+    /// first catalog is put in force, then after each reload of the config
+    /// file (or of stored plugins).
     pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
         self.reloads.subscribe()
     }

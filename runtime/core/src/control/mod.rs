@@ -334,8 +334,6 @@ pub struct ControlParts {
     pub executor: Executor,
     /// The agent's status (last load, last reload error).
     pub status: Arc<Mutex<AgentStatus>>,
-    /// The probes in force.
-    pub catalog: Catalog,
     /// Resolved plugins and background pulls, shared by every load.
     pub cache: crate::catalog::resolve::Cache,
 }
@@ -371,7 +369,9 @@ pub struct Control {
 }
 
 impl Control {
-    /// The control of a running agent, from the parts it shares with it.
+    /// The control of a running agent, from the parts it shares with it,
+    /// with nothing in force yet: the agent's first catalog is put in
+    /// force by [`Control::put_in_force`], as every reload's is.
     pub fn new(parts: ControlParts) -> Self {
         let ControlParts {
             engine,
@@ -380,19 +380,18 @@ impl Control {
             scheduler,
             executor,
             status,
-            catalog,
             cache,
         } = parts;
         Self {
             store: state_dir.as_deref().map(Store::new),
-            require_signed: AtomicBool::new(catalog.agent.require_signed),
+            require_signed: AtomicBool::new(false),
             engine,
             options,
             scheduler,
             executor,
             status,
-            tenants: tokio::sync::watch::Sender::new(catalog.tenants.clone()),
-            catalog: tokio::sync::Mutex::new(catalog),
+            tenants: tokio::sync::watch::Sender::new(Arc::default()),
+            catalog: tokio::sync::Mutex::new(Catalog::default()),
             compiling: Mutex::default(),
             reloads: tokio::sync::watch::Sender::new(0),
             cache,

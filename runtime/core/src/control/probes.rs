@@ -36,7 +36,7 @@ impl Control {
             name: name.to_string(),
             source,
         })?;
-        let mut reg = self.catalog.lock().await;
+        let mut catalog = self.catalog.lock().await;
         let mine = self.check_owner(store, who, name, &owner_now)?;
         let probe = StoredProbe {
             tenant: tenant.to_string(),
@@ -44,11 +44,11 @@ impl Control {
             spec,
         };
         let prepared = self
-            .prepare(&reg, store, std::slice::from_ref(&probe), &[(name, mine)])
+            .prepare(&catalog, store, std::slice::from_ref(&probe), &[(name, mine)])
             .await?;
         store.put_probe(&probe).map_err(internal("store the probe"))?;
         tracing::info!(tenant, probe = name, "probe stored");
-        self.commit(&mut reg, prepared, &[name]).await;
+        self.commit(&mut catalog, prepared, &[name]).await;
         Ok(mine)
     }
 
@@ -78,7 +78,7 @@ impl Control {
         for (name, _) in &specs {
             check_name(Subject::Probe, name)?;
         }
-        let mut reg = self.catalog.lock().await;
+        let mut catalog = self.catalog.lock().await;
         let mut replaced = Vec::with_capacity(specs.len());
         let probes: Vec<StoredProbe> = specs
             .into_iter()
@@ -96,12 +96,12 @@ impl Control {
             .map(|p| p.name.as_str())
             .zip(replaced.iter().copied())
             .collect();
-        let prepared = self.prepare(&reg, store, &probes, &names).await?;
+        let prepared = self.prepare(&catalog, store, &probes, &names).await?;
         // All stored, or none, across a crash too (a journal).
         store.put_probes(&probes).map_err(internal("store the probes"))?;
         tracing::info!(tenant, probes = probes.len(), "probes stored");
         let plain: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
-        self.commit(&mut reg, prepared, &plain).await;
+        self.commit(&mut catalog, prepared, &plain).await;
         Ok(probes.into_iter().map(|p| p.name).zip(replaced).collect())
     }
 
@@ -132,10 +132,10 @@ impl Control {
     }
 
     /// Checks stored probes `probes` (each replacing the caller's probe of
-    /// its name when `names` says it exists) against `reg` as one change.
+    /// its name when `names` says it exists) against `catalog` as one change.
     async fn prepare(
         &self,
-        reg: &Catalog,
+        catalog: &Catalog,
         store: &Store,
         probes: &[StoredProbe],
         names: &[(&str, bool)],
@@ -166,7 +166,7 @@ impl Control {
             change.add.push(target);
         }
         let batch = probes.len() > 1;
-        let prepared = reg.prepare(&self.engine, change).await.map_err(|errors| {
+        let prepared = catalog.prepare(&self.engine, change).await.map_err(|errors| {
             let name = if batch { "" } else { names[0].0 };
             invalid(name, errors.0)
         })?;
@@ -190,7 +190,7 @@ impl Control {
     /// ([`ChangeError::Pulling`]); [`Control::pulls_ended`] tells when to
     /// send it again. Nothing here waits on a catalog.
     pub async fn apply_change(&self, change: Change) -> Result<ReloadSummary, ChangeError> {
-        let mut reg = self.catalog.lock().await;
+        let mut catalog = self.catalog.lock().await;
         // Said here, without the list of the tenants there are (the
         // catalog's message, for the file's author): such a refusal is
         // read by the source's users (an Event in a namespace), to whom
@@ -201,7 +201,7 @@ impl Control {
             .filter_map(|t| {
                 let id = t.tenant.as_ref()?;
                 let name = id.value.trim();
-                reg.tenants.get(name).is_none().then(|| ConfigError {
+                catalog.tenants.get(name).is_none().then(|| ConfigError {
                     place: config::place(t.source.as_deref().unwrap_or(std::path::Path::new("")), &id.referenced),
                     message: format!("tenant: no tenant {name:?} is defined on this agent"),
                 })
@@ -210,11 +210,14 @@ impl Control {
         if !unknown.is_empty() {
             return Err(ChangeError::Invalid(ConfigErrors(unknown)));
         }
-        let prepared = reg.prepare(&self.engine, change).await.map_err(ChangeError::Invalid)?;
+        let prepared = catalog
+            .prepare(&self.engine, change)
+            .await
+            .map_err(ChangeError::Invalid)?;
         if !prepared.waiting().is_empty() {
             return Err(ChangeError::Pulling(prepared.waiting().to_vec()));
         }
-        Ok(self.commit(&mut reg, prepared, &[]).await)
+        Ok(self.commit(&mut catalog, prepared, &[]).await)
     }
 
     /// Checks `change` against the catalog in force as
@@ -223,8 +226,8 @@ impl Control {
     /// passes (the pull goes on in the background, as a change would
     /// start it). The Kubernetes status writer's dry run of a SondeCheck.
     pub async fn check_change(&self, change: Change) -> Result<(), ConfigErrors> {
-        let reg = self.catalog.lock().await;
-        reg.prepare(&self.engine, change).await.map(drop)
+        let catalog = self.catalog.lock().await;
+        catalog.prepare(&self.engine, change).await.map(drop)
     }
     /// Removes the caller's probe `name` (`DELETE /v1/probes/{name}`): only
     /// probes added through the API go this way. `visible` says whether
@@ -232,7 +235,7 @@ impl Control {
     pub async fn delete_probe(&self, who: &Principal, name: &str, visible: bool) -> Result<(), ControlError> {
         let store = self.store()?;
         let tenant = tenant_of(who);
-        let mut reg = self.catalog.lock().await;
+        let mut catalog = self.catalog.lock().await;
         let removed =
             uploads::valid_name(name) && store.delete_probe(tenant, name).map_err(internal("delete the probe"))?;
         if !removed {
@@ -250,9 +253,9 @@ impl Control {
             });
         }
         tracing::info!(tenant, probe = name, "probe deleted");
-        match reg.prepare(&self.engine, Change::remove([name])).await {
+        match catalog.prepare(&self.engine, Change::remove([name])).await {
             Ok(prepared) => {
-                self.commit(&mut reg, prepared, &[name]).await;
+                self.commit(&mut catalog, prepared, &[name]).await;
                 Ok(())
             }
             // A removal breaks no rule; if it did, the catalog would say so.

@@ -25,9 +25,11 @@
 //!   `/metrics` and billing.
 
 mod admission;
+mod runner;
 mod share;
 mod stats;
 
+pub use runner::EngineRunner;
 pub use stats::{QUEUE_WAIT_BUCKETS, TenantStats};
 
 use crate::catalog::ProbeSpec;

@@ -7,6 +7,7 @@
 
 pub mod board;
 pub mod state;
+mod supervise;
 
 use crate::catalog::npd::Monitor;
 use crate::executor::Executor;
@@ -16,6 +17,7 @@ use sonde_sandbox::verdict::{RunResult, Status};
 pub use state::{Condition, ConditionStatus, MonitorState, Report, Severity, Verdict};
 use std::sync::Arc;
 use std::time::SystemTime;
+pub use supervise::supervise;
 use tokio::time::Instant;
 
 /// Where a monitor's reports go.

@@ -32,12 +32,12 @@ pub enum StoreError {
         file: PathBuf,
     },
     /// Even a fresh database could not be created.
-    #[error("state file {file}: {detail}")]
+    #[error("state file {file}: {source}")]
     Create {
         /// The file.
         file: PathBuf,
-        /// What redb said.
-        detail: String,
+        /// What redb (or the writer thread's start) said.
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
@@ -129,7 +129,7 @@ pub(super) fn open(dir: &Path) -> Result<Opened, StoreError> {
             let _ = std::fs::rename(&file, &aside);
             let db = Database::create(&file).map_err(|e| StoreError::Create {
                 file: file.clone(),
-                detail: e.to_string(),
+                source: e.into(),
             })?;
             (db, HashMap::new(), Some((aside, why)))
         }
@@ -138,10 +138,7 @@ pub(super) fn open(dir: &Path) -> Result<Opened, StoreError> {
     let writer = std::thread::Builder::new()
         .name("sonde-state".into())
         .spawn(move || writer(db, rx))
-        .map_err(|e| StoreError::Create {
-            file,
-            detail: e.to_string(),
-        })?;
+        .map_err(|e| StoreError::Create { file, source: e.into() })?;
     Ok(Opened {
         store: Store {
             tx,

@@ -12,7 +12,7 @@ use super::crd::{SondeNodeCheck, SondeNodeCheckStatus};
 use super::desired::{NodeIdentity, claims, node_probe};
 use super::writes::Done;
 use crate::crd::{STATUS_FIELD_MANAGER, StatusCondition};
-use crate::plan::messages;
+use crate::desired::messages;
 use crate::status::ACCEPTED;
 use crate::writer::Outcome;
 use kube::api::{Patch, PatchParams};

@@ -68,23 +68,23 @@ pub struct SondeNodeCheckSpec {
     pub target: String,
     /// Seconds after the agent starts the check before its first run.
     #[serde(default)]
-    #[schemars(range(max = 3600))]
+    #[schemars(range(max = 3600), extend("format" = "int32"))]
     pub initial_delay_seconds: u32,
     /// Seconds between runs.
     #[serde(default = "ten")]
-    #[schemars(range(min = 1, max = 3600))]
+    #[schemars(range(min = 1, max = 3600), extend("format" = "int32"))]
     pub period_seconds: u32,
     /// The deadline of one run, in seconds; at most periodSeconds.
     #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 60))]
+    #[schemars(range(min = 1, max = 60), extend("format" = "int32"))]
     pub timeout_seconds: u32,
     /// Passes in a row that clear the condition (set it False).
     #[serde(default = "one")]
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = 1, max = 100), extend("format" = "int32"))]
     pub success_threshold: u32,
     /// Failures in a row that raise the condition (set it True).
     #[serde(default = "three")]
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = 1, max = 100), extend("format" = "int32"))]
     pub failure_threshold: u32,
     /// Per-run limits, within the node tenant's ceiling.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -262,8 +262,14 @@ impl NodeChecks {
             Event::InitDone | Event::Apply(_) => {
                 let labels = self.this_node().map(|n| n.labels().clone());
                 if labels != self.labels {
+                    // The Node came (or its labels changed): what the
+                    // monitors reported while it was missing goes on it now.
+                    let came = self.labels.is_none();
                     self.labels = labels;
                     self.reconcile().await;
+                    if came && self.ready {
+                        self.on_problems();
+                    }
                 }
                 // A newer Node: the taints wanted while the last write's
                 // answer was not seen yet, or changed by someone else.

@@ -54,9 +54,11 @@ impl NodeChecks {
             self.npd.remove(&kind);
             self.writer.queue(&kind, Write::Delete);
         }
-        let events = self.problems.take_events();
+        // Without the Node (not listed yet, or gone) the Events stay on the
+        // board (bounded: MAX_PENDING_EVENTS) until there is one to put
+        // them on.
         let Some(node) = self.this_node() else { return };
-        for e in events {
+        for e in self.problems.take_events() {
             let warning = e.severity == Severity::Warning;
             self.events.record(
                 node_reference(&node),

@@ -122,7 +122,7 @@ impl NodeChecks {
         let target = match config::parse(Path::new(&source), &text) {
             Ok(file) => file.targets.into_iter().next().expect("one target"),
             Err(errors) => {
-                self.log_refusal(&probe.check, &crate::plan::messages(&errors));
+                self.log_refusal(&probe.check, &crate::desired::messages(&errors));
                 return false;
             }
         };
@@ -135,7 +135,7 @@ impl NodeChecks {
         match self.control.apply_change(change).await {
             Ok(_) => true,
             Err(ChangeError::Invalid(errors)) => {
-                self.log_refusal(&probe.check, &crate::plan::messages(&errors));
+                self.log_refusal(&probe.check, &crate::desired::messages(&errors));
                 false
             }
             Err(e @ ChangeError::Pulling(_)) => {

@@ -26,12 +26,13 @@
 
 use super::crd::{SondeCheck, SondeCheckStatus};
 use super::desired::desired;
-use super::plan::{messages, parse_target};
-use super::services::Services;
 use super::settings::GateSettings;
 use super::stats::Stats;
 use super::view::PodKey;
 use super::writer::{Outcome, TokenBucket, backoff};
+use crate::desired::messages;
+use crate::gates::plan::parse_target;
+use crate::gates::services::Services;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};

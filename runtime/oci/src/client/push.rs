@@ -89,7 +89,7 @@ impl Client {
         if identity::sniff(wasm) != WasmKind::Component {
             return Err(OciError::NotWasm {
                 reference: reference.to_string(),
-                detail: "the file is not a WebAssembly component (build for wasm32-wasip2)".into(),
+                why: crate::error::NotWasm::NotAComponent,
             });
         }
         let registry = self.registry(reference.registry())?;
@@ -305,7 +305,7 @@ impl Client {
             let (_, subject_digest, pinned) = Self::subject(&registry, reference, wasm_digest).await?;
             let repo = format!("{}/{}", pinned.registry(), pinned.repository());
             let payload = crate::signing::simple_signing_payload(&repo, &subject_digest);
-            let signature = key.sign(&payload).map_err(|e| OciError::Signing(e.to_string()))?;
+            let signature = key.sign(&payload).map_err(|e| OciError::Signing(Box::new(e)))?;
             let tag = super::signatures::cosign_tag(&subject_digest);
             let tag_ref = pinned.with_tag(&tag);
             // Keep the signatures already attached (other keys', cosign's).

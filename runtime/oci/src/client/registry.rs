@@ -2,6 +2,7 @@
 //! its errors become [`OciError`]s (secrets scrubbed).
 
 use super::RegistryAccess;
+use crate::error::BadSettings;
 use crate::remote::{Limits, Remote, Secret};
 use crate::{OciError, Reference};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
@@ -109,37 +110,43 @@ pub(super) fn build_registry(name: &str, s: &RegistryAccess, limits: Limits) -> 
     // reqwest is built without a default crypto provider; sonde uses ring
     // everywhere. Installing fails only when one is already installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let settings_error = |path: &PathBuf, detail: String| OciError::Settings {
+    let settings_error = |why: BadSettings| OciError::Settings {
         registry: name.to_string(),
-        path: path.display().to_string(),
-        detail,
+        why,
+    };
+    let read_error = |path: &PathBuf, source| {
+        settings_error(BadSettings::Read {
+            path: path.clone(),
+            source,
+        })
     };
     let password = match &s.password_file {
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| settings_error(p, e.to_string()))?;
+            let text = std::fs::read_to_string(p).map_err(|e| read_error(p, e))?;
             let line = text.lines().next().unwrap_or_default().to_string();
             if line.is_empty() {
-                return Err(settings_error(p, "the password file is empty".into()));
+                return Err(settings_error(BadSettings::EmptyPassword(p.clone())));
             }
             Some(Secret(line))
         }
         None => None,
     };
     if password.is_some() != s.username.is_some() {
-        return Err(OciError::Settings {
-            registry: name.to_string(),
-            path: String::new(),
-            detail: "basic auth needs both username and password_file".into(),
-        });
+        return Err(settings_error(BadSettings::HalfBasicAuth));
     }
     let mut extra_roots = Vec::new();
     let mut roots = Vec::new();
     if let Some(ca) = &s.ca_file {
-        let pem = std::fs::read(ca).map_err(|e| settings_error(ca, e.to_string()))?;
+        let pem = std::fs::read(ca).map_err(|e| read_error(ca, e))?;
         if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
-            return Err(settings_error(ca, "not a PEM file of certificates".into()));
+            return Err(settings_error(BadSettings::NotPem(ca.clone())));
         }
-        roots = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| settings_error(ca, e.to_string()))?;
+        roots = reqwest::Certificate::from_pem_bundle(&pem).map_err(|source| {
+            settings_error(BadSettings::Certificates {
+                path: ca.clone(),
+                source,
+            })
+        })?;
         extra_roots.push(oci_client::client::Certificate {
             encoding: oci_client::client::CertificateEncoding::Pem,
             data: pem,

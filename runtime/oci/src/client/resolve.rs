@@ -4,6 +4,7 @@
 use super::Client;
 use super::registry::RegistryClient;
 use super::signatures::{SignatureLocation, cosign_tag, signature_tag};
+use crate::error::NotWasm;
 use crate::signing::{PublicKey, SignatureError, Signer};
 use crate::{OciError, Reference, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
@@ -118,14 +119,13 @@ pub(super) fn wasm_layer(
     manifest: &OciImageManifest,
     max: u64,
 ) -> Result<OciDescriptor, OciError> {
-    let not_wasm = |detail: String| OciError::NotWasm {
+    let not_wasm = |why: NotWasm| OciError::NotWasm {
         reference: reference.to_string(),
-        detail,
+        why,
     };
     if manifest.config.media_type != WASM_CONFIG_MEDIA_TYPE {
-        return Err(not_wasm(format!(
-            "config media type {:?}, expected {WASM_CONFIG_MEDIA_TYPE:?}",
-            manifest.config.media_type
+        return Err(not_wasm(NotWasm::ConfigMediaType(
+            manifest.config.media_type.chars().take(200).collect(),
         )));
     }
     let wasm: Vec<&OciDescriptor> = manifest
@@ -134,13 +134,10 @@ pub(super) fn wasm_layer(
         .filter(|l| l.media_type == WASM_LAYER_MEDIA_TYPE)
         .collect();
     let [layer] = wasm.as_slice() else {
-        return Err(not_wasm(format!(
-            "{} {WASM_LAYER_MEDIA_TYPE} layers, expected exactly one",
-            wasm.len()
-        )));
+        return Err(not_wasm(NotWasm::Layers(wasm.len())));
     };
     if Digest::parse(&layer.digest).is_err() {
-        return Err(not_wasm(format!("layer digest {:?} is not sha256", layer.digest)));
+        return Err(not_wasm(NotWasm::LayerDigest(layer.digest.chars().take(200).collect())));
     }
     if layer.size < 0 || layer.size as u64 > max {
         return Err(OciError::TooLarge {
@@ -156,7 +153,7 @@ pub(super) fn wasm_layer(
 pub(super) fn parse_manifest(reference: &Reference, bytes: &[u8]) -> Result<OciImageManifest, OciError> {
     serde_json::from_slice(bytes).map_err(|e| OciError::NotWasm {
         reference: reference.to_string(),
-        detail: format!("the manifest is not an OCI image manifest: {e}"),
+        why: NotWasm::Manifest(e),
     })
 }
 

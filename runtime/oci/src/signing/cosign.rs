@@ -120,9 +120,7 @@ impl SigningKey {
 
     /// Signs `message` (ECDSA over its SHA-256, or ed25519).
     pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, SignatureError> {
-        self.signer
-            .sign(message)
-            .map_err(|e| SignatureError::Sign(e.to_string()))
+        self.signer.sign(message).map_err(SignatureError::Sign)
     }
 
     /// The sigstore bundle (v0.3) of a signature over `blob`: what

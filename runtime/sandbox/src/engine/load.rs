@@ -46,21 +46,21 @@ pub enum LoadError {
     },
     /// The component does not export `sonde:probe/plugin@0.1.0`.
     #[error(
-        "{plugin}: not a sonde plugin: it must export `describe` and `check` of world sonde:probe/plugin@0.1.0 ({detail})"
+        "{plugin}: not a sonde plugin: it must export `describe` and `check` of world sonde:probe/plugin@0.1.0 ({source:#})"
     )]
     WrongWorld {
         /// The plugin's file or built-in name.
         plugin: String,
-        /// What did not match.
-        detail: String,
+        /// What did not match, as wasmtime said it.
+        source: wasmtime::Error,
     },
     /// The component imports something the host does not provide.
-    #[error("{plugin}: imports something sonde does not provide: {detail}")]
+    #[error("{plugin}: imports something sonde does not provide: {source:#}")]
     UnknownImport {
         /// The plugin's file or built-in name.
         plugin: String,
         /// What wasmtime said.
-        detail: String,
+        source: wasmtime::Error,
     },
     /// `describe` failed.
     #[error("{plugin}: describe() failed: {source}")]
@@ -234,13 +234,13 @@ impl Engine {
         let prepare = |linker: &Linker<CallState>| {
             let instance_pre = linker
                 .instantiate_pre(&component)
-                .map_err(|e| LoadError::UnknownImport {
+                .map_err(|source| LoadError::UnknownImport {
                     plugin: plugin.clone(),
-                    detail: format!("{e:#}"),
+                    source,
                 })?;
-            bindings::PluginPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
+            bindings::PluginPre::new(instance_pre).map_err(|source| LoadError::WrongWorld {
                 plugin: plugin.clone(),
-                detail: format!("{e:#}"),
+                source,
             })
         };
         let pre_closed = prepare(&self.inner.linker_closed)?;

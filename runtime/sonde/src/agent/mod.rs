@@ -5,25 +5,21 @@
 //! stops scheduling, lets runs in flight finish within the grace period,
 //! saves state and returns.
 
-mod npd;
 mod problems;
-mod runner;
 
 use crate::api::{self, ApiAuth, ApiState};
 pub use problems::{AgentError, KubernetesStart, StartProblem};
 pub(crate) use problems::{StartOptions, start_problems};
-pub use runner::EngineRunner;
-use sonde_core::catalog::{Catalog, ProbeSpec, TargetSpec};
+use sonde_core::catalog::Catalog;
 use sonde_core::config::ConfigErrors;
 use sonde_core::control::{self, AgentStatus, Control, ControlParts, LeftOut};
 pub use sonde_core::control::{AgentOptions, DEFAULT_API, DEFAULT_CONFIG, DEFAULT_CONFIG_NAME};
-use sonde_core::executor::{Executor, ExecutorConfig};
+use sonde_core::executor::{EngineRunner, Executor, ExecutorConfig};
 use sonde_core::metrics::{Metrics, RunMetrics};
 use sonde_core::results::{DEFAULT_HISTORY, ResultCache};
-use sonde_core::scheduler::{self, ActionOutcome, Runner};
+use sonde_core::scheduler;
 use sonde_kubernetes as kubernetes;
 use sonde_sandbox::engine::Engine;
-use sonde_sandbox::verdict::RunResult;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +48,9 @@ pub struct Agent {
     gate_stats: Arc<kubernetes::Stats>,
     /// What the node-problem-detector monitors last reported.
     node_problems: Arc<sonde_core::npd::Board>,
+    /// How readiness gates are served, read from the first config and
+    /// `$NODE_NAME` once: `Some` when `sonde run` serves them.
+    gate_settings: Option<kubernetes::GateSettings>,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -62,7 +61,7 @@ async fn load_checked(
     engine: &Engine,
     options: &AgentOptions,
     cache: &sonde_core::catalog::resolve::Cache,
-    kubernetes: Option<KubernetesStart>,
+    kubernetes: Option<&KubernetesStart>,
 ) -> Result<(Catalog, Vec<LeftOut>), AgentError> {
     let (catalog, skipped) = control::load(engine, options, cache)
         .await
@@ -72,7 +71,7 @@ async fn load_checked(
         &StartOptions {
             api: options.api,
             api_auth: options.api_auth,
-            kubernetes,
+            kubernetes: kubernetes.cloned(),
         },
     );
     if !problems.is_empty() {
@@ -82,15 +81,6 @@ async fn load_checked(
         tracing::warn!("{w}");
     }
     Ok((catalog, skipped))
-}
-
-/// The executor, with the tenants and pulls of `catalog`.
-fn start_executor(catalog: &Catalog) -> Result<Executor, AgentError> {
-    let executor =
-        Executor::new(ExecutorConfig::default()).map_err(|source| AgentError::Executor { source: source.into() })?;
-    executor.configure(&catalog.tenants);
-    executor.record_pulls(&catalog.pulls);
-    Ok(executor)
 }
 
 /// Serves the API on `addr`.
@@ -119,18 +109,19 @@ fn open_results(state_dir: Option<&Path>) -> Result<ResultCache, AgentError> {
     }
 }
 
-/// The status of the first load of `catalog`, which left out `skipped`.
-fn first_status(options: &AgentOptions, catalog: &Catalog, skipped: Vec<LeftOut>) -> AgentStatus {
+/// The agent's status before its first catalog is in force (which fills
+/// in the rest).
+fn first_status(options: &AgentOptions) -> AgentStatus {
     AgentStatus {
         config: options
             .config
             .as_ref()
             .map_or(DEFAULT_CONFIG_NAME.to_string(), |p| p.display().to_string()),
-        loaded_at: Some(SystemTime::now()),
+        loaded_at: None,
         reload_error: None,
-        left_out: skipped,
-        pulling: catalog.waiting.clone(),
-        probes: catalog.probes().len(),
+        left_out: Vec::new(),
+        pulling: Vec::new(),
+        probes: 0,
         version: env!("CARGO_PKG_VERSION"),
         namespace_tenants: Vec::new(),
     }
@@ -190,13 +181,12 @@ fn pulls_metric(control: &Arc<Control>, status: &Arc<Mutex<AgentStatus>>) -> Pul
     })
 }
 
-/// The scheduler of `catalog`'s probes, running them on `engine` through
+/// The scheduler, with no probe yet, running them on `engine` through
 /// `executor`, into `results`.
 fn start_scheduler(
     engine: &Engine,
     executor: &Executor,
     results: &ResultCache,
-    catalog: &Catalog,
     jitter: bool,
     observer: &Arc<RunMetrics>,
 ) -> scheduler::SchedulerHandle {
@@ -205,7 +195,7 @@ fn start_scheduler(
         jitter,
         observer: observer.clone(),
     };
-    scheduler::spawn(runner, results.clone(), catalog, options)
+    scheduler::spawn(runner, results.clone(), Catalog::default(), options)
 }
 
 /// The line that says the agent has started, and with what.
@@ -291,21 +281,23 @@ impl Agent {
         // and none is waited for (the API and every probe at hand start now).
         let cache = sonde_core::catalog::resolve::Cache::background();
         let ended = cache.pulls().map(|p| p.subscribe());
-        let (catalog, skipped) = load_checked(&engine, &options, &cache, kubernetes).await?;
-        // The sandbox's bounds are the engine's: every call from now runs
-        // under the config's.
-        engine.set_host_limits(catalog.agent.host_limits);
+        let (catalog, skipped) = load_checked(&engine, &options, &cache, kubernetes.as_ref()).await?;
+        // What the agent reads once from its first config, for its whole
+        // life (a reload changes none of it): where state and the API
+        // live, the API's access, the Kubernetes controller's settings.
         let state_dir = options.state_dir.clone().or_else(|| catalog.agent.state_dir.clone());
         let results = open_results(state_dir.as_deref())?;
         let api_addr = options.api.or(catalog.agent.api);
-        let status = Arc::new(Mutex::new(first_status(&options, &catalog, skipped)));
         let counts = counts(&catalog);
         let health_timeout = catalog.agent.health_timeout.unwrap_or(api::DEFAULT_HEALTH_TIMEOUT);
         let api_limits = catalog.agent.api_limits;
         let (auth, reviews) = api_access(&options, &catalog, api_addr).await?;
+        let gate_settings = gate_settings(&options, &catalog, kubernetes.as_ref())?;
+        let status = Arc::new(Mutex::new(first_status(&options)));
         let run_metrics = Arc::new(RunMetrics::default());
-        let executor = start_executor(&catalog)?;
-        let scheduler = start_scheduler(&engine, &executor, &results, &catalog, options.jitter, &run_metrics);
+        let executor = Executor::new(ExecutorConfig::default())
+            .map_err(|source| AgentError::Executor { source: source.into() })?;
+        let scheduler = start_scheduler(&engine, &executor, &results, options.jitter, &run_metrics);
         let control = Arc::new(Control::new(ControlParts {
             engine: engine.clone(),
             options: options.clone(),
@@ -313,13 +305,16 @@ impl Agent {
             scheduler: scheduler.clone(),
             executor: executor.clone(),
             status: status.clone(),
-            catalog,
             cache,
         }));
+        // The one path a catalog takes into force, the first as every
+        // reload's: the sandbox's bounds, the executor's tenants, the
+        // scheduler.
+        control.put_in_force(catalog, skipped).await;
         let draining = Arc::new(AtomicBool::new(false));
         let gate_stats = Arc::new(kubernetes::Stats::default());
         let node_problems = Arc::new(sonde_core::npd::Board::default());
-        let mut tasks = vec![tokio::spawn(npd::supervise(
+        let mut tasks = vec![tokio::spawn(sonde_core::npd::supervise(
             control.clone(),
             executor.clone(),
             engine.clone(),
@@ -372,6 +367,7 @@ impl Agent {
             control,
             gate_stats,
             node_problems,
+            gate_settings,
             options,
             tasks,
         })
@@ -425,26 +421,38 @@ pub async fn run(engine: Engine, options: AgentOptions) -> Result<(), AgentError
     run_with(engine, options, false).await
 }
 
-/// Starts the Kubernetes readiness-gate controller when the config has a
-/// `kubernetes:` block or `forced` (`sonde run --kubernetes`).
-async fn start_kubernetes(
-    agent: &Agent,
+/// How readiness gates are served, when they are: with a `kubernetes:`
+/// block in the first config or `--kubernetes`, the block's settings and
+/// the node `kubernetes` read from `$NODE_NAME`.
+fn gate_settings(
     options: &AgentOptions,
-    forced: bool,
-) -> Result<Option<kubernetes::GateController>, AgentError> {
-    // The block as the agent's first load read it: the file is not read
-    // twice (it may have changed since).
-    let spec = agent.control.catalog().lock().await.agent.kubernetes.clone();
-    if spec.is_none() && !forced {
+    catalog: &Catalog,
+    kubernetes: Option<&KubernetesStart>,
+) -> Result<Option<kubernetes::GateSettings>, AgentError> {
+    let Some(start) = kubernetes else {
+        return Ok(None);
+    };
+    let spec = catalog.agent.kubernetes.as_ref();
+    if spec.is_none() && !start.forced {
         return Ok(None);
     }
-    let settings = kubernetes::GateSettings::new(spec.as_ref(), std::env::var("NODE_NAME").ok()).map_err(|e| {
-        let file = options.config.as_ref().map(|p| format!("{}: ", p.display()));
-        AgentError::GateSettings {
-            file: file.unwrap_or_default(),
-            source: e.into(),
-        }
-    })?;
+    kubernetes::GateSettings::new(spec, start.node_name.clone())
+        .map(Some)
+        .map_err(|e| {
+            let file = options.config.as_ref().map(|p| format!("{}: ", p.display()));
+            AgentError::GateSettings {
+                file: file.unwrap_or_default(),
+                source: e.into(),
+            }
+        })
+}
+
+/// Starts the Kubernetes readiness-gate controller when the agent serves
+/// readiness gates ([`gate_settings`]).
+async fn start_kubernetes(agent: &Agent) -> Result<Option<kubernetes::GateController>, AgentError> {
+    let Some(settings) = agent.gate_settings.clone() else {
+        return Ok(None);
+    };
     let client = kubernetes::connect()
         .await
         .map_err(|source| AgentError::Kubernetes { source: source.into() })?;
@@ -472,7 +480,7 @@ pub async fn run_with(engine: Engine, options: AgentOptions, kubernetes: bool) -
         node_name: std::env::var("NODE_NAME").ok(),
     };
     let agent = Agent::start_with(engine, options.clone(), Some(start)).await?;
-    let gates = start_kubernetes(&agent, &options, kubernetes).await?;
+    let gates = start_kubernetes(&agent).await?;
     // Under systemd (Type=notify), `systemctl start` returns now: the API
     // is up and every probe is scheduled.
     notify(&[sd_notify::NotifyState::Ready]);

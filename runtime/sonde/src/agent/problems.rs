@@ -75,12 +75,12 @@ pub enum AgentError {
 pub enum StartProblem {
     /// The API would answer without a token where anyone can reach it, or
     /// a token is asked for (`--api-auth token`) and none is configured.
-    #[error("{why}")]
+    #[error("{source}")]
     ApiAuth {
         /// Where the API would listen.
         addr: SocketAddr,
         /// What [`ApiAuth::resolve`] said.
-        why: String,
+        source: sonde_core::auth::ApiAuthError,
     },
     /// Readiness gates would be served (a `kubernetes:` block, or
     /// `--kubernetes`) with settings that cannot work.
@@ -141,10 +141,7 @@ pub(crate) fn start_problems(catalog: &Catalog, options: &StartOptions) -> Vec<S
             catalog.tenants.len() > 1,
         )
     {
-        problems.push(StartProblem::ApiAuth {
-            addr,
-            why: why.to_string(),
-        });
+        problems.push(StartProblem::ApiAuth { addr, source: why });
     }
     if let Some(k) = &options.kubernetes
         && (k.forced || catalog.agent.kubernetes.is_some())

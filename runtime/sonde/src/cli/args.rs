@@ -2,7 +2,7 @@
 //! (`check`, `bench`), flattened into each, and the parsers of durations
 //! and sizes, the config file's own.
 
-use super::CliError;
+use super::error::CliError;
 use clap::Args;
 use serde::Deserialize;
 use serde::de::IntoDeserializer;
@@ -66,13 +66,13 @@ impl SandboxArgs {
         let mut cells = Vec::new();
         for (name, file) in &self.secret {
             if !valid_name(name) {
-                return Err(CliError(format!(
+                return Err(CliError::Message(format!(
                     "--secret {name}={file}: {name:?} is not a secret name (1 to 63 of a-z, 0-9, `-`, `_` and `.`)"
                 )));
             }
             let cell = SecretCell::file(name, "default".into(), std::path::Path::new(file));
             if let Err(e) = cell.current() {
-                return Err(CliError(format!("--secret {name}: {e}")));
+                return Err(CliError::Message(format!("--secret {name}: {e}")));
             }
             cells.push(std::sync::Arc::new(cell));
         }
@@ -94,7 +94,7 @@ impl SandboxArgs {
         };
         for p in &grants.exec {
             if !p.is_absolute() || !p.is_file() {
-                return Err(CliError(format!(
+                return Err(CliError::Message(format!(
                     "--allow-exec {}: must be an absolute path to a program",
                     p.display()
                 )));
@@ -102,13 +102,13 @@ impl SandboxArgs {
         }
         for f in &grants.files {
             if !f.is_absolute() || !f.is_dir() {
-                return Err(CliError(format!(
+                return Err(CliError::Message(format!(
                     "--allow-file {}: must be an absolute path to a directory",
                     f.display()
                 )));
             }
             if let Some((mount, fstype)) = sonde_core::catalog::mounts::pseudo_within(f) {
-                return Err(CliError(format!(
+                return Err(CliError::Message(format!(
                     "--allow-file {}: {} a {fstype} filesystem, which would expose sonde's own process; grant a directory of ordinary files",
                     f.display(),
                     if mount == *f {

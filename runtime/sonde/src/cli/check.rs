@@ -1,7 +1,9 @@
 //! `sonde check`: run one probe once.
 
 use super::args::SandboxArgs;
-use super::{CliError, Output, load_plugin};
+use super::error::CliError;
+use super::load::load_plugin;
+use super::output::Output;
 use clap::Args;
 use sonde_sandbox::engine::{Call, Engine, EngineConfig};
 use sonde_sandbox::host::NetPattern;
@@ -105,10 +107,10 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
         return group(&args, g).await;
     }
     let Some(plugin_name) = args.plugin.clone() else {
-        return Err(CliError("give a plugin to run, or --group".into()));
+        return Err(CliError::Message("give a plugin to run, or --group".into()));
     };
     serde_json::from_str::<serde_json::Value>(&args.config)
-        .map_err(|e| CliError(format!("--config is not valid JSON: {e}")))?;
+        .map_err(|e| CliError::Message(format!("--config is not valid JSON: {e}")))?;
     if !args.target.is_empty() {
         NetPattern::for_target(&args.target)?;
     }
@@ -141,7 +143,7 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
             sig.as_deref(),
             &trusted,
         )
-        .map_err(|e| CliError(format!("refusing to run {e}")))?;
+        .map_err(|e| CliError::Message(format!("refusing to run {e}")))?;
         tracing::info!(plugin = %plugin_name, signer = %signer.name, key_id = %signer.key_id, "signature verified");
         engine.load(&plugin_name, &wasm).await?
     } else {

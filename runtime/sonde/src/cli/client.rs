@@ -3,7 +3,6 @@
 //! [`Unreachable`](ClientError::Unreachable) error, which the callers turn
 //! into exit code 3.
 
-use super::CliError;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
@@ -26,13 +25,43 @@ pub enum ClientError {
     BadUrl(String),
     /// No answer from the agent.
     #[error(
-        "cannot reach the agent at {base}: {why}; is `sonde run` running there? Start it, or point --api at its API (its start line names the URL)"
+        "cannot reach the agent at {base}: {source}; is `sonde run` running there? Start it, or point --api at its API (its start line names the URL)"
     )]
     Unreachable {
         /// The API URL.
         base: String,
-        /// What went wrong.
-        why: String,
+        /// What went wrong: the connection's or the exchange's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The agent answered with an error status.
+    #[error("{path}: {status}: {message}; {}", what_to_do(status))]
+    Refused {
+        /// The API path asked.
+        path: String,
+        /// The status it answered.
+        status: StatusCode,
+        /// The agent's own words (its JSON `error`, else its body).
+        message: String,
+    },
+    /// The agent's answer is not what this sonde expects.
+    #[error("{path}: unexpected answer: {source}; check that --api points at a sonde agent of the same version")]
+    Unexpected {
+        /// The API path asked.
+        path: String,
+        /// Why it does not parse.
+        source: serde_json::Error,
+    },
+    /// The agent took longer than [`CONNECT_TIMEOUT`] to accept, or
+    /// [`REQUEST_TIMEOUT`] to answer.
+    #[error(
+        "cannot reach the agent at {base}: no answer within {}; is `sonde run` running there? Start it, or point --api at its API (its start line names the URL)",
+        humantime::format_duration(*.after)
+    )]
+    Timeout {
+        /// The API URL.
+        base: String,
+        /// The time waited.
+        after: Duration,
     },
 }
 
@@ -66,17 +95,20 @@ pub async fn open(
     let authority = uri.authority().ok_or_else(|| ClientError::BadUrl(base.into()))?.clone();
     let host = authority.host().trim_start_matches('[').trim_end_matches(']');
     let port = authority.port_u16().unwrap_or(80);
-    let unreachable = |e: &dyn std::fmt::Display| ClientError::Unreachable {
+    let unreachable = |e: Box<dyn std::error::Error + Send + Sync>| ClientError::Unreachable {
         base: base.to_string(),
-        why: e.to_string(),
+        source: e,
     };
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect((host, port)))
         .await
-        .map_err(|e| unreachable(&e))?
-        .map_err(|e| unreachable(&e))?;
+        .map_err(|_| ClientError::Timeout {
+            base: base.to_string(),
+            after: CONNECT_TIMEOUT,
+        })?
+        .map_err(|e| unreachable(e.into()))?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
         .await
-        .map_err(|e| unreachable(&e))?;
+        .map_err(|e| unreachable(e.into()))?;
     tokio::spawn(conn);
     let mut req = http::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
         .header(http::header::HOST, authority.as_str());
@@ -89,7 +121,7 @@ pub async fn open(
     let req = req
         .body(http_body_util::Empty::<Bytes>::new())
         .map_err(|_| ClientError::BadUrl(base.into()))?;
-    sender.send_request(req).await.map_err(|e| unreachable(&e))
+    sender.send_request(req).await.map_err(|e| unreachable(e.into()))
 }
 
 /// GETs `path` and returns the status and the whole body.
@@ -99,41 +131,48 @@ pub async fn get(base: &str, path: &str) -> Result<(StatusCode, Bytes), ClientEr
         let status = resp.status();
         let body = resp.into_body().collect().await.map_err(|e| ClientError::Unreachable {
             base: base.to_string(),
-            why: e.to_string(),
+            source: e.into(),
         })?;
         Ok((status, body.to_bytes()))
     };
     tokio::time::timeout(REQUEST_TIMEOUT, fetch)
         .await
-        .map_err(|_| ClientError::Unreachable {
+        .map_err(|_| ClientError::Timeout {
             base: base.to_string(),
-            why: format!("no answer within {}", humantime::format_duration(REQUEST_TIMEOUT)),
+            after: REQUEST_TIMEOUT,
         })?
 }
 
 /// GETs `path` from the agent at `base` and parses the JSON body; a status
 /// other than 2xx is an error carrying the agent's message.
-pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> Result<T, CliError> {
+pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> Result<T, ClientError> {
     let (status, body) = get(base, path).await?;
     if !status.is_success() {
         let message = serde_json::from_slice::<serde_json::Value>(&body)
             .ok()
             .and_then(|v| v["error"].as_str().map(str::to_string))
             .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_string());
-        let what_to_do = match status {
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                "set $SONDE_TOKEN (or $SONDE_TOKEN_FILE) to a token the agent accepts"
-            }
-            StatusCode::NOT_FOUND => "check that --api points at a sonde agent of the same version",
-            _ => "see the agent's log for why",
-        };
-        return Err(CliError(format!("{path}: {status}: {message}; {what_to_do}")));
+        return Err(ClientError::Refused {
+            path: path.to_string(),
+            status,
+            message,
+        });
     }
-    serde_json::from_slice(&body).map_err(|e| {
-        CliError(format!(
-            "{path}: unexpected answer: {e}; check that --api points at a sonde agent of the same version"
-        ))
+    serde_json::from_slice(&body).map_err(|source| ClientError::Unexpected {
+        path: path.to_string(),
+        source,
     })
+}
+
+/// What to do about an answer of `status`.
+fn what_to_do(status: &StatusCode) -> &'static str {
+    match *status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            "set $SONDE_TOKEN (or $SONDE_TOKEN_FILE) to a token the agent accepts"
+        }
+        StatusCode::NOT_FOUND => "check that --api points at a sonde agent of the same version",
+        _ => "see the agent's log for why",
+    }
 }
 
 /// Whether a running agent is healthy as `sonde status` reports it (exit 0,

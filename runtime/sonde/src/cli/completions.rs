@@ -1,8 +1,8 @@
 //! `sonde completions` and `sonde man`: shell completions and manual pages
 //! generated from the clap definitions, so they never drift from `--help`.
 
-use super::{Cli, CliError};
-use clap::{Args, CommandFactory};
+use super::error::CliError;
+use clap::Args;
 use std::path::PathBuf;
 
 /// Arguments of `sonde completions`.
@@ -22,21 +22,21 @@ pub struct ManArgs {
 }
 
 /// Prints the completion script for `args.shell` on stdout.
-pub(super) fn completions(args: CompletionsArgs) -> Result<i32, CliError> {
-    let mut cmd = Cli::command();
+/// `cmd` is the whole `sonde` command.
+pub(super) fn completions(args: CompletionsArgs, mut cmd: clap::Command) -> Result<i32, CliError> {
     clap_complete::generate(args.shell, &mut cmd, "sonde", &mut std::io::stdout());
     Ok(0)
 }
 
 /// Prints `sonde.1` on stdout, or writes every page into `--dir`.
-pub(super) fn man(args: ManArgs) -> Result<i32, CliError> {
-    let cmd = Cli::command();
+/// `cmd` is the whole `sonde` command.
+pub(super) fn man(args: ManArgs, cmd: clap::Command) -> Result<i32, CliError> {
     match args.dir {
         Some(dir) => {
             std::fs::create_dir_all(&dir)
                 .and_then(|()| clap_mangen::generate_to(cmd, &dir))
                 .map_err(|e| {
-                    CliError(format!(
+                    CliError::Message(format!(
                         "cannot write manual pages into {}: {e}; choose a writable directory with --dir",
                         dir.display()
                     ))
@@ -46,14 +46,14 @@ pub(super) fn man(args: ManArgs) -> Result<i32, CliError> {
         None => {
             let mut out = Vec::new();
             clap_mangen::Man::new(cmd).render(&mut out).map_err(|e| {
-                CliError(format!(
+                CliError::Message(format!(
                     "cannot render the manual page: {e}; please report this as a bug"
                 ))
             })?;
             use std::io::Write;
             std::io::stdout()
                 .write_all(&out)
-                .map_err(|e| CliError(format!("cannot write the manual page: {e}; is stdout closed?")))?;
+                .map_err(|e| CliError::Message(format!("cannot write the manual page: {e}; is stdout closed?")))?;
             Ok(0)
         }
     }

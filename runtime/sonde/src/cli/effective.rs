@@ -27,21 +27,21 @@ fn strings(pairs: &[(String, String)]) -> Value {
     )
 }
 
-/// The effective config of `reg`.
-pub fn effective(reg: &Catalog) -> Value {
-    let a = &reg.agent.api_limits;
-    let sandbox: serde_json::Map<String, Value> = reg
+/// The effective config of `catalog`.
+pub fn effective(catalog: &Catalog) -> Value {
+    let a = &catalog.agent.api_limits;
+    let sandbox: serde_json::Map<String, Value> = catalog
         .agent
         .host_limits
         .entries()
         .iter()
         .map(|(k, v)| (k.to_string(), json!(v)))
         .collect();
-    let tenants: Vec<Value> = reg.tenants.iter().map(|t| tenant(t)).collect();
-    let targets: Vec<Value> = reg.targets().map(|t| target(reg, t)).collect();
+    let tenants: Vec<Value> = catalog.tenants.iter().map(|t| tenant(t)).collect();
+    let targets: Vec<Value> = catalog.targets().map(|t| target(catalog, t)).collect();
     json!({
         "api": {
-            "listen": reg.agent.api.map(|a| a.to_string()),
+            "listen": catalog.agent.api.map(|a| a.to_string()),
             "header_read_timeout": dur(a.header_read_timeout),
             "body_read_timeout": dur(a.body_read_timeout),
             "max_connections": a.max_connections,
@@ -49,23 +49,23 @@ pub fn effective(reg: &Catalog) -> Value {
             "max_watch_streams": a.max_watch_streams,
             "max_probe_runs": a.max_probe_runs,
             "max_probe_queue": a.max_probe_queue,
-            "auth": reg.agent.api_auth.unwrap_or_default(),
+            "auth": catalog.agent.api_auth.unwrap_or_default(),
         },
-        "state_dir": reg.agent.state_dir,
-        "health_timeout": dur(reg.agent.health_timeout.unwrap_or(crate::api::DEFAULT_HEALTH_TIMEOUT)),
-        "trust": reg.trusted_keys(),
-        "require_signed": reg.agent.require_signed,
-        "oci": reg.oci_settings().map(oci),
-        "operator_token": reg
+        "state_dir": catalog.agent.state_dir,
+        "health_timeout": dur(catalog.agent.health_timeout.unwrap_or(crate::api::DEFAULT_HEALTH_TIMEOUT)),
+        "trust": catalog.trusted_keys(),
+        "require_signed": catalog.agent.require_signed,
+        "oci": catalog.oci_settings().map(oci),
+        "operator_token": catalog
             .tenants
             .credentials()
             .any(|(_, who)| who == sonde_core::auth::Principal::Operator),
         "sandbox": sandbox,
         "tenants": tenants,
         "targets": targets,
-        "kubernetes": reg.agent.kubernetes.as_ref().map(|k| kubernetes(k, &reg.namespace_templates)),
-        "modules": reg.modules.names().map(|name| {
-            let m = reg.modules.get(name).expect("a listed module");
+        "kubernetes": catalog.agent.kubernetes.as_ref().map(|k| kubernetes(k, &catalog.namespace_templates)),
+        "modules": catalog.modules.names().map(|name| {
+            let m = catalog.modules.get(name).expect("a listed module");
             (name.to_string(), json!({
                 "plugin": m.plugin_ref,
                 "tenant": &*m.tenant,
@@ -75,7 +75,7 @@ pub fn effective(reg: &Catalog) -> Value {
                 "grants": {"net": m.grants.net.iter().map(|n| n.to_string()).collect::<Vec<_>>()},
             }))
         }).collect::<serde_json::Map<_, _>>(),
-        "node_problem_detector": reg.npd.iter().map(|m| npd(m)).collect::<Vec<_>>(),
+        "node_problem_detector": catalog.npd.iter().map(|m| npd(m)).collect::<Vec<_>>(),
     })
 }
 
@@ -140,8 +140,8 @@ fn tenant(t: &sonde_core::tenants::Tenant) -> Value {
 }
 
 /// A target's entry, with its probes.
-fn target(reg: &Catalog, t: &sonde_core::catalog::TargetSpec) -> Value {
-    let probes: Vec<Value> = reg.probes_of(&t.name).map(probe).collect();
+fn target(catalog: &Catalog, t: &sonde_core::catalog::TargetSpec) -> Value {
+    let probes: Vec<Value> = catalog.probes_of(&t.name).map(probe).collect();
     json!({
         "name": &*t.name,
         "tenant": &*t.tenant,

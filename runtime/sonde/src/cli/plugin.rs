@@ -1,7 +1,9 @@
 //! `sonde plugin`: inspect, list, sign and verify plugins, and push them to
 //! and pull them from OCI registries.
 
-use super::{CliError, Output, load_plugin};
+use super::error::CliError;
+use super::load::load_plugin;
+use super::output::Output;
 use clap::{Args, Subcommand};
 use sonde_oci::signing::{self, PublicKey, SigningKey};
 use sonde_oci::{self as oci, Reference};
@@ -100,7 +102,7 @@ pub(crate) async fn load_oci(
     if !trust.is_empty() {
         let signers = resolved
             .verify(trust)
-            .map_err(|e| CliError(format!("refusing to run {e}")))?;
+            .map_err(|e| CliError::Message(format!("refusing to run {e}")))?;
         for s in signers {
             tracing::info!(plugin = %resolved.pinned(), signer = %s.name, key_id = %s.key_id, "signature verified");
         }
@@ -138,7 +140,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let err = |e: std::io::Error| CliError::file(path, &e);
+    let err = |e: std::io::Error| CliError::file(path, e);
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
     tmp.write_all(bytes).map_err(err)?;
     tmp.as_file().sync_all().map_err(err)?;
@@ -334,7 +336,7 @@ async fn sign(
         let wasm = Path::new(target);
         let bytes = sonde_sandbox::engine::read_plugin_file(wasm).await?;
         if identity::sniff(&bytes) != WasmKind::Component {
-            return Err(CliError(format!(
+            return Err(CliError::Message(format!(
                 "{}: not a WebAssembly component; sign the .wasm built for wasm32-wasip2",
                 wasm.display()
             )));
@@ -547,7 +549,7 @@ async fn pull(
     if let Err(e) = std::fs::remove_file(&bundle)
         && e.kind() != std::io::ErrorKind::NotFound
     {
-        return Err(CliError::file(&bundle, &e));
+        return Err(CliError::file(&bundle, e));
     }
     match &resolved.signature {
         Some((sig, _)) => write_atomic(&sig_path, sig)?,
@@ -555,7 +557,7 @@ async fn pull(
         None => match std::fs::remove_file(&sig_path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(CliError::file(&sig_path, &e)),
+            Err(e) => return Err(CliError::file(&sig_path, e)),
         },
     }
     out!(

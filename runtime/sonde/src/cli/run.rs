@@ -1,7 +1,8 @@
 //! `sonde run`, `sonde validate` and `sonde status`.
 
-use super::CliError;
 use super::client::{self, DEFAULT_API_URL, get_json};
+use super::error::CliError;
+use super::output::Output;
 use crate::agent::{self, AgentError, AgentOptions};
 use sonde_sandbox::engine::{Engine, EngineConfig};
 
@@ -61,8 +62,8 @@ pub struct ValidateArgs {
     pub kubernetes: bool,
 
     /// `json`: print the effective config, every key with its value after defaults and normalisation.
-    #[arg(long, short, value_enum, default_value_t = super::Output::Text)]
-    pub output: super::Output,
+    #[arg(long, short, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
 }
 
 /// Arguments of `sonde status`.
@@ -77,8 +78,8 @@ pub struct StatusArgs {
     pub watch: bool,
 
     /// Output format.
-    #[arg(long, short, value_enum, default_value_t = super::Output::Text)]
-    pub output: super::Output,
+    #[arg(long, short, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
 }
 
 pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliError> {
@@ -100,25 +101,25 @@ pub(super) async fn run(config: EngineConfig, args: RunArgs) -> Result<i32, CliE
             );
             Ok(2)
         }
-        Err(e) => Err(CliError(e.to_string())),
+        Err(e) => Err(CliError::Message(e.to_string())),
     }
 }
 
 pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result<i32, CliError> {
     let engine = Engine::new(config)?;
-    let reg = match sonde_core::catalog::Catalog::load_file(&engine, &args.config).await {
-        Ok(reg) => reg,
+    let catalog = match sonde_core::catalog::Catalog::load_file(&engine, &args.config).await {
+        Ok(catalog) => catalog,
         Err(e) => {
             eprintln!("{e}");
             return Ok(2);
         }
     };
-    for w in &reg.warnings {
+    for w in &catalog.warnings {
         eprintln!("warning: {w}");
     }
     // What `sonde run` would refuse at start, by the very rules it uses.
     let problems = agent::start_problems(
-        &reg,
+        &catalog,
         &agent::StartOptions {
             api: args.api,
             api_auth: args.api_auth,
@@ -135,19 +136,19 @@ pub(super) async fn validate(config: EngineConfig, args: ValidateArgs) -> Result
         return Ok(2);
     }
     match args.output {
-        super::Output::Json => {
-            let mut effective = super::effective::effective(&reg);
+        Output::Json => {
+            let mut effective = super::effective::effective(&catalog);
             // As `sonde run --api` would serve it.
             if let Some(addr) = args.api {
                 effective["api"]["listen"] = addr.to_string().into();
             }
             out!("{}", serde_json::to_string_pretty(&effective).unwrap_or_default());
         }
-        super::Output::Text => out!(
+        Output::Text => out!(
             "{}: ok ({} targets, {} probes)",
             args.config.display(),
-            reg.targets().len(),
-            reg.probes().len()
+            catalog.targets().len(),
+            catalog.probes().len()
         ),
     }
     Ok(0)
@@ -266,7 +267,7 @@ pub(super) async fn status(args: StatusArgs) -> Result<i32, CliError> {
     }
     let (probes, agent) = fetch(&args.api).await?;
     let healthy = client::healthy(&probes);
-    if args.output == super::Output::Json {
+    if args.output == Output::Json {
         let all = serde_json::json!({ "healthy": healthy, "agent": agent, "probes": probes });
         out!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
     } else {
@@ -281,7 +282,7 @@ pub(super) async fn status(args: StatusArgs) -> Result<i32, CliError> {
 async fn watch(args: StatusArgs) -> Result<i32, CliError> {
     use http_body_util::BodyExt;
     use std::io::IsTerminal;
-    let live = std::io::stdout().is_terminal() && args.output == super::Output::Text;
+    let live = std::io::stdout().is_terminal() && args.output == Output::Text;
     let colour = colour();
     let path = if live { "/v1/watch?all=1" } else { "/v1/watch" };
     let mut last_id = String::new();
@@ -295,7 +296,7 @@ async fn watch(args: StatusArgs) -> Result<i32, CliError> {
         let resp = match client::open(&args.api, path, &headers).await {
             Ok(r) if r.status().is_success() => r,
             Ok(r) => {
-                return Err(CliError(format!(
+                return Err(CliError::Message(format!(
                     "{path}: {}; check that --api points at a sonde agent of the same version, and $SONDE_TOKEN",
                     r.status()
                 )));
@@ -323,7 +324,7 @@ async fn watch(args: StatusArgs) -> Result<i32, CliError> {
                         }
                         if live {
                             dirty = true;
-                        } else if ev.event == "change" && args.output == super::Output::Json {
+                        } else if ev.event == "change" && args.output == Output::Json {
                             out!("{}", ev.data);
                         } else if ev.event == "change" {
                             let v: serde_json::Value = serde_json::from_str(&ev.data).unwrap_or_default();

@@ -10,7 +10,7 @@
 //! temporary directory next to its destination and renamed into place: an
 //! error leaves nothing behind, and an existing directory is never touched.
 
-use super::CliError;
+use super::error::CliError;
 use std::path::{Path, PathBuf};
 
 /// This repository's pinned toolchain; the plugin pins the same one.
@@ -181,17 +181,17 @@ fn check_name(name: &str, lang: Lang) -> Result<(), CliError> {
         && name.starts_with(|c: char| c.is_ascii_alphabetic())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if !valid {
-        return Err(CliError(format!(
+        return Err(CliError::Message(format!(
             "plugin name {name:?}: use letters, digits, `-` and `_`, starting with a letter (at most 64)"
         )));
     }
     if lang == Lang::Rust && ["test", "core", "std", "alloc", "proc_macro", "self", "crate", "super"].contains(&name) {
-        return Err(CliError(format!(
+        return Err(CliError::Message(format!(
             "plugin name {name:?} is reserved by Rust; choose another"
         )));
     }
     if lang == Lang::Js && name.chars().any(|c| c.is_ascii_uppercase()) {
-        return Err(CliError(format!(
+        return Err(CliError::Message(format!(
             "plugin name {name:?}: an npm package name is lowercase; use {:?}",
             name.to_ascii_lowercase()
         )));
@@ -209,11 +209,11 @@ fn sdk_path(given: Option<PathBuf>, lang: Lang) -> Result<PathBuf, CliError> {
     let marker = lang.sdk_marker();
     match path.join(marker).is_file().then(|| path.canonicalize()) {
         Some(Ok(sdk)) => Ok(sdk),
-        _ if from_flag => Err(CliError(format!(
+        _ if from_flag => Err(CliError::Message(format!(
             "--sdk {}: no {marker} there; give the sdk/ directory of a sonde checkout",
             path.display()
         ))),
-        _ => Err(CliError(format!(
+        _ => Err(CliError::Message(format!(
             "the sonde checkout this binary was built from is gone ({}); pass --sdk PATH/TO/sonde/sdk",
             path.display()
         ))),
@@ -239,7 +239,7 @@ fn template_path(what: &str, path: &Path, lang: Lang) -> Result<String, CliError
         return Ok(text.replace('\\', "\\\\").replace('"', "\\\""));
     }
     if text.chars().any(|c| "\"'\\$`".contains(c) || c.is_control()) {
-        return Err(CliError(format!(
+        return Err(CliError::Message(format!(
             "{what} {text:?} has a quote, `\\`, `$` or a control character, which the {lang:?} plugin's scripts cannot quote; move it"
         )));
     }
@@ -254,7 +254,8 @@ pub(super) fn create(req: NewPlugin) -> Result<PathBuf, CliError> {
     if dir.symlink_metadata().is_ok() {
         return Err(exists(&dir));
     }
-    let sonde = std::env::current_exe().map_err(|e| CliError(format!("cannot find this sonde binary: {e}")))?;
+    let sonde =
+        std::env::current_exe().map_err(|e| CliError::Message(format!("cannot find this sonde binary: {e}")))?;
     let sdk = template_path("the SDK's path", &sdk, req.lang)?;
     let sonde = template_path("this sonde binary's path", &sonde, req.lang)?;
     // Rust, Python and JavaScript strings all read `\\`, `\"` and `\'`.
@@ -282,7 +283,7 @@ pub(super) fn create(req: NewPlugin) -> Result<PathBuf, CliError> {
 }
 
 fn exists(dir: &Path) -> CliError {
-    CliError(format!("{}: already exists; not overwriting it", dir.display()))
+    CliError::Message(format!("{}: already exists; not overwriting it", dir.display()))
 }
 
 /// Writes `files` into a temporary directory next to `dir`, then renames it
@@ -293,25 +294,25 @@ fn write_all(dir: &Path, files: &[(&str, String, bool)]) -> Result<(), CliError>
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    std::fs::create_dir_all(parent).map_err(|e| CliError::file(parent, &e))?;
+    std::fs::create_dir_all(parent).map_err(|e| CliError::file(parent, e))?;
     let staging = tempfile::Builder::new()
         .prefix(".sonde-plugin-new-")
         .tempdir_in(parent)
-        .map_err(|e| CliError::file(parent, &e))?;
+        .map_err(|e| CliError::file(parent, e))?;
     for (path, text, exec) in files {
         let path = staging.path().join(path);
         if let Some(sub) = path.parent() {
-            std::fs::create_dir_all(sub).map_err(|e| CliError::file(sub, &e))?;
+            std::fs::create_dir_all(sub).map_err(|e| CliError::file(sub, e))?;
         }
-        std::fs::write(&path, text).map_err(|e| CliError::file(&path, &e))?;
+        std::fs::write(&path, text).map_err(|e| CliError::file(&path, e))?;
         if *exec {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-                .map_err(|e| CliError::file(&path, &e))?;
+                .map_err(|e| CliError::file(&path, e))?;
         }
     }
     // The temporary directory is private (0700); the plugin is not.
     std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| CliError::file(staging.path(), &e))?;
+        .map_err(|e| CliError::file(staging.path(), e))?;
     use rustix::fs::{CWD, RenameFlags, renameat_with};
     match renameat_with(CWD, staging.path(), CWD, dir, RenameFlags::NOREPLACE) {
         Ok(()) => {
@@ -323,11 +324,11 @@ fn write_all(dir: &Path, files: &[(&str, String, bool)]) -> Result<(), CliError>
         // A file system without RENAME_NOREPLACE: check, then rename.
         Err(rustix::io::Errno::INVAL) if dir.symlink_metadata().is_ok() => Err(exists(dir)),
         Err(rustix::io::Errno::INVAL) => {
-            std::fs::rename(staging.path(), dir).map_err(|e| CliError::file(dir, &e))?;
+            std::fs::rename(staging.path(), dir).map_err(|e| CliError::file(dir, e))?;
             let _ = staging.keep();
             Ok(())
         }
-        Err(e) => Err(CliError::file(dir, &e.into())),
+        Err(e) => Err(CliError::file(dir, e.into())),
     }
 }
 

@@ -2,7 +2,8 @@
 //! (or not) for each language.
 
 use super::*;
-use crate::cli::{Cli, Command, plugin::PluginCommand};
+use crate::cli::command::{Cli, Command};
+use crate::cli::plugin::PluginCommand;
 use clap::Parser;
 
 fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
@@ -71,7 +72,7 @@ fn names_must_be_package_names() {
     }
     assert!(check_name("test", Lang::Python).is_ok(), "reserved in Rust only");
     assert!(check_name("Demo", Lang::Python).is_ok());
-    let e = check_name("Demo", Lang::Js).unwrap_err().0;
+    let e = check_name("Demo", Lang::Js).unwrap_err().to_string();
     assert!(e.contains("lowercase") && e.contains("\"demo\""), "{e}");
 }
 
@@ -156,7 +157,7 @@ fn an_existing_directory_is_never_overwritten() {
     std::fs::create_dir(&dir).unwrap();
     std::fs::write(dir.join("app.py"), "mine").unwrap();
     for lang in [Lang::Rust, Lang::Python, Lang::Js] {
-        let e = new(lang, &dir).unwrap_err().0;
+        let e = new(lang, &dir).unwrap_err().to_string();
         assert!(e.contains("already exists; not overwriting it"), "{e}");
         assert_eq!(std::fs::read_to_string(dir.join("app.py")).unwrap(), "mine");
         assert_eq!(files(&dir), ["app.py"]);
@@ -173,7 +174,9 @@ fn a_directory_that_appears_meanwhile_is_kept_and_nothing_is_left() {
     // Created between the check and the rename: even empty, it stays.
     let dir = tmp.path().join("late");
     std::fs::create_dir(&dir).unwrap();
-    let e = write_all(&dir, &[("a.txt", "x".into(), false)]).unwrap_err().0;
+    let e = write_all(&dir, &[("a.txt", "x".into(), false)])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("already exists"), "{e}");
     assert!(files(&dir).is_empty());
     // A write that fails half-way leaves nothing either.
@@ -195,7 +198,7 @@ fn an_sdk_without_the_language_is_refused() {
     std::fs::write(tmp.path().join("Cargo.toml"), "").unwrap();
     assert!(sdk_path(Some(tmp.path().to_path_buf()), Lang::Rust).is_ok());
     for lang in [Lang::Python, Lang::Js] {
-        let e = sdk_path(Some(tmp.path().to_path_buf()), lang).unwrap_err().0;
+        let e = sdk_path(Some(tmp.path().to_path_buf()), lang).unwrap_err().to_string();
         assert!(e.starts_with("--sdk ") && e.contains(lang.sdk_marker()), "{e}");
     }
 }

@@ -5,7 +5,7 @@
 //! worker — so the sandbox's cost is what the ratio shows.
 
 use super::{Job, RunEnd};
-use crate::cli::CliError;
+use crate::cli::error::CliError;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;
@@ -33,16 +33,17 @@ pub(super) struct HttpTarget {
 async fn resolve(host_port: &str) -> Result<SocketAddr, CliError> {
     tokio::net::lookup_host(host_port)
         .await
-        .map_err(|e| CliError(format!("--baseline: cannot resolve {host_port}: {e}")))?
+        .map_err(|e| CliError::Message(format!("--baseline: cannot resolve {host_port}: {e}")))?
         .next()
-        .ok_or_else(|| CliError(format!("--baseline: {host_port} has no address")))
+        .ok_or_else(|| CliError::Message(format!("--baseline: {host_port} has no address")))
 }
 
 impl Native {
     /// The baseline for `plugin` (a built-in name) probing `target` with
     /// the plugin's `config`.
     pub(super) async fn new(plugin: &str, target: &str, config: &str, keepalive: bool) -> Result<Self, CliError> {
-        let config: serde_json::Value = serde_json::from_str(config)?;
+        let config: serde_json::Value =
+            serde_json::from_str(config).map_err(|e| CliError::Message(format!("--config is not valid JSON: {e}")))?;
         match plugin {
             "tcp" => Ok(Self::Tcp(resolve(target).await?)),
             "http" => {
@@ -54,15 +55,15 @@ impl Native {
                 };
                 let uri: http::Uri = url
                     .parse()
-                    .map_err(|e| CliError(format!("--baseline: URL {url:?}: {e}")))?;
+                    .map_err(|e| CliError::Message(format!("--baseline: URL {url:?}: {e}")))?;
                 if uri.scheme_str() != Some("http") {
-                    return Err(CliError(
+                    return Err(CliError::Message(
                         "--baseline: the native http baseline speaks http:// only".into(),
                     ));
                 }
                 let authority = uri
                     .authority()
-                    .ok_or_else(|| CliError(format!("--baseline: URL {url:?} has no host")))?
+                    .ok_or_else(|| CliError::Message(format!("--baseline: URL {url:?} has no host")))?
                     .to_string();
                 let host_port = match uri.port_u16() {
                     Some(_) => authority.clone(),
@@ -80,10 +81,10 @@ impl Native {
                     .get("command")
                     .and_then(|c| serde_json::from_value(c.clone()).ok())
                     .filter(|a: &Vec<String>| !a.is_empty())
-                    .ok_or_else(|| CliError("--baseline: the exec config needs a \"command\" array".into()))?;
+                    .ok_or_else(|| CliError::Message("--baseline: the exec config needs a \"command\" array".into()))?;
                 Ok(Self::Exec(argv.into()))
             }
-            other => Err(CliError(format!(
+            other => Err(CliError::Message(format!(
                 "--baseline: no native equivalent of {other:?} (there is one for tcp, http and exec; for a plugin given by path, name one with --baseline-as)"
             ))),
         }

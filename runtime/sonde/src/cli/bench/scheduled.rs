@@ -113,7 +113,7 @@ pub(super) async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Resu
         probes,
     );
     let results = ResultCache::new(DEFAULT_HISTORY);
-    let runner = Arc::new(crate::agent::EngineRunner::new(engine.clone()));
+    let runner = Arc::new(sonde_core::executor::EngineRunner::new(engine.clone()));
     let handle = scheduler::spawn(
         runner,
         results,
@@ -167,12 +167,14 @@ pub(super) async fn run_scheduler(config: EngineConfig, args: BenchArgs) -> Resu
 /// Refuses a period the scheduler would not run and a bench of no probes.
 pub(super) fn check_scheduler_args(args: &BenchArgs) -> Result<(), CliError> {
     if args.period < sonde_core::catalog::MIN_PERIOD {
-        return Err(CliError(
+        return Err(CliError::Message(
             "--period must be at least 100ms (the scheduler's shortest period); give --period 100ms or more".into(),
         ));
     }
     if args.probes == 0 {
-        return Err(CliError("--probes must be at least 1; give a positive number".into()));
+        return Err(CliError::Message(
+            "--probes must be at least 1; give a positive number".into(),
+        ));
     }
     Ok(())
 }

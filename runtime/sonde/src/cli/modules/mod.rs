@@ -11,7 +11,7 @@ mod options;
 mod tree;
 mod walk;
 
-use super::CliError;
+use crate::cli::error::CliError;
 use clap::{Args, Subcommand};
 use serde_json::Value as Json;
 use sonde_sandbox::host::NetPattern;
@@ -51,9 +51,10 @@ pub(super) fn run(cmd: ModulesCommand) -> Result<i32, CliError> {
 
 fn import(args: &ImportArgs) -> Result<i32, CliError> {
     for g in &args.grants {
-        g.parse::<NetPattern>().map_err(|e| CliError(format!("--grant: {e}")))?;
+        g.parse::<NetPattern>()
+            .map_err(|e| CliError::Message(format!("--grant: {e}")))?;
     }
-    let text = std::fs::read_to_string(&args.file).map_err(|e| CliError::file(&args.file, &e))?;
+    let text = std::fs::read_to_string(&args.file).map_err(|e| CliError::file(&args.file, e))?;
     let file = args.file.display().to_string();
     let (modules, ctx) = match blackbox::import(&text) {
         Ok(done) => done,
@@ -110,7 +111,7 @@ fn render(file: &str, grants: &[String], modules: &[blackbox::Imported], skipped
         "# sonde modules imported from the blackbox_exporter config {}",
         comment(file)
     );
-    let _ = writeln!(y, "# by `sonde modules import` (sonde {}).", super::VERSION);
+    let _ = writeln!(y, "# by `sonde modules import` (sonde {}).", crate::build::VERSION);
     if !skipped.is_empty() {
         let _ = writeln!(y, "# Left out (--skip-unsupported):");
         for p in skipped {

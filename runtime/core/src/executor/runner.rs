@@ -1,7 +1,11 @@
 //! How the scheduler's runs reach the sandbox:
 //! through the executor's permits onto the engine.
 
-use super::*;
+use super::{Executor, ExecutorConfig};
+use crate::catalog::{ProbeSpec, TargetSpec};
+use crate::scheduler::{ActionOutcome, Runner};
+use sonde_sandbox::engine::Engine;
+use sonde_sandbox::verdict::RunResult;
 
 /// Runs probes and actions with the engine and the host, each probe call
 /// through the fair [`Executor`].

@@ -1,13 +1,13 @@
 //! From probe states to gate conditions: each state change (or refresh of
 //! a holding gate's message) becomes the condition wanted on its Pod, queued
-//! in the [`WriteQueue`](crate::queue::WriteQueue) and sent as the queue says.
+//! in the [`WriteQueue`](super::queue::WriteQueue) and sent as the queue says.
 
+use super::plan::Binding;
+use super::queue::{Done, Finished, Outgoing};
 use super::{Reconciler, pod_ref};
 use crate::crd::GATE_FIELD_MANAGER;
 use crate::crd::Mode;
 use crate::events::pod_reference;
-use crate::plan::Binding;
-use crate::queue::{Done, Finished, Outgoing};
 use crate::view::{Cond, CondStatus, PodKey, PodView, condition_type};
 use crate::writer::{Outcome, patch_body};
 use k8s_openapi::api::core::v1::Pod;

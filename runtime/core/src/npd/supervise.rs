@@ -3,16 +3,16 @@
 //! running (its conditions are not reset), one that changed starts again,
 //! one that left the config stops.
 
-use sonde_core::catalog::npd::Monitor;
-use sonde_core::control::Control;
-use sonde_core::executor::Executor;
-use sonde_core::npd::{self, Board};
+use super::{self as npd, Board};
+use crate::catalog::npd::Monitor;
+use crate::control::Control;
+use crate::executor::Executor;
 use sonde_sandbox::engine::Engine;
 use std::sync::Arc;
 use tokio::task::JoinHandle;
 
 /// Keeps one task per monitor of the config in force, reporting to `board`.
-pub(super) async fn supervise(control: Arc<Control>, executor: Executor, engine: Engine, board: Arc<Board>) {
+pub async fn supervise(control: Arc<Control>, executor: Executor, engine: Engine, board: Arc<Board>) {
     let mut reloads = control.reloads();
     let mut running: Vec<(Arc<Monitor>, JoinHandle<()>)> = Vec::new();
     loop {

@@ -13,7 +13,9 @@ mod scheduled;
 use scheduled::run_scheduler;
 
 use super::args::{SandboxArgs, parse_duration, parse_positive_duration};
-use super::{CliError, Output, load_plugin};
+use super::error::CliError;
+use super::load::load_plugin;
+use super::output::Output;
 use clap::Args;
 use serde::Serialize;
 use sonde_core::catalog::{Catalog, ProbeSpec, TargetSpec};
@@ -365,7 +367,7 @@ fn warmup(count: u64) -> u64 {
 
 fn config_with_keepalive(config: &str, keepalive: bool) -> Result<String, CliError> {
     let mut value: serde_json::Value = serde_json::from_str(config).map_err(|e| {
-        CliError(format!(
+        CliError::Message(format!(
             "--config is not valid JSON: {e}; write a JSON object, such as --config '{{\"path\": \"/healthz\"}}'"
         ))
     })?;
@@ -375,7 +377,7 @@ fn config_with_keepalive(config: &str, keepalive: bool) -> Result<String, CliErr
                 o.insert("keepalive".into(), serde_json::Value::Bool(true));
             }
             None => {
-                return Err(CliError(
+                return Err(CliError::Message(
                     "--keepalive needs --config to be a JSON object, such as --config '{}'".into(),
                 ));
             }
@@ -391,7 +393,7 @@ pub(super) async fn run(mut config: EngineConfig, args: BenchArgs) -> Result<i32
         return run_scheduler(config, args).await;
     }
     if args.count == 0 || args.concurrency == 0 {
-        return Err(CliError(
+        return Err(CliError::Message(
             "--count and --concurrency must be at least 1; give each a positive number".into(),
         ));
     }

@@ -162,7 +162,7 @@ pub enum SignatureError {
     },
     /// The crypto library could not sign.
     #[error("cannot sign: {0}")]
-    Sign(String),
+    Sign(#[source] sigstore::errors::SigstoreError),
     /// No signature found verifies with a trusted key.
     #[error("{plugin}: untrusted: {found} signature(s) in {sig}, none by the {trusted} trusted key(s){why}")]
     NoTrustedSignature {

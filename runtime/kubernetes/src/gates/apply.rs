@@ -2,9 +2,10 @@
 //! SondeChecks, and the conditions of gates that have no probe.
 
 use super::Reconciler;
+use super::plan::{AddProbe, Binding, PodPlan};
 use crate::crd::SondeCheck;
+use crate::desired::messages;
 use crate::events::pod_reference;
-use crate::plan::{AddProbe, Binding, PodPlan, messages};
 use crate::view::{Cond, PodKey, PodView, condition_type};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};

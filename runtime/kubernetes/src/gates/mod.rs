@@ -1,4 +1,4 @@
-//! The controller: one task that follows this node's Pods and every
+//! The Pod-gate controller: one task that follows this node's Pods and every
 //! SondeCheck through kube-runtime reflectors, keeps one probe per (Pod,
 //! gate) in the catalog through incremental changes, turns probe state
 //! changes into gate conditions and writes them through a per-Pod
@@ -10,20 +10,23 @@
 //! applier ([`Reconciler::apply_plan`]) that performs it and reports every
 //! error (logged and counted in [`Stats`]).
 //!
-//! Performing a plan is in `apply`; probe states becoming gate
-//! conditions, queued and written, in `conditions`.
+//! The pure parts sit beside it: reconciling one Pod is `plan`, the
+//! per-Pod write queue `queue`, the Services and EndpointSlices a check's
+//! target names `services`. Performing a plan is in `apply`; probe states
+//! becoming gate conditions, queued and written, in `conditions`; the
+//! Secrets of a Pod's checks in `secrets`.
 //!
 //! All state lives in the one task ([`Reconciler`]); API calls run in
 //! spawned tasks that report back on a channel, so the task never waits on
 //! the API server while it could be taking a watch event or a result.
 
+use self::plan::{Binding, PodInputs, plan_pod};
+use self::queue::{Done, WriteQueue};
+use self::services::{SERVICE_NAME_LABEL, Services, trim_service, trim_slice};
 use super::crd::SecretRef;
 use super::crd::SondeCheck;
 use super::events::EventSink;
-use super::plan::{Binding, PodInputs, plan_pod};
-use super::queue::{Done, WriteQueue};
 use super::secrets::{CellKey, Held, SecretBook};
-use super::services::{SERVICE_NAME_LABEL, Services, trim_service, trim_slice};
 use super::settings::GateSettings;
 use super::stats::Stats;
 use super::view::{PodKey, PodView, trim_pod};
@@ -45,7 +48,10 @@ use tokio::time::Instant;
 
 mod apply;
 mod conditions;
+pub(crate) mod plan;
+mod queue;
 mod secrets;
+pub(crate) mod services;
 
 /// How long the first gates wait for the Services and EndpointSlices to
 /// list before they are served without them.

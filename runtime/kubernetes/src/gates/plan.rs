@@ -5,11 +5,11 @@
 //! no probe and why, and which Events to record. The controller's applier
 //! performs it; nothing here touches the catalog or the API server.
 
-use super::crd::{Mode, SecretRef, SondeCheck};
-use super::desired::{Desired, Refusal, ServiceView, desired};
-use super::secrets::{Held, Problem};
-use super::settings::GateSettings;
-use super::view::{Cond, CondStatus, OVERRIDABLE, PodKey, PodView, condition_type};
+use crate::crd::{Mode, SecretRef, SondeCheck};
+use crate::desired::{Desired, Refusal, ServiceView, desired};
+use crate::secrets::{Held, Problem};
+use crate::settings::GateSettings;
+use crate::view::{Cond, CondStatus, OVERRIDABLE, PodKey, PodView, condition_type};
 use sonde_core::config::{self, ConfigErrors};
 use sonde_core::thresholds::Counter;
 use sonde_policy::secrets::SecretGrants;
@@ -267,18 +267,6 @@ pub(crate) fn parse_target(d: &Desired, key: &PodKey, check: &str) -> Result<con
     let text = serde_json::json!({ "targets": [d.target] }).to_string();
     let file = config::parse(Path::new(&source), &text)?;
     Ok(file.targets.into_iter().next().expect("one target"))
-}
-
-/// The problems of a refused probe, for an Event and a condition that the
-/// namespace's users read: what is wrong, not where the agent keeps its
-/// config (a path on the node is none of their business).
-pub(crate) fn messages(errors: &ConfigErrors) -> String {
-    errors
-        .0
-        .iter()
-        .map(|e| e.message.clone())
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 #[cfg(test)]
