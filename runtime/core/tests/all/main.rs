@@ -1,6 +1,6 @@
 //! sonde-core's contract tests, on the config, a loaded `Catalog` and the
 //! scheduler with no agent around them: the kubelet's probe semantics on
-//! tokio's paused clock, incremental registry changes, the config parser
+//! tokio's paused clock, incremental catalog changes, the config parser
 //! (the docs' configs, and under fuzzing), plugins pulled and run. One
 //! binary, a module per area.
 
