@@ -2,8 +2,9 @@
 //! distribution API the way an attacker would (silence, endless bodies,
 //! wrong sizes and digests, redirects and token realms pointing at places
 //! the agent must not go, a trickle), counting the bytes it sent. The
-//! sonde crate's tests include this file too (`#[path]`), for the agent
-//! and `sonde check` under the same registries.
+//! tests of the sonde crate and of sonde-kubernetes include this file too
+//! (`#[path]`), for the agent, its readiness gates and `sonde check` under
+//! the same registries.
 
 use sonde_oci::Reference;
 use sonde_policy::identity::Digest;

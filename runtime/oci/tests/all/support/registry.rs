@@ -1,8 +1,8 @@
 //! A real registry for the tests: Debian's `docker-registry` (the CNCF
 //! distribution server), started on loopback per test with its own
 //! storage, and with htpasswd auth or TLS where a test needs them. The
-//! tests of sonde-core and of the sonde crate include this file too
-//! (`#[path]`).
+//! tests of sonde-core, sonde-kubernetes and the sonde crate include this
+//! file too (`#[path]`).
 
 use sonde_oci::{self as oci, Client, ClientSettings, Reference, RegistryAccess};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,10 @@
-//! The Kubernetes layer: readiness gates, SondeCheck status, namespace
-//! tenants, against the mocked API server of [`crate::support::fake_api`]
-//! (and, with `SONDE_E2E_KUBECONFIG`, a real one: [`e2e`]). The probes are
-//! real: the built-in plugins against real loopback servers.
+//! The Kubernetes layer as the binary runs it: the e2e suites against a
+//! real API server (with `SONDE_E2E_KUBECONFIG`: [`e2e`]), `sonde
+//! validate`'s reading of the `kubernetes:` block, and the agent's reads
+//! of Secrets checked against its API's answers, against the mocked API
+//! server of [`crate::support::fake_api`]. The controllers against the
+//! mocked API server are in sonde-kubernetes's tests, on a node agent
+//! started without this crate.
 
 mod e2e;
 mod e2e_injection;
@@ -9,60 +12,16 @@ mod e2e_nodes;
 mod e2e_npd;
 mod gates;
 mod namespaces;
-mod nodes;
-mod npd_nodes;
 mod secrets;
-mod services;
-mod status;
 
 use crate::support::engine;
 use crate::support::fake_api::*;
 use sonde::agent::{Agent, AgentOptions};
-use sonde_kubernetes::{self as kubernetes, Allowlist, GateSettings};
-use std::collections::BTreeMap;
+use sonde_kubernetes::{self as kubernetes, GateSettings};
 use std::path::Path;
 use std::time::Duration;
 
 pub(crate) const NODE: &str = "node-1";
-
-/// An agent with tenants `shop` (the loopback in its ceiling) and `poor`
-/// (the 10/8 network only), and the controller on `client`.
-async fn agent(client: kube::Client, dir: &Path) -> (Agent, kubernetes::GateController) {
-    agent_with(client, dir, "", &["http", "tcp"]).await
-}
-
-/// [`agent`] with more top-level config (`extra`) and another allowlist.
-async fn agent_with(
-    client: kube::Client,
-    dir: &Path,
-    extra: &str,
-    plugins: &[&str],
-) -> (Agent, kubernetes::GateController) {
-    agent_configured(client, dir, extra, "", plugins).await
-}
-
-/// [`agent_with`], and `shop_ceiling` added to tenant `shop`'s ceiling.
-pub(crate) async fn agent_configured(
-    client: kube::Client,
-    dir: &Path,
-    extra: &str,
-    shop_ceiling: &str,
-    plugins: &[&str],
-) -> (Agent, kubernetes::GateController) {
-    let config = format!(
-        "{extra}tenants:\n  - id: shop\n    quotas: {{max_probes: 200, max_concurrent_runs: 16}}\n    ceiling: {{net: [\"127.0.0.0/8:*\"]{shop_ceiling}}}\n  - id: poor\n    ceiling: {{net: [\"10.0.0.0/8:*\"]}}\ntargets: []\n"
-    );
-    let settings = GateSettings {
-        node_name: NODE.into(),
-        plugins: Allowlist::parse(&plugins.iter().map(|p| p.to_string()).collect::<Vec<_>>()).unwrap(),
-        namespaces: BTreeMap::new(),
-        qps: 200.0,
-        burst: 200,
-        message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
-        node: Default::default(),
-    };
-    start_gates(client, dir, &config, settings, false).await
-}
 
 /// An agent on config text `config` (written to `dir`), first runs jittered
 /// or not, and the readiness-gate controller on `client` with `settings`.

@@ -7,11 +7,17 @@
 )]
 #[path = "../../../../kubernetes/tests/all/support/fake_api.rs"]
 pub(crate) mod fake_api;
+#[allow(
+    dead_code,
+    reason = "sonde-kubernetes's mocked Nodes, shared (`#[path]`): the mocked API server serves them, these tests make none"
+)]
 #[path = "../../../../kubernetes/tests/all/support/fake_nodes.rs"]
 pub(crate) mod fake_nodes;
 #[path = "../../../../kubernetes/tests/all/support/fake_secrets.rs"]
 pub(crate) mod fake_secrets;
 pub(crate) mod kube;
+#[path = "../../../../kubernetes/tests/all/support/rbac.rs"]
+pub(crate) mod rbac;
 
 #[allow(
     dead_code,

@@ -5,9 +5,9 @@
 //! one patch per change, and its Events on the Node; a condition type a
 //! SondeNodeCheck claims is left to the check.
 
-use super::{NODE, start_gates};
 use crate::support::fake_api::*;
 use crate::support::fake_nodes::{node, node_check};
+use crate::support::node_agent::{NODE, start_gates};
 use serde_json::{Value, json};
 use sonde_tests::HttpServer;
 use std::path::{Path, PathBuf};
@@ -30,7 +30,7 @@ fn config(flags: &Path) -> String {
 }
 
 fn settings() -> sonde_kubernetes::GateSettings {
-    super::node_settings(NODE, Duration::from_secs(300), 200.0)
+    crate::support::node_agent::node_settings(NODE, Duration::from_secs(300), 200.0)
 }
 
 /// Condition `t` of [`NODE`].

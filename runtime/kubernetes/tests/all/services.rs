@@ -3,10 +3,10 @@
 //! backends, each answering with its own `Pod-IPv4`; only the API server
 //! is mocked, the traffic is real.
 
-use super::*;
 use crate::support::fake_api::*;
+use crate::support::node_agent::Agent;
+use crate::support::node_agent::*;
 use serde_json::{Value, json};
-use sonde::agent::Agent;
 use sonde_sandbox::verdict::Status;
 use sonde_tests::HttpServer;
 use sonde_tests::{PodBackend, RoundRobin};

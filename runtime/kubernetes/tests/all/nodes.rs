@@ -5,12 +5,12 @@
 //! condition types), with a heartbeat, one Event per transition and, when
 //! asked, a taint.
 
-use super::{NODE, start_gates};
-use crate::shipped_install::{agent_may, agent_rules};
 use crate::support::fake_api::*;
 use crate::support::fake_nodes::{node, node_check};
+use crate::support::node_agent::Agent;
+use crate::support::node_agent::{NODE, start_gates};
+use crate::support::rbac::{agent_may, agent_rules};
 use serde_json::{Value, json};
-use sonde::agent::Agent;
 use sonde_kubernetes::{self as kubernetes, GateSettings};
 use sonde_tests::HttpServer;
 use std::path::Path;
@@ -21,7 +21,7 @@ const CONFIG: &str = "tenants:\n  - id: node\n    quotas: {max_probes: 20, max_c
 
 /// An agent on [`NODE`] (address 127.0.0.1) heartbeating every `heartbeat`.
 async fn node_agent(client: kube::Client, dir: &Path, heartbeat: Duration) -> (Agent, kubernetes::GateController) {
-    let settings = super::node_settings(NODE, heartbeat, 200.0);
+    let settings = crate::support::node_agent::node_settings(NODE, heartbeat, 200.0);
     start_gates(client, dir, CONFIG, settings, false).await
 }
 
@@ -190,7 +190,7 @@ async fn heartbeats_are_the_only_steady_state_writes() {
     api.put(check, true);
     let heartbeat = Duration::from_secs(60);
     let (agent, _controller) = node_agent(client, dir.path(), heartbeat).await;
-    super::runs(&agent, "k8snode_port", 1).await;
+    crate::support::node_agent::runs(&agent, "k8snode_port", 1).await;
 
     tokio::time::pause();
     let periods = 10;
@@ -455,7 +455,7 @@ async fn the_shipped_configmap_admits_the_shipped_node_check_on_any_node_address
         api.put(node_check("elsewhere", "10.9.9.9:9099", "Elsewhere", 1), true);
         // JSON is YAML: the shipped tenant as it is, on a node at `ip`.
         let config = json!({"kubernetes": {"node_ip": ip}, "tenants": [node_tenant], "targets": []}).to_string();
-        let mut settings = super::node_settings(NODE, Duration::from_secs(300), 200.0);
+        let mut settings = crate::support::node_agent::node_settings(NODE, Duration::from_secs(300), 200.0);
         settings.node.ip = Some(ip.into());
         let (_agent, _controller) = start_gates(client, dir.path(), &config, settings, false).await;
         let accepted = |check: &str| accepted(&api, check);
