@@ -134,7 +134,9 @@ async fn an_agent_with_a_silent_registry_serves_livez_and_runs_unrelated_probes_
         "/livez and an unrelated probe's first success {} ms after start",
         took.as_millis()
     );
-    assert!(took < Duration::from_secs(1), "{took:?}");
+    // Not a wall-clock bound (a loaded machine stretches any): that the
+    // agent did not wait for the registry is that the pull is still in
+    // flight, unanswered, now that the unrelated probe has passed (below).
     let waiting = probes
         .as_array()
         .unwrap()
