@@ -625,7 +625,7 @@ async fn an_oci_check_covered_by_the_allowlist_drives_its_gate_and_another_is_re
 /// The fourth finding: namespace A's SondeCheck names a pinned
 /// `oci://` plugin on a silent registry; namespace B then adds a plain
 /// `tcp` check and a Pod with its gate. No reconcile waits on A's pull:
-/// B's gate turns True within two of its periods, and A's gate says that
+/// B's gate turns True while A's pull still hangs, and A's gate says that
 /// its plugin is being pulled (`Unknown`/`CheckUnavailable`, one Event).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_registry_in_one_namespace_holds_up_no_other() {
@@ -691,7 +691,10 @@ async fn a_silent_registry_in_one_namespace_holds_up_no_other() {
     .await;
     let took = started.elapsed();
     eprintln!("B's gate True {} ms after its Pod came", took.as_millis());
-    assert!(took < Duration::from_secs(2), "two of B's 1 s periods: {took:?}");
+    // Not a wall-clock bound (a loaded machine stretches any): that no
+    // reconcile waited on A's pull is that B's gate turned True while the
+    // pull is still in flight, unanswered.
+    assert_eq!(agent.control().pulls_in_flight(), 1, "A's pull ended first: {took:?}");
     let pulling: Vec<Recorded> = api
         .events()
         .into_iter()
