@@ -261,12 +261,16 @@ impl NodeChecks {
             Event::Init | Event::InitApply(_) | Event::Delete(_) => {}
             Event::InitDone | Event::Apply(_) => {
                 let labels = self.this_node().map(|n| n.labels().clone());
+                let came = self.labels.is_none() && labels.is_some();
                 if labels != self.labels {
-                    // The Node came (or its labels changed): what the
-                    // monitors reported while it was missing goes on it now.
-                    let came = self.labels.is_none();
                     self.labels = labels;
                     self.reconcile().await;
+                }
+                if self.labels.is_some() {
+                    // The Node exists: what a 404 parked is written now, and
+                    // the Events the monitors made while it was not listed
+                    // go on it.
+                    self.writer.node_came();
                     if came && self.ready {
                         self.on_problems();
                     }

@@ -45,6 +45,9 @@ pub(super) struct Writer {
     pub(super) done_tx: mpsc::UnboundedSender<Done>,
     bucket: TokenBucket,
     pending: BTreeMap<String, Write>,
+    /// Writes the API server answered 404 for (the Node does not exist):
+    /// kept, latest per condition, until the Node comes ([`Writer::node_came`]).
+    parked: BTreeMap<String, Write>,
     in_flight: bool,
     attempts: u32,
     not_before: Option<Instant>,
@@ -70,6 +73,7 @@ impl Writer {
             done_tx,
             bucket: TokenBucket::new(settings.qps, settings.burst),
             pending: BTreeMap::new(),
+            parked: BTreeMap::new(),
             in_flight: false,
             attempts: 0,
             not_before: None,
@@ -83,13 +87,15 @@ impl Writer {
     /// Queues `write` of condition `type_` for the next patch: the latest
     /// wins, but a transition waiting stays one.
     pub(super) fn queue(&mut self, type_: &str, write: Write) {
-        let write = match (self.pending.remove(type_), write) {
-            (Some(Write::Set { transition: true, .. } | Write::Delete), Write::Set { cond, .. }) => {
-                Write::Set { cond, transition: true }
-            }
-            (_, w) => w,
-        };
-        self.pending.insert(type_.to_string(), write);
+        newer(&mut self.pending, type_, write);
+    }
+
+    /// The Node came (again): what was parked by a 404 waits again, behind
+    /// anything newer.
+    pub(super) fn node_came(&mut self) {
+        for (type_, write) in std::mem::take(&mut self.parked) {
+            older(&mut self.pending, type_, write);
+        }
     }
 
     /// When the task must wake to send what backs off.
@@ -147,7 +153,10 @@ impl Writer {
             }
             Outcome::Gone => {
                 self.attempts = 0;
-                tracing::warn!(node = %self.node_name, "this Node is gone: its conditions are not written");
+                tracing::warn!(node = %self.node_name, "this Node does not exist: its conditions are kept and written when it comes");
+                for (type_, write) in sent {
+                    newer(&mut self.parked, &type_, write);
+                }
             }
             failed => {
                 self.stats.node_patch_errors.fetch_add(1, Ordering::Relaxed);
@@ -156,19 +165,34 @@ impl Writer {
                 tracing::warn!(node = %self.node_name, outcome = ?failed, retry_in_ms = wait.as_millis() as u64, "writing a Node condition failed (a 403: the ClusterRole needs nodes/status patch, and the admission policy allows this agent its own Node only)");
                 self.not_before = Some(Instant::now() + wait);
                 for (type_, write) in sent {
-                    match (self.pending.get_mut(&type_), write) {
-                        (None, write) => {
-                            self.pending.insert(type_, write);
-                        }
-                        // Newer news waits: it carries the flip.
-                        (Some(Write::Set { transition, .. }), Write::Set { transition: true, .. }) => {
-                            *transition = true;
-                        }
-                        _ => {}
-                    }
+                    older(&mut self.pending, type_, write);
                 }
             }
         }
+    }
+}
+
+/// `write` for condition `type_` replaces what `writes` holds for it,
+/// keeping the flip an older write carried.
+fn newer(writes: &mut BTreeMap<String, Write>, type_: &str, write: Write) {
+    let write = match (writes.remove(type_), write) {
+        (Some(Write::Set { transition: true, .. } | Write::Delete), Write::Set { cond, .. }) => {
+            Write::Set { cond, transition: true }
+        }
+        (_, w) => w,
+    };
+    writes.insert(type_.to_string(), write);
+}
+
+/// `write`, older than what `writes` holds for `type_`, waits there only
+/// when nothing newer does; else the newer write carries its flip.
+fn older(writes: &mut BTreeMap<String, Write>, type_: String, write: Write) {
+    match (writes.get_mut(&type_), write) {
+        (None, write) => {
+            writes.insert(type_, write);
+        }
+        (Some(Write::Set { transition, .. }), Write::Set { transition: true, .. }) => *transition = true,
+        _ => {}
     }
 }
 

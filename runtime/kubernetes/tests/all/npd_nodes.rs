@@ -125,6 +125,41 @@ async fn an_npd_monitor_writes_its_condition_and_events_on_its_own_node() {
     );
 }
 
+/// A monitor's Event made while this agent's Node is not in the store
+/// (not created yet, or not listed yet) is kept on the board and goes on
+/// the Node once it comes, with the monitor's condition; it is not taken
+/// and dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_made_before_the_node_exists_goes_on_it_when_it_comes() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = dir.path().join("flags");
+    std::fs::create_dir(&flags).unwrap();
+    let (client, api) = FakeApi::start();
+    let (agent, _controller) = start_gates(client, dir.path(), &config(&flags), settings(), false).await;
+    // Two reports of the monitor after the wave is raised: the temporary
+    // rule has seen it and made its Event, with no Node to put it on.
+    let mut reports = agent.node_problems().follow();
+    std::fs::write(flags.join("wave"), "waved").unwrap();
+    let raised = *reports.borrow_and_update();
+    tokio::time::timeout(Duration::from_secs(60), reports.wait_for(|n| *n >= raised + 2))
+        .await
+        .expect("the monitor reports")
+        .unwrap();
+    std::fs::remove_file(flags.join("wave")).unwrap();
+    assert_eq!(events(&api, "FlagWaved"), 0, "no Node yet: nowhere to put it");
+
+    api.put(node(NODE, json!({})), false);
+    api.wait("the Event made before the Node came, on it", |_| {
+        events(&api, "FlagWaved") >= 1
+    })
+    .await;
+    until(&api, "FlagProblem", "FlagProblem False on the Node that came", |c| {
+        c["status"] == "False"
+    })
+    .await;
+    agent.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_condition_a_sonde_node_check_claims_is_the_checks() {
     let dir = tempfile::tempdir().unwrap();
