@@ -12,3 +12,4 @@ pub(crate) mod hostile_registry;
     reason = "shared with the tests of sonde-core, sonde-kubernetes and sonde (`#[path]`), which use the rest"
 )]
 pub(crate) mod registry;
+pub(crate) mod signed;

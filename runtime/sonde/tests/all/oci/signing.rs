@@ -4,52 +4,15 @@
 //! cosign's formats (tests/all/oci/cosign.rs runs cosign itself beside
 //! sonde); sonde's old format still verifies, deprecated.
 
+use crate::support::signed::{Setup, flip_one_byte, sign_with};
 use crate::support::sonde;
-use sonde_oci::signing::{self, PublicKey, SigningKey};
+use sonde_oci::signing;
 use sonde_tests::guests;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A temp dir with a real plugin (the always_up guest) and a key pair.
-struct Setup {
-    dir: tempfile::TempDir,
-    wasm: PathBuf,
-    key: PathBuf,
-}
-
-impl Setup {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let wasm = dir.path().join("plugin.wasm");
-        std::fs::copy(guests::ALWAYS_UP, &wasm).unwrap();
-        let key = dir.path().join("acme.key");
-        signing::keygen(&key, "acme").unwrap();
-        Self { dir, wasm, key }
-    }
-
-    fn public(&self) -> PublicKey {
-        PublicKey::read(&signing::public_key_path(&self.key)).unwrap()
-    }
-
-    fn sign(&self) {
-        sign_with(&self.key, &self.wasm);
-    }
-}
-
-/// Signs `wasm` with the private key file `key`: `FILE.wasm.sigstore.json`.
-fn sign_with(key: &Path, wasm: &Path) {
-    signing::sign_file(&SigningKey::read(key).unwrap(), wasm, &std::fs::read(wasm).unwrap()).unwrap();
-}
-
-fn flip_one_byte(path: &Path) {
-    let mut bytes = std::fs::read(path).unwrap();
-    let i = bytes.len() / 2;
-    bytes[i] ^= 0x01;
-    std::fs::write(path, bytes).unwrap();
 }
 
 #[test]

@@ -31,6 +31,8 @@ pub(crate) mod hostile_registry;
 )]
 #[path = "../../../../oci/tests/all/support/registry.rs"]
 pub(crate) mod registry;
+#[path = "../../../../oci/tests/all/support/signed.rs"]
+pub(crate) mod signed;
 
 use sonde_sandbox::engine::{Call, Engine, EngineConfig, Limits, Plugin};
 use sonde_sandbox::host::Grants;
