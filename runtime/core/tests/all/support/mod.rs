@@ -9,29 +9,20 @@
 #[path = "../../../../oci/tests/all/support/registry.rs"]
 pub(crate) mod registry;
 
-use sonde_sandbox::engine::{Call, Engine, EngineConfig, Limits, Plugin};
+use sonde_sandbox::engine::{Call, Limits, Plugin};
 use sonde_sandbox::host::Grants;
 use sonde_sandbox::verdict::RunResult;
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-fn cache_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache")
-}
-
-pub(crate) fn engine() -> Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            Engine::new(EngineConfig {
-                cache_dir: Some(cache_dir()),
-                ..EngineConfig::default()
-            })
-            .expect("engine")
-        })
-        .clone()
-}
+#[allow(
+    dead_code,
+    unreachable_pub,
+    reason = "sonde-sandbox's test engines, shared (`#[path]`): these tests use a part"
+)]
+#[path = "../../../../sandbox/tests/all/support/engines.rs"]
+mod engines;
+pub(crate) use engines::engine;
 
 /// Runs `plugin` once with the given target, config, grants and timeout.
 pub(crate) async fn run(

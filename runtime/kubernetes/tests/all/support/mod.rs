@@ -7,6 +7,13 @@
 
 #[allow(
     dead_code,
+    unreachable_pub,
+    reason = "sonde-sandbox's test engines, shared (`#[path]`): these tests use a part"
+)]
+#[path = "../../../../sandbox/tests/all/support/engines.rs"]
+mod engines;
+#[allow(
+    dead_code,
     reason = "shared with the sonde crate's tests (`#[path]`), which use the rest"
 )]
 pub(crate) mod fake_api;

@@ -20,32 +20,13 @@ use sonde_core::metrics::RunMetrics;
 use sonde_core::results::{DEFAULT_HISTORY, ResultCache};
 use sonde_core::scheduler;
 use sonde_kubernetes::{self as kubernetes, Allowlist, GateSettings};
-use sonde_sandbox::engine::{Engine, EngineConfig};
+use sonde_sandbox::engine::Engine;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The compile cache of the built-in plugins: the one the sonde crate's
-/// tests use too (Cargo's scratch directory is the workspace's), so a
-/// plugin compiled by either is not compiled again.
-fn cache_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache")
-}
-
-/// One engine per test binary.
-pub(crate) fn engine() -> Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            Engine::new(EngineConfig {
-                cache_dir: Some(cache_dir()),
-                ..EngineConfig::default()
-            })
-            .expect("engine")
-        })
-        .clone()
-}
+pub(crate) use super::engines::engine;
 
 /// A running node agent (without its API).
 pub(crate) struct Agent {

@@ -2,44 +2,16 @@
 //! Cargo's scratch directory so reruns do not recompile, and the calls the
 //! tests make on it.
 
-use sonde_sandbox::engine::{Call, Engine, EngineConfig, Limits, Plugin};
+use sonde_sandbox::engine::{Call, Engine, Limits, Plugin};
 use sonde_sandbox::host::Grants;
 use sonde_sandbox::verdict::RunResult;
 pub(crate) use sonde_tests::raw_http::accepted_before_now;
 pub(crate) use sonde_tests::seeded;
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) fn cache_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache")
-}
-
-pub(crate) fn engine() -> Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            Engine::new(EngineConfig {
-                cache_dir: Some(cache_dir()),
-                ..EngineConfig::default()
-            })
-            .expect("engine")
-        })
-        .clone()
-}
-
-/// An engine of its own, under `limits`: what it enforces is its own,
-/// whatever the other engines of this process do (a small instance pool:
-/// a test runs a few calls at once).
-pub(crate) fn engine_with(limits: sonde_sandbox::host::bounds::HostLimits) -> Engine {
-    Engine::new(EngineConfig {
-        cache_dir: Some(cache_dir()),
-        max_concurrent_calls: 8,
-        host_limits: limits,
-        ..EngineConfig::default()
-    })
-    .expect("engine")
-}
+mod engines;
+pub(crate) use engines::{cache_dir, engine, engine_with};
 
 /// Runs `plugin` (loaded by `engine`) once on `engine`.
 pub(crate) async fn run_on(

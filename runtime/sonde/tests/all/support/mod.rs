@@ -34,14 +34,13 @@ pub(crate) mod registry;
 #[path = "../../../../oci/tests/all/support/signed.rs"]
 pub(crate) mod signed;
 
-use sonde_sandbox::engine::{Call, Engine, EngineConfig, Limits, Plugin};
+use sonde_sandbox::engine::{Call, Engine, Limits, Plugin};
 use sonde_sandbox::host::Grants;
 use sonde_sandbox::verdict::RunResult;
 pub(crate) use sonde_tests::raw_http::{accepted_before_now, call, call_with, parse_response, try_call};
 pub(crate) use sonde_tests::seeded;
 pub(crate) use sonde_tests::tools::{repo, secret, tool, tool_from_env};
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Runs the `sonde` binary with `args` and this binary's compile cache.
@@ -75,35 +74,14 @@ pub(crate) fn sonde_with_mounts(binds: &[(&std::path::Path, &str)]) -> std::proc
     command
 }
 
-pub(crate) fn cache_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compile-cache")
-}
-
-pub(crate) fn engine() -> Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            Engine::new(EngineConfig {
-                cache_dir: Some(cache_dir()),
-                ..EngineConfig::default()
-            })
-            .expect("engine")
-        })
-        .clone()
-}
-
-/// An engine of its own, under `limits`: what it enforces is its own,
-/// whatever the other engines of this process do (a small instance pool:
-/// a test runs a few calls at once).
-pub(crate) fn engine_with(limits: sonde_sandbox::host::bounds::HostLimits) -> Engine {
-    Engine::new(EngineConfig {
-        cache_dir: Some(cache_dir()),
-        max_concurrent_calls: 8,
-        host_limits: limits,
-        ..EngineConfig::default()
-    })
-    .expect("engine")
-}
+#[allow(
+    dead_code,
+    unreachable_pub,
+    reason = "sonde-sandbox's test engines, shared (`#[path]`): these tests use a part"
+)]
+#[path = "../../../../sandbox/tests/all/support/engines.rs"]
+mod engines;
+pub(crate) use engines::{cache_dir, engine, engine_with};
 
 pub(crate) async fn builtin(name: &str) -> Arc<Plugin> {
     engine()
