@@ -24,6 +24,7 @@ pub(crate) mod fake_nodes;
 )]
 pub(crate) mod fake_secrets;
 pub(crate) mod node_agent;
+pub(crate) mod node_settings;
 pub(crate) mod rbac;
 
 #[allow(

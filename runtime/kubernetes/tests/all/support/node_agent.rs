@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub(crate) use super::engines::engine;
+pub(crate) use super::node_settings::{NODE, node_settings};
 
 /// A running node agent (without its API).
 pub(crate) struct Agent {
@@ -175,9 +176,6 @@ async fn take_up_pulls(control: Arc<Control>, mut ended: tokio::sync::broadcast:
     }
 }
 
-/// The node the agents of these tests run on.
-pub(crate) const NODE: &str = "node-1";
-
 /// An agent with tenants `shop` (the loopback in its ceiling) and `poor`
 /// (the 10/8 network only), and the controller on `client`.
 pub(crate) async fn agent(client: kube::Client, dir: &Path) -> (Agent, kubernetes::GateController) {
@@ -246,25 +244,6 @@ pub(crate) async fn start_gates(
         agent.node_problems().clone(),
     );
     (agent, handle)
-}
-
-/// The settings of an agent on Node `node` (address 127.0.0.1) that runs
-/// node checks in tenant `node`, heartbeating every `heartbeat`, writing
-/// at most `qps` a second, with the `http` and `tcp` plugins allowed.
-pub(crate) fn node_settings(node: &str, heartbeat: Duration, qps: f64) -> GateSettings {
-    GateSettings {
-        node_name: node.into(),
-        plugins: Allowlist::parse(&["http".to_string(), "tcp".to_string()]).unwrap(),
-        namespaces: BTreeMap::new(),
-        qps,
-        burst: (qps * 2.0) as u32,
-        message_refresh: kubernetes::DEFAULT_MESSAGE_REFRESH,
-        node: kubernetes::NodeSettings {
-            ip: Some("127.0.0.1".into()),
-            tenant: "node".into(),
-            heartbeat,
-        },
-    }
 }
 
 /// Waits until probe `name` has run `n` more times than before.

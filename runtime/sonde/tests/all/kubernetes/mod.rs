@@ -21,7 +21,9 @@ use sonde_kubernetes::{self as kubernetes, GateSettings};
 use std::path::Path;
 use std::time::Duration;
 
-pub(crate) const NODE: &str = "node-1";
+#[path = "../../../../kubernetes/tests/all/support/node_settings.rs"]
+mod node_settings;
+pub(crate) use node_settings::{NODE, node_settings};
 
 /// An agent on config text `config` (written to `dir`), first runs jittered
 /// or not, and the readiness-gate controller on `client` with `settings`.
@@ -52,25 +54,6 @@ pub(crate) async fn start_gates(
         agent.node_problems().clone(),
     );
     (agent, handle)
-}
-
-/// The settings of an agent on Node `node` (address 127.0.0.1) that runs
-/// node checks in tenant `node`, heartbeating every `heartbeat`, writing
-/// at most `qps` a second, with the `http` and `tcp` plugins allowed.
-pub(crate) fn node_settings(node: &str, heartbeat: Duration, qps: f64) -> sonde_kubernetes::GateSettings {
-    sonde_kubernetes::GateSettings {
-        node_name: node.into(),
-        plugins: sonde_kubernetes::Allowlist::parse(&["http".to_string(), "tcp".to_string()]).unwrap(),
-        namespaces: std::collections::BTreeMap::new(),
-        qps,
-        burst: (qps * 2.0) as u32,
-        message_refresh: sonde_kubernetes::DEFAULT_MESSAGE_REFRESH,
-        node: sonde_kubernetes::NodeSettings {
-            ip: Some("127.0.0.1".into()),
-            tenant: "node".into(),
-            heartbeat,
-        },
-    }
 }
 
 /// Waits until probe `name` has run `n` more times than `after`.
