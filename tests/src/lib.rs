@@ -1,7 +1,8 @@
 //! sonde's integration harness: the hostile test guests, built from
 //! `tests/guests/` by the build script, small real servers to probe, and
 //! the helpers that name no sonde crate, shared by every crate's tests
-//! (`raw_http`, `dns`, `processes`, `manifests`, `tools`, `seeded`). It
+//! (`raw_http`, `dns`, `processes`, `manifests`, `tools`, `seeded`,
+//! `blackbox`, `promql`). It
 //! depends on no sonde crate: as a dev-dependency of one, it would build a
 //! second copy of the crate under test.
 //!
@@ -14,9 +15,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub mod blackbox;
 pub mod dns;
 pub mod manifests;
 pub mod processes;
+pub mod promql;
 pub mod raw_http;
 pub mod reflect;
 pub mod secrets;
