@@ -12,6 +12,7 @@ mod e2e_nodes;
 mod e2e_npd;
 mod gates;
 mod namespaces;
+mod real_node;
 mod secrets;
 
 use crate::support::engine;

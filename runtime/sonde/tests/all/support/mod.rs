@@ -15,6 +15,7 @@ pub(crate) mod fake_api;
 pub(crate) mod fake_nodes;
 #[path = "../../../../kubernetes/tests/all/support/fake_secrets.rs"]
 pub(crate) mod fake_secrets;
+pub(crate) mod image;
 pub(crate) mod kube;
 #[path = "../../../../kubernetes/tests/all/support/rbac.rs"]
 pub(crate) mod rbac;
