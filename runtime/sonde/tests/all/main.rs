@@ -22,6 +22,7 @@ mod import_blackbox;
 mod kubernetes;
 mod npd;
 mod oci;
+mod otlp;
 mod probes;
 mod prometheus;
 mod sandbox;
