@@ -89,10 +89,7 @@ fn metric(f: &Family, named: Named, times: Times) -> Option<Metric> {
             aggregation_temporality: AggregationTemporality::Cumulative as i32,
             is_monotonic: true,
         }),
-        Kind::Gauge => Data::Gauge(Gauge {
-            data_points: numbers(),
-            ..Gauge::default()
-        }),
+        Kind::Gauge => Data::Gauge(Gauge { data_points: numbers() }),
         Kind::Histogram => Data::Histogram(Histogram {
             data_points: f
                 .points
