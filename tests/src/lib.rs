@@ -529,7 +529,7 @@ fn postgres_ids() -> (u32, u32) {
 pub struct HttpServer {
     /// Where it listens.
     pub addr: SocketAddr,
-    requests: Arc<std::sync::Mutex<Vec<String>>>,
+    requests: Arc<Log>,
     accepted: Arc<AtomicUsize>,
     healthy: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
@@ -573,7 +573,7 @@ impl HttpServer {
 
     fn serve_on(listener: tokio::net::TcpListener, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         let addr = listener.local_addr().expect("local addr");
-        let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let requests = Arc::new(Log::default());
         let accepted = Arc::new(AtomicUsize::new(0));
         let healthy = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let (log, count, health) = (requests.clone(), accepted.clone(), healthy.clone());
@@ -629,13 +629,29 @@ impl HttpServer {
 
     /// The paths (with query) served so far, in order.
     pub fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.requests.paths.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The `traceparent` headers received so far, in order.
+    pub fn traceparents(&self) -> Vec<String> {
+        self.requests
+            .traceparents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// How many TCP connections it accepted so far.
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
     }
+}
+
+/// What an [`HttpServer`] was asked.
+#[derive(Default)]
+struct Log {
+    paths: std::sync::Mutex<Vec<String>>,
+    traceparents: std::sync::Mutex<Vec<String>>,
 }
 
 /// A server certificate for `localhost` and `127.0.0.1`, signed by a
@@ -743,12 +759,18 @@ type Body = http_body_util::Full<bytes::Bytes>;
 
 async fn answer(
     req: hyper::Request<hyper::body::Incoming>,
-    log: Arc<std::sync::Mutex<Vec<String>>>,
+    log: Arc<Log>,
     healthy: bool,
 ) -> Result<hyper::Response<Body>, std::convert::Infallible> {
     use http_body_util::BodyExt;
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
-    log.lock().unwrap_or_else(|e| e.into_inner()).push(path.clone());
+    log.paths.lock().unwrap_or_else(|e| e.into_inner()).push(path.clone());
+    if let Some(t) = req.headers().get("traceparent").and_then(|v| v.to_str().ok()) {
+        log.traceparents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(t.to_string());
+    }
     let reply = |status: u16, body: String| {
         hyper::Response::builder()
             .status(status)

@@ -17,7 +17,9 @@
 //!
 //! **Sampling** decides on the outcome, which is known when the span is
 //! made: every run that does not pass, and `success_ratio` of those that
-//! do.
+//! do; and every run of a probe that propagates its trace context (its
+//! requests carried the run's ids, which the span then takes), so the
+//! target's spans always have their parent.
 //!
 //! **Exemplars**: the last traced run of each plugin and kind is kept, and
 //! the metrics export attaches it to that series of the run duration
@@ -110,11 +112,17 @@ impl RunTracer {
     }
 
     fn record(&self, spec: &ProbeSpec, result: &RunResult) {
-        if !self.sampled(result) {
+        // A run that sent its trace context is always traced: the target's
+        // spans name it as their parent.
+        let sent = result.observed.as_ref().and_then(|o| o.trace);
+        if sent.is_none() && !self.sampled(result) {
             return;
         }
         let end = SystemTime::now();
-        let ids = Ids::random();
+        let ids = sent.map_or_else(Ids::random, |t| Ids {
+            trace: t.trace_id,
+            run: t.span_id,
+        });
         let spans = spans(&Facts::of(spec), result, end, &ids);
         {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());

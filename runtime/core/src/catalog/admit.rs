@@ -249,6 +249,7 @@ impl Admission<'_, '_> {
             config: d.config.to_string(),
             period: d.period,
             initial_delay: d.initial_delay,
+            propagate: d.propagate,
             success_threshold: d.success_threshold,
             failure_threshold: d.failure_threshold,
             limits: d.limits,

@@ -135,6 +135,8 @@ pub struct ProbeSpec {
     pub period: Duration,
     /// No run before this much time after the target (re)started.
     pub initial_delay: Duration,
+    /// Whether its HTTP and gRPC requests carry the run's trace context.
+    pub propagate: bool,
     /// Passes in a row that make the state `success`.
     pub success_threshold: u32,
     /// Failures in a row that make the state `failure`.
@@ -173,6 +175,7 @@ impl PartialEq for ProbeSpec {
             && self.config == o.config
             && self.period == o.period
             && self.initial_delay == o.initial_delay
+            && self.propagate == o.propagate
             && self.success_threshold == o.success_threshold
             && self.failure_threshold == o.failure_threshold
             && self.limits == o.limits

@@ -121,6 +121,7 @@ pub(crate) async fn resolve(
             target: None,
             period: None,
             initial_delay: None,
+            propagate: false,
             timeout: m.timeout,
             success_threshold: None,
             failure_threshold: None,

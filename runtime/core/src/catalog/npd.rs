@@ -167,6 +167,7 @@ async fn rules(
             target: None,
             period: None,
             initial_delay: None,
+            propagate: false,
             timeout: Some(config::Spanned::new(config::Dur(rule.timeout), at, defined)),
             success_threshold: None,
             failure_threshold: None,

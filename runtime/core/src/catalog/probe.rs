@@ -91,6 +91,8 @@ pub struct ProbeDraft {
     pub period: Duration,
     /// No run before it.
     pub initial_delay: Duration,
+    /// `propagate:`.
+    pub propagate: bool,
     /// Passes in a row that make `success`.
     pub success_threshold: u32,
     /// Failures in a row that make `failure`.
@@ -161,6 +163,7 @@ pub fn probe(
             .map_or_else(|| serde_json::json!({}), |c| c.value.clone()),
         period: p.period.as_ref().map_or(DEFAULT_PERIOD, |d| d.value.0),
         initial_delay: p.initial_delay.map_or(Duration::ZERO, |d| d.0),
+        propagate: p.propagate,
         success_threshold: p.success_threshold.as_ref().map_or(1, |s| s.value),
         failure_threshold: p
             .failure_threshold

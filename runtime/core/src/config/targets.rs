@@ -116,6 +116,12 @@ pub struct Probe {
     /// `initial_delay: 0s` (default) — no run before it.
     #[serde(default)]
     pub initial_delay: Option<Dur>,
+    /// `propagate: true` — the run's HTTP and gRPC requests carry its
+    /// trace context (`traceparent`), so the target's own tracing shows the
+    /// check as the root of what it did; with `otlp:`, the run is then
+    /// always traced. Default false.
+    #[serde(default)]
+    pub propagate: bool,
     /// `timeout: 1s` (default) — the deadline of one run.
     #[serde(default)]
     pub timeout: Option<Spanned<Dur>>,

@@ -37,6 +37,7 @@ use crate::tenants::Tenants;
 use admission::Admission;
 use share::Fair;
 use sonde_sandbox::engine::{Call, Engine};
+use sonde_sandbox::verdict::observed::TraceContext;
 use sonde_sandbox::verdict::{Reason, RunResult};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -197,6 +198,11 @@ impl Executor {
             spec.config.clone(),
             spec.limits,
         );
+        // A new trace per run of a probe that propagates one.
+        let trace = spec.propagate.then(|| TraceContext {
+            trace_id: fastrand::u128(1..).to_be_bytes(),
+            span_id: fastrand::u64(1..).to_be_bytes(),
+        });
         let call = async move {
             let call = Call {
                 probe: &probe,
@@ -206,7 +212,7 @@ impl Executor {
                 grants: &grants,
                 attempt,
             };
-            let result = Fair::new(engine.run_for(&tenant, &plugin, &call), gate, active, threads).await;
+            let result = Fair::new(engine.run_traced(&tenant, &plugin, &call, trace), gate, active, threads).await;
             drop(permit);
             counters.record(waited, &result);
             drop(executor);

@@ -120,6 +120,18 @@ impl Engine {
     /// is the tenant's own. Never fails and never panics: whatever the
     /// plugin does ends up in the [`RunResult`].
     pub async fn run_for(&self, tenant: &Arc<str>, plugin: &Plugin, call: &Call<'_>) -> RunResult {
+        self.run_traced(tenant, plugin, call, None).await
+    }
+
+    /// [`Engine::run_for`], its HTTP and gRPC requests carrying `trace` as
+    /// their `traceparent` when given; the result's observations say so.
+    pub async fn run_traced(
+        &self,
+        tenant: &Arc<str>,
+        plugin: &Plugin,
+        call: &Call<'_>,
+        trace: Option<crate::verdict::observed::TraceContext>,
+    ) -> RunResult {
         let target = match call.target {
             "" => None,
             t => match NetPattern::for_target(t) {
@@ -139,6 +151,7 @@ impl Engine {
             Ok(s) => s,
             Err(e) => return RunResult::error(Reason::Internal, e.to_string()),
         };
+        store.data().bounds.set_trace(trace);
         let _ticking = self.inner.ticker.busy();
         let req = wit::Request {
             probe: call.probe.to_string(),
@@ -191,6 +204,9 @@ impl Engine {
         }
         result.duration = duration;
         result.observed = store.data().bounds.take_observed();
+        if trace.is_some() {
+            result.observed.get_or_insert_default().trace = trace;
+        }
         result.fuel_consumed = call.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
         result
     }

@@ -332,6 +332,8 @@ struct Held {
     /// kept here because every capability that connects holds the call's
     /// bounds.
     observed: Option<Box<Observed>>,
+    /// The trace context sent with the call's HTTP and gRPC requests.
+    trace: Option<crate::verdict::observed::TraceContext>,
 }
 
 impl CallBounds {
@@ -408,6 +410,17 @@ impl CallBounds {
     /// What the call's connections showed the host, if it opened any.
     pub(crate) fn take_observed(&self) -> Option<Box<Observed>> {
         self.held().observed.take()
+    }
+
+    /// Sends `trace` with the call's HTTP and gRPC requests.
+    pub(crate) fn set_trace(&self, trace: Option<crate::verdict::observed::TraceContext>) {
+        self.held().trace = trace;
+    }
+
+    /// The `traceparent` header the call's requests carry, if any.
+    pub(crate) fn traceparent(&self) -> Option<http::HeaderValue> {
+        let trace = self.held().trace?;
+        http::HeaderValue::from_str(&trace.traceparent()).ok()
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {

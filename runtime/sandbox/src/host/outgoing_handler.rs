@@ -78,6 +78,13 @@ impl WasiHttpHooks for Hooks {
         if self.grants.holds_secrets() {
             reflections::ask_identity(request.headers_mut());
         }
+        // The run's trace context, when the probe propagates it: the
+        // host's, replacing any the plugin set.
+        if let Some(traceparent) = self.bounds.traceparent() {
+            request
+                .headers_mut()
+                .insert(http::header::HeaderName::from_static("traceparent"), traceparent);
+        }
         if self.bounds.take_socket().is_err() {
             return Box::new(async { Err(Error::ConnectionLimitReached) });
         }

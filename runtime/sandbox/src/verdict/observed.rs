@@ -53,6 +53,27 @@ pub struct Observed {
     /// with the pooled connection that carries it, for the runs that
     /// reuse it).
     pub tls: Option<Arc<TlsSeen>>,
+    /// The trace context the host sent with the run's HTTP and gRPC
+    /// requests (`traceparent`), when the probe propagates one.
+    pub trace: Option<TraceContext>,
+}
+
+/// A W3C trace context: the run's trace, and its span as the parent of
+/// what the target does with the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceContext {
+    /// The trace's id; never all zeros.
+    pub trace_id: [u8; 16],
+    /// The run's span id; never all zeros.
+    pub span_id: [u8; 8],
+}
+
+impl TraceContext {
+    /// The `traceparent` header's value: version 00, sampled.
+    pub fn traceparent(&self) -> String {
+        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        format!("00-{}-{}-01", hex(&self.trace_id), hex(&self.span_id))
+    }
 }
 
 /// A name lookup: its time, and whether it found an address.

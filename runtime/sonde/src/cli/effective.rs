@@ -181,6 +181,7 @@ fn probe(p: &std::sync::Arc<sonde_core::catalog::ProbeSpec>) -> Value {
         "target": p.address,
         "period": dur(p.period),
         "initial_delay": dur(p.initial_delay),
+        "propagate": p.propagate,
         "timeout": dur(p.limits.timeout),
         "success_threshold": p.success_threshold,
         "failure_threshold": p.failure_threshold,

@@ -402,3 +402,77 @@ async fn each_run_is_a_span_and_the_duration_histogram_links_to_one() {
     );
     agent.stop().await;
 }
+
+/// `propagate: true`: the probe's HTTP request and gRPC call carry the
+/// run's `traceparent` (the target records it), and the run's span, always
+/// sent, has that trace and span id: the target's spans hang under the
+/// check. A probe without it sends none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_propagating_probe_is_the_root_of_the_targets_trace() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let web = HttpServer::start().await;
+    let quiet = HttpServer::start().await;
+    let grpc = sonde_tests::GrpcHealthServer::start().await;
+    let receiver = Receiver::start(Answer::Take).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sonde.yaml");
+    let yaml = format!(
+        "otlp:\n  endpoint: http://{}\n  protocol: grpc\n  interval: 1s\n  traces: {{success_ratio: 0}}\n\
+         targets:\n\
+         \x20 - name: web\n    address: {}\n    probes:\n      - {{name: web-traced, plugin: http, period: 200ms, config: {{path: /ok}}, propagate: true}}\n\
+         \x20 - name: quiet\n    address: {}\n    probes:\n      - {{name: quiet, plugin: http, period: 200ms, config: {{path: /ok}}}}\n\
+         \x20 - name: api\n    address: {}\n    probes:\n      - {{name: api-traced, plugin: grpc, period: 200ms, propagate: true}}\n",
+        receiver.addr, web.addr, quiet.addr, grpc.addr
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let (agent, _api) = start_agent(&path).await;
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    // The span of each run that sent a traceparent: "00-<trace>-<span>-01".
+    let sent_by_runs = || -> BTreeSet<String> {
+        receiver
+            .spans()
+            .into_iter()
+            .filter(|s| s.name == "sonde.run")
+            .filter(|s| {
+                s.attributes.iter().any(|a| {
+                    a.key == "sonde.probe.name"
+                        && matches!(a.value.as_ref().and_then(|v| v.value.as_ref()),
+                            Some(Value::StringValue(n)) if n.ends_with("-traced"))
+                })
+            })
+            .map(|s| format!("00-{}-{}-01", hex(&s.trace_id), hex(&s.span_id)))
+            .collect()
+    };
+    let grpc_sent = || -> Vec<String> {
+        grpc.metadata()
+            .into_iter()
+            .flat_map(|m| m.into_iter().filter(|(k, _)| k == "traceparent").map(|(_, v)| v))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let spans = sent_by_runs();
+        let http_joined = web.traceparents().iter().any(|t| spans.contains(t));
+        let grpc_joined = grpc_sent().iter().any(|t| spans.contains(t));
+        if http_joined && grpc_joined {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "http {http_joined}, grpc {grpc_joined}: the targets got {:?} and {:?}, the runs' spans are {spans:?}",
+            web.traceparents(),
+            grpc_sent()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Each run its own trace, and each request of a run carries the run's.
+    let got = web.traceparents();
+    assert!(got.len() >= 2 && got[0] != got[1], "{got:?}");
+    assert!(
+        got.iter()
+            .all(|t| t.len() == 55 && t.starts_with("00-") && t.ends_with("-01")),
+        "{got:?}"
+    );
+    assert!(quiet.traceparents().is_empty(), "{:?}", quiet.traceparents());
+    agent.stop().await;
+}

@@ -450,6 +450,8 @@ async fn shipped_daemonset(launch: Launch) {
             (Value::String(v), _) => map(v),
             (_, Value::String(f)) if f == "spec.nodeName" => NODE.to_string(),
             (_, Value::String(f)) if f == "status.hostIP" => "127.0.0.1".to_string(),
+            // The Pod's name, as the DaemonSet controller would make it.
+            (_, Value::String(f)) if f == "metadata.name" => format!("sonde-{}", NODE),
             (_, Value::String(f)) if f == "metadata.namespace" => daemonset["metadata"]["namespace"]
                 .as_str()
                 .expect("the DaemonSet's namespace")

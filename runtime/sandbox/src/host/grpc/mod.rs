@@ -481,6 +481,9 @@ impl probe_grpc::Host for GrpcView<'_> {
 impl GrpcView<'_> {
     async fn call_checked(&self, req: GrpcRequest) -> Result<GrpcResponse, GrpcError> {
         let mut call = prepare(self.grants, &req)?;
+        if let Some(traceparent) = self.bounds.traceparent() {
+            call.headers.insert(HeaderName::from_static("traceparent"), traceparent);
+        }
         self.grants
             .authorize(Use::Grpc {
                 host: &call.host,

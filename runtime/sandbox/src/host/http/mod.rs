@@ -292,7 +292,14 @@ async fn exchange(
         ..
     } = *view;
     let start = Instant::now();
-    let request = build_request(grants, &req, &target)?;
+    let mut request = build_request(grants, &req, &target)?;
+    // The run's trace context, when the probe propagates it: the host's,
+    // replacing any the plugin set.
+    if let Some(traceparent) = bounds.traceparent() {
+        request
+            .headers_mut()
+            .insert(http::header::HeaderName::from_static("traceparent"), traceparent);
+    }
     let key = req
         .keepalive
         .then(|| PoolKey::new(tenant, &target.host, target.port, target.tls.as_ref(), target.http2));

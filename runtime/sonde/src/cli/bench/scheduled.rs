@@ -200,6 +200,7 @@ pub(super) fn bench_probes(
                 config: plugin_config.to_string(),
                 period: args.period,
                 initial_delay: Duration::ZERO,
+                propagate: false,
                 success_threshold: 1,
                 failure_threshold: sonde_core::catalog::DEFAULT_FAILURE_THRESHOLD,
                 limits: args.sandbox.limits(),
