@@ -2,6 +2,7 @@
 //! written to the log, and followed by the Node writer in Kubernetes mode
 //! ([`Board::follow`], [`Board::take_events`]).
 
+use super::syslog::LineOutcome;
 use super::{Condition, ConditionStatus, LogSink, Report, Severity, Sink};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -53,6 +54,8 @@ struct State {
     pending: VecDeque<PendingEvent>,
     /// Whether someone follows the board (and so takes its Events).
     followed: bool,
+    /// (source, outcome) → lines a system-log monitor read.
+    lines: BTreeMap<(String, LineOutcome), u64>,
 }
 
 impl fmt::Debug for Board {
@@ -124,6 +127,16 @@ impl Board {
             let labels = [("source", source.as_str()), ("reason", reason.as_str())];
             ConstCounter::new(*n).encode(e.encode_family(&labels)?)?;
         }
+        let mut e = enc.encode_descriptor(
+            "sonde_node_log_lines",
+            "Lines a node-problem-detector system-log monitor read, by outcome: read (matched), cut (matched after being cut to max_line_bytes), dropped (over max_lines_per_second, not matched)",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((source, outcome), n) in &s.lines {
+            let labels = [("source", source.as_str()), ("outcome", outcome.as_str())];
+            ConstCounter::new(*n).encode(e.encode_family(&labels)?)?;
+        }
         Ok(())
     }
 }
@@ -160,6 +173,10 @@ impl Sink for Board {
         }
         LogSink.report(source, report);
         self.changed.send_modify(|n| *n += 1);
+    }
+
+    fn line(&self, source: &str, outcome: LineOutcome) {
+        *self.lock().lines.entry((source.to_string(), outcome)).or_default() += 1;
     }
 }
 
