@@ -62,7 +62,7 @@ ensure_npd() {
   local src="$cache/src/npd-build-$NPD_VERSION" log
   if [ ! -x "$bin" ] || [ ! -f "$dir/config/kernel-monitor.json" ]; then
     ensure_go || return 1
-    echo "== building node-problem-detector $NPD_VERSION from the Go module proxy (once, into $cache; about two minutes)" >&2
+    echo "== building node-problem-detector $NPD_VERSION from the Go module proxy (once, into $cache; about five minutes with 2 cores)" >&2
     mkdir -p "$src"
     cat >"$src/go.mod" <<EOF
 module sonde.invalid/npd

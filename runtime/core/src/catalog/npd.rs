@@ -14,7 +14,9 @@
 //! `sonde run` would.
 
 use super::{Catalog, Change, ProbeSpec};
-use crate::config::{self, ConfigError, ConfigErrors, LogBoundError, LogBounds, NpdFile, NpdLogMonitor, NpdMonitor, NpdSpec};
+use crate::config::{
+    self, ConfigError, ConfigErrors, LogBoundError, LogBounds, NpdFile, NpdLogMonitor, NpdMonitor, NpdSpec,
+};
 use crate::tenants::Ceiling;
 use sonde_sandbox::engine::Engine;
 use std::path::{Path, PathBuf};
@@ -109,9 +111,12 @@ pub(crate) async fn resolve(
             }
             NpdFile::Custom(monitor) => monitor,
         };
-        if let Some(key) = [("max_line_bytes", spec.max_line_bytes.is_some()), ("max_lines_per_second", spec.max_lines_per_second.is_some())]
-            .into_iter()
-            .find_map(|(k, set)| set.then_some(k))
+        if let Some(key) = [
+            ("max_line_bytes", spec.max_line_bytes.is_some()),
+            ("max_lines_per_second", spec.max_lines_per_second.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(k, set)| set.then_some(k))
         {
             errors.push(error(LogBoundError::NotForCustom(key).to_string()));
             continue;

@@ -331,7 +331,10 @@ mod tests {
 
     #[test]
     fn messages_are_quoted_as_go_quotes_them() {
-        assert_eq!(go_quote("a \"b\" \\ c\nd\te\u{1}\u{7f}é\u{85}"), r#""a \"b\" \\ c\nd\te\x01\x7fé\u0085""#);
+        assert_eq!(
+            go_quote("a \"b\" \\ c\nd\te\u{1}\u{7f}é\u{85}"),
+            r#""a \"b\" \\ c\nd\te\x01\x7fé\u0085""#
+        );
     }
 
     #[test]

@@ -37,7 +37,10 @@ fn start(dir: &Path, json: &str) -> (tokio::task::JoinHandle<()>, mpsc::Unbounde
         bounds: LogBounds::default(),
     });
     let (tx, rx) = mpsc::unbounded_channel();
-    (tokio::spawn(sonde_core::npd::syslog::run(monitor, Arc::new(Reports(tx)))), rx)
+    (
+        tokio::spawn(sonde_core::npd::syslog::run(monitor, Arc::new(Reports(tx)))),
+        rx,
+    )
 }
 
 /// The next report (10 s at most).
@@ -74,13 +77,22 @@ fn rules(tag: &str) -> String {
 /// What the test's lines make, whatever the source.
 async fn expect_npds_reports(rx: &mut mpsc::UnboundedReceiver<(String, Report)>, tag: &str) {
     match next(rx).await {
-        Report::Event { severity, reason, message } => {
+        Report::Event {
+            severity,
+            reason,
+            message,
+        } => {
             assert_eq!((severity, reason.as_str()), (Severity::Warning, "OOMKilling"));
-            assert_eq!(message, format!("{tag} Killed process 42 (stress) total-vm:1024kB, anon-rss:0kB"));
+            assert_eq!(
+                message,
+                format!("{tag} Killed process 42 (stress) total-vm:1024kB, anon-rss:0kB")
+            );
         }
         other => panic!("{other:?}"),
     }
-    let Report::Condition(c) = next(rx).await else { panic!("a condition") };
+    let Report::Condition(c) = next(rx).await else {
+        panic!("a condition")
+    };
     assert_eq!(
         (c.kind.as_str(), c.status, c.reason.as_str(), c.message.as_str()),
         (
@@ -124,7 +136,9 @@ fn lines(tag: &str) -> Vec<String> {
 }
 
 async fn expect_defaults(rx: &mut mpsc::UnboundedReceiver<(String, Report)>) {
-    let Report::Condition(c) = next(rx).await else { panic!("the default first") };
+    let Report::Condition(c) = next(rx).await else {
+        panic!("the default first")
+    };
     assert_eq!(
         (c.kind.as_str(), c.status, c.reason.as_str(), c.message.as_str()),
         ("TestDeadlock", ConditionStatus::False, "NoDeadlock", "no deadlock")
@@ -138,7 +152,9 @@ async fn lines_appended_to_a_file_become_npds_events_and_condition() {
     let log = dir.path().join("kern.log");
     // An old line (before the 5 minutes looked back) and one with no
     // timestamp the file's pattern finds: neither is matched.
-    let old = jiff::Zoned::now().checked_sub(jiff::SignedDuration::from_hours(1)).unwrap();
+    let old = jiff::Zoned::now()
+        .checked_sub(jiff::SignedDuration::from_hours(1))
+        .unwrap();
     std::fs::write(
         &log,
         format!(

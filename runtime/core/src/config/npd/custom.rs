@@ -281,4 +281,3 @@ fn check_rule(
         invoke_interval,
     })
 }
-

@@ -93,7 +93,15 @@ const MONTHS: [&str; 12] = [
     "November",
     "December",
 ];
-const DAYS: [&str; 7] = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
+const DAYS: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
 
 /// The elements, longest first where one is the start of another.
 /// (Fractions, any count of `0`s or `9`s, are matched apart.)
@@ -104,25 +112,58 @@ const TOKENS: [(&str, fn() -> Element); 27] = [
     ("Mon", || Element::Weekday { long: false }),
     ("MST", || Element::Zone),
     ("2006", || Element::Year { digits: 4 }),
-    ("-07:00", || Element::Offset { colon: true, minutes: true, z: false }),
-    ("-0700", || Element::Offset { colon: false, minutes: true, z: false }),
-    ("-07", || Element::Offset { colon: false, minutes: false, z: false }),
-    ("Z07:00", || Element::Offset { colon: true, minutes: true, z: true }),
-    ("Z0700", || Element::Offset { colon: false, minutes: true, z: true }),
-    ("Z07", || Element::Offset { colon: false, minutes: false, z: true }),
+    ("-07:00", || Element::Offset {
+        colon: true,
+        minutes: true,
+        z: false,
+    }),
+    ("-0700", || Element::Offset {
+        colon: false,
+        minutes: true,
+        z: false,
+    }),
+    ("-07", || Element::Offset {
+        colon: false,
+        minutes: false,
+        z: false,
+    }),
+    ("Z07:00", || Element::Offset {
+        colon: true,
+        minutes: true,
+        z: true,
+    }),
+    ("Z0700", || Element::Offset {
+        colon: false,
+        minutes: true,
+        z: true,
+    }),
+    ("Z07", || Element::Offset {
+        colon: false,
+        minutes: false,
+        z: true,
+    }),
     ("01", || Element::Month(Width::Two)),
     ("02", || Element::Day(Width::Two)),
     ("_2", || Element::Day(Width::Space)),
-    ("03", || Element::Hour { twelve: true, width: Width::Two }),
+    ("03", || Element::Hour {
+        twelve: true,
+        width: Width::Two,
+    }),
     ("04", || Element::Minute(Width::Two)),
     ("05", || Element::Second(Width::Two)),
     ("06", || Element::Year { digits: 2 }),
-    ("15", || Element::Hour { twelve: false, width: Width::Two }),
+    ("15", || Element::Hour {
+        twelve: false,
+        width: Width::Two,
+    }),
     ("PM", || Element::Meridiem),
     ("pm", || Element::Meridiem),
     ("1", || Element::Month(Width::Any)),
     ("2", || Element::Day(Width::Any)),
-    ("3", || Element::Hour { twelve: true, width: Width::Any }),
+    ("3", || Element::Hour {
+        twelve: true,
+        width: Width::Any,
+    }),
     ("4", || Element::Minute(Width::Any)),
     ("5", || Element::Second(Width::Any)),
 ];
@@ -182,7 +223,13 @@ impl TimeLayout {
                     .is_some_and(|after| after.starts_with(|c: char| c.is_ascii_digit()))
             {
                 rest = f
-                    .read(&Element::Fraction { digits: 9, optional: true }, rest)
+                    .read(
+                        &Element::Fraction {
+                            digits: 9,
+                            optional: true,
+                        },
+                        rest,
+                    )
                     .ok_or_else(mismatch)?;
             }
         }
@@ -233,7 +280,11 @@ impl Fields {
             Element::Literal(l) => text.strip_prefix(l.as_str()),
             Element::Year { digits } => {
                 let (n, rest) = digits_of(text, *digits, *digits)?;
-                self.year = Some(if *digits == 2 { 1900 + n as i16 + if n < 69 { 100 } else { 0 } } else { n as i16 });
+                self.year = Some(if *digits == 2 {
+                    1900 + n as i16 + if n < 69 { 100 } else { 0 }
+                } else {
+                    n as i16
+                });
                 Some(rest)
             }
             Element::Month(Width::Name { long }) => {
@@ -313,7 +364,16 @@ impl Fields {
             Some(y) => y,
             None => jiff::Zoned::now().year(),
         };
-        let civil = jiff::civil::DateTime::new(year, self.month.max(1), self.day.max(1), hour, self.minute, self.second, self.nanos).ok()?;
+        let civil = jiff::civil::DateTime::new(
+            year,
+            self.month.max(1),
+            self.day.max(1),
+            hour,
+            self.minute,
+            self.second,
+            self.nanos,
+        )
+        .ok()?;
         let zone = match self.offset {
             Some(s) => jiff::tz::TimeZone::fixed(jiff::tz::Offset::from_seconds(s).ok()?),
             None => jiff::tz::TimeZone::system(),
@@ -326,7 +386,9 @@ impl Fields {
 /// A number of `min` to `max` digits at the start of `text`, and the rest.
 fn digits_of(text: &str, min: usize, max: usize) -> Option<(u32, &str)> {
     let n = text.bytes().take(max).take_while(u8::is_ascii_digit).count();
-    (n >= min).then(|| (text[..n].parse().ok(), &text[n..])).and_then(|(v, r)| Some((v?, r)))
+    (n >= min)
+        .then(|| (text[..n].parse().ok(), &text[n..]))
+        .and_then(|(v, r)| Some((v?, r)))
 }
 
 /// A number written as `width` says at the start of `text`.
@@ -360,7 +422,10 @@ mod tests {
     fn npd_shipped_layouts_read_their_lines() {
         let s = |secs: u64, nanos: u32| UNIX_EPOCH + Duration::new(secs, nanos);
         assert_eq!(
-            at("2006-01-02T15:04:05.999999999-07:00", "2026-11-29T02:30:00.123456789+01:00"),
+            at(
+                "2006-01-02T15:04:05.999999999-07:00",
+                "2026-11-29T02:30:00.123456789+01:00"
+            ),
             Ok(s(1_795_915_800, 123_456_789))
         );
         assert_eq!(
@@ -371,21 +436,36 @@ mod tests {
             }),
             "-07:00 takes no Z, as in Go"
         );
-        assert_eq!(at("2006-01-02T15:04:05.999999999Z07:00", "2026-11-29T01:30:00Z"), Ok(s(1_795_915_800, 0)));
-        assert_eq!(at("2006-01-02T15:04:05Z07:00", "2026-11-29T01:30:00.5Z"), Ok(s(1_795_915_800, 500_000_000)));
+        assert_eq!(
+            at("2006-01-02T15:04:05.999999999Z07:00", "2026-11-29T01:30:00Z"),
+            Ok(s(1_795_915_800, 0))
+        );
+        assert_eq!(
+            at("2006-01-02T15:04:05Z07:00", "2026-11-29T01:30:00.5Z"),
+            Ok(s(1_795_915_800, 500_000_000))
+        );
         // Without a year: this year, in the local zone.
         let t = at("Jan _2 15:04:05", "Nov  9 08:07:06").unwrap();
-        let z = jiff::Timestamp::try_from(t).unwrap().to_zoned(jiff::tz::TimeZone::system());
+        let z = jiff::Timestamp::try_from(t)
+            .unwrap()
+            .to_zoned(jiff::tz::TimeZone::system());
         assert_eq!((z.month(), z.day(), z.hour(), z.minute(), z.second()), (11, 9, 8, 7, 6));
         assert_eq!(z.year(), jiff::Zoned::now().year());
         assert!(at("Jan _2 15:04:05", "Nov 29 08:07").is_err());
         assert!(at("Jan _2 15:04:05", "Foo 29 08:07:06").is_err());
-        assert_eq!(at("01/02/2006 03:04 PM", "11/29/2026 01:30 AM"), at("2006-01-02 15:04 MST", "2026-11-29 01:30 UTC").map(|_| at("01/02/2006 15:04", "11/29/2026 01:30").unwrap()));
+        assert_eq!(
+            at("01/02/2006 03:04 PM", "11/29/2026 01:30 AM"),
+            at("2006-01-02 15:04 MST", "2026-11-29 01:30 UTC")
+                .map(|_| at("01/02/2006 15:04", "11/29/2026 01:30").unwrap())
+        );
     }
 
     #[test]
     fn a_layout_without_an_element_is_refused() {
-        assert_eq!(TimeLayout::new("yyyy-mm-dd"), Err(TimeError::NoElement("yyyy-mm-dd".into())));
+        assert_eq!(
+            TimeLayout::new("yyyy-mm-dd"),
+            Err(TimeError::NoElement("yyyy-mm-dd".into()))
+        );
         assert!(TimeLayout::new("").is_err());
     }
 }

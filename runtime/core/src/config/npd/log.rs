@@ -4,8 +4,8 @@
 //! syntax) and, as NPD anchors it, matched against the end of the last
 //! `bufferSize` lines.
 
-use super::*;
 use super::gotime::TimeLayout;
+use super::*;
 
 /// The `plugin`s of a system-log monitor.
 pub const LOG_PLUGINS: [&str; 3] = ["kmsg", "filelog", "journald"];

@@ -85,7 +85,9 @@ impl NpdFile {
         }
         let text = read_text(file)?;
         // The one key that says which shape the rest has.
-        let plugin = serde_json::from_str::<Plugin>(&text).map(|p| p.plugin).unwrap_or_default();
+        let plugin = serde_json::from_str::<Plugin>(&text)
+            .map(|p| p.plugin)
+            .unwrap_or_default();
         if LOG_PLUGINS.contains(&plugin.as_str()) {
             NpdLogMonitor::parse(file, &text).map(Self::Log)
         } else {

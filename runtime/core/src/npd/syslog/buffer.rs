@@ -147,6 +147,9 @@ mod tests {
     fn an_unanchored_alternative_is_as_npd_leaves_it() {
         // NPD appends `\z` without a group: `a|b\z` anchors `b` only.
         let mut b = buffer(10, &["a here", "then something else"]);
-        assert_eq!(messages(b.matched(&rule("a here|b"))), ["a here", "then something else"]);
+        assert_eq!(
+            messages(b.matched(&rule("a here|b"))),
+            ["a here", "then something else"]
+        );
     }
 }

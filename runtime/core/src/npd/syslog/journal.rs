@@ -116,7 +116,10 @@ mod tests {
     #[test]
     fn an_entry_gives_its_time_and_message() {
         let l = parse(br#"{"__REALTIME_TIMESTAMP":"1795829400000001","MESSAGE":" Started kubelet.service. ","SYSLOG_IDENTIFIER":"systemd"}"#).unwrap();
-        assert_eq!(l.at, SystemTime::UNIX_EPOCH + Duration::from_micros(1_795_829_400_000_001));
+        assert_eq!(
+            l.at,
+            SystemTime::UNIX_EPOCH + Duration::from_micros(1_795_829_400_000_001)
+        );
         assert_eq!(l.message, "Started kubelet.service.");
         let bytes = parse(br#"{"__REALTIME_TIMESTAMP":"1","MESSAGE":[104,105,255]}"#).unwrap();
         assert_eq!(bytes.message, "hi\u{fffd}");

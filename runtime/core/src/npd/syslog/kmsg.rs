@@ -28,7 +28,10 @@ pub struct Kmsg {
 impl Kmsg {
     /// Opens the device.
     pub fn open() -> Result<Self, SourceError> {
-        let open = |e| SourceError::Open { path: KMSG.into(), source: e };
+        let open = |e| SourceError::Open {
+            path: KMSG.into(),
+            source: e,
+        };
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
@@ -101,7 +104,10 @@ mod tests {
     fn a_record_gives_its_time_and_first_line() {
         let boot = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
         assert_eq!(
-            parse(b"6,339,5140900,-;NET: Registered protocol family 10\n SUBSYSTEM=net\n DEVICE=n1\n", boot),
+            parse(
+                b"6,339,5140900,-;NET: Registered protocol family 10\n SUBSYSTEM=net\n DEVICE=n1\n",
+                boot
+            ),
             Some(Line {
                 at: boot + Duration::from_micros(5_140_900),
                 message: "NET: Registered protocol family 10".into(),

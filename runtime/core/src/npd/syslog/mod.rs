@@ -109,9 +109,11 @@ impl Source {
                 })
                 .await?,
             ),
-            LogSource::Journal { dir, identifier } => {
-                Self::Journal(journal::Journal::open(dir.as_ref(), identifier, start.min(SystemTime::now()))?)
-            }
+            LogSource::Journal { dir, identifier } => Self::Journal(journal::Journal::open(
+                dir.as_ref(),
+                identifier,
+                start.min(SystemTime::now()),
+            )?),
         })
     }
 
@@ -175,7 +177,11 @@ impl Matcher {
             let matched = self.buffer.matched(&rule.pattern.regex);
             let Some(first) = matched.first() else { continue };
             let at = first.at;
-            let mut message = matched.iter().map(|e| e.message.as_str()).collect::<Vec<_>>().join("\n");
+            let mut message = matched
+                .iter()
+                .map(|e| e.message.as_str())
+                .collect::<Vec<_>>()
+                .join("\n");
             if !rule.message_suffix.is_empty() {
                 message = format!("{message}; {}", rule.message_suffix);
             }
@@ -240,8 +246,16 @@ mod tests {
         let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
         let m = Duration::from_secs(60);
         assert_eq!(start_time(t(1000), t(5000), 5 * m, Duration::ZERO), t(4700));
-        assert_eq!(start_time(t(4900), t(5000), 5 * m, Duration::ZERO), t(4900), "booted 100s ago");
-        assert_eq!(start_time(t(1000), t(5000), Duration::ZERO, Duration::ZERO), t(5000), "NPD's default lookback: now");
+        assert_eq!(
+            start_time(t(4900), t(5000), 5 * m, Duration::ZERO),
+            t(4900),
+            "booted 100s ago"
+        );
+        assert_eq!(
+            start_time(t(1000), t(5000), Duration::ZERO, Duration::ZERO),
+            t(5000),
+            "NPD's default lookback: now"
+        );
         assert_eq!(start_time(t(4900), t(5000), 5 * m, m), t(4960), "delay after boot");
     }
 }

@@ -140,12 +140,20 @@ mod tests {
             Report::Event {
                 severity: Severity::Warning,
                 reason: "DockerHung".into(),
-                message: "Node condition KernelDeadlock is now: True, reason: DockerHung, message: \"task docker:1 blocked\"".into()
+                message:
+                    "Node condition KernelDeadlock is now: True, reason: DockerHung, message: \"task docker:1 blocked\""
+                        .into()
             }
         );
-        assert!(s.apply(&m.rules[1], "task docker:2 blocked", at(6)).is_empty(), "same reason: no change, the first message stays");
+        assert!(
+            s.apply(&m.rules[1], "task docker:2 blocked", at(6)).is_empty(),
+            "same reason: no change, the first message stays"
+        );
         assert_eq!(s.conditions()[0].message, "task docker:1 blocked");
         let r = s.apply(&m.rules[2], "task umount.aufs:3 blocked", at(7));
-        assert!(matches!(&r[0], Report::Condition(c) if c.reason == "AufsUmountHung"), "another reason is a change");
+        assert!(
+            matches!(&r[0], Report::Condition(c) if c.reason == "AufsUmountHung"),
+            "another reason is a change"
+        );
     }
 }
