@@ -81,7 +81,9 @@ EOF
     fi
     rm -rf "$dir" && mkdir -p "$dir"
     cp -r "$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' "$log")/." "$dir/"
+    # A module zip keeps no file modes: NPD's example plugins are programs.
     chmod -R u+w "$dir"
+    chmod +x "$dir"/config/plugin/*.sh
     rm -f "$log"
     CGO_ENABLED=1 GO_BUILD_TAGS=journald go_build_in "$cache" "$src" "$bin" \
       "-X k8s.io/node-problem-detector/pkg/version.version=v$NPD_VERSION" \

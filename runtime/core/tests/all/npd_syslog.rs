@@ -67,8 +67,8 @@ fn rules(tag: &str) -> String {
     format!(
         r#""conditions": [{{"type": "TestDeadlock", "reason": "NoDeadlock", "message": "no deadlock"}}],
   "rules": [
-    {{"type": "temporary", "reason": "OOMKilling", "pattern": "{tag} Killed process \\d+ \\(.+\\) total-vm:\\d+kB.*"}},
-    {{"type": "permanent", "condition": "TestDeadlock", "reason": "DockerHung", "pattern": "{tag} task docker:\\w+ blocked for more than \\w+ seconds\\."}},
+    {{"type": "temporary", "reason": "OOMKilling", "pattern": "{tag} Stopped probe \\d+ \\(.+\\) total-vm:\\d+kB.*"}},
+    {{"type": "permanent", "condition": "TestDeadlock", "reason": "DockerHung", "pattern": "{tag} probe docker:\\w+ stalled for more than \\w+ seconds\\."}},
     {{"type": "temporary", "reason": "TwoLines", "pattern": "{tag} first\\n{tag} second", "patternGeneratedMessageSuffix": "see the runbook"}}
   ]"#
     )
@@ -85,7 +85,7 @@ async fn expect_npds_reports(rx: &mut mpsc::UnboundedReceiver<(String, Report)>,
             assert_eq!((severity, reason.as_str()), (Severity::Warning, "OOMKilling"));
             assert_eq!(
                 message,
-                format!("{tag} Killed process 42 (stress) total-vm:1024kB, anon-rss:0kB")
+                format!("{tag} Stopped probe 42 (stress) total-vm:1024kB, anon-rss:0kB")
             );
         }
         other => panic!("{other:?}"),
@@ -99,7 +99,7 @@ async fn expect_npds_reports(rx: &mut mpsc::UnboundedReceiver<(String, Report)>,
             "TestDeadlock",
             ConditionStatus::True,
             "DockerHung",
-            format!("{tag} task docker:abc blocked for more than 120 seconds.").as_str()
+            format!("{tag} probe docker:abc stalled for more than 120 seconds.").as_str()
         )
     );
     assert_eq!(
@@ -108,7 +108,7 @@ async fn expect_npds_reports(rx: &mut mpsc::UnboundedReceiver<(String, Report)>,
             Severity::Warning,
             "DockerHung",
             &format!(
-                "Node condition TestDeadlock is now: True, reason: DockerHung, message: \"{tag} task docker:abc blocked for more than 120 seconds.\""
+                "Node condition TestDeadlock is now: True, reason: DockerHung, message: \"{tag} probe docker:abc stalled for more than 120 seconds.\""
             )
         )
     );
@@ -126,10 +126,10 @@ async fn expect_npds_reports(rx: &mut mpsc::UnboundedReceiver<(String, Report)>,
 /// The lines each test writes, tagged.
 fn lines(tag: &str) -> Vec<String> {
     vec![
-        format!("{tag} Killed process 42 (stress) total-vm:1024kB, anon-rss:0kB"),
-        format!("{tag} task docker:abc blocked for more than 120 seconds."),
+        format!("{tag} Stopped probe 42 (stress) total-vm:1024kB, anon-rss:0kB"),
+        format!("{tag} probe docker:abc stalled for more than 120 seconds."),
         // The same reason again: no change, no Event.
-        format!("{tag} task docker:def blocked for more than 120 seconds."),
+        format!("{tag} probe docker:def stalled for more than 120 seconds."),
         format!("{tag} first"),
         format!("{tag} second"),
     ]
@@ -158,7 +158,7 @@ async fn lines_appended_to_a_file_become_npds_events_and_condition() {
     std::fs::write(
         &log,
         format!(
-            "{} host kernel: [1.0] {tag} Killed process 1 (old) total-vm:1kB\nno time here\n",
+            "{} host kernel: [1.0] {tag} Stopped probe 1 (old) total-vm:1kB\nno time here\n",
             old.strftime("%b %e %H:%M:%S")
         ),
     )

@@ -95,7 +95,7 @@ fn a_bad_system_log_monitor_is_refused_with_the_file_and_key() {
         (monitor("", rule), "    exec: [/bin]\n", "exec: a system-log monitor runs no program"),
     ] {
         std::fs::write(&file, &json).unwrap();
-        let out = validate(&config(dir.path(), &file, &extra));
+        let out = validate(&config(dir.path(), &file, extra));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "accepted:\n{json}\n{extra}");
         assert!(err.contains(said), "{json}\n{extra}: wanted {said:?} in:\n{err}");

@@ -105,67 +105,94 @@ const DAYS: [&str; 7] = [
 
 /// The elements, longest first where one is the start of another.
 /// (Fractions, any count of `0`s or `9`s, are matched apart.)
-const TOKENS: [(&str, fn() -> Element); 27] = [
-    ("January", || Element::Month(Width::Name { long: true })),
-    ("Jan", || Element::Month(Width::Name { long: false })),
-    ("Monday", || Element::Weekday { long: true }),
-    ("Mon", || Element::Weekday { long: false }),
-    ("MST", || Element::Zone),
-    ("2006", || Element::Year { digits: 4 }),
-    ("-07:00", || Element::Offset {
-        colon: true,
-        minutes: true,
-        z: false,
-    }),
-    ("-0700", || Element::Offset {
-        colon: false,
-        minutes: true,
-        z: false,
-    }),
-    ("-07", || Element::Offset {
-        colon: false,
-        minutes: false,
-        z: false,
-    }),
-    ("Z07:00", || Element::Offset {
-        colon: true,
-        minutes: true,
-        z: true,
-    }),
-    ("Z0700", || Element::Offset {
-        colon: false,
-        minutes: true,
-        z: true,
-    }),
-    ("Z07", || Element::Offset {
-        colon: false,
-        minutes: false,
-        z: true,
-    }),
-    ("01", || Element::Month(Width::Two)),
-    ("02", || Element::Day(Width::Two)),
-    ("_2", || Element::Day(Width::Space)),
-    ("03", || Element::Hour {
-        twelve: true,
-        width: Width::Two,
-    }),
-    ("04", || Element::Minute(Width::Two)),
-    ("05", || Element::Second(Width::Two)),
-    ("06", || Element::Year { digits: 2 }),
-    ("15", || Element::Hour {
-        twelve: false,
-        width: Width::Two,
-    }),
-    ("PM", || Element::Meridiem),
-    ("pm", || Element::Meridiem),
-    ("1", || Element::Month(Width::Any)),
-    ("2", || Element::Day(Width::Any)),
-    ("3", || Element::Hour {
-        twelve: true,
-        width: Width::Any,
-    }),
-    ("4", || Element::Minute(Width::Any)),
-    ("5", || Element::Second(Width::Any)),
+const TOKENS: [(&str, Element); 27] = [
+    ("January", Element::Month(Width::Name { long: true })),
+    ("Jan", Element::Month(Width::Name { long: false })),
+    ("Monday", Element::Weekday { long: true }),
+    ("Mon", Element::Weekday { long: false }),
+    ("MST", Element::Zone),
+    ("2006", Element::Year { digits: 4 }),
+    (
+        "-07:00",
+        Element::Offset {
+            colon: true,
+            minutes: true,
+            z: false,
+        },
+    ),
+    (
+        "-0700",
+        Element::Offset {
+            colon: false,
+            minutes: true,
+            z: false,
+        },
+    ),
+    (
+        "-07",
+        Element::Offset {
+            colon: false,
+            minutes: false,
+            z: false,
+        },
+    ),
+    (
+        "Z07:00",
+        Element::Offset {
+            colon: true,
+            minutes: true,
+            z: true,
+        },
+    ),
+    (
+        "Z0700",
+        Element::Offset {
+            colon: false,
+            minutes: true,
+            z: true,
+        },
+    ),
+    (
+        "Z07",
+        Element::Offset {
+            colon: false,
+            minutes: false,
+            z: true,
+        },
+    ),
+    ("01", Element::Month(Width::Two)),
+    ("02", Element::Day(Width::Two)),
+    ("_2", Element::Day(Width::Space)),
+    (
+        "03",
+        Element::Hour {
+            twelve: true,
+            width: Width::Two,
+        },
+    ),
+    ("04", Element::Minute(Width::Two)),
+    ("05", Element::Second(Width::Two)),
+    ("06", Element::Year { digits: 2 }),
+    (
+        "15",
+        Element::Hour {
+            twelve: false,
+            width: Width::Two,
+        },
+    ),
+    ("PM", Element::Meridiem),
+    ("pm", Element::Meridiem),
+    ("1", Element::Month(Width::Any)),
+    ("2", Element::Day(Width::Any)),
+    (
+        "3",
+        Element::Hour {
+            twelve: true,
+            width: Width::Any,
+        },
+    ),
+    ("4", Element::Minute(Width::Any)),
+    ("5", Element::Second(Width::Any)),
 ];
 
 impl TimeLayout {
@@ -185,7 +212,7 @@ impl TimeLayout {
             for (token, element) in &TOKENS {
                 if rest.starts_with(token) {
                     push_literal(&mut elements, &mut literal);
-                    elements.push(element());
+                    elements.push(element.clone());
                     rest = &rest[token.len()..];
                     continue 'next;
                 }
@@ -379,7 +406,7 @@ impl Fields {
             None => jiff::tz::TimeZone::system(),
         };
         let at = civil.to_zoned(zone).ok()?.timestamp();
-        SystemTime::try_from(at).ok()
+        Some(SystemTime::from(at))
     }
 }
 
