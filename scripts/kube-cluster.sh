@@ -5,10 +5,14 @@
 # loopback ports, with everything they need generated in a directory (a
 # CA, the server's and the admin's certificates, the service-account key
 # pair). No kubelet: the suites create their Nodes and play the kubelet
-# (the two controllers that judge a kubelet do not run).
+# (the two controllers that judge a kubelet do not run). With --node, a
+# real node too (scripts/kube-node.sh: containerd, runc, the CNI bridge,
+# the kubelet and kube-proxy, as root): then the API server listens on
+# the node's address as well, authorizes the kubelet by the Node
+# authorizer, and every controller runs.
 #
-#   eval "$(scripts/kube.sh)"                   # builds them once
-#   scripts/kube-cluster.sh start VERSION DIR   # then DIR/kubeconfig
+#   eval "$(scripts/kube.sh)"                          # builds them once
+#   scripts/kube-cluster.sh start VERSION DIR [--node] # then DIR/kubeconfig
 #   scripts/kube-cluster.sh stop DIR
 #
 # `start` waits until the API server is ready (/readyz) and a controller-
@@ -21,6 +25,8 @@
 # VERSION is one of $SONDE_KUBE_VERSIONS; SONDE_KUBE_BIN and
 # SONDE_ETCD_VERSION come from scripts/kube.sh.
 set -euo pipefail
+# shellcheck source=scripts/kube-node.sh
+. "$(dirname "$0")/kube-node.sh"
 
 # $1 free TCP ports on the loopback.
 free_ports() {
@@ -33,10 +39,11 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 EOF
 }
 
-# A CA, the API server's serving certificate (127.0.0.1, localhost), the
-# admin's client certificate and the service-account key pair, in $1.
+# A CA, the API server's serving certificate (127.0.0.1, localhost, the
+# `kubernetes` Service's address and $2 when given), the admin's client
+# certificate and the service-account key pair, in $1.
 certificates() {
-  local dir=$1
+  local dir=$1 also=${2:+,IP:$2}
   (
     cd "$dir"
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
@@ -44,7 +51,7 @@ certificates() {
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key \
       -out server.csr -subj "/CN=kube-apiserver" 2>/dev/null
     openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out server.crt \
-      -extfile <(printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n') 2>/dev/null
+      -extfile <(printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc,IP:10.96.0.1%s\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' "$also") 2>/dev/null
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout admin.key \
       -out admin.csr -subj "/O=system:masters/CN=sonde-e2e-admin" 2>/dev/null
     openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out admin.crt \
@@ -55,10 +62,11 @@ certificates() {
   )
 }
 
-# A kubeconfig at $1 for the server at 127.0.0.1:$2, as the admin.
+# A kubeconfig at $1 for the server at 127.0.0.1:$2, as the admin (or as
+# the user whose certificate and key are $3.crt and $3.key in the
+# cluster's directory).
 kubeconfig() {
-  local path=$1 port=$2 dir
-  dir=$(dirname "$path")
+  local path=$1 port=$2 user=${3:-admin}
   cat >"$path" <<EOF
 apiVersion: v1
 kind: Config
@@ -68,13 +76,13 @@ clusters:
     server: https://127.0.0.1:$port
     certificate-authority-data: $(base64 -w0 "$dir/ca.crt")
 users:
-- name: admin
+- name: $user
   user:
-    client-certificate-data: $(base64 -w0 "$dir/admin.crt")
-    client-key-data: $(base64 -w0 "$dir/admin.key")
+    client-certificate-data: $(base64 -w0 "$dir/$user.crt")
+    client-key-data: $(base64 -w0 "$dir/$user.key")
 contexts:
 - name: sonde-e2e
-  context: {cluster: sonde-e2e, user: admin}
+  context: {cluster: sonde-e2e, user: $user}
 current-context: sonde-e2e
 EOF
 }
@@ -101,7 +109,9 @@ version_flags() {
 controllers() {
   local minor=${1#*.}
   minor=${minor%%.*}
-  if [ "$minor" -lt 28 ]; then
+  if [ -n "$node" ]; then
+    echo "*"
+  elif [ "$minor" -lt 28 ]; then
     echo "*,-podgc,-nodelifecycle"
   else
     echo "*,-pod-garbage-collector-controller,-node-lifecycle-controller"
@@ -138,14 +148,22 @@ kc() {
 }
 
 start() {
-  local version=$1 bin=${SONDE_KUBE_BIN:?run scripts/kube.sh first (it sets SONDE_KUBE_BIN)}
+  local version=$1 node=${2:-} bin=${SONDE_KUBE_BIN:?run scripts/kube.sh first (it sets SONDE_KUBE_BIN)}
   local etcd_version=${SONDE_ETCD_VERSION:?run scripts/kube.sh first (it sets SONDE_ETCD_VERSION)}
-  local etcd_port peer_port api_port start=$SECONDS
+  local etcd_port peer_port api_port start=$SECONDS listen=127.0.0.1 advertise=127.0.0.1
+  local authorization=RBAC reconciler=none
   [ -x "$bin/kube-apiserver-$version" ] || { echo "sonde: no $bin/kube-apiserver-$version (scripts/kube.sh builds it)" >&2; return 1; }
   mkdir -p "$dir"
   : >"$dir/pids"
+  echo "$version" >"$dir/version"
   read -r etcd_port peer_port api_port < <(free_ports 3)
-  certificates "$dir"
+  if [ -n "$node" ]; then
+    # The node's Pods reach the API server through the `kubernetes`
+    # Service, whose endpoint is the advertised address.
+    listen=0.0.0.0 advertise=$(node_ip) authorization=Node,RBAC reconciler=lease
+    [ -n "$advertise" ] || { echo "sonde: the node has no address to advertise (ip route)" >&2; return 1; }
+  fi
+  certificates "$dir" "${node:+$advertise}"
   kubeconfig "$dir/kubeconfig" "$api_port"
   run "$dir/etcd.log" "$bin/etcd-$etcd_version" --name sonde-e2e --data-dir "$dir/etcd" \
     --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
@@ -154,12 +172,14 @@ start() {
   # shellcheck disable=SC2046,SC2086 # the flags are words
   run "$dir/kube-apiserver.log" "$bin/kube-apiserver-$version" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --bind-address "$listen" --advertise-address "$advertise" --secure-port "$api_port" \
     --tls-cert-file "$dir/server.crt" --tls-private-key-file "$dir/server.key" \
-    --client-ca-file "$dir/ca.crt" --authorization-mode RBAC \
+    --client-ca-file "$dir/ca.crt" --authorization-mode "$authorization" \
+    --kubelet-client-certificate "$dir/admin.crt" --kubelet-client-key "$dir/admin.key" \
+    --kubelet-preferred-address-types InternalIP \
     --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
-    --endpoint-reconciler-type none \
+    --endpoint-reconciler-type "$reconciler" \
     --profiling=false $(version_flags "$version") ${SONDE_KUBE_APISERVER_FLAGS:-}
   until_ok "$dir/kube-apiserver.log" 120 kc get --raw /readyz
   run "$dir/kube-controller-manager.log" "$bin/kube-controller-manager-$version" \
@@ -178,6 +198,7 @@ start() {
   kc create namespace sonde-system >/dev/null
   until_ok "$dir/kube-apiserver.log" 30 kc wait --for condition=established \
     crd/sondechecks.sonde.dev crd/sondenodechecks.sonde.dev
+  [ -z "$node" ] || node_start
   echo "== Kubernetes $version (etcd $etcd_version) ready at $(sed -n 's/^    server: //p' "$dir/kubeconfig") in $((SECONDS - start)) s: $dir/kubeconfig" >&2
 }
 
@@ -196,14 +217,15 @@ stop() {
     done
   done
   rm -f "$dir/pids"
+  node_clean
 }
 
 cd "$(dirname "$0")/.."
 case "${1:-}" in
 start)
-  [ $# -eq 3 ] || { echo "usage: $0 start VERSION DIR" >&2; exit 2; }
+  [ $# -eq 3 ] || { [ $# -eq 4 ] && [ "$4" = --node ]; } || { echo "usage: $0 start VERSION DIR [--node]" >&2; exit 2; }
   dir=$(realpath -m "$3")
-  start "$2" || { stop; exit 1; }
+  start "$2" "${4:+node}" || { stop; exit 1; }
   ;;
 stop)
   [ $# -eq 2 ] || { echo "usage: $0 stop DIR" >&2; exit 2; }
@@ -211,7 +233,7 @@ stop)
   stop
   ;;
 *)
-  echo "usage: $0 start VERSION DIR | stop DIR" >&2
+  echo "usage: $0 start VERSION DIR [--node] | stop DIR" >&2
   exit 2
   ;;
 esac

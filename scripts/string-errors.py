@@ -11,9 +11,9 @@ its own `Display` where a plugin keeps its code small) so that a caller can
 match on it and its sources stay attached; text is for the message, made
 at the edge.
 
-The few left to convert are listed in ALLOWED, each with why it waits;
-the check fails on any other, and on an entry of ALLOWED that no longer
-matches (so the list only shrinks).
+None is left: ALLOWED is empty and stays so unless a function's text is
+truly its data (say why beside it); the check fails on any other, and on
+an entry of ALLOWED that no longer matches.
 
 It also reads every error type (`#[derive(..., Error)]`) for a field of
 type `String` named as text (`detail`, `message`, `reason`, `why`, `error`,
@@ -29,13 +29,7 @@ import re
 import sys
 
 # (file, function): why it is still free text.
-ALLOWED = {
-    ("plugins/dns/src/lib.rs", "parse_reply"): "a plugin: its reasons become the run's message as they are",
-    ("plugins/grpc/src/lib.rs", "decode_response"): "a plugin: its reasons become the run's message as they are",
-    ("plugins/postgres/src/scram.rs", "new"): "the plugin's SCRAM, twin of the host's typed one",
-    ("plugins/postgres/src/scram.rs", "client_final"): "the plugin's SCRAM, twin of the host's typed one",
-    ("plugins/postgres/src/scram.rs", "verify_server"): "the plugin's SCRAM, twin of the host's typed one",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 # (file, type, field): why the field's text is the data.
 ALLOWED_TEXT = {

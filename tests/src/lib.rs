@@ -1,7 +1,8 @@
 //! sonde's integration harness: the hostile test guests, built from
 //! `tests/guests/` by the build script, small real servers to probe, and
 //! the helpers that name no sonde crate, shared by every crate's tests
-//! (`raw_http`, `dns`, `processes`, `manifests`, `tools`, `seeded`). It
+//! (`raw_http`, `dns`, `processes`, `manifests`, `tools`, `seeded`,
+//! `blackbox`, `promql`). It
 //! depends on no sonde crate: as a dev-dependency of one, it would build a
 //! second copy of the crate under test.
 //!
@@ -14,9 +15,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub mod blackbox;
 pub mod dns;
 pub mod manifests;
 pub mod processes;
+pub mod promql;
 pub mod raw_http;
 pub mod reflect;
 pub mod secrets;
@@ -517,6 +520,7 @@ fn postgres_ids() -> (u32, u32) {
 /// | `/json` | 200 `{"status": {"db": "ok"}, "version": 3}` |
 /// | `/echo` | 200 with the request's method, `user-agent` and body |
 /// | `/health` | 200 `healthy`, or 500 `sick` after [`HttpServer::set_healthy`]`(false)` |
+/// | `/liveness` | 200 `live`, or 503 `not live` after [`HttpServer::set_healthy`]`(false)` (calico-felix's health port answers so) |
 /// | `/authority` | 200 with the version and the authority the request named (`HTTP/2.0 localhost:1234`): HTTP/2's `:authority`, HTTP/1.1's `Host` |
 /// | anything else | 404 |
 ///
@@ -532,9 +536,19 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    /// Starts the server on the current tokio runtime.
+    /// Starts the server on the current tokio runtime, on a free port of
+    /// the loopback.
     pub async fn start() -> Self {
         Self::serve(None).await
+    }
+
+    /// [`HttpServer::start`] on `addr` (a real node's address and the port
+    /// a shipped example names).
+    pub async fn start_on(addr: SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+        Self::serve_on(listener, None)
     }
 
     /// Starts the server over TLS, presenting `cert`.
@@ -554,6 +568,10 @@ impl HttpServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
+        Self::serve_on(listener, tls)
+    }
+
+    fn serve_on(listener: tokio::net::TcpListener, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         let addr = listener.local_addr().expect("local addr");
         let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -603,7 +621,8 @@ impl HttpServer {
         }
     }
 
-    /// Makes `/health` answer 200 (`true`) or 500 (`false`).
+    /// Makes `/health` answer 200 (`true`) or 500 (`false`), and `/liveness`
+    /// 200 or 503.
     pub fn set_healthy(&self, healthy: bool) {
         self.healthy.store(healthy, Ordering::SeqCst);
     }
@@ -747,6 +766,8 @@ async fn answer(
         "/ok" => reply(200, "ok".into()),
         "/health" if healthy => reply(200, "healthy".into()),
         "/health" => reply(500, "sick".into()),
+        "/liveness" if healthy => reply(200, "live".into()),
+        "/liveness" => reply(503, "not live".into()),
         "/fail" => reply(500, "internal secret".into()),
         "/redirect" => redirect("/ok".into()),
         "/away" => redirect(format!("http://{}/ok", path.split_once("to=").map_or("", |(_, t)| t))),

@@ -27,6 +27,7 @@
 
 extern crate alloc;
 
+mod reply;
 mod text;
 
 use alloc::format;
@@ -34,10 +35,9 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::str::FromStr;
 use core::time::Duration;
-use hickory_proto::op::{Header, Message, MessageType, OpCode, Query};
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
-use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
-use hickory_proto::{ProtoError, ProtoErrorKind};
+use reply::{parse_reply, proto_reason};
 use serde::Deserialize;
 use sonde_regex::Regex;
 use sonde_sdk::time::Instant;
@@ -51,14 +51,6 @@ const MAX_REPLY: usize = 65_535;
 /// is left for a server that pads, and anything larger is refused by the
 /// host as oversized.
 const MAX_UDP_REPLY: u32 = 4096;
-
-/// The fewest bytes a record takes on the wire: a one-byte name (the root)
-/// and the fixed type, class, TTL and length fields.
-const MIN_RECORD_BYTES: usize = 11;
-/// The fewest bytes a question takes: the root name, type and class.
-const MIN_QUESTION_BYTES: usize = 5;
-/// A DNS header.
-const HEADER_BYTES: usize = 12;
 
 /// Time kept back from the deadline so a slow server is reported by the
 /// plugin (with what was measured) rather than as a bare timeout.
@@ -298,66 +290,6 @@ fn query_id() -> u16 {
     (x ^ (x >> 31)) as u16
 }
 
-/// Parses `bytes` as the reply to a query with `id` for `plan`: refuses,
-/// before parsing, counts the bytes cannot hold (so a hostile header costs
-/// nothing), then anything that is not the response to this question.
-fn parse_reply(bytes: &[u8], id: u16, plan: &Plan) -> Result<Message, String> {
-    let header = Header::read(&mut BinDecoder::new(bytes))
-        .map_err(|e| format!("malformed reply header: {}", proto_reason(&e)))?;
-    let claimed = usize::from(header.query_count()) * MIN_QUESTION_BYTES
-        + (usize::from(header.answer_count())
-            + usize::from(header.name_server_count())
-            + usize::from(header.additional_count()))
-            * MIN_RECORD_BYTES;
-    if HEADER_BYTES + claimed > bytes.len() {
-        return Err(format!(
-            "malformed reply: its header claims {} question(s) and {} record(s), more than its {} bytes can hold",
-            header.query_count(),
-            u32::from(header.answer_count())
-                + u32::from(header.name_server_count())
-                + u32::from(header.additional_count()),
-            bytes.len()
-        ));
-    }
-    if header.id() != id {
-        return Err(format!("reply ID {} differs from the query's {id}", header.id()));
-    }
-    if header.message_type() != MessageType::Response {
-        return Err("the reply is a query, not a response".into());
-    }
-    let m = Message::from_vec(bytes).map_err(|e| format!("malformed reply: {}", proto_reason(&e)))?;
-    // A truncated UDP reply may carry no question; when one is there it
-    // must be the one asked.
-    if let Some(q) = m.queries().first()
-        && (q.query_type() != plan.rtype || q.query_class() != plan.class || !q.name().eq_case(&plan.name))
-    {
-        return Err(format!("the reply answers another question ({q})"));
-    }
-    Ok(m)
-}
-
-/// Why hickory-proto refused a reply or a name, in a few words. Its own
-/// `Display` formats every kind of error it has, which would put ~60
-/// functions in the plugin's function table (past one page: see the tcp
-/// plugin's regex features) for messages a malformed reply rarely needs;
-/// the kinds a hostile reply produces are told here, the rest by their kind.
-fn proto_reason(e: &ProtoError) -> String {
-    match e.kind() {
-        ProtoErrorKind::Message(m) => (*m).to_string(),
-        ProtoErrorKind::Msg(m) => m.clone(),
-        ProtoErrorKind::PointerNotPriorToLabel { idx, ptr } => {
-            format!("a compression pointer at byte {idx} to byte {ptr}, not before it")
-        }
-        ProtoErrorKind::LabelBytesTooLong(n) => format!("a label of {n} bytes"),
-        ProtoErrorKind::DomainNameTooLong(n) => format!("a name of {n} bytes"),
-        ProtoErrorKind::UnrecognizedLabelCode(c) => format!("an unknown label type {c:#x}"),
-        ProtoErrorKind::LabelOverlapsWithOther { label, other } => {
-            format!("a label at byte {label} overlapping another at {other}")
-        }
-        _ => "an invalid field".into(),
-    }
-}
-
 /// How the reply came: its timings, and the transport that brought it.
 #[derive(Default)]
 struct Timings {
@@ -469,7 +401,7 @@ fn check(req: &Request, plan: &Plan) -> Result<Outcome, ProbeError> {
     };
     let mut reply = match parse_reply(&bytes, id, plan) {
         Ok(m) => m,
-        Err(m) => return failed(m, &t),
+        Err(m) => return failed(m.to_string(), &t),
     };
     if reply.truncated() && !t.over_tcp {
         let mut again = Timings::default();
@@ -586,6 +518,7 @@ mod one_thread {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reply::ReplyError;
 
     fn plan(json: &str) -> Result<Plan, ProbeError> {
         Plan::new(serde_json::from_str(json).map_err(|e| ProbeError::invalid_config(e.to_string()))?)
@@ -663,16 +596,24 @@ mod tests {
         // ID 7, a response, 65535 answers and nothing after the header.
         let huge = [0, 7, 0x80, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0];
         let why = parse_reply(&huge, 7, &p).unwrap_err();
-        assert!(why.contains("more than its 12 bytes"), "{why}");
+        assert!(matches!(why, ReplyError::Overcounted { records: 65535, .. }), "{why}");
+        assert!(why.to_string().contains("more than its 12 bytes"), "{why}");
         // One question whose name is a pointer to itself.
         let looped = [0, 7, 0x80, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 12, 0, 1, 0, 1];
         let why = parse_reply(&looped, 7, &p).unwrap_err();
-        assert!(why.starts_with("malformed reply"), "{why}");
-        assert!(parse_reply(&[1, 2, 3], 7, &p).unwrap_err().contains("header"));
+        assert!(matches!(why, ReplyError::Malformed(_)), "{why}");
+        assert!(why.to_string().starts_with("malformed reply"), "{why}");
+        let why = parse_reply(&[1, 2, 3], 7, &p).unwrap_err();
+        assert!(
+            matches!(why, ReplyError::Header(_)) && why.to_string().contains("header"),
+            "{why}"
+        );
         let good = p.query(9).unwrap();
         let why = parse_reply(&good, 7, &p).unwrap_err();
-        assert!(why.contains("differs"), "{why}");
+        assert!(matches!(why, ReplyError::OtherId { reply: 9, query: 7 }), "{why}");
+        assert!(why.to_string().contains("differs"), "{why}");
         let why = parse_reply(&good, 9, &p).unwrap_err();
-        assert!(why.contains("not a response"), "{why}");
+        assert!(matches!(why, ReplyError::NotResponse), "{why}");
+        assert!(why.to_string().contains("not a response"), "{why}");
     }
 }

@@ -19,6 +19,7 @@ use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use core::fmt;
 use serde::Deserialize;
 use sonde_sdk::grpc::{Code, GrpcRequest, GrpcResponse, call};
 use sonde_sdk::tls::TlsOptions;
@@ -146,33 +147,65 @@ fn encode_request(service: &str) -> Vec<u8> {
     out
 }
 
+/// Why bytes are not a `HealthCheckResponse`.
+#[derive(Debug, PartialEq)]
+enum DecodeError {
+    /// The message ends inside a field's key, varint or length.
+    Truncated(&'static str),
+    /// A length-delimited field longer than an address can count.
+    LengthOutOfRange,
+    /// A wire type protobuf does not define (or the deprecated groups).
+    WireType {
+        /// The field's number.
+        field: u64,
+        /// Its wire type.
+        wire: u64,
+    },
+    /// A field claims more bytes than the message has left.
+    PastEnd {
+        /// The field's number.
+        field: u64,
+    },
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated(what) => write!(f, "truncated {what}"),
+            Self::LengthOutOfRange => f.write_str("field length out of range"),
+            Self::WireType { field, wire } => write!(f, "field {field} has unsupported wire type {wire}"),
+            Self::PastEnd { field } => write!(f, "field {field} runs past the end of the message"),
+        }
+    }
+}
+
 /// `HealthCheckResponse { ServingStatus status = 1; }`, skipping fields it
 /// does not know; a missing status is `UNKNOWN`, the enum's zero.
-fn decode_response(bytes: &[u8]) -> Result<Health, String> {
+fn decode_response(bytes: &[u8]) -> Result<Health, DecodeError> {
     let mut at = 0;
     let mut status = 0;
     while at < bytes.len() {
-        let key = get_varint(bytes, &mut at).ok_or("truncated field key")?;
+        let key = get_varint(bytes, &mut at).ok_or(DecodeError::Truncated("field key"))?;
         let (field, wire) = (key >> 3, key & 7);
         match wire {
             0 => {
-                let v = get_varint(bytes, &mut at).ok_or("truncated varint")?;
+                let v = get_varint(bytes, &mut at).ok_or(DecodeError::Truncated("varint"))?;
                 if field == 1 {
                     status = v;
                 }
             }
             1 | 5 => at += if wire == 1 { 8 } else { 4 },
             2 => {
-                let len = get_varint(bytes, &mut at).ok_or("truncated length")?;
+                let len = get_varint(bytes, &mut at).ok_or(DecodeError::Truncated("length"))?;
                 at = usize::try_from(len)
                     .ok()
                     .and_then(|l| at.checked_add(l))
-                    .ok_or("field length out of range")?;
+                    .ok_or(DecodeError::LengthOutOfRange)?;
             }
-            w => return Err(format!("field {field} has unsupported wire type {w}")),
+            wire => return Err(DecodeError::WireType { field, wire }),
         }
         if at > bytes.len() {
-            return Err(format!("field {field} runs past the end of the message"));
+            return Err(DecodeError::PastEnd { field });
         }
     }
     Ok(Health::from_wire(status))
@@ -316,9 +349,16 @@ mod tests {
             decode_response(b"\x12\x02hi\x19\0\0\0\0\0\0\0\0\x25\0\0\0\0\x08\x01"),
             Ok(Health::Serving)
         );
-        assert!(decode_response(b"\x08").is_err());
-        assert!(decode_response(b"\x12\x05hi").is_err());
-        assert!(decode_response(b"\x0b").is_err());
+        assert_eq!(decode_response(b"\x08"), Err(DecodeError::Truncated("varint")));
+        assert_eq!(decode_response(b"\x12\x05hi"), Err(DecodeError::PastEnd { field: 2 }));
+        assert_eq!(
+            decode_response(b"\x0b"),
+            Err(DecodeError::WireType { field: 1, wire: 3 })
+        );
+        assert_eq!(
+            DecodeError::WireType { field: 1, wire: 3 }.to_string(),
+            "field 1 has unsupported wire type 3"
+        );
     }
 
     #[test]

@@ -263,7 +263,7 @@ fn authenticate(
                             ))));
                         }
                         let pw = password.ok_or_else(|| need_password("SCRAM-SHA-256"))?;
-                        let s = scram::Scram::new(pw).map_err(|e| Stop::Error(ProbeError::internal(e)))?;
+                        let s = scram::Scram::new(pw).map_err(|e| Stop::Error(ProbeError::internal(e.to_string())))?;
                         let first = s.client_first();
                         let mut body = cstring("SCRAM-SHA-256");
                         body.extend_from_slice(&(first.len() as i32).to_be_bytes());

@@ -5,6 +5,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
+use std::fmt;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -30,6 +31,45 @@ pub(crate) struct ClientFinal {
     server_signature: Vec<u8>,
 }
 
+/// Why a SCRAM exchange stopped.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ScramError {
+    /// The system gave no randomness for the client nonce.
+    NoRandomness(getrandom::Error),
+    /// The server asks for an extension (`m=`) this client does not speak.
+    Extension,
+    /// A field the message must carry is missing.
+    Missing(&'static str),
+    /// The server's nonce does not start with and extend the client's.
+    NonceNotExtended,
+    /// A field that must be base64 is not.
+    NotBase64(&'static str),
+    /// The iteration count is not a number.
+    IterationsNotNumber,
+    /// The iteration count is zero or past [`MAX_ITERATIONS`].
+    Iterations(u32),
+    /// The server said no to the proof (its `e=` text).
+    Refused(String),
+    /// The server's signature is not the one its knowing the password makes.
+    WrongSignature,
+}
+
+impl fmt::Display for ScramError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoRandomness(e) => write!(f, "no randomness for the SCRAM nonce: {e}"),
+            Self::Extension => f.write_str("the server requires a SCRAM extension"),
+            Self::Missing(what) => write!(f, "no {what} in the server's SCRAM message"),
+            Self::NonceNotExtended => f.write_str("the server's SCRAM nonce does not extend ours"),
+            Self::NotBase64(what) => write!(f, "the server's SCRAM {what} is not base64"),
+            Self::IterationsNotNumber => f.write_str("the server's SCRAM iteration count is not a number"),
+            Self::Iterations(n) => write!(f, "the server asks for {n} SCRAM iterations (at most {MAX_ITERATIONS})"),
+            Self::Refused(e) => write!(f, "the server refused the SCRAM proof: {e}"),
+            Self::WrongSignature => f.write_str("the server's SCRAM signature is wrong: it does not know the password"),
+        }
+    }
+}
+
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
     let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(data);
@@ -38,9 +78,9 @@ fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
 
 impl Scram {
     /// Starts an exchange with a random nonce.
-    pub(crate) fn new(password: &str) -> Result<Self, String> {
+    pub(crate) fn new(password: &str) -> Result<Self, ScramError> {
         let mut raw = [0u8; 18];
-        getrandom::fill(&mut raw).map_err(|e| format!("no randomness for the SCRAM nonce: {e}"))?;
+        getrandom::fill(&mut raw).map_err(ScramError::NoRandomness)?;
         Ok(Self::with_nonce(password, &BASE64.encode(raw)))
     }
 
@@ -60,32 +100,30 @@ impl Scram {
     }
 
     /// Answers the server-first-message.
-    pub(crate) fn client_final(&self, server_first: &str) -> Result<ClientFinal, String> {
+    pub(crate) fn client_final(&self, server_first: &str) -> Result<ClientFinal, ScramError> {
         let (mut nonce, mut salt, mut iterations) = (None, None, None);
         for attr in server_first.split(',') {
             match attr.split_once('=') {
                 Some(("r", v)) => nonce = Some(v),
                 Some(("s", v)) => salt = Some(v),
                 Some(("i", v)) => iterations = Some(v),
-                Some(("m", _)) => return Err("the server requires a SCRAM extension".into()),
+                Some(("m", _)) => return Err(ScramError::Extension),
                 _ => {}
             }
         }
-        let nonce = nonce.ok_or("no nonce in the server's SCRAM message")?;
+        let nonce = nonce.ok_or(ScramError::Missing("nonce"))?;
         if !nonce.starts_with(&self.client_nonce) || nonce.len() == self.client_nonce.len() {
-            return Err("the server's SCRAM nonce does not extend ours".into());
+            return Err(ScramError::NonceNotExtended);
         }
         let salt = BASE64
-            .decode(salt.ok_or("no salt in the server's SCRAM message")?)
-            .map_err(|_| "the server's SCRAM salt is not base64")?;
+            .decode(salt.ok_or(ScramError::Missing("salt"))?)
+            .map_err(|_| ScramError::NotBase64("salt"))?;
         let iterations: u32 = iterations
-            .ok_or("no iteration count in the server's SCRAM message")?
+            .ok_or(ScramError::Missing("iteration count"))?
             .parse()
-            .map_err(|_| "the server's SCRAM iteration count is not a number")?;
+            .map_err(|_| ScramError::IterationsNotNumber)?;
         if iterations == 0 || iterations > MAX_ITERATIONS {
-            return Err(format!(
-                "the server asks for {iterations} SCRAM iterations (at most {MAX_ITERATIONS})"
-            ));
+            return Err(ScramError::Iterations(iterations));
         }
 
         let mut salted = [0u8; 32];
@@ -107,19 +145,17 @@ impl Scram {
 impl ClientFinal {
     /// Checks the server-final-message: a server that does not know the
     /// password cannot produce it.
-    pub(crate) fn verify_server(&self, server_final: &str) -> Result<(), String> {
+    pub(crate) fn verify_server(&self, server_final: &str) -> Result<(), ScramError> {
         if let Some(e) = server_final.strip_prefix("e=") {
-            return Err(format!("the server refused the SCRAM proof: {e}"));
+            return Err(ScramError::Refused(e.to_string()));
         }
         let v = server_final
             .split(',')
             .find_map(|a| a.strip_prefix("v="))
-            .ok_or("no server signature in the SCRAM final message")?;
-        let v = BASE64
-            .decode(v)
-            .map_err(|_| "the server's SCRAM signature is not base64")?;
+            .ok_or(ScramError::Missing("server signature"))?;
+        let v = BASE64.decode(v).map_err(|_| ScramError::NotBase64("signature"))?;
         if v != self.server_signature {
-            return Err("the server's SCRAM signature is wrong: it does not know the password".into());
+            return Err(ScramError::WrongSignature);
         }
         Ok(())
     }
@@ -143,22 +179,35 @@ mod tests {
         );
         fin.verify_server("v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=")
             .unwrap();
-        assert!(fin.verify_server("v=AAAA").is_err());
-        assert!(fin.verify_server("e=invalid-proof").is_err());
+        assert_eq!(fin.verify_server("v=AAAA"), Err(ScramError::WrongSignature));
+        assert_eq!(
+            fin.verify_server("e=invalid-proof"),
+            Err(ScramError::Refused("invalid-proof".into()))
+        );
+        assert_eq!(fin.verify_server("x=1"), Err(ScramError::Missing("server signature")));
     }
 
     #[test]
     fn hostile_server_messages_are_refused() {
         let scram = Scram::with_nonce("pw", "abc");
-        for (msg, expected) in [
-            ("r=xyz,s=AAAA,i=4096", "does not extend"),
-            ("r=abc,s=AAAA,i=4096", "does not extend"),
-            ("r=abcd,s=AAAA,i=999999999", "iterations"),
-            ("r=abcd,s=!!,i=4096", "not base64"),
-            ("r=abcd,i=4096", "no salt"),
+        for (msg, expected, says) in [
+            ("r=xyz,s=AAAA,i=4096", ScramError::NonceNotExtended, "does not extend"),
+            ("r=abc,s=AAAA,i=4096", ScramError::NonceNotExtended, "does not extend"),
+            (
+                "r=abcd,s=AAAA,i=999999999",
+                ScramError::Iterations(999_999_999),
+                "iterations",
+            ),
+            ("r=abcd,s=AAAA,i=0", ScramError::Iterations(0), "iterations"),
+            ("r=abcd,s=AAAA,i=many", ScramError::IterationsNotNumber, "not a number"),
+            ("r=abcd,s=!!,i=4096", ScramError::NotBase64("salt"), "not base64"),
+            ("r=abcd,i=4096", ScramError::Missing("salt"), "no salt"),
+            ("s=AAAA,i=4096", ScramError::Missing("nonce"), "no nonce"),
+            ("r=abcd,s=AAAA,i=4096,m=ext", ScramError::Extension, "extension"),
         ] {
             let err = scram.client_final(msg).err().unwrap();
-            assert!(err.contains(expected), "{msg}: {err}");
+            assert_eq!(err, expected, "{msg}");
+            assert!(err.to_string().contains(says), "{msg}: {err}");
         }
     }
 }

@@ -50,6 +50,7 @@ mod change;
 pub mod modules;
 pub mod mounts;
 pub mod npd;
+pub mod otlp;
 mod outcome;
 pub mod probe;
 pub mod problem;
@@ -252,6 +253,8 @@ pub struct AgentWide {
     pub health_timeout: Option<Duration>,
     /// `require_signed:` from the file.
     pub require_signed: bool,
+    /// `otlp:` from the file, checked (the agent reads it once, at start).
+    pub otlp: Option<otlp::OtlpSettings>,
 }
 
 /// A whole resolved config.
@@ -369,6 +372,7 @@ impl Catalog {
                 state_dir: s.state_dir,
                 health_timeout: s.health_timeout,
                 require_signed: s.trust.required,
+                otlp: s.otlp,
             },
             tenants: Arc::new(s.tenants),
             path: path.to_path_buf(),

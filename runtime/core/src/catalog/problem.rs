@@ -234,6 +234,53 @@ pub enum ConfigProblem {
     /// `kubernetes.max_templated_namespaces: 0`.
     #[error("kubernetes.max_templated_namespaces: must be at least 1")]
     TemplateCapZero,
+    /// `otlp.protocol:` other than `grpc` and `http/protobuf`.
+    #[error("otlp.protocol: {0:?} is not `grpc` or `http/protobuf`")]
+    OtlpProtocol(String),
+    /// `otlp.endpoint:` that is not a collector's URL.
+    #[error("otlp.endpoint: {endpoint:?}: {why}")]
+    OtlpEndpoint {
+        /// As written.
+        endpoint: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// An `otlp.headers` entry that cannot be sent.
+    #[error("otlp.headers.{name}: {source}")]
+    OtlpHeader {
+        /// The header's name as written.
+        name: String,
+        /// What is wrong: its name, its value, or a handle in it.
+        source: super::otlp::OtlpHeaderError,
+    },
+    /// An `otlp` TLS file that cannot be read.
+    #[error("otlp.{key}: {}: {source}", path.display())]
+    OtlpFile {
+        /// `ca_file`, `cert_file` or `key_file`.
+        key: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// `otlp.cert_file` without `key_file`, or the other way round.
+    #[error("otlp: cert_file and key_file go together: a client certificate needs its key")]
+    OtlpIdentityHalf,
+    /// `otlp.interval` under [`super::otlp::MIN_OTLP_INTERVAL`].
+    #[error("otlp.interval: {} is below the 1s minimum", humantime::format_duration(*.0))]
+    OtlpInterval(Duration),
+    /// `otlp.timeout` zero or past the interval.
+    #[error(
+        "otlp.timeout: {} must be more than zero and at most the interval ({})",
+        humantime::format_duration(*timeout),
+        humantime::format_duration(*interval)
+    )]
+    OtlpTimeout {
+        /// As given.
+        timeout: Duration,
+        /// The export interval in force.
+        interval: Duration,
+    },
     /// `oci.timeout: 0s` or `oci.idle_timeout: 0s`.
     #[error("oci.{key}: must be more than zero")]
     OciTimeoutZero {

@@ -41,6 +41,8 @@ pub struct AgentSettings {
     /// `kubernetes.namespace_templates` and what decides which namespaces
     /// they apply to.
     pub namespace_templates: NamespaceTemplates,
+    /// `otlp:`, checked; `None` when absent (or refused).
+    pub otlp: Option<super::otlp::OtlpSettings>,
 }
 
 /// The bounds `spec` sets, the defaults elsewhere, checked: the error
@@ -127,6 +129,9 @@ pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Ve
         out.namespace_templates = namespace_templates(k, problems);
     }
     out.oci = Some(oci(base, out.state_dir.as_deref(), file.oci.as_ref(), problems));
+    if let Some(o) = &file.otlp {
+        out.otlp = super::otlp::otlp(base, o, &out.tenants, problems);
+    }
     out
 }
 

@@ -85,6 +85,7 @@ mod kubernetes;
 mod modules;
 mod npd;
 mod oci;
+mod otlp;
 mod sandbox;
 mod targets;
 mod tenants;
@@ -95,6 +96,7 @@ pub use kubernetes::*;
 pub use modules::*;
 pub use npd::*;
 pub use oci::*;
+pub use otlp::*;
 pub use sandbox::*;
 pub use targets::*;
 pub use tenants::*;
@@ -183,6 +185,12 @@ pub struct File {
     /// them (docs/kubernetes.md). Default: none.
     #[serde(default)]
     pub node_problem_detector: Vec<NpdSpec>,
+    /// `otlp: {endpoint: http://collector:4317}` — send every series of
+    /// `/metrics` to an OpenTelemetry collector ([`OtlpSpec`],
+    /// docs/opentelemetry.md). Read once, when the agent starts. Default:
+    /// off.
+    #[serde(default)]
+    pub otlp: Option<Spanned<OtlpSpec>>,
 }
 
 /// Turns a serde-saphyr location into a [`Place`] in `file`.

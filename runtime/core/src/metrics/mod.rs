@@ -26,6 +26,8 @@
 //! | `sonde_config_last_reload_successful`, `sonde_config_last_reload_success_timestamp_seconds` | gauge | |
 //! | `sonde_kubernetes_writes_total` | counter | kind (`pod_status`, `event`, `check_status`, `node_status`, `node_taints`) |
 //! | `sonde_kubernetes_write_errors_total` | counter | kind, reason |
+//! | `sonde_otlp_exports_total` | counter (only with `otlp:`) | signal |
+//! | `sonde_otlp_export_failures_total` | counter (only with `otlp:`) | signal, reason |
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
 //! | `sonde_pool_memories_in_use`, `sonde_pool_idle_memories`, `sonde_pool_idle_resident_bytes` | gauge (absent without an instance pool) | |
 //!
@@ -128,6 +130,9 @@ pub struct Metrics {
     pub kubernetes: Arc<dyn Fn() -> KubernetesWrites + Send + Sync>,
     /// What the node-problem-detector monitors last reported.
     pub node_problems: Arc<crate::npd::Board>,
+    /// What the OTLP export sent and failed to send, read from its own
+    /// counters (nothing when it does not run).
+    pub otlp: Arc<dyn Fn() -> OtlpExports + Send + Sync>,
 }
 
 impl fmt::Debug for Metrics {
@@ -224,6 +229,46 @@ impl KubernetesWrites {
         )?;
         for (kind, reason, n) in &self.failed {
             ConstCounter::new(*n).encode(e.encode_family(&[("kind", *kind), ("reason", *reason)])?)?;
+        }
+        Ok(())
+    }
+}
+
+/// What the OTLP export did, by signal (`metrics`): exports the collector
+/// took, and those that failed, by reason (`unreachable`, `timeout`,
+/// `answer`, `busy`: 429, 502-504 or a retryable gRPC status, `refused`:
+/// any other). A snapshot of the exporter's own counters, taken at scrape
+/// time; empty when `otlp:` is not set.
+#[derive(Debug, Default, Clone)]
+pub struct OtlpExports {
+    /// Exports that landed: (signal, count).
+    pub sent: Vec<(&'static str, u64)>,
+    /// Exports that did not: (signal, reason, count).
+    pub failed: Vec<(&'static str, &'static str, u64)>,
+}
+
+impl OtlpExports {
+    fn encode(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        if self.sent.is_empty() && self.failed.is_empty() {
+            return Ok(());
+        }
+        let mut e = enc.encode_descriptor(
+            "sonde_otlp_exports",
+            "OTLP exports the collector took, by signal",
+            None,
+            MetricType::Counter,
+        )?;
+        for (signal, n) in &self.sent {
+            ConstCounter::new(*n).encode(e.encode_family(&[("signal", *signal)])?)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "sonde_otlp_export_failures",
+            "OTLP exports that did not land, by signal and reason",
+            None,
+            MetricType::Counter,
+        )?;
+        for (signal, reason, n) in &self.failed {
+            ConstCounter::new(*n).encode(e.encode_family(&[("signal", *signal), ("reason", *reason)])?)?;
         }
         Ok(())
     }

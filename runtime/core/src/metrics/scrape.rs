@@ -400,7 +400,8 @@ impl Scrape {
             .map_or(0.0, |d| d.as_secs_f64());
         ConstGauge::new(at).encode(e)?;
         self.0.node_problems.encode(enc)?;
-        (self.0.kubernetes)().encode(enc)
+        (self.0.kubernetes)().encode(enc)?;
+        (self.0.otlp)().encode(enc)
     }
 }
 

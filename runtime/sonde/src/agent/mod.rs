@@ -10,6 +10,7 @@ mod problems;
 use crate::api::{self, ApiAuth, ApiState};
 pub use problems::{AgentError, KubernetesStart, StartProblem};
 pub(crate) use problems::{StartOptions, start_problems};
+use sonde_core::auth::Principal;
 use sonde_core::catalog::Catalog;
 use sonde_core::config::ConfigErrors;
 use sonde_core::control::{self, AgentStatus, Control, ControlParts, LeftOut};
@@ -53,6 +54,8 @@ pub struct Agent {
     gate_settings: Option<kubernetes::GateSettings>,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The OTLP export, when `otlp:` is set; stops when dropped.
+    _otlp: Option<sonde_otel::Exporter>,
 }
 
 /// The first load of the config, refused if [`start_problems`] finds
@@ -293,6 +296,7 @@ impl Agent {
         let api_limits = catalog.agent.api_limits;
         let (auth, reviews) = api_access(&options, &catalog, api_addr).await?;
         let gate_settings = gate_settings(&options, &catalog, kubernetes.as_ref())?;
+        let otlp_settings = catalog.agent.otlp.clone();
         let status = Arc::new(Mutex::new(first_status(&options)));
         let run_metrics = Arc::new(RunMetrics::default());
         let executor = Executor::new(ExecutorConfig::default())
@@ -323,25 +327,45 @@ impl Agent {
         if let Some(ended) = ended {
             tasks.push(tokio::spawn(take_up_pulls(control.clone(), ended)));
         }
+        let otlp_stats = Arc::new(sonde_otel::Stats::default());
+        let metrics = Metrics {
+            build: crate::build::INFO,
+            runs: run_metrics,
+            results: results.clone(),
+            scheduler: scheduler.clone(),
+            pool: engine_stats(&engine, Engine::pool_stats),
+            cache: engine_stats(&engine, Engine::cache_stats),
+            executor: executor.clone(),
+            pulls: pulls_metric(&control, &status),
+            status: status.clone(),
+            kubernetes: gate_writes(&gate_stats),
+            node_problems: node_problems.clone(),
+            otlp: match otlp_settings {
+                Some(_) => {
+                    let stats = otlp_stats.clone();
+                    Arc::new(move || stats.snapshot())
+                }
+                None => Arc::new(Default::default),
+            },
+        };
+        let otlp = match &otlp_settings {
+            Some(settings) => {
+                let m = metrics.clone();
+                let source: sonde_otel::Source = Arc::new(move || m.encode(&Principal::Operator));
+                Some(
+                    sonde_otel::Exporter::spawn(settings, source, SystemTime::now(), otlp_stats)
+                        .map_err(|source| AgentError::Otlp { source })?,
+                )
+            }
+            None => None,
+        };
         let mut api = None;
         if let Some(addr) = api_addr {
             let state = ApiState {
                 results: results.clone(),
                 scheduler: scheduler.clone(),
                 status: status.clone(),
-                metrics: Metrics {
-                    build: crate::build::INFO,
-                    runs: run_metrics,
-                    results: results.clone(),
-                    scheduler: scheduler.clone(),
-                    pool: engine_stats(&engine, Engine::pool_stats),
-                    cache: engine_stats(&engine, Engine::cache_stats),
-                    executor: executor.clone(),
-                    pulls: pulls_metric(&control, &status),
-                    status: status.clone(),
-                    kubernetes: gate_writes(&gate_stats),
-                    node_problems: node_problems.clone(),
-                },
+                metrics,
                 draining: draining.clone(),
                 health_timeout,
                 control: control.clone(),
@@ -370,6 +394,7 @@ impl Agent {
             gate_settings,
             options,
             tasks,
+            _otlp: otlp,
         })
     }
 

@@ -61,6 +61,12 @@ pub enum AgentError {
         /// Why.
         source: Box<kubernetes::ConnectError>,
     },
+    /// The OTLP export could not start.
+    #[error("otlp: {source}")]
+    Otlp {
+        /// Why.
+        source: sonde_otel::TransportError,
+    },
     /// The agent cannot handle signals.
     #[error("cannot handle signals: {source}; please report this as a bug")]
     Signals {
@@ -90,6 +96,14 @@ pub enum StartProblem {
         file: String,
         /// What is wrong.
         source: Box<kubernetes::GateSettingsError>,
+    },
+    /// The `otlp:` block's TLS files or secret headers cannot be used.
+    #[error("{file}{source}")]
+    Otlp {
+        /// The config file and `: `, or nothing for the embedded default.
+        file: String,
+        /// What is wrong.
+        source: sonde_otel::TransportError,
     },
 }
 
@@ -153,6 +167,17 @@ pub(crate) fn start_problems(catalog: &Catalog, options: &StartOptions) -> Vec<S
                 .as_ref()
                 .map_or(String::new(), |p| format!("{}: ", p.display())),
             source: source.into(),
+        });
+    }
+    if let Some(otlp) = &catalog.agent.otlp
+        && let Err(source) = sonde_otel::Transport::metrics(otlp)
+    {
+        problems.push(StartProblem::Otlp {
+            file: catalog
+                .source
+                .as_ref()
+                .map_or(String::new(), |p| format!("{}: ", p.display())),
+            source,
         });
     }
     problems

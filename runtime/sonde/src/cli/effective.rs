@@ -76,6 +76,21 @@ pub fn effective(catalog: &Catalog) -> Value {
             }))
         }).collect::<serde_json::Map<_, _>>(),
         "node_problem_detector": catalog.npd.iter().map(|m| npd(m)).collect::<Vec<_>>(),
+        "otlp": catalog.agent.otlp.as_ref().map(otlp),
+    })
+}
+
+/// `otlp:` as in force; headers by name only (a value may hold a secret).
+fn otlp(o: &sonde_core::catalog::otlp::OtlpSettings) -> Value {
+    json!({
+        "endpoint": o.endpoint,
+        "protocol": o.protocol.as_str(),
+        "headers": o.headers.iter().map(|h| h.name.clone()).collect::<Vec<_>>(),
+        "ca_file": o.ca.is_some(),
+        "client_certificate": o.identity.is_some(),
+        "interval": dur(o.interval),
+        "timeout": dur(o.timeout),
+        "resource": o.resource,
     })
 }
 

@@ -4,7 +4,9 @@
 //! Calico-style node agent, the multi-tenant agent) run in a real
 //! `sonde run` against local servers until they reach the states the file
 //! promises. The flag table and the metrics table of `docs/config.md` are
-//! checked against the CLI and a real `/metrics`. (The YAML blocks of
+//! checked against the CLI and a real `/metrics`. That every shipped config
+//! is read here by `Example::read` is checked by the harness's own tests
+//! (`tests/tests/all/examples.rs`), which read this file. (The YAML blocks of
 //! `README.md` and `docs/*.md` that are configs are parsed by sonde-core's
 //! tests, `config::`; the rollout example's nginx is in sonde-sandbox's,
 //! `backend::`.)
@@ -25,14 +27,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// The configs this module tests, relative to the repository.
-const TESTED: &[&str] = &[
-    "docs/examples/calico-node-style.yaml",
-    "docs/examples/multi-tenant.yaml",
-    "docs/examples/postgres.yaml",
-    "docs/examples/web-behind-nginx.yaml",
-];
 
 /// An example as shipped, with the substitutions of its test applied.
 struct Example {
@@ -250,39 +244,6 @@ async fn documented_gets_answer(example: &Example, api: SocketAddr, token: Optio
         let (status, body) = call(api, "GET", &path, token, b"").await;
         assert_eq!(status, 200, "{}: GET {path}: {body}", example.name);
     }
-}
-
-#[test]
-fn every_shipped_config_is_tested_here() {
-    let mut found = Vec::new();
-    for dir in ["docs/examples", "examples"] {
-        let mut stack = vec![repo().join(dir)];
-        while let Some(d) = stack.pop() {
-            for entry in std::fs::read_dir(&d).unwrap().flatten() {
-                let path = entry.path();
-                // npm's manifests are the JavaScript example's build
-                // inputs, not sonde configs: CI builds and runs that
-                // example (examples/http-json/js/build.sh, test.sh).
-                let npm = path
-                    .file_name()
-                    .is_some_and(|n| n == "package.json" || n == "package-lock.json" || n == "node_modules");
-                if npm {
-                    continue;
-                }
-                if path.is_dir() {
-                    stack.push(path);
-                } else if path
-                    .extension()
-                    .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
-                {
-                    found.push(path.strip_prefix(repo()).unwrap().to_string_lossy().into_owned());
-                }
-            }
-        }
-    }
-    found.sort();
-    let tested: Vec<String> = TESTED.iter().map(|s| s.to_string()).collect();
-    assert_eq!(found, tested, "each shipped config needs a test in this module");
 }
 
 #[test]

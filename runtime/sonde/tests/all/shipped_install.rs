@@ -279,59 +279,6 @@ fn lay_out_volumes(fake: &Path, pod_spec: &Value, launch: Launch) -> Vec<(String
     mounts
 }
 
-/// An image holding `bin` at `/usr/local/bin/sonde`, with the shared
-/// libraries it links and the CA certificates (what the shipped base image
-/// adds) and nothing else, imported into podman as `tag`,
-/// with the shipped Containerfile's `ENTRYPOINT`.
-fn scratch_image(podman: &Path, bin: &Path, tag: &str) {
-    let containerfile =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/Containerfile"))
-            .unwrap();
-    let entrypoint = containerfile
-        .lines()
-        .find(|l| l.starts_with("ENTRYPOINT "))
-        .expect("the Containerfile's ENTRYPOINT");
-    let root = tempfile::tempdir().unwrap();
-    let put = |from: &Path, at: &Path| {
-        let to = root.path().join(at.strip_prefix("/").unwrap());
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(from, &to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
-    };
-    put(bin, Path::new("/usr/local/bin/sonde"));
-    // As the shipped base image has them: the agent's clients (the API
-    // server's, OCI registries') load the system's roots.
-    let roots = Path::new("/etc/ssl/certs/ca-certificates.crt");
-    put(roots, roots);
-    let ldd = std::process::Command::new("ldd").arg(bin).output().expect("ldd runs");
-    assert!(ldd.status.success(), "ldd {}", bin.display());
-    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or
-        // "/lib64/ld-linux-x86-64.so.2 (0x…)"; not "linux-vdso.so.1 (0x…)".
-        let path = line.split("=>").last().unwrap().split_whitespace().next().unwrap_or("");
-        if path.starts_with('/') {
-            put(Path::new(path), Path::new(path));
-        }
-    }
-    let mut tar = std::process::Command::new("tar")
-        .args(["-C"])
-        .arg(root.path())
-        .args(["-cf", "-", "."])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("tar runs");
-    let imported = std::process::Command::new(podman)
-        .args(["import", "--quiet", "--change", entrypoint, "-", tag])
-        .stdin(tar.stdout.take().unwrap())
-        .output()
-        .expect("podman runs");
-    assert!(tar.wait().unwrap().success(), "tar of the image's root failed");
-    assert!(
-        imported.status.success(),
-        "podman import: {}",
-        String::from_utf8_lossy(&imported.stderr)
-    );
-}
-
 /// Removes the test's container and image, however the test ends.
 struct PodmanCleanup {
     podman: PathBuf,
@@ -526,7 +473,7 @@ async fn shipped_daemonset(launch: Launch) {
     let tag = format!("localhost/sonde-shipped-test:{}", std::process::id());
     let name = format!("sonde-shipped-test-{}", std::process::id());
     let _cleanup = podman.as_ref().map(|podman| {
-        scratch_image(podman, Path::new(env!("CARGO_BIN_EXE_sonde")), &tag);
+        crate::support::image::podman_import(podman, Path::new(env!("CARGO_BIN_EXE_sonde")), &tag);
         PodmanCleanup {
             podman: podman.clone(),
             name: format!("{name}-run"),
@@ -707,21 +654,4 @@ async fn shipped_daemonset(launch: Launch) {
 
     child.start_kill().unwrap();
     let _ = child.wait().await;
-}
-
-/// The image's base images are pinned by digest: a tag alone moves.
-#[test]
-fn the_containerfile_pins_its_base_images_by_digest() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/Containerfile");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let froms: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
-    assert_eq!(froms.len(), 2, "{froms:?}");
-    for from in froms {
-        let image = from.split_whitespace().nth(1).unwrap();
-        let digest = image.split_once("@sha256:").map(|(_, d)| d).unwrap_or_default();
-        assert!(
-            digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
-            "not pinned by digest: {from}"
-        );
-    }
 }

@@ -5,24 +5,16 @@
 //! vocabulary), the values alert rules read, and that a phase blackbox
 //! timed is timed by sonde too. sonde's own `sonde_*` series are left out
 //! of the comparison, and so is what only later releases answer when an
-//! older one is asked (`compare::SINCE`).
-//!
-//! The releases (`Release`): 0.23, `/usr/bin/prometheus-blackbox-exporter`
-//! (Debian 12's `prometheus-blackbox-exporter`), and 0.28, the current one,
-//! at the path in `SONDE_BLACKBOX_028` (`scripts/tools.sh` builds it from
-//! the Go module proxy; scripts/test exports it). Without one, its half of
-//! each test is skipped, unless `SONDE_REQUIRE_TOOLS` is set.
+//! older one is asked. The releases, how each is found, and the comparison
+//! are the harness's (`sonde_tests::blackbox`).
 //! `SONDE_BB_DUMP=1` prints both answers of every case (with
 //! `--nocapture`).
 
-mod compare;
 mod edges;
-mod exporter;
 mod servers;
 mod starttls;
 
-pub(crate) use compare::differences;
-pub(crate) use exporter::{Blackbox, get};
+pub(crate) use sonde_tests::blackbox::{Blackbox, differences, get};
 
 use crate::support::{secret, start_agent};
 use servers::{raw_http, smtp_like, tls12_multisan, via_intermediate};

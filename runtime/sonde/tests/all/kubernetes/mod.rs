@@ -13,6 +13,7 @@ mod e2e_npd;
 mod e2e_npd_side;
 mod gates;
 mod namespaces;
+mod real_node;
 mod secrets;
 
 use crate::support::engine;

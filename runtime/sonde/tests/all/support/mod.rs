@@ -15,6 +15,7 @@ pub(crate) mod fake_api;
 pub(crate) mod fake_nodes;
 #[path = "../../../../kubernetes/tests/all/support/fake_secrets.rs"]
 pub(crate) mod fake_secrets;
+pub(crate) mod image;
 pub(crate) mod kube;
 #[path = "../../../../kubernetes/tests/all/support/rbac.rs"]
 pub(crate) mod rbac;
@@ -39,7 +40,7 @@ use sonde_sandbox::host::Grants;
 use sonde_sandbox::verdict::RunResult;
 pub(crate) use sonde_tests::raw_http::{accepted_before_now, call, call_with, parse_response, try_call};
 pub(crate) use sonde_tests::seeded;
-pub(crate) use sonde_tests::tools::{repo, secret, tool, tool_from_env};
+pub(crate) use sonde_tests::tools::{repo, secret, tool};
 use std::sync::Arc;
 use std::time::Duration;
 

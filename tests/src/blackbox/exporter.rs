@@ -1,16 +1,18 @@
 //! blackbox_exporter, each release the answers are compared with, run on a
 //! loopback port; and the plain HTTP client both are asked with.
 
-use crate::support::{parse_response, tool, tool_from_env};
-use sonde_tests::closed_port;
+use crate::closed_port;
+use crate::raw_http::parse_response;
+use crate::tools::{tool, tool_from_env};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// `GET path` on a new connection, with an optional bearer token.
-pub(crate) async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+/// `GET path` on a new connection, with an optional bearer token: the
+/// status and the body (dechunked when blackbox sends it in chunks).
+pub async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let head = format!("GET {path} HTTP/1.1\r\nHost: probe\r\n{auth}Connection: close\r\n\r\n");
@@ -47,7 +49,7 @@ fn dechunk(body: &str) -> String {
 /// A release of blackbox_exporter that sonde's answers are compared with,
 /// oldest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Release {
+pub enum Release {
     /// 0.23, Debian 12's `prometheus-blackbox-exporter`.
     V023,
     /// 0.28, the current release, built by `scripts/tools.sh` from the Go
@@ -57,10 +59,10 @@ pub(crate) enum Release {
 
 impl Release {
     /// Every release compared with, oldest first.
-    pub(crate) const ALL: [Release; 2] = [Release::V023, Release::V028];
+    pub const ALL: [Release; 2] = [Release::V023, Release::V028];
 
     /// `0.23`, `0.28`.
-    pub(crate) fn version(self) -> &'static str {
+    pub fn version(self) -> &'static str {
         match self {
             Release::V023 => "0.23",
             Release::V028 => "0.28",
@@ -82,18 +84,19 @@ impl Release {
 }
 
 /// One release of blackbox_exporter, on a free loopback port, with a config.
-pub(crate) struct Blackbox {
+pub struct Blackbox {
     child: Child,
-    pub(crate) addr: SocketAddr,
+    /// Where it listens.
+    pub addr: SocketAddr,
     /// Which release it is.
-    pub(crate) release: Release,
+    pub release: Release,
 }
 
 impl Blackbox {
     /// `release` with `config` (written in `dir`), once it listens; `None`
     /// when it is not installed (see [`Release::binary`]). Its `--version`
     /// must name the release.
-    pub(crate) async fn start(release: Release, dir: &Path, config: &str) -> Option<Self> {
+    pub async fn start(release: Release, dir: &Path, config: &str) -> Option<Self> {
         let binary = release.binary()?;
         let version = Command::new(&binary)
             .arg("--version")
@@ -131,7 +134,7 @@ impl Blackbox {
 
     /// Every release that is installed, each with `config` (see
     /// [`Blackbox::start`]); empty when none is.
-    pub(crate) async fn start_each(dir: &Path, config: &str) -> Vec<Self> {
+    pub async fn start_each(dir: &Path, config: &str) -> Vec<Self> {
         let mut all = Vec::new();
         for release in Release::ALL {
             if let Some(bb) = Self::start(release, dir, config).await {

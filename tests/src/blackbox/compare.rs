@@ -159,7 +159,7 @@ fn without_023_quirks(bb: &mut Vec<Sample>, ours: &[Sample]) {
 }
 
 /// How sonde's answer differs from `release`'s for one case.
-pub(crate) fn differences(release: Release, case: &str, blackbox: &str, sonde: &str) -> Vec<String> {
+pub fn differences(release: Release, case: &str, blackbox: &str, sonde: &str) -> Vec<String> {
     let case = format!("{case} (blackbox_exporter {})", release.version());
     let mut bb = samples(blackbox);
     let ours = as_of(release, sonde);
@@ -208,30 +208,35 @@ fn values_differ(case: &str, bb: &[Sample], ours: &[Sample]) -> Vec<String> {
     out
 }
 
-#[test]
-fn the_text_format_parses_with_escapes() {
-    let s = samples("# HELP x y\nx{a=\"1\",b=\"q\\\"r\"} 2\ny 3.5e+09\n");
-    assert_eq!(s.len(), 2);
-    assert_eq!(s[0].1.get("b").map(String::as_str), Some("q\"r"));
-    assert_eq!(s[1].2, 3.5e9);
-    assert_eq!(identity(&s[0]), "x{a,b}");
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-#[test]
-fn what_a_release_does_not_answer_is_left_out() {
-    let sonde = "probe_tls_cipher_info{cipher=\"TLS_AES_128_GCM_SHA256\"} 1\n\
-                 probe_ssl_last_chain_info{serialnumber=\"01\",subject=\"x\"} 1\nsonde_x 1\n";
-    let old = as_of(Release::V023, sonde);
-    assert_eq!(
-        old.iter().map(identity).collect::<Vec<_>>(),
-        ["probe_ssl_last_chain_info{subject}"]
-    );
-    let new = as_of(Release::V028, sonde);
-    assert_eq!(
-        new.iter().map(identity).collect::<Vec<_>>(),
-        [
-            "probe_tls_cipher_info{cipher}",
-            "probe_ssl_last_chain_info{serialnumber,subject}"
-        ]
-    );
+    #[test]
+    fn the_text_format_parses_with_escapes() {
+        let s = samples("# HELP x y\nx{a=\"1\",b=\"q\\\"r\"} 2\ny 3.5e+09\n");
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].1.get("b").map(String::as_str), Some("q\"r"));
+        assert_eq!(s[1].2, 3.5e9);
+        assert_eq!(identity(&s[0]), "x{a,b}");
+    }
+
+    #[test]
+    fn what_a_release_does_not_answer_is_left_out() {
+        let sonde = "probe_tls_cipher_info{cipher=\"TLS_AES_128_GCM_SHA256\"} 1\n\
+                     probe_ssl_last_chain_info{serialnumber=\"01\",subject=\"x\"} 1\nsonde_x 1\n";
+        let old = as_of(Release::V023, sonde);
+        assert_eq!(
+            old.iter().map(identity).collect::<Vec<_>>(),
+            ["probe_ssl_last_chain_info{subject}"]
+        );
+        let new = as_of(Release::V028, sonde);
+        assert_eq!(
+            new.iter().map(identity).collect::<Vec<_>>(),
+            [
+                "probe_tls_cipher_info{cipher}",
+                "probe_ssl_last_chain_info{serialnumber,subject}"
+            ]
+        );
+    }
 }

@@ -1,0 +1,280 @@
+//! The `otlp:` block, checked: the endpoint and protocol, the headers
+//! (with the operator's secrets they name), the TLS files read, the
+//! interval and timeout. What `sonde run` would refuse, `sonde validate`
+//! refuses here with the key that is wrong.
+
+use super::problem::{ConfigProblem, Located};
+use crate::config::{self, Spanned};
+use crate::tenants::Tenants;
+use sonde_policy::secrets::template::Template;
+use sonde_policy::secrets::{SecretCell, SecretError};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `otlp.interval` when unset: the OpenTelemetry SDKs' own default.
+pub const DEFAULT_OTLP_INTERVAL: Duration = Duration::from_secs(60);
+/// `otlp.timeout` when unset.
+pub const DEFAULT_OTLP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The shortest `otlp.interval`.
+pub const MIN_OTLP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How the agent talks to the collector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP over gRPC (`grpc`).
+    Grpc,
+    /// OTLP over HTTP, protobuf bodies (`http/protobuf`).
+    HttpProtobuf,
+}
+
+impl OtlpProtocol {
+    /// As `OTEL_EXPORTER_OTLP_PROTOCOL` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Grpc => "grpc",
+            Self::HttpProtobuf => "http/protobuf",
+        }
+    }
+}
+
+/// A header sent with every export, whose value may hold handles of the
+/// operator's secrets.
+#[derive(Clone, Debug)]
+pub struct OtlpHeader {
+    /// Its name, lower case.
+    pub name: String,
+    value: HeaderValue,
+}
+
+#[derive(Clone, Debug)]
+enum HeaderValue {
+    Text(String),
+    Secrets(Template, Vec<Arc<SecretCell>>),
+}
+
+impl OtlpHeader {
+    /// A header of plain text (no handle in it).
+    pub fn text(name: &str, value: &str) -> Self {
+        Self {
+            name: name.to_ascii_lowercase(),
+            value: HeaderValue::Text(value.to_string()),
+        }
+    }
+
+    /// The value as sent: handles replaced by their secrets' bytes as they
+    /// are now.
+    pub fn value(&self) -> Result<zeroize::Zeroizing<Vec<u8>>, SecretError> {
+        match &self.value {
+            HeaderValue::Text(t) => Ok(zeroize::Zeroizing::new(t.clone().into_bytes())),
+            HeaderValue::Secrets(template, cells) => {
+                let expanded = template.expand(|name| {
+                    cells
+                        .iter()
+                        .find(|c| c.name() == name)
+                        .ok_or_else(|| SecretError::Unavailable(format!("no secret {name:?}")))?
+                        .current()
+                })?;
+                Ok(expanded.bytes)
+            }
+        }
+    }
+}
+
+/// `otlp:`, checked, defaults filled in.
+#[derive(Clone, Debug)]
+pub struct OtlpSettings {
+    /// The collector's address (gRPC) or base URL (HTTP).
+    pub endpoint: String,
+    /// gRPC or HTTP/protobuf.
+    pub protocol: OtlpProtocol,
+    /// Sent with every export.
+    pub headers: Vec<OtlpHeader>,
+    /// PEM CA certificates trusted besides the system roots.
+    pub ca: Option<Vec<u8>>,
+    /// A PEM client certificate chain and its key.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// How often the metrics go.
+    pub interval: Duration,
+    /// The longest one export may take.
+    pub timeout: Duration,
+    /// Resource attributes given in the file.
+    pub resource: BTreeMap<String, String>,
+}
+
+/// `spec` checked; `None` (with the problems) when it cannot be used.
+pub(crate) fn otlp(
+    base: &Path,
+    spec: &Spanned<config::OtlpSpec>,
+    tenants: &Tenants,
+    problems: &mut Vec<Located>,
+) -> Option<OtlpSettings> {
+    let before = problems.len();
+    let mut at = |s: serde_saphyr::Location, problem| problems.push(Located { at: s, problem });
+    let o = &spec.value;
+    let protocol = match o.protocol.as_ref().map(|p| (p.value.as_str(), p.referenced)) {
+        None | Some(("grpc", _)) => OtlpProtocol::Grpc,
+        Some(("http/protobuf", _)) => OtlpProtocol::HttpProtobuf,
+        Some((other, loc)) => {
+            at(loc, ConfigProblem::OtlpProtocol(other.to_string()));
+            OtlpProtocol::Grpc
+        }
+    };
+    let endpoint = o.endpoint.value.trim().to_string();
+    if let Err(why) = check_endpoint(&endpoint) {
+        at(
+            o.endpoint.referenced,
+            ConfigProblem::OtlpEndpoint {
+                endpoint: endpoint.clone(),
+                why,
+            },
+        );
+    }
+    let mut headers = Vec::new();
+    for (name, value) in &o.headers {
+        match header(name, &value.value, tenants) {
+            Ok(h) => headers.push(h),
+            Err(source) => at(
+                value.referenced,
+                ConfigProblem::OtlpHeader {
+                    name: name.clone(),
+                    source,
+                },
+            ),
+        }
+    }
+    let mut read = |file: &Option<Spanned<std::path::PathBuf>>, key: &'static str| {
+        let file = file.as_ref()?;
+        let path = base.join(&file.value);
+        match std::fs::read(&path) {
+            Ok(bytes) => Some(bytes),
+            Err(source) => {
+                at(file.referenced, ConfigProblem::OtlpFile { key, path, source });
+                None
+            }
+        }
+    };
+    let ca = read(&o.ca_file, "ca_file");
+    let identity = match (read(&o.cert_file, "cert_file"), read(&o.key_file, "key_file")) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => {
+            let given = o
+                .cert_file
+                .as_ref()
+                .or(o.key_file.as_ref())
+                .map_or(spec.referenced, |f| f.referenced);
+            at(given, ConfigProblem::OtlpIdentityHalf);
+            None
+        }
+    };
+    let interval = o.interval.as_ref().map_or(DEFAULT_OTLP_INTERVAL, |i| i.value.0);
+    if let Some(i) = &o.interval
+        && i.value.0 < MIN_OTLP_INTERVAL
+    {
+        at(i.referenced, ConfigProblem::OtlpInterval(i.value.0));
+    }
+    let timeout = o
+        .timeout
+        .as_ref()
+        .map_or(DEFAULT_OTLP_TIMEOUT.min(interval), |t| t.value.0);
+    if let Some(t) = &o.timeout
+        && (t.value.0.is_zero() || t.value.0 > interval)
+    {
+        at(
+            t.referenced,
+            ConfigProblem::OtlpTimeout {
+                timeout: t.value.0,
+                interval,
+            },
+        );
+    }
+    (problems.len() == before).then(|| OtlpSettings {
+        endpoint,
+        protocol,
+        headers,
+        ca,
+        identity,
+        interval,
+        timeout,
+        resource: o.resource.clone(),
+    })
+}
+
+/// Why `endpoint` is not a collector's URL: `http://` or `https://`, a
+/// host, no query or fragment.
+fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
+    let uri: http::Uri = endpoint.parse().map_err(|_| "not a URL")?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err("the scheme must be http:// or https://"),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err("no host");
+    }
+    if uri.query().is_some() {
+        return Err("a query has no place in it");
+    }
+    Ok(())
+}
+
+/// Why an `otlp.headers` entry cannot be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum OtlpHeaderError {
+    /// Its name is not a header name.
+    #[error("not a header name")]
+    Name,
+    /// Its value holds bytes a header cannot.
+    #[error("not a header value")]
+    Value,
+    /// A malformed handle in its value.
+    #[error(transparent)]
+    Handle(#[from] sonde_policy::secrets::template::TemplateError),
+    /// A handle names no secret of the operator.
+    #[error("$(secret:{0}) is not one of the operator's `secrets:`")]
+    UnknownSecret(String),
+}
+
+/// A header as given: a valid name, a value that is valid header text once
+/// its handles are replaced, each handle naming a secret of the operator.
+fn header(name: &str, value: &str, tenants: &Tenants) -> Result<OtlpHeader, OtlpHeaderError> {
+    let lower = name.to_ascii_lowercase();
+    http::HeaderName::from_bytes(lower.as_bytes()).map_err(|_| OtlpHeaderError::Name)?;
+    let value = match Template::parse(value)? {
+        None => {
+            http::HeaderValue::from_str(value).map_err(|_| OtlpHeaderError::Value)?;
+            HeaderValue::Text(value.to_string())
+        }
+        Some(template) => {
+            let mut cells = Vec::new();
+            for secret in template.names() {
+                let cell = tenants
+                    .operator()
+                    .secrets
+                    .iter()
+                    .find(|c| c.name() == secret)
+                    .ok_or_else(|| OtlpHeaderError::UnknownSecret(secret.to_string()))?;
+                cells.push(cell.clone());
+            }
+            HeaderValue::Secrets(template, cells)
+        }
+    };
+    Ok(OtlpHeader { name: lower, value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_urls_of_a_collector() {
+        assert_eq!(check_endpoint("http://collector:4317"), Ok(()));
+        assert_eq!(check_endpoint("https://otel.example.com/otlp"), Ok(()));
+        assert_eq!(check_endpoint("http://[::1]:4318"), Ok(()));
+        assert!(check_endpoint("collector:4317").is_err());
+        assert!(check_endpoint("ftp://collector").is_err());
+        assert!(check_endpoint("http://collector:4318/?x=1").is_err());
+        assert!(check_endpoint("not a url").is_err());
+    }
+}

@@ -1,0 +1,181 @@
+//! `/metrics`' families as one OTLP export request: counters as
+//! cumulative monotonic sums, gauges as gauges, histograms as cumulative
+//! explicit-bucket histograms with the same bounds, every label an
+//! attribute, under the names of [`crate::names`].
+
+use crate::exposition::{Family, Kind, Value};
+use crate::names::named;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics,
+    ScopeMetrics, Sum, metric::Data, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+
+/// When the cumulative series began (the agent's start) and when they
+/// were read, in nanoseconds since the Unix epoch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Times {
+    pub start: u64,
+    pub now: u64,
+}
+
+/// A string attribute.
+pub(crate) fn attribute(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.to_string())),
+        }),
+        ..KeyValue::default()
+    }
+}
+
+/// The request that sends `families` from the agent described by
+/// `resource`.
+pub(crate) fn request(families: &[Family], resource: &[KeyValue], times: Times) -> ExportMetricsServiceRequest {
+    let metrics = families.iter().filter_map(|f| metric(f, times)).collect();
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: resource.to_vec(),
+                ..Resource::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(InstrumentationScope {
+                    name: "sonde".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    ..InstrumentationScope::default()
+                }),
+                metrics,
+                ..ScopeMetrics::default()
+            }],
+            ..ResourceMetrics::default()
+        }],
+    }
+}
+
+/// One family as a metric; `None` when it has no point to send.
+fn metric(f: &Family, times: Times) -> Option<Metric> {
+    if f.points.is_empty() {
+        return None;
+    }
+    let attributes = |labels: &[(String, String)]| labels.iter().map(|(k, v)| attribute(k, v)).collect::<Vec<_>>();
+    let numbers = || {
+        f.points
+            .iter()
+            .filter_map(|p| match p.value {
+                Value::Number(v) => Some(NumberDataPoint {
+                    attributes: attributes(&p.labels),
+                    start_time_unix_nano: times.start,
+                    time_unix_nano: times.now,
+                    value: Some(number_data_point::Value::AsDouble(v)),
+                    ..NumberDataPoint::default()
+                }),
+                Value::Histogram { .. } => None,
+            })
+            .collect()
+    };
+    let data = match f.kind {
+        Kind::Counter => Data::Sum(Sum {
+            data_points: numbers(),
+            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+            is_monotonic: true,
+        }),
+        Kind::Gauge => Data::Gauge(Gauge {
+            data_points: numbers(),
+            ..Gauge::default()
+        }),
+        Kind::Histogram => Data::Histogram(Histogram {
+            data_points: f
+                .points
+                .iter()
+                .filter_map(|p| histogram_point(attributes(&p.labels), &p.value, times))
+                .collect(),
+            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+        }),
+    };
+    let named = named(&f.name, f.kind);
+    Some(Metric {
+        name: named.name,
+        description: f.help.clone(),
+        unit: named.unit,
+        data: Some(data),
+        ..Metric::default()
+    })
+}
+
+/// Prometheus's cumulative buckets as OTLP's: a count per bucket, the
+/// bounds without `+Inf`.
+fn histogram_point(attributes: Vec<KeyValue>, value: &Value, times: Times) -> Option<HistogramDataPoint> {
+    let Value::Histogram { buckets, sum, count } = value else {
+        return None;
+    };
+    let mut explicit_bounds = Vec::with_capacity(buckets.len());
+    let mut bucket_counts = Vec::with_capacity(buckets.len() + 1);
+    let mut below = 0;
+    for &(le, cumulative) in buckets {
+        bucket_counts.push(cumulative.saturating_sub(below));
+        below = cumulative;
+        if le.is_finite() {
+            explicit_bounds.push(le);
+        }
+    }
+    if buckets.last().is_none_or(|(le, _)| le.is_finite()) {
+        // No +Inf bucket written: what the count holds past the last bound.
+        bucket_counts.push(count.saturating_sub(below));
+    }
+    Some(HistogramDataPoint {
+        attributes,
+        start_time_unix_nano: times.start,
+        time_unix_nano: times.now,
+        count: *count,
+        sum: Some(*sum),
+        bucket_counts,
+        explicit_bounds,
+        ..HistogramDataPoint::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::parse;
+
+    #[test]
+    fn each_kind_becomes_its_otlp_data() {
+        let text = "# HELP sonde_probe_runs Runs.\n# TYPE sonde_probe_runs counter\n\
+                    sonde_probe_runs_total{probe=\"web\"} 7\n\
+                    # TYPE sonde_probe_state gauge\nsonde_probe_state{state=\"success\"} 1\n\
+                    # TYPE sonde_run_duration_seconds histogram\n\
+                    sonde_run_duration_seconds_bucket{le=\"0.1\"} 2\n\
+                    sonde_run_duration_seconds_bucket{le=\"1.0\"} 5\n\
+                    sonde_run_duration_seconds_bucket{le=\"+Inf\"} 6\n\
+                    sonde_run_duration_seconds_sum 3.5\nsonde_run_duration_seconds_count 6\n\
+                    # TYPE sonde_empty gauge\n";
+        let times = Times { start: 1, now: 2 };
+        let r = request(&parse(text).unwrap(), &[attribute("service.name", "sonde")], times);
+        let metrics = &r.resource_metrics[0].scope_metrics[0].metrics;
+        assert_eq!(metrics.len(), 3, "a family without points is left out");
+        assert_eq!(
+            (metrics[0].name.as_str(), metrics[0].unit.as_str()),
+            ("sonde.probe.runs", "{runs}")
+        );
+        let Some(Data::Sum(sum)) = &metrics[0].data else {
+            panic!("{:?}", metrics[0])
+        };
+        assert!(sum.is_monotonic);
+        assert_eq!(sum.data_points[0].value, Some(number_data_point::Value::AsDouble(7.0)));
+        assert_eq!(sum.data_points[0].attributes, [attribute("probe", "web")]);
+        assert!(matches!(&metrics[1].data, Some(Data::Gauge(_))));
+        let Some(Data::Histogram(h)) = &metrics[2].data else {
+            panic!("{:?}", metrics[2])
+        };
+        let p = &h.data_points[0];
+        assert_eq!(p.explicit_bounds, [0.1, 1.0]);
+        assert_eq!(p.bucket_counts, [2, 3, 1]);
+        assert_eq!((p.count, p.sum), (6, Some(3.5)));
+        assert_eq!((p.start_time_unix_nano, p.time_unix_nano), (1, 2));
+    }
+}

@@ -1,0 +1,267 @@
+//! One export on the wire: OTLP over gRPC (a unary call on HTTP/2, the
+//! message in gRPC's length-prefixed frame, the status in the trailers) or
+//! over HTTP (a POST of the protobuf body to `/v1/metrics`), with the
+//! configured headers, TLS and timeout. The answer is read up to
+//! [`MAX_ANSWER_BYTES`]; what the collector says about refused points is
+//! logged.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use sonde_core::catalog::otlp::{OtlpProtocol, OtlpSettings};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The most of a collector's answer read: a partial-success message, an
+/// error's text. More is cut.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// gRPC's codes that say "try again later" (RESOURCE_EXHAUSTED,
+/// ABORTED, OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS), as OTLP lists them.
+const GRPC_RETRYABLE: [u32; 5] = [8, 10, 11, 14, 15];
+
+/// Why an export did not land.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// No connection, or it broke.
+    #[error("the collector could not be reached: {0}")]
+    Unreachable(#[source] hyper_util::client::legacy::Error),
+    /// No answer within the timeout.
+    #[error("no answer within {}", humantime::format_duration(*.0))]
+    Timeout(Duration),
+    /// The answer's body broke off or was too long.
+    #[error("the collector's answer could not be read")]
+    Answer,
+    /// An HTTP status other than 200.
+    #[error("the collector answered HTTP {status}")]
+    Http {
+        /// The status.
+        status: u16,
+        /// What `Retry-After` asked for, if anything.
+        retry_after: Option<Duration>,
+    },
+    /// A gRPC status other than OK.
+    #[error("the collector answered gRPC status {code}")]
+    Grpc {
+        /// The status code.
+        code: u32,
+    },
+}
+
+impl ExportError {
+    /// Whether the same export may succeed later (the collector is down,
+    /// slow, overloaded), as opposed to refused for good (400, 401, …).
+    pub fn retryable(&self) -> bool {
+        match self {
+            Self::Unreachable(_) | Self::Timeout(_) | Self::Answer => true,
+            Self::Http { status, .. } => matches!(status, 429 | 502 | 503 | 504),
+            Self::Grpc { code } => GRPC_RETRYABLE.contains(code),
+        }
+    }
+
+    /// How long the collector asked to be left alone, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// A word for the failure counter's `reason` label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Unreachable(_) => "unreachable",
+            Self::Timeout(_) => "timeout",
+            Self::Answer => "answer",
+            Self::Http { .. } | Self::Grpc { .. } if self.retryable() => "busy",
+            Self::Http { .. } | Self::Grpc { .. } => "refused",
+        }
+    }
+}
+
+/// Why the transport could not be set up from the settings.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// `ca_file` holds no certificate, or one rustls refuses.
+    #[error("otlp.ca_file: no usable CA certificate in it")]
+    Ca,
+    /// `cert_file`/`key_file` are not a certificate chain and its key.
+    #[error("otlp.cert_file, key_file: not a PEM certificate chain and its private key: {0}")]
+    Identity(#[source] rustls::Error),
+    /// A header's secret could not be read, or its value is not header text.
+    #[error("otlp.headers.{0}: its value could not be made (is its secret readable?)")]
+    Header(String),
+}
+
+/// Where exports go and how.
+pub struct Transport {
+    protocol: OtlpProtocol,
+    uri: Uri,
+    headers: HeaderMap,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    timeout: Duration,
+}
+
+impl Transport {
+    /// The transport for metrics of `settings`.
+    pub fn metrics(settings: &OtlpSettings) -> Result<Self, TransportError> {
+        let base = settings.endpoint.trim_end_matches('/');
+        let path = match settings.protocol {
+            OtlpProtocol::Grpc => {
+                // gRPC names the method on the server's root.
+                let uri: Uri = base.parse().expect("checked by the config");
+                let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+                format!(
+                    "{}://{authority}/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+                    uri.scheme_str().unwrap_or("http")
+                )
+            }
+            OtlpProtocol::HttpProtobuf => format!("{base}/v1/metrics"),
+        };
+        let mut headers = HeaderMap::new();
+        for h in &settings.headers {
+            let value = h.value().map_err(|_| TransportError::Header(h.name.clone()))?;
+            let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| TransportError::Header(h.name.clone()))?;
+            let mut value = HeaderValue::from_bytes(&value).map_err(|_| TransportError::Header(h.name.clone()))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        let tls = tls_config(settings)?;
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .build();
+        let mut builder = Client::builder(TokioExecutor::new());
+        // gRPC is HTTP/2 only, over plain TCP too (prior knowledge).
+        builder.http2_only(settings.protocol == OtlpProtocol::Grpc);
+        Ok(Self {
+            protocol: settings.protocol,
+            uri: path.parse().expect("made from a checked URL"),
+            headers,
+            client: builder.build(connector),
+            timeout: settings.timeout,
+        })
+    }
+
+    /// Sends one encoded request; `Ok` once the collector took it.
+    pub async fn send(&self, message: Vec<u8>) -> Result<(), ExportError> {
+        tokio::time::timeout(self.timeout, self.exchange(message))
+            .await
+            .map_err(|_| ExportError::Timeout(self.timeout))?
+    }
+
+    async fn exchange(&self, message: Vec<u8>) -> Result<(), ExportError> {
+        let (content_type, body) = match self.protocol {
+            OtlpProtocol::Grpc => {
+                let mut framed = BytesMut::with_capacity(message.len() + 5);
+                framed.put_u8(0);
+                framed.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
+                framed.put_slice(&message);
+                ("application/grpc", framed.freeze())
+            }
+            OtlpProtocol::HttpProtobuf => ("application/x-protobuf", Bytes::from(message)),
+        };
+        let mut request = Request::post(self.uri.clone())
+            .header(http::header::CONTENT_TYPE, content_type)
+            .header(http::header::USER_AGENT, concat!("sonde/", env!("CARGO_PKG_VERSION")))
+            .body(Full::new(body))
+            .expect("a valid request");
+        if self.protocol == OtlpProtocol::Grpc {
+            request
+                .headers_mut()
+                .insert(http::header::TE, HeaderValue::from_static("trailers"));
+        }
+        request.headers_mut().extend(self.headers.clone());
+        let response = self.client.request(request).await.map_err(ExportError::Unreachable)?;
+        let (parts, body) = response.into_parts();
+        let collected = Limited::new(body, MAX_ANSWER_BYTES)
+            .collect()
+            .await
+            .map_err(|_| ExportError::Answer)?;
+        let trailers = collected.trailers().cloned();
+        match self.protocol {
+            OtlpProtocol::HttpProtobuf if parts.status == StatusCode::OK => Ok(()),
+            OtlpProtocol::HttpProtobuf => Err(ExportError::Http {
+                status: parts.status.as_u16(),
+                retry_after: retry_after(&parts.headers),
+            }),
+            OtlpProtocol::Grpc if parts.status != StatusCode::OK => Err(ExportError::Http {
+                status: parts.status.as_u16(),
+                retry_after: retry_after(&parts.headers),
+            }),
+            OtlpProtocol::Grpc => {
+                // In the trailers, or in the headers of a trailers-only answer.
+                let code = trailers
+                    .as_ref()
+                    .and_then(|t| grpc_status(t))
+                    .or_else(|| grpc_status(&parts.headers))
+                    .ok_or(ExportError::Answer)?;
+                match code {
+                    0 => Ok(()),
+                    code => Err(ExportError::Grpc { code }),
+                }
+            }
+        }
+    }
+}
+
+fn grpc_status(headers: &HeaderMap) -> Option<u32> {
+    headers.get("grpc-status")?.to_str().ok()?.trim().parse().ok()
+}
+
+/// `Retry-After` in seconds (a date is not honoured: a collector sends
+/// seconds).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let seconds: u64 = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds))
+}
+
+/// The system's roots and `ca_file`'s, and the client identity if given.
+fn tls_config(settings: &OtlpSettings) -> Result<rustls::ClientConfig, TransportError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(pem) = &settings.ca {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<_, _>>()
+            .map_err(|_| TransportError::Ca)?;
+        if certs.is_empty() {
+            return Err(TransportError::Ca);
+        }
+        for cert in certs {
+            roots.add(cert).map_err(|_| TransportError::Ca)?;
+        }
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default versions")
+        .with_root_certificates(roots);
+    match &settings.identity {
+        None => Ok(builder.with_no_client_auth()),
+        Some((cert, key)) => {
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<_, _>>()
+                .map_err(|_| TransportError::Identity(rustls::Error::NoCertificatesPresented))?;
+            let key = PrivateKeyDer::from_pem_slice(key)
+                .map_err(|_| TransportError::Identity(rustls::Error::General("no private key".into())))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(TransportError::Identity)
+        }
+    }
+}
