@@ -230,6 +230,11 @@ impl TimeLayout {
         })
     }
 
+    /// The layout as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
     /// The time `text` says in this layout: in `text`'s offset when the
     /// layout has one, else in the local zone (Go's `time.Local`), in the
     /// current year when the layout has none (as NPD's filelog reads it).
