@@ -216,3 +216,33 @@ async fn lines_written_to_dev_kmsg_become_npds_events_and_condition() {
     expect_npds_reports(&mut rx, &tag).await;
     task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_of_a_real_journal_become_npds_events_and_condition() {
+    let Some(journal) = sonde_tests::journald::Journald::start() else {
+        assert!(
+            std::env::var_os("SONDE_REQUIRE_TOOLS").is_none(),
+            "systemd-journald could not be started (Debian's systemd, as root)"
+        );
+        eprintln!("skipped: systemd-journald could not be started here (Debian's systemd, as root)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tag = format!("sonde-test-{}", fastrand::u32(..));
+    let (task, mut rx) = start(
+        dir.path(),
+        &format!(
+            r#"{{"plugin": "journald", "pluginConfig": {{"source": "{tag}"}}, "logPath": "{}", "lookback": "5m", "bufferSize": 10, "source": "test-monitor", {}}}"#,
+            journal.dir.display(),
+            rules(&tag)
+        ),
+    );
+    expect_defaults(&mut rx).await;
+    // Another identifier's entry is not read.
+    journal.send("someone-else", &format!("{tag} Stopped probe 1 (other) total-vm:1kB"));
+    for line in lines(&tag) {
+        journal.send(&tag, &line);
+    }
+    expect_npds_reports(&mut rx, &tag).await;
+    task.abort();
+}
