@@ -50,10 +50,10 @@ struct State {
     conditions: BTreeMap<(String, String), Condition>,
     /// (source, reason) → problems found: Warning Events.
     problems: BTreeMap<(String, String), u64>,
-    /// Events not yet taken, while someone follows the board.
+    /// Events not yet taken (the latest [`MAX_PENDING_EVENTS`]): kept
+    /// from the start, so that what a monitor finds before the Node writer
+    /// follows (a kernel log's last minutes, read at once) reaches the Node.
     pending: VecDeque<PendingEvent>,
-    /// Whether someone follows the board (and so takes its Events).
-    followed: bool,
     /// (source, outcome) → lines a system-log monitor read.
     lines: BTreeMap<(String, LineOutcome), u64>,
 }
@@ -69,11 +69,9 @@ impl Board {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Wakes on every report from now on; from now on the board also keeps
-    /// the Events for [`Board::take_events`] (at most
-    /// [`MAX_PENDING_EVENTS`]).
+    /// Wakes on every report from now on (the Events made before are kept
+    /// for [`Board::take_events`], at most [`MAX_PENDING_EVENTS`]).
     pub fn follow(&self) -> watch::Receiver<u64> {
-        self.lock().followed = true;
         self.changed.subscribe()
     }
 
@@ -157,17 +155,15 @@ impl Sink for Board {
                     if *severity == Severity::Warning {
                         *s.problems.entry((source.to_string(), reason.clone())).or_default() += 1;
                     }
-                    if s.followed {
-                        if s.pending.len() == MAX_PENDING_EVENTS {
-                            s.pending.pop_front();
-                        }
-                        s.pending.push_back(PendingEvent {
-                            source: source.to_string(),
-                            severity: *severity,
-                            reason: reason.clone(),
-                            message: message.clone(),
-                        });
+                    if s.pending.len() == MAX_PENDING_EVENTS {
+                        s.pending.pop_front();
                     }
+                    s.pending.push_back(PendingEvent {
+                        source: source.to_string(),
+                        severity: *severity,
+                        reason: reason.clone(),
+                        message: message.clone(),
+                    });
                 }
             }
         }
@@ -193,11 +189,11 @@ mod tests {
     }
 
     #[test]
-    fn events_are_kept_for_a_follower_only_and_bounded() {
+    fn events_made_before_a_follower_are_kept_and_bounded() {
         let board = Board::default();
         board.report("s", &event("Before"));
-        assert!(board.take_events().is_empty(), "nobody followed yet");
         let woken = board.follow();
+        assert_eq!(board.take_events()[0].reason, "Before", "kept for the follower to come");
         for i in 0..MAX_PENDING_EVENTS + 3 {
             board.report("s", &event(&format!("R{i}")));
         }

@@ -3,9 +3,11 @@
 //! the agent run the same monitor files from NPD's module
 //! (`SONDE_NPD_DIR`) — its example custom plugin monitor with its
 //! `check_ntp.sh`, its `kernel-monitor.json` on the kernel's `/dev/kmsg`,
-//! and its `docker-monitor-filelog.json` on a file (its `logPath` the one
-//! change: a file of the test's) — each writing to a Node of its own; the
-//! test writes the same lines to `/dev/kmsg` and the file, then compares
+//! its `docker-monitor-filelog.json` on a file and its `systemd-monitor.json`
+//! on a journal (the `logPath` of each the one change: a file of the
+//! test's, the journal of a systemd-journald the test starts) — each
+//! writing to a Node of its own; the test writes the same lines to
+//! `/dev/kmsg`, the file and the journal, then compares
 //! the conditions (type, status, reason, message) and the Events (type,
 //! reason, message) on the two Nodes. Without a server it is skipped as
 //! the other e2e suites are; with one, a missing NPD fails it unless
@@ -103,15 +105,17 @@ async fn until(client: &kube::Client, nodes: [&str; 2], what: &str, done: impl F
     }
 }
 
-/// NPD's binary on `node`, the three monitor files, from NPD's directory.
+/// NPD's binary on `node`, from NPD's directory: its custom plugin and
+/// kernel monitors and the test's `logs` (the file's and the journal's).
 fn start_npd(
     bin: &Path,
     dir: &Path,
     kubeconfig: &Path,
     server: &str,
     node: &str,
-    filelog: &Path,
+    logs: [&Path; 2],
 ) -> std::process::Child {
+    let filelog = logs[0];
     let config = dir.join("config");
     std::process::Command::new(bin)
         .current_dir(dir)
@@ -126,9 +130,10 @@ fn start_npd(
             config.join("custom-plugin-monitor.json").display()
         ))
         .arg(format!(
-            "--config.system-log-monitor={},{}",
+            "--config.system-log-monitor={},{},{}",
             config.join("kernel-monitor.json").display(),
-            filelog.display()
+            filelog.display(),
+            logs[1].display()
         ))
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(filelog.with_extension("npd.log")).unwrap())
@@ -164,14 +169,31 @@ async fn run(kubeconfig: &Path, bin: &Path, npd_dir: &Path) {
     )
     .unwrap();
 
-    let mut npd = start_npd(bin, npd_dir, kubeconfig, &server(kubeconfig), &names[0], &filelog);
+    // NPD's systemd-monitor.json, its logPath the journal of a journald of
+    // the test's (a journal namespace: the host's journal is not touched).
+    let journal = sonde_tests::journald::Journald::start().expect("systemd-journald (Debian's systemd, as root)");
+    let shipped = std::fs::read_to_string(npd_dir.join("config/systemd-monitor.json")).unwrap();
+    assert!(shipped.contains("\"/var/log/journal\""));
+    let journald = dir.path().join("systemd-monitor.json");
+    let dir_json = format!("{:?}", journal.dir.display().to_string());
+    std::fs::write(&journald, shipped.replace("\"/var/log/journal\"", &dir_json)).unwrap();
+
+    let mut npd = start_npd(
+        bin,
+        npd_dir,
+        kubeconfig,
+        &server(kubeconfig),
+        &names[0],
+        [filelog.as_path(), journald.as_path()],
+    );
     let config = format!(
-        "node_problem_detector:\n  - config: {custom}\n    workdir: {npd}\n    exec: [{plugin}]\n  - config: {kernel}\n  - config: {filelog}\n",
+        "node_problem_detector:\n  - config: {custom}\n    workdir: {npd}\n    exec: [{plugin}]\n  - config: {kernel}\n  - config: {filelog}\n  - config: {journald}\n",
         custom = npd_dir.join("config/custom-plugin-monitor.json").display(),
         npd = npd_dir.display(),
         plugin = npd_dir.join("config/plugin").display(),
         kernel = npd_dir.join("config/kernel-monitor.json").display(),
         filelog = filelog.display(),
+        journald = journald.display(),
     );
     let settings = crate::kubernetes::node_settings(&names[1], Duration::from_secs(60), 50.0);
     let (agent, controller) =
@@ -210,6 +232,10 @@ async fn run(kubeconfig: &Path, bin: &Path, npd_dir: &Path) {
         )
         .unwrap();
     }
+    journal.send(
+        "systemd",
+        &format!("Started kubelet.service - Kubernetes kubelet {tag}."),
+    );
     // A temporary rule's Event quotes its line; a condition's says what it
     // became, which may be an earlier line of the 5 minutes looked back.
     let has = |events: &BTreeSet<(String, String, String)>, reason: &str| {
