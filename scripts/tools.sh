@@ -12,6 +12,11 @@
 # blackbox_exporter's current release, compared with sonde's /probe
 # beside Debian's 0.23 (runtime/sonde/tests/all/blackbox/).
 BLACKBOX_028_VERSION=0.28.0
+# The OpenTelemetry Collector the OTLP export is sent to
+# (runtime/sonde/tests/all/otlp.rs): scripts/otelcol/main.go, the OTLP
+# receiver and the contrib file exporter at one release. 0.161.0 is the
+# newest whose file exporter the Go module proxy serves with all it needs.
+OTELCOL_VERSION=0.161.0
 
 # Puts a Go toolchain (1.24 or later) on PATH: Go's own archive in
 # /usr/local/go when there is one, else Debian 13's golang-go, installed
@@ -52,6 +57,42 @@ ensure_blackbox_028() {
   export SONDE_BLACKBOX_028="$bin"
 }
 
+# Builds the Collector of scripts/otelcol/main.go at $OTELCOL_VERSION
+# when it is not in the cache, checks its --version, and exports
+# SONDE_OTELCOL (its path) for the tests.
+ensure_otelcol() {
+  local cache=${SONDE_TOOLS_CACHE:-$HOME/.cache/sonde/tools}
+  local bin="$cache/bin/otelcol-sonde-$OTELCOL_VERSION" src="$cache/src/otelcol-$OTELCOL_VERSION" log
+  if [ ! -x "$bin" ]; then
+    ensure_go || return 1
+    echo "== building the OpenTelemetry Collector $OTELCOL_VERSION (OTLP receiver, file exporter) from the Go module proxy (once, into $cache; a few minutes)" >&2
+    mkdir -p "$src" "$cache/bin"
+    cp scripts/otelcol/main.go "$src/main.go"
+    printf '%s\n' "module sonde.invalid/otelcol" "" "go 1.24" "" "require (" \
+      "	github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter v$OTELCOL_VERSION" \
+      "	go.opentelemetry.io/collector/otelcol v$OTELCOL_VERSION" \
+      "	go.opentelemetry.io/collector/receiver/otlpreceiver v$OTELCOL_VERSION" ")" >"$src/go.mod"
+    log=$(mktemp)
+    local env=(env GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOPATH="$cache/go/path"
+      GOTOOLCHAIN=local GOFLAGS=-modcacherw)
+    if ! (cd "$src" && "${env[@]}" go mod tidy && "${env[@]}" go build -trimpath \
+      -ldflags "-X main.version=$OTELCOL_VERSION" -o "$bin" .) >"$log" 2>&1; then
+      echo "sonde: building the Collector $OTELCOL_VERSION failed (GOPROXY=$(go env GOPROXY)): a module was not served or it did not build. go said:" >&2
+      cat "$log" >&2
+      rm -f "$log"
+      return 1
+    fi
+    rm -f "$log"
+  fi
+  if ! "$bin" --version 2>&1 | grep -q "version $OTELCOL_VERSION\$"; then
+    echo "sonde: $bin does not say it is version $OTELCOL_VERSION; its --version says:" >&2
+    "$bin" --version >&2 || true
+    echo "remove it and run this again to rebuild it" >&2
+    return 1
+  fi
+  export SONDE_OTELCOL="$bin"
+}
+
 # `go install` of module $2 (path@version) with the Go caches under
 # $1/go, the binary in $1/go/bin, and $3 as the linker's -X flags. The
 # module is downloaded first, then installed from its own directory: `go
@@ -86,5 +127,6 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   . "$(dirname "$0")/setup.sh"
   ensure_go
   ensure_blackbox_028
-  echo "export PATH=\"$PATH\" SONDE_BLACKBOX_028=$SONDE_BLACKBOX_028"
+  ensure_otelcol
+  echo "export PATH=\"$PATH\" SONDE_BLACKBOX_028=$SONDE_BLACKBOX_028 SONDE_OTELCOL=$SONDE_OTELCOL"
 fi

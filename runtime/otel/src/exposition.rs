@@ -155,9 +155,12 @@ fn add(f: &mut Family, series: &str, mut labels: Vec<(String, String)>, value: f
     Ok(())
 }
 
+/// A series' labels, in the order written.
+type Labels = Vec<(String, String)>;
+
 /// A sample line: its series name, labels and value (a timestamp after it
 /// is left out).
-fn sample(line: &str) -> Option<(&str, Vec<(String, String)>, f64)> {
+fn sample(line: &str) -> Option<(&str, Labels, f64)> {
     let (series, rest) = match line.find(['{', ' ']) {
         Some(at) => line.split_at(at),
         None => return None,
@@ -171,7 +174,7 @@ fn sample(line: &str) -> Option<(&str, Vec<(String, String)>, f64)> {
 }
 
 /// `a="x",b="y\"z"}` and what follows the `}`.
-fn labels(mut text: &str) -> Option<(Vec<(String, String)>, &str)> {
+fn labels(mut text: &str) -> Option<(Labels, &str)> {
     let mut out = Vec::new();
     loop {
         if let Some(rest) = text.strip_prefix('}') {

@@ -4,7 +4,7 @@
 //! attribute, under the names of [`crate::names`].
 
 use crate::exposition::{Family, Kind, Value};
-use crate::names::named;
+use crate::names::{Named, named_all};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -35,7 +35,12 @@ pub(crate) fn attribute(key: &str, value: &str) -> KeyValue {
 /// The request that sends `families` from the agent described by
 /// `resource`.
 pub(crate) fn request(families: &[Family], resource: &[KeyValue], times: Times) -> ExportMetricsServiceRequest {
-    let metrics = families.iter().filter_map(|f| metric(f, times)).collect();
+    let names = named_all(families.iter().map(|f| (f.name.as_str(), f.kind)));
+    let metrics = families
+        .iter()
+        .zip(names)
+        .filter_map(|(f, named)| metric(f, named, times))
+        .collect();
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
             resource: Some(Resource {
@@ -56,8 +61,9 @@ pub(crate) fn request(families: &[Family], resource: &[KeyValue], times: Times) 
     }
 }
 
-/// One family as a metric; `None` when it has no point to send.
-fn metric(f: &Family, times: Times) -> Option<Metric> {
+/// One family as a metric named `named`; `None` when it has no point to
+/// send.
+fn metric(f: &Family, named: Named, times: Times) -> Option<Metric> {
     if f.points.is_empty() {
         return None;
     }
@@ -83,10 +89,7 @@ fn metric(f: &Family, times: Times) -> Option<Metric> {
             aggregation_temporality: AggregationTemporality::Cumulative as i32,
             is_monotonic: true,
         }),
-        Kind::Gauge => Data::Gauge(Gauge {
-            data_points: numbers(),
-            ..Gauge::default()
-        }),
+        Kind::Gauge => Data::Gauge(Gauge { data_points: numbers() }),
         Kind::Histogram => Data::Histogram(Histogram {
             data_points: f
                 .points
@@ -96,7 +99,6 @@ fn metric(f: &Family, times: Times) -> Option<Metric> {
             aggregation_temporality: AggregationTemporality::Cumulative as i32,
         }),
     };
-    let named = named(&f.name, f.kind);
     Some(Metric {
         name: named.name,
         description: f.help.clone(),

@@ -19,6 +19,27 @@ pub(crate) struct Named {
 /// Name suffixes that are units, with their UCUM code.
 const UNITS: [(&str, &str); 2] = [("_seconds", "s"), ("_bytes", "By")];
 
+/// The names of `families` (name, kind), in order: each as [`named`]
+/// says, but where two would share a name (`…_pull_bytes` and
+/// `…_pull_seconds` both `….pull`), those keep their unit's word in the
+/// name, which Prometheus then adds no second time.
+pub(crate) fn named_all<'a>(families: impl Iterator<Item = (&'a str, Kind)> + Clone) -> Vec<Named> {
+    let first: Vec<Named> = families.clone().map(|(f, k)| named(f, k)).collect();
+    families
+        .zip(&first)
+        .map(|((family, _), n)| {
+            let unit_word = UNITS
+                .iter()
+                .find_map(|(suffix, _)| family.ends_with(suffix).then(|| &suffix[1..]))
+                .filter(|_| first.iter().filter(|o| o.name == n.name).count() > 1);
+            Named {
+                name: unit_word.map_or_else(|| n.name.clone(), |word| format!("{}_{word}", n.name)),
+                unit: n.unit.clone(),
+            }
+        })
+        .collect()
+}
+
 /// `family`'s OpenTelemetry name and unit (see the module's documentation).
 pub(crate) fn named(family: &str, kind: Kind) -> Named {
     let (stem, unit) = UNITS
@@ -71,6 +92,27 @@ mod tests {
         assert_eq!(
             n("sonde_tenant_sandbox_seconds", Kind::Counter),
             s("sonde.tenant.sandbox", "s")
+        );
+    }
+
+    #[test]
+    fn names_that_would_collide_keep_their_unit_word() {
+        let all = named_all(
+            [
+                ("sonde_tenant_oci_pull_bytes", Kind::Counter),
+                ("sonde_tenant_oci_pull_seconds", Kind::Counter),
+                ("sonde_tenant_runs", Kind::Counter),
+            ]
+            .into_iter(),
+        );
+        let got: Vec<(&str, &str)> = all.iter().map(|n| (n.name.as_str(), n.unit.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("sonde.tenant.oci_pull_bytes", "By"),
+                ("sonde.tenant.oci_pull_seconds", "s"),
+                ("sonde.tenant.runs", "{runs}")
+            ]
         );
     }
 

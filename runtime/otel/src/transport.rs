@@ -200,7 +200,7 @@ impl Transport {
                 // In the trailers, or in the headers of a trailers-only answer.
                 let code = trailers
                     .as_ref()
-                    .and_then(|t| grpc_status(t))
+                    .and_then(grpc_status)
                     .or_else(|| grpc_status(&parts.headers))
                     .ok_or(ExportError::Answer)?;
                 match code {

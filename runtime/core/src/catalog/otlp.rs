@@ -3,7 +3,7 @@
 //! interval and timeout. What `sonde run` would refuse, `sonde validate`
 //! refuses here with the key that is wrong.
 
-use super::problem::{ConfigProblem, Located};
+use super::problem::{ConfigProblem, Located, OtlpHeaderError};
 use crate::config::{self, Spanned};
 use crate::tenants::Tenants;
 use sonde_policy::secrets::template::Template;
@@ -217,23 +217,6 @@ fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
         return Err("a query has no place in it");
     }
     Ok(())
-}
-
-/// Why an `otlp.headers` entry cannot be sent.
-#[derive(Debug, thiserror::Error)]
-pub enum OtlpHeaderError {
-    /// Its name is not a header name.
-    #[error("not a header name")]
-    Name,
-    /// Its value holds bytes a header cannot.
-    #[error("not a header value")]
-    Value,
-    /// A malformed handle in its value.
-    #[error(transparent)]
-    Handle(#[from] sonde_policy::secrets::template::TemplateError),
-    /// A handle names no secret of the operator.
-    #[error("$(secret:{0}) is not one of the operator's `secrets:`")]
-    UnknownSecret(String),
 }
 
 /// A header as given: a valid name, a value that is valid header text once

@@ -251,7 +251,7 @@ pub enum ConfigProblem {
         /// The header's name as written.
         name: String,
         /// What is wrong: its name, its value, or a handle in it.
-        source: super::otlp::OtlpHeaderError,
+        source: OtlpHeaderError,
     },
     /// An `otlp` TLS file that cannot be read.
     #[error("otlp.{key}: {}: {source}", path.display())]
@@ -266,7 +266,7 @@ pub enum ConfigProblem {
     /// `otlp.cert_file` without `key_file`, or the other way round.
     #[error("otlp: cert_file and key_file go together: a client certificate needs its key")]
     OtlpIdentityHalf,
-    /// `otlp.interval` under [`super::otlp::MIN_OTLP_INTERVAL`].
+    /// `otlp.interval` under a second.
     #[error("otlp.interval: {} is below the 1s minimum", humantime::format_duration(*.0))]
     OtlpInterval(Duration),
     /// `otlp.timeout` zero or past the interval.
@@ -472,4 +472,21 @@ fn node_ip_problem(found: Option<&str>) -> String {
         None => "$(NODE_IP) is the node's address, which the agent does not know: set kubernetes.node_ip, or NODE_IP (the shipped DaemonSet sets it from status.hostIP)".to_string(),
         Some(ip) => format!("$(NODE_IP) is the node's address, and {ip:?} (kubernetes.node_ip, else NODE_IP) is not an IP address"),
     }
+}
+
+/// Why an `otlp.headers` entry cannot be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum OtlpHeaderError {
+    /// Its name is not a header name.
+    #[error("not a header name")]
+    Name,
+    /// Its value holds bytes a header cannot.
+    #[error("not a header value")]
+    Value,
+    /// A malformed handle in its value.
+    #[error(transparent)]
+    Handle(#[from] sonde_policy::secrets::template::TemplateError),
+    /// A handle names no secret of the operator.
+    #[error("$(secret:{0}) is not one of the operator's `secrets:`")]
+    UnknownSecret(String),
 }

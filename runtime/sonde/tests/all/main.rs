@@ -23,6 +23,7 @@ mod kubernetes;
 mod npd;
 mod npd_syslog;
 mod oci;
+mod otlp;
 mod probes;
 mod prometheus;
 mod sandbox;

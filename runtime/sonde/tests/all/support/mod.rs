@@ -40,7 +40,7 @@ use sonde_sandbox::host::Grants;
 use sonde_sandbox::verdict::RunResult;
 pub(crate) use sonde_tests::raw_http::{accepted_before_now, call, call_with, parse_response, try_call};
 pub(crate) use sonde_tests::seeded;
-pub(crate) use sonde_tests::tools::{repo, secret, tool};
+pub(crate) use sonde_tests::tools::{repo, secret, tool, tool_from_env};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,0 +1,289 @@
+//! The agent with `otlp:` set: what a receiver gets is every series its
+//! `/metrics` shows, read back under Prometheus's own translation of OTLP
+//! names (so a series reads the same scraped or pushed); and a collector
+//! that stalls slows no probe. The receiver is sonde-otel's test receiver
+//! (a hyper server decoding the OTLP messages), shared by `#[path]`.
+
+#[allow(
+    dead_code,
+    reason = "sonde-otel's test receiver, shared (`#[path]`): these tests make it take or stall only"
+)]
+#[path = "../../../otel/tests/all/receiver.rs"]
+mod receiver;
+
+use crate::support::{call, start_agent};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use receiver::{Answer, Receiver};
+use sonde_tests::HttpServer;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// An agent probing `target` every 200 ms, exporting to `collector` with
+/// `protocol` every second.
+fn config(target: std::net::SocketAddr, collector: std::net::SocketAddr, protocol: &str) -> String {
+    format!(
+        "otlp:\n  endpoint: http://{collector}\n  protocol: {protocol}\n  interval: 1s\n\
+         targets:\n  - name: web\n    address: {target}\n    probes:\n\
+         \x20     - {{name: ready, plugin: http, period: 200ms, config: {{path: /ok}}}}\n"
+    )
+}
+
+/// The families `/metrics` (the Prometheus text format) shows samples of.
+fn scraped(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut family = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            family = rest.split_whitespace().next().map(str::to_string);
+        } else if !line.starts_with('#')
+            && let Some(f) = &family
+        {
+            names.insert(f.clone());
+        }
+    }
+    names
+}
+
+/// What Prometheus names each metric of `request` when it takes it over
+/// OTLP: dots to underscores, the unit's word added (`s`: seconds, `By`:
+/// bytes) unless the name ends with it, `_total` on a monotonic sum.
+fn as_prometheus_names(request: &ExportMetricsServiceRequest) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for m in request
+        .resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+    {
+        let mut name = m.name.replace('.', "_");
+        let word = match m.unit.as_str() {
+            "s" => "seconds",
+            "By" => "bytes",
+            _ => "",
+        };
+        if !word.is_empty() && !name.ends_with(word) {
+            name = format!("{name}_{word}");
+        }
+        if matches!(&m.data, Some(Data::Sum(s)) if s.is_monotonic) {
+            name.push_str("_total");
+        }
+        names.insert(name);
+    }
+    names
+}
+
+async fn every_series_arrives(protocol: &str) {
+    let target = HttpServer::start().await;
+    let receiver = Receiver::start(Answer::Take).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sonde.yaml");
+    std::fs::write(&path, config(target.addr, receiver.addr, protocol)).unwrap();
+    let (agent, api) = start_agent(&path).await;
+    // Exports and scrapes are read at different instants: they agree once
+    // nothing new appears between two of them (the probe has run, the
+    // first export is counted).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = 0;
+    loop {
+        receiver.until(seen + 1).await;
+        seen = receiver.count();
+        let (status, text) = call(api, "GET", "/metrics", None, b"").await;
+        assert_eq!(status, 200, "{text}");
+        let (pushed, scraped) = (as_prometheus_names(&receiver.last()), scraped(&text));
+        if pushed == scraped && scraped.contains("sonde_probe_runs_total") {
+            assert!(scraped.contains("sonde_otlp_exports_total"), "{scraped:?}");
+            // The export's own series are in docs/config.md's table too.
+            let docs = std::fs::read_to_string(crate::support::repo().join("docs/config.md")).unwrap();
+            for name in ["sonde_otlp_exports_total", "sonde_otlp_export_failures_total"] {
+                assert!(docs.contains(&format!("`{name}`")), "{name} is not in docs/config.md");
+            }
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pushed but not scraped: {:?}\nscraped but not pushed: {:?}",
+            pushed.difference(&scraped).collect::<Vec<_>>(),
+            scraped.difference(&pushed).collect::<Vec<_>>()
+        );
+    }
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_series_of_metrics_arrives_over_grpc() {
+    every_series_arrives("grpc").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_series_of_metrics_arrives_over_http_protobuf() {
+    every_series_arrives("http/protobuf").await;
+}
+
+/// A collector that takes each request and never answers: the probe runs
+/// on time all along (its runs keep coming, the scheduler is never
+/// overdue), one export at a time is held, each failure counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_collector_slows_no_probe() {
+    let target = HttpServer::start().await;
+    let receiver = Receiver::start(Answer::Stall).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sonde.yaml");
+    std::fs::write(&path, config(target.addr, receiver.addr, "grpc")).unwrap();
+    let (agent, api) = start_agent(&path).await;
+    receiver.until(2).await;
+    let runs = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("sonde_probe_runs_total{"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let (_, before) = call(api, "GET", "/metrics", None, b"").await;
+    let started = Instant::now();
+    receiver.until(3).await;
+    let (_, after) = call(api, "GET", "/metrics", None, b"").await;
+    let elapsed = started.elapsed().as_secs_f64();
+    // One run every 200 ms meanwhile (half of them, to leave room for a
+    // loaded machine; a probe blocked behind the export would make none).
+    assert!(
+        runs(&after) - runs(&before) >= elapsed / 0.2 / 2.0,
+        "{} runs in {elapsed:.1} s",
+        runs(&after) - runs(&before)
+    );
+    assert!(
+        after.contains("sonde_otlp_export_failures_total{signal=\"metrics\",reason=\"timeout\"}"),
+        "{after}"
+    );
+    assert_eq!(
+        receiver
+            .received
+            .most_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    agent.stop().await;
+}
+
+/// The OpenTelemetry Collector itself (scripts/otelcol/main.go, built by
+/// scripts/tools.sh: `SONDE_OTELCOL`), its OTLP receiver on gRPC and HTTP,
+/// its file exporter writing what it took as OTLP JSON: the agent's
+/// export over each protocol reads, in Prometheus's names, as its
+/// `/metrics` does, with the resource attributes a collector expects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_collector_takes_every_series_over_grpc_and_http() {
+    let Some(otelcol) = crate::support::tool_from_env(
+        "SONDE_OTELCOL",
+        "the OpenTelemetry Collector",
+        "scripts/test builds it; alone: eval \"$(scripts/tools.sh)\"",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (grpc, http) = (sonde_tests::closed_port(), sonde_tests::closed_port());
+    let out = dir.path().join("metrics.json");
+    let collector_config = dir.path().join("otelcol.yaml");
+    std::fs::write(
+        &collector_config,
+        format!(
+            "receivers:\n  otlp:\n    protocols:\n      grpc: {{endpoint: \"{grpc}\"}}\n      http: {{endpoint: \"{http}\"}}\n\
+             exporters:\n  file:\n    path: {}\n    flush_interval: 100ms\n\
+             service:\n  telemetry: {{metrics: {{level: none}}}}\n  pipelines:\n    metrics: {{receivers: [otlp], exporters: [file]}}\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    let mut collector = std::process::Command::new(&otelcol)
+        .arg(format!("--config={}", collector_config.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("otelcol.log")).unwrap())
+        .spawn()
+        .expect("start the Collector");
+    let log = || std::fs::read_to_string(dir.path().join("otelcol.log")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(grpc).await.is_err() || tokio::net::TcpStream::connect(http).await.is_err() {
+        assert!(Instant::now() < deadline, "the Collector did not listen:\n{}", log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let target = HttpServer::start().await;
+    for (collector_addr, protocol) in [(grpc, "grpc"), (http, "http/protobuf")] {
+        // The Collector keeps the file open: this protocol's exports are
+        // the lines written after those already there.
+        let before = std::fs::read_to_string(&out).unwrap_or_default().lines().count();
+        let path = dir.path().join("sonde.yaml");
+        std::fs::write(&path, config(target.addr, collector_addr, protocol)).unwrap();
+        let (agent, api) = start_agent(&path).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let (_, text) = call(api, "GET", "/metrics", None, b"").await;
+            let written = std::fs::read_to_string(&out).unwrap_or_default();
+            let last = written
+                .lines()
+                .skip(before)
+                .last()
+                .map(collector_names)
+                .unwrap_or_default();
+            let scraped = scraped(&text);
+            if last.0 == scraped && scraped.contains("sonde_probe_runs_total") {
+                assert_eq!(
+                    last.1.get("service.name").map(String::as_str),
+                    Some("sonde"),
+                    "{protocol}"
+                );
+                assert!(last.1.contains_key("host.name"), "{:?}", last.1);
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{protocol}: written but not scraped: {:?}\nscraped but not written: {:?}\nthe export: {}\nthe Collector:\n{}",
+                last.0.difference(&scraped).collect::<Vec<_>>(),
+                scraped.difference(&last.0).collect::<Vec<_>>(),
+                text.lines()
+                    .filter(|l| l.starts_with("sonde_otlp"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                log()
+            );
+        }
+        agent.stop().await;
+    }
+    let _ = collector.kill();
+    let _ = collector.wait();
+}
+
+/// One line of the file exporter (OTLP JSON): the metrics' names as
+/// Prometheus reads them (see [`as_prometheus_names`]), and the resource's
+/// string attributes.
+fn collector_names(line: &str) -> (BTreeSet<String>, std::collections::BTreeMap<String, String>) {
+    let json: serde_json::Value = serde_json::from_str(line).expect("a line of OTLP JSON");
+    let mut names = BTreeSet::new();
+    let mut resource = std::collections::BTreeMap::new();
+    for rm in json["resourceMetrics"].as_array().into_iter().flatten() {
+        for a in rm["resource"]["attributes"].as_array().into_iter().flatten() {
+            if let Some(v) = a["value"]["stringValue"].as_str() {
+                resource.insert(a["key"].as_str().unwrap_or_default().to_string(), v.to_string());
+            }
+        }
+        for m in rm["scopeMetrics"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["metrics"].as_array().into_iter().flatten())
+        {
+            let mut name = m["name"].as_str().unwrap_or_default().replace('.', "_");
+            let word = match m["unit"].as_str().unwrap_or_default() {
+                "s" => "seconds",
+                "By" => "bytes",
+                _ => "",
+            };
+            if !word.is_empty() && !name.ends_with(word) {
+                name = format!("{name}_{word}");
+            }
+            if m["sum"]["isMonotonic"] == true {
+                name.push_str("_total");
+            }
+            names.insert(name);
+        }
+    }
+    (names, resource)
+}
