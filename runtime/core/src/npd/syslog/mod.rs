@@ -240,6 +240,52 @@ pub async fn run(monitor: Arc<LogMonitor>, sink: Arc<dyn Sink>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{LogBounds, NpdFile};
+
+    fn matcher(bounds: LogBounds) -> Matcher {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.json");
+        std::fs::write(
+            &file,
+            r#"{"plugin": "kmsg", "source": "s", "rules": [{"type": "temporary", "reason": "Hit", "pattern": "hit .*"}]}"#,
+        )
+        .unwrap();
+        let NpdFile::Log(monitor) = NpdFile::read(&file, dir.path()).unwrap() else {
+            panic!("a log monitor")
+        };
+        Matcher::new(Arc::new(LogMonitor { file, monitor, bounds }), SystemTime::now())
+    }
+
+    fn line(message: &str) -> Line {
+        Line {
+            at: SystemTime::now(),
+            message: message.into(),
+            cut: false,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lines_past_the_rate_are_dropped_unmatched_and_a_long_one_is_cut_then_matched() {
+        let mut m = matcher(LogBounds {
+            max_line_bytes: 64,
+            max_lines_per_second: 3,
+        });
+        let (outcome, reports) = m.push(line(&format!("hit {}", "x".repeat(100))));
+        assert_eq!(outcome, LineOutcome::Cut);
+        assert!(
+            matches!(&reports[..], [Report::Event { message, .. }] if message.len() == 64),
+            "matched as cut: {reports:?}"
+        );
+        assert_eq!(m.push(line("quiet")).0, LineOutcome::Read);
+        assert_eq!(m.push(line("quiet")).0, LineOutcome::Read);
+        let (outcome, reports) = m.push(line("hit dropped"));
+        assert_eq!(outcome, LineOutcome::Dropped, "the fourth line of the second");
+        assert!(reports.is_empty(), "a dropped line is not matched");
+        tokio::time::advance(Duration::from_millis(334)).await;
+        let (outcome, reports) = m.push(line("hit again"));
+        assert_eq!(outcome, LineOutcome::Read, "a third of a second refills a line");
+        assert_eq!(reports.len(), 1);
+    }
 
     #[test]
     fn the_start_is_the_later_of_boot_plus_delay_and_now_less_lookback() {
