@@ -1,6 +1,7 @@
 //! sonde's OpenTelemetry export (docs/opentelemetry.md): with `otlp:` set,
 //! every series of `/metrics` goes to a collector over OTLP, gRPC or
-//! HTTP/protobuf, every `interval`.
+//! HTTP/protobuf, every `interval`, and a span per sampled run
+//! ([`traces`]) every second.
 //!
 //! **What is sent is what a scrape reads.** The export encodes the
 //! operator's exposition, reads it back ([`exposition`]) and sends each
@@ -12,45 +13,59 @@
 //! OpenTelemetry Rust project's generated OTLP types
 //! (`opentelemetry-proto`), encoded by prost, and sent by [`transport`].
 //!
-//! **Harmless when the collector is not.** The export is one task,
-//! apart from the probes' runs: one request at a time, as large as one
-//! scrape, never queued (a series is cumulative, so a missed export loses
-//! nothing the next does not carry). A failure waits before the next try:
+//! **Harmless when the collector is not.** The export is two tasks apart
+//! from the probes' runs, one request of each signal at a time: the
+//! metrics as large as one scrape, never queued (a series is cumulative,
+//! so a missed export loses nothing the next does not carry); the spans
+//! from a bounded queue, dropped (and counted) when it is full or their
+//! export does not land. A failure waits before the next try:
 //! the interval, doubled after each failure in a row up to
 //! [`MAX_BACKOFF_INTERVALS`] intervals, or what the collector's
 //! `Retry-After` asks (at most [`MAX_RETRY_AFTER`]). Each export and
 //! failure is counted (`sonde_otlp_exports_total`,
 //! `sonde_otlp_export_failures_total{reason}`).
 
+mod attributes;
 pub mod exposition;
 pub mod metrics;
 pub mod names;
+pub mod traces;
 pub mod transport;
 
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use prost::Message as _;
 use sonde_core::catalog::otlp::OtlpSettings;
 use sonde_core::metrics::OtlpExports;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
-pub use transport::{ExportError, Transport, TransportError};
+pub use traces::RunTracer;
+pub use transport::{ExportError, Signal, Transport, TransportError};
 
 /// The longest wait after failures in a row, in intervals.
 pub const MAX_BACKOFF_INTERVALS: u32 = 8;
 /// The longest `Retry-After` honoured.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+/// How often spans waiting are sent.
+pub const SPAN_FLUSH: Duration = Duration::from_secs(1);
+/// The most spans in one export.
+pub const MAX_SPANS_PER_EXPORT: usize = 512;
 
 /// The exposition to send: the operator's `/metrics` (OpenMetrics text).
 pub type Source = Arc<dyn Fn() -> String + Send + Sync>;
 
-/// What the export did, for `/metrics`.
+/// One signal's counters.
 #[derive(Debug, Default)]
-pub struct Stats {
+struct Counts {
     sent: AtomicU64,
     failed: Mutex<Vec<(&'static str, u64)>>,
+    dropped: AtomicU64,
 }
 
-impl Stats {
+impl Counts {
     fn failure(&self, reason: &'static str) {
         let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
         match failed.iter_mut().find(|(r, _)| *r == reason) {
@@ -58,26 +73,98 @@ impl Stats {
             None => failed.push((reason, 1)),
         }
     }
+}
+
+/// What the export did, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    metrics: Counts,
+    traces: Counts,
+    /// The tracer whose full queue drops spans, when traces are on.
+    tracer: Mutex<Option<Arc<RunTracer>>>,
+}
+
+impl Stats {
+    fn of(&self, signal: Signal) -> &Counts {
+        match signal {
+            Signal::Metrics => &self.metrics,
+            Signal::Traces => &self.traces,
+        }
+    }
 
     /// The counters as `/metrics` shows them.
     pub fn snapshot(&self) -> OtlpExports {
-        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-        OtlpExports {
-            sent: vec![("metrics", self.sent.load(Ordering::Relaxed))],
-            failed: failed.iter().map(|(r, n)| ("metrics", *r, *n)).collect(),
+        let tracer = self.tracer.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut out = OtlpExports::default();
+        let mut signals = vec![Signal::Metrics];
+        if tracer.is_some() {
+            signals.push(Signal::Traces);
         }
+        for signal in signals {
+            let c = self.of(signal);
+            out.sent.push((signal.as_str(), c.sent.load(Ordering::Relaxed)));
+            let failed = c.failed.lock().unwrap_or_else(|e| e.into_inner());
+            out.failed.extend(failed.iter().map(|(r, n)| (signal.as_str(), *r, *n)));
+        }
+        if let Some(t) = tracer {
+            let dropped = self.traces.dropped.load(Ordering::Relaxed) + t.dropped();
+            out.dropped.push((Signal::Traces.as_str(), dropped));
+        }
+        out
     }
 }
 
 /// The running export; dropping it stops it.
 pub struct Exporter {
-    task: tokio::task::JoinHandle<()>,
-    stats: Arc<Stats>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Exporter {
     fn drop(&mut self) {
-        self.task.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// What both loops need.
+struct Loop {
+    transport: Transport,
+    signal: Signal,
+    resource: Vec<KeyValue>,
+    interval: Duration,
+    stats: Arc<Stats>,
+}
+
+impl Loop {
+    /// Sends `message`; the wait before the next export (see the crate's
+    /// documentation), and whether it landed.
+    async fn send(&self, message: Vec<u8>, failures: &mut u32) -> (Duration, bool) {
+        let counts = self.stats.of(self.signal);
+        match self.transport.send(message).await {
+            Ok(()) => {
+                if *failures > 0 {
+                    tracing::info!(
+                        signal = self.signal.as_str(),
+                        failures = *failures,
+                        "otlp: the collector takes exports again"
+                    );
+                }
+                counts.sent.fetch_add(1, Ordering::Relaxed);
+                *failures = 0;
+                (self.interval, true)
+            }
+            Err(e) => {
+                counts.failure(e.reason());
+                if *failures == 0 {
+                    tracing::warn!(signal = self.signal.as_str(), error = %e, "otlp: an export did not land; trying again later");
+                } else {
+                    tracing::debug!(signal = self.signal.as_str(), error = %e, failures = *failures, "otlp: an export did not land");
+                }
+                *failures = failures.saturating_add(1);
+                (backoff(self.interval, *failures, &e), false)
+            }
+        }
     }
 }
 
@@ -85,53 +172,50 @@ impl Exporter {
     /// Starts exporting `source` as `settings` say, the agent described by
     /// the resource attributes of [`resource`], counting into `stats`;
     /// series count from `started`. The first export is one interval in.
+    /// With `tracer`, its spans go too, every [`SPAN_FLUSH`], and its runs
+    /// are the run duration histogram's exemplars.
     pub fn spawn(
         settings: &OtlpSettings,
         source: Source,
         started: SystemTime,
         stats: Arc<Stats>,
+        tracer: Option<Arc<RunTracer>>,
     ) -> Result<Self, TransportError> {
-        let transport = Transport::metrics(settings)?;
         let resource = resource(&settings.resource);
+        let metrics = Loop {
+            transport: Transport::new(settings, Signal::Metrics)?,
+            signal: Signal::Metrics,
+            resource: resource.clone(),
+            interval: settings.interval,
+            stats: stats.clone(),
+        };
         tracing::info!(
             endpoint = %settings.endpoint,
             protocol = settings.protocol.as_str(),
             interval = ?settings.interval,
+            traces = tracer.is_some(),
             "otlp: sending every series of /metrics"
         );
-        let task = tokio::spawn(run(
-            transport,
-            source,
-            resource,
-            started,
-            settings.interval,
-            stats.clone(),
-        ));
-        Ok(Self { task, stats })
-    }
-
-    /// Its counters.
-    pub fn stats(&self) -> &Arc<Stats> {
-        &self.stats
+        let mut tasks = vec![tokio::spawn(export_metrics(metrics, source, started, tracer.clone()))];
+        if let Some(tracer) = tracer {
+            *stats.tracer.lock().unwrap_or_else(|e| e.into_inner()) = Some(tracer.clone());
+            let traces = Loop {
+                transport: Transport::new(settings, Signal::Traces)?,
+                signal: Signal::Traces,
+                resource,
+                interval: SPAN_FLUSH,
+                stats,
+            };
+            tasks.push(tokio::spawn(export_spans(traces, tracer)));
+        }
+        Ok(Self { tasks })
     }
 }
 
-fn nanos(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-/// The export loop (see the crate's documentation).
-async fn run(
-    transport: Transport,
-    source: Source,
-    resource: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
-    started: SystemTime,
-    interval: Duration,
-    stats: Arc<Stats>,
-) {
+/// The metrics loop (see the crate's documentation).
+async fn export_metrics(l: Loop, source: Source, started: SystemTime, tracer: Option<Arc<RunTracer>>) {
     let mut failures: u32 = 0;
-    let mut wait = interval;
+    let mut wait = l.interval;
     loop {
         tokio::time::sleep(wait).await;
         let source = source.clone();
@@ -142,36 +226,65 @@ async fn run(
             Ok(f) => f,
             Err(e) => {
                 tracing::error!(error = %e, "otlp: the exposition could not be read back; nothing sent");
-                stats.failure("encode");
-                wait = interval;
+                l.stats.metrics.failure("encode");
+                wait = l.interval;
                 continue;
             }
         };
         let times = metrics::Times {
-            start: nanos(started),
-            now: nanos(SystemTime::now()),
+            start: traces::nanos(started),
+            now: traces::nanos(SystemTime::now()),
         };
-        let message = metrics::request(&families, &resource, times).encode_to_vec();
-        match transport.send(message).await {
-            Ok(()) => {
-                if failures > 0 {
-                    tracing::info!(failures, "otlp: the collector takes exports again");
-                }
-                stats.sent.fetch_add(1, Ordering::Relaxed);
-                failures = 0;
-                wait = interval;
+        let exemplar = |family: &str, labels: &[(String, String)]| {
+            let tracer = tracer.as_ref()?;
+            if family != "sonde_run_duration_seconds" {
+                return None;
             }
-            Err(e) => {
-                stats.failure(e.reason());
-                if failures == 0 {
-                    tracing::warn!(error = %e, "otlp: an export did not land; trying again later");
-                } else {
-                    tracing::debug!(error = %e, failures, "otlp: an export did not land");
-                }
-                failures = failures.saturating_add(1);
-                wait = backoff(interval, failures, &e);
-            }
+            let label = |k: &str| labels.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+            tracer.exemplar(label("plugin")?, label("kind")?)
+        };
+        let message = metrics::request(&families, &l.resource, times, &exemplar).encode_to_vec();
+        wait = l.send(message, &mut failures).await.0;
+    }
+}
+
+/// The spans loop: every [`SPAN_FLUSH`], what waits, [`MAX_SPANS_PER_EXPORT`]
+/// at a time; an export that does not land drops its spans (counted), so
+/// the queue stays bounded while the collector is away.
+async fn export_spans(l: Loop, tracer: Arc<RunTracer>) {
+    let mut failures: u32 = 0;
+    let mut wait = l.interval;
+    loop {
+        tokio::time::sleep(wait).await;
+        let spans = tracer.take(MAX_SPANS_PER_EXPORT);
+        if spans.is_empty() {
+            wait = l.interval;
+            continue;
         }
+        let n = spans.len() as u64;
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes: l.resource.clone(),
+                    ..Resource::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: "sonde".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        ..InstrumentationScope::default()
+                    }),
+                    spans,
+                    ..ScopeSpans::default()
+                }],
+                ..ResourceSpans::default()
+            }],
+        };
+        let (next, landed) = l.send(request.encode_to_vec(), &mut failures).await;
+        if !landed {
+            l.stats.traces.dropped.fetch_add(n, Ordering::Relaxed);
+        }
+        wait = next;
     }
 }
 
@@ -194,9 +307,7 @@ fn backoff(interval: Duration, failures: u32, e: &ExportError) -> Duration {
 /// `k8s.node.name`, `k8s.pod.name` and `k8s.namespace.name` (from
 /// `NODE_NAME`, `POD_NAME`, `POD_NAMESPACE`, as the shipped DaemonSet
 /// sets them); then `given`, whose keys win.
-pub fn resource(
-    given: &std::collections::BTreeMap<String, String>,
-) -> Vec<opentelemetry_proto::tonic::common::v1::KeyValue> {
+pub fn resource(given: &std::collections::BTreeMap<String, String>) -> Vec<KeyValue> {
     let mut all: Vec<(String, String)> = vec![
         ("service.name".into(), "sonde".into()),
         ("service.version".into(), env!("CARGO_PKG_VERSION").into()),

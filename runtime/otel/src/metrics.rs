@@ -3,13 +3,15 @@
 //! explicit-bucket histograms with the same bounds, every label an
 //! attribute, under the names of [`crate::names`].
 
+pub(crate) use crate::attributes::attribute;
 use crate::exposition::{Family, Kind, Value};
 use crate::names::{Named, named_all};
+use crate::traces::Exemplar;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics,
-    ScopeMetrics, Sum, metric::Data, number_data_point,
+    ScopeMetrics, Sum, exemplar, metric::Data, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
@@ -21,25 +23,22 @@ pub(crate) struct Times {
     pub now: u64,
 }
 
-/// A string attribute.
-pub(crate) fn attribute(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.to_string(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.to_string())),
-        }),
-        ..KeyValue::default()
-    }
-}
+/// A family's and a series' labels: the run that is its exemplar, if any.
+pub(crate) type Exemplars<'a> = &'a dyn Fn(&str, &[(String, String)]) -> Option<Exemplar>;
 
 /// The request that sends `families` from the agent described by
-/// `resource`.
-pub(crate) fn request(families: &[Family], resource: &[KeyValue], times: Times) -> ExportMetricsServiceRequest {
+/// `resource`, each histogram point with the exemplar `exemplars` gives.
+pub(crate) fn request(
+    families: &[Family],
+    resource: &[KeyValue],
+    times: Times,
+    exemplars: Exemplars<'_>,
+) -> ExportMetricsServiceRequest {
     let names = named_all(families.iter().map(|f| (f.name.as_str(), f.kind)));
     let metrics = families
         .iter()
         .zip(names)
-        .filter_map(|(f, named)| metric(f, named, times))
+        .filter_map(|(f, named)| metric(f, named, times, exemplars))
         .collect();
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
@@ -63,7 +62,7 @@ pub(crate) fn request(families: &[Family], resource: &[KeyValue], times: Times) 
 
 /// One family as a metric named `named`; `None` when it has no point to
 /// send.
-fn metric(f: &Family, named: Named, times: Times) -> Option<Metric> {
+fn metric(f: &Family, named: Named, times: Times, exemplars: Exemplars<'_>) -> Option<Metric> {
     if f.points.is_empty() {
         return None;
     }
@@ -94,7 +93,13 @@ fn metric(f: &Family, named: Named, times: Times) -> Option<Metric> {
             data_points: f
                 .points
                 .iter()
-                .filter_map(|p| histogram_point(attributes(&p.labels), &p.value, times))
+                .filter_map(|p| {
+                    let mut point = histogram_point(attributes(&p.labels), &p.value, times)?;
+                    point
+                        .exemplars
+                        .extend(exemplars(&f.name, &p.labels).map(|e| exemplar_of(&e)));
+                    Some(point)
+                })
                 .collect(),
             aggregation_temporality: AggregationTemporality::Cumulative as i32,
         }),
@@ -106,6 +111,17 @@ fn metric(f: &Family, named: Named, times: Times) -> Option<Metric> {
         data: Some(data),
         ..Metric::default()
     })
+}
+
+/// A traced run as an OTLP exemplar.
+fn exemplar_of(e: &Exemplar) -> opentelemetry_proto::tonic::metrics::v1::Exemplar {
+    opentelemetry_proto::tonic::metrics::v1::Exemplar {
+        time_unix_nano: e.at,
+        span_id: e.span_id.to_vec(),
+        trace_id: e.trace_id.to_vec(),
+        value: Some(exemplar::Value::AsDouble(e.seconds)),
+        ..Default::default()
+    }
 }
 
 /// Prometheus's cumulative buckets as OTLP's: a count per bucket, the
@@ -157,7 +173,20 @@ mod tests {
                     sonde_run_duration_seconds_sum 3.5\nsonde_run_duration_seconds_count 6\n\
                     # TYPE sonde_empty gauge\n";
         let times = Times { start: 1, now: 2 };
-        let r = request(&parse(text).unwrap(), &[attribute("service.name", "sonde")], times);
+        let run = Exemplar {
+            trace_id: [7; 16],
+            span_id: [9; 8],
+            seconds: 0.004,
+            at: 3,
+        };
+        let exemplars =
+            |family: &str, _: &[(String, String)]| (family == "sonde_run_duration_seconds").then(|| run.clone());
+        let r = request(
+            &parse(text).unwrap(),
+            &[attribute("service.name", "sonde")],
+            times,
+            &exemplars,
+        );
         let metrics = &r.resource_metrics[0].scope_metrics[0].metrics;
         assert_eq!(metrics.len(), 3, "a family without points is left out");
         assert_eq!(
@@ -179,5 +208,7 @@ mod tests {
         assert_eq!(p.bucket_counts, [2, 3, 1]);
         assert_eq!((p.count, p.sum), (6, Some(3.5)));
         assert_eq!((p.start_time_unix_nano, p.time_unix_nano), (1, 2));
+        assert_eq!(p.exemplars.len(), 1);
+        assert_eq!(p.exemplars[0].trace_id, [7; 16]);
     }
 }

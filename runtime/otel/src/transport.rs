@@ -98,6 +98,32 @@ pub enum TransportError {
     Header(String),
 }
 
+/// What an export carries: where it goes on the collector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// `MetricsService/Export`, `/v1/metrics`.
+    Metrics,
+    /// `TraceService/Export`, `/v1/traces`.
+    Traces,
+}
+
+impl Signal {
+    /// `metrics` or `traces`, the counters' `signal` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Metrics => "metrics",
+            Self::Traces => "traces",
+        }
+    }
+
+    fn grpc_method(self) -> &'static str {
+        match self {
+            Self::Metrics => "opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+            Self::Traces => "opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        }
+    }
+}
+
 /// Where exports go and how.
 pub struct Transport {
     protocol: OtlpProtocol,
@@ -108,8 +134,14 @@ pub struct Transport {
 }
 
 impl Transport {
-    /// The transport for metrics of `settings`.
+    /// The transport for metrics of `settings` (what `sonde validate`
+    /// tries, so a file `sonde run` would refuse is refused by both).
     pub fn metrics(settings: &OtlpSettings) -> Result<Self, TransportError> {
+        Self::new(settings, Signal::Metrics)
+    }
+
+    /// The transport of `signal` to the collector of `settings`.
+    pub fn new(settings: &OtlpSettings, signal: Signal) -> Result<Self, TransportError> {
         let base = settings.endpoint.trim_end_matches('/');
         let path = match settings.protocol {
             OtlpProtocol::Grpc => {
@@ -117,11 +149,12 @@ impl Transport {
                 let uri: Uri = base.parse().expect("checked by the config");
                 let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
                 format!(
-                    "{}://{authority}/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
-                    uri.scheme_str().unwrap_or("http")
+                    "{}://{authority}/{}",
+                    uri.scheme_str().unwrap_or("http"),
+                    signal.grpc_method()
                 )
             }
-            OtlpProtocol::HttpProtobuf => format!("{base}/v1/metrics"),
+            OtlpProtocol::HttpProtobuf => format!("{base}/v1/{}", signal.as_str()),
         };
         let mut headers = HeaderMap::new();
         for h in &settings.headers {

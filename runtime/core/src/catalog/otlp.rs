@@ -19,6 +19,15 @@ pub const DEFAULT_OTLP_INTERVAL: Duration = Duration::from_secs(60);
 pub const DEFAULT_OTLP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The shortest `otlp.interval`.
 pub const MIN_OTLP_INTERVAL: Duration = Duration::from_secs(1);
+/// `otlp.traces.success_ratio` when unset.
+pub const DEFAULT_SUCCESS_RATIO: f64 = 0.01;
+
+/// Which runs become spans.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TraceSettings {
+    /// The share of passing runs traced (every failed one is).
+    pub success_ratio: f64,
+}
 
 /// How the agent talks to the collector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,13 +103,15 @@ pub struct OtlpSettings {
     /// PEM CA certificates trusted besides the system roots.
     pub ca: Option<Vec<u8>>,
     /// A PEM client certificate chain and its key.
-    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    pub identity: Option<Identity>,
     /// How often the metrics go.
     pub interval: Duration,
     /// The longest one export may take.
     pub timeout: Duration,
     /// Resource attributes given in the file.
     pub resource: BTreeMap<String, String>,
+    /// A span per run, unless `traces: {enabled: false}`.
+    pub traces: Option<TraceSettings>,
 }
 
 /// `spec` checked; `None` (with the problems) when it cannot be used.
@@ -144,6 +155,54 @@ pub(crate) fn otlp(
             ),
         }
     }
+    let (ca, identity) = tls_files(base, spec, problems);
+    let mut at = |s: serde_saphyr::Location, problem| problems.push(Located { at: s, problem });
+    let interval = o.interval.as_ref().map_or(DEFAULT_OTLP_INTERVAL, |i| i.value.0);
+    if let Some(i) = &o.interval
+        && i.value.0 < MIN_OTLP_INTERVAL
+    {
+        at(i.referenced, ConfigProblem::OtlpInterval(i.value.0));
+    }
+    let timeout = o
+        .timeout
+        .as_ref()
+        .map_or(DEFAULT_OTLP_TIMEOUT.min(interval), |t| t.value.0);
+    if let Some(t) = &o.timeout
+        && (t.value.0.is_zero() || t.value.0 > interval)
+    {
+        at(
+            t.referenced,
+            ConfigProblem::OtlpTimeout {
+                timeout: t.value.0,
+                interval,
+            },
+        );
+    }
+    let traces = traces(o.traces.as_ref(), &mut at);
+    (problems.len() == before).then(|| OtlpSettings {
+        endpoint,
+        protocol,
+        headers,
+        ca,
+        identity,
+        interval,
+        timeout,
+        resource: o.resource.clone(),
+        traces,
+    })
+}
+
+/// A PEM client certificate chain and its key.
+type Identity = (Vec<u8>, Vec<u8>);
+
+/// `ca_file`, and `cert_file` with `key_file`, read.
+fn tls_files(
+    base: &Path,
+    spec: &Spanned<config::OtlpSpec>,
+    problems: &mut Vec<Located>,
+) -> (Option<Vec<u8>>, Option<Identity>) {
+    let o = &spec.value;
+    let mut at = |s: serde_saphyr::Location, problem| problems.push(Located { at: s, problem });
     let mut read = |file: &Option<Spanned<std::path::PathBuf>>, key: &'static str| {
         let file = file.as_ref()?;
         let path = base.join(&file.value);
@@ -169,37 +228,27 @@ pub(crate) fn otlp(
             None
         }
     };
-    let interval = o.interval.as_ref().map_or(DEFAULT_OTLP_INTERVAL, |i| i.value.0);
-    if let Some(i) = &o.interval
-        && i.value.0 < MIN_OTLP_INTERVAL
-    {
-        at(i.referenced, ConfigProblem::OtlpInterval(i.value.0));
+    (ca, identity)
+}
+
+/// `traces:`: which runs become spans; `None` when they are off.
+fn traces(
+    spec: Option<&Spanned<config::TracesSpec>>,
+    at: &mut impl FnMut(serde_saphyr::Location, ConfigProblem),
+) -> Option<TraceSettings> {
+    match spec {
+        Some(t) if t.value.enabled == Some(false) => None,
+        Some(t) => {
+            let ratio = t.value.success_ratio.unwrap_or(DEFAULT_SUCCESS_RATIO);
+            if !(0.0..=1.0).contains(&ratio) {
+                at(t.referenced, ConfigProblem::OtlpSuccessRatio(ratio));
+            }
+            Some(TraceSettings { success_ratio: ratio })
+        }
+        None => Some(TraceSettings {
+            success_ratio: DEFAULT_SUCCESS_RATIO,
+        }),
     }
-    let timeout = o
-        .timeout
-        .as_ref()
-        .map_or(DEFAULT_OTLP_TIMEOUT.min(interval), |t| t.value.0);
-    if let Some(t) = &o.timeout
-        && (t.value.0.is_zero() || t.value.0 > interval)
-    {
-        at(
-            t.referenced,
-            ConfigProblem::OtlpTimeout {
-                timeout: t.value.0,
-                interval,
-            },
-        );
-    }
-    (problems.len() == before).then(|| OtlpSettings {
-        endpoint,
-        protocol,
-        headers,
-        ca,
-        identity,
-        interval,
-        timeout,
-        resource: o.resource.clone(),
-    })
 }
 
 /// Why `endpoint` is not a collector's URL: `http://` or `https://`, a

@@ -263,6 +263,9 @@ pub enum ConfigProblem {
         /// Why it could not be read.
         source: std::io::Error,
     },
+    /// `otlp.traces.success_ratio` outside 0 to 1.
+    #[error("otlp.traces.success_ratio: {0} is not a share from 0 to 1")]
+    OtlpSuccessRatio(f64),
     /// `otlp.cert_file` without `key_file`, or the other way round.
     #[error("otlp: cert_file and key_file go together: a client certificate needs its key")]
     OtlpIdentityHalf,

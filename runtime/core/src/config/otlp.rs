@@ -46,4 +46,23 @@ pub struct OtlpSpec {
     /// `k8s.pod.name`, `k8s.namespace.name`); a key given here wins.
     #[serde(default)]
     pub resource: BTreeMap<String, String>,
+    /// `traces: {success_ratio: 0.01}` — a span per scheduled probe run
+    /// (docs/opentelemetry.md): every failed run, and this share of the
+    /// runs that pass. `traces: {enabled: false}` sends none. Default: on,
+    /// 0.01.
+    #[serde(default)]
+    pub traces: Option<Spanned<TracesSpec>>,
+}
+
+/// Which runs are traced.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracesSpec {
+    /// `enabled: false` — no spans. Default true.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// `success_ratio: 0.01` (default) — the share of passing runs traced,
+    /// from 0 (failures only) to 1 (every run).
+    #[serde(default)]
+    pub success_ratio: Option<f64>,
 }

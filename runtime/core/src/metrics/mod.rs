@@ -28,6 +28,7 @@
 //! | `sonde_kubernetes_write_errors_total` | counter | kind, reason |
 //! | `sonde_otlp_exports_total` | counter (only with `otlp:`) | signal |
 //! | `sonde_otlp_export_failures_total` | counter (only with `otlp:`) | signal, reason |
+//! | `sonde_otlp_dropped_total` | counter (only with `otlp:` and traces) | signal |
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
 //! | `sonde_pool_memories_in_use`, `sonde_pool_idle_memories`, `sonde_pool_idle_resident_bytes` | gauge (absent without an instance pool) | |
 //!
@@ -245,6 +246,9 @@ pub struct OtlpExports {
     pub sent: Vec<(&'static str, u64)>,
     /// Exports that did not: (signal, reason, count).
     pub failed: Vec<(&'static str, &'static str, u64)>,
+    /// Items dropped before they were sent (spans: the queue was full, or
+    /// their export did not land): (signal, count).
+    pub dropped: Vec<(&'static str, u64)>,
 }
 
 impl OtlpExports {
@@ -269,6 +273,18 @@ impl OtlpExports {
         )?;
         for (signal, reason, n) in &self.failed {
             ConstCounter::new(*n).encode(e.encode_family(&[("signal", *signal), ("reason", *reason)])?)?;
+        }
+        if self.dropped.is_empty() {
+            return Ok(());
+        }
+        let mut e = enc.encode_descriptor(
+            "sonde_otlp_dropped",
+            "Items dropped before the OTLP export sent them, by signal (spans: a full queue, or an export that did not land)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (signal, n) in &self.dropped {
+            ConstCounter::new(*n).encode(e.encode_family(&[("signal", *signal)])?)?;
         }
         Ok(())
     }

@@ -1,7 +1,8 @@
 //! A collector's OTLP receiver, in process: a real hyper server that takes
-//! `ExportMetricsServiceRequest`s over HTTP/1.1 (`POST /v1/metrics`) or
-//! gRPC (HTTP/2, `MetricsService/Export`), decodes them with the same
-//! generated types, keeps them, and answers as it is told: taking them,
+//! metrics and trace exports over HTTP/1.1 (`POST /v1/metrics`,
+//! `/v1/traces`) or gRPC (HTTP/2, `MetricsService/Export`,
+//! `TraceService/Export`), decodes them with the same generated types,
+//! keeps them, and answers as it is told: taking them,
 //! refusing them (429 or 503 with `Retry-After`, a gRPC status), or never
 //! answering at all.
 
@@ -11,6 +12,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message as _;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -36,6 +38,8 @@ pub(crate) enum Answer {
 #[derive(Default)]
 pub(crate) struct Received {
     pub(crate) requests: Mutex<Vec<(Instant, ExportMetricsServiceRequest, hyper::HeaderMap)>>,
+    /// The trace exports, decoded.
+    pub(crate) traces: Mutex<Vec<ExportTraceServiceRequest>>,
     /// Requests being answered now (a stalled one stays).
     pub(crate) in_flight: AtomicUsize,
     /// The most in flight at once.
@@ -103,6 +107,17 @@ impl Receiver {
         }
     }
 
+    /// Every span that came in.
+    pub(crate) fn spans(&self) -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
+        let traces = self.received.traces.lock().unwrap();
+        traces
+            .iter()
+            .flat_map(|t| &t.resource_spans)
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| s.spans.clone())
+            .collect()
+    }
+
     /// The last export that came in.
     pub(crate) fn last(&self) -> ExportMetricsServiceRequest {
         self.received
@@ -136,6 +151,8 @@ async fn serve(
         .headers()
         .get("content-type")
         .is_some_and(|v| v == "application/grpc");
+    let path = req.uri().path();
+    let traces = path.ends_with("/v1/traces") || path.ends_with("TraceService/Export");
     let headers = req.headers().clone();
     let mut body = req
         .into_body()
@@ -149,12 +166,17 @@ async fn serve(
         let len = body.get_u32() as usize;
         assert_eq!(len, body.len(), "one whole message");
     }
-    let message = ExportMetricsServiceRequest::decode(body).expect("an ExportMetricsServiceRequest");
-    received
-        .requests
-        .lock()
-        .unwrap()
-        .push((Instant::now(), message, headers));
+    if traces {
+        let message = ExportTraceServiceRequest::decode(body).expect("an ExportTraceServiceRequest");
+        received.traces.lock().unwrap().push(message);
+    } else {
+        let message = ExportMetricsServiceRequest::decode(body).expect("an ExportMetricsServiceRequest");
+        received
+            .requests
+            .lock()
+            .unwrap()
+            .push((Instant::now(), message, headers));
+    }
     let reply = |status: u16| Response::builder().status(status);
     let response = match (answer, grpc) {
         (Answer::Stall, _) => std::future::pending().await,

@@ -5,12 +5,12 @@
 //! stops scheduling, lets runs in flight finish within the grace period,
 //! saves state and returns.
 
+mod otlp;
 mod problems;
 
 use crate::api::{self, ApiAuth, ApiState};
 pub use problems::{AgentError, KubernetesStart, StartProblem};
 pub(crate) use problems::{StartOptions, start_problems};
-use sonde_core::auth::Principal;
 use sonde_core::catalog::Catalog;
 use sonde_core::config::ConfigErrors;
 use sonde_core::control::{self, AgentStatus, Control, ControlParts, LeftOut};
@@ -191,13 +191,10 @@ fn start_scheduler(
     executor: &Executor,
     results: &ResultCache,
     jitter: bool,
-    observer: &Arc<RunMetrics>,
+    observer: Arc<dyn scheduler::Observer>,
 ) -> scheduler::SchedulerHandle {
     let runner = Arc::new(EngineRunner::with_executor(engine.clone(), executor.clone()));
-    let options = scheduler::Options {
-        jitter,
-        observer: observer.clone(),
-    };
+    let options = scheduler::Options { jitter, observer };
     scheduler::spawn(runner, results.clone(), Catalog::default(), options)
 }
 
@@ -296,12 +293,15 @@ impl Agent {
         let api_limits = catalog.agent.api_limits;
         let (auth, reviews) = api_access(&options, &catalog, api_addr).await?;
         let gate_settings = gate_settings(&options, &catalog, kubernetes.as_ref())?;
-        let otlp_settings = catalog.agent.otlp.clone();
         let status = Arc::new(Mutex::new(first_status(&options)));
         let run_metrics = Arc::new(RunMetrics::default());
         let executor = Executor::new(ExecutorConfig::default())
             .map_err(|source| AgentError::Executor { source: source.into() })?;
-        let scheduler = start_scheduler(&engine, &executor, &results, options.jitter, &run_metrics);
+        // With `otlp:` traces, the runs' spans are made where the
+        // histograms are fed: the scheduler's observer.
+        let otlp = otlp::Otlp::new(catalog.agent.otlp.clone(), &run_metrics);
+        let observer = otlp.observer(&run_metrics);
+        let scheduler = start_scheduler(&engine, &executor, &results, options.jitter, observer);
         let control = Arc::new(Control::new(ControlParts {
             engine: engine.clone(),
             options: options.clone(),
@@ -318,16 +318,7 @@ impl Agent {
         let draining = Arc::new(AtomicBool::new(false));
         let gate_stats = Arc::new(kubernetes::Stats::default());
         let node_problems = Arc::new(sonde_core::npd::Board::default());
-        let mut tasks = vec![tokio::spawn(sonde_core::npd::supervise(
-            control.clone(),
-            executor.clone(),
-            engine.clone(),
-            node_problems.clone(),
-        ))];
-        if let Some(ended) = ended {
-            tasks.push(tokio::spawn(take_up_pulls(control.clone(), ended)));
-        }
-        let otlp_stats = Arc::new(sonde_otel::Stats::default());
+        let mut tasks = background(&control, &executor, &engine, &node_problems, ended);
         let metrics = Metrics {
             build: crate::build::INFO,
             runs: run_metrics,
@@ -340,25 +331,9 @@ impl Agent {
             status: status.clone(),
             kubernetes: gate_writes(&gate_stats),
             node_problems: node_problems.clone(),
-            otlp: match otlp_settings {
-                Some(_) => {
-                    let stats = otlp_stats.clone();
-                    Arc::new(move || stats.snapshot())
-                }
-                None => Arc::new(Default::default),
-            },
+            otlp: otlp.counters(),
         };
-        let otlp = match &otlp_settings {
-            Some(settings) => {
-                let m = metrics.clone();
-                let source: sonde_otel::Source = Arc::new(move || m.encode(&Principal::Operator));
-                Some(
-                    sonde_otel::Exporter::spawn(settings, source, SystemTime::now(), otlp_stats)
-                        .map_err(|source| AgentError::Otlp { source })?,
-                )
-            }
-            None => None,
-        };
+        let otlp = otlp.start(&metrics)?;
         let mut api = None;
         if let Some(addr) = api_addr {
             let state = ApiState {
@@ -419,6 +394,28 @@ impl Agent {
         let results = self.results.clone();
         let _ = tokio::task::spawn_blocking(move || results.flush()).await;
     }
+}
+
+/// The agent's tasks besides the scheduler and the API: the
+/// node-problem-detector monitors' supervisor, and the task that takes up
+/// probes whose background pull `ended`.
+fn background(
+    control: &Arc<Control>,
+    executor: &Executor,
+    engine: &Engine,
+    node_problems: &Arc<sonde_core::npd::Board>,
+    ended: Option<tokio::sync::broadcast::Receiver<Arc<str>>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = vec![tokio::spawn(sonde_core::npd::supervise(
+        control.clone(),
+        executor.clone(),
+        engine.clone(),
+        node_problems.clone(),
+    ))];
+    if let Some(ended) = ended {
+        tasks.push(tokio::spawn(take_up_pulls(control.clone(), ended)));
+    }
+    tasks
 }
 
 /// Takes up the probes of the file and the store that wait on a background

@@ -96,6 +96,7 @@ fn otlp(o: &sonde_core::catalog::otlp::OtlpSettings) -> Value {
         "interval": dur(o.interval),
         "timeout": dur(o.timeout),
         "resource": o.resource,
+        "traces": o.traces.map(|t| json!({"success_ratio": t.success_ratio})),
     })
 }
 

@@ -20,10 +20,10 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 /// An agent probing `target` every 200 ms, exporting to `collector` with
-/// `protocol` every second.
+/// `protocol` every second, every run traced.
 fn config(target: std::net::SocketAddr, collector: std::net::SocketAddr, protocol: &str) -> String {
     format!(
-        "otlp:\n  endpoint: http://{collector}\n  protocol: {protocol}\n  interval: 1s\n\
+        "otlp:\n  endpoint: http://{collector}\n  protocol: {protocol}\n  interval: 1s\n  traces: {{success_ratio: 1}}\n\
          targets:\n  - name: web\n    address: {target}\n    probes:\n\
          \x20     - {{name: ready, plugin: http, period: 200ms, config: {{path: /ok}}}}\n"
     )
@@ -95,7 +95,11 @@ async fn every_series_arrives(protocol: &str) {
             assert!(scraped.contains("sonde_otlp_exports_total"), "{scraped:?}");
             // The export's own series are in docs/config.md's table too.
             let docs = std::fs::read_to_string(crate::support::repo().join("docs/config.md")).unwrap();
-            for name in ["sonde_otlp_exports_total", "sonde_otlp_export_failures_total"] {
+            for name in [
+                "sonde_otlp_exports_total",
+                "sonde_otlp_export_failures_total",
+                "sonde_otlp_dropped_total",
+            ] {
                 assert!(docs.contains(&format!("`{name}`")), "{name} is not in docs/config.md");
             }
             break;
@@ -122,7 +126,8 @@ async fn every_series_of_metrics_arrives_over_http_protobuf() {
 
 /// A collector that takes each request and never answers: the probe runs
 /// on time all along (its runs keep coming, the scheduler is never
-/// overdue), one export at a time is held, each failure counted.
+/// overdue), one export of each signal at a time is held, each failure
+/// counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_collector_slows_no_probe() {
     let target = HttpServer::start().await;
@@ -154,13 +159,20 @@ async fn a_stalled_collector_slows_no_probe() {
         after.contains("sonde_otlp_export_failures_total{signal=\"metrics\",reason=\"timeout\"}"),
         "{after}"
     );
-    assert_eq!(
-        receiver
-            .received
-            .most_in_flight
-            .load(std::sync::atomic::Ordering::SeqCst),
-        1
-    );
+    // Spans of runs whose export did not land are dropped, and counted:
+    // nothing piles up behind the collector.
+    let dropped: f64 = after
+        .lines()
+        .find_map(|l| l.strip_prefix("sonde_otlp_dropped_total{signal=\"traces\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_default();
+    assert!(dropped > 0.0, "{after}");
+    // One export at a time of each signal: the series, the spans.
+    let most = receiver
+        .received
+        .most_in_flight
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most <= 2, "{most} exports at once");
     agent.stop().await;
 }
 
@@ -168,7 +180,8 @@ async fn a_stalled_collector_slows_no_probe() {
 /// scripts/tools.sh: `SONDE_OTELCOL`), its OTLP receiver on gRPC and HTTP,
 /// its file exporter writing what it took as OTLP JSON: the agent's
 /// export over each protocol reads, in Prometheus's names, as its
-/// `/metrics` does, with the resource attributes a collector expects.
+/// `/metrics` does, with the resource attributes a collector expects, and
+/// its runs' spans are there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_collector_takes_every_series_over_grpc_and_http() {
     let Some(otelcol) = crate::support::tool_from_env(
@@ -187,7 +200,7 @@ async fn the_collector_takes_every_series_over_grpc_and_http() {
         format!(
             "receivers:\n  otlp:\n    protocols:\n      grpc: {{endpoint: \"{grpc}\"}}\n      http: {{endpoint: \"{http}\"}}\n\
              exporters:\n  file:\n    path: {}\n    flush_interval: 100ms\n\
-             service:\n  telemetry: {{metrics: {{level: none}}}}\n  pipelines:\n    metrics: {{receivers: [otlp], exporters: [file]}}\n",
+             service:\n  telemetry: {{metrics: {{level: none}}}}\n  pipelines:\n    metrics: {{receivers: [otlp], exporters: [file]}}\n    traces: {{receivers: [otlp], exporters: [file]}}\n",
             out.display()
         ),
     )
@@ -217,14 +230,15 @@ async fn the_collector_takes_every_series_over_grpc_and_http() {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let (_, text) = call(api, "GET", "/metrics", None, b"").await;
             let written = std::fs::read_to_string(&out).unwrap_or_default();
-            let last = written
-                .lines()
-                .skip(before)
+            let new = || written.lines().skip(before);
+            let last = new()
+                .filter(|l| l.contains("\"resourceMetrics\""))
                 .last()
                 .map(collector_names)
                 .unwrap_or_default();
+            let spans = new().any(|l| l.contains("\"resourceSpans\"") && l.contains("\"sonde.run\""));
             let scraped = scraped(&text);
-            if last.0 == scraped && scraped.contains("sonde_probe_runs_total") {
+            if last.0 == scraped && scraped.contains("sonde_probe_runs_total") && spans {
                 assert_eq!(
                     last.1.get("service.name").map(String::as_str),
                     Some("sonde"),
@@ -286,4 +300,105 @@ fn collector_names(line: &str) -> (BTreeSet<String>, std::collections::BTreeMap<
         }
     }
     (names, resource)
+}
+
+/// With traces: a span per run, an error span (with the run's message)
+/// for the one that fails, its host phases as children, and the run
+/// duration histogram's exemplar naming a run whose span arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_run_is_a_span_and_the_duration_histogram_links_to_one() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use opentelemetry_proto::tonic::trace::v1::Span;
+    let target = HttpServer::start().await;
+    let receiver = Receiver::start(Answer::Take).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sonde.yaml");
+    let probe = |name: &str, path: &str| {
+        format!("      - {{name: {name}, plugin: http, period: 200ms, config: {{path: {path}}}}}\n")
+    };
+    let yaml = format!(
+        "otlp:\n  endpoint: http://{}\n  protocol: http/protobuf\n  interval: 1s\n  traces: {{success_ratio: 1}}\n\
+         targets:\n  - name: web\n    address: {}\n    probes:\n{}{}",
+        receiver.addr,
+        target.addr,
+        probe("web-ok", "/ok"),
+        probe("web-bad", "/missing")
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let (agent, api) = start_agent(&path).await;
+    let attr = |s: &Span, key: &str| {
+        s.attributes
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+                Value::StringValue(v) => Some(v.clone()),
+                _ => None,
+            })
+    };
+    let run_of = |name: &str| {
+        receiver
+            .spans()
+            .into_iter()
+            .find(|s| s.name == "sonde.run" && attr(s, "sonde.probe.name").as_deref() == Some(name))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (ok, bad) = loop {
+        if let (Some(ok), Some(bad)) = (run_of("web-ok"), run_of("web-bad")) {
+            break (ok, bad);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no span of each probe: {:?}",
+            receiver.spans().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ok.status.as_ref().unwrap().code, 1, "OK: {ok:?}");
+    let status = bad.status.as_ref().unwrap();
+    assert_eq!(status.code, 2, "ERROR: {bad:?}");
+    assert!(status.message.contains("404"), "{status:?}");
+    assert_eq!(attr(&bad, "sonde.run.outcome").as_deref(), Some("failure"));
+    assert_eq!(attr(&bad, "sonde.plugin.name").as_deref(), Some("http"));
+    assert!(attr(&bad, "sonde.plugin.digest").is_some_and(|d| d.starts_with("sha256:")));
+    let children: Vec<String> = receiver
+        .spans()
+        .into_iter()
+        .filter(|s| s.parent_span_id == bad.span_id)
+        .map(|s| s.name)
+        .collect();
+    assert!(children.iter().any(|n| n == "sonde.host.http"), "{children:?}");
+    // An exemplar of the run duration histogram names a run that arrived.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let traced: BTreeSet<Vec<u8>> = receiver.spans().into_iter().map(|s| s.trace_id).collect();
+        let linked = receiver.received.requests.lock().unwrap().iter().any(|(_, r, _)| {
+            r.resource_metrics
+                .iter()
+                .flat_map(|r| &r.scope_metrics)
+                .flat_map(|s| &s.metrics)
+                .filter(|m| m.name == "sonde.run.duration")
+                .filter_map(|m| match &m.data {
+                    Some(Data::Histogram(h)) => Some(h),
+                    _ => None,
+                })
+                .flat_map(|h| &h.data_points)
+                .flat_map(|p| &p.exemplars)
+                .any(|e| traced.contains(&e.trace_id))
+        });
+        if linked {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no exemplar names a traced run");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, metrics) = call(api, "GET", "/metrics", None, b"").await;
+    assert!(
+        metrics.contains("sonde_otlp_exports_total{signal=\"traces\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sonde_otlp_dropped_total{signal=\"traces\"} 0"),
+        "{metrics}"
+    );
+    agent.stop().await;
 }
