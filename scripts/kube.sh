@@ -26,6 +26,12 @@ ETCD_VERSION=3.6.16
 # kube-proxy.
 KUBE_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 
+# node-problem-detector, run beside sonde on the same monitor files by
+# runtime/sonde/tests/all/kubernetes/e2e_npd_side.rs: the newest release
+# the Go module proxy serves (v1.36.0; it answers 403 for v1.35.3 and
+# v1.34.4, and serves no version list).
+NPD_VERSION=1.36.0
+
 # Builds etcd and the Kubernetes components of both versions when they
 # are not in the cache, checks what each says its version is, and
 # exports SONDE_KUBE_BIN (the cache's bin/), SONDE_KUBE_VERSIONS (both
@@ -42,6 +48,55 @@ ensure_kube() {
   rm -rf "$cache/go"
   export SONDE_KUBE_BIN="$cache/bin" SONDE_KUBE_VERSIONS="$KUBE_OLDEST_VERSION $KUBE_NEWEST_VERSION"
   export SONDE_ETCD_VERSION="$ETCD_VERSION"
+  ensure_npd || return 1
+}
+
+# node-problem-detector $NPD_VERSION as bin/node-problem-detector-$NPD_VERSION,
+# its journald monitor in (build tag `journald`, cgo against libsystemd:
+# Debian's libsystemd-dev), and its module's files (config/, its example
+# monitors and their scripts) kept as src/node-problem-detector-$NPD_VERSION.
+# Exports SONDE_NPD_BIN (the binary) and SONDE_NPD_DIR (the module's files).
+ensure_npd() {
+  local cache=${SONDE_KUBE_CACHE:-$HOME/.cache/sonde/kube}
+  local bin="$cache/bin/node-problem-detector-$NPD_VERSION" dir="$cache/src/node-problem-detector-$NPD_VERSION"
+  local src="$cache/src/npd-build-$NPD_VERSION" log
+  if [ ! -x "$bin" ] || [ ! -f "$dir/config/kernel-monitor.json" ]; then
+    ensure_go || return 1
+    echo "== building node-problem-detector $NPD_VERSION from the Go module proxy (once, into $cache; about five minutes with 2 cores)" >&2
+    mkdir -p "$src"
+    cat >"$src/go.mod" <<EOF
+module sonde.invalid/npd
+
+go 1.26
+
+require k8s.io/node-problem-detector v$NPD_VERSION
+EOF
+    log=$(mktemp)
+    if ! (cd "$src" && go_env "$cache" go mod download -json "k8s.io/node-problem-detector@v$NPD_VERSION") >"$log" 2>&1 ||
+      grep -q '"Error"' "$log"; then
+      echo "sonde: go mod download k8s.io/node-problem-detector@v$NPD_VERSION failed (GOPROXY=$(go env GOPROXY)): the Go module proxy did not serve it. go said:" >&2
+      cat "$log" >&2
+      rm -f "$log"
+      return 1
+    fi
+    rm -rf "$dir" && mkdir -p "$dir"
+    cp -r "$(sed -n 's/^\t"Dir": "\(.*\)",$/\1/p' "$log")/." "$dir/"
+    # A module zip keeps no file modes: NPD's example plugins are programs.
+    chmod -R u+w "$dir"
+    chmod +x "$dir"/config/plugin/*.sh
+    rm -f "$log"
+    CGO_ENABLED=1 GO_BUILD_TAGS=journald go_build_in "$cache" "$src" "$bin" \
+      "-X k8s.io/node-problem-detector/pkg/version.version=v$NPD_VERSION" \
+      k8s.io/node-problem-detector/cmd/nodeproblemdetector || return 1
+    rm -rf "$cache/go" "$src"
+  fi
+  if ! [[ $("$bin" --version 2>&1) == *"v$NPD_VERSION"* ]]; then
+    echo "sonde: $bin does not say it is node-problem-detector v$NPD_VERSION; its --version says:" >&2
+    "$bin" --version >&2 || true
+    echo "remove it and run this again to rebuild it" >&2
+    return 1
+  fi
+  export SONDE_NPD_BIN="$bin" SONDE_NPD_DIR="$dir"
 }
 
 # etcd $ETCD_VERSION as bin/etcd-$ETCD_VERSION: etcd's own main, a call
@@ -163,7 +218,8 @@ kubernetes_module() {
   } >"$src/go.mod"
 }
 
-# `go build -o $3 -ldflags $4 $5` in module directory $2, with the Go
+# `go build -o $3 -ldflags $4 $5` in module directory $2 (with -tags
+# $GO_BUILD_TAGS when set), with the Go
 # caches under $1/go; -mod=mod lets go write the module's go.sum from
 # what it downloads (checked against the checksum database). Says what
 # failed, and go's words, when it does not build.
@@ -171,7 +227,7 @@ go_build_in() {
   local cache=$1 src=$2 out=$3 ldflags=$4 package=$5 log start=$SECONDS
   mkdir -p "$cache/bin"
   log=$(mktemp)
-  if ! (cd "$src" && go_env "$cache" go build -mod=mod -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$package") >"$log" 2>&1; then
+  if ! (cd "$src" && go_env "$cache" go build -mod=mod -trimpath ${GO_BUILD_TAGS:+-tags "$GO_BUILD_TAGS"} -ldflags "-s -w $ldflags" -o "$out.tmp" "$package") >"$log" 2>&1; then
     echo "sonde: go build of $package in $src failed (GOPROXY=$(go env GOPROXY), $(go version)): a module could not be fetched or it did not build. go said:" >&2
     cat "$log" >&2
     rm -f "$log" "$out.tmp"
@@ -213,5 +269,5 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   . "$(dirname "$0")/tools.sh"
   ensure_go
   ensure_kube
-  echo "export PATH=\"$PATH\" SONDE_KUBE_BIN=$SONDE_KUBE_BIN SONDE_KUBE_VERSIONS=\"$SONDE_KUBE_VERSIONS\" SONDE_ETCD_VERSION=$SONDE_ETCD_VERSION"
+  echo "export PATH=\"$PATH\" SONDE_KUBE_BIN=$SONDE_KUBE_BIN SONDE_KUBE_VERSIONS=\"$SONDE_KUBE_VERSIONS\" SONDE_ETCD_VERSION=$SONDE_ETCD_VERSION SONDE_NPD_BIN=$SONDE_NPD_BIN SONDE_NPD_DIR=$SONDE_NPD_DIR"
 fi

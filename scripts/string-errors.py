@@ -48,7 +48,8 @@ ALLOWED_TEXT = {
     ),
     ("runtime/core/src/catalog/problem.rs", "ConfigProblem", "error"): "a secret's reading error, as SecretError says it (Clone)",
     ("runtime/core/src/catalog/problem.rs", "ConfigProblem", "message"): "the JSON Schema validator's words",
-    ("runtime/core/src/config/npd.rs", "DurationError", "text"): "the text given, which is not a duration",
+    ("runtime/core/src/config/npd/mod.rs", "DurationError", "text"): "the text given, which is not a duration",
+    ("runtime/core/src/config/npd/gotime.rs", "TimeError", "text"): "the time as a log line writes it, which the layout does not read",
     ("runtime/sonde/src/cli/client.rs", "ClientError", "message"): "the agent's own words, its JSON error or its body",
     ("runtime/core/src/config/mod.rs", "ConfigError", "message"): "the message itself: a config error is a place and its words",
 }

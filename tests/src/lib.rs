@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub mod blackbox;
 pub mod dns;
+pub mod journald;
 pub mod manifests;
 pub mod processes;
 pub mod promql;

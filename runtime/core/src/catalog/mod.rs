@@ -290,6 +290,9 @@ pub struct Catalog {
     /// `node_problem_detector:` from the file, each monitor's rules
     /// resolved as probes of no schedule ([`npd`]).
     pub npd: Arc<npd::Monitors>,
+    /// `node_problem_detector:` entries whose file is a system-log monitor
+    /// ([`npd::LogMonitor`]).
+    pub npd_logs: Arc<npd::LogMonitors>,
     /// `kubernetes.namespace_templates`, parsed: the agent adds the tenants
     /// they make for labelled namespaces ([`settings::generate`]) after the
     /// file's targets and the stored probes are loaded, so that only
@@ -404,9 +407,10 @@ impl Catalog {
         let modules = modules::resolve(&catalog, engine, path, modules).await;
         let monitors = npd::resolve(&catalog, engine, path, monitors).await;
         match (modules, monitors) {
-            (Ok(modules), Ok(monitors)) => {
+            (Ok(modules), Ok((monitors, logs))) => {
                 catalog.modules = Arc::new(modules);
                 catalog.npd = Arc::new(monitors);
+                catalog.npd_logs = Arc::new(logs);
             }
             (modules, monitors) => {
                 let mut errors = modules.err().map(|e| e.0).unwrap_or_default();

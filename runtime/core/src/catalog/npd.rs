@@ -2,6 +2,10 @@
 //! (`config::NpdMonitor`) and each of its rules made a probe of the
 //! built-in `exec` plugin in `mode: npd`, granted its one program.
 //!
+//! A system-log monitor's file (`plugin: kmsg`, `filelog`, `journald`)
+//! runs no program: it is read and checked, its bounds resolved
+//! ([`LogMonitor`]).
+//!
 //! A rule goes through the registry's steps as a module does (the tenant's
 //! ceiling, quotas and timeout bounds), as a probe of a target named
 //! `node_problem_detector.<n>` that is never committed: the monitor runs
@@ -10,7 +14,9 @@
 //! `sonde run` would.
 
 use super::{Catalog, Change, ProbeSpec};
-use crate::config::{self, ConfigError, ConfigErrors, NpdMonitor, NpdSpec};
+use crate::config::{
+    self, ConfigError, ConfigErrors, LogBoundError, LogBounds, NpdFile, NpdLogMonitor, NpdMonitor, NpdSpec,
+};
 use crate::tenants::Ceiling;
 use sonde_sandbox::engine::Engine;
 use std::path::{Path, PathBuf};
@@ -34,6 +40,20 @@ pub struct Monitor {
 /// The monitors of the config in force.
 pub type Monitors = Vec<Arc<Monitor>>;
 
+/// One system-log monitor file of the config in force.
+#[derive(Debug, PartialEq)]
+pub struct LogMonitor {
+    /// The monitor file.
+    pub file: PathBuf,
+    /// What it says.
+    pub monitor: NpdLogMonitor,
+    /// How its lines are read, bounded.
+    pub bounds: LogBounds,
+}
+
+/// The system-log monitors of the config in force.
+pub type LogMonitors = Vec<Arc<LogMonitor>>;
+
 /// The name the catalog knows entry `n`'s stand-in target by.
 fn target_name(n: usize) -> String {
     format!("node_problem_detector.{n}")
@@ -46,9 +66,10 @@ pub(crate) async fn resolve(
     engine: &Engine,
     path: &Path,
     specs: Vec<NpdSpec>,
-) -> Result<Monitors, ConfigErrors> {
+) -> Result<(Monitors, LogMonitors), ConfigErrors> {
     let mut errors = Vec::new();
     let mut out: Monitors = Vec::new();
+    let mut logs: LogMonitors = Vec::new();
     for (n, spec) in specs.into_iter().enumerate() {
         let at = spec.config.referenced;
         let error = |message: String| ConfigError {
@@ -65,15 +86,39 @@ pub(crate) async fn resolve(
             continue;
         }
         let file = catalog.base.join(&spec.config.value);
-        let monitor = match NpdMonitor::read(&file, &workdir) {
+        let read = match NpdFile::read(&file, &workdir) {
             Ok(m) => m,
             Err(e) => {
                 errors.extend(e);
                 continue;
             }
         };
-        if let Some(clash) = claimed_twice(&out, &monitor) {
+        let owners = out
+            .iter()
+            .map(|m| (&m.file, &m.monitor.conditions))
+            .chain(logs.iter().map(|m| (&m.file, &m.monitor.conditions)));
+        if let Some(clash) = claimed_twice(owners, read.conditions()) {
             errors.push(error(clash));
+            continue;
+        }
+        let monitor = match read {
+            NpdFile::Log(monitor) => {
+                match log_bounds(&spec) {
+                    Ok(bounds) => logs.push(Arc::new(LogMonitor { file, monitor, bounds })),
+                    Err(e) => errors.push(error(e.to_string())),
+                }
+                continue;
+            }
+            NpdFile::Custom(monitor) => monitor,
+        };
+        if let Some(key) = [
+            ("max_line_bytes", spec.max_line_bytes.is_some()),
+            ("max_lines_per_second", spec.max_lines_per_second.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(k, set)| set.then_some(k))
+        {
+            errors.push(error(LogBoundError::NotForCustom(key).to_string()));
             continue;
         }
         match rules(catalog, engine, path, n, &spec, &file, &monitor).await {
@@ -88,24 +133,42 @@ pub(crate) async fn resolve(
         }
     }
     if errors.is_empty() {
-        Ok(out)
+        Ok((out, logs))
     } else {
         Err(ConfigErrors(errors))
     }
 }
 
-/// The condition type `monitor` claims that an earlier monitor claims
-/// too, as the message that refuses it.
-fn claimed_twice(earlier: &Monitors, monitor: &NpdMonitor) -> Option<String> {
-    monitor.conditions.iter().find_map(|c| {
+/// A system-log monitor entry's bounds; refused when it has what only a
+/// custom plugin monitor takes (it runs no program).
+fn log_bounds(spec: &NpdSpec) -> Result<LogBounds, LogBoundError> {
+    for (key, set) in [
+        ("exec", !spec.exec.is_empty()),
+        ("env", !spec.env.is_empty()),
+        ("tenant", spec.tenant.is_some()),
+    ] {
+        if set {
+            return Err(LogBoundError::NotForLogs(key));
+        }
+    }
+    LogBounds::of(spec)
+}
+
+/// The condition type of `conditions` that an earlier monitor (its file
+/// and conditions in `earlier`) claims too, as the message that refuses it.
+fn claimed_twice<'a>(
+    earlier: impl Iterator<Item = (&'a PathBuf, &'a Vec<config::NpdCondition>)> + Clone,
+    conditions: &[config::NpdCondition],
+) -> Option<String> {
+    conditions.iter().find_map(|c| {
         earlier
-            .iter()
-            .find(|m| m.monitor.conditions.iter().any(|o| o.kind == c.kind))
-            .map(|m| {
+            .clone()
+            .find(|(_, theirs)| theirs.iter().any(|o| o.kind == c.kind))
+            .map(|(file, _)| {
                 format!(
                     "condition {:?} is claimed by {} already: one condition has one owner",
                     c.kind,
-                    m.file.display()
+                    file.display()
                 )
             })
     })

@@ -2,6 +2,7 @@
 //! written to the log, and followed by the Node writer in Kubernetes mode
 //! ([`Board::follow`], [`Board::take_events`]).
 
+use super::syslog::LineOutcome;
 use super::{Condition, ConditionStatus, LogSink, Report, Severity, Sink};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -49,10 +50,12 @@ struct State {
     conditions: BTreeMap<(String, String), Condition>,
     /// (source, reason) → problems found: Warning Events.
     problems: BTreeMap<(String, String), u64>,
-    /// Events not yet taken, while someone follows the board.
+    /// Events not yet taken (the latest [`MAX_PENDING_EVENTS`]): kept
+    /// from the start, so that what a monitor finds before the Node writer
+    /// follows (a kernel log's last minutes, read at once) reaches the Node.
     pending: VecDeque<PendingEvent>,
-    /// Whether someone follows the board (and so takes its Events).
-    followed: bool,
+    /// (source, outcome) → lines a system-log monitor read.
+    lines: BTreeMap<(String, LineOutcome), u64>,
 }
 
 impl fmt::Debug for Board {
@@ -66,11 +69,9 @@ impl Board {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Wakes on every report from now on; from now on the board also keeps
-    /// the Events for [`Board::take_events`] (at most
-    /// [`MAX_PENDING_EVENTS`]).
+    /// Wakes on every report from now on (the Events made before are kept
+    /// for [`Board::take_events`], at most [`MAX_PENDING_EVENTS`]).
     pub fn follow(&self) -> watch::Receiver<u64> {
-        self.lock().followed = true;
         self.changed.subscribe()
     }
 
@@ -124,6 +125,16 @@ impl Board {
             let labels = [("source", source.as_str()), ("reason", reason.as_str())];
             ConstCounter::new(*n).encode(e.encode_family(&labels)?)?;
         }
+        let mut e = enc.encode_descriptor(
+            "sonde_node_log_lines",
+            "Lines a node-problem-detector system-log monitor read, by outcome: read (matched), cut (matched after being cut to max_line_bytes), dropped (over max_lines_per_second, not matched)",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((source, outcome), n) in &s.lines {
+            let labels = [("source", source.as_str()), ("outcome", outcome.as_str())];
+            ConstCounter::new(*n).encode(e.encode_family(&labels)?)?;
+        }
         Ok(())
     }
 }
@@ -144,22 +155,24 @@ impl Sink for Board {
                     if *severity == Severity::Warning {
                         *s.problems.entry((source.to_string(), reason.clone())).or_default() += 1;
                     }
-                    if s.followed {
-                        if s.pending.len() == MAX_PENDING_EVENTS {
-                            s.pending.pop_front();
-                        }
-                        s.pending.push_back(PendingEvent {
-                            source: source.to_string(),
-                            severity: *severity,
-                            reason: reason.clone(),
-                            message: message.clone(),
-                        });
+                    if s.pending.len() == MAX_PENDING_EVENTS {
+                        s.pending.pop_front();
                     }
+                    s.pending.push_back(PendingEvent {
+                        source: source.to_string(),
+                        severity: *severity,
+                        reason: reason.clone(),
+                        message: message.clone(),
+                    });
                 }
             }
         }
         LogSink.report(source, report);
         self.changed.send_modify(|n| *n += 1);
+    }
+
+    fn line(&self, source: &str, outcome: LineOutcome) {
+        *self.lock().lines.entry((source.to_string(), outcome)).or_default() += 1;
     }
 }
 
@@ -176,11 +189,11 @@ mod tests {
     }
 
     #[test]
-    fn events_are_kept_for_a_follower_only_and_bounded() {
+    fn events_made_before_a_follower_are_kept_and_bounded() {
         let board = Board::default();
         board.report("s", &event("Before"));
-        assert!(board.take_events().is_empty(), "nobody followed yet");
         let woken = board.follow();
+        assert_eq!(board.take_events()[0].reason, "Before", "kept for the follower to come");
         for i in 0..MAX_PENDING_EVENTS + 3 {
             board.report("s", &event(&format!("R{i}")));
         }

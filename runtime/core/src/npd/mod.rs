@@ -3,11 +3,13 @@
 //! most `concurrency` at once, as NPD runs them), each program through the
 //! sandboxed `exec` plugin under its tenant's permit; their verdicts turn
 //! into conditions and Events ([`state`]) for a [`Sink`] — the Node's
-//! status in Kubernetes mode, the log everywhere.
+//! status in Kubernetes mode, the log everywhere. NPD's system-log monitors
+//! match log lines instead of running programs ([`syslog`]).
 
 pub mod board;
 pub mod state;
 mod supervise;
+pub mod syslog;
 
 use crate::catalog::npd::Monitor;
 use crate::executor::Executor;
@@ -24,6 +26,11 @@ use tokio::time::Instant;
 pub trait Sink: Send + Sync {
     /// A report of the monitor whose `source` is given.
     fn report(&self, source: &str, report: &Report);
+
+    /// A line a system-log monitor read, and what became of it.
+    fn line(&self, source: &str, outcome: syslog::LineOutcome) {
+        let _ = (source, outcome);
+    }
 }
 
 /// Reports to the log: a condition's change at `info` (`warn` when the

@@ -172,26 +172,58 @@ impl MonitorState {
         condition.reason = reason.to_string();
         condition.message = message.to_string();
         condition.transition = now;
-        let event = Report::Event {
-            severity: if status == ConditionStatus::True {
-                Severity::Warning
-            } else {
-                Severity::Info
-            },
-            reason: condition.reason.clone(),
-            message: format!(
-                "condition {} is {}: {}",
-                condition.kind,
-                status.as_str(),
-                if condition.message.is_empty() {
-                    condition.reason.as_str()
-                } else {
-                    condition.message.as_str()
-                }
-            ),
-        };
+        let event = condition_event(&condition.kind, status, &condition.reason, &condition.message);
         vec![Report::Condition(condition.clone()), event]
     }
+}
+
+/// The Event NPD makes when a condition changes: Warning when the problem
+/// came, normal otherwise, its message in NPD's words (the condition's
+/// message quoted as Go's `%q` quotes it).
+pub fn condition_event(kind: &str, status: ConditionStatus, reason: &str, message: &str) -> Report {
+    Report::Event {
+        severity: if status == ConditionStatus::True {
+            Severity::Warning
+        } else {
+            Severity::Info
+        },
+        reason: reason.to_string(),
+        message: format!(
+            "Node condition {kind} is now: {}, reason: {reason}, message: {}",
+            status.as_str(),
+            go_quote(message)
+        ),
+    }
+}
+
+/// `text` as Go's `strconv.Quote` writes it: in double quotes, with `"`,
+/// `\` and control characters escaped (`\n`, `\x01`, `\u0085`).
+pub fn go_quote(text: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 #[cfg(test)]
@@ -263,7 +295,7 @@ mod tests {
         );
         assert!(
             matches!(&r[1], Report::Event { severity: Severity::Warning, reason, message }
-                if reason == "NTPIsDown" && message == "condition NTPProblem is True: ntp is down")
+                if reason == "NTPIsDown" && message == "Node condition NTPProblem is now: True, reason: NTPIsDown, message: \"ntp is down\"")
         );
         assert_eq!(s.conditions()[0].transition, at(2));
         assert!(
@@ -295,6 +327,14 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn messages_are_quoted_as_go_quotes_them() {
+        assert_eq!(
+            go_quote("a \"b\" \\ c\nd\te\u{1}\u{7f}é\u{85}"),
+            r#""a \"b\" \\ c\nd\te\x01\x7fé\u0085""#
+        );
     }
 
     #[test]

@@ -57,15 +57,15 @@ impl NodeChecks {
         // Without the Node (not listed yet, or gone) the Events stay on the
         // board (bounded: MAX_PENDING_EVENTS) until there is one to put
         // them on.
+        // The message as NPD writes it, so an Event reads the same whichever
+        // wrote it (NPD names the monitor's source as the Event's
+        // component; sonde's Events all come from sonde, the log names the
+        // source).
         let Some(node) = self.this_node() else { return };
         for e in self.problems.take_events() {
             let warning = e.severity == Severity::Warning;
-            self.events.record(
-                node_reference(&node),
-                warning,
-                &e.reason,
-                &format!("{}: {}", e.source, e.message),
-            );
+            self.events
+                .record_distinct(node_reference(&node), warning, &e.reason, &e.message);
         }
     }
 

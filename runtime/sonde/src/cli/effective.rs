@@ -75,7 +75,12 @@ pub fn effective(catalog: &Catalog) -> Value {
                 "grants": {"net": m.grants.net.iter().map(|n| n.to_string()).collect::<Vec<_>>()},
             }))
         }).collect::<serde_json::Map<_, _>>(),
-        "node_problem_detector": catalog.npd.iter().map(|m| npd(m)).collect::<Vec<_>>(),
+        "node_problem_detector": catalog
+            .npd
+            .iter()
+            .map(|m| npd(m))
+            .chain(catalog.npd_logs.iter().map(|m| npd_log(m)))
+            .collect::<Vec<_>>(),
         "otlp": catalog.agent.otlp.as_ref().map(otlp),
     })
 }
@@ -125,6 +130,50 @@ fn npd(m: &sonde_core::catalog::npd::Monitor) -> Value {
             "args": r.args,
             "timeout": dur(r.timeout),
             "invoke_interval": dur(r.invoke_interval),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A `node_problem_detector:` entry whose file is a system-log monitor:
+/// its bounds, and its file as read, NPD's defaults filled in.
+fn npd_log(m: &sonde_core::catalog::npd::LogMonitor) -> Value {
+    use sonde_core::config::{LogSource, NpdRuleKind};
+    let n = &m.monitor;
+    let (plugin, plugin_config, log_path) = match &n.log {
+        LogSource::Kmsg => ("kmsg", json!({}), Some(sonde_core::npd::syslog::kmsg::KMSG.into())),
+        LogSource::File {
+            path,
+            timestamp,
+            message,
+            format,
+        } => (
+            "filelog",
+            json!({"timestamp": timestamp.text, "message": message.text, "timestampFormat": format.as_str()}),
+            Some(path.clone()),
+        ),
+        LogSource::Journal { dir, identifier } => ("journald", json!({"source": identifier}), dir.clone()),
+    };
+    json!({
+        "config": m.file,
+        "max_line_bytes": m.bounds.max_line_bytes,
+        "max_lines_per_second": m.bounds.max_lines_per_second,
+        "plugin": plugin,
+        "pluginConfig": plugin_config,
+        "logPath": log_path,
+        "lookback": dur(n.lookback),
+        "delay": dur(n.delay),
+        "bufferSize": n.buffer_lines,
+        "skipList": n.skip_list,
+        "source": n.source,
+        "conditions": n.conditions.iter().map(|c| json!({
+            "type": c.kind, "reason": c.reason, "message": c.message,
+        })).collect::<Vec<_>>(),
+        "rules": n.rules.iter().map(|r| json!({
+            "type": match &r.kind { NpdRuleKind::Temporary => "temporary", NpdRuleKind::Permanent(_) => "permanent" },
+            "condition": match &r.kind { NpdRuleKind::Permanent(c) => Some(c), NpdRuleKind::Temporary => None },
+            "reason": r.reason,
+            "pattern": r.pattern.text,
+            "patternGeneratedMessageSuffix": r.message_suffix,
         })).collect::<Vec<_>>(),
     })
 }

@@ -21,6 +21,7 @@ mod fuzz;
 mod import_blackbox;
 mod kubernetes;
 mod npd;
+mod npd_syslog;
 mod oci;
 mod otlp;
 mod probes;

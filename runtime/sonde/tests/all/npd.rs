@@ -227,9 +227,9 @@ fn what_npd_refuses_sonde_refuses_with_the_file_and_key_path() {
             "monitor.json:2:120: rules[0].timout: unknown field `timout`",
         ),
         (
-            monitor(&rule(""), CONDITION).replace(r#""plugin": "custom""#, r#""plugin": "journald""#),
+            monitor(&rule(""), CONDITION).replace(r#""plugin": "custom""#, r#""plugin": "syslog""#),
             &plugin,
-            r#"plugin: "journald": only "custom""#,
+            r#"plugin: "syslog": must be "custom" (a custom plugin monitor) or one of kmsg, filelog, journald"#,
         ),
         (
             monitor(

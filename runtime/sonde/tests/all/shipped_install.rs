@@ -264,6 +264,12 @@ fn lay_out_volumes(fake: &Path, pod_spec: &Value, launch: Launch) -> Vec<(String
                 chmod(&dir.join(file), 0o644);
             }
             chmod(dir, 0o555);
+        } else if volume["hostPath"].is_object() {
+            // The host's own files, never written: a directory of the fake
+            // root stands for the host's, mounted as the Pod mounts it.
+            assert_eq!(m["readOnly"], true, "a host path is mounted read-only: {m}");
+            assert_eq!(volume["hostPath"]["type"], "Directory", "{volume}");
+            chmod(dir, 0o755);
         } else {
             assert!(volume["emptyDir"].is_object(), "a volume this test knows: {volume}");
             // An emptyDir is created world-writable, as the kubelet does.

@@ -10,6 +10,7 @@ mod e2e;
 mod e2e_injection;
 mod e2e_nodes;
 mod e2e_npd;
+mod e2e_npd_side;
 mod gates;
 mod namespaces;
 mod real_node;
