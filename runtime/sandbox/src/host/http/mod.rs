@@ -181,11 +181,13 @@ async fn open(
 }
 
 /// The request to send: its header values with their handles expanded
-/// toward `target` ([`CallGrants::expand`]), marked sensitive.
+/// toward `target` ([`CallGrants::expand`]), marked sensitive; with the
+/// run's `traceparent` when the probe propagates one.
 fn build_request(
     grants: &CallGrants,
     req: &ProbeRequest,
     target: &Target,
+    traceparent: Option<http::HeaderValue>,
 ) -> Result<http::Request<Full<bytes::Bytes>>, HttpError> {
     let method = http::Method::from_bytes(req.method.as_bytes())
         .map_err(|e| HttpError::Invalid(format!("method {:?}: {e}", req.method)))?;
@@ -217,6 +219,13 @@ fn build_request(
         .map_err(|e| HttpError::Invalid(e.to_string()))?;
     if grants.holds_secrets() {
         reflections::ask_identity(request.headers_mut());
+    }
+    // The run's trace context, when the probe propagates it: the host's,
+    // replacing any the plugin set.
+    if let Some(traceparent) = traceparent {
+        request
+            .headers_mut()
+            .insert(http::header::HeaderName::from_static("traceparent"), traceparent);
     }
     Ok(request)
 }
@@ -292,14 +301,7 @@ async fn exchange(
         ..
     } = *view;
     let start = Instant::now();
-    let mut request = build_request(grants, &req, &target)?;
-    // The run's trace context, when the probe propagates it: the host's,
-    // replacing any the plugin set.
-    if let Some(traceparent) = bounds.traceparent() {
-        request
-            .headers_mut()
-            .insert(http::header::HeaderName::from_static("traceparent"), traceparent);
-    }
+    let request = build_request(grants, &req, &target, bounds.traceparent())?;
     let key = req
         .keepalive
         .then(|| PoolKey::new(tenant, &target.host, target.port, target.tls.as_ref(), target.http2));
