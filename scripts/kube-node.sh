@@ -9,7 +9,8 @@
 #     with, which the kernel refuses to a process that is not privileged
 #     enough) and the `native` snapshotter (plain copies, no overlay);
 #   - the CNI bridge (Debian's containernetworking-plugins), Pods on
-#     $SONDE_NODE_POD_CIDR behind cni-sonde0, masqueraded;
+#     $SONDE_NODE_POD_CIDR behind cni-sonde0, masqueraded, their addresses
+#     kept under DIR/node (so each start has the whole range);
 #   - kube-proxy in iptables mode, so a Pod reaches the API server through
 #     the `kubernetes` Service, as in a cluster;
 #   - images imported into containerd, never pulled: the sandbox image is
@@ -84,7 +85,8 @@ EOF
   "plugins": [
     {
       "type": "bridge", "bridge": "cni-sonde0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-      "ipam": { "type": "host-local", "ranges": [[{ "subnet": "$SONDE_NODE_POD_CIDR" }]], "routes": [{ "dst": "0.0.0.0/0" }] }
+      "ipam": { "type": "host-local", "ranges": [[{ "subnet": "$SONDE_NODE_POD_CIDR" }]], "routes": [{ "dst": "0.0.0.0/0" }],
+                "dataDir": "$dir/node/cni-ipam" }
     },
     { "type": "portmap", "capabilities": { "portMappings": true } }
   ]

@@ -112,16 +112,21 @@ impl Cluster {
         self.kubectl(&["apply", "-f", "-"], Some(&objects.to_string()));
     }
 
-    /// The agent's log (the container's, as the kubelet keeps it), for a
-    /// failure's message.
+    /// The agent's log (the container's, as the kubelet keeps it) and
+    /// what the cluster says of its Pods, for a failure's message.
     fn agent_log(&self) -> String {
-        Command::new(&self.kubectl)
-            .arg("--kubeconfig")
-            .arg(self.dir.join("kubeconfig"))
-            .args(["-n", AGENT_NAMESPACE, "logs", "--tail", "40", "-l", AGENT_LABEL])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
-            .unwrap_or_default()
+        let run = |args: &[&str]| {
+            Command::new(&self.kubectl)
+                .arg("--kubeconfig")
+                .arg(self.dir.join("kubeconfig"))
+                .args(args)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+                .unwrap_or_default()
+        };
+        run(&["-n", AGENT_NAMESPACE, "logs", "--tail", "40", "-l", AGENT_LABEL])
+            + &run(&["get", "pods", "-A", "-o", "wide"])
+            + &run(&["get", "events", "-A", "--sort-by=.lastTimestamp"])
     }
 }
 
