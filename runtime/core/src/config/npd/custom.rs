@@ -213,32 +213,7 @@ fn check_rule(
     bad: &mut dyn FnMut(String, String),
 ) -> Option<NpdRule> {
     let key = |k: &str| format!("rules[{i}].{k}");
-    let kind = match r.kind.as_str() {
-        "temporary" => NpdRuleKind::Temporary,
-        "permanent" if conditions.iter().any(|c| c.kind == r.condition) => NpdRuleKind::Permanent(r.condition),
-        "permanent" => {
-            bad(
-                key("condition"),
-                format!(
-                    "{:?} is not one of the file's conditions ({}): a permanent rule sets a condition defined there",
-                    r.condition,
-                    conditions
-                        .iter()
-                        .map(|c| c.kind.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            );
-            return None;
-        }
-        other => {
-            bad(
-                key("type"),
-                format!("{other:?}: must be \"temporary\" or \"permanent\""),
-            );
-            return None;
-        }
-    };
+    let kind = rule_kind(i, &r.kind, r.condition, conditions, bad)?;
     if r.reason.is_empty() {
         bad(key("reason"), "missing: the reason a problem is reported with".into());
     }

@@ -276,6 +276,43 @@ fn strip_position(message: &str) -> &str {
     message.rsplit_once(" at line ").map_or(message, |(m, _)| m)
 }
 
+/// Rule `i`'s `type`, and for a permanent rule its `condition`, which one
+/// of the file's `conditions` must define; a problem goes to `bad`.
+fn rule_kind(
+    i: usize,
+    kind: &str,
+    condition: String,
+    conditions: &[NpdCondition],
+    bad: &mut dyn FnMut(String, String),
+) -> Option<NpdRuleKind> {
+    let key = |k: &str| format!("rules[{i}].{k}");
+    match kind {
+        "temporary" => Some(NpdRuleKind::Temporary),
+        "permanent" if conditions.iter().any(|c| c.kind == condition) => Some(NpdRuleKind::Permanent(condition)),
+        "permanent" => {
+            bad(
+                key("condition"),
+                format!(
+                    "{condition:?} is not one of the file's conditions ({}): a permanent rule sets a condition defined there",
+                    conditions
+                        .iter()
+                        .map(|c| c.kind.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+            None
+        }
+        other => {
+            bad(
+                key("type"),
+                format!("{other:?}: must be \"temporary\" or \"permanent\""),
+            );
+            None
+        }
+    }
+}
+
 fn check_conditions(raw: Vec<RawCondition>, bad: &mut dyn FnMut(String, String)) -> Vec<NpdCondition> {
     let mut out: Vec<NpdCondition> = Vec::new();
     for (i, c) in raw.into_iter().enumerate() {

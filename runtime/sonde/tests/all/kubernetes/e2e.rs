@@ -35,7 +35,7 @@ pub(super) async fn client(kubeconfig: &Path) -> Client {
     Client::try_from(config).expect("a client")
 }
 
-fn condition(pod: &Pod, t: &str) -> Option<k8s_openapi::api::core::v1::PodCondition> {
+pub(super) fn condition(pod: &Pod, t: &str) -> Option<k8s_openapi::api::core::v1::PodCondition> {
     pod.status
         .as_ref()?
         .conditions

@@ -112,7 +112,7 @@ pub(super) fn condition(node: &Node, t: &str) -> Option<NodeCondition> {
         .cloned()
 }
 
-fn has_taint(node: &Node, key: &str) -> bool {
+pub(super) fn has_taint(node: &Node, key: &str) -> bool {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())

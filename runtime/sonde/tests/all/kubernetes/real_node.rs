@@ -17,13 +17,14 @@
 //! flips nothing; and a burst of 40 Pods is timed from ContainersReady to
 //! the gate (printed; BENCHMARKS.md records it).
 
-use super::e2e::client;
+use super::e2e::{client, condition as pod_condition};
+use super::e2e_nodes::{condition as node_condition, has_taint};
 use crate::support::call;
 use crate::support::image::containerd_import;
 use crate::support::kube::e2e_node_dir;
 use crate::support::{repo, tool};
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, PodCondition};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod};
 use kube::api::{DeleteParams, ListParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -147,35 +148,8 @@ async fn until<T, F: Future<Output = Option<T>>>(cluster: &Cluster, what: &str, 
     }
 }
 
-fn pod_condition(pod: &Pod, t: &str) -> Option<PodCondition> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == t)
-        .cloned()
-}
-
 fn is_true(pod: &Pod, t: &str) -> bool {
     pod_condition(pod, t).is_some_and(|c| c.status == "True")
-}
-
-fn node_condition(node: &Node, t: &str) -> Option<NodeCondition> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == t)
-        .cloned()
-}
-
-fn has_taint(node: &Node, key: &str) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == key))
 }
 
 /// A shipped YAML file of one document, as JSON.
