@@ -46,6 +46,21 @@ impl ConditionStatus {
     }
 }
 
+/// A monitor file's `conditions`, each `False` with its default reason and
+/// message, as of `now`: where both kinds of monitor start.
+pub(crate) fn defaults(conditions: &[crate::config::NpdCondition], now: SystemTime) -> Vec<Condition> {
+    conditions
+        .iter()
+        .map(|c| Condition {
+            kind: c.kind.clone(),
+            status: ConditionStatus::False,
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+            transition: now,
+        })
+        .collect()
+}
+
 /// One condition as a monitor holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Condition {
@@ -99,17 +114,7 @@ impl MonitorState {
     /// reason and message, as of `now`.
     pub fn new(monitor: &NpdMonitor, now: SystemTime) -> Self {
         Self {
-            conditions: monitor
-                .conditions
-                .iter()
-                .map(|c| Condition {
-                    kind: c.kind.clone(),
-                    status: ConditionStatus::False,
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                    transition: now,
-                })
-                .collect(),
+            conditions: defaults(&monitor.conditions, now),
             message_change_updates: monitor.message_change_updates,
         }
     }

@@ -11,6 +11,7 @@
 
 use serde_json::{Value, json};
 use sonde_core::catalog::Catalog;
+use sonde_core::config::NpdRuleKind;
 use std::time::Duration;
 
 fn dur(d: Duration) -> Value {
@@ -103,7 +104,6 @@ fn otlp(o: &sonde_core::catalog::otlp::OtlpSettings) -> Value {
 /// A `node_problem_detector:` entry: where it runs from, and its monitor
 /// file as read, NPD's defaults filled in.
 fn npd(m: &sonde_core::catalog::npd::Monitor) -> Value {
-    use sonde_core::config::NpdRuleKind;
     let n = &m.monitor;
     let first = m.rules.first();
     json!({
@@ -119,12 +119,10 @@ fn npd(m: &sonde_core::catalog::npd::Monitor) -> Value {
         "concurrency": n.concurrency,
         "enable_message_change_based_condition_update": n.message_change_updates,
         "skip_initial_status": n.skip_initial_status,
-        "conditions": n.conditions.iter().map(|c| json!({
-            "type": c.kind, "reason": c.reason, "message": c.message,
-        })).collect::<Vec<_>>(),
+        "conditions": npd_conditions(&n.conditions),
         "rules": n.rules.iter().map(|r| json!({
-            "type": match &r.kind { NpdRuleKind::Temporary => "temporary", NpdRuleKind::Permanent(_) => "permanent" },
-            "condition": match &r.kind { NpdRuleKind::Permanent(c) => Some(c), NpdRuleKind::Temporary => None },
+            "type": rule_type(&r.kind),
+            "condition": rule_condition(&r.kind),
             "reason": r.reason,
             "path": r.path,
             "args": r.args,
@@ -137,7 +135,7 @@ fn npd(m: &sonde_core::catalog::npd::Monitor) -> Value {
 /// A `node_problem_detector:` entry whose file is a system-log monitor:
 /// its bounds, and its file as read, NPD's defaults filled in.
 fn npd_log(m: &sonde_core::catalog::npd::LogMonitor) -> Value {
-    use sonde_core::config::{LogSource, NpdRuleKind};
+    use sonde_core::config::LogSource;
     let n = &m.monitor;
     let (plugin, plugin_config, log_path) = match &n.log {
         LogSource::Kmsg => ("kmsg", json!({}), Some(sonde_core::npd::syslog::kmsg::KMSG.into())),
@@ -165,12 +163,10 @@ fn npd_log(m: &sonde_core::catalog::npd::LogMonitor) -> Value {
         "bufferSize": n.buffer_lines,
         "skipList": n.skip_list,
         "source": n.source,
-        "conditions": n.conditions.iter().map(|c| json!({
-            "type": c.kind, "reason": c.reason, "message": c.message,
-        })).collect::<Vec<_>>(),
+        "conditions": npd_conditions(&n.conditions),
         "rules": n.rules.iter().map(|r| json!({
-            "type": match &r.kind { NpdRuleKind::Temporary => "temporary", NpdRuleKind::Permanent(_) => "permanent" },
-            "condition": match &r.kind { NpdRuleKind::Permanent(c) => Some(c), NpdRuleKind::Temporary => None },
+            "type": rule_type(&r.kind),
+            "condition": rule_condition(&r.kind),
             "reason": r.reason,
             "pattern": r.pattern.text,
             "patternGeneratedMessageSuffix": r.message_suffix,
@@ -318,4 +314,28 @@ fn names_may_reach(c: &sonde_core::tenants::Ceiling) -> Vec<&'static str> {
     .into_iter()
     .flatten()
     .collect()
+}
+
+/// A monitor file's `conditions` as in force.
+fn npd_conditions(conditions: &[sonde_core::config::NpdCondition]) -> Vec<Value> {
+    conditions
+        .iter()
+        .map(|c| json!({"type": c.kind, "reason": c.reason, "message": c.message}))
+        .collect()
+}
+
+/// A rule's `type`, as NPD spells it.
+fn rule_type(kind: &NpdRuleKind) -> &'static str {
+    match kind {
+        NpdRuleKind::Temporary => "temporary",
+        NpdRuleKind::Permanent(_) => "permanent",
+    }
+}
+
+/// The condition a permanent rule sets.
+fn rule_condition(kind: &NpdRuleKind) -> Option<&String> {
+    match kind {
+        NpdRuleKind::Permanent(c) => Some(c),
+        NpdRuleKind::Temporary => None,
+    }
 }

@@ -6,7 +6,7 @@
 //! `False`: NPD's conditions of a log monitor stay until it restarts.
 
 use crate::config::{NpdLogMonitor, NpdLogRule, NpdRuleKind};
-use crate::npd::state::condition_event;
+use crate::npd::state::{condition_event, defaults};
 use crate::npd::{Condition, ConditionStatus, Report, Severity};
 use std::time::SystemTime;
 
@@ -21,17 +21,7 @@ impl LogState {
     /// message, as of `now`.
     pub fn new(monitor: &NpdLogMonitor, now: SystemTime) -> Self {
         Self {
-            conditions: monitor
-                .conditions
-                .iter()
-                .map(|c| Condition {
-                    kind: c.kind.clone(),
-                    status: ConditionStatus::False,
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                    transition: now,
-                })
-                .collect(),
+            conditions: defaults(&monitor.conditions, now),
         }
     }
 
