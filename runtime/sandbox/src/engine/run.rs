@@ -151,7 +151,10 @@ impl Engine {
             Ok(s) => s,
             Err(e) => return RunResult::error(Reason::Internal, e.to_string()),
         };
-        store.data().bounds.set_trace(trace);
+        // Only a probe that propagates pays for it.
+        if let Some(t) = &trace {
+            store.data().bounds.set_trace(t);
+        }
         let _ticking = self.inner.ticker.busy();
         let req = wit::Request {
             probe: call.probe.to_string(),

@@ -332,8 +332,8 @@ struct Held {
     /// kept here because every capability that connects holds the call's
     /// bounds.
     observed: Option<Box<Observed>>,
-    /// The trace context sent with the call's HTTP and gRPC requests.
-    trace: Option<crate::verdict::observed::TraceContext>,
+    /// The `traceparent` the call's HTTP and gRPC requests carry, made once.
+    traceparent: Option<http::HeaderValue>,
 }
 
 impl CallBounds {
@@ -413,14 +413,13 @@ impl CallBounds {
     }
 
     /// Sends `trace` with the call's HTTP and gRPC requests.
-    pub(crate) fn set_trace(&self, trace: Option<crate::verdict::observed::TraceContext>) {
-        self.held().trace = trace;
+    pub(crate) fn set_trace(&self, trace: &crate::verdict::observed::TraceContext) {
+        self.held().traceparent = http::HeaderValue::from_str(&trace.traceparent()).ok();
     }
 
     /// The `traceparent` header the call's requests carry, if any.
     pub(crate) fn traceparent(&self) -> Option<http::HeaderValue> {
-        let trace = self.held().trace?;
-        http::HeaderValue::from_str(&trace.traceparent()).ok()
+        self.held().traceparent.clone()
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {

@@ -71,8 +71,18 @@ pub struct TraceContext {
 impl TraceContext {
     /// The `traceparent` header's value: version 00, sampled.
     pub fn traceparent(&self) -> String {
-        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
-        format!("00-{}-{}-01", hex(&self.trace_id), hex(&self.span_id))
+        use std::fmt::Write as _;
+        let mut out = String::with_capacity(55);
+        out.push_str("00-");
+        for b in self.trace_id {
+            let _ = write!(out, "{b:02x}");
+        }
+        out.push('-');
+        for b in self.span_id {
+            let _ = write!(out, "{b:02x}");
+        }
+        out.push_str("-01");
+        out
     }
 }
 
