@@ -80,11 +80,25 @@ impl Counts {
 pub struct Stats {
     metrics: Counts,
     traces: Counts,
-    /// The tracer whose full queue drops spans, when traces are on.
-    tracer: Mutex<Option<Arc<RunTracer>>>,
+    /// The runs' tracer, when traces are on: its spans are exported, its
+    /// full queue's drops counted.
+    tracer: Option<Arc<RunTracer>>,
 }
 
 impl Stats {
+    /// The counters of an export whose spans come from `tracer`, if any.
+    pub fn new(tracer: Option<Arc<RunTracer>>) -> Self {
+        Self {
+            tracer,
+            ..Self::default()
+        }
+    }
+
+    /// The runs' tracer, when traces are on.
+    pub fn tracer(&self) -> Option<&Arc<RunTracer>> {
+        self.tracer.as_ref()
+    }
+
     fn of(&self, signal: Signal) -> &Counts {
         match signal {
             Signal::Metrics => &self.metrics,
@@ -94,7 +108,7 @@ impl Stats {
 
     /// The counters as `/metrics` shows them.
     pub fn snapshot(&self) -> OtlpExports {
-        let tracer = self.tracer.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let tracer = self.tracer.as_ref();
         let mut out = OtlpExports::default();
         let mut signals = vec![Signal::Metrics];
         if tracer.is_some() {
@@ -172,15 +186,15 @@ impl Exporter {
     /// Starts exporting `source` as `settings` say, the agent described by
     /// the resource attributes of [`resource`], counting into `stats`;
     /// series count from `started`. The first export is one interval in.
-    /// With `tracer`, its spans go too, every [`SPAN_FLUSH`], and its runs
+    /// With the tracer of `stats`, its spans go too, every [`SPAN_FLUSH`], and its runs
     /// are the run duration histogram's exemplars.
     pub fn spawn(
         settings: &OtlpSettings,
         source: Source,
         started: SystemTime,
         stats: Arc<Stats>,
-        tracer: Option<Arc<RunTracer>>,
     ) -> Result<Self, TransportError> {
+        let tracer = stats.tracer.clone();
         let resource = resource(&settings.resource);
         let metrics = Loop {
             transport: Transport::new(settings, Signal::Metrics)?,
@@ -198,7 +212,6 @@ impl Exporter {
         );
         let mut tasks = vec![tokio::spawn(export_metrics(metrics, source, started, tracer.clone()))];
         if let Some(tracer) = tracer {
-            *stats.tracer.lock().unwrap_or_else(|e| e.into_inner()) = Some(tracer.clone());
             let traces = Loop {
                 transport: Transport::new(settings, Signal::Traces)?,
                 signal: Signal::Traces,

@@ -58,7 +58,8 @@ pub struct RunTracer {
     success_ratio: f64,
     queue: Mutex<VecDeque<Span>>,
     dropped: AtomicU64,
-    exemplars: Mutex<HashMap<(String, &'static str), Exemplar>>,
+    /// The last traced run, by plugin then kind.
+    exemplars: Mutex<HashMap<String, HashMap<&'static str, Exemplar>>>,
 }
 
 impl std::fmt::Debug for RunTracer {
@@ -98,10 +99,7 @@ impl RunTracer {
     /// The last traced run of `plugin` and `kind`.
     pub fn exemplar(&self, plugin: &str, kind: &str) -> Option<Exemplar> {
         let exemplars = self.exemplars.lock().unwrap_or_else(|e| e.into_inner());
-        exemplars
-            .iter()
-            .find(|((p, k), _)| p == plugin && *k == kind)
-            .map(|(_, e)| e.clone())
+        exemplars.get(plugin)?.get(kind).cloned()
     }
 
     fn sampled(&self, result: &RunResult) -> bool {
@@ -138,11 +136,16 @@ impl RunTracer {
             seconds: result.duration.as_secs_f64(),
             at: nanos(end),
         };
-        let key = (spec.plugin_ref.clone(), spec.kind.as_str());
-        self.exemplars
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, exemplar);
+        let mut exemplars = self.exemplars.lock().unwrap_or_else(|e| e.into_inner());
+        // The plugin's name is copied once, at its first traced run.
+        match exemplars.get_mut(spec.plugin_ref.as_str()) {
+            Some(by_kind) => {
+                by_kind.insert(spec.kind.as_str(), exemplar);
+            }
+            None => {
+                exemplars.insert(spec.plugin_ref.clone(), HashMap::from([(spec.kind.as_str(), exemplar)]));
+            }
+        }
     }
 }
 

@@ -11,12 +11,11 @@ use sonde_otel::{Exporter, RunTracer, Source, Stats};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-/// What the OTLP export needs from the start on: its counters, and the
-/// run tracer when traces are on.
+/// What the OTLP export needs from the start on: its counters, which hold
+/// the run tracer when traces are on.
 pub(super) struct Otlp {
     settings: Option<OtlpSettings>,
     stats: Arc<Stats>,
-    tracer: Option<Arc<RunTracer>>,
 }
 
 impl Otlp {
@@ -29,15 +28,14 @@ impl Otlp {
             .map(|t| Arc::new(RunTracer::new(histograms.clone(), t.success_ratio)));
         Self {
             settings,
-            stats: Arc::default(),
-            tracer,
+            stats: Arc::new(Stats::new(tracer)),
         }
     }
 
     /// The scheduler's observer: the tracer (which feeds `histograms`
     /// too), or `histograms` alone.
     pub(super) fn observer(&self, histograms: &Arc<RunMetrics>) -> Arc<dyn Observer> {
-        match &self.tracer {
+        match self.stats.tracer() {
             Some(t) => t.clone(),
             None => histograms.clone(),
         }
@@ -61,7 +59,7 @@ impl Otlp {
         };
         let m = metrics.clone();
         let source: Source = Arc::new(move || m.encode(&Principal::Operator));
-        Exporter::spawn(settings, source, SystemTime::now(), self.stats, self.tracer)
+        Exporter::spawn(settings, source, SystemTime::now(), self.stats)
             .map(Some)
             .map_err(|source| AgentError::Otlp { source })
     }
