@@ -54,7 +54,7 @@ fn source() -> Source {
 
 fn start(settings: &OtlpSettings) -> (Exporter, Arc<Stats>) {
     let stats = Arc::new(Stats::default());
-    let exporter = Exporter::spawn(settings, source(), SystemTime::now(), stats.clone(), None).unwrap();
+    let exporter = Exporter::spawn(settings, source(), SystemTime::now(), stats.clone()).unwrap();
     (exporter, stats)
 }
 
@@ -201,4 +201,23 @@ async fn refusals_are_counted_by_what_they_mean() {
         assert!(Instant::now() < deadline, "{:?}", stats.snapshot());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A collector that answers with more than [`sonde_otel::transport::MAX_ANSWER_BYTES`]:
+/// the answer is read no further, the export counts as failed (`answer`),
+/// and the exporter goes on.
+#[tokio::test]
+async fn an_answer_past_its_bound_is_cut_and_counted() {
+    let receiver = Receiver::start(Answer::Flood(16 * sonde_otel::transport::MAX_ANSWER_BYTES)).await;
+    let (_exporter, stats) = start(&settings(
+        receiver.addr,
+        OtlpProtocol::HttpProtobuf,
+        Duration::from_secs(1),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while failures(&stats, "answer") < 1 {
+        assert!(Instant::now() < deadline, "{:?}", stats.snapshot());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(stats.snapshot().sent[0].1, 0);
 }

@@ -32,6 +32,8 @@ pub(crate) enum Answer {
     GrpcStatus(u32),
     /// Reads the request and never answers.
     Stall,
+    /// Answers 200 with a body of this many bytes.
+    Flood(usize),
 }
 
 /// What came in, and when.
@@ -180,6 +182,7 @@ async fn serve(
     let reply = |status: u16| Response::builder().status(status);
     let response = match (answer, grpc) {
         (Answer::Stall, _) => std::future::pending().await,
+        (Answer::Flood(n), _) => reply(200).body(Full::new(Bytes::from(vec![b'x'; n]))),
         (Answer::Refuse { status, retry_after }, _) => {
             let mut r = reply(status);
             if let Some(s) = retry_after {

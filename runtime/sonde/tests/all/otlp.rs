@@ -45,9 +45,27 @@ fn scraped(text: &str) -> BTreeSet<String> {
     names
 }
 
-/// What Prometheus names each metric of `request` when it takes it over
-/// OTLP: dots to underscores, the unit's word added (`s`: seconds, `By`:
-/// bytes) unless the name ends with it, `_total` on a monotonic sum.
+/// What Prometheus names an OTLP metric (its OTLP translation rule, as
+/// Prometheus documents it): dots to underscores, the unit's word added
+/// (`s`: seconds, `By`: bytes) unless the name ends with it, `_total` on a
+/// monotonic sum.
+fn prometheus_name(otlp_name: &str, unit: &str, monotonic: bool) -> String {
+    let mut name = otlp_name.replace('.', "_");
+    let word = match unit {
+        "s" => "seconds",
+        "By" => "bytes",
+        _ => "",
+    };
+    if !word.is_empty() && !name.ends_with(word) {
+        name = format!("{name}_{word}");
+    }
+    if monotonic {
+        name.push_str("_total");
+    }
+    name
+}
+
+/// The metrics of `request`, in Prometheus's names ([`prometheus_name`]).
 fn as_prometheus_names(request: &ExportMetricsServiceRequest) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for m in request
@@ -56,19 +74,8 @@ fn as_prometheus_names(request: &ExportMetricsServiceRequest) -> BTreeSet<String
         .flat_map(|r| &r.scope_metrics)
         .flat_map(|s| &s.metrics)
     {
-        let mut name = m.name.replace('.', "_");
-        let word = match m.unit.as_str() {
-            "s" => "seconds",
-            "By" => "bytes",
-            _ => "",
-        };
-        if !word.is_empty() && !name.ends_with(word) {
-            name = format!("{name}_{word}");
-        }
-        if matches!(&m.data, Some(Data::Sum(s)) if s.is_monotonic) {
-            name.push_str("_total");
-        }
-        names.insert(name);
+        let monotonic = matches!(&m.data, Some(Data::Sum(s)) if s.is_monotonic);
+        names.insert(prometheus_name(&m.name, &m.unit, monotonic));
     }
     names
 }
@@ -266,7 +273,7 @@ async fn the_collector_takes_every_series_over_grpc_and_http() {
 }
 
 /// One line of the file exporter (OTLP JSON): the metrics' names as
-/// Prometheus reads them (see [`as_prometheus_names`]), and the resource's
+/// Prometheus reads them ([`prometheus_name`]), and the resource's
 /// string attributes.
 fn collector_names(line: &str) -> (BTreeSet<String>, std::collections::BTreeMap<String, String>) {
     let json: serde_json::Value = serde_json::from_str(line).expect("a line of OTLP JSON");
@@ -284,19 +291,11 @@ fn collector_names(line: &str) -> (BTreeSet<String>, std::collections::BTreeMap<
             .flatten()
             .flat_map(|s| s["metrics"].as_array().into_iter().flatten())
         {
-            let mut name = m["name"].as_str().unwrap_or_default().replace('.', "_");
-            let word = match m["unit"].as_str().unwrap_or_default() {
-                "s" => "seconds",
-                "By" => "bytes",
-                _ => "",
-            };
-            if !word.is_empty() && !name.ends_with(word) {
-                name = format!("{name}_{word}");
-            }
-            if m["sum"]["isMonotonic"] == true {
-                name.push_str("_total");
-            }
-            names.insert(name);
+            let (name, unit) = (
+                m["name"].as_str().unwrap_or_default(),
+                m["unit"].as_str().unwrap_or_default(),
+            );
+            names.insert(prometheus_name(name, unit, m["sum"]["isMonotonic"] == true));
         }
     }
     (names, resource)
@@ -406,9 +405,12 @@ async fn each_run_is_a_span_and_the_duration_histogram_links_to_one() {
 /// `propagate: true`: the probe's HTTP request and gRPC call carry the
 /// run's `traceparent` (the target records it), and the run's span, always
 /// sent, has that trace and span id: the target's spans hang under the
-/// check. A probe without it sends none.
+/// check. One the plugin sets itself is replaced. A probe without it sends
+/// none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_propagating_probe_is_the_root_of_the_targets_trace() {
+    // What a plugin might set to pass for another trace.
+    const FORGED: &str = "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01";
     use opentelemetry_proto::tonic::common::v1::any_value::Value;
     let web = HttpServer::start().await;
     let quiet = HttpServer::start().await;
@@ -419,7 +421,7 @@ async fn a_propagating_probe_is_the_root_of_the_targets_trace() {
     let yaml = format!(
         "otlp:\n  endpoint: http://{}\n  protocol: grpc\n  interval: 1s\n  traces: {{success_ratio: 0}}\n\
          targets:\n\
-         \x20 - name: web\n    address: {}\n    probes:\n      - {{name: web-traced, plugin: http, period: 200ms, config: {{path: /ok}}, propagate: true}}\n\
+         \x20 - name: web\n    address: {}\n    probes:\n      - {{name: web-traced, plugin: http, period: 200ms, config: {{path: /ok, headers: {{traceparent: \"{FORGED}\"}}}}, propagate: true}}\n\
          \x20 - name: quiet\n    address: {}\n    probes:\n      - {{name: quiet, plugin: http, period: 200ms, config: {{path: /ok}}}}\n\
          \x20 - name: api\n    address: {}\n    probes:\n      - {{name: api-traced, plugin: grpc, period: 200ms, propagate: true}}\n",
         receiver.addr, web.addr, quiet.addr, grpc.addr
@@ -474,5 +476,8 @@ async fn a_propagating_probe_is_the_root_of_the_targets_trace() {
         "{got:?}"
     );
     assert!(quiet.traceparents().is_empty(), "{:?}", quiet.traceparents());
+    // The plugin's own traceparent never reaches the target: the host's
+    // replaces it.
+    assert!(!got.iter().any(|t| t == FORGED), "{got:?}");
     agent.stop().await;
 }
