@@ -17,6 +17,12 @@ BLACKBOX_028_VERSION=0.28.0
 # receiver and the contrib file exporter at one release. 0.161.0 is the
 # newest whose file exporter the Go module proxy serves with all it needs.
 OTELCOL_VERSION=0.161.0
+# Prometheus 3, whose OTLP receiver takes the export too
+# (runtime/sonde/tests/all/otlp.rs). Built from its Go module (v0.305.1 is
+# 3.5.1): Debian forky's 3.5 package is built without the OTLP receiver,
+# and bookworm's Prometheus 2 stays installed (other tests use its
+# promtool).
+PROMETHEUS3_VERSION=3.5.1
 
 # Puts a Go toolchain (1.24 or later) on PATH: Go's own archive in
 # /usr/local/go when there is one, else Debian 13's golang-go, installed
@@ -93,6 +99,46 @@ ensure_otelcol() {
   export SONDE_OTELCOL="$bin"
 }
 
+# Builds Prometheus $PROMETHEUS3_VERSION's server from the Go module proxy
+# when it is not in the cache (a module requiring it, as for the
+# Collector: `go install` refuses its go.mod), checks its --version, and
+# exports SONDE_PROMETHEUS3 (its path).
+ensure_prometheus3() {
+  local cache=${SONDE_TOOLS_CACHE:-$HOME/.cache/sonde/tools}
+  local bin="$cache/bin/prometheus-$PROMETHEUS3_VERSION" src="$cache/src/prometheus-$PROMETHEUS3_VERSION" log
+  # Prometheus 3.x is the module's v0.3xx.y.
+  local module_version
+  module_version="v0.$((300 + $(echo "$PROMETHEUS3_VERSION" | cut -d. -f2))).$(echo "$PROMETHEUS3_VERSION" | cut -d. -f3)"
+  if [ ! -x "$bin" ]; then
+    ensure_go || return 1
+    echo "== building Prometheus $PROMETHEUS3_VERSION ($module_version) from the Go module proxy (once, into $cache; a few minutes)" >&2
+    mkdir -p "$src" "$cache/bin"
+    printf '%s\n' "module sonde.invalid/prometheus" "" "go 1.24" "" \
+      "require github.com/prometheus/prometheus $module_version" >"$src/go.mod"
+    printf '%s\n' "//go:build tools" "" "package tools" "" \
+      'import _ "github.com/prometheus/prometheus/cmd/prometheus"' >"$src/tools.go"
+    log=$(mktemp)
+    local env=(env GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOPATH="$cache/go/path"
+      GOTOOLCHAIN=local GOFLAGS=-modcacherw)
+    if ! (cd "$src" && "${env[@]}" go mod tidy && "${env[@]}" go build -trimpath \
+      -ldflags "-X github.com/prometheus/common/version.Version=$PROMETHEUS3_VERSION" \
+      -o "$bin" github.com/prometheus/prometheus/cmd/prometheus) >"$log" 2>&1; then
+      echo "sonde: building Prometheus $PROMETHEUS3_VERSION failed (GOPROXY=$(go env GOPROXY)): a module was not served or it did not build. go said:" >&2
+      cat "$log" >&2
+      rm -f "$log"
+      return 1
+    fi
+    rm -f "$log"
+  fi
+  if ! "$bin" --version 2>&1 | grep -q "^prometheus, version $PROMETHEUS3_VERSION "; then
+    echo "sonde: $bin does not say it is Prometheus $PROMETHEUS3_VERSION; its --version says:" >&2
+    "$bin" --version >&2 || true
+    echo "remove it and run this again to rebuild it" >&2
+    return 1
+  fi
+  export SONDE_PROMETHEUS3="$bin"
+}
+
 # `go install` of module $2 (path@version) with the Go caches under
 # $1/go, the binary in $1/go/bin, and $3 as the linker's -X flags. The
 # module is downloaded first, then installed from its own directory: `go
@@ -128,5 +174,6 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   ensure_go
   ensure_blackbox_028
   ensure_otelcol
-  echo "export PATH=\"$PATH\" SONDE_BLACKBOX_028=$SONDE_BLACKBOX_028 SONDE_OTELCOL=$SONDE_OTELCOL"
+  ensure_prometheus3
+  echo "export PATH=\"$PATH\" SONDE_BLACKBOX_028=$SONDE_BLACKBOX_028 SONDE_OTELCOL=$SONDE_OTELCOL SONDE_PROMETHEUS3=$SONDE_PROMETHEUS3"
 fi

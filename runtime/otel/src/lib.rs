@@ -42,7 +42,7 @@ use sonde_core::metrics::OtlpExports;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
-pub use traces::RunTracer;
+pub use traces::{RunTracer, Tracing};
 pub use transport::{ExportError, Signal, Transport, TransportError};
 
 /// The longest wait after failures in a row, in intervals.
@@ -187,23 +187,26 @@ impl Exporter {
     /// the resource attributes of [`resource`], counting into `stats`;
     /// series count from `started`. The first export is one interval in.
     /// With the tracer of `stats`, its spans go too, every [`SPAN_FLUSH`], and its runs
-    /// are the run duration histogram's exemplars.
+    /// are the run duration histogram's exemplars. A tenant's export never
+    /// connects to `listeners`, the agent's own.
     pub fn spawn(
         settings: &OtlpSettings,
         source: Source,
         started: SystemTime,
         stats: Arc<Stats>,
+        listeners: &Arc<sonde_policy::reach::OwnListeners>,
     ) -> Result<Self, TransportError> {
         let tracer = stats.tracer.clone();
         let resource = resource(&settings.resource);
         let metrics = Loop {
-            transport: Transport::new(settings, Signal::Metrics)?,
+            transport: Transport::new(settings, Signal::Metrics, listeners)?,
             signal: Signal::Metrics,
             resource: resource.clone(),
             interval: settings.interval,
             stats: stats.clone(),
         };
         tracing::info!(
+            tenant = settings.tenant.as_ref().map(|t| &*t.id),
             endpoint = %settings.endpoint,
             protocol = settings.protocol.as_str(),
             interval = ?settings.interval,
@@ -213,7 +216,7 @@ impl Exporter {
         let mut tasks = vec![tokio::spawn(export_metrics(metrics, source, started, tracer.clone()))];
         if let Some(tracer) = tracer {
             let traces = Loop {
-                transport: Transport::new(settings, Signal::Traces)?,
+                transport: Transport::new(settings, Signal::Traces, listeners)?,
                 signal: Signal::Traces,
                 resource,
                 interval: SPAN_FLUSH,

@@ -1,7 +1,10 @@
-//! A span per scheduled probe run: the scheduler's observer
-//! ([`RunTracer`]) turns each finished run it samples into a span and its
-//! phases' child spans, into a bounded queue the export empties
-//! ([`RunTracer::take`]); a full queue drops the span and counts it.
+//! A span per scheduled probe run: the scheduler's observer ([`Tracing`])
+//! turns each finished run an export samples into a span and its phases'
+//! child spans, into that export's bounded queue ([`RunTracer`]), which
+//! the export empties ([`RunTracer::take`]); a full queue drops the span
+//! and counts it. The operator's export gets every tenant's runs; a
+//! tenant's export (its own `otlp:`) only its own, in a queue of its own,
+//! so one tenant's spans never wait behind, or reach, another's.
 //!
 //! **The run's span** (`sonde.run`, kind internal) lasts the run, ends when
 //! it finished, and says what the run was and how it ended: the probe, its
@@ -17,9 +20,11 @@
 //!
 //! **Sampling** decides on the outcome, which is known when the span is
 //! made: every run that does not pass, and `success_ratio` of those that
-//! do; and every run of a probe that propagates its trace context (its
-//! requests carried the run's ids, which the span then takes), so the
-//! target's spans always have their parent.
+//! do (one draw per run, so an export with a larger ratio gets every run
+//! one with a smaller ratio gets); and every run of a probe that
+//! propagates its trace context (its requests carried the run's ids,
+//! which the span then takes), so the target's spans always have their
+//! parent.
 //!
 //! **Exemplars**: the last traced run of each plugin and kind is kept, and
 //! the metrics export attaches it to that series of the run duration
@@ -51,10 +56,9 @@ pub struct Exemplar {
     pub at: u64,
 }
 
-/// The scheduler's observer when traces are on: what `inner` is told (the
-/// histograms), and the span of each sampled run.
+/// One export's spans: the runs it samples, queued until sent, and the
+/// last of each plugin and kind, for exemplars.
 pub struct RunTracer {
-    inner: Arc<dyn Observer>,
     success_ratio: f64,
     queue: Mutex<VecDeque<Span>>,
     dropped: AtomicU64,
@@ -72,11 +76,9 @@ impl std::fmt::Debug for RunTracer {
 }
 
 impl RunTracer {
-    /// A tracer passing everything on to `inner`, tracing every failed run
-    /// and `success_ratio` of the others.
-    pub fn new(inner: Arc<dyn Observer>, success_ratio: f64) -> Self {
+    /// A tracer of every failed run and `success_ratio` of the others.
+    pub fn new(success_ratio: f64) -> Self {
         Self {
-            inner,
             success_ratio,
             queue: Mutex::default(),
             dropped: AtomicU64::new(0),
@@ -102,26 +104,18 @@ impl RunTracer {
         exemplars.get(plugin)?.get(kind).cloned()
     }
 
-    fn sampled(&self, result: &RunResult) -> bool {
+    /// Whether a run ending as `result` is traced, given the run's one
+    /// `draw` (from 0 to 1).
+    fn samples(&self, result: &RunResult, draw: f64) -> bool {
         match result.status {
-            RunStatus::Success | RunStatus::Warning => fastrand::f64() < self.success_ratio,
+            RunStatus::Success | RunStatus::Warning => draw < self.success_ratio,
             _ => true,
         }
     }
 
-    fn record(&self, spec: &ProbeSpec, result: &RunResult) {
-        // A run that sent its trace context is always traced: the target's
-        // spans name it as their parent.
-        let sent = result.observed.as_ref().and_then(|o| o.trace);
-        if sent.is_none() && !self.sampled(result) {
-            return;
-        }
-        let end = SystemTime::now();
-        let ids = sent.map_or_else(Ids::random, |t| Ids {
-            trace: t.trace_id,
-            run: t.span_id,
-        });
-        let spans = spans(&Facts::of(spec), result, end, &ids);
+    /// Queues `spans`, the run of `exemplar` (a `plugin` run of `kind`),
+    /// unless the queue is full (then they are counted as dropped).
+    fn push(&self, spans: Vec<Span>, exemplar: Exemplar, plugin: &str, kind: &'static str) {
         {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             if queue.len() + spans.len() > MAX_QUEUED_SPANS {
@@ -130,26 +124,78 @@ impl RunTracer {
             }
             queue.extend(spans);
         }
+        let mut exemplars = self.exemplars.lock().unwrap_or_else(|e| e.into_inner());
+        // The plugin's name is copied once, at its first traced run.
+        match exemplars.get_mut(plugin) {
+            Some(by_kind) => {
+                by_kind.insert(kind, exemplar);
+            }
+            None => {
+                exemplars.insert(plugin.to_string(), HashMap::from([(kind, exemplar)]));
+            }
+        }
+    }
+}
+
+/// The scheduler's observer when an export traces: what `inner` is told
+/// (the histograms), and the spans of each run to the tracers that sample
+/// it: the operator's export's, and the run's tenant's.
+pub struct Tracing {
+    inner: Arc<dyn Observer>,
+    operator: Option<Arc<RunTracer>>,
+    tenants: HashMap<String, Arc<RunTracer>>,
+}
+
+impl Tracing {
+    /// Passes everything on to `inner`; traces runs for the operator's
+    /// export (`operator`) and for each tenant's (`tenants`, by id).
+    pub fn new(
+        inner: Arc<dyn Observer>,
+        operator: Option<Arc<RunTracer>>,
+        tenants: HashMap<String, Arc<RunTracer>>,
+    ) -> Self {
+        Self {
+            inner,
+            operator,
+            tenants,
+        }
+    }
+
+    fn record(&self, spec: &ProbeSpec, result: &RunResult) {
+        // A run that sent its trace context is always traced: the target's
+        // spans name it as their parent.
+        let sent = result.observed.as_ref().and_then(|o| o.trace);
+        let draw = fastrand::f64();
+        let to: Vec<&Arc<RunTracer>> = self
+            .operator
+            .iter()
+            .chain(self.tenants.get(spec.tenant.as_ref()))
+            .filter(|t| sent.is_some() || t.samples(result, draw))
+            .collect();
+        let Some((last, rest)) = to.split_last() else {
+            return;
+        };
+        let end = SystemTime::now();
+        let ids = sent.map_or_else(Ids::random, |t| Ids {
+            trace: t.trace_id,
+            run: t.span_id,
+        });
+        let spans = spans(&Facts::of(spec), result, end, &ids);
         let exemplar = Exemplar {
             trace_id: ids.trace,
             span_id: ids.run,
             seconds: result.duration.as_secs_f64(),
             at: nanos(end),
         };
-        let mut exemplars = self.exemplars.lock().unwrap_or_else(|e| e.into_inner());
-        // The plugin's name is copied once, at its first traced run.
-        match exemplars.get_mut(spec.plugin_ref.as_str()) {
-            Some(by_kind) => {
-                by_kind.insert(spec.kind.as_str(), exemplar);
-            }
-            None => {
-                exemplars.insert(spec.plugin_ref.clone(), HashMap::from([(spec.kind.as_str(), exemplar)]));
-            }
+        let (plugin, kind) = (spec.plugin_ref.as_str(), spec.kind.as_str());
+        for t in rest {
+            t.push(spans.clone(), exemplar.clone(), plugin, kind);
         }
+        last.push(spans, exemplar, plugin, kind);
     }
 }
 
-impl Observer for RunTracer {
+impl Observer for Tracing {
     fn run_started(&self, spec: &ProbeSpec, late: Duration) {
         self.inner.run_started(spec, late);
     }
@@ -394,12 +440,14 @@ mod tests {
 
     #[test]
     fn failures_are_always_traced_and_successes_by_their_share() {
-        let none = RunTracer::new(Arc::new(sonde_core::scheduler::NoObserver), 0.0);
-        let all = RunTracer::new(Arc::new(sonde_core::scheduler::NoObserver), 1.0);
+        let (none, half, all) = (RunTracer::new(0.0), RunTracer::new(0.5), RunTracer::new(1.0));
         let passed = judged(RunStatus::Success, "ok");
         let failed = judged(RunStatus::Failure, "no");
-        assert!(!none.sampled(&passed));
-        assert!(none.sampled(&failed));
-        assert!(all.sampled(&passed));
+        assert!(!none.samples(&passed, 0.0));
+        assert!(none.samples(&failed, 0.99));
+        assert!(all.samples(&passed, 0.99));
+        // One draw per run: the larger share takes every run the smaller does.
+        assert!(half.samples(&passed, 0.3) && all.samples(&passed, 0.3));
+        assert!(!half.samples(&passed, 0.7));
     }
 }

@@ -4,6 +4,15 @@
 //! configured headers, TLS and timeout. The answer is read up to
 //! [`MAX_ANSWER_BYTES`]; what the collector says about refused points is
 //! logged.
+//!
+//! **A tenant's export connects under the tenant's grants** ([`Guard`]):
+//! before each export the endpoint's host and port go through the one
+//! grant check (`CallGrants::authorize`) with the tenant's ceiling, and
+//! every address a connection is about to use, whether the endpoint wrote
+//! it or a lookup found it, through `CallGrants::authorize_peer`: what its
+//! name may lead to, never the agent's own listeners. What is checked is
+//! what is reached: the connector dials only the addresses the check
+//! returned.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, Uri};
@@ -14,7 +23,13 @@ use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sonde_core::catalog::otlp::{OtlpProtocol, OtlpSettings};
+use sonde_policy::grants::{CallGrants, Denied, Grants, Use, host_address};
+use sonde_policy::reach::OwnListeners;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// The most of a collector's answer read: a partial-success message, an
@@ -51,6 +66,10 @@ pub enum ExportError {
         /// The status code.
         code: u32,
     },
+    /// A tenant's export: the endpoint, or every address it resolved to,
+    /// is outside the tenant's grants.
+    #[error("{0}")]
+    Denied(String),
 }
 
 impl ExportError {
@@ -61,6 +80,7 @@ impl ExportError {
             Self::Unreachable(_) | Self::Timeout(_) | Self::Answer => true,
             Self::Http { status, .. } => matches!(status, 429 | 502 | 503 | 504),
             Self::Grpc { code } => GRPC_RETRYABLE.contains(code),
+            Self::Denied(_) => false,
         }
     }
 
@@ -78,6 +98,7 @@ impl ExportError {
             Self::Unreachable(_) => "unreachable",
             Self::Timeout(_) => "timeout",
             Self::Answer => "answer",
+            Self::Denied(_) => "denied",
             Self::Http { .. } | Self::Grpc { .. } if self.retryable() => "busy",
             Self::Http { .. } | Self::Grpc { .. } => "refused",
         }
@@ -129,19 +150,98 @@ pub struct Transport {
     protocol: OtlpProtocol,
     uri: Uri,
     headers: HeaderMap,
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector<Resolver>>, Full<Bytes>>,
     timeout: Duration,
+    guard: Option<Arc<Guard>>,
+}
+
+/// A tenant's export's grants, and the endpoint they are checked against
+/// (see the module's documentation).
+#[derive(Debug)]
+pub struct Guard {
+    grants: Arc<Grants>,
+    listeners: Arc<OwnListeners>,
+    host: String,
+    port: u16,
+}
+
+impl Guard {
+    fn call(&self) -> CallGrants {
+        CallGrants::new(None, self.grants.clone(), self.listeners.clone())
+    }
+
+    fn what(&self) -> Use<'_> {
+        Use::Http {
+            host: &self.host,
+            port: self.port,
+        }
+    }
+
+    /// The check before each export: the endpoint is granted, and an
+    /// address it writes may be reached.
+    fn check(&self) -> Result<(), Denied> {
+        let call = self.call();
+        call.authorize(self.what())?;
+        if let Some(ip) = host_address(&self.host) {
+            call.authorize_peer(self.what(), None, &[SocketAddr::new(ip, self.port)])?;
+        }
+        Ok(())
+    }
+
+    /// Of the addresses `name` resolved to, those the tenant may reach.
+    fn admit(&self, name: &str, found: &[SocketAddr]) -> Result<Vec<SocketAddr>, Denied> {
+        self.call().authorize_peer(self.what(), Some(name), found)
+    }
+}
+
+/// The connector's name lookup: an address in any spelling is taken as
+/// written (so what is checked is what is dialled), a name asks the
+/// system's resolver; a tenant's export keeps only what [`Guard::admit`]
+/// allows.
+#[derive(Clone, Debug)]
+struct Resolver {
+    port: u16,
+    guard: Option<Arc<Guard>>,
+}
+
+impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for Resolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: hyper_util::client::legacy::connect::dns::Name) -> Self::Future {
+        let (port, guard) = (self.port, self.guard.clone());
+        Box::pin(async move {
+            let name = name.as_str();
+            let found: Vec<SocketAddr> = match host_address(name) {
+                Some(ip) => vec![SocketAddr::new(ip, port)],
+                None => tokio::net::lookup_host((name, port)).await?.collect(),
+            };
+            let allowed = match &guard {
+                None => found,
+                Some(g) => g
+                    .admit(name, &found)
+                    .map_err(|d| std::io::Error::new(std::io::ErrorKind::PermissionDenied, d.0))?,
+            };
+            Ok(allowed.into_iter())
+        })
+    }
 }
 
 impl Transport {
     /// The transport for metrics of `settings` (what `sonde validate`
     /// tries, so a file `sonde run` would refuse is refused by both).
     pub fn metrics(settings: &OtlpSettings) -> Result<Self, TransportError> {
-        Self::new(settings, Signal::Metrics)
+        Self::new(settings, Signal::Metrics, &Arc::default())
     }
 
-    /// The transport of `signal` to the collector of `settings`.
-    pub fn new(settings: &OtlpSettings, signal: Signal) -> Result<Self, TransportError> {
+    /// The transport of `signal` to the collector of `settings`; a
+    /// tenant's never reaches `listeners`, the agent's own.
+    pub fn new(settings: &OtlpSettings, signal: Signal, listeners: &Arc<OwnListeners>) -> Result<Self, TransportError> {
         let base = settings.endpoint.trim_end_matches('/');
         let path = match settings.protocol {
             OtlpProtocol::Grpc => {
@@ -165,12 +265,26 @@ impl Transport {
             headers.insert(name, value);
         }
         let tls = tls_config(settings)?;
+        let (host, port) = settings.authority();
+        let guard = settings.grants().map(|grants| {
+            Arc::new(Guard {
+                grants,
+                listeners: listeners.clone(),
+                host,
+                port,
+            })
+        });
+        let mut http = HttpConnector::new_with_resolver(Resolver {
+            port,
+            guard: guard.clone(),
+        });
+        http.enforce_http(false);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .enable_http2()
-            .build();
+            .wrap_connector(http);
         let mut builder = Client::builder(TokioExecutor::new());
         // gRPC is HTTP/2 only, over plain TCP too (prior knowledge).
         builder.http2_only(settings.protocol == OtlpProtocol::Grpc);
@@ -180,6 +294,7 @@ impl Transport {
             headers,
             client: builder.build(connector),
             timeout: settings.timeout,
+            guard,
         })
     }
 
@@ -191,6 +306,9 @@ impl Transport {
     }
 
     async fn exchange(&self, message: Vec<u8>) -> Result<(), ExportError> {
+        if let Some(g) = &self.guard {
+            g.check().map_err(|d| ExportError::Denied(d.0))?;
+        }
         let (content_type, body) = match self.protocol {
             OtlpProtocol::Grpc => {
                 let mut framed = BytesMut::with_capacity(message.len() + 5);
@@ -212,7 +330,10 @@ impl Transport {
                 .insert(http::header::TE, HeaderValue::from_static("trailers"));
         }
         request.headers_mut().extend(self.headers.clone());
-        let response = self.client.request(request).await.map_err(ExportError::Unreachable)?;
+        let response = self.client.request(request).await.map_err(|e| match denial(&e) {
+            Some(why) => ExportError::Denied(why),
+            None => ExportError::Unreachable(e),
+        })?;
         let (parts, body) = response.into_parts();
         let collected = Limited::new(body, MAX_ANSWER_BYTES)
             .collect()
@@ -243,6 +364,20 @@ impl Transport {
             }
         }
     }
+}
+
+/// The refusal of [`Resolver`] that stopped a connection, if one did.
+fn denial(e: &hyper_util::client::legacy::Error) -> Option<String> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::PermissionDenied
+        {
+            return Some(io.to_string());
+        }
+        source = s.source();
+    }
+    None
 }
 
 fn grpc_status(headers: &HeaderMap) -> Option<u32> {

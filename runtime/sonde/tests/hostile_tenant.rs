@@ -176,7 +176,7 @@ targets:
         status: Arc::default(),
         kubernetes: Arc::new(Default::default),
         node_problems: Arc::default(),
-        otlp: Arc::new(Default::default),
+        otlp: Arc::new(Vec::new),
     };
     let exposition = metrics.encode(&Principal::Operator);
 

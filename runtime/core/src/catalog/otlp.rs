@@ -1,11 +1,18 @@
 //! The `otlp:` block, checked: the endpoint and protocol, the headers
-//! (with the operator's secrets they name), the TLS files read, the
-//! interval and timeout. What `sonde run` would refuse, `sonde validate`
-//! refuses here with the key that is wrong.
+//! (with the owner's secrets they name), the TLS files read, the interval
+//! and timeout. What `sonde run` would refuse, `sonde validate` refuses
+//! here with the key that is wrong.
+//!
+//! The operator's block (top level) exports everything; a tenant's (in
+//! its `tenants:` entry) exports its own probes' data only, to an endpoint
+//! its `ceiling.net` covers: the export connects on the tenant's behalf,
+//! so [`OtlpSettings::grants`] are the tenant's ceiling and reach, checked
+//! here and again on every connection (sonde-otel's transport).
 
 use super::problem::{ConfigProblem, Located, OtlpHeaderError};
 use crate::config::{self, Spanned};
-use crate::tenants::Tenants;
+use crate::tenants::Tenant;
+use sonde_policy::grants::{CallGrants, Grants, Use};
 use sonde_policy::secrets::template::Template;
 use sonde_policy::secrets::{SecretCell, SecretError};
 use std::collections::BTreeMap;
@@ -112,13 +119,42 @@ pub struct OtlpSettings {
     pub resource: BTreeMap<String, String>,
     /// A span per run, unless `traces: {enabled: false}`.
     pub traces: Option<TraceSettings>,
+    /// The tenant whose export this is (its `tenants:` entry's `otlp:`):
+    /// only its probes' series and spans go. `None`: the operator's,
+    /// which carries every tenant's.
+    pub tenant: Option<Arc<Tenant>>,
 }
 
-/// `spec` checked; `None` (with the problems) when it cannot be used.
+impl OtlpSettings {
+    /// The endpoint's host (as written, IPv6 in brackets) and port (the
+    /// scheme's default filled in).
+    pub fn authority(&self) -> (String, u16) {
+        let uri: http::Uri = self.endpoint.parse().expect("checked by the config");
+        let port = uri
+            .port_u16()
+            .unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+        (uri.host().unwrap_or_default().to_string(), port)
+    }
+
+    /// What a tenant's export may connect to: its ceiling's `net`
+    /// patterns, under its reach (what its names may lead to; never the
+    /// agent's own listeners). `None` for the operator's export.
+    pub fn grants(&self) -> Option<Arc<Grants>> {
+        let tenant = self.tenant.as_ref()?;
+        Some(Arc::new(Grants {
+            net: tenant.ceiling.as_ref().map(|c| c.net.clone()).unwrap_or_default(),
+            reach: tenant.reach(),
+            ..Grants::default()
+        }))
+    }
+}
+
+/// `spec`, the export of `owner` (the operator's tenant for the top-level
+/// block), checked; `None` (with the problems) when it cannot be used.
 pub(crate) fn otlp(
     base: &Path,
     spec: &Spanned<config::OtlpSpec>,
-    tenants: &Tenants,
+    owner: &Arc<Tenant>,
     problems: &mut Vec<Located>,
 ) -> Option<OtlpSettings> {
     let before = problems.len();
@@ -144,7 +180,7 @@ pub(crate) fn otlp(
     }
     let mut headers = Vec::new();
     for (name, value) in &o.headers {
-        match header(name, &value.value, tenants) {
+        match header(name, &value.value, owner) {
             Ok(h) => headers.push(h),
             Err(source) => at(
                 value.referenced,
@@ -179,7 +215,10 @@ pub(crate) fn otlp(
         );
     }
     let traces = traces(o.traces.as_ref(), &mut at);
-    (problems.len() == before).then(|| OtlpSettings {
+    if problems.len() != before {
+        return None;
+    }
+    let settings = OtlpSettings {
         endpoint,
         protocol,
         headers,
@@ -189,7 +228,24 @@ pub(crate) fn otlp(
         timeout,
         resource: o.resource.clone(),
         traces,
-    })
+        tenant: owner.ceiling.is_some().then(|| owner.clone()),
+    };
+    if let Some(grants) = settings.grants() {
+        let (host, port) = settings.authority();
+        let call = CallGrants::new(None, grants, Arc::default());
+        if let Err(denied) = call.authorize(Use::Http { host: &host, port }) {
+            problems.push(Located {
+                at: o.endpoint.referenced,
+                problem: ConfigProblem::OtlpOutsideCeiling {
+                    tenant: owner.id.clone(),
+                    endpoint: settings.endpoint,
+                    why: denied.0,
+                },
+            });
+            return None;
+        }
+    }
+    Some(settings)
 }
 
 /// A PEM client certificate chain and its key.
@@ -269,8 +325,8 @@ fn check_endpoint(endpoint: &str) -> Result<(), &'static str> {
 }
 
 /// A header as given: a valid name, a value that is valid header text once
-/// its handles are replaced, each handle naming a secret of the operator.
-fn header(name: &str, value: &str, tenants: &Tenants) -> Result<OtlpHeader, OtlpHeaderError> {
+/// its handles are replaced, each handle naming a secret of `owner`.
+fn header(name: &str, value: &str, owner: &Tenant) -> Result<OtlpHeader, OtlpHeaderError> {
     let lower = name.to_ascii_lowercase();
     http::HeaderName::from_bytes(lower.as_bytes()).map_err(|_| OtlpHeaderError::Name)?;
     let value = match Template::parse(value)? {
@@ -281,12 +337,15 @@ fn header(name: &str, value: &str, tenants: &Tenants) -> Result<OtlpHeader, Otlp
         Some(template) => {
             let mut cells = Vec::new();
             for secret in template.names() {
-                let cell = tenants
-                    .operator()
-                    .secrets
-                    .iter()
-                    .find(|c| c.name() == secret)
-                    .ok_or_else(|| OtlpHeaderError::UnknownSecret(secret.to_string()))?;
+                let cell = owner.secrets.iter().find(|c| c.name() == secret).ok_or_else(|| {
+                    OtlpHeaderError::UnknownSecret {
+                        name: secret.to_string(),
+                        owner: match owner.ceiling {
+                            None => "the operator's".to_string(),
+                            Some(_) => format!("tenant {:?}'s", &*owner.id),
+                        },
+                    }
+                })?;
                 cells.push(cell.clone());
             }
             HeaderValue::Secrets(template, cells)

@@ -284,6 +284,17 @@ pub enum ConfigProblem {
         /// The export interval in force.
         interval: Duration,
     },
+    /// A tenant's `otlp.endpoint` outside its `ceiling.net`: the export
+    /// connects on the tenant's behalf, under the tenant's grants.
+    #[error("otlp.endpoint: tenant {tenant:?}: {endpoint:?} is outside the tenant's ceiling.net ({why})")]
+    OtlpOutsideCeiling {
+        /// The tenant.
+        tenant: TenantId,
+        /// The endpoint as written.
+        endpoint: String,
+        /// The grant check's refusal.
+        why: String,
+    },
     /// `oci.timeout: 0s` or `oci.idle_timeout: 0s`.
     #[error("oci.{key}: must be more than zero")]
     OciTimeoutZero {
@@ -489,7 +500,12 @@ pub enum OtlpHeaderError {
     /// A malformed handle in its value.
     #[error(transparent)]
     Handle(#[from] sonde_policy::secrets::template::TemplateError),
-    /// A handle names no secret of the operator.
-    #[error("$(secret:{0}) is not one of the operator's `secrets:`")]
-    UnknownSecret(String),
+    /// A handle names no secret of the export's owner.
+    #[error("$(secret:{name}) is not one of {owner} `secrets:`")]
+    UnknownSecret {
+        /// The secret named.
+        name: String,
+        /// Whose secrets were looked in: `the operator's`, `tenant "acme"'s`.
+        owner: String,
+    },
 }

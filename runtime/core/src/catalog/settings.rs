@@ -43,6 +43,8 @@ pub struct AgentSettings {
     pub namespace_templates: NamespaceTemplates,
     /// `otlp:`, checked; `None` when absent (or refused).
     pub otlp: Option<super::otlp::OtlpSettings>,
+    /// The tenants' own `otlp:` blocks, checked, in the file's order.
+    pub tenant_otlp: Vec<super::otlp::OtlpSettings>,
 }
 
 /// The bounds `spec` sets, the defaults elsewhere, checked: the error
@@ -130,7 +132,15 @@ pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Ve
     }
     out.oci = Some(oci(base, out.state_dir.as_deref(), file.oci.as_ref(), problems));
     if let Some(o) = &file.otlp {
-        out.otlp = super::otlp::otlp(base, o, &out.tenants, problems);
+        out.otlp = super::otlp::otlp(base, o, out.tenants.operator(), problems);
+    }
+    for t in &file.tenants {
+        // A tenant left out (a bad id) was reported already.
+        if let (Some(o), Some(tenant)) = (&t.otlp, out.tenants.get(t.id.value.trim()))
+            && let Some(settings) = super::otlp::otlp(base, o, tenant, problems)
+        {
+            out.tenant_otlp.push(settings);
+        }
     }
     out
 }

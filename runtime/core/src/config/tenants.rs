@@ -29,6 +29,14 @@ pub struct TenantSpec {
     /// which only its probes may use. Default: none.
     #[serde(default)]
     pub secrets: BTreeMap<String, Spanned<SecretSpec>>,
+    /// `otlp: {endpoint: https://otel.acme.example:4317, headers: ...}` —
+    /// the tenant's own collector (docs/opentelemetry.md): its probes'
+    /// series and spans, and nothing of another tenant's, as the top-level
+    /// `otlp:` block says; header handles name the tenant's `secrets:`,
+    /// and the endpoint must be inside its `ceiling.net`. Default: none
+    /// (the operator's export still carries the tenant's data).
+    #[serde(default)]
+    pub otlp: Option<Spanned<OtlpSpec>>,
 }
 
 /// Where one secret's value comes from: exactly one of `file` and `env`.

@@ -26,9 +26,9 @@
 //! | `sonde_config_last_reload_successful`, `sonde_config_last_reload_success_timestamp_seconds` | gauge | |
 //! | `sonde_kubernetes_writes_total` | counter | kind (`pod_status`, `event`, `check_status`, `node_status`, `node_taints`) |
 //! | `sonde_kubernetes_write_errors_total` | counter | kind, reason |
-//! | `sonde_otlp_exports_total` | counter (only with `otlp:`) | signal |
-//! | `sonde_otlp_export_failures_total` | counter (only with `otlp:`) | signal, reason |
-//! | `sonde_otlp_dropped_total` | counter (only with `otlp:` and traces) | signal |
+//! | `sonde_otlp_exports_total` | counter (only with `otlp:`) | signal (a tenant's export: tenant) |
+//! | `sonde_otlp_export_failures_total` | counter (only with `otlp:`) | signal, reason (a tenant's export: tenant) |
+//! | `sonde_otlp_dropped_total` | counter (only with `otlp:` and traces) | signal (a tenant's export: tenant) |
 //! | `sonde_plugin_cache_hits_total`, `_misses_total` | counter | |
 //! | `sonde_pool_memories_in_use`, `sonde_pool_idle_memories`, `sonde_pool_idle_resident_bytes` | gauge (absent without an instance pool) | |
 //!
@@ -131,9 +131,9 @@ pub struct Metrics {
     pub kubernetes: Arc<dyn Fn() -> KubernetesWrites + Send + Sync>,
     /// What the node-problem-detector monitors last reported.
     pub node_problems: Arc<crate::npd::Board>,
-    /// What the OTLP export sent and failed to send, read from its own
-    /// counters (nothing when it does not run).
-    pub otlp: Arc<dyn Fn() -> OtlpExports + Send + Sync>,
+    /// What each OTLP export (the operator's, the tenants') sent and
+    /// failed to send, read from its own counters (none when none runs).
+    pub otlp: Arc<dyn Fn() -> Vec<OtlpExports> + Send + Sync>,
 }
 
 impl fmt::Debug for Metrics {
@@ -235,13 +235,16 @@ impl KubernetesWrites {
     }
 }
 
-/// What the OTLP export did, by signal (`metrics`): exports the collector
+/// What one OTLP export did, by signal (`metrics`): exports the collector
 /// took, and those that failed, by reason (`unreachable`, `timeout`,
 /// `answer`, `busy`: 429, 502-504 or a retryable gRPC status, `refused`:
-/// any other). A snapshot of the exporter's own counters, taken at scrape
-/// time; empty when `otlp:` is not set.
+/// any other, `denied`: a tenant's endpoint outside its grants). A
+/// snapshot of the exporter's own counters, taken at scrape time.
 #[derive(Debug, Default, Clone)]
 pub struct OtlpExports {
+    /// The tenant whose export this is (its series carry a `tenant`
+    /// label, and the tenant sees them); `None`: the operator's.
+    pub tenant: Option<Arc<str>>,
     /// Exports that landed: (signal, count).
     pub sent: Vec<(&'static str, u64)>,
     /// Exports that did not: (signal, reason, count).
@@ -252,18 +255,29 @@ pub struct OtlpExports {
 }
 
 impl OtlpExports {
-    fn encode(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
-        if self.sent.is_empty() && self.failed.is_empty() {
+    /// The series of `exports`, one family each, a tenant's export's with
+    /// its `tenant` label.
+    fn encode(exports: &[OtlpExports], enc: &mut DescriptorEncoder) -> fmt::Result {
+        if exports.is_empty() {
             return Ok(());
         }
+        let labels = |x: &'_ OtlpExports, own: &[(&'static str, &'static str)]| {
+            let mut l: Vec<(&str, String)> = own.iter().map(|(k, v)| (*k, (*v).to_string())).collect();
+            if let Some(t) = &x.tenant {
+                l.push(("tenant", t.to_string()));
+            }
+            l
+        };
         let mut e = enc.encode_descriptor(
             "sonde_otlp_exports",
             "OTLP exports the collector took, by signal",
             None,
             MetricType::Counter,
         )?;
-        for (signal, n) in &self.sent {
-            ConstCounter::new(*n).encode(e.encode_family(&[("signal", *signal)])?)?;
+        for x in exports {
+            for (signal, n) in &x.sent {
+                ConstCounter::new(*n).encode(e.encode_family(&labels(x, &[("signal", signal)]))?)?;
+            }
         }
         let mut e = enc.encode_descriptor(
             "sonde_otlp_export_failures",
@@ -271,10 +285,13 @@ impl OtlpExports {
             None,
             MetricType::Counter,
         )?;
-        for (signal, reason, n) in &self.failed {
-            ConstCounter::new(*n).encode(e.encode_family(&[("signal", *signal), ("reason", *reason)])?)?;
+        for x in exports {
+            for (signal, reason, n) in &x.failed {
+                ConstCounter::new(*n)
+                    .encode(e.encode_family(&labels(x, &[("signal", signal), ("reason", reason)]))?)?;
+            }
         }
-        if self.dropped.is_empty() {
+        if exports.iter().all(|x| x.dropped.is_empty()) {
             return Ok(());
         }
         let mut e = enc.encode_descriptor(
@@ -283,8 +300,10 @@ impl OtlpExports {
             None,
             MetricType::Counter,
         )?;
-        for (signal, n) in &self.dropped {
-            ConstCounter::new(*n).encode(e.encode_family(&[("signal", *signal)])?)?;
+        for x in exports {
+            for (signal, n) in &x.dropped {
+                ConstCounter::new(*n).encode(e.encode_family(&labels(x, &[("signal", signal)]))?)?;
+            }
         }
         Ok(())
     }

@@ -400,8 +400,19 @@ impl Scrape {
             .map_or(0.0, |d| d.as_secs_f64());
         ConstGauge::new(at).encode(e)?;
         self.0.node_problems.encode(enc)?;
-        (self.0.kubernetes)().encode(enc)?;
-        (self.0.otlp)().encode(enc)
+        (self.0.kubernetes)().encode(enc)
+    }
+
+    /// The OTLP exports' counters: every export's for the operator, a
+    /// tenant's own export's for the tenant.
+    fn otlp_series(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let mut exports = (self.0.otlp)();
+        exports.retain(|x| match (&self.1, &x.tenant) {
+            (Principal::Operator, _) => true,
+            (Principal::Tenant(who), Some(t)) => who == t,
+            (Principal::Tenant(_), None) => false,
+        });
+        OtlpExports::encode(&exports, enc)
     }
 }
 
@@ -422,6 +433,7 @@ impl Collector for Scrape {
         self.probe_series(&mut enc, &rows)?;
         self.tenant_series(&mut enc)?;
         self.pull_series(&mut enc)?;
+        self.otlp_series(&mut enc)?;
         if self.1 != Principal::Operator {
             return Ok(());
         }

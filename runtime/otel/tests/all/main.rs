@@ -45,6 +45,7 @@ fn settings(addr: SocketAddr, protocol: OtlpProtocol, interval: Duration) -> Otl
         timeout: interval,
         resource: BTreeMap::from([("deployment.environment.name".into(), "test".into())]),
         traces: None,
+        tenant: None,
     }
 }
 
@@ -54,7 +55,14 @@ fn source() -> Source {
 
 fn start(settings: &OtlpSettings) -> (Exporter, Arc<Stats>) {
     let stats = Arc::new(Stats::default());
-    let exporter = Exporter::spawn(settings, source(), SystemTime::now(), stats.clone()).unwrap();
+    let exporter = Exporter::spawn(
+        settings,
+        source(),
+        SystemTime::now(),
+        stats.clone(),
+        &Default::default(),
+    )
+    .unwrap();
     (exporter, stats)
 }
 

@@ -54,8 +54,9 @@ pub struct Agent {
     gate_settings: Option<kubernetes::GateSettings>,
     options: AgentOptions,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    /// The OTLP export, when `otlp:` is set; stops when dropped.
-    _otlp: Option<sonde_otel::Exporter>,
+    /// The OTLP exports (the operator's `otlp:`, the tenants'); each
+    /// stops when dropped.
+    _otlp: Vec<sonde_otel::Exporter>,
 }
 
 /// The first load of the config, refused if [`start_problems`] finds
@@ -299,7 +300,7 @@ impl Agent {
             .map_err(|source| AgentError::Executor { source: source.into() })?;
         // With `otlp:` traces, the runs' spans are made where the
         // histograms are fed: the scheduler's observer.
-        let otlp = otlp::Otlp::new(catalog.agent.otlp.clone(), &run_metrics);
+        let otlp = otlp::Otlp::new(catalog.agent.otlp.clone(), catalog.agent.tenant_otlp.clone());
         let observer = otlp.observer(&run_metrics);
         let scheduler = start_scheduler(&engine, &executor, &results, options.jitter, observer);
         let control = Arc::new(Control::new(ControlParts {
@@ -333,7 +334,7 @@ impl Agent {
             node_problems: node_problems.clone(),
             otlp: otlp.counters(),
         };
-        let otlp = otlp.start(&metrics)?;
+        let otlp = otlp.start(&metrics, engine.own_listeners())?;
         let mut api = None;
         if let Some(addr) = api_addr {
             let state = ApiState {

@@ -97,11 +97,13 @@ pub enum StartProblem {
         /// What is wrong.
         source: Box<kubernetes::GateSettingsError>,
     },
-    /// The `otlp:` block's TLS files or secret headers cannot be used.
-    #[error("{file}{source}")]
+    /// An `otlp:` block's TLS files or secret headers cannot be used.
+    #[error("{file}{tenant}{source}")]
     Otlp {
         /// The config file and `: `, or nothing for the embedded default.
         file: String,
+        /// `tenant "acme": ` for a tenant's block, else nothing.
+        tenant: String,
         /// What is wrong.
         source: sonde_otel::TransportError,
     },
@@ -169,16 +171,20 @@ pub(crate) fn start_problems(catalog: &Catalog, options: &StartOptions) -> Vec<S
             source: source.into(),
         });
     }
-    if let Some(otlp) = &catalog.agent.otlp
-        && let Err(source) = sonde_otel::Transport::metrics(otlp)
-    {
-        problems.push(StartProblem::Otlp {
-            file: catalog
-                .source
-                .as_ref()
-                .map_or(String::new(), |p| format!("{}: ", p.display())),
-            source,
-        });
+    for otlp in catalog.agent.otlp.iter().chain(&catalog.agent.tenant_otlp) {
+        if let Err(source) = sonde_otel::Transport::metrics(otlp) {
+            problems.push(StartProblem::Otlp {
+                file: catalog
+                    .source
+                    .as_ref()
+                    .map_or(String::new(), |p| format!("{}: ", p.display())),
+                tenant: otlp
+                    .tenant
+                    .as_ref()
+                    .map_or(String::new(), |t| format!("tenant {:?}: ", &*t.id)),
+                source,
+            });
+        }
     }
     problems
 }

@@ -38,7 +38,18 @@ pub fn effective(catalog: &Catalog) -> Value {
         .iter()
         .map(|(k, v)| (k.to_string(), json!(v)))
         .collect();
-    let tenants: Vec<Value> = catalog.tenants.iter().map(|t| tenant(t)).collect();
+    let tenants: Vec<Value> = catalog
+        .tenants
+        .iter()
+        .map(|t| {
+            let mut entry = tenant(t);
+            let own = |o: &&sonde_core::catalog::otlp::OtlpSettings| o.tenant.as_ref().is_some_and(|x| x.id == t.id);
+            if let Some(o) = catalog.agent.tenant_otlp.iter().find(own) {
+                entry["otlp"] = otlp(o);
+            }
+            entry
+        })
+        .collect();
     let targets: Vec<Value> = catalog.targets().map(|t| target(catalog, t)).collect();
     json!({
         "api": {

@@ -481,3 +481,229 @@ async fn a_propagating_probe_is_the_root_of_the_targets_trace() {
     assert!(!got.iter().any(|t| t == FORGED), "{got:?}");
     agent.stop().await;
 }
+
+/// Everything a collector was sent, decoded and written out: what its
+/// owner can read.
+fn everything(receiver: &Receiver) -> String {
+    let metrics = receiver.received.requests.lock().unwrap();
+    let traces = receiver.received.traces.lock().unwrap();
+    format!(
+        "{:?}\n{:?}",
+        metrics.iter().map(|(_, m, _)| m).collect::<Vec<_>>(),
+        *traces
+    )
+}
+
+/// Two tenants with their own collectors (credentials by handle of their
+/// own secrets), and the operator's: what a tenant's collector is sent is
+/// that tenant's alone: no name, address or value of the other tenant's
+/// or the operator's probes appears anywhere in it, every span is its
+/// own, every export carries its own token; the operator's collector gets
+/// all three. Each export's counters carry its tenant, and a tenant's
+/// scrape shows its own export's only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_collector_gets_its_own_data_and_the_operators_gets_all() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let (acme_web, globex_web, own_web) = (
+        HttpServer::start().await,
+        HttpServer::start().await,
+        HttpServer::start().await,
+    );
+    let (operator, acme, globex) = (
+        Receiver::start(Answer::Take).await,
+        Receiver::start(Answer::Take).await,
+        Receiver::start(Answer::Take).await,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for (file, token) in [
+        ("op.token", "operator-token-0123456789"),
+        ("acme.token", "acme-api-token-0123456789"),
+        ("acme-otlp", "acme-collector-secret-1"),
+        ("globex.token", "globex-api-token-0123456789"),
+        ("globex-otlp", "globex-collector-secret-2"),
+    ] {
+        crate::support::secret(dir.path(), file, token);
+    }
+    let tenant = |id: &str, collector: std::net::SocketAddr, protocol: &str| {
+        format!(
+            "  - id: {id}\n    token_file: {id}.token\n    ceiling: {{net: [\"127.0.0.1:*\"]}}\n\
+             \x20   secrets: {{collector: {{file: {id}-otlp}}}}\n\
+             \x20   otlp:\n      endpoint: http://{collector}\n      protocol: {protocol}\n      interval: 1s\n\
+             \x20     headers: {{authorization: \"Bearer $(secret:collector)\"}}\n      traces: {{success_ratio: 1}}\n"
+        )
+    };
+    let target = |name: &str, tenant: Option<&str>, addr: std::net::SocketAddr| {
+        format!(
+            "  - name: {name}\n    address: {addr}\n{}    probes:\n      - {{name: {name}-ready, plugin: http, period: 200ms, config: {{path: /ok}}}}\n",
+            tenant.map_or(String::new(), |t| format!("    tenant: {t}\n"))
+        )
+    };
+    let yaml = format!(
+        "operator_token_file: op.token\n\
+         otlp:\n  endpoint: http://{}\n  interval: 1s\n  traces: {{success_ratio: 1}}\n\
+         tenants:\n{}{}targets:\n{}{}{}",
+        operator.addr,
+        tenant("acme", acme.addr, "grpc"),
+        tenant("globex", globex.addr, "http/protobuf"),
+        target("acme-web", Some("acme"), acme_web.addr),
+        target("globex-web", Some("globex"), globex_web.addr),
+        target("own-web", None, own_web.addr),
+    );
+    let path = dir.path().join("sonde.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let (agent, api) = start_agent(&path).await;
+    let span_tenants = |r: &Receiver| -> BTreeSet<String> {
+        r.spans()
+            .iter()
+            .filter(|s| s.name == "sonde.run")
+            .flat_map(|s| &s.attributes)
+            .filter(|a| a.key == "sonde.tenant")
+            .filter_map(|a| match a.value.as_ref()?.value.as_ref()? {
+                Value::StringValue(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let has_runs = |r: &Receiver| r.count() > 0 && as_prometheus_names(&r.last()).contains("sonde_probe_runs_total");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(has_runs(&acme)
+        && has_runs(&globex)
+        && span_tenants(&operator).len() == 3
+        && !span_tenants(&acme).is_empty()
+        && !span_tenants(&globex).is_empty())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "operator spans of {:?}, acme {:?}, globex {:?}",
+            span_tenants(&operator),
+            span_tenants(&acme),
+            span_tenants(&globex)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (a_web, g_web, o_web) = (
+        acme_web.addr.to_string(),
+        globex_web.addr.to_string(),
+        own_web.addr.to_string(),
+    );
+    for (who, receiver, own, others, token) in [
+        (
+            "acme",
+            &acme,
+            "acme-web",
+            [("globex", &g_web), ("own-web", &o_web)],
+            "acme-collector-secret-1",
+        ),
+        (
+            "globex",
+            &globex,
+            "globex-web",
+            [("acme", &a_web), ("own-web", &o_web)],
+            "globex-collector-secret-2",
+        ),
+    ] {
+        let seen = everything(receiver);
+        assert!(seen.contains(own), "{who}'s collector lacks its own probe");
+        for (name, addr) in others {
+            assert!(!seen.contains(name), "{who}'s collector was sent {name:?}");
+            assert!(!seen.contains(addr.as_str()), "{who}'s collector was sent {addr}");
+        }
+        assert_eq!(span_tenants(receiver), BTreeSet::from([who.to_string()]));
+        let requests = receiver.received.requests.lock().unwrap();
+        assert!(requests.iter().all(|(_, _, headers)| {
+            headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {token}"))
+        }));
+    }
+    let all = everything(&operator);
+    for name in ["acme-web", "globex-web", "own-web"] {
+        assert!(all.contains(name), "the operator's collector lacks {name}");
+    }
+    assert!(
+        operator
+            .received
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(_, _, h)| h.get("authorization").is_none())
+    );
+    // Each export's counters: all three for the operator, its own for a tenant.
+    let (_, text) = call(api, "GET", "/metrics", Some("operator-token-0123456789"), b"").await;
+    let exported = |text: &str| -> BTreeSet<String> {
+        text.lines()
+            .filter(|l| l.starts_with("sonde_otlp_exports_total{") && l.contains("signal=\"metrics\""))
+            .map(|l| {
+                l.split("tenant=\"")
+                    .nth(1)
+                    .map_or("(operator)".to_string(), |t| t.split('"').next().unwrap().to_string())
+            })
+            .collect()
+    };
+    assert_eq!(
+        exported(&text),
+        BTreeSet::from(["(operator)".to_string(), "acme".into(), "globex".into()]),
+        "{text}"
+    );
+    let (_, text) = call(api, "GET", "/metrics", Some("acme-api-token-0123456789"), b"").await;
+    assert_eq!(exported(&text), BTreeSet::from(["acme".to_string()]), "{text}");
+    agent.stop().await;
+}
+
+/// Tenants whose ceilings cover loopback name the agent's own API as
+/// their collector, by an address in another spelling (`127.1`) and by a
+/// name (`localhost`, resolved by the export's connector): the config is
+/// taken (each is inside its ceiling), but no export connects: each is
+/// denied by the grant check before a connection is opened, and counted
+/// with `reason="denied"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_collector_is_never_the_agents_own_listener() {
+    let api = sonde_tests::closed_port();
+    let dir = tempfile::tempdir().unwrap();
+    crate::support::secret(dir.path(), "op.token", "operator-token-0123456789");
+    let path = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "operator_token_file: op.token\n\
+             tenants:\n  - id: acme\n    ceiling: {{net: [\"127.0.0.0/8:*\"]}}\n\
+             \x20   otlp: {{endpoint: \"http://127.1:{port}\", protocol: http/protobuf, interval: 1s}}\n\
+             \x20 - id: globex\n    ceiling: {{net: [\"localhost:*\"]}}\n\
+             \x20   otlp: {{endpoint: \"http://localhost:{port}\", protocol: grpc, interval: 1s}}\n\
+             targets: []\n",
+            port = api.port()
+        ),
+    )
+    .unwrap();
+    let options = sonde::agent::AgentOptions {
+        config: Some(path),
+        api: Some(api),
+        state_dir: None,
+        grace: Duration::from_secs(2),
+        jitter: false,
+        api_auth: sonde::api::ApiAuth::Auto,
+    };
+    let agent = sonde::agent::Agent::start(crate::support::engine(), options)
+        .await
+        .unwrap();
+    let denied =
+        |t: &str| format!("sonde_otlp_export_failures_total{{signal=\"metrics\",reason=\"denied\",tenant=\"{t}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let (_, text) = call(api, "GET", "/metrics", Some("operator-token-0123456789"), b"").await;
+        if ["acme", "globex"]
+            .iter()
+            .all(|t| text.lines().any(|l| l.starts_with(&denied(t))))
+        {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "no denied export:\n{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        text.lines()
+            .filter(|l| l.starts_with("sonde_otlp_exports_total{"))
+            .all(|l| l.ends_with(" 0")),
+        "an export landed:\n{text}"
+    );
+    agent.stop().await;
+}
