@@ -161,7 +161,17 @@ impl Tracing {
         }
     }
 
-    fn record(&self, spec: &ProbeSpec, result: &RunResult) {
+    /// Traces a `/probe` run of the module `spec` against `target` that
+    /// propagated its trace context: its span, in the operator's export
+    /// and its tenant's, always (the target's spans name it as their
+    /// parent). Other `/probe` runs are not traced.
+    pub fn probe_run(&self, spec: &ProbeSpec, target: &str, result: &RunResult) {
+        if result.observed.as_ref().is_some_and(|o| o.trace.is_some()) {
+            self.record(spec, target, result);
+        }
+    }
+
+    fn record(&self, spec: &ProbeSpec, address: &str, result: &RunResult) {
         // A run that sent its trace context is always traced: the target's
         // spans name it as their parent.
         let sent = result.observed.as_ref().and_then(|o| o.trace);
@@ -180,7 +190,7 @@ impl Tracing {
             trace: t.trace_id,
             run: t.span_id,
         });
-        let spans = spans(&Facts::of(spec), result, end, &ids);
+        let spans = spans(&Facts::of(spec, address), result, end, &ids);
         let exemplar = Exemplar {
             trace_id: ids.trace,
             span_id: ids.run,
@@ -202,7 +212,7 @@ impl Observer for Tracing {
 
     fn run_finished(&self, spec: &ProbeSpec, result: &RunResult) {
         self.inner.run_finished(spec, result);
-        self.record(spec, result);
+        self.record(spec, &spec.address, result);
     }
 }
 
@@ -238,12 +248,13 @@ struct Facts<'a> {
 }
 
 impl<'a> Facts<'a> {
-    fn of(spec: &'a ProbeSpec) -> Self {
+    /// `spec`'s facts, as it ran against `address`.
+    fn of(spec: &'a ProbeSpec, address: &'a str) -> Self {
         Self {
             name: &spec.name,
             kind: spec.kind.as_str(),
             target: &spec.target,
-            address: &spec.address,
+            address,
             tenant: &spec.tenant,
             plugin: &spec.plugin_ref,
             digest: spec.plugin.digest().to_string(),

@@ -121,7 +121,7 @@ pub(crate) async fn resolve(
             target: None,
             period: None,
             initial_delay: None,
-            propagate: false,
+            propagate: m.propagate,
             timeout: m.timeout,
             success_threshold: None,
             failure_threshold: None,

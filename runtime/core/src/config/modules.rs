@@ -41,6 +41,11 @@ pub struct Module {
     /// `limits: {fuel: ..., memory: ...}` — as a probe's.
     #[serde(default)]
     pub limits: LimitsSpec,
+    /// `propagate: true` — as a probe's: each `/probe` run's HTTP and gRPC
+    /// requests carry its trace context (`traceparent`), and with `otlp:`
+    /// the run's span is sent. Default false.
+    #[serde(default)]
+    pub propagate: bool,
 }
 
 /// What a probe's plugin may reach besides its target.

@@ -127,6 +127,15 @@ impl std::fmt::Debug for Executor {
     }
 }
 
+/// A new trace for one run of `spec`, when it propagates one
+/// (`propagate: true`): what its HTTP and gRPC requests carry.
+fn trace_of(spec: &ProbeSpec) -> Option<TraceContext> {
+    spec.propagate.then(|| TraceContext {
+        trace_id: fastrand::u128(1..).to_be_bytes(),
+        span_id: fastrand::u64(1..).to_be_bytes(),
+    })
+}
+
 impl Executor {
     /// An executor with `config`, knowing only the operator's tenant until
     /// [`configure`](Self::configure)d.
@@ -198,11 +207,7 @@ impl Executor {
             spec.config.clone(),
             spec.limits,
         );
-        // A new trace per run of a probe that propagates one.
-        let trace = spec.propagate.then(|| TraceContext {
-            trace_id: fastrand::u128(1..).to_be_bytes(),
-            span_id: fastrand::u64(1..).to_be_bytes(),
-        });
+        let trace = trace_of(spec);
         let call = async move {
             let call = Call {
                 probe: &probe,
@@ -242,7 +247,7 @@ impl Executor {
         let waited = queued.elapsed();
         let (gate, active) = (permit.gate.clone(), permit.active.clone());
         let result = Fair::new(
-            engine.run_for(&spec.tenant, &spec.plugin, call),
+            engine.run_traced(&spec.tenant, &spec.plugin, call, trace_of(spec)),
             gate,
             active,
             self.inner.threads,

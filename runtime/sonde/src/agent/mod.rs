@@ -301,7 +301,7 @@ impl Agent {
         // With `otlp:` traces, the runs' spans are made where the
         // histograms are fed: the scheduler's observer.
         let otlp = otlp::Otlp::new(catalog.agent.otlp.clone(), catalog.agent.tenant_otlp.clone());
-        let observer = otlp.observer(&run_metrics);
+        let (observer, tracing) = otlp.observer(&run_metrics);
         let scheduler = start_scheduler(&engine, &executor, &results, options.jitter, observer);
         let control = Arc::new(Control::new(ControlParts {
             engine: engine.clone(),
@@ -350,6 +350,7 @@ impl Agent {
                 limits: api_limits,
                 watches: api::WatchStreams::default(),
                 scrapes: api::scrape::ScrapeGate::default(),
+                tracing,
             };
             let (bound, task) = serve_api(addr, state, &engine).await?;
             api = Some(bound);

@@ -55,8 +55,9 @@ impl Otlp {
     }
 
     /// The scheduler's observer: the runs' tracing (which feeds
-    /// `histograms` too) when an export traces, else `histograms` alone.
-    pub(super) fn observer(&self, histograms: &Arc<RunMetrics>) -> Arc<dyn Observer> {
+    /// `histograms` too) when an export traces, else `histograms` alone;
+    /// and the tracing, for `/probe`'s runs.
+    pub(super) fn observer(&self, histograms: &Arc<RunMetrics>) -> (Arc<dyn Observer>, Option<Arc<Tracing>>) {
         let mut operator = None;
         let mut tenants = HashMap::new();
         for e in &self.exports {
@@ -71,9 +72,10 @@ impl Otlp {
             }
         }
         if operator.is_none() && tenants.is_empty() {
-            return histograms.clone();
+            return (histograms.clone(), None);
         }
-        Arc::new(Tracing::new(histograms.clone(), operator, tenants))
+        let tracing = Arc::new(Tracing::new(histograms.clone(), operator, tenants));
+        (tracing.clone(), Some(tracing))
     }
 
     /// What `/metrics` reads of the exports.

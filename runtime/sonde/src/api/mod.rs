@@ -106,6 +106,9 @@ pub(crate) struct ApiState {
     pub watches: WatchStreams,
     /// The `GET /probe` runs in flight and waiting.
     pub scrapes: scrape::ScrapeGate,
+    /// The runs' tracing, when an OTLP export traces: a `/probe` run that
+    /// propagated its trace context is traced too.
+    pub(crate) tracing: Option<Arc<sonde_otel::Tracing>>,
 }
 
 /// Why the API could not start.

@@ -450,6 +450,9 @@ async fn run(
         .run_here(state.control.engine(), module, &call)
         .await;
     drop(permit);
+    if let Some(t) = &state.tracing {
+        t.probe_run(module, target, &result);
+    }
     Ok(result)
 }
 

@@ -707,3 +707,190 @@ async fn a_tenants_collector_is_never_the_agents_own_listener() {
     );
     agent.stop().await;
 }
+
+/// Prometheus 3 itself (3.5, built from its Go module by
+/// scripts/tools.sh: `SONDE_PROMETHEUS3`), its OTLP receiver on, the
+/// agent's export sent to it over HTTP/protobuf: the metric names
+/// Prometheus stores are the families `/metrics` shows (a histogram's as
+/// its `_bucket`, `_sum` and `_count`), Prometheus's `target_info` holds
+/// the resource (its `job` is `service.name`), and a PromQL query of a
+/// sonde counter answers with the agent's own count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_3_takes_the_export_and_answers_promql() {
+    use crate::prometheus::{get10, start_prometheus_with, urlencode};
+    let Some(prometheus) = crate::support::tool_from_env(
+        "SONDE_PROMETHEUS3",
+        "Prometheus 3",
+        "scripts/test builds it; alone: eval \"$(scripts/tools.sh)\"",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, _prometheus) = start_prometheus_with(
+        &prometheus,
+        dir.path(),
+        "global: {}\n",
+        &["--web.enable-otlp-receiver"],
+    );
+    let target = HttpServer::start().await;
+    let path = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "otlp:\n  endpoint: http://{addr}/api/v1/otlp\n  protocol: http/protobuf\n  interval: 1s\n  traces: {{enabled: false}}\n\
+             targets:\n  - name: web\n    address: {}\n    probes:\n\
+             \x20     - {{name: ready, plugin: http, period: 200ms, config: {{path: /ok}}}}\n",
+            target.addr
+        ),
+    )
+    .unwrap();
+    let (agent, api) = start_agent(&path).await;
+    let json = |body: Option<String>| serde_json::from_str::<serde_json::Value>(&body.unwrap_or_default()).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, text) = call(api, "GET", "/metrics", None, b"").await;
+        let mut expected = BTreeSet::new();
+        let mut family = None;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let mut words = rest.split_whitespace();
+                family = words.next().zip(words.next()).map(|(n, t)| (n.to_string(), t == "histogram"));
+            } else if !line.starts_with('#')
+                && let Some((name, histogram)) = &family
+            {
+                if *histogram {
+                    expected.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}")));
+                } else {
+                    expected.insert(name.clone());
+                }
+            }
+        }
+        let names = json(get10(addr, "/api/v1/label/__name__/values").await);
+        let mut stored: BTreeSet<String> = names["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_str().map(str::to_string))
+            .collect();
+        let resource = stored.remove("target_info");
+        if resource && stored == expected && stored.contains("sonde_probe_runs_total") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stored but not scraped: {:?}\nscraped but not stored: {:?}",
+            stored.difference(&expected).collect::<Vec<_>>(),
+            expected.difference(&stored).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let query = |q: &str| format!("/api/v1/query?query={}", urlencode(q));
+    let info = json(get10(addr, &query("target_info")).await);
+    assert_eq!(info["data"]["result"][0]["metric"]["job"], "sonde", "{info}");
+    let runs = json(get10(addr, &query("sum(sonde_probe_runs_total{probe=\"ready\"})")).await);
+    let stored: f64 = runs["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no answer: {runs}"));
+    let (_, text) = call(api, "GET", "/metrics", None, b"").await;
+    let now: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("sonde_probe_runs_total{") && l.contains("probe=\"ready\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(stored >= 1.0 && stored <= now, "Prometheus has {stored} runs, /metrics {now}");
+    agent.stop().await;
+}
+
+/// `propagate: true` on a `/probe` module, and on a probe whose plugin
+/// sends its request through standard `wasi:http` (the hostile guest
+/// `wasi_http_elsewhere`, which also sets a `traceparent` of its own):
+/// each target records the run's `traceparent`, never the plugin's, and
+/// the run's span (the `/probe` run's naming the target it was asked
+/// for) arrives with those ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_module_and_a_wasi_http_plugin_propagate_the_runs_trace() {
+    const FORGED: &str = "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01";
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let (scraped_web, wasi_web) = (HttpServer::start().await, HttpServer::start().await);
+    let receiver = Receiver::start(Answer::Take).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sonde.yaml");
+    let wasi_config = serde_json::json!({
+        "authority": wasi_web.addr.to_string(),
+        "path": "/ok",
+        "headers": [["traceparent", FORGED]],
+    });
+    std::fs::write(
+        &path,
+        format!(
+            "otlp:\n  endpoint: http://{}\n  interval: 1s\n  traces: {{success_ratio: 0}}\n\
+             modules:\n  traced_http: {{plugin: http, config: {{path: /ok}}, grants: {{net: [\"127.0.0.1:*\"]}}, propagate: true}}\n\
+             targets:\n  - name: wasi\n    address: {}\n    probes:\n\
+             \x20     - {{name: wasi-traced, plugin: \"{}\", period: 200ms, config: {wasi_config}, propagate: true}}\n",
+            receiver.addr,
+            wasi_web.addr,
+            sonde_tests::guests::WASI_HTTP_ELSEWHERE,
+        ),
+    )
+    .unwrap();
+    let (agent, api) = start_agent(&path).await;
+    let (status, body) = call(
+        api,
+        "GET",
+        &format!("/probe?module=traced_http&target={}", scraped_web.addr),
+        None,
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("probe_success 1"), "{body}");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let string = |s: &opentelemetry_proto::tonic::trace::v1::Span, key: &str| {
+        s.attributes
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+                Value::StringValue(v) => Some(v.clone()),
+                _ => None,
+            })
+    };
+    // Each run span's traceparent, with its probe and address.
+    let runs = || -> Vec<(String, Option<String>, Option<String>)> {
+        receiver
+            .spans()
+            .iter()
+            .filter(|s| s.name == "sonde.run")
+            .map(|s| {
+                (
+                    format!("00-{}-{}-01", hex(&s.trace_id), hex(&s.span_id)),
+                    string(s, "sonde.probe.name"),
+                    string(s, "server.address"),
+                )
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let spans = runs();
+        let joined = |sent: &[String]| sent.iter().any(|t| spans.iter().any(|(id, _, _)| id == t));
+        if joined(&scraped_web.traceparents()) && joined(&wasi_web.traceparents()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/probe's target got {:?}, wasi:http's {:?}; the spans: {spans:?}",
+            scraped_web.traceparents(),
+            wasi_web.traceparents()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sent = scraped_web.traceparents();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let span = runs().into_iter().find(|(id, _, _)| *id == sent[0]).unwrap();
+    assert_eq!(span.2.as_deref(), Some(scraped_web.addr.to_string().as_str()), "{span:?}");
+    let wasi = wasi_web.traceparents();
+    assert!(!wasi.iter().any(|t| t == FORGED), "the plugin's own traceparent went out: {wasi:?}");
+    assert!(wasi.iter().all(|t| t.len() == 55 && t.starts_with("00-")), "{wasi:?}");
+    agent.stop().await;
+}

@@ -173,7 +173,7 @@ async fn a_target_outside_the_grant_is_refused_and_never_dialled() {
     drop(agent);
 }
 
-fn urlencode(s: &str) -> String {
+pub(crate) fn urlencode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
@@ -625,11 +625,20 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Kills the child when dropped.
 /// A real Prometheus (`prometheus`, the binary) with the config `text`,
 /// its data under `dir`, on a free loopback port: its address, and the
 /// process, killed when dropped.
 pub(crate) fn start_prometheus(prometheus: &Path, dir: &Path, text: &str) -> (SocketAddr, Killed) {
+    start_prometheus_with(prometheus, dir, text, &[])
+}
+
+/// [`start_prometheus`] with the flags `extra` too.
+pub(crate) fn start_prometheus_with(
+    prometheus: &Path,
+    dir: &Path,
+    text: &str,
+    extra: &[&str],
+) -> (SocketAddr, Killed) {
     let config = dir.join("prometheus.yml");
     std::fs::write(&config, text).unwrap();
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
@@ -638,6 +647,7 @@ pub(crate) fn start_prometheus(prometheus: &Path, dir: &Path, text: &str) -> (So
         .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
         .arg(format!("--web.listen-address={addr}"))
         .arg("--log.level=warn")
+        .args(extra)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::inherit())
         .spawn()
@@ -645,6 +655,7 @@ pub(crate) fn start_prometheus(prometheus: &Path, dir: &Path, text: &str) -> (So
     (addr, Killed(child))
 }
 
+/// Kills the child when dropped.
 pub(crate) struct Killed(std::process::Child);
 
 impl Drop for Killed {
