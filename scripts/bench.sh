@@ -11,12 +11,13 @@
 #   RESULTS=dir scripts/bench.sh      # keep each row's JSON lines in dir
 #   ROWS="tcp http" scripts/bench.sh  # only these rows (trivial tcp http keepalive
 #                                     # keepalive-1 exec-true check_http blackbox
-#                                     # probe-endpoint)
+#                                     # probe-endpoint otlp)
+#   SONDE=path scripts/bench.sh       # another sonde binary (an A/B of two commits)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 target_dir="${CARGO_TARGET_DIR:-target}"
-sonde="$target_dir/release/sonde"
+sonde="${SONDE:-$target_dir/release/sonde}"
 always_up=$(find "$target_dir" -name always_up.wasm -path '*/guests/*' ! -path '*/deps/*' | head -n 1)
 if [ -z "$always_up" ]; then
   # The test guests are built with the tests.
@@ -186,6 +187,80 @@ EOF
       --duration 10s --warmup 3s | grep -E 'runs|CPU' || true
     echo
   done
+fi
+
+# The agent itself (`sonde run`, core 0): 400 tcp probes every 100 ms
+# against nginx, without `otlp:` and, with the OpenTelemetry Collector
+# ($SONDE_OTELCOL, scripts/tools.sh; core 1) taking the export, with
+# traces of 1% and of every passing run. CPU per run is the agent's, from
+# /proc over 10 s after 5 s of warm-up; the runs are its own count
+# (sonde_probe_runs_total). A binary that predates `otlp:` (SONDE=...)
+# runs the first variant only.
+if want otlp; then
+  {
+    echo "api: {listen: 127.0.0.1:9466, auth: none}"
+    echo "targets:"
+    echo "  - name: nginx"
+    echo "    address: 127.0.0.1:8081"
+    echo "    probes:"
+    for i in $(seq 400); do echo "      - {name: tcp-$i, plugin: tcp, period: 100ms}"; done
+  } >"$work/agent-targets.yaml"
+  runs_now() {
+    curl -s http://127.0.0.1:9466/metrics |
+      awk '/^sonde_probe_runs_total/ {s += $NF} END {printf "%d", s}'
+  }
+  agent_row() { # label, then the otlp: block (or nothing)
+    local label=$1 block=$2 pid t0 t1 r0 r1 hz
+    for _ in $(seq "$reps"); do
+      { [ -z "$block" ] || printf '%s\n' "$block"; cat "$work/agent-targets.yaml"; } >"$work/agent.yaml"
+      taskset -c 0 "$sonde" run --config "$work/agent.yaml" >"$work/logs/agent.log" 2>&1 &
+      pid=$!
+      echo $pid >"$work/agent.pid"
+      sleep 5
+      t0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+      r0=$(runs_now)
+      sleep 10
+      t1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+      r1=$(runs_now)
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      rm -f "$work/agent.pid"
+      hz=$(getconf CLK_TCK)
+      echo "$label: $((r1 - r0)) runs, agent CPU per run $(python3 -c "print(f'{($t1 - $t0) * 1e6 / $hz / max($r1 - $r0, 1):.1f}')")µs"
+    done
+    echo
+  }
+  echo "\$ sonde run: 400 tcp probes every 100ms (× $reps)"
+  agent_row "otlp unset" ""
+  otelcol=${SONDE_OTELCOL:-}
+  if [ -n "$otelcol" ] &&
+    printf 'otlp: {endpoint: "http://127.0.0.1:4317"}\ntargets: []\n' >"$work/probe-otlp.yaml" &&
+    "$sonde" validate "$work/probe-otlp.yaml" >/dev/null 2>&1; then
+    cat >"$work/otelcol.yaml" <<EOF
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: "127.0.0.1:4317"}
+exporters:
+  file: {path: /dev/null}
+service:
+  telemetry: {metrics: {level: none}}
+  pipelines:
+    metrics: {receivers: [otlp], exporters: [file]}
+    traces: {receivers: [otlp], exporters: [file]}
+EOF
+    taskset -c 1 "$otelcol" --config="$work/otelcol.yaml" >"$work/logs/otelcol.log" 2>&1 &
+    echo $! >"$work/otelcol.pid"
+    sleep 2
+    for ratio in 0.01 1; do
+      agent_row "otlp to the Collector, interval 10s, traces.success_ratio $ratio" \
+        "otlp: {endpoint: \"http://127.0.0.1:4317\", interval: 10s, traces: {success_ratio: $ratio}}"
+    done
+    kill "$(cat "$work/otelcol.pid")" 2>/dev/null || true
+    rm -f "$work/otelcol.pid"
+  else
+    echo "(no otlp variants: SONDE_OTELCOL is not set, or this sonde has no otlp:)"
+  fi
 fi
 
 if [ "${1:-}" = scale ]; then

@@ -256,10 +256,8 @@ pub struct AgentWide {
     pub health_timeout: Option<Duration>,
     /// `require_signed:` from the file.
     pub require_signed: bool,
-    /// `otlp:` from the file, checked (the agent reads it once, at start).
-    pub otlp: Option<otlp::OtlpSettings>,
-    /// The tenants' own `otlp:` blocks, checked (read once, at start, too).
-    pub tenant_otlp: Vec<otlp::OtlpSettings>,
+    /// The `otlp:` blocks, checked (the agent reads them once, at start).
+    pub otlp: otlp::Exports,
 }
 
 /// A whole resolved config.
@@ -378,7 +376,6 @@ impl Catalog {
                 health_timeout: s.health_timeout,
                 require_signed: s.trust.required,
                 otlp: s.otlp,
-                tenant_otlp: s.tenant_otlp,
             },
             tenants: Arc::new(s.tenants),
             path: path.to_path_buf(),

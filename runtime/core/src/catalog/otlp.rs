@@ -149,9 +149,59 @@ impl OtlpSettings {
     }
 }
 
+/// Every `otlp:` block of a file, checked.
+#[derive(Clone, Debug, Default)]
+pub struct Exports {
+    /// The top-level block: the operator's export, of everything.
+    pub operator: Option<OtlpSettings>,
+    /// The tenants' own blocks, in the file's order.
+    pub tenants: Vec<OtlpSettings>,
+}
+
+impl Exports {
+    /// The operator's export first, then the tenants'.
+    pub fn all(&self) -> impl Iterator<Item = &OtlpSettings> {
+        self.operator.iter().chain(&self.tenants)
+    }
+
+    /// `tenant`'s own export, if it has one.
+    pub fn of_tenant(&self, tenant: &str) -> Option<&OtlpSettings> {
+        self.tenants
+            .iter()
+            .find(|o| o.tenant.as_ref().is_some_and(|t| &*t.id == tenant))
+    }
+}
+
+/// The `otlp:` blocks of `file` (the top level's, the operator's, and
+/// each tenant's of `tenants`; a tenant left out for a bad id was
+/// reported), checked.
+pub(crate) fn exports(
+    base: &Path,
+    file: &config::File,
+    tenants: &crate::tenants::Tenants,
+    problems: &mut Vec<Located>,
+) -> Exports {
+    let operator = file
+        .otlp
+        .as_ref()
+        .and_then(|o| otlp(base, o, tenants.operator(), problems));
+    let mut out = Exports {
+        operator,
+        tenants: Vec::new(),
+    };
+    for t in &file.tenants {
+        if let (Some(o), Some(tenant)) = (&t.otlp, tenants.get(t.id.value.trim()))
+            && let Some(settings) = otlp(base, o, tenant, problems)
+        {
+            out.tenants.push(settings);
+        }
+    }
+    out
+}
+
 /// `spec`, the export of `owner` (the operator's tenant for the top-level
 /// block), checked; `None` (with the problems) when it cannot be used.
-pub(crate) fn otlp(
+fn otlp(
     base: &Path,
     spec: &Spanned<config::OtlpSpec>,
     owner: &Arc<Tenant>,
@@ -239,7 +289,7 @@ pub(crate) fn otlp(
                 problem: ConfigProblem::OtlpOutsideCeiling {
                     tenant: owner.id.clone(),
                     endpoint: settings.endpoint,
-                    why: denied.0,
+                    source: denied,
                 },
             });
             return None;

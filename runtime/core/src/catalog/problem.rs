@@ -286,14 +286,14 @@ pub enum ConfigProblem {
     },
     /// A tenant's `otlp.endpoint` outside its `ceiling.net`: the export
     /// connects on the tenant's behalf, under the tenant's grants.
-    #[error("otlp.endpoint: tenant {tenant:?}: {endpoint:?} is outside the tenant's ceiling.net ({why})")]
+    #[error("otlp.endpoint: tenant {tenant:?}: {endpoint:?} is outside the tenant's ceiling.net ({source})")]
     OtlpOutsideCeiling {
         /// The tenant.
         tenant: TenantId,
         /// The endpoint as written.
         endpoint: String,
         /// The grant check's refusal.
-        why: String,
+        source: sonde_policy::grants::Denied,
     },
     /// `oci.timeout: 0s` or `oci.idle_timeout: 0s`.
     #[error("oci.{key}: must be more than zero")]

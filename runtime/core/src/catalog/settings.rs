@@ -41,10 +41,8 @@ pub struct AgentSettings {
     /// `kubernetes.namespace_templates` and what decides which namespaces
     /// they apply to.
     pub namespace_templates: NamespaceTemplates,
-    /// `otlp:`, checked; `None` when absent (or refused).
-    pub otlp: Option<super::otlp::OtlpSettings>,
-    /// The tenants' own `otlp:` blocks, checked, in the file's order.
-    pub tenant_otlp: Vec<super::otlp::OtlpSettings>,
+    /// The `otlp:` blocks (the top level's, the tenants'), checked.
+    pub otlp: super::otlp::Exports,
 }
 
 /// The bounds `spec` sets, the defaults elsewhere, checked: the error
@@ -131,17 +129,7 @@ pub fn settings(path: &Path, base: &Path, file: &config::File, problems: &mut Ve
         out.namespace_templates = namespace_templates(k, problems);
     }
     out.oci = Some(oci(base, out.state_dir.as_deref(), file.oci.as_ref(), problems));
-    if let Some(o) = &file.otlp {
-        out.otlp = super::otlp::otlp(base, o, out.tenants.operator(), problems);
-    }
-    for t in &file.tenants {
-        // A tenant left out (a bad id) was reported already.
-        if let (Some(o), Some(tenant)) = (&t.otlp, out.tenants.get(t.id.value.trim()))
-            && let Some(settings) = super::otlp::otlp(base, o, tenant, problems)
-        {
-            out.tenant_otlp.push(settings);
-        }
-    }
+    out.otlp = super::otlp::exports(base, file, &out.tenants, problems);
     out
 }
 

@@ -298,9 +298,8 @@ impl Agent {
         let run_metrics = Arc::new(RunMetrics::default());
         let executor = Executor::new(ExecutorConfig::default())
             .map_err(|source| AgentError::Executor { source: source.into() })?;
-        // With `otlp:` traces, the runs' spans are made where the
-        // histograms are fed: the scheduler's observer.
-        let otlp = otlp::Otlp::new(catalog.agent.otlp.clone(), catalog.agent.tenant_otlp.clone());
+        // The runs' spans (with `otlp:` traces) are made where the histograms are fed.
+        let otlp = otlp::Otlp::new(catalog.agent.otlp.clone());
         let (observer, tracing) = otlp.observer(&run_metrics);
         let scheduler = start_scheduler(&engine, &executor, &results, options.jitter, observer);
         let control = Arc::new(Control::new(ControlParts {

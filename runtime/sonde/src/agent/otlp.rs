@@ -10,7 +10,7 @@
 
 use super::AgentError;
 use sonde_core::auth::Principal;
-use sonde_core::catalog::otlp::OtlpSettings;
+use sonde_core::catalog::otlp::{Exports, OtlpSettings};
 use sonde_core::metrics::{Metrics, OtlpExports, RunMetrics};
 use sonde_core::scheduler::Observer;
 use sonde_otel::{Exporter, RunTracer, Source, Stats, Tracing};
@@ -46,11 +46,15 @@ pub(super) struct Otlp {
 }
 
 impl Otlp {
-    /// For the operator's `operator` and the tenants' `tenants` blocks
-    /// (none: nothing is exported).
-    pub(super) fn new(operator: Option<OtlpSettings>, tenants: Vec<OtlpSettings>) -> Self {
+    /// For the file's `otlp:` blocks (none: nothing is exported).
+    pub(super) fn new(exports: Exports) -> Self {
         Self {
-            exports: operator.into_iter().chain(tenants).map(Export::new).collect(),
+            exports: exports
+                .operator
+                .into_iter()
+                .chain(exports.tenants)
+                .map(Export::new)
+                .collect(),
         }
     }
 

@@ -171,7 +171,7 @@ pub(crate) fn start_problems(catalog: &Catalog, options: &StartOptions) -> Vec<S
             source: source.into(),
         });
     }
-    for otlp in catalog.agent.otlp.iter().chain(&catalog.agent.tenant_otlp) {
+    for otlp in catalog.agent.otlp.all() {
         if let Err(source) = sonde_otel::Transport::metrics(otlp) {
             problems.push(StartProblem::Otlp {
                 file: catalog

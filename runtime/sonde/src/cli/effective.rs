@@ -43,8 +43,7 @@ pub fn effective(catalog: &Catalog) -> Value {
         .iter()
         .map(|t| {
             let mut entry = tenant(t);
-            let own = |o: &&sonde_core::catalog::otlp::OtlpSettings| o.tenant.as_ref().is_some_and(|x| x.id == t.id);
-            if let Some(o) = catalog.agent.tenant_otlp.iter().find(own) {
+            if let Some(o) = catalog.agent.otlp.of_tenant(&t.id) {
                 entry["otlp"] = otlp(o);
             }
             entry
@@ -93,7 +92,7 @@ pub fn effective(catalog: &Catalog) -> Value {
             .map(|m| npd(m))
             .chain(catalog.npd_logs.iter().map(|m| npd_log(m)))
             .collect::<Vec<_>>(),
-        "otlp": catalog.agent.otlp.as_ref().map(otlp),
+        "otlp": catalog.agent.otlp.operator.as_ref().map(otlp),
     })
 }
 

@@ -726,12 +726,8 @@ async fn prometheus_3_takes_the_export_and_answers_promql() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let (addr, _prometheus) = start_prometheus_with(
-        &prometheus,
-        dir.path(),
-        "global: {}\n",
-        &["--web.enable-otlp-receiver"],
-    );
+    let (addr, _prometheus) =
+        start_prometheus_with(&prometheus, dir.path(), "global: {}\n", &["--web.enable-otlp-receiver"]);
     let target = HttpServer::start().await;
     let path = dir.path().join("sonde.yaml");
     std::fs::write(
@@ -745,7 +741,8 @@ async fn prometheus_3_takes_the_export_and_answers_promql() {
     )
     .unwrap();
     let (agent, api) = start_agent(&path).await;
-    let json = |body: Option<String>| serde_json::from_str::<serde_json::Value>(&body.unwrap_or_default()).unwrap_or_default();
+    let json =
+        |body: Option<String>| serde_json::from_str::<serde_json::Value>(&body.unwrap_or_default()).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, text) = call(api, "GET", "/metrics", None, b"").await;
@@ -754,7 +751,10 @@ async fn prometheus_3_takes_the_export_and_answers_promql() {
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
                 let mut words = rest.split_whitespace();
-                family = words.next().zip(words.next()).map(|(n, t)| (n.to_string(), t == "histogram"));
+                family = words
+                    .next()
+                    .zip(words.next())
+                    .map(|(n, t)| (n.to_string(), t == "histogram"));
             } else if !line.starts_with('#')
                 && let Some((name, histogram)) = &family
             {
@@ -798,7 +798,10 @@ async fn prometheus_3_takes_the_export_and_answers_promql() {
         .filter(|l| l.starts_with("sonde_probe_runs_total{") && l.contains("probe=\"ready\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    assert!(stored >= 1.0 && stored <= now, "Prometheus has {stored} runs, /metrics {now}");
+    assert!(
+        stored >= 1.0 && stored <= now,
+        "Prometheus has {stored} runs, /metrics {now}"
+    );
     agent.stop().await;
 }
 
@@ -888,9 +891,16 @@ async fn a_probe_module_and_a_wasi_http_plugin_propagate_the_runs_trace() {
     let sent = scraped_web.traceparents();
     assert_eq!(sent.len(), 1, "{sent:?}");
     let span = runs().into_iter().find(|(id, _, _)| *id == sent[0]).unwrap();
-    assert_eq!(span.2.as_deref(), Some(scraped_web.addr.to_string().as_str()), "{span:?}");
+    assert_eq!(
+        span.2.as_deref(),
+        Some(scraped_web.addr.to_string().as_str()),
+        "{span:?}"
+    );
     let wasi = wasi_web.traceparents();
-    assert!(!wasi.iter().any(|t| t == FORGED), "the plugin's own traceparent went out: {wasi:?}");
+    assert!(
+        !wasi.iter().any(|t| t == FORGED),
+        "the plugin's own traceparent went out: {wasi:?}"
+    );
     assert!(wasi.iter().all(|t| t.len() == 55 && t.starts_with("00-")), "{wasi:?}");
     agent.stop().await;
 }

@@ -633,12 +633,7 @@ pub(crate) fn start_prometheus(prometheus: &Path, dir: &Path, text: &str) -> (So
 }
 
 /// [`start_prometheus`] with the flags `extra` too.
-pub(crate) fn start_prometheus_with(
-    prometheus: &Path,
-    dir: &Path,
-    text: &str,
-    extra: &[&str],
-) -> (SocketAddr, Killed) {
+pub(crate) fn start_prometheus_with(prometheus: &Path, dir: &Path, text: &str, extra: &[&str]) -> (SocketAddr, Killed) {
     let config = dir.join("prometheus.yml");
     std::fs::write(&config, text).unwrap();
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
