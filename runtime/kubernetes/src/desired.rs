@@ -725,6 +725,7 @@ mod tests {
             detail: None,
             duration: std::time::Duration::ZERO,
             fuel_consumed: 0,
+            memory_bytes: 0,
             observed: None,
         };
         let refused = run(Status::Failure, None, "connection refused");

@@ -279,6 +279,10 @@ fn spans(probe: &Facts<'_>, result: &RunResult, end: SystemTime, ids: &Ids) -> V
             "sonde.run.fuel",
             i64::try_from(result.fuel_consumed).unwrap_or(i64::MAX),
         ),
+        int(
+            "sonde.run.memory",
+            i64::try_from(result.memory_bytes).unwrap_or(i64::MAX),
+        ),
     ];
     if let Some(cause) = result.cause() {
         attributes.push(attribute("sonde.run.reason", cause.as_str()));

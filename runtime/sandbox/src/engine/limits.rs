@@ -55,6 +55,8 @@ impl Default for Limits {
 pub(crate) struct MemoryCap {
     cap: usize,
     pub(crate) exceeded: bool,
+    /// The most linear memory granted so far.
+    peak: usize,
 }
 
 impl MemoryCap {
@@ -67,6 +69,7 @@ impl MemoryCap {
         Self {
             cap: usize::try_from(linear).unwrap_or(usize::MAX),
             exceeded: false,
+            peak: 0,
         }
     }
 }
@@ -79,12 +82,20 @@ impl MemoryCap {
     }
 }
 
+impl MemoryCap {
+    /// The most linear memory granted so far (its creation included).
+    pub(crate) fn peak(&self) -> usize {
+        self.peak
+    }
+}
+
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.cap {
             self.exceeded = true;
             return Ok(false);
         }
+        self.peak = self.peak.max(desired);
         Ok(true)
     }
 

@@ -211,6 +211,7 @@ impl Engine {
             result.observed.get_or_insert_default().trace = trace;
         }
         result.fuel_consumed = call.limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        result.memory_bytes = store.data().memory.peak() as u64;
         result
     }
 }

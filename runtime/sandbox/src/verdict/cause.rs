@@ -184,6 +184,7 @@ mod tests {
             detail: None,
             duration: Duration::ZERO,
             fuel_consumed: 0,
+            memory_bytes: 0,
             observed: observed.map(Box::new),
         }
     }

@@ -52,6 +52,7 @@ pub(crate) fn from_outcome(o: wit::Outcome) -> RunResult {
         detail: o.detail.map(|d| plugin_text(d, MAX_DETAIL_BYTES)),
         duration: Duration::ZERO,
         fuel_consumed: 0,
+        memory_bytes: 0,
         observed: None,
     }
 }

@@ -159,6 +159,10 @@ pub struct RunResult {
     pub duration: Duration,
     /// Fuel the call consumed.
     pub fuel_consumed: u64,
+    /// The most linear memory the plugin's instance held during the call,
+    /// in bytes; not stored with results (the run's span reads it).
+    #[serde(skip)]
+    pub memory_bytes: u64,
     /// What the host saw of the run's connections, if it opened any; not
     /// stored with results (`/probe` reads it).
     #[serde(skip)]
@@ -190,6 +194,7 @@ impl RunResult {
             detail: None,
             duration: Duration::ZERO,
             fuel_consumed: 0,
+            memory_bytes: 0,
             observed: None,
         }
     }

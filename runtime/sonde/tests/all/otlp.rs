@@ -359,6 +359,18 @@ async fn each_run_is_a_span_and_the_duration_histogram_links_to_one() {
     assert_eq!(attr(&bad, "sonde.run.outcome").as_deref(), Some("failure"));
     assert_eq!(attr(&bad, "sonde.plugin.name").as_deref(), Some("http"));
     assert!(attr(&bad, "sonde.plugin.digest").is_some_and(|d| d.starts_with("sha256:")));
+    // The fuel it burned and the memory its instance held (a wasm page at least).
+    let int = |s: &Span, key: &str| {
+        s.attributes
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+                Value::IntValue(v) => Some(*v),
+                _ => None,
+            })
+    };
+    assert!(int(&bad, "sonde.run.fuel").is_some_and(|f| f > 0), "{bad:?}");
+    assert!(int(&bad, "sonde.run.memory").is_some_and(|m| m >= 65536), "{bad:?}");
     let children: Vec<String> = receiver
         .spans()
         .into_iter()
@@ -902,5 +914,82 @@ async fn a_probe_module_and_a_wasi_http_plugin_propagate_the_runs_trace() {
         "the plugin's own traceparent went out: {wasi:?}"
     );
     assert!(wasi.iter().all(|t| t.len() == 55 && t.starts_with("00-")), "{wasi:?}");
+    agent.stop().await;
+}
+
+/// Nothing one tenant's collector does reaches another export: acme's
+/// collector takes every request and never answers, and meanwhile the
+/// operator's collector gets an export every interval as before, globex's
+/// too, acme's failures are counted under acme alone, and its spans
+/// dropped from its own queue, not from the others'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_stalled_collector_holds_up_no_other_export() {
+    let target = HttpServer::start().await;
+    let (operator, acme, globex) = (
+        Receiver::start(Answer::Take).await,
+        Receiver::start(Answer::Stall).await,
+        Receiver::start(Answer::Take).await,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    crate::support::secret(dir.path(), "op.token", "operator-token-0123456789");
+    let tenant = |id: &str, collector: std::net::SocketAddr| {
+        format!(
+            "  - id: {id}\n    ceiling: {{net: [\"127.0.0.1:*\"]}}\n\
+             \x20   otlp: {{endpoint: \"http://{collector}\", interval: 1s, traces: {{success_ratio: 1}}}}\n"
+        )
+    };
+    let probe = |id: &str| {
+        format!(
+            "  - name: {id}-web\n    tenant: {id}\n    address: {}\n    probes:\n\
+             \x20     - {{name: {id}-ready, plugin: http, period: 100ms, config: {{path: /ok}}}}\n",
+            target.addr
+        )
+    };
+    let path = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "operator_token_file: op.token\notlp: {{endpoint: \"http://{}\", interval: 1s, traces: {{success_ratio: 1}}}}\n\
+             tenants:\n{}{}targets:\n{}{}",
+            operator.addr,
+            tenant("acme", acme.addr),
+            tenant("globex", globex.addr),
+            probe("acme"),
+            probe("globex"),
+        ),
+    )
+    .unwrap();
+    let (agent, api) = start_agent(&path).await;
+    acme.until(2).await;
+    let (operator_before, globex_before) = (operator.count(), globex.count());
+    let started = Instant::now();
+    // Three of acme's exports held to their timeout (1 s each, then the
+    // back-off): the others keep their interval all along.
+    acme.until(4).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    for (name, r, before) in [
+        ("operator", &operator, operator_before),
+        ("globex", &globex, globex_before),
+    ] {
+        let sent = (r.count() - before) as f64;
+        assert!(sent >= elapsed / 2.0, "{name}: {sent} exports in {elapsed:.1} s");
+    }
+    let (_, text) = call(api, "GET", "/metrics", Some("operator-token-0123456789"), b"").await;
+    let failures: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("sonde_otlp_export_failures_total{"))
+        .collect();
+    assert!(
+        !failures.is_empty() && failures.iter().all(|l| l.contains("tenant=\"acme\"")),
+        "{text}"
+    );
+    let dropped = |who: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("sonde_otlp_dropped_total{") && l.contains(who))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(dropped("tenant=\"acme\"") > 0.0, "{text}");
+    assert_eq!(dropped("tenant=\"globex\""), 0.0, "{text}");
     agent.stop().await;
 }
