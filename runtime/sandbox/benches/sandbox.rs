@@ -32,6 +32,7 @@ fn bench(c: &mut Criterion) {
         limits: Limits::default(),
         grants: &grants,
         attempt: 1,
+        observe: false,
     };
     assert_eq!(rt.block_on(engine.run(&up, &call)).status, Status::Success);
     c.bench_function("sandbox/trivial_call", |b| {

@@ -27,6 +27,7 @@
 //!         limits: Limits::default(),
 //!         grants: &grants,
 //!         attempt: 1,
+//!         observe: false,
 //!     })
 //!     .await;
 //! println!("{}: {}", result.status, result.message);

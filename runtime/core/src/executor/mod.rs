@@ -216,6 +216,7 @@ impl Executor {
                 limits,
                 grants: &grants,
                 attempt,
+                observe: false,
             };
             let result = Fair::new(engine.run_traced(&tenant, &plugin, &call, trace), gate, active, threads).await;
             drop(permit);

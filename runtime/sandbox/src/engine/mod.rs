@@ -293,6 +293,7 @@ mod tests {
                 },
                 grants: &grants,
                 attempt: 1,
+                observe: false,
             };
             engine.run(&spin, &call).await
         });

@@ -29,6 +29,12 @@ pub struct Call<'a> {
     pub grants: &'a Arc<Grants>,
     /// 1 for the first attempt in a period.
     pub attempt: u32,
+    /// Whether the host records everything it sees of the call's
+    /// connections ([`crate::verdict::Observed`]), as `GET /probe`'s
+    /// answer reads it: a response's version, length and dates. Without
+    /// it (a scheduled run) only what the run's cause and its span read is
+    /// kept: lookups, addresses, phases, responses counted.
+    pub observe: bool,
 }
 
 /// Why a plugin's `describe` gave no answer.
@@ -154,6 +160,9 @@ impl Engine {
         // Only a probe that propagates pays for it.
         if let Some(t) = &trace {
             store.data().bounds.set_trace(t);
+        }
+        if call.observe {
+            store.data().bounds.observe_all();
         }
         let _ticking = self.inner.ticker.busy();
         let req = wit::Request {

@@ -334,6 +334,8 @@ struct Held {
     observed: Option<Box<Observed>>,
     /// The `traceparent` the call's HTTP and gRPC requests carry, made once.
     traceparent: Option<http::HeaderValue>,
+    /// Whether everything seen is recorded (`GET /probe`'s runs).
+    observe_all: bool,
 }
 
 impl CallBounds {
@@ -400,6 +402,17 @@ impl CallBounds {
             result
         });
         Ok(task.await?)
+    }
+
+    /// Records everything the host sees from now on, not only what a
+    /// run's cause and span read ([`crate::engine::Call::observe`]).
+    pub(crate) fn observe_all(&self) {
+        self.held().observe_all = true;
+    }
+
+    /// Whether everything is recorded ([`Self::observe_all`]).
+    pub(crate) fn observes_all(&self) -> bool {
+        self.held().observe_all
     }
 
     /// Records what a capability saw of one of the call's connections.

@@ -29,6 +29,7 @@ fn call(grants: &Arc<Grants>) -> Call<'_> {
         limits: Limits::default(),
         grants,
         attempt: 1,
+        observe: true,
     }
 }
 

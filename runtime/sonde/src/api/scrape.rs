@@ -443,6 +443,7 @@ async fn run(
         limits,
         grants: &module.grants,
         attempt: 1,
+        observe: true,
     };
     let result = state
         .metrics

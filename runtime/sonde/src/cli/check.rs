@@ -156,6 +156,7 @@ pub(super) async fn run(config: EngineConfig, args: CheckArgs) -> Result<i32, Cl
         limits: args.sandbox.limits(),
         grants: &grants,
         attempt: 1,
+        observe: true,
     };
     let result = engine.run(&plugin, &call).await;
     print(&result, args.output);

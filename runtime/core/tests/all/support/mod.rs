@@ -42,6 +42,7 @@ pub(crate) async fn run(
         },
         grants: &Arc::new(grants.clone()),
         attempt: 1,
+        observe: true,
     };
     engine().run(plugin, &call).await
 }

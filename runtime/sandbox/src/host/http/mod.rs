@@ -353,7 +353,9 @@ async fn exchange(
     let scrubber = grants.scrubber();
     let headers = kept_headers(response.headers(), keep, scrubber.as_deref());
     let coded = reflections::coded(response.headers());
-    let seen = ResponseSeen::of(&req.method, &response, target.tls.is_some());
+    let seen = bounds
+        .observes_all()
+        .then(|| ResponseSeen::of(&req.method, &response, target.tls.is_some()));
     let max = (req.max_body as usize).min(MAX_BODY_BYTES);
     let read_to = if scrubber.is_some() { max + LAG } else { max };
     // Only a connection whose response was read to its end can serve the
@@ -362,7 +364,8 @@ async fn exchange(
     let body = body_for_plugin(scrubber.as_deref(), read, ended, max, coded);
     let setup = phases.dns + phases.connect + phases.tls;
     let processing = first_byte.saturating_sub(setup);
-    bounds.observe(|o| seen.record(o, processing, start.elapsed().saturating_sub(first_byte), body.len()));
+    let transfer = start.elapsed().saturating_sub(first_byte);
+    bounds.observe(|o| ResponseSeen::record(seen, o, processing, transfer, body.len()));
     let tls = conn.tls.as_deref().map(Into::into);
     if let Some(key) = key
         && ended

@@ -96,8 +96,10 @@ impl ResponseSeen {
         }
     }
 
+    /// Records one response in `o`: its phases and count always, what
+    /// its head said when `seen` was read (a run that records all).
     pub(super) fn record(
-        self,
+        seen: Option<Self>,
         o: &mut crate::verdict::Observed,
         processing: Duration,
         transfer: Duration,
@@ -105,15 +107,18 @@ impl ResponseSeen {
     ) {
         let http = o.http.get_or_insert_default();
         http.responses += 1;
-        http.redirects += u32::from(self.redirect);
-        http.status = self.status;
-        http.version = self.version;
-        http.content_length = self.content_length;
-        http.last_modified = self.last_modified;
-        http.ssl = self.ssl;
-        http.body_bytes = body as u64;
         http.processing += processing;
         http.transfer = transfer;
+        let Some(seen) = seen else {
+            return;
+        };
+        http.redirects += u32::from(seen.redirect);
+        http.status = seen.status;
+        http.version = seen.version;
+        http.content_length = seen.content_length;
+        http.last_modified = seen.last_modified;
+        http.ssl = seen.ssl;
+        http.body_bytes = body as u64;
     }
 }
 

@@ -311,3 +311,44 @@ async fn follow_redirects_false_judges_the_redirect_and_body_size_limit_fails_a_
     .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
 }
+
+/// A scheduled run (`observe: false`) keeps what its cause and its span
+/// read of a response (that one came, its phases) and not what only
+/// `GET /probe`'s answer reads (its status, version, length); a `/probe`
+/// run (`observe: true`) keeps all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_run_that_observes_all_keeps_the_response_head() {
+    use sonde_sandbox::engine::{Call, Limits};
+    let server = HttpServer::start().await;
+    let plugin = crate::support::builtin("http").await;
+    let target = server.addr.to_string();
+    let grants = std::sync::Arc::new(Grants::default());
+    let seen = |observe: bool| {
+        let (plugin, target, grants) = (plugin.clone(), target.clone(), grants.clone());
+        async move {
+            let call = Call {
+                probe: "web",
+                target: &target,
+                config: r#"{"path": "/ok"}"#,
+                limits: Limits::default(),
+                grants: &grants,
+                attempt: 1,
+                observe,
+            };
+            let r = crate::support::engine().run(&plugin, &call).await;
+            assert_eq!(r.status, Status::Success, "{r:?}");
+            r.observed.expect("observed").http.expect("a response")
+        }
+    };
+    let scheduled = seen(false).await;
+    assert_eq!(scheduled.responses, 1);
+    assert!(scheduled.processing > Duration::ZERO);
+    assert_eq!(
+        (scheduled.status, scheduled.version, scheduled.content_length),
+        (0, (0, 0), 0)
+    );
+    let probe = seen(true).await;
+    assert_eq!(probe.responses, 1);
+    assert_eq!((probe.status, probe.version), (200, (1, 1)));
+    assert!(probe.content_length > 0, "{probe:?}");
+}

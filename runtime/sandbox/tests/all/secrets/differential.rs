@@ -902,6 +902,7 @@ impl Harness {
             },
             grants: &grants,
             attempt: 1,
+            observe: true,
         };
         engine().run_for(&tenant, &self.plugin, &call).await
     }

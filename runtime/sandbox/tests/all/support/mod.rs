@@ -31,6 +31,7 @@ pub(crate) async fn run_on(
         },
         grants: &Arc::new(Grants::default()),
         attempt: 1,
+        observe: true,
     };
     engine.run(plugin, &call).await
 }
@@ -84,6 +85,7 @@ async fn run_call(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Gra
         limits,
         grants: &Arc::new(grants.clone()),
         attempt: 1,
+        observe: true,
     };
     engine().run(plugin, &call).await
 }

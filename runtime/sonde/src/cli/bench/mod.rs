@@ -228,6 +228,7 @@ impl Job for WasmJob {
             limits: p.limits,
             grants: &p.grants,
             attempt: 1,
+            observe: false,
         };
         RunEnd::from_result(&self.engine.run(&self.plugin, &call).await)
     }

@@ -119,6 +119,7 @@ async fn run_call(plugin: &Arc<Plugin>, target: &str, config: &str, grants: &Gra
         limits,
         grants: &Arc::new(grants.clone()),
         attempt: 1,
+        observe: true,
     };
     engine().run(plugin, &call).await
 }
