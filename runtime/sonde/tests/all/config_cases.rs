@@ -259,6 +259,13 @@ async fn config_cases() {
         failures.extend(check(&case, &actual.replace(&format!("{}/", dir.path().display()), "")));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // A secret read from the environment is removed from it (docs/secrets.md):
+    // a case naming a variable the tests need (PATH) would take it from every
+    // test in this process.
+    assert!(
+        std::env::var_os("PATH").is_some() && std::env::var_os("HOME").is_some(),
+        "a case read PATH or HOME as a secret, which removed it from this test process: name a variable nothing else reads"
+    );
     let all: BTreeSet<String> = RULES.iter().map(|r| r.to_string()).collect();
     let missing: Vec<&String> = all.difference(&named).collect();
     assert!(missing.is_empty(), "rules no invalid case names: {missing:?}");
