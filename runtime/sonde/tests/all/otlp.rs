@@ -796,14 +796,25 @@ async fn prometheus_3_takes_the_export_and_answers_promql() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // The resource, and a sonde counter, by PromQL: asked until Prometheus
+    // answers (its head may lag the names it lists on a loaded machine).
     let query = |q: &str| format!("/api/v1/query?query={}", urlencode(q));
-    let info = json(get10(addr, &query("target_info")).await);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (info, stored) = loop {
+        let info = json(get10(addr, &query("last_over_time(target_info[10m])")).await);
+        let runs = json(get10(addr, &query("sum(sonde_probe_runs_total{probe=\"ready\"})")).await);
+        let stored = runs["data"]["result"][0]["value"][1]
+            .as_str()
+            .and_then(|v| v.parse::<f64>().ok());
+        if let Some(stored) = stored
+            && !info["data"]["result"][0]["metric"].is_null()
+        {
+            break (info, stored);
+        }
+        assert!(Instant::now() < deadline, "no answer: {info}, {runs}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     assert_eq!(info["data"]["result"][0]["metric"]["job"], "sonde", "{info}");
-    let runs = json(get10(addr, &query("sum(sonde_probe_runs_total{probe=\"ready\"})")).await);
-    let stored: f64 = runs["data"]["result"][0]["value"][1]
-        .as_str()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no answer: {runs}"));
     let (_, text) = call(api, "GET", "/metrics", None, b"").await;
     let now: f64 = text
         .lines()
