@@ -353,19 +353,16 @@ async fn exchange(
     let scrubber = grants.scrubber();
     let headers = kept_headers(response.headers(), keep, scrubber.as_deref());
     let coded = reflections::coded(response.headers());
-    let seen = bounds
-        .observes_all()
-        .then(|| ResponseSeen::of(&req.method, &response, target.tls.is_some()));
+    let seen = ResponseSeen::when(bounds.observes_all(), &req.method, &response, target.tls.is_some());
     let max = (req.max_body as usize).min(MAX_BODY_BYTES);
     let read_to = if scrubber.is_some() { max + LAG } else { max };
     // Only a connection whose response was read to its end can serve the
     // next request; any other is dropped, which resets it.
     let (read, ended) = read_body(response.into_body(), read_to).await?;
     let body = body_for_plugin(scrubber.as_deref(), read, ended, max, coded);
-    let setup = phases.dns + phases.connect + phases.tls;
-    let processing = first_byte.saturating_sub(setup);
+    let processing = first_byte.saturating_sub(phases.dns + phases.connect + phases.tls);
     let transfer = start.elapsed().saturating_sub(first_byte);
-    bounds.observe(|o| ResponseSeen::record(seen, o, processing, transfer, body.len()));
+    bounds.observe(|o| ResponseSeen::record(seen, o, [processing, transfer], body.len()));
     let tls = conn.tls.as_deref().map(Into::into);
     if let Some(key) = key
         && ended

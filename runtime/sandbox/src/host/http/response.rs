@@ -96,15 +96,21 @@ impl ResponseSeen {
         }
     }
 
-    /// Records one response in `o`: its phases and count always, what
-    /// its head said when `seen` was read (a run that records all).
-    pub(super) fn record(
-        seen: Option<Self>,
-        o: &mut crate::verdict::Observed,
-        processing: Duration,
-        transfer: Duration,
-        body: usize,
-    ) {
+    /// What `response`'s head says, when the call records everything
+    /// (`observe`: a `/probe` run), else nothing.
+    pub(super) fn when(
+        observe: bool,
+        method: &str,
+        response: &http::Response<hyper::body::Incoming>,
+        ssl: bool,
+    ) -> Option<Self> {
+        observe.then(|| Self::of(method, response, ssl))
+    }
+
+    /// Records one response in `o`: its phases (processing, transfer) and
+    /// count always, what its head said when `seen` was read.
+    pub(super) fn record(seen: Option<Self>, o: &mut crate::verdict::Observed, phases: [Duration; 2], body: usize) {
+        let [processing, transfer] = phases;
         let http = o.http.get_or_insert_default();
         http.responses += 1;
         http.processing += processing;
