@@ -54,12 +54,8 @@ ensure_blackbox_028() {
       "-X github.com/prometheus/common/version.Version=$BLACKBOX_028_VERSION" || return 1
     mv "$cache/go/bin/blackbox_exporter" "$bin"
   fi
-  if ! "$bin" --version 2>&1 | grep -q "^blackbox_exporter, version $BLACKBOX_028_VERSION "; then
-    echo "sonde: $bin does not say it is blackbox_exporter $BLACKBOX_028_VERSION; its --version says:" >&2
-    "$bin" --version >&2 || true
-    echo "remove it and run this again to rebuild it" >&2
-    return 1
-  fi
+  check_version "$bin" "^blackbox_exporter, version $BLACKBOX_028_VERSION " \
+    "blackbox_exporter $BLACKBOX_028_VERSION" || return 1
   export SONDE_BLACKBOX_028="$bin"
 }
 
@@ -68,7 +64,7 @@ ensure_blackbox_028() {
 # SONDE_OTELCOL (its path) for the tests.
 ensure_otelcol() {
   local cache=${SONDE_TOOLS_CACHE:-$HOME/.cache/sonde/tools}
-  local bin="$cache/bin/otelcol-sonde-$OTELCOL_VERSION" src="$cache/src/otelcol-$OTELCOL_VERSION" log
+  local bin="$cache/bin/otelcol-sonde-$OTELCOL_VERSION" src="$cache/src/otelcol-$OTELCOL_VERSION"
   if [ ! -x "$bin" ]; then
     ensure_go || return 1
     echo "== building the OpenTelemetry Collector $OTELCOL_VERSION (OTLP receiver, file exporter) from the Go module proxy (once, into $cache; a few minutes)" >&2
@@ -78,24 +74,9 @@ ensure_otelcol() {
       "	github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter v$OTELCOL_VERSION" \
       "	go.opentelemetry.io/collector/otelcol v$OTELCOL_VERSION" \
       "	go.opentelemetry.io/collector/receiver/otlpreceiver v$OTELCOL_VERSION" ")" >"$src/go.mod"
-    log=$(mktemp)
-    local env=(env GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOPATH="$cache/go/path"
-      GOTOOLCHAIN=local GOFLAGS=-modcacherw)
-    if ! (cd "$src" && "${env[@]}" go mod tidy && "${env[@]}" go build -trimpath \
-      -ldflags "-X main.version=$OTELCOL_VERSION" -o "$bin" .) >"$log" 2>&1; then
-      echo "sonde: building the Collector $OTELCOL_VERSION failed (GOPROXY=$(go env GOPROXY)): a module was not served or it did not build. go said:" >&2
-      cat "$log" >&2
-      rm -f "$log"
-      return 1
-    fi
-    rm -f "$log"
+    go_build "$cache" "$src" "$bin" "-X main.version=$OTELCOL_VERSION" . "the Collector $OTELCOL_VERSION" || return 1
   fi
-  if ! "$bin" --version 2>&1 | grep -q "version $OTELCOL_VERSION\$"; then
-    echo "sonde: $bin does not say it is version $OTELCOL_VERSION; its --version says:" >&2
-    "$bin" --version >&2 || true
-    echo "remove it and run this again to rebuild it" >&2
-    return 1
-  fi
+  check_version "$bin" "version $OTELCOL_VERSION\$" "version $OTELCOL_VERSION" || return 1
   export SONDE_OTELCOL="$bin"
 }
 
@@ -105,7 +86,7 @@ ensure_otelcol() {
 # exports SONDE_PROMETHEUS3 (its path).
 ensure_prometheus3() {
   local cache=${SONDE_TOOLS_CACHE:-$HOME/.cache/sonde/tools}
-  local bin="$cache/bin/prometheus-$PROMETHEUS3_VERSION" src="$cache/src/prometheus-$PROMETHEUS3_VERSION" log
+  local bin="$cache/bin/prometheus-$PROMETHEUS3_VERSION" src="$cache/src/prometheus-$PROMETHEUS3_VERSION"
   # Prometheus 3.x is the module's v0.3xx.y.
   local module_version
   module_version="v0.$((300 + $(echo "$PROMETHEUS3_VERSION" | cut -d. -f2))).$(echo "$PROMETHEUS3_VERSION" | cut -d. -f3)"
@@ -117,26 +98,43 @@ ensure_prometheus3() {
       "require github.com/prometheus/prometheus $module_version" >"$src/go.mod"
     printf '%s\n' "//go:build tools" "" "package tools" "" \
       'import _ "github.com/prometheus/prometheus/cmd/prometheus"' >"$src/tools.go"
-    log=$(mktemp)
-    local env=(env GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOPATH="$cache/go/path"
-      GOTOOLCHAIN=local GOFLAGS=-modcacherw)
-    if ! (cd "$src" && "${env[@]}" go mod tidy && "${env[@]}" go build -trimpath \
-      -ldflags "-X github.com/prometheus/common/version.Version=$PROMETHEUS3_VERSION" \
-      -o "$bin" github.com/prometheus/prometheus/cmd/prometheus) >"$log" 2>&1; then
-      echo "sonde: building Prometheus $PROMETHEUS3_VERSION failed (GOPROXY=$(go env GOPROXY)): a module was not served or it did not build. go said:" >&2
-      cat "$log" >&2
-      rm -f "$log"
-      return 1
-    fi
-    rm -f "$log"
+    go_build "$cache" "$src" "$bin" "-X github.com/prometheus/common/version.Version=$PROMETHEUS3_VERSION" \
+      github.com/prometheus/prometheus/cmd/prometheus "Prometheus $PROMETHEUS3_VERSION" || return 1
   fi
-  if ! "$bin" --version 2>&1 | grep -q "^prometheus, version $PROMETHEUS3_VERSION "; then
-    echo "sonde: $bin does not say it is Prometheus $PROMETHEUS3_VERSION; its --version says:" >&2
+  check_version "$bin" "^prometheus, version $PROMETHEUS3_VERSION " "Prometheus $PROMETHEUS3_VERSION" || return 1
+  export SONDE_PROMETHEUS3="$bin"
+}
+
+# `go build` of package $5 in the module whose go.mod is in $2, into $3,
+# with the Go caches under $1 and $4 as the linker's flags (the module's
+# requirements resolved by `go mod tidy` first). Says what failed ($6
+# names it), and go's words, when a module was not served or it did not
+# build.
+go_build() {
+  local cache=$1 src=$2 bin=$3 ldflags=$4 package=$5 what=$6 log
+  log=$(mktemp)
+  local env=(env GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOPATH="$cache/go/path"
+    GOTOOLCHAIN=local GOFLAGS=-modcacherw)
+  if ! (cd "$src" && "${env[@]}" go mod tidy && "${env[@]}" go build -trimpath \
+    -ldflags "$ldflags" -o "$bin" "$package") >"$log" 2>&1; then
+    echo "sonde: building $what failed (GOPROXY=$(go env GOPROXY)): a module was not served or it did not build. go said:" >&2
+    cat "$log" >&2
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+}
+
+# Whether `$1 --version` matches the grep pattern $2; if not, says that
+# it is not $3 and how to rebuild it.
+check_version() {
+  local bin=$1 pattern=$2 what=$3
+  if ! "$bin" --version 2>&1 | grep -q "$pattern"; then
+    echo "sonde: $bin does not say it is $what; its --version says:" >&2
     "$bin" --version >&2 || true
     echo "remove it and run this again to rebuild it" >&2
     return 1
   fi
-  export SONDE_PROMETHEUS3="$bin"
 }
 
 # `go install` of module $2 (path@version) with the Go caches under

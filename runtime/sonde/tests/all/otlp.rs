@@ -19,6 +19,34 @@ use sonde_tests::HttpServer;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+/// A program scripts/tools.sh builds, at the path in `var` (`None`: the
+/// test is skipped, and says so, unless SONDE_REQUIRE_TOOLS is set).
+fn built(var: &str, what: &str) -> Option<std::path::PathBuf> {
+    crate::support::tool_from_env(var, what, "scripts/test builds it; alone: eval \"$(scripts/tools.sh)\"")
+}
+
+/// The value of a span's attribute `key`, if it has one.
+fn attribute<'a>(
+    span: &'a opentelemetry_proto::tonic::trace::v1::Span,
+    key: &str,
+) -> Option<&'a opentelemetry_proto::tonic::common::v1::any_value::Value> {
+    span.attributes
+        .iter()
+        .find(|a| a.key == key)?
+        .value
+        .as_ref()?
+        .value
+        .as_ref()
+}
+
+/// A span's string attribute `key`, if it has one.
+fn string_attribute(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -> Option<String> {
+    match attribute(span, key)? {
+        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(v) => Some(v.clone()),
+        _ => None,
+    }
+}
+
 /// An agent probing `target` every 200 ms, exporting to `collector` with
 /// `protocol` every second, every run traced.
 fn config(target: std::net::SocketAddr, collector: std::net::SocketAddr, protocol: &str) -> String {
@@ -191,11 +219,7 @@ async fn a_stalled_collector_slows_no_probe() {
 /// its runs' spans are there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_collector_takes_every_series_over_grpc_and_http() {
-    let Some(otelcol) = crate::support::tool_from_env(
-        "SONDE_OTELCOL",
-        "the OpenTelemetry Collector",
-        "scripts/test builds it; alone: eval \"$(scripts/tools.sh)\"",
-    ) else {
+    let Some(otelcol) = built("SONDE_OTELCOL", "the OpenTelemetry Collector") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -325,15 +349,7 @@ async fn each_run_is_a_span_and_the_duration_histogram_links_to_one() {
     );
     std::fs::write(&path, yaml).unwrap();
     let (agent, api) = start_agent(&path).await;
-    let attr = |s: &Span, key: &str| {
-        s.attributes
-            .iter()
-            .find(|a| a.key == key)
-            .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
-                Value::StringValue(v) => Some(v.clone()),
-                _ => None,
-            })
-    };
+    let attr = string_attribute;
     let run_of = |name: &str| {
         receiver
             .spans()
@@ -360,14 +376,9 @@ async fn each_run_is_a_span_and_the_duration_histogram_links_to_one() {
     assert_eq!(attr(&bad, "sonde.plugin.name").as_deref(), Some("http"));
     assert!(attr(&bad, "sonde.plugin.digest").is_some_and(|d| d.starts_with("sha256:")));
     // The fuel it burned and the memory its instance held (a wasm page at least).
-    let int = |s: &Span, key: &str| {
-        s.attributes
-            .iter()
-            .find(|a| a.key == key)
-            .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
-                Value::IntValue(v) => Some(*v),
-                _ => None,
-            })
+    let int = |s: &Span, key: &str| match attribute(s, key)? {
+        Value::IntValue(v) => Some(*v),
+        _ => None,
     };
     assert!(int(&bad, "sonde.run.fuel").is_some_and(|f| f > 0), "{bad:?}");
     assert!(int(&bad, "sonde.run.memory").is_some_and(|m| m >= 65536), "{bad:?}");
@@ -515,7 +526,6 @@ fn everything(receiver: &Receiver) -> String {
 /// scrape shows its own export's only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_collector_gets_its_own_data_and_the_operators_gets_all() {
-    use opentelemetry_proto::tonic::common::v1::any_value::Value;
     let (acme_web, globex_web, own_web) = (
         HttpServer::start().await,
         HttpServer::start().await,
@@ -568,12 +578,7 @@ async fn a_tenants_collector_gets_its_own_data_and_the_operators_gets_all() {
         r.spans()
             .iter()
             .filter(|s| s.name == "sonde.run")
-            .flat_map(|s| &s.attributes)
-            .filter(|a| a.key == "sonde.tenant")
-            .filter_map(|a| match a.value.as_ref()?.value.as_ref()? {
-                Value::StringValue(t) => Some(t.clone()),
-                _ => None,
-            })
+            .filter_map(|s| string_attribute(s, "sonde.tenant"))
             .collect()
     };
     let has_runs = |r: &Receiver| r.count() > 0 && as_prometheus_names(&r.last()).contains("sonde_probe_runs_total");
@@ -730,11 +735,7 @@ async fn a_tenants_collector_is_never_the_agents_own_listener() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_3_takes_the_export_and_answers_promql() {
     use crate::prometheus::{get10, start_prometheus_with, urlencode};
-    let Some(prometheus) = crate::support::tool_from_env(
-        "SONDE_PROMETHEUS3",
-        "Prometheus 3",
-        "scripts/test builds it; alone: eval \"$(scripts/tools.sh)\"",
-    ) else {
+    let Some(prometheus) = built("SONDE_PROMETHEUS3", "Prometheus 3") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -837,7 +838,6 @@ async fn prometheus_3_takes_the_export_and_answers_promql() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probe_module_and_a_wasi_http_plugin_propagate_the_runs_trace() {
     const FORGED: &str = "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01";
-    use opentelemetry_proto::tonic::common::v1::any_value::Value;
     let (scraped_web, wasi_web) = (HttpServer::start().await, HttpServer::start().await);
     let receiver = Receiver::start(Answer::Take).await;
     let dir = tempfile::tempdir().unwrap();
@@ -872,15 +872,7 @@ async fn a_probe_module_and_a_wasi_http_plugin_propagate_the_runs_trace() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("probe_success 1"), "{body}");
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    let string = |s: &opentelemetry_proto::tonic::trace::v1::Span, key: &str| {
-        s.attributes
-            .iter()
-            .find(|a| a.key == key)
-            .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
-                Value::StringValue(v) => Some(v.clone()),
-                _ => None,
-            })
-    };
+    let string = string_attribute;
     // Each run span's traceparent, with its probe and address.
     let runs = || -> Vec<(String, Option<String>, Option<String>)> {
         receiver
