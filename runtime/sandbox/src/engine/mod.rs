@@ -322,7 +322,9 @@ mod tests {
             Arc::default(),
             engine.own_listeners().clone(),
         ));
-        let mut store = engine.call_store("p", &no_tenant(), grants, &limits).unwrap();
+        let mut store = engine
+            .call_store("p", &no_tenant(), grants, &limits, super::store::How::default())
+            .unwrap();
         let _ticking = engine.inner.ticker.busy();
         let req = wit::Request {
             probe: "p".into(),

@@ -2,7 +2,7 @@
 //! became of it (a trap, a host bound, the deadline) as a [`RunResult`].
 
 use super::limits::MAX_MESSAGE_BYTES;
-use super::store::{CallSetupError, CallState};
+use super::store::{CallSetupError, CallState, How};
 use super::{Engine, Limits, Plugin, PluginInfo, no_tenant};
 use crate::bindings::{self, sonde::probe::types as wit};
 use crate::host::{self, Grants, NetPattern};
@@ -68,6 +68,7 @@ impl Engine {
         tenant: &Arc<str>,
         grants: Arc<CallGrants>,
         limits: &Limits,
+        how: How<'_>,
     ) -> Result<Store<CallState>, CallSetupError> {
         let state = CallState::new(
             probe.into(),
@@ -75,8 +76,8 @@ impl Engine {
             grants,
             self.inner.host.clone(),
             &self.inner.empty_dir,
-            limits.memory,
-            Instant::now() + limits.timeout,
+            limits,
+            how,
         )?;
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|s| &mut s.memory);
@@ -92,7 +93,7 @@ impl Engine {
     pub(super) async fn describe(&self, pre: &bindings::PluginPre<CallState>) -> Result<PluginInfo, DescribeError> {
         let limits = Limits::default();
         let grants = Arc::new(CallGrants::new(None, Arc::default(), self.own_listeners().clone()));
-        let mut store = self.call_store("describe", &no_tenant(), grants.clone(), &limits)?;
+        let mut store = self.call_store("describe", &no_tenant(), grants.clone(), &limits, How::default())?;
         let _slot = self
             .inner
             .slots
@@ -153,17 +154,14 @@ impl Engine {
         let Ok(_slot) = self.inner.slots.acquire().await else {
             return RunResult::error(Reason::Internal, "the engine is shutting down");
         };
-        let mut store = match self.call_store(call.probe, tenant, grants.clone(), &call.limits) {
+        let how = How {
+            trace: trace.as_ref(),
+            observe: call.observe,
+        };
+        let mut store = match self.call_store(call.probe, tenant, grants.clone(), &call.limits, how) {
             Ok(s) => s,
             Err(e) => return RunResult::error(Reason::Internal, e.to_string()),
         };
-        // Only a probe that propagates pays for it.
-        if let Some(t) = &trace {
-            store.data().bounds.set_trace(t);
-        }
-        if call.observe {
-            store.data().bounds.observe_all();
-        }
         let _ticking = self.inner.ticker.busy();
         let req = wit::Request {
             probe: call.probe.to_string(),

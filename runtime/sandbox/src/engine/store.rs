@@ -111,6 +111,16 @@ pub enum CallSetupError {
     FilesGrant(#[from] crate::host::filesystem::FilesGrantError),
 }
 
+/// What a call carries besides its grants and limits: the trace context
+/// its requests send, and whether everything the host sees is recorded.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct How<'a> {
+    /// The run's trace context, when its probe propagates one.
+    pub(crate) trace: Option<&'a crate::verdict::observed::TraceContext>,
+    /// [`crate::engine::Call::observe`].
+    pub(crate) observe: bool,
+}
+
 impl CallState {
     /// Builds the state of one call (the per-call phase). Its WASI context,
     /// which denies everything the grants do not allow, is built now if the
@@ -121,9 +131,10 @@ impl CallState {
         grants: Arc<CallGrants>,
         shared: Arc<Shared>,
         empty_dir: &Dir,
-        memory: u64,
-        deadline: Instant,
+        limits: &super::Limits,
+        how: How<'_>,
     ) -> Result<Self, CallSetupError> {
+        let (memory, deadline) = (limits.memory, Instant::now() + limits.timeout);
         let files = &grants.config().files;
         let wasi = if files.is_empty() {
             None
@@ -131,7 +142,7 @@ impl CallState {
             Some(Wasi::with_files(&grants, files)?)
         };
         // The engine's bounds in force now, for the whole call.
-        let bounds = CallBounds::new(&shared.bounds);
+        let bounds = CallBounds::new(&shared.bounds).for_call(how.trace, how.observe);
         let limits = *bounds.limits();
         let mut table = ResourceTable::new();
         table.set_max_capacity(limits.table_entries_per_call);
@@ -357,8 +368,11 @@ mod tests {
             Arc::new(CallGrants::new(None, Arc::new(grants), Arc::default())),
             Arc::new(Shared::new(16, crate::host::bounds::HostLimits::default())),
             empty,
-            1 << 20,
-            Instant::now(),
+            &crate::engine::Limits {
+                memory: 1 << 20,
+                ..crate::engine::Limits::default()
+            },
+            How::default(),
         )
     }
 
@@ -407,7 +421,20 @@ mod tests {
         shared.set_limits(limits);
         let grants = Arc::new(CallGrants::new(None, Arc::default(), Arc::default()));
         let memory = 64 << 20;
-        let state = CallState::new("p".into(), "t".into(), grants, shared, &empty, memory, Instant::now()).unwrap();
+        let limits_of_call = crate::engine::Limits {
+            memory,
+            ..crate::engine::Limits::default()
+        };
+        let state = CallState::new(
+            "p".into(),
+            "t".into(),
+            grants,
+            shared,
+            &empty,
+            &limits_of_call,
+            How::default(),
+        )
+        .unwrap();
         assert_eq!(state.exec_limits.pids, 7);
         assert_eq!(*state.bounds.limits(), limits);
         assert_eq!(

@@ -317,6 +317,12 @@ pub(crate) struct CallBounds {
     /// The bounds in force when the call started, for all of it.
     limits: HostLimits,
     held: Arc<Mutex<Held>>,
+    /// The `traceparent` the call's HTTP and gRPC requests carry, made
+    /// once before the call starts (a request reads it without a lock).
+    traceparent: Option<http::HeaderValue>,
+    /// Whether everything seen is recorded (`GET /probe`'s runs), set
+    /// before the call starts.
+    observe_all: bool,
 }
 
 #[derive(Default)]
@@ -332,10 +338,6 @@ struct Held {
     /// kept here because every capability that connects holds the call's
     /// bounds.
     observed: Option<Box<Observed>>,
-    /// The `traceparent` the call's HTTP and gRPC requests carry, made once.
-    traceparent: Option<http::HeaderValue>,
-    /// Whether everything seen is recorded (`GET /probe`'s runs).
-    observe_all: bool,
 }
 
 impl CallBounds {
@@ -344,6 +346,8 @@ impl CallBounds {
             agent: agent.clone(),
             limits: agent.limits(),
             held: Arc::default(),
+            traceparent: None,
+            observe_all: false,
         }
     }
 
@@ -404,15 +408,24 @@ impl CallBounds {
         Ok(task.await?)
     }
 
-    /// Records everything the host sees from now on, not only what a
-    /// run's cause and span read ([`crate::engine::Call::observe`]).
-    pub(crate) fn observe_all(&self) {
-        self.held().observe_all = true;
+    /// These bounds, for a call whose requests carry `trace` and that
+    /// records everything the host sees when `observe_all` (not only what
+    /// a run's cause and span read: [`crate::engine::Call::observe`]).
+    /// Set when the call's state is built, before any capability keeps a
+    /// clone.
+    pub(crate) fn for_call(
+        mut self,
+        trace: Option<&crate::verdict::observed::TraceContext>,
+        observe_all: bool,
+    ) -> Self {
+        self.traceparent = trace.and_then(|t| http::HeaderValue::from_str(&t.traceparent()).ok());
+        self.observe_all = observe_all;
+        self
     }
 
-    /// Whether everything is recorded ([`Self::observe_all`]).
+    /// Whether everything is recorded ([`Self::for_call`]).
     pub(crate) fn observes_all(&self) -> bool {
-        self.held().observe_all
+        self.observe_all
     }
 
     /// Records what a capability saw of one of the call's connections.
@@ -425,14 +438,9 @@ impl CallBounds {
         self.held().observed.take()
     }
 
-    /// Sends `trace` with the call's HTTP and gRPC requests.
-    pub(crate) fn set_trace(&self, trace: &crate::verdict::observed::TraceContext) {
-        self.held().traceparent = http::HeaderValue::from_str(&trace.traceparent()).ok();
-    }
-
     /// The `traceparent` header the call's requests carry, if any.
     pub(crate) fn traceparent(&self) -> Option<http::HeaderValue> {
-        self.held().traceparent.clone()
+        self.traceparent.clone()
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {
