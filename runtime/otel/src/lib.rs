@@ -33,8 +33,7 @@ pub mod traces;
 pub mod transport;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use prost::Message as _;
 use sonde_core::catalog::otlp::OtlpSettings;
@@ -280,16 +279,9 @@ async fn export_spans(l: Loop, tracer: Arc<RunTracer>) {
         let n = spans.len() as u64;
         let request = ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
-                resource: Some(Resource {
-                    attributes: l.resource.clone(),
-                    ..Resource::default()
-                }),
+                resource: attributes::resource(&l.resource),
                 scope_spans: vec![ScopeSpans {
-                    scope: Some(InstrumentationScope {
-                        name: "sonde".into(),
-                        version: env!("CARGO_PKG_VERSION").into(),
-                        ..InstrumentationScope::default()
-                    }),
+                    scope: attributes::scope(),
                     spans,
                     ..ScopeSpans::default()
                 }],

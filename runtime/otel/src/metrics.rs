@@ -8,12 +8,11 @@ use crate::exposition::{Family, Kind, Value};
 use crate::names::{Named, named_all};
 use crate::traces::Exemplar;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics,
     ScopeMetrics, Sum, exemplar, metric::Data, number_data_point,
 };
-use opentelemetry_proto::tonic::resource::v1::Resource;
 
 /// When the cumulative series began (the agent's start) and when they
 /// were read, in nanoseconds since the Unix epoch.
@@ -42,16 +41,9 @@ pub(crate) fn request(
         .collect();
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource {
-                attributes: resource.to_vec(),
-                ..Resource::default()
-            }),
+            resource: crate::attributes::resource(resource),
             scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope {
-                    name: "sonde".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    ..InstrumentationScope::default()
-                }),
+                scope: crate::attributes::scope(),
                 metrics,
                 ..ScopeMetrics::default()
             }],

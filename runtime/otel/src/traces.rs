@@ -176,14 +176,15 @@ impl Tracing {
         // spans name it as their parent.
         let sent = result.observed.as_ref().and_then(|o| o.trace);
         let draw = fastrand::f64();
-        let to: Vec<&Arc<RunTracer>> = self
-            .operator
-            .iter()
-            .chain(self.tenants.get(spec.tenant.as_ref()))
-            .filter(|t| sent.is_some() || t.samples(result, draw))
-            .collect();
-        let Some((last, rest)) = to.split_last() else {
-            return;
+        // At most two exports take a run (the operator's, its tenant's):
+        // chosen without allocating, on every run.
+        let takes = |t: &&Arc<RunTracer>| sent.is_some() || t.samples(result, draw);
+        let operator = self.operator.as_ref().filter(takes);
+        let tenant = self.tenants.get(spec.tenant.as_ref()).filter(takes);
+        let (first, last) = match (operator, tenant) {
+            (None, None) => return,
+            (Some(one), None) | (None, Some(one)) => (None, one),
+            (Some(o), Some(t)) => (Some(o), t),
         };
         let end = SystemTime::now();
         let ids = sent.map_or_else(Ids::random, |t| Ids {
@@ -198,7 +199,7 @@ impl Tracing {
             at: nanos(end),
         };
         let (plugin, kind) = (spec.plugin_ref.as_str(), spec.kind.as_str());
-        for t in rest {
+        if let Some(t) = first {
             t.push(spans.clone(), exemplar.clone(), plugin, kind);
         }
         last.push(spans, exemplar, plugin, kind);

@@ -194,6 +194,17 @@ impl Guard {
     }
 }
 
+/// Why the connector's lookup gave no address to dial.
+#[derive(Debug, thiserror::Error)]
+enum LookupError {
+    /// The resolver failed.
+    #[error(transparent)]
+    Resolve(#[from] std::io::Error),
+    /// Every address found is outside the tenant's grants.
+    #[error("{0}")]
+    Denied(String),
+}
+
 /// The connector's name lookup: an address in any spelling is taken as
 /// written (so what is checked is what is dialled), a name asks the
 /// system's resolver; a tenant's export keeps only what [`Guard::admit`]
@@ -206,7 +217,7 @@ struct Resolver {
 
 impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for Resolver {
     type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = std::io::Error;
+    type Error = LookupError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -223,9 +234,7 @@ impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for 
             };
             let allowed = match &guard {
                 None => found,
-                Some(g) => g
-                    .admit(name, &found)
-                    .map_err(|d| std::io::Error::new(std::io::ErrorKind::PermissionDenied, d.0))?,
+                Some(g) => g.admit(name, &found).map_err(|d| LookupError::Denied(d.0))?,
             };
             Ok(allowed.into_iter())
         })
@@ -370,10 +379,8 @@ impl Transport {
 fn denial(e: &hyper_util::client::legacy::Error) -> Option<String> {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::PermissionDenied
-        {
-            return Some(io.to_string());
+        if let Some(LookupError::Denied(why)) = s.downcast_ref::<LookupError>() {
+            return Some(why.clone());
         }
         source = s.source();
     }
