@@ -38,9 +38,9 @@ pub fn tool_from_env(var: &str, what: &str, how: &str) -> Option<PathBuf> {
     found
 }
 
-/// A missing tool: a failure under `SONDE_REQUIRE_TOOLS`, else a skip that
-/// says so.
-fn missing(what: &str, fix: &str) {
+/// A missing tool or file a test needs: a failure under
+/// `SONDE_REQUIRE_TOOLS`, else a skip that says so (the caller returns).
+pub fn missing(what: &str, fix: &str) {
     assert!(std::env::var_os("SONDE_REQUIRE_TOOLS").is_none(), "{what}: {fix}");
     eprintln!("skipped: {what} ({fix}); SONDE_REQUIRE_TOOLS=1 makes this a failure");
 }

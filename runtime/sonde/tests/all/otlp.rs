@@ -996,3 +996,102 @@ async fn a_tenants_stalled_collector_holds_up_no_other_export() {
     assert_eq!(dropped("tenant=\"globex\""), 0.0, "{text}");
     agent.stop().await;
 }
+
+/// A TLS file the export cannot use (a `ca_file` with no certificate in
+/// it), in the operator's block and in a tenant's: `sonde validate` and
+/// the agent's start refuse the file alike, each problem naming the file,
+/// the owner of the block and the key; nothing starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unusable_tls_file_is_refused_by_validate_and_run_naming_whose_block() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("not-a-ca.pem"), "not a certificate\n").unwrap();
+    crate::support::secret(dir.path(), "op.token", "operator-token-0123456789");
+    let path = dir.path().join("sonde.yaml");
+    std::fs::write(
+        &path,
+        "operator_token_file: op.token\n\
+         otlp: {endpoint: \"https://collector.example:4317\", ca_file: not-a-ca.pem}\n\
+         tenants:\n  - id: acme\n    ceiling: {net: [\"otel.acme.example:4317\"]}\n\
+         \x20   otlp: {endpoint: \"https://otel.acme.example:4317\", ca_file: not-a-ca.pem}\n\
+         targets: []\n",
+    )
+    .unwrap();
+    let file = path.display().to_string();
+    let operator = format!("{file}: otlp.ca_file: no usable CA certificate in it");
+    let tenant = format!("{file}: tenant \"acme\": otlp.ca_file: no usable CA certificate in it");
+    let out = crate::support::sonde_async(vec!["validate".into(), file.clone()]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(&operator) && stderr.contains(&tenant), "{stderr}");
+    let options = sonde::agent::AgentOptions {
+        config: Some(path.clone()),
+        api: Some("127.0.0.1:0".parse().unwrap()),
+        state_dir: None,
+        grace: Duration::from_secs(2),
+        jitter: false,
+        api_auth: sonde::api::ApiAuth::Auto,
+    };
+    let refused = match sonde::agent::Agent::start(crate::support::engine(), options).await {
+        Ok(_) => panic!("the agent started"),
+        Err(e) => e.to_string(),
+    };
+    assert!(refused.contains(&operator) && refused.contains(&tenant), "{refused}");
+}
+
+/// docs/opentelemetry.md's configs, as shipped (its secret files put in a
+/// scratch directory, its CA file the system's bundle), are one file
+/// `sonde validate` takes, and load as the page says: the operator's
+/// export with its header, protocol, interval and resource; the probe
+/// that propagates; acme's own export, inside its ceiling, with its own
+/// secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_docs_configs_load_as_shipped() {
+    let doc = std::fs::read_to_string(crate::support::repo().join("docs/opentelemetry.md")).unwrap();
+    let blocks: Vec<String> = sonde_tests::manifests::yaml_blocks(&doc)
+        .into_iter()
+        .filter(|(_, info, _)| info == "yaml")
+        .map(|(_, _, body)| body)
+        .collect();
+    assert_eq!(
+        blocks.len(),
+        3,
+        "docs/opentelemetry.md's yaml blocks changed: {blocks:#?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    crate::support::secret(dir.path(), "otlp-token", "operator-collector-token");
+    crate::support::secret(dir.path(), "acme-otel", "acme-collector-token");
+    let mut text = blocks.concat();
+    for (from, to) in [
+        ("/etc/sonde/secrets/otlp-token", "otlp-token"),
+        ("/etc/sonde/secrets/acme-otel", "acme-otel"),
+        ("/etc/sonde/collector-ca.pem", "/etc/ssl/certs/ca-certificates.crt"),
+    ] {
+        assert!(text.contains(from), "docs/opentelemetry.md no longer names {from}");
+        text = text.replace(from, to);
+    }
+    let path = dir.path().join("sonde.yaml");
+    std::fs::write(&path, &text).unwrap();
+    let out = crate::support::sonde_async(vec!["validate".into(), path.display().to_string()]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let catalog = sonde_core::catalog::Catalog::load_file(&crate::support::engine(), &path)
+        .await
+        .unwrap();
+    let operator = catalog.agent.otlp.operator.as_ref().expect("the operator's export");
+    assert_eq!(operator.endpoint, "https://collector.example.com:4317");
+    assert_eq!(operator.protocol.as_str(), "grpc");
+    assert_eq!(operator.interval, Duration::from_secs(60));
+    assert_eq!(
+        operator.headers[0].value().unwrap().as_slice(),
+        b"Bearer operator-collector-token"
+    );
+    assert_eq!(operator.resource["deployment.environment.name"], "prod");
+    assert!(operator.ca.is_some());
+    let acme = catalog.agent.otlp.of_tenant("acme").expect("acme's export");
+    assert_eq!(acme.endpoint, "https://otel.acme.example:4317");
+    assert_eq!(
+        acme.headers[0].value().unwrap().as_slice(),
+        b"Bearer acme-collector-token"
+    );
+    assert_eq!(acme.traces.map(|t| t.success_ratio), Some(0.1));
+    assert!(catalog.probes().any(|p| &*p.target == "checkout" && p.propagate));
+}
