@@ -56,15 +56,21 @@ async fn start_agent(
     crate::kubernetes::start_gates(client, dir, &config, settings, false).await
 }
 
-async fn run(kubeconfig: &Path) {
-    let client = client(kubeconfig).await;
-    let nodes: Api<Node> = Api::all(client.clone());
-    let name = format!("sonde-npd-{}", fastrand::u32(..));
+/// Creates an empty Node named `name` (no kubelet behind it: the agents
+/// under test write its conditions).
+pub(super) async fn create_node(nodes: &Api<Node>, name: &str) {
     let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     nodes
         .create(&PostParams::default(), &node)
         .await
         .expect("create the Node");
+}
+
+async fn run(kubeconfig: &Path) {
+    let client = client(kubeconfig).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let name = format!("sonde-npd-{}", fastrand::u32(..));
+    create_node(&nodes, &name).await;
     let dir = tempfile::tempdir().unwrap();
     let flags = dir.path().join("flags");
     std::fs::create_dir(&flags).unwrap();

@@ -16,8 +16,7 @@
 use super::e2e::client;
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
-use serde_json::json;
+use kube::api::{DeleteParams, ListParams};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -147,11 +146,7 @@ async fn run(kubeconfig: &Path, bin: &Path, npd_dir: &Path) {
     let id = fastrand::u32(..);
     let names = [format!("npd-side-{id}-npd"), format!("npd-side-{id}-sonde")];
     for name in &names {
-        let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-        nodes
-            .create(&PostParams::default(), &node)
-            .await
-            .expect("create the Node");
+        super::e2e_npd::create_node(&nodes, name).await;
     }
     let dir = tempfile::tempdir().unwrap();
     // NPD's docker-monitor-filelog.json, its logPath a file of this test's.
