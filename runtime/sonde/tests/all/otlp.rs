@@ -691,14 +691,7 @@ async fn a_tenants_collector_is_never_the_agents_own_listener() {
         ),
     )
     .unwrap();
-    let options = sonde::agent::AgentOptions {
-        config: Some(path),
-        api: Some(api),
-        state_dir: None,
-        grace: Duration::from_secs(2),
-        jitter: false,
-        api_auth: sonde::api::ApiAuth::Auto,
-    };
+    let options = crate::support::agent_options(&path, api);
     let agent = sonde::agent::Agent::start(crate::support::engine(), options)
         .await
         .unwrap();
@@ -1023,14 +1016,7 @@ async fn an_unusable_tls_file_is_refused_by_validate_and_run_naming_whose_block(
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains(&operator) && stderr.contains(&tenant), "{stderr}");
-    let options = sonde::agent::AgentOptions {
-        config: Some(path.clone()),
-        api: Some("127.0.0.1:0".parse().unwrap()),
-        state_dir: None,
-        grace: Duration::from_secs(2),
-        jitter: false,
-        api_auth: sonde::api::ApiAuth::Auto,
-    };
+    let options = crate::support::agent_options(&path, "127.0.0.1:0".parse().unwrap());
     let refused = match sonde::agent::Agent::start(crate::support::engine(), options).await {
         Ok(_) => panic!("the agent started"),
         Err(e) => e.to_string(),

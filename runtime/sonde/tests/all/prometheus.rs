@@ -404,14 +404,7 @@ async fn validate_refuses_every_bad_module_naming_the_file_and_key() {
         assert!(text.contains(&format!("bad{i}.yaml:")), "{yaml}\n{text}");
         assert!(text.contains(says), "{yaml}\n{text}");
         // And `sonde run` refuses it too, by the same load.
-        let options = sonde::agent::AgentOptions {
-            config: Some(path.clone()),
-            api: Some("127.0.0.1:0".parse().unwrap()),
-            state_dir: None,
-            grace: Duration::from_secs(1),
-            jitter: false,
-            api_auth: Default::default(),
-        };
+        let options = crate::support::agent_options(&path, "127.0.0.1:0".parse().unwrap());
         let refused = sonde::agent::Agent::start(crate::support::engine(), options).await;
         assert!(refused.is_err(), "{yaml}");
     }

@@ -150,19 +150,25 @@ pub(crate) async fn start_agent(config: &std::path::Path) -> (sonde::agent::Agen
     start_agent_on(engine(), config).await
 }
 
+/// What the tests start an agent with: `config`, its API on `api`, tokens
+/// as the config has them, no jitter, no state kept.
+pub(crate) fn agent_options(config: &std::path::Path, api: std::net::SocketAddr) -> sonde::agent::AgentOptions {
+    sonde::agent::AgentOptions {
+        config: Some(config.to_path_buf()),
+        api: Some(api),
+        state_dir: None,
+        grace: Duration::from_secs(2),
+        jitter: false,
+        api_auth: sonde::api::ApiAuth::Auto,
+    }
+}
+
 /// [`start_agent`] on `engine`.
 pub(crate) async fn start_agent_on(
     engine: Engine,
     config: &std::path::Path,
 ) -> (sonde::agent::Agent, std::net::SocketAddr) {
-    let options = sonde::agent::AgentOptions {
-        config: Some(config.to_path_buf()),
-        api: Some("127.0.0.1:0".parse().unwrap()),
-        state_dir: None,
-        grace: Duration::from_secs(2),
-        jitter: false,
-        api_auth: sonde::api::ApiAuth::Auto,
-    };
+    let options = agent_options(config, "127.0.0.1:0".parse().unwrap());
     let agent = sonde::agent::Agent::start(engine, options).await.unwrap();
     let api = agent.api().unwrap();
     (agent, api)
